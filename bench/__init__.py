@@ -1,0 +1,1 @@
+"""Benchmarks: each prints one JSON document and measures Tandem against baselines in the same run."""

@@ -1,0 +1,220 @@
+"""Server time of the deployment page and its chart data with 24 h of 5-second data for 10 workers (goal ≤ 300 ms,
+issue 5).
+
+The data is what a day of scraping leaves under the default retention: the last 6 h as raw 5-second samples
+(written into the observability app's Sample table and rolled up by its own `rollup_pending`), the 18 h before as
+1-minute rollups (written directly: their raw samples would have been pruned by now), for 5 prefill + 5 decode
+workers, the gateway and the three pool aggregates, every metric of the catalog. Then the Django test client —
+in-process, so the figure is server time without network — fetches, as a viewer:
+- the deployment page (HTML: pools, workers, alerts, recent actions; the charts arrive by fetch), and
+- its chart data (`charts.json`, 13 figures from ~20 series reads) for each range: 15 min, 1 h, 6 h, 24 h.
+
+    python bench/dashboard_page.py                       # SQLite in a temporary folder
+    python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/test --repeat 7
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import emit, environment  # noqa: E402
+
+GOAL_MS = 300.0
+STEP_S = 5.0
+DAY_S = 24 * 3600
+RANGES = ("15m", "1h", "6h", "24h")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--database-url", default=None, help="default: SQLite in a temporary folder")
+    p.add_argument("--repeat", type=int, default=5, help="timed requests per URL (after one warm-up)")
+    p.add_argument("--workers", type=int, default=10, help="half prefill, half decode")
+    p.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=True,
+                   help="give the node a GPU (GPU panels) or not (CPU panels)")
+    return p.parse_args(argv)
+
+
+def setup_django(var_dir: str, database_url: str | None) -> None:
+    os.environ["TANDEM_VAR_DIR"] = var_dir
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def value_at(metric_id: int, series_index: int, ts: float) -> float:
+    # A smooth daily curve plus a faster wiggle, different per series: cheap and deterministic.
+    phase = (metric_id * 7 + series_index * 13) % 100 / 100.0
+    return 0.5 + 0.3 * math.sin(2 * math.pi * (ts / DAY_S + phase)) + 0.1 * math.sin(ts / 300.0 + phase * 6)
+
+
+def create_fleet(var_dir: Path, num_workers: int, gpu: bool):
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from controlplane.auth import Role, set_role
+    from controlplane.models import Node, Pool, Worker
+    from controlplane.services import deployment_create
+
+    admin = get_user_model().objects.create_user("bench-admin")
+    set_role(admin, Role.ADMIN)
+    viewer = get_user_model().objects.create_user("bench-viewer")
+    set_role(viewer, Role.VIEWER)
+    gpus = [{"index": i, "name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80 * 2**30}
+            for i in range(8)] if gpu else []
+    node = Node.objects.create(name="bench", hostname="bench", gpus=gpus, last_seen_at=timezone.now())
+    model = var_dir / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    half = num_workers // 2
+    deployment = deployment_create(name="bench", mode="disaggregated", model_path=str(model), actor=admin,
+                                   replicas={"prefill": half, "decode": num_workers - half},
+                                   max_replicas={"prefill": 16, "decode": 16}).deployment
+    now = timezone.now()
+    workers = []
+    for index in range(num_workers):
+        role = "prefill" if index < half else "decode"
+        pool = Pool.objects.get(deployment=deployment, role=role)
+        workers.append(Worker.objects.create(
+            deployment=deployment, pool=pool, role=role, revision=deployment.current_revision, node=node,
+            gpu_index=index % 8 if gpu else None, status="ready", port=42000 + index, pid=50000 + index,
+            started_at=now, ready_at=now))
+    workers.append(Worker.objects.create(deployment=deployment, role="gateway", node=node, status="ready",
+                                         port=42999, pid=50999, started_at=now, ready_at=now))
+    return deployment, workers, viewer
+
+
+def seed(deployment, workers, now: float) -> dict:
+    from django.conf import settings
+
+    from controlplane.observability.catalog import METRIC_IDS
+    from controlplane.observability.models import Rollup, Sample
+    from controlplane.observability.rollup import rollup_pending
+
+    series = [(w.role, w.pk) for w in workers] + [(role, None) for role in ("prefill", "decode", "gateway")]
+    raw_from = now - settings.TANDEM_METRICS_RAW_RETENTION_S
+    started = time.perf_counter()
+    num_samples = 0
+    ts = raw_from
+    batch: list = []
+    while ts <= now:
+        for index, (role, worker_id) in enumerate(series):
+            for metric_id in METRIC_IDS.values():
+                batch.append(Sample(ts=ts, deployment_id=deployment.pk, role=role, worker_id=worker_id,
+                                    metric=metric_id, value=value_at(metric_id, index, ts)))
+        if len(batch) >= 20_000:
+            Sample.objects.bulk_create(batch, batch_size=5000)
+            num_samples += len(batch)
+            batch = []
+        ts += STEP_S
+    Sample.objects.bulk_create(batch, batch_size=5000)
+    num_samples += len(batch)
+    seeded_raw = time.perf_counter()
+    num_rolled = 0
+    while True:  # H7's rollup, as the periodic task runs it (at most 120 minutes per pass)
+        written = rollup_pending(now=now)
+        if not written:
+            break
+        num_rolled += written
+    rolled = time.perf_counter()
+    # The 18 h before raw retention: the rollups those samples became before pruning.
+    per_minute = int(60 / STEP_S)
+    minute = math.floor((now - DAY_S) / 60) * 60
+    batch = []
+    num_old = 0
+    while minute < math.floor(raw_from / 60) * 60:
+        for index, (role, worker_id) in enumerate(series):
+            for metric_id in METRIC_IDS.values():
+                values = [value_at(metric_id, index, minute + i * STEP_S) for i in range(per_minute)]
+                batch.append(Rollup(ts=float(minute), deployment_id=deployment.pk, role=role, worker_id=worker_id,
+                                    metric=metric_id, avg=sum(values) / per_minute, min=min(values),
+                                    max=max(values), count=per_minute))
+        if len(batch) >= 20_000:
+            Rollup.objects.bulk_create(batch, batch_size=5000)
+            num_old += len(batch)
+            batch = []
+        minute += 60
+    Rollup.objects.bulk_create(batch, batch_size=5000)
+    num_old += len(batch)
+    return {"num_series": len(series) * len(METRIC_IDS), "num_raw_samples": num_samples,
+            "num_rollups_from_raw": num_rolled, "num_older_rollups": num_old,
+            "seed_raw_s": round(seeded_raw - started, 1), "rollup_s": round(rolled - seeded_raw, 1),
+            "seed_old_rollups_s": round(time.perf_counter() - rolled, 1)}
+
+
+def measure(client, url: str, repeat: int) -> dict:
+    from django.db import connection, reset_queries
+    from django.test.utils import CaptureQueriesContext
+
+    response = client.get(url)  # warm-up (template compilation, connection)
+    if response.status_code != 200:
+        raise SystemExit(f"GET {url} answered {response.status_code}")
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        client.get(url)
+    reset_queries()
+    doc = {"url": url, "median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1),
+           "num_queries": len(queries), "bytes": len(response.content)}
+    if url.endswith("charts.json") or "charts.json?" in url:
+        figures = response.json()["figures"]
+        doc["num_figures"] = len(figures)
+        doc["max_points_per_trace"] = max((len(t["x"]) for f in figures.values() for t in f["data"]), default=0)
+        doc["num_points"] = sum(len(t["x"]) for f in figures.values() for t in f["data"])
+    return doc
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tandem-bench-dash-") as var_dir:
+        setup_django(var_dir, args.database_url)
+        from django.db import connection
+        from django.test import Client
+
+        deployment, workers, viewer = create_fleet(Path(var_dir), args.workers, args.gpu)
+        now = time.time()
+        seeded = seed(deployment, workers, now)
+        client = Client()
+        client.force_login(viewer)
+        page = measure(client, f"/deployments/{deployment.name}/", args.repeat)
+        charts = {key: measure(client, f"/deployments/{deployment.name}/charts.json?range={key}", args.repeat)
+                  for key in RANGES}
+        live = measure(client, f"/deployments/{deployment.name}/live", args.repeat)
+        overview = measure(client, "/", args.repeat)
+        worst = max([page["median_ms"]] + [c["median_ms"] for c in charts.values()])
+        emit({
+            "bench": "dashboard_page",
+            "goal_ms": GOAL_MS,
+            "database": connection.vendor,
+            "num_workers": args.workers,
+            "gpu": args.gpu,
+            "data": seeded,
+            "deployment_page": page,
+            "live_fragment": live,
+            "overview_page": overview,
+            "charts": charts,
+            "worst_median_ms": worst,
+            "meets_goal": worst <= GOAL_MS,
+            "environment": environment(),
+        })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The engine: requests in, one step at a time, tokens out. Not thread-safe: one thread owns an engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import count
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from inference.engine.block_manager import BlockManager
+from inference.engine.config import Config
+from inference.engine.model_runner import ModelRunner
+from inference.engine.scheduler import Scheduler
+from inference.engine.sequence import SamplingParams, Sequence
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """What one step produced for one request.
+
+    On the prefill role every request yields exactly one StepOutput, with its first token and `kv` (K and V, each
+    [num_layers, num_prompt_tokens, num_kv_heads, head_dim], CPU); the engine forgets the request after it. `finished`
+    is true there only when the first token already ends the request ("stop" or "length"), i.e. nothing is to be
+    handed to a decode worker. An EOS token that ends a request is included in `new_token_ids`.
+    """
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "stop" | "length" | "abort" | None
+    kv: tuple[Any, Any] | None = None
+
+
+class LLMEngine:
+    def __init__(self, config: Config):
+        self.config = config
+        self.model_runner = ModelRunner(config)
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
+        self.max_model_len = self.model_runner.max_model_len
+        self.kv_layout = self.model_runner.kv_layout
+        self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size)
+        self.scheduler = Scheduler(role=config.role, block_manager=self.block_manager,
+                                   max_num_seqs=config.max_num_seqs,
+                                   max_num_batched_tokens=config.max_num_batched_tokens,
+                                   max_model_len=self.max_model_len, eos_token_ids=self.model_runner.eos_token_ids)
+        self._seqs: dict[str, Sequence] = {}  # unfinished requests by id
+        self._pending_outputs: list[StepOutput] = []  # produced outside a step (aborts), returned by the next step
+        self._generate_ids = count()
+
+    # -- requests -------------------------------------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        if self.config.role == "decode":
+            raise ValueError("a decode engine takes prefilled requests only (add_prefilled)")
+        seq = self._new_sequence(request_id, prompt_token_ids, params)
+        self._seqs[request_id] = seq
+        self.scheduler.add(seq)
+
+    def add_prefilled(self, request_id: str, prompt_token_ids: list[int], first_token_id: int,
+                      params: SamplingParams, k, v) -> None:
+        """Decode role: continue a request whose prompt a prefill engine computed; k, v as StepOutput.kv."""
+        if self.config.role != "decode":
+            raise ValueError(f"add_prefilled needs role decode, this engine's role is {self.config.role}")
+        seq = self._new_sequence(request_id, prompt_token_ids, params)
+        self._check_token_id(first_token_id, "first_token_id")
+        self.model_runner.validate_kv(k, v, seq.num_prompt_tokens)
+        seq.append_token(first_token_id)
+        seq.finish_reason = self.scheduler.finish_reason(seq)
+        if seq.finish_reason is not None:  # the first token already ends it: nothing to decode
+            self._pending_outputs.append(StepOutput(request_id, [], True, seq.finish_reason))
+            return
+        seq.kv_import = (k, v)
+        self._seqs[request_id] = seq
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> None:
+        """Free the request's blocks; the next step reports it finished with reason "abort". Unknown ids: ignored."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return
+        self.scheduler.abort(request_id)
+        seq.kv_import = None
+        self._pending_outputs.append(StepOutput(request_id, [], True, "abort"))
+
+    # -- the loop -------------------------------------------------------------------------------------------------
+
+    def step(self) -> list[StepOutput]:
+        outputs, self._pending_outputs = self._pending_outputs, []
+        seqs, is_prefill = self.scheduler.schedule()
+        if not seqs:
+            return outputs
+        token_ids = self.model_runner.run(seqs, is_prefill)
+        self.scheduler.postprocess(seqs, token_ids, is_prefill)
+        for seq, token_id in zip(seqs, token_ids):
+            outputs.append(StepOutput(seq.request_id, [token_id], seq.finish_reason is not None, seq.finish_reason,
+                                      seq.kv_export))
+            seq.kv_export = None
+            if seq.is_finished:
+                del self._seqs[seq.request_id]
+        return outputs
+
+    def has_unfinished(self) -> bool:
+        return bool(self._seqs) or bool(self._pending_outputs)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
+        """Offline helper (colocated role): run the prompts to completion, return each one's completion token ids."""
+        if self.config.role != "colocated":
+            raise ValueError("generate needs a colocated engine")
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError("give one SamplingParams, or one per prompt")
+        ids = [f"generate-{next(self._generate_ids)}" for _ in prompts]
+        for request_id, prompt, p in zip(ids, prompts, params_list):
+            self.add_request(request_id, prompt, p)
+        results: dict[str, list[int]] = {request_id: [] for request_id in ids}
+        remaining = set(ids)
+        while remaining:
+            for out in self.step():
+                if out.request_id in results:
+                    results[out.request_id] += out.new_token_ids
+                    if out.finished:
+                        remaining.discard(out.request_id)
+        return [results[request_id] for request_id in ids]
+
+    def stats(self) -> dict:
+        bm, sched = self.block_manager, self.scheduler
+        return {"num_running": len(sched.running), "num_waiting": len(sched.waiting), "kv_usage": bm.usage,
+                "num_prefill_tokens_computed": sched.num_prefill_tokens_computed,
+                "num_generation_tokens": sched.num_generation_tokens, "num_preemptions": sched.num_preemptions,
+                "num_kv_blocks_total": bm.num_blocks, "num_kv_blocks_used": bm.num_used_blocks}
+
+    # -- validation at the edge -----------------------------------------------------------------------------------
+
+    def _new_sequence(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> Sequence:
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError("request_id must be a non-empty string")
+        if request_id in self._seqs:
+            raise ValueError(f"request_id {request_id!r} is already in the engine")
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        if not isinstance(prompt_token_ids, (list, tuple)) or not prompt_token_ids:
+            raise ValueError("prompt_token_ids must be a non-empty list of token ids")
+        for token_id in prompt_token_ids:
+            self._check_token_id(token_id, "prompt_token_ids")
+        num_prompt_tokens = len(prompt_token_ids)
+        if num_prompt_tokens + params.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt_tokens ({num_prompt_tokens}) + max_tokens ({params.max_tokens}) = "
+                             f"{num_prompt_tokens + params.max_tokens} exceeds max_model_len ({self.max_model_len})")
+        # A sequence at its longest must fit the whole pool, or it would wait (or be preempted) forever.
+        num_blocks_needed = self.block_manager.num_blocks_for(num_prompt_tokens + params.max_tokens - 1)
+        if num_blocks_needed > self.block_manager.num_blocks:
+            raise ValueError(f"prompt_tokens ({num_prompt_tokens}) + max_tokens ({params.max_tokens}) need "
+                             f"{num_blocks_needed} KV blocks, the engine has only {self.block_manager.num_blocks}")
+        return Sequence(request_id, list(prompt_token_ids), params)
+
+    def _check_token_id(self, token_id: object, name: str) -> None:
+        vocab_size = self.model_runner.vocab_size
+        if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < vocab_size:
+            raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got {token_id!r}")

@@ -1,0 +1,261 @@
+"""The gateway's HTTP surface: OpenAI routes, SSE relay, /health, /metrics.
+
+Each generation request: validate (4xx before any worker is touched) → `Relay.start` (up to the first token, with
+its one retry) → stream SSE chunks or collect one JSON answer. Client-side latencies are measured here, since this
+is where the client's bytes leave.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+import aiohttp
+from aiohttp import web
+
+from inference.gateway.config import Config
+from inference.gateway.membership import ControlPlaneMembership, apply_static
+from inference.gateway.metrics import GatewayMetrics
+from inference.gateway.openai_protocol import (
+    SSE_DONE, ApiError, ChunkEncoder, Endpoint, GenerationRequest, completion_response, parse_chat,
+    parse_completion, parse_json_object, sse_error,
+)
+from inference.gateway.relay import Relay, StreamBroken, TokenStream, WorkerRejected
+from inference.gateway.routing import Router
+from inference.metrics import CONTENT_TYPE
+
+log = logging.getLogger("tandem.gateway")
+
+CONFIG_KEY = web.AppKey("config", Config)
+GATEWAY_KEY = web.AppKey("gateway", object)
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def error_response(error: ApiError) -> web.Response:
+    return web.json_response(error.body(), status=error.status, headers=error.headers)
+
+
+class Gateway:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.model = config.served_model_name
+        self.created = int(time.time())
+        self.router = Router(config)
+        self.metrics = GatewayMetrics(model=self.model, router=self.router)
+        self.session: aiohttp.ClientSession | None = None
+        self.relay: Relay | None = None
+        self.membership = ControlPlaneMembership(config, self.router) if config.control_plane_url else None
+        self._tasks: list[asyncio.Task] = []
+        self._num_running = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------------
+
+    async def start(self, app: web.Application) -> None:
+        # One pooled keep-alive session for every worker call: a fresh TCP connection per request would cost more
+        # than the gateway's whole latency budget. No pool limit: backpressure is --max-outstanding-per-worker.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.config.connect_timeout,
+                                        sock_connect=self.config.connect_timeout,
+                                        sock_read=self.config.request_timeout)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+        self.relay = Relay(self.config, self.router, self.session, on_retry=self.metrics.count_retry)
+        if self.membership is None:
+            apply_static(self.config, self.router)
+        else:
+            self._tasks.append(asyncio.create_task(self.membership.run(self.session), name="membership"))
+        self._tasks.append(asyncio.create_task(self.router.run_health_loop(self.session), name="health"))
+
+    async def stop(self, app: web.Application) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.session is not None:
+            await self.session.close()
+
+    # -- plain routes -------------------------------------------------------------------------------------------------
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "created": self.created, "owned_by": "tandem"}]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        groups = [g.describe() for g in self.router.groups]
+        try:
+            group = self.router.serving_group()
+        except ApiError:
+            return web.json_response({"status": "unavailable", "reason": self.router.unavailable_reason(),
+                                      "groups": groups}, status=503)
+        return web.json_response({"status": "ok", "revision": group.revision, "mode": group.mode.value,
+                                  "groups": groups})
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        self.metrics.requests_running.set(self._num_running)
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    # -- generation ---------------------------------------------------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Endpoint.COMPLETIONS)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Endpoint.CHAT)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self.config.max_body_bytes
+        too_large = ApiError(413, f"the request body exceeds {limit} bytes", param=None, code="request_too_large")
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large from None
+
+    async def _generate(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+        received = time.perf_counter()
+        try:
+            body = parse_json_object(await self._read_body(request))
+            parse = parse_chat if endpoint is Endpoint.CHAT else parse_completion
+            gen = parse(body, self.model)
+        except ApiError as error:
+            # The codes are a fixed set (invalid_json, invalid_type, model_not_found, ...): a bounded label.
+            self.metrics.count_error(error.code or "invalid_request")
+            return error_response(error)
+        request_id = ("chatcmpl-" if endpoint is Endpoint.CHAT else "cmpl-") + uuid.uuid4().hex
+        deadline = asyncio.get_running_loop().time() + self.config.request_timeout
+        self._num_running += 1
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    stream = await self.relay.start(request_id, gen.worker_body)
+            except ApiError as error:
+                self.metrics.count_error(error.code or "gateway")
+                return error_response(error)
+            except WorkerRejected as rejected:
+                self.metrics.count_error("worker_rejected")
+                return web.Response(status=rejected.status, body=rejected.body, headers={
+                    "Content-Type": rejected.content_type or "application/json", **rejected.headers})
+            except TimeoutError:
+                self.metrics.count_error("timeout")
+                return error_response(self._timed_out("no first token"))
+            try:
+                if gen.stream:
+                    return await self._stream(request, gen, stream, request_id, received, deadline)
+                return await self._collect(gen, stream, request_id, received, deadline)
+            finally:
+                await stream.close()
+        finally:
+            self._num_running -= 1
+
+    def _timed_out(self, what: str) -> ApiError:
+        return ApiError(504, f"{what} within --request-timeout {self.config.request_timeout}s",
+                        type="timeout_error", code="timeout")
+
+    def _observe_token(self, received: float, last: float | None) -> float:
+        """TTFT for the first token, inter-token latency for the others; returns now."""
+        now = time.perf_counter()
+        if last is None:
+            self.metrics.time_to_first_token.observe(now - received)
+        else:
+            self.metrics.inter_token_latency.observe(now - last)
+        return now
+
+    def _observe_finish(self, stream: TokenStream, received: float) -> None:
+        finish = stream.finish
+        self.metrics.e2e_request_latency.observe(time.perf_counter() - received)
+        self.metrics.prompt_tokens.inc(finish.prompt_tokens)
+        self.metrics.generation_tokens.inc(finish.completion_tokens)
+        self.metrics.count_success(finish.reason or "unknown")
+
+    async def _collect(self, gen: GenerationRequest, stream: TokenStream, request_id: str,
+                       received: float, deadline: float) -> web.Response:
+        texts = []
+        last = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for text, num_tokens in stream.deltas():
+                    texts.append(text)
+                    if num_tokens:
+                        last = self._observe_token(received, last)
+        except TimeoutError:
+            self.metrics.count_error("timeout")
+            return error_response(self._timed_out("the request did not finish"))
+        except StreamBroken as exc:
+            self.metrics.count_error(exc.kind)
+            return error_response(ApiError(502, f"the request failed after it started: {exc.message}",
+                                           type="upstream_error", code=exc.kind))
+        self._observe_finish(stream, received)
+        finish = stream.finish
+        return web.json_response(completion_response(
+            gen.endpoint, request_id, int(time.time()), self.model, "".join(texts), finish.reason,
+            finish.prompt_tokens, finish.completion_tokens))
+
+    async def _stream(self, request: web.Request, gen: GenerationRequest, stream: TokenStream, request_id: str,
+                      received: float, deadline: float) -> web.StreamResponse:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        encoder = ChunkEncoder(gen.endpoint, request_id, int(time.time()), self.model, gen.include_usage)
+        try:
+            await response.prepare(request)
+            last = None
+            try:
+                async with asyncio.timeout_at(deadline):
+                    async for text, num_tokens in stream.deltas():
+                        if text:
+                            await response.write(encoder.text(text))
+                        if num_tokens:
+                            last = self._observe_token(received, last)
+            except (StreamBroken, TimeoutError) as exc:
+                if isinstance(exc, TimeoutError):
+                    # The overall deadline hit mid-stream: end the stream in-band rather than with a 504.
+                    exc = StreamBroken("timeout", f"the request ran past --request-timeout "
+                                                  f"{self.config.request_timeout}s")
+                self.metrics.count_error(exc.kind)
+                await response.write_eof(sse_error(ApiError(
+                    502, f"the request failed after it started: {exc.message}", type="upstream_error",
+                    code=exc.kind)) + SSE_DONE)
+                return response
+            # One send for the tail and the end of the chunked body: each send costs more than encoding all this.
+            tail = encoder.finish(stream.finish.reason)
+            if gen.include_usage:
+                tail += encoder.usage(stream.finish.prompt_tokens, stream.finish.completion_tokens)
+            await response.write_eof(tail + SSE_DONE)
+            self._observe_finish(stream, received)
+        except ConnectionResetError:
+            # The client went away; closing the stream (in _generate) aborts the request on the worker.
+            self.metrics.count_error("client_disconnected")
+        return response
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler):
+    """Unknown routes and wrong methods answer in OpenAI's error shape too, so clients parse every error alike."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(ApiError(exc.status, f"{request.method} {request.path}: {exc.reason}",
+                                       code="not_found" if exc.status == 404 else None))
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        # A bug, not a client error: logged with its traceback, answered in the shape clients parse.
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return error_response(ApiError(500, "internal gateway error (logged)", type="server_error",
+                                       code="internal_error"))
+
+
+def build_app(config: Config) -> web.Application:
+    gateway = Gateway(config)
+    # client_max_size backs up _read_body's Content-Length check for chunked bodies.
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[openai_errors])
+    app[CONFIG_KEY] = config
+    app[GATEWAY_KEY] = gateway
+    app.on_startup.append(gateway.start)
+    app.on_cleanup.append(gateway.stop)
+    app.router.add_post("/v1/completions", gateway.completions)
+    app.router.add_post("/v1/chat/completions", gateway.chat_completions)
+    app.router.add_get("/v1/models", gateway.models)
+    app.router.add_get("/health", gateway.health)
+    app.router.add_get("/metrics", gateway.prometheus)
+    return app

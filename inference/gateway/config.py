@@ -1,0 +1,109 @@
+"""Gateway settings: one validated Config, built from the command line."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Mode(str, Enum):
+    DISAGGREGATED = "disaggregated"
+    COLOCATED = "colocated"
+
+
+def _split_urls(value: str | None) -> list[str]:
+    if not value:
+        return []
+    return [url.strip().rstrip("/") for url in value.split(",") if url.strip()]
+
+
+@dataclass(slots=True)
+class Config:
+    port: int
+    host: str = "127.0.0.1"
+    prefill_urls: list[str] = field(default_factory=list)
+    decode_urls: list[str] = field(default_factory=list)
+    colocated_urls: list[str] = field(default_factory=list)
+    control_plane_url: str | None = None
+    deployment: str | None = None
+    token: str | None = None
+    served_model_name: str | None = None
+    max_body_bytes: int = 1 << 20
+    request_timeout: float = 300.0
+    max_outstanding_per_worker: int = 256
+    # How often every worker's /health is probed and how long one probe may take.
+    health_interval: float = 1.0
+    health_timeout: float = 1.0
+    membership_interval: float = 2.0
+    connect_timeout: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"--port must be in 0..65535, got {self.port}")
+        static_disagg = bool(self.prefill_urls or self.decode_urls)
+        sources = [static_disagg, bool(self.colocated_urls), bool(self.control_plane_url)]
+        if sum(sources) != 1:
+            raise ValueError("give exactly one of --prefill/--decode, --colocated, or --control-plane")
+        if static_disagg and not (self.prefill_urls and self.decode_urls):
+            raise ValueError("--prefill and --decode must both be given (comma-separated URLs)")
+        if self.control_plane_url and not (self.deployment and self.token):
+            raise ValueError("--control-plane needs --deployment and --token")
+        for url in [*self.prefill_urls, *self.decode_urls, *self.colocated_urls, self.control_plane_url or "http://"]:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"worker and control-plane URLs must start with http:// or https://, got {url!r}")
+        if self.max_body_bytes < 1024:
+            raise ValueError("--max-body-bytes must be at least 1024")
+        if self.max_outstanding_per_worker < 1:
+            raise ValueError("--max-outstanding-per-worker must be at least 1")
+        for name in ("request_timeout", "health_interval", "health_timeout", "membership_interval", "connect_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive")
+        if self.served_model_name is None:
+            self.served_model_name = self.deployment or "tandem"
+        if self.control_plane_url:
+            self.control_plane_url = self.control_plane_url.rstrip("/")
+
+    @property
+    def static_mode(self) -> Mode | None:
+        """The mode fixed by the command line, or None when the control plane says it."""
+        if self.colocated_urls:
+            return Mode.COLOCATED
+        if self.prefill_urls:
+            return Mode.DISAGGREGATED
+        return None
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(prog="python -m inference.gateway",
+                                     description="Tandem's OpenAI-compatible gateway")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--prefill", help="comma-separated prefill worker URLs")
+    parser.add_argument("--decode", help="comma-separated decode worker URLs")
+    parser.add_argument("--colocated", help="comma-separated colocated worker URLs")
+    parser.add_argument("--control-plane", help="control plane base URL; membership is polled from it")
+    parser.add_argument("--deployment", help="deployment name at the control plane")
+    parser.add_argument("--token", help="API token for the control plane")
+    parser.add_argument("--served-model-name", help="the `model` clients send (default: the deployment, else tandem)")
+    parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    parser.add_argument("--request-timeout", type=float, default=300.0, help="overall seconds per request")
+    parser.add_argument("--max-outstanding-per-worker", type=int, default=256)
+    parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between worker health probes")
+    parser.add_argument("--health-timeout", type=float, default=1.0)
+    parser.add_argument("--membership-interval", type=float, default=2.0, help="seconds between control-plane polls")
+    parser.add_argument("--connect-timeout", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    try:
+        return Config(
+            port=args.port, host=args.host,
+            prefill_urls=_split_urls(args.prefill), decode_urls=_split_urls(args.decode),
+            colocated_urls=_split_urls(args.colocated),
+            control_plane_url=args.control_plane, deployment=args.deployment, token=args.token,
+            served_model_name=args.served_model_name, max_body_bytes=args.max_body_bytes,
+            request_timeout=args.request_timeout, max_outstanding_per_worker=args.max_outstanding_per_worker,
+            health_interval=args.health_interval, health_timeout=args.health_timeout,
+            membership_interval=args.membership_interval, connect_timeout=args.connect_timeout,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits

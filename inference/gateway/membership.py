@@ -1,0 +1,92 @@
+"""Where the workers are: fixed by the command line, or polled from the control plane.
+
+The control plane answers `GET {URL}/api/v1/deployments/{NAME}/endpoints` (docs/contracts.md). When it is
+unreachable or answers garbage, the gateway keeps serving with the last good membership: a control-plane outage
+must not take the data plane down.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+
+from inference.gateway.config import Config, Mode
+from inference.gateway.routing import Router
+
+log = logging.getLogger("tandem.gateway.membership")
+
+
+def apply_static(config: Config, router: Router) -> None:
+    mode = config.static_mode
+    assert mode is not None
+    group = {"revision": None, "prefill": config.prefill_urls, "decode": config.decode_urls,
+             "colocated": config.colocated_urls}
+    router.set_groups(mode, [group])
+
+
+class MembershipError(Exception):
+    pass
+
+
+def parse_endpoints(body: object) -> tuple[Mode, list[dict]]:
+    """Check the control plane's answer before trusting it; a bad one must not wipe the last good membership."""
+    if not isinstance(body, dict):
+        raise MembershipError("answer is not a JSON object")
+    try:
+        mode = Mode(body.get("mode"))
+    except ValueError:
+        raise MembershipError(f"unknown mode {body.get('mode')!r}") from None
+    groups = body.get("groups")
+    if not isinstance(groups, list):
+        raise MembershipError("'groups' is not a list")
+    for group in groups:
+        if not isinstance(group, dict):
+            raise MembershipError("a group is not an object")
+        revision = group.get("revision")
+        if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool)):
+            raise MembershipError(f"revision {revision!r} is not an integer")
+        for role in ("prefill", "decode", "colocated"):
+            urls = group.get(role) or []
+            if not isinstance(urls, list) or not all(isinstance(u, str) and u.startswith(("http://", "https://"))
+                                                     for u in urls):
+                raise MembershipError(f"'{role}' of revision {revision} is not a list of http(s) URLs")
+    return mode, groups
+
+
+class ControlPlaneMembership:
+    def __init__(self, config: Config, router: Router) -> None:
+        self.config = config
+        self.router = router
+        self.url = f"{config.control_plane_url}/api/v1/deployments/{config.deployment}/endpoints"
+        self.headers = {"Authorization": f"Token {config.token}"}
+        self.num_polls_failed = 0
+        self.last_error: str | None = None
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(self.config.membership_interval, 5.0),
+                                        connect=self.config.connect_timeout)
+        try:
+            async with session.get(self.url, headers=self.headers, timeout=timeout) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:200]
+                    raise MembershipError(f"HTTP {resp.status}: {text}")
+                mode, groups = parse_endpoints(await resp.json(content_type=None))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, MembershipError) as exc:
+            self.num_polls_failed += 1
+            error = f"control plane {self.url}: {type(exc).__name__}: {exc}"
+            if error != self.last_error:
+                log.warning("%s (keeping the last good membership)", error)
+            self.last_error = error
+            if not self.router.groups:
+                self.router.membership_error = error
+            return
+        if self.last_error:
+            log.info("control plane %s answers again", self.url)
+        self.last_error = None
+        self.router.set_groups(mode, groups)
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            await self.poll_once(session)
+            await asyncio.sleep(self.config.membership_interval)

@@ -1,0 +1,41 @@
+"""The gateway's series: the shared tandem_* set with role="gateway" (what the client sees), plus routing state."""
+from __future__ import annotations
+
+from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from inference.metrics import BASE_LABELS, TandemMetrics
+from inference.gateway.routing import Router
+
+
+class RouterCollector(Collector):
+    """Per-worker health and load, read from the router at scrape time (nothing to keep in sync)."""
+
+    def __init__(self, router: Router, model: str) -> None:
+        self.router = router
+        self.model = model
+
+    def collect(self):
+        labels = ["role", "model", "worker", "stage"]
+        up = GaugeMetricFamily("tandem_gateway_worker_up", "1 while the worker is in rotation.", labels=labels)
+        outstanding = GaugeMetricFamily("tandem_gateway_worker_outstanding_requests",
+                                        "Requests the gateway has in flight on the worker.", labels=labels)
+        for worker in self.router.workers:
+            values = ["gateway", self.model, worker.url, worker.role.value]
+            up.add_metric(values, 1.0 if worker.is_ready else 0.0)
+            outstanding.add_metric(values, float(worker.num_outstanding))
+        yield up
+        yield outstanding
+
+
+class GatewayMetrics(TandemMetrics):
+    def __init__(self, *, model: str, router: Router) -> None:
+        super().__init__(role="gateway", model=model, gpu=False)
+        self._retries = Counter("tandem_gateway_retries", "Requests whose first try failed before the first token "
+                                "and were retried on another worker (when one was ready), by what failed.",
+                                (*BASE_LABELS, "kind"), registry=self.registry)
+        self.registry.register(RouterCollector(router, model))
+
+    def count_retry(self, kind: str) -> None:
+        self._retries.labels(role=self.role, model=self.model, kind=kind).inc()

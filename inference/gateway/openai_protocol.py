@@ -1,0 +1,335 @@
+"""OpenAI's wire format: request validation into the worker's body, response and SSE chunk shapes, errors.
+
+Validation happens here, at the edge, so that every bad input becomes a 4xx naming the offending parameter and
+nothing malformed reaches a worker. Tokenization does not: the worker owns the tokenizer, so prompt-length checks
+come back from it (and are relayed unchanged).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+# Completions default to 16 tokens, as OpenAI's legacy endpoint does; chat has no OpenAI default that the gateway
+# can compute without the tokenizer, so it uses the same bound rather than the whole context.
+DEFAULT_MAX_TOKENS = 16
+MAX_STOP_SEQUENCES = 16
+CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def invalid(message: str, param: str | None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+class Endpoint(str, Enum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """A validated OpenAI request: the worker body (minus request_id) plus what shapes the answer."""
+
+    endpoint: Endpoint
+    worker_body: dict
+    stream: bool
+    include_usage: bool
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Field checks. bool is a subclass of int in Python, so every integer check excludes it explicitly.
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+
+
+def json_type(value) -> str:
+    """The JSON name of a value's type, for error messages a non-Python client understands."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _optional_int(body: dict, name: str, *, minimum: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise invalid(f"'{name}' must be an integer, got {json_type(value)}", name, "invalid_type")
+    if minimum is not None and value < minimum:
+        raise invalid(f"'{name}' must be at least {minimum}, got {value}", name, "invalid_value")
+    return value
+
+
+def _optional_number(body: dict, name: str, default: float, low: float, high: float, *,
+                     low_inclusive: bool = True) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise invalid(f"'{name}' must be a number, got {json_type(value)}", name, "invalid_type")
+    too_low = value < low if low_inclusive else value <= low
+    if too_low or value > high:
+        bound = "[" if low_inclusive else "("
+        raise invalid(f"'{name}' must be in {bound}{low}, {high}], got {value}", name, "invalid_value")
+    return float(value)
+
+
+def _optional_bool(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"'{name}' must be a boolean, got {json_type(value)}", name, "invalid_type")
+    return value
+
+
+def _stop(body: dict) -> list[str]:
+    value = body.get("stop")
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise invalid("'stop' must be a string or a list of strings", "stop", "invalid_type")
+    if len(value) > MAX_STOP_SEQUENCES:
+        raise invalid(f"'stop' may hold at most {MAX_STOP_SEQUENCES} sequences, got {len(value)}", "stop",
+                      "invalid_value")
+    return [s for s in value if s]
+
+
+def _check_unsupported(body: dict) -> None:
+    """Reject what the gateway cannot honour rather than silently answering something else."""
+    n = body.get("n")
+    if n is not None and (not _is_int(n) or n != 1):
+        raise invalid(f"only n=1 is supported, got {n!r}", "n", "unsupported_value")
+    best_of = body.get("best_of")
+    if best_of is not None and (not _is_int(best_of) or best_of != 1):
+        raise invalid(f"only best_of=1 is supported, got {best_of!r}", "best_of", "unsupported_value")
+    if body.get("echo"):
+        raise invalid("'echo' is not supported", "echo", "unsupported_value")
+    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
+        raise invalid("logprobs are not supported", "logprobs", "unsupported_value")
+    if body.get("suffix"):
+        raise invalid("'suffix' is not supported", "suffix", "unsupported_value")
+    if body.get("tools"):
+        raise invalid("tools are not supported", "tools", "unsupported_value")
+
+
+def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...]) -> tuple[dict, bool, bool]:
+    model = body.get("model")
+    if model is None:
+        raise invalid("you must provide a 'model' parameter", "model", "missing_required_parameter")
+    if not isinstance(model, str):
+        raise invalid(f"'model' must be a string, got {json_type(model)}", "model", "invalid_type")
+    if model != served_model_name:
+        raise ApiError(404, f"The model '{model}' does not exist; this gateway serves '{served_model_name}'",
+                       param="model", code="model_not_found")
+    _check_unsupported(body)
+    max_tokens = None
+    for name in max_tokens_names:  # the first present wins: max_completion_tokens supersedes max_tokens in chat
+        max_tokens = _optional_int(body, name, minimum=1)
+        if max_tokens is not None:
+            break
+    stream = _optional_bool(body, "stream", False)
+    stream_options = body.get("stream_options")
+    include_usage = False
+    if stream_options is not None:
+        if not isinstance(stream_options, dict):
+            raise invalid("'stream_options' must be an object", "stream_options", "invalid_type")
+        if not stream:
+            raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options",
+                          "invalid_value")
+        include_usage = _optional_bool(stream_options, "include_usage", False)
+    seed = body.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise invalid(f"'seed' must be an integer, got {json_type(seed)}", "seed", "invalid_type")
+    top_k = _optional_int(body, "top_k", minimum=-1)
+    worker_body = {
+        "max_tokens": max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
+        "temperature": _optional_number(body, "temperature", 1.0, 0.0, 2.0),
+        "top_p": _optional_number(body, "top_p", 1.0, 0.0, 1.0, low_inclusive=False),
+        # -1 is vLLM's spelling of "no top-k"; the worker protocol spells it 0.
+        "top_k": 0 if top_k in (None, -1) else top_k,
+        "seed": seed,
+        "stop": _stop(body),
+        "ignore_eos": _optional_bool(body, "ignore_eos", False),
+    }
+    return worker_body, stream, include_usage
+
+
+def parse_json_object(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise invalid(f"the body is not valid JSON: {exc}", None, "invalid_json") from None
+    if not isinstance(body, dict):
+        raise invalid(f"the body must be a JSON object, got {json_type(body)}", None, "invalid_type")
+    return body
+
+
+def parse_completion(body: dict, served_model_name: str) -> GenerationRequest:
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise invalid("you must provide a 'prompt' parameter", "prompt", "missing_required_parameter")
+    if isinstance(prompt, list):
+        if len(prompt) != 1 or not isinstance(prompt[0], str):
+            raise invalid("'prompt' must be a string or a list of exactly one string (batches and token ids are "
+                          "not supported)", "prompt", "invalid_type")
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise invalid(f"'prompt' must be a string, got {json_type(prompt)}", "prompt", "invalid_type")
+    if not prompt:
+        raise invalid("'prompt' must not be empty", "prompt", "invalid_value")
+    worker_body, stream, include_usage = _common(body, served_model_name, ("max_tokens",))
+    worker_body["prompt"] = prompt
+    worker_body["messages"] = None
+    return GenerationRequest(Endpoint.COMPLETIONS, worker_body, stream, include_usage)
+
+
+def _message_content(message: dict, index: int) -> str:
+    content = message.get("content")
+    param = f"messages[{index}].content"
+    if content is None:
+        if message.get("role") == "assistant":
+            return ""
+        raise invalid(f"'{param}' is required", param, "missing_required_parameter")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid(f"'{param}' must be a string or a list of text parts", param, "invalid_type")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise invalid(f"'{param}' parts must be {{\"type\": \"text\", \"text\": str}} (only text is supported)",
+                          param, "invalid_type")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def parse_chat(body: dict, served_model_name: str) -> GenerationRequest:
+    messages = body.get("messages")
+    if messages is None:
+        raise invalid("you must provide a 'messages' parameter", "messages", "missing_required_parameter")
+    if not isinstance(messages, list):
+        raise invalid(f"'messages' must be a list, got {json_type(messages)}", "messages", "invalid_type")
+    if not messages:
+        raise invalid("'messages' must not be empty", "messages", "invalid_value")
+    worker_messages = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise invalid(f"'messages[{i}]' must be an object", f"messages[{i}]", "invalid_type")
+        role = message.get("role")
+        if role not in CHAT_ROLES:
+            raise invalid(f"'messages[{i}].role' must be one of {sorted(CHAT_ROLES)}, got {role!r}",
+                          f"messages[{i}].role", "invalid_value")
+        worker_messages.append({"role": role, "content": _message_content(message, i)})
+    if not any(m["content"] for m in worker_messages):
+        raise invalid("'messages' must hold some text", "messages", "invalid_value")
+    worker_body, stream, include_usage = _common(body, served_model_name, ("max_completion_tokens", "max_tokens"))
+    worker_body["prompt"] = None
+    worker_body["messages"] = worker_messages
+    return GenerationRequest(Endpoint.CHAT, worker_body, stream, include_usage)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Answers.
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_response(endpoint: Endpoint, request_id: str, created: int, model: str, text: str,
+                        finish_reason: str | None, prompt_tokens: int, completion_tokens: int) -> dict:
+    if endpoint is Endpoint.CHAT:
+        obj = "chat.completion"
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason,
+                  "logprobs": None}
+    else:
+        obj = "text_completion"
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+    return {"id": request_id, "object": obj, "created": created, "model": model, "choices": [choice],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+class ChunkEncoder:
+    """Encodes SSE chunks of one stream.
+
+    Everything but the text delta is fixed for a stream, so each chunk is a precomputed prefix and suffix around one
+    json.dumps of the delta: the per-token cost stays a string escape, not a dict encode (the gateway's added latency
+    is a benchmark goal).
+    """
+
+    __slots__ = ("_head", "_text_prefix", "_text_suffix", "_endpoint", "_usage_null", "_is_first")
+
+    def __init__(self, endpoint: Endpoint, request_id: str, created: int, model: str, include_usage: bool) -> None:
+        self._endpoint = endpoint
+        obj = "chat.completion.chunk" if endpoint is Endpoint.CHAT else "text_completion"
+        head = json.dumps({"id": request_id, "object": obj, "created": created, "model": model})[:-1]
+        self._head = head
+        # OpenAI sends "usage": null on every chunk but the last when usage was asked for.
+        self._usage_null = ',"usage":null' if include_usage else ""
+        if endpoint is Endpoint.CHAT:
+            self._text_prefix = head + ',"choices":[{"index":0,"delta":{"content":'
+            self._text_suffix = '},"finish_reason":null,"logprobs":null}]' + self._usage_null + "}\n\n"
+        else:
+            self._text_prefix = head + ',"choices":[{"index":0,"text":'
+            self._text_suffix = ',"finish_reason":null,"logprobs":null}]' + self._usage_null + "}\n\n"
+        self._is_first = True
+
+    def text(self, delta: str) -> bytes:
+        if self._is_first and self._endpoint is Endpoint.CHAT:
+            # The first chat chunk carries the assistant role, as OpenAI's does.
+            self._is_first = False
+            return ("data: " + self._head + ',"choices":[{"index":0,"delta":{"role":"assistant","content":'
+                    + json.dumps(delta) + self._text_suffix).encode()
+        self._is_first = False
+        return ("data: " + self._text_prefix + json.dumps(delta) + self._text_suffix).encode()
+
+    def finish(self, finish_reason: str | None) -> bytes:
+        if self._endpoint is Endpoint.CHAT:
+            delta = '"delta":{"role":"assistant"},' if self._is_first else '"delta":{},'
+            choice = '{"index":0,' + delta
+        else:
+            choice = '{"index":0,"text":"",'
+        self._is_first = False
+        return ("data: " + self._head + ',"choices":[' + choice + '"finish_reason":' + json.dumps(finish_reason)
+                + ',"logprobs":null}]' + self._usage_null + "}\n\n").encode()
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        return ("data: " + self._head + ',"choices":[],"usage":' + json.dumps(usage(prompt_tokens, completion_tokens))
+                + "}\n\n").encode()
+
+
+def sse_error(error: ApiError) -> bytes:
+    return b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"

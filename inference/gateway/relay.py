@@ -1,0 +1,330 @@
+"""Talking to workers: the colocated and disaggregated paths, and the one retry before the first token.
+
+`Relay.start` returns only once the request's first token is in hand (or it finished without one), so that
+everything that can still be retried or answered with a clean HTTP status happens before the client sees a byte.
+After that, `TokenStream.deltas` relays the rest; a failure there can only end the stream with an error.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+
+from inference.gateway.config import Config, Mode
+from inference.gateway.openai_protocol import ApiError
+from inference.gateway.routing import Group, Role, Router, Worker, overloaded
+
+log = logging.getLogger("tandem.gateway.relay")
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+NUM_ATTEMPTS = 2  # the first try and one retry on another worker
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class WorkerRejected(Exception):
+    """A worker's own 4xx answer (a context overflow, say): relayed to the client unchanged."""
+
+    def __init__(self, status: int, body: bytes, content_type: str, headers: dict[str, str]) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status, self.body, self.content_type, self.headers = status, body, content_type, headers
+
+
+class AttemptFailed(Exception):
+    """One try failed before the first token; another worker may succeed."""
+
+    def __init__(self, kind: str, message: str, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.retry_after = kind, message, retry_after
+
+
+class StreamBroken(Exception):
+    """The request failed after its first token was sent: nothing can be retried."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+@dataclass(slots=True)
+class Finish:
+    reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict]:
+    """The NDJSON objects of a worker stream."""
+    async for line in resp.content:
+        line = line.strip()
+        if line:
+            yield json.loads(line)
+
+
+async def _error_text(resp: aiohttp.ClientResponse) -> str:
+    try:
+        return (await resp.text())[:300]
+    except TRANSPORT_ERRORS:
+        return ""
+
+
+class TokenStream:
+    """The tokens of one request after `Relay.start`: the ones already in hand, then the worker stream.
+
+    `close` releases the workers' outstanding counts and the upstream connections: a finished stream's connection
+    goes back to the pool (keep-alive); an unfinished one is closed, which tells the worker that the client went away
+    (it aborts the request and frees its KV blocks).
+    """
+
+    def __init__(self, prompt_tokens: int, pending: list[str], num_tokens: int, finish: Finish | None,
+                 upstream: AsyncIterator[dict] | None, releases: list,
+                 responses: list[aiohttp.ClientResponse], on_disconnect=None) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.finish = finish
+        self._pending = pending
+        self._num_tokens = num_tokens
+        self._upstream = upstream
+        self._releases = releases
+        self._responses = responses
+        self._on_disconnect = on_disconnect  # the worker dropped the connection: take it out of rotation
+
+    async def deltas(self) -> AsyncIterator[tuple[str, int]]:
+        """(text delta, number of tokens) per token event. The text may be empty while a multi-byte character is
+        incomplete; the number is 0 for text a worker releases at the finish with no token of its own.
+        Raises StreamBroken when the worker fails or the stream ends without `done`."""
+        for pending in self._pending:
+            yield pending
+        self._pending = []
+        if self.finish is not None or self._upstream is None:
+            return
+        try:
+            async for event in self._upstream:
+                kind = event.get("type")
+                if kind == "token":
+                    num_tokens = len(event.get("token_ids") or ())
+                    self._num_tokens += num_tokens
+                    yield event.get("text") or "", num_tokens
+                elif kind == "done":
+                    # The worker that finished counts every generated token, the prefill's first one included.
+                    completion_tokens = event.get("completion_tokens")
+                    if not isinstance(completion_tokens, int):
+                        completion_tokens = self._num_tokens
+                    self.finish = Finish(event.get("finish_reason"), self.prompt_tokens, completion_tokens)
+                    return
+                elif kind == "error":
+                    raise StreamBroken(str(event.get("kind") or "worker"), str(event.get("message")))
+        except TRANSPORT_ERRORS as exc:
+            reason = f"the worker stream broke: {type(exc).__name__}: {exc}"
+            if self._on_disconnect is not None:
+                self._on_disconnect(reason)
+            raise StreamBroken("worker_disconnected", reason) from None
+        except ValueError as exc:
+            raise StreamBroken("bad_worker_answer", f"the worker sent a line that is not JSON: {exc}") from None
+        raise StreamBroken("worker_disconnected", "the worker closed the stream before it finished")
+
+    async def close(self) -> None:
+        releases, self._releases = self._releases, []
+        for release in releases:
+            release()
+        if self._upstream is not None:
+            upstream, self._upstream = self._upstream, None
+            await upstream.aclose()
+        responses, self._responses = self._responses, []
+        for resp in responses:
+            if self.finish is not None:
+                resp.release()
+            else:
+                resp.close()
+
+
+class Relay:
+    def __init__(self, config: Config, router: Router, session: aiohttp.ClientSession, on_retry=None) -> None:
+        self.config = config
+        self.router = router
+        self.session = session
+        self.on_retry = on_retry or (lambda kind: None)
+
+    async def start(self, request_id: str, body: dict) -> TokenStream:
+        """Run the request up to its first token, retrying once on another worker.
+
+        1. Pick the newest complete group (503 when there is none).
+        2. Try the path of its mode; a failure before the first token excludes the worker that failed.
+        3. Retry once inside the same group; if that fails too, answer the last failure.
+        """
+        group = self.router.serving_group()
+        excluded: set[str] = set()
+        failure: AttemptFailed | None = None
+        for attempt in range(NUM_ATTEMPTS):
+            attempt_id = request_id if attempt == 0 else f"{request_id}-retry{attempt}"
+            try:
+                if group.mode is Mode.DISAGGREGATED:
+                    return await self._start_disaggregated(group, attempt_id, body, excluded)
+                return await self._start_colocated(group, attempt_id, body, excluded)
+            except AttemptFailed as exc:
+                failure = exc
+                log.info("request %s attempt %d failed (%s): %s", request_id, attempt + 1, exc.kind, exc.message)
+                if attempt + 1 < NUM_ATTEMPTS:
+                    self.on_retry(exc.kind)
+            except ApiError as exc:
+                # No worker left to retry on: answer the failure that made us retry, not "no worker".
+                if failure is None:
+                    raise
+                break
+        assert failure is not None
+        if failure.kind == "overloaded":
+            raise overloaded(failure.message, failure.retry_after or "1")
+        raise ApiError(502, f"the request failed on the workers: {failure.message}", type="upstream_error",
+                       code=failure.kind)
+
+    def _acquire(self, worker: Worker):
+        worker.num_outstanding += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                worker.num_outstanding -= 1
+        return release
+
+    async def _classify(self, resp: aiohttp.ClientResponse, worker: Worker, excluded: set[str]) -> None:
+        """Turn a non-200 worker answer into WorkerRejected (relayed) or AttemptFailed (retried)."""
+        if resp.status == 429:
+            excluded.add(worker.url)
+            raise AttemptFailed("overloaded", f"{worker.role.value} worker {worker.url} is full",
+                                resp.headers.get("Retry-After", "1"))
+        if 400 <= resp.status < 500:
+            headers = {"Retry-After": resp.headers["Retry-After"]} if "Retry-After" in resp.headers else {}
+            raise WorkerRejected(resp.status, await resp.read(), resp.content_type, headers)
+        excluded.add(worker.url)
+        reason = f"HTTP {resp.status} {await _error_text(resp)}"
+        self.router.mark_down(worker, reason)
+        raise AttemptFailed("worker_error", f"{worker.role.value} worker {worker.url} answered {reason}")
+
+    def _transport_failed(self, worker: Worker, excluded: set[str], exc: BaseException) -> AttemptFailed:
+        excluded.add(worker.url)
+        reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
+        self.router.mark_down(worker, f"request failed: {reason}")
+        return AttemptFailed("worker_unreachable", f"{worker.role.value} worker {worker.url}: {reason}")
+
+    # -- colocated ----------------------------------------------------------------------------------------------------
+
+    async def _start_colocated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> TokenStream:
+        worker = self.router.pick(group, Role.COLOCATED, excluded)
+        release = self._acquire(worker)
+        resp = None
+        try:
+            payload = json.dumps({"request_id": request_id, **body}).encode()
+            resp = await self.session.post(worker.url + "/v1/generate", data=payload, headers=JSON_HEADERS)
+            if resp.status != 200:
+                await self._classify(resp, worker, excluded)
+            events = _events(resp)
+            prompt_tokens, pending, num_tokens, finish = await self._read_until_first_token(events, worker, excluded)
+        except TRANSPORT_ERRORS as exc:
+            release()
+            if resp is not None:
+                resp.close()
+            raise self._transport_failed(worker, excluded, exc) from None
+        except BaseException:
+            release()
+            if resp is not None:
+                resp.close()
+            raise
+        return TokenStream(prompt_tokens, pending, num_tokens, finish, events if finish is None else None, [release],
+                           [resp], lambda reason: self.router.mark_down(worker, reason))
+
+    async def _read_until_first_token(self, events: AsyncIterator[dict], worker: Worker, excluded: set[str]):
+        prompt_tokens = 0
+        try:
+            async for event in events:
+                kind = event.get("type")
+                if kind == "start":
+                    prompt_tokens = int(event.get("prompt_tokens") or 0)
+                elif kind == "token":
+                    num_tokens = len(event.get("token_ids") or ())
+                    return prompt_tokens, [(event.get("text") or "", num_tokens)], num_tokens, None
+                elif kind == "done":
+                    finish = Finish(event.get("finish_reason"), int(event.get("prompt_tokens") or prompt_tokens),
+                                    int(event.get("completion_tokens") or 0))
+                    return finish.prompt_tokens, [], 0, finish
+                elif kind == "error":
+                    excluded.add(worker.url)
+                    raise AttemptFailed(str(event.get("kind") or "worker_error"),
+                                        f"{worker.url}: {event.get('message')}")
+        except ValueError as exc:
+            excluded.add(worker.url)
+            raise AttemptFailed("bad_worker_answer", f"{worker.url} sent a line that is not JSON: {exc}") from None
+        excluded.add(worker.url)
+        raise AttemptFailed("worker_disconnected", f"{worker.url} closed the stream before the first token")
+
+    # -- disaggregated ------------------------------------------------------------------------------------------------
+
+    async def _start_disaggregated(self, group: Group, request_id: str, body: dict,
+                                   excluded: set[str]) -> TokenStream:
+        prefill = self.router.pick(group, Role.PREFILL, excluded)
+        decode = self.router.pick(group, Role.DECODE, excluded)
+        release_prefill = self._acquire(prefill)
+        release_decode = self._acquire(decode)
+        try:
+            payload = json.dumps({"request_id": request_id, **body, "decode_url": decode.url}).encode()
+            try:
+                async with self.session.post(prefill.url + "/v1/prefill", data=payload, headers=JSON_HEADERS) as resp:
+                    if resp.status == 502:
+                        await self._kv_transfer_failed(resp, prefill, decode, excluded)
+                    if resp.status != 200:
+                        await self._classify(resp, prefill, excluded)
+                    result = await resp.json(content_type=None)
+                    prompt_tokens = int(result.get("prompt_tokens") or 0)
+            except TRANSPORT_ERRORS as exc:
+                raise self._transport_failed(prefill, excluded, exc) from None
+            except (ValueError, TypeError, AttributeError) as exc:
+                excluded.add(prefill.url)
+                raise AttemptFailed("bad_worker_answer", f"prefill {prefill.url} answered {exc}") from None
+        except BaseException:
+            release_decode()
+            raise
+        finally:
+            release_prefill()
+
+        if result.get("finished"):
+            release_decode()
+            finish = Finish(result.get("finish_reason"), prompt_tokens, 1)
+            return TokenStream(prompt_tokens, [(result.get("text") or "", 1)], 1, finish, None, [], [])
+        responses: list[aiohttp.ClientResponse] = []
+        return TokenStream(prompt_tokens, [(result.get("text") or "", 1)], 1, None,
+                           self._decode_events(decode, request_id, responses), [release_decode], responses,
+                           lambda reason: self.router.mark_down(decode, reason))
+
+    async def _kv_transfer_failed(self, resp: aiohttp.ClientResponse, prefill: Worker, decode: Worker,
+                                  excluded: set[str]) -> None:
+        """A 502 from prefill: with type kv_transfer_error the decode side failed, so retry on another decode."""
+        try:
+            error = (await resp.json(content_type=None)).get("error") or {}
+        except (ValueError, AttributeError, *TRANSPORT_ERRORS):
+            error = {}
+        if error.get("type") != "kv_transfer_error":
+            return  # an ordinary 502 from the prefill worker itself: _classify handles it
+        excluded.add(decode.url)
+        message = f"prefill {prefill.url} could not hand the KV cache to decode {decode.url}: {error.get('message')}"
+        if error.get("code") == "decode_unreachable":
+            self.router.mark_down(decode, f"unreachable from prefill: {error.get('message')}")
+        elif "HTTP 429" in str(error.get("message")):
+            # decode_rejected covers both a full decode worker and a bad payload; only the message says which,
+            # and a full one is backpressure (429 to the client), not a failure (502).
+            raise AttemptFailed("overloaded", message)
+        raise AttemptFailed("kv_transfer", message)
+
+    async def _decode_events(self, decode: Worker, request_id: str,
+                             responses: list[aiohttp.ClientResponse]) -> AsyncIterator[dict]:
+        """The decode worker's stream, opened on first use; its response joins `responses` for TokenStream.close."""
+        resp = await self.session.get(f"{decode.url}/v1/stream/{request_id}")
+        responses.append(resp)
+        if resp.status != 200:
+            raise StreamBroken("decode_stream", f"decode {decode.url} answered HTTP {resp.status} for the "
+                                                f"token stream: {await _error_text(resp)}")
+        async for event in _events(resp):
+            if event.get("type") != "start":
+                yield event

@@ -1,0 +1,216 @@
+"""Which worker serves a request: groups by revision, health probing, least-outstanding selection.
+
+A request is served inside one group (one revision), because a prefill and a decode worker of different revisions
+may not share a KV layout or a tokenizer. Among the ready workers of a role, the one with the fewest outstanding
+requests wins; ties go to the one picked longest ago, so that an idle fleet still spreads load.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+
+import aiohttp
+
+from inference.gateway.config import Config, Mode
+from inference.gateway.openai_protocol import ApiError
+
+log = logging.getLogger("tandem.gateway.routing")
+
+
+class Role(str, Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+
+
+class WorkerState(Enum):
+    UNKNOWN = "unknown"  # listed, not probed yet: not in rotation
+    READY = "ready"
+    DOWN = "down"        # failed a probe or a request: out of rotation until a probe says it is healthy again
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    url: str
+    role: Role
+    state: WorkerState = WorkerState.UNKNOWN
+    reason: str = "not probed yet"
+    num_outstanding: int = 0
+    last_picked: int = 0
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state is WorkerState.READY
+
+
+@dataclass(slots=True)
+class Group:
+    revision: int | None
+    mode: Mode
+    prefill: list[Worker] = field(default_factory=list)
+    decode: list[Worker] = field(default_factory=list)
+    colocated: list[Worker] = field(default_factory=list)
+
+    def workers(self, role: Role) -> list[Worker]:
+        return {Role.PREFILL: self.prefill, Role.DECODE: self.decode, Role.COLOCATED: self.colocated}[role]
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        return (Role.PREFILL, Role.DECODE) if self.mode is Mode.DISAGGREGATED else (Role.COLOCATED,)
+
+    def missing(self) -> list[str]:
+        """Why this group cannot serve, one line per missing stage; empty when complete."""
+        reasons = []
+        for role in self.roles:
+            workers = self.workers(role)
+            if any(w.is_ready for w in workers):
+                continue
+            if not workers:
+                reasons.append(f"no {role.value} worker listed")
+            else:
+                detail = "; ".join(f"{w.url}: {w.reason}" for w in workers)
+                reasons.append(f"no ready {role.value} worker ({detail})")
+        return reasons
+
+    @property
+    def is_complete(self) -> bool:
+        return not self.missing()
+
+    def describe(self) -> dict:
+        return {"revision": self.revision, "mode": self.mode.value, **{
+            role.value: [{"url": w.url, "state": w.state.value, "reason": w.reason if not w.is_ready else None,
+                          "outstanding": w.num_outstanding} for w in self.workers(role)]
+            for role in self.roles}}
+
+
+def _revision_key(group: Group) -> tuple[bool, int]:
+    return (group.revision is not None, group.revision or 0)
+
+
+class Router:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.groups: list[Group] = []          # newest revision first
+        self.membership_error: str | None = "no membership yet"
+        self._workers: dict[tuple[Role, str], Worker] = {}
+        self._pick_counter = itertools.count(1)
+        self._probe_wakeup = asyncio.Event()
+
+    # -- membership ---------------------------------------------------------------------------------------------------
+
+    def set_groups(self, mode: Mode, groups: list[dict]) -> None:
+        """Replace the membership. Workers already known keep their state and outstanding count; new ones wait for
+        their first probe, which is started right away."""
+        new_groups: list[Group] = []
+        known: dict[tuple[Role, str], Worker] = {}
+        for spec in groups:
+            group = Group(revision=spec.get("revision"), mode=mode)
+            for role in group.roles:
+                for url in spec.get(role.value) or []:
+                    key = (role, url.rstrip("/"))
+                    worker = known.get(key) or self._workers.get(key) or Worker(url=key[1], role=role)
+                    known[key] = worker
+                    group.workers(role).append(worker)
+            new_groups.append(group)
+        new_groups.sort(key=_revision_key, reverse=True)
+        if set(known) - set(self._workers):
+            self._probe_wakeup.set()
+        self._workers = known
+        self.groups = new_groups
+        self.membership_error = None
+
+    @property
+    def workers(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    # -- selection ----------------------------------------------------------------------------------------------------
+
+    def serving_group(self) -> Group:
+        """The newest group with every stage ready; 503 naming what is missing otherwise."""
+        for group in self.groups:
+            if group.is_complete:
+                return group
+        raise ApiError(503, f"no ready worker group: {self.unavailable_reason()}", type="service_unavailable",
+                       code="no_ready_workers", headers={"Retry-After": "1"})
+
+    def unavailable_reason(self) -> str:
+        if not self.groups:
+            return self.membership_error or "no workers configured"
+        parts = []
+        for group in self.groups:
+            label = "static group" if group.revision is None else f"revision {group.revision}"
+            parts.append(f"{label}: " + ", ".join(group.missing()))
+        return "; ".join(parts)
+
+    def pick(self, group: Group, role: Role, exclude: set[str] = frozenset()) -> Worker:
+        """Least outstanding ready worker of `role` in `group`, skipping `exclude` (workers this request already
+        failed on). 429 when every candidate is at --max-outstanding-per-worker; 503 when none is ready."""
+        candidates = [w for w in group.workers(role) if w.is_ready and w.url not in exclude]
+        if not candidates:
+            raise ApiError(503, f"no ready {role.value} worker left to try", type="service_unavailable",
+                           code="no_ready_workers", headers={"Retry-After": "1"})
+        limit = self.config.max_outstanding_per_worker
+        best = None
+        for worker in candidates:
+            if worker.num_outstanding >= limit:
+                continue
+            if best is None or (worker.num_outstanding, worker.last_picked) < (best.num_outstanding, best.last_picked):
+                best = worker
+        if best is None:
+            raise overloaded(f"every {role.value} worker has {limit} outstanding requests")
+        best.last_picked = next(self._pick_counter)
+        return best
+
+    def mark_down(self, worker: Worker, reason: str) -> None:
+        if worker.state is not WorkerState.DOWN:
+            log.warning("%s %s out of rotation: %s", worker.role.value, worker.url, reason)
+        worker.state = WorkerState.DOWN
+        worker.reason = reason
+
+    # -- health probing -----------------------------------------------------------------------------------------------
+
+    async def probe(self, session: aiohttp.ClientSession, worker: Worker) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout)
+        try:
+            async with session.get(worker.url + "/health", timeout=timeout) as resp:
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError:
+                    body = {}
+                if not isinstance(body, dict):
+                    body = {}
+                if resp.status != 200 or body.get("status") != "ok":
+                    reason = f"HTTP {resp.status} {body.get('status', '')} {body.get('reason', '')}".strip()
+                    self.mark_down(worker, reason)
+                    return
+                role = body.get("role")
+                if role is not None and role != worker.role.value:
+                    self.mark_down(worker, f"is a {role} worker, listed as {worker.role.value}")
+                    return
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
+            return
+        if worker.state is not WorkerState.READY:
+            log.info("%s %s is ready", worker.role.value, worker.url)
+        worker.state = WorkerState.READY
+        worker.reason = "ok"
+
+    async def probe_all(self, session: aiohttp.ClientSession) -> None:
+        await asyncio.gather(*(self.probe(session, w) for w in self.workers))
+
+    async def run_health_loop(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            self._probe_wakeup.clear()
+            await self.probe_all(session)
+            try:
+                await asyncio.wait_for(self._probe_wakeup.wait(), self.config.health_interval)
+            except asyncio.TimeoutError:
+                pass
+
+
+def overloaded(message: str, retry_after: str = "1") -> ApiError:
+    return ApiError(429, f"the gateway is at capacity: {message}; retry later", type="rate_limit_error",
+                    code="overloaded", headers={"Retry-After": retry_after})

@@ -1,0 +1,120 @@
+"""Prometheus metrics shared by the workers and the gateway (names from DESIGN.md "Metric names").
+
+Each process builds one `TandemMetrics` with its own `CollectorRegistry` (never the global one, so that tests can
+build several in one interpreter), labelled with its `role` and `model`. Every series carries those two labels, so
+that a scraper can merge the text of many processes without relabelling.
+
+Types:
+- histograms: tandem_time_to_first_token_seconds, tandem_inter_token_latency_seconds,
+  tandem_e2e_request_latency_seconds, tandem_kv_transfer_seconds (a histogram rather than a summary so that
+  quantiles can be aggregated across workers)
+- gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio
+- counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
+  tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind}
+- GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`).
+
+prometheus_client's metric objects are thread-safe, so the engine-loop thread and the asyncio thread may both update.
+"""
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+
+# Latency buckets: from a fast CPU/GPU step (ms) up to a long request on a loaded CPU host (minutes).
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+KV_TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+BASE_LABELS = ("role", "model")
+
+
+class TandemMetrics:
+    """All tandem_* series of one process, bound to its role and model.
+
+    `role` is "prefill", "decode", "colocated" or "gateway"; `model` the model folder name (workers) or the served
+    model name (gateway). `gpu=True` adds the NVML collector (absent series where NVML does not initialise).
+    """
+
+    def __init__(self, *, role: str, model: str, registry: CollectorRegistry | None = None,
+                 process: bool = True, gpu: bool = True):
+        # The *_created series double the scrape size and no dashboard or rule reads them (process-wide switch).
+        disable_created_metrics()
+        self.role, self.model = role, model
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        if process:
+            # The process collector's CPU and memory series stand in for GPU series on a CPU host.
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+        labels = {"role": role, "model": model}
+
+        def histogram(name, doc, buckets):
+            return Histogram(name, doc, BASE_LABELS, buckets=buckets, registry=r).labels(**labels)
+
+        def gauge(name, doc):
+            return Gauge(name, doc, BASE_LABELS, registry=r).labels(**labels)
+
+        def counter(name, doc):
+            # prometheus_client appends _total itself; pass the base name.
+            return Counter(name.removesuffix("_total"), doc, BASE_LABELS, registry=r).labels(**labels)
+
+        self.time_to_first_token = histogram(
+            "tandem_time_to_first_token_seconds", "Seconds from request arrival to its first token.", TTFT_BUCKETS)
+        self.inter_token_latency = histogram(
+            "tandem_inter_token_latency_seconds", "Seconds between consecutive tokens of one request.", ITL_BUCKETS)
+        self.e2e_request_latency = histogram(
+            "tandem_e2e_request_latency_seconds", "Seconds from request arrival to its last token.", E2E_BUCKETS)
+        self.kv_transfer_seconds = histogram(
+            "tandem_kv_transfer_seconds",
+            "Seconds to move one request's KV cache (prefill: serialize + push; decode: receive + parse).",
+            KV_TRANSFER_BUCKETS)
+
+        self.requests_running = gauge("tandem_requests_running", "Requests in the running batch.")
+        self.requests_waiting = gauge("tandem_requests_waiting", "Requests admitted but waiting to run.")
+        self.kv_cache_usage = gauge("tandem_kv_cache_usage_ratio", "Used KV cache blocks / total blocks (0..1).")
+
+        self.prompt_tokens = counter("tandem_prompt_tokens_total", "Prompt tokens of admitted requests.")
+        self.generation_tokens = counter("tandem_generation_tokens_total", "Tokens generated and emitted.")
+        self.prefill_tokens_computed = counter(
+            "tandem_prefill_tokens_computed_total", "Prompt tokens this process ran a prefill forward pass over.")
+        self.kv_transfer_bytes = counter(
+            "tandem_kv_transfer_bytes_total", "KV cache payload bytes sent (prefill) or received (decode).")
+
+        self._success = Counter("tandem_request_success", "Requests that finished normally.",
+                                (*BASE_LABELS, "finished_reason"), registry=r)
+        self._errors = Counter("tandem_request_errors", "Requests that failed, by kind.",
+                               (*BASE_LABELS, "kind"), registry=r)
+
+        self.gpu_collector = None
+        if gpu:
+            from inference.gpu import NvmlCollector
+
+            self.gpu_collector = NvmlCollector(role=role, model=model)
+            r.register(self.gpu_collector)
+
+    def count_success(self, finished_reason: str) -> None:
+        self._success.labels(role=self.role, model=self.model, finished_reason=finished_reason).inc()
+
+    def count_error(self, kind: str) -> None:
+        self._errors.labels(role=self.role, model=self.model, kind=kind).inc()
+
+    def set_engine_stats(self, stats: dict) -> None:
+        """Copy the engine's `stats()` dict into the gauges (called by the engine-loop thread after each step)."""
+        self.requests_running.set(stats.get("num_running", 0))
+        self.requests_waiting.set(stats.get("num_waiting", 0))
+        self.kv_cache_usage.set(stats.get("kv_usage", 0.0))
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this process (serve it with CONTENT_TYPE)."""
+        return generate_latest(self.registry)

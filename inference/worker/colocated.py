@@ -1,0 +1,37 @@
+"""Colocated role: `POST /v1/generate` runs prefill and decode in this process and streams NDJSON."""
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from inference.worker.jobs import ndjson, stream_events
+from inference.worker.protocol import check_fits, parse_generate, parse_json
+
+NDJSON_TYPE = "application/x-ndjson"
+
+
+def add_routes(app: web.Application, server) -> None:
+    async def generate(request: web.Request) -> web.StreamResponse:
+        arrival = time.monotonic()
+        server.check_admission()
+        req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
+                             need_decode_url=False)
+        prompt_ids = await server.tokenize(req.prompt, req.messages)
+        check_fits(len(prompt_ids), req.params.max_tokens, server.info["max_model_len"])
+        job = server.open_job(req.request_id, arrival)
+        try:
+            server.submit(job, prompt_ids, req.params, req.stop)
+            await job.wait_admitted()
+            response = web.StreamResponse(headers={"Content-Type": NDJSON_TYPE, "Cache-Control": "no-cache"})
+            await response.prepare(request)
+            await response.write(ndjson({"type": "start", "request_id": job.request_id,
+                                         "prompt_tokens": len(prompt_ids)}))
+            await stream_events(response, job)
+            await response.write_eof()
+            return response
+        finally:
+            # Normal end, client gone (CancelledError / ConnectionResetError) or error: the engine frees its blocks.
+            server.close_job(job)
+
+    app.router.add_post("/v1/generate", generate)

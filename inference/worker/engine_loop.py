@@ -1,0 +1,318 @@
+"""The thread that owns the engine: it loads the model, steps, detokenizes, and hands events to asyncio.
+
+The engine is not thread-safe, and its steps are long blocking torch calls, so exactly one thread touches it. The
+HTTP side talks to that thread through a queue of commands (`submit`, `abort`); the thread answers each request
+through its `emit` callback, which the server builds on `loop.call_soon_threadsafe`, so no asyncio object is ever
+touched from this thread.
+
+Liveness: the loop stamps `heartbeat` on every iteration; when idle it blocks on its command queue for at most
+IDLE_WAIT_S, so the stamp stays fresh on an idle worker too. A step that raises fails the requests of the engine (the
+engine may be half-way through them) and the loop goes on; MAX_CONSECUTIVE_STEP_FAILURES in a row mean the engine
+is broken, and the thread dies: `/health` reports dead, and every request still open gets an error event.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from inference.engine.sequence import SamplingParams
+from inference.metrics import TandemMetrics
+from inference.worker.detokenize import IncrementalDetokenizer
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.1
+MAX_CONSECUTIVE_STEP_FAILURES = 3
+STALL_FAULT_S = 2.0
+
+
+class LoopState(Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DEAD = "dead"
+    STOPPED = "stopped"
+
+
+@dataclass(slots=True)
+class Event:
+    """One message from the engine thread to a request's handler."""
+
+    type: str  # "admitted" | "rejected" | "token" | "done" | "error"
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None  # on "done" (and on a prefill "token" that already finishes the request)
+    message: str = ""  # on "rejected" and "error"
+    kind: str = ""  # on "error": engine | timeout | ...
+    kv: tuple | None = None  # prefill role, with the first token: (k, v) [num_layers, num_prompt_tokens, Hkv, D]
+    num_prompt_tokens: int = 0
+    num_completion_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Submission:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    stop: list[str]
+    emit: Callable[[Event], None]  # thread-safe
+    arrival: float  # time.monotonic() when the HTTP request arrived
+    first_token_id: int | None = None  # decode role: the prefill worker's first token, with its K/V
+    kv: tuple | None = None
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """Engine-thread bookkeeping of one open request."""
+
+    sub: Submission
+    detok: IncrementalDetokenizer
+    num_completion_tokens: int = 0
+    last_token_at: float | None = None
+
+
+class EngineLoop:
+    def __init__(self, make_engine: Callable[[], object], metrics: TandemMetrics, *, role: str,
+                 faults_enabled: bool = False):
+        self.make_engine = make_engine
+        self.metrics = metrics
+        self.role = role
+        self.faults_enabled = faults_enabled
+        self.state = LoopState.STARTING
+        self.reason = "loading the model"
+        self.heartbeat = time.monotonic()
+        self.engine = None
+        self.stats: dict = {}
+        self.loaded = threading.Event()  # set once loading ended, either way
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._open: dict[str, _Tracked] = {}
+        self._stop = threading.Event()
+        self._fault: str | None = None
+        self._num_prefill_tokens_seen = 0
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    # -- called from the asyncio thread --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def submit(self, sub: Submission) -> None:
+        self._commands.put(("submit", sub))
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    def inject_fault(self, kind: str) -> None:
+        """Tests only (TANDEM_TEST_FAULTS=1): "die" kills the thread, "step_error" makes the next step raise,
+        "stall" blocks the loop for STALL_FAULT_S."""
+        assert self.faults_enabled
+        self._commands.put(("fault", kind))
+
+    def seconds_since_heartbeat(self) -> float:
+        return time.monotonic() - self.heartbeat
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- the engine thread ---------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self.engine = self.make_engine()
+        except BaseException as exc:  # a bad folder, out of memory...: the process cannot serve
+            log.exception("loading the model failed")
+            self.state, self.reason = LoopState.DEAD, f"loading the model failed: {exc}"
+            self.loaded.set()
+            return
+        self._publish_stats()
+        self.state, self.reason = LoopState.READY, ""
+        self.loaded.set()
+        try:
+            self._loop()
+            self.state, self.reason = LoopState.STOPPED, "stopped"
+        except BaseException as exc:
+            log.exception("the engine loop died")
+            self.state, self.reason = LoopState.DEAD, f"engine loop died: {exc!r}"
+        finally:
+            self._fail_all("engine", f"the engine loop stopped: {self.reason}", abort=False)
+
+    def _loop(self) -> None:
+        engine = self.engine
+        num_failures = 0
+        while not self._stop.is_set():
+            self.heartbeat = time.monotonic()
+            self._apply_commands(block=not engine.has_unfinished())
+            if not engine.has_unfinished():
+                continue
+            try:
+                if self._fault == "step_error":
+                    self._fault = None
+                    raise RuntimeError("injected step failure (TANDEM_TEST_FAULTS)")
+                outputs = engine.step()
+                num_failures = 0
+            except Exception as exc:
+                num_failures += 1
+                log.exception("engine step failed (%d in a row)", num_failures)
+                self._fail_all("engine", f"engine step failed: {exc}", abort=True)
+                if num_failures >= MAX_CONSECUTIVE_STEP_FAILURES:
+                    raise
+                continue
+            # Stats first: a client that sees a token and then scrapes /metrics sees this step counted.
+            self._publish_stats()
+            for out in outputs:
+                try:
+                    self._deliver(out)
+                except Exception as exc:  # detokenizing one request went wrong: fail that request alone
+                    log.exception("delivering %s failed", out.request_id)
+                    self._fail_one(out.request_id, f"worker error while detokenizing: {exc}")
+
+    def _apply_commands(self, *, block: bool) -> None:
+        try:
+            command = self._commands.get(timeout=IDLE_WAIT_S) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, arg = command
+            if kind == "submit":
+                self._admit(arg)
+            elif kind == "abort":
+                if self._open.pop(arg, None) is not None:
+                    self.engine.abort(arg)
+            elif kind == "fault":
+                self._apply_fault(arg)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply_fault(self, kind: str) -> None:
+        if kind == "die":
+            raise RuntimeError("injected engine-loop death (TANDEM_TEST_FAULTS)")
+        if kind == "stall":
+            time.sleep(STALL_FAULT_S)
+        elif kind == "step_error":
+            self._fault = kind
+
+    def _admit(self, sub: Submission) -> None:
+        """Hand a request to the engine; the engine's ValueError (it checks the request too) rejects it alone."""
+        engine = self.engine
+        try:
+            if sub.request_id in self._open:
+                raise ValueError(f"request_id {sub.request_id!r} is already running on this worker")
+            detok = IncrementalDetokenizer(engine.tokenizer, sub.prompt_token_ids, sub.stop)
+            if sub.first_token_id is None:
+                engine.add_request(sub.request_id, sub.prompt_token_ids, sub.params)
+            else:
+                # Replay the prefill worker's first token through an identical detokenizer, so that this one
+                # releases exactly the text the prefill worker did not (and sees stop strings spanning it).
+                detok.add(sub.first_token_id)
+                engine.add_prefilled(sub.request_id, sub.prompt_token_ids, sub.first_token_id, sub.params, *sub.kv)
+                sub.kv = None  # the engine holds it now; drop our reference
+        except ValueError as exc:
+            sub.emit(Event("rejected", message=str(exc)))
+            return
+        except Exception as exc:  # an engine bug on admission fails this request, not the loop
+            log.exception("admitting %s failed", sub.request_id)
+            engine.abort(sub.request_id)
+            self.metrics.count_error("engine")
+            sub.emit(Event("error", message=f"the engine failed to admit the request: {exc}", kind="engine"))
+            return
+        tracked = _Tracked(sub, detok)
+        if sub.first_token_id is not None:
+            tracked.num_completion_tokens, tracked.last_token_at = 1, time.monotonic()
+        self._open[sub.request_id] = tracked
+        self.metrics.prompt_tokens.inc(len(sub.prompt_token_ids))
+        sub.emit(Event("admitted", num_prompt_tokens=len(sub.prompt_token_ids)))
+
+    def _deliver(self, out) -> None:
+        tracked = self._open.get(out.request_id)
+        if tracked is None:  # aborted by its handler; the engine's "abort" output needs no answer
+            return
+        now = time.monotonic()
+        text, stopped = "", False
+        token_ids = []
+        for token_id in out.new_token_ids:
+            token_ids.append(token_id)
+            delta = tracked.detok.add(token_id)
+            text += delta.text
+            if delta.stopped:
+                stopped = True
+                break
+        finish_reason = "stop" if stopped else (out.finish_reason if out.finished else None)
+        if finish_reason is not None and not stopped:
+            text += tracked.detok.flush()
+        self._observe_tokens(tracked, len(token_ids), now)
+        sub = tracked.sub
+        if stopped and out.finish_reason is None:
+            # A stop string: free the blocks now, not at max_tokens, and before the client hears "done", so that
+            # a scrape after it never sees them in use.
+            self.engine.abort(sub.request_id)
+            self._publish_stats()
+        if token_ids:
+            is_handoff = self.role == "prefill" and finish_reason is None
+            sub.emit(Event("token", token_ids=token_ids, text=text, kv=out.kv if is_handoff else None,
+                           finish_reason=finish_reason if self.role == "prefill" else None,
+                           num_prompt_tokens=len(sub.prompt_token_ids),
+                           num_completion_tokens=tracked.num_completion_tokens))
+            if is_handoff:  # the engine forgot this request: its K/V now travels with the event
+                del self._open[sub.request_id]
+                return
+        if finish_reason is None:
+            return
+        del self._open[sub.request_id]
+        if finish_reason == "abort":
+            sub.emit(Event("error", message="the request was aborted", kind="abort"))
+            return
+        self.metrics.count_success(finish_reason)
+        self.metrics.e2e_request_latency.observe(now - sub.arrival)
+        if self.role != "prefill":
+            sub.emit(Event("done", text=text if not token_ids else "", finish_reason=finish_reason,
+                           num_prompt_tokens=len(sub.prompt_token_ids),
+                           num_completion_tokens=tracked.num_completion_tokens))
+
+    def _observe_tokens(self, tracked: _Tracked, num_tokens: int, now: float) -> None:
+        if not num_tokens:
+            return
+        self.metrics.generation_tokens.inc(num_tokens)
+        if tracked.last_token_at is None:
+            self.metrics.time_to_first_token.observe(now - tracked.sub.arrival)
+        else:
+            self.metrics.inter_token_latency.observe(now - tracked.last_token_at)
+        tracked.num_completion_tokens += num_tokens
+        tracked.last_token_at = now
+
+    def _fail_all(self, kind: str, message: str, *, abort: bool) -> None:
+        for request_id, tracked in list(self._open.items()):
+            if abort:
+                try:
+                    self.engine.abort(request_id)
+                except Exception:  # the engine is already in trouble; the request fails either way
+                    log.exception("abort of %s failed", request_id)
+            tracked.sub.emit(Event("error", message=message, kind=kind))
+            self.metrics.count_error(kind)
+        self._open.clear()
+
+    def _fail_one(self, request_id: str, message: str) -> None:
+        tracked = self._open.pop(request_id, None)
+        if tracked is None:
+            return
+        self.engine.abort(request_id)
+        self.metrics.count_error("engine")
+        tracked.sub.emit(Event("error", message=message, kind="engine"))
+
+    def _publish_stats(self) -> None:
+        stats = self.engine.stats()
+        self.stats = stats  # one reference swap: readers on other threads see the old dict or the new one
+        self.metrics.set_engine_stats(stats)
+        num_computed = stats.get("num_prefill_tokens_computed", 0)
+        if num_computed > self._num_prefill_tokens_seen:
+            self.metrics.prefill_tokens_computed.inc(num_computed - self._num_prefill_tokens_seen)
+            self._num_prefill_tokens_seen = num_computed

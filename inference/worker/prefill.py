@@ -1,0 +1,90 @@
+"""Prefill role: `POST /v1/prefill` prefills the prompt, samples the first token and pushes the KV to decode_url.
+
+It answers only after the decode worker accepted the payload, so a 200 means the request lives on there; a push that
+fails answers 502 (decode_unreachable / decode_rejected) so that the gateway can retry on another decode worker.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from aiohttp import web
+
+from inference.kv_wire import KVPayload, encode_payload
+from inference.worker.protocol import RequestError, check_fits, parse_generate, parse_json
+
+KV_CONTENT_TYPE = "application/octet-stream"
+
+
+def add_routes(app: web.Application, server) -> None:
+    async def client_session(app: web.Application):
+        # One pooled session for all pushes; per-push timeouts are set on each call.
+        app["kv_session"] = aiohttp.ClientSession()
+        yield
+        await app["kv_session"].close()
+
+    app.cleanup_ctx.append(client_session)
+
+    async def prefill(request: web.Request) -> web.Response:
+        arrival = time.monotonic()
+        server.check_admission()
+        req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
+                             need_decode_url=True)
+        prompt_ids = await server.tokenize(req.prompt, req.messages)
+        check_fits(len(prompt_ids), req.params.max_tokens, server.info["max_model_len"])
+        job = server.open_job(req.request_id, arrival)
+        try:
+            server.submit(job, prompt_ids, req.params, req.stop)
+            await job.wait_admitted()
+            event = await job.next_event()
+            if event.type != "token":
+                raise RequestError(f"prefill failed: {event.message}", status=503, type="engine_error",
+                                   code=event.kind or "engine", kind=event.kind or "engine", counted=True)
+            answer = {"request_id": job.request_id, "prompt_tokens": len(prompt_ids),
+                      "first_token_id": event.token_ids[0], "text": event.text,
+                      "finished": event.finish_reason is not None, "finish_reason": event.finish_reason,
+                      "kv_bytes": 0, "kv_transfer_seconds": 0.0}
+            if event.finish_reason is None:
+                payload = KVPayload(request_id=job.request_id, prompt_token_ids=prompt_ids,
+                                    first_token_id=event.token_ids[0], sampling=req.sampling_header(),
+                                    kv_layout=server.info["kv_layout"], revision=server.config.revision,
+                                    k=event.kv[0], v=event.kv[1])
+                answer["kv_bytes"], answer["kv_transfer_seconds"] = await push_kv(
+                    request.app["kv_session"], req.decode_url, payload, server)
+                server.metrics.count_success("handoff")
+                server.metrics.e2e_request_latency.observe(time.monotonic() - arrival)
+            return web.json_response(answer)
+        finally:
+            server.close_job(job)
+
+    app.router.add_post("/v1/prefill", prefill)
+
+
+async def push_kv(session: aiohttp.ClientSession, decode_url: str, payload: KVPayload, server) -> tuple[int, float]:
+    """Serialize (in a thread: torch) and POST to decode_url/v1/kv; return (bytes, seconds) or raise a 502."""
+    started = time.monotonic()
+    data = await asyncio.get_running_loop().run_in_executor(None, encode_payload, payload)
+    url = f"{decode_url}/v1/kv"
+    timeout = aiohttp.ClientTimeout(total=server.config.kv_push_timeout)
+    try:
+        async with session.post(url, data=data, headers={"Content-Type": KV_CONTENT_TYPE}, timeout=timeout) as r:
+            if r.status != 200:
+                detail = await _error_message(r)
+                raise RequestError(f"decode worker {decode_url} refused the KV cache: HTTP {r.status}: {detail}",
+                                   status=502, type="kv_transfer_error", code="decode_rejected")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise RequestError(f"decode worker {decode_url} unreachable: {exc!r}", status=502,
+                           type="kv_transfer_error", code="decode_unreachable") from None
+    seconds = time.monotonic() - started
+    server.metrics.kv_transfer_bytes.inc(len(data))
+    server.metrics.kv_transfer_seconds.observe(seconds)
+    return len(data), seconds
+
+
+async def _error_message(response: aiohttp.ClientResponse) -> str:
+    try:
+        body = await response.json(content_type=None)
+        return str(body["error"]["message"])
+    except Exception:  # not our error shape: show the start of whatever it was
+        return (await response.text(errors="replace"))[:300]

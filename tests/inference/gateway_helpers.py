@@ -1,0 +1,123 @@
+"""Real worker and gateway processes for the gateway tests, and the Hugging Face reference they are held to."""
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import requests
+
+from tests.procs import Proc, free_port, start, wait_http
+
+WORKER_ARGS = ["--threads", "1", "--kv-cache-bytes", "16M", "--max-model-len", "512"]
+
+
+def start_workers(specs: list[tuple[str, str]], model_dir: Path, log_dir: Path, extra: list[str] = (),
+                  env: dict | None = None) -> list[Proc]:
+    """Start one worker per (name, role) at once, then wait for all: model loads overlap."""
+    procs = []
+    for name, role in specs:
+        port = free_port()
+        proc = start(name, ["-m", "inference.worker", "--role", role, "--model", str(model_dir), "--port", str(port),
+                            *WORKER_ARGS, *extra], log_dir, env=env)
+        proc.url = f"http://127.0.0.1:{port}"
+        procs.append(proc)
+    try:
+        for proc in procs:
+            wait_http(proc, proc.url + "/health", timeout=180)
+    except BaseException:
+        stop_all(procs)
+        raise
+    return procs
+
+
+_SHARED: dict[str, list[Proc]] = {}
+# Plain workers (default settings) that most gateway tests can share; a test that kills or reconfigures a worker
+# starts its own.
+PLAIN_FLEET = [("prefill", "prefill"), ("decode", "decode"), ("colocated", "colocated")]
+
+
+def shared_workers(request, tmp_path_factory, key: str, specs: list[tuple[str, str]], model_dir: Path,
+                   extra: list[str] = (), env: dict | None = None) -> dict[str, Proc]:
+    """Workers started once per test session under `key` (again if one has died), stopped when the session ends.
+
+    Worker start-up (importing torch, loading the model) is most of the gateway tests' time, and the gateway is
+    what they test, so the modules share workers rather than each starting its own."""
+    procs = _SHARED.get(key)
+    if procs is None or not all(p.alive() for p in procs):
+        if procs is None:
+            request.config.add_cleanup(lambda: stop_all(_SHARED.pop(key, [])))
+        else:
+            stop_all(procs)
+        _SHARED[key] = start_workers(specs, model_dir, tmp_path_factory.mktemp(f"workers-{key}"), extra, env)
+    return {name: proc for (name, _), proc in zip(specs, _SHARED[key])}
+
+
+# One worker that holds at most one request (--max-num-seqs 1 --max-queue 0) and takes test-only faults
+# (TANDEM_TEST_FAULTS enables its POST /debug/fault). Shared by the modules that need either; restarted if killed.
+FAULTY_FLEET = [("colocated-faulty", "colocated")]
+FAULTY_ARGS = ["--max-num-seqs", "1", "--max-queue", "0"]
+FAULTY_ENV = {"TANDEM_TEST_FAULTS": "1"}
+
+
+def faulty_worker(request, tmp_path_factory, model_dir: Path) -> Proc:
+    return shared_workers(request, tmp_path_factory, "faulty", FAULTY_FLEET, model_dir, FAULTY_ARGS,
+                          FAULTY_ENV)["colocated-faulty"]
+
+
+def start_gateway(name: str, args: list[str], log_dir: Path, *, wait_ready: bool = True) -> Proc:
+    port = free_port()
+    proc = start(name, ["-m", "inference.gateway", "--port", str(port), *args], log_dir)
+    proc.url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(proc, proc.url + ("/health" if wait_ready else "/v1/models"), timeout=60)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+def stop_all(procs: list[Proc], timeout: float = 15.0) -> None:
+    """SIGTERM every process first, then wait for each: their shutdowns overlap."""
+    for proc in procs:
+        if proc.alive():
+            proc.popen.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.stop(timeout)
+
+
+def urls(procs: list[Proc]) -> str:
+    return ",".join(p.url for p in procs)
+
+
+def complete(base_url: str, body: dict, timeout: float = 60) -> requests.Response:
+    return requests.post(base_url + "/v1/completions", json=body, timeout=timeout)
+
+
+def sse_events(resp: requests.Response) -> list:
+    """The `data:` payloads of an SSE answer, JSON-decoded except the final [DONE]."""
+    events = []
+    for line in resp.iter_lines(decode_unicode=True):
+        if line and line.startswith("data: "):
+            payload = line[len("data: "):]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def hf_greedy_texts(model_dir: Path, prompts: list[str], max_tokens: int) -> list[str]:
+    """What Hugging Face's own generate makes of each prompt, greedily, tokenized as the worker does."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    texts = []
+    with torch.inference_mode():
+        for prompt in prompts:
+            input_ids = torch.tensor([tokenizer.encode(prompt)])  # input_ids: [1, S]
+            out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens,
+                                 do_sample=False, pad_token_id=tokenizer.eos_token_id)
+            generated = out[0, input_ids.shape[1]:].tolist()
+            texts.append(tokenizer.decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False))
+    return texts

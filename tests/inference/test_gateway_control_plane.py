@@ -1,0 +1,149 @@
+"""With --control-plane, the gateway polls the deployment's endpoints (docs/contracts.md) with its token, serves
+the newest complete revision, and keeps the last good membership while the control plane is unreachable.
+
+The control plane here is a small aiohttp server started by the test: a real HTTP peer speaking the documented
+contract, whose answers the test changes between polls."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import requests
+from aiohttp import web
+
+from tests.inference.gateway_helpers import PLAIN_FLEET, complete, shared_workers, start_gateway
+from tests.procs import free_port
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "s3cret-token"
+
+
+class ControlPlane:
+    """Serves GET /api/v1/deployments/demo/endpoints from `self.endpoints`; 503 everything while `self.down`."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.endpoints: dict = {"deployment": "demo", "model": "demo", "mode": "colocated", "groups": []}
+        self.down = False
+        self.num_polls = 0
+        self.authorizations: set[str] = set()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    async def _endpoints(self, request: web.Request) -> web.Response:
+        self.num_polls += 1
+        self.authorizations.add(request.headers.get("Authorization", ""))
+        if self.down:
+            return web.json_response({"detail": "maintenance"}, status=503)
+        if request.headers.get("Authorization") != f"Token {TOKEN}":
+            return web.json_response({"detail": "Invalid token."}, status=401)
+        return web.json_response(self.endpoints)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_get("/api/v1/deployments/demo/endpoints", self._endpoints)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> None:
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def wait_polls(self, num: int, timeout: float = 15) -> None:
+        target = self.num_polls + num
+        deadline = time.monotonic() + timeout
+        while self.num_polls < target:
+            assert time.monotonic() < deadline, f"the gateway polled {self.num_polls} times, expected {target}"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def fleet(request, tiny_model_dir, tmp_path_factory):
+    worker = shared_workers(request, tmp_path_factory, "plain", PLAIN_FLEET, tiny_model_dir)["colocated"]
+    control_plane = ControlPlane()
+    control_plane.start()
+    control_plane.endpoints["groups"] = [{"revision": 2, "prefill": [], "decode": [], "colocated": [worker.url]}]
+    gateway = start_gateway("gateway", ["--control-plane", control_plane.url, "--deployment", "demo",
+                                        "--token", TOKEN, "--membership-interval", "0.2"],
+                            tmp_path_factory.mktemp("gateway-control-plane"))
+    yield control_plane, gateway, worker
+    gateway.stop()
+    control_plane.stop()
+
+
+def _health(gateway) -> dict:
+    return requests.get(gateway.url + "/health", timeout=5).json()
+
+
+def test_it_serves_the_workers_the_control_plane_lists_under_the_deployment_name(fleet):
+    control_plane, gateway, _ = fleet
+    assert control_plane.authorizations == {f"Token {TOKEN}"}
+    resp = complete(gateway.url, {"model": "demo", "prompt": "hello", "max_tokens": 3})
+    assert resp.status_code == 200, resp.text
+    assert _health(gateway)["revision"] == 2
+
+
+def test_it_prefers_the_newest_revision_only_once_that_one_is_ready(fleet):
+    control_plane, gateway, worker = fleet
+    not_started = f"http://127.0.0.1:{free_port()}"
+    control_plane.endpoints["groups"] = [
+        {"revision": 3, "prefill": [], "decode": [], "colocated": [not_started]},
+        {"revision": 2, "prefill": [], "decode": [], "colocated": [worker.url]}]
+    control_plane.wait_polls(2)
+    health = _health(gateway)
+    assert [g["revision"] for g in health["groups"]] == [3, 2]
+    assert health["revision"] == 2
+    control_plane.endpoints["groups"] = [{"revision": 3, "prefill": [], "decode": [], "colocated": [worker.url]}]
+    control_plane.wait_polls(2)
+    deadline = time.monotonic() + 10
+    while _health(gateway).get("revision") != 3:
+        assert time.monotonic() < deadline, _health(gateway)
+        time.sleep(0.05)
+
+
+def test_it_keeps_the_last_good_membership_while_the_control_plane_is_down(fleet):
+    control_plane, gateway, _ = fleet
+    control_plane.down = True
+    try:
+        control_plane.wait_polls(2)
+        assert _health(gateway)["status"] == "ok"
+        assert complete(gateway.url, {"model": "demo", "prompt": "still here", "max_tokens": 2}).status_code == 200
+    finally:
+        control_plane.down = False
+
+
+def test_a_malformed_answer_does_not_wipe_the_membership(fleet):
+    control_plane, gateway, worker = fleet
+    good = control_plane.endpoints
+    control_plane.endpoints = {"deployment": "demo", "mode": "colocated", "groups": "nope"}
+    try:
+        control_plane.wait_polls(2)
+        assert _health(gateway)["status"] == "ok"
+    finally:
+        control_plane.endpoints = good
+
+
+def test_it_keeps_serving_when_the_control_plane_process_is_gone(fleet):
+    control_plane, gateway, _ = fleet
+    num_polls = control_plane.num_polls
+    control_plane.stop()
+    time.sleep(1.0)  # several poll intervals (0.2 s) against a closed port
+    assert control_plane.num_polls == num_polls
+    assert _health(gateway)["status"] == "ok"
+    assert complete(gateway.url, {"model": "demo", "prompt": "anyone?", "max_tokens": 2}).status_code == 200

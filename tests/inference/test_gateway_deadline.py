@@ -1,0 +1,33 @@
+"""A request with no first token within --request-timeout answers 504 in OpenAI's error shape: nothing hangs."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+
+from tests.inference.gateway_helpers import complete, faulty_worker, start_gateway
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def fleet(request, tiny_model_dir, tmp_path_factory):
+    worker = faulty_worker(request, tmp_path_factory, tiny_model_dir)
+    gateway = start_gateway("gateway", ["--colocated", worker.url, "--request-timeout", "1"],
+                            tmp_path_factory.mktemp("gateway-deadline"))
+    yield gateway, worker
+    gateway.stop()
+
+
+def test_a_request_stuck_on_a_stalled_worker_times_out_with_504(fleet):
+    gateway, worker = fleet
+    # The stall fault blocks the worker's engine loop for 3 s: longer than the gateway's 1 s deadline.
+    requests.post(worker.url + "/debug/fault", json={"kind": "stall"}, timeout=5).raise_for_status()
+    started = time.monotonic()
+    resp = complete(gateway.url, {"model": "tandem", "prompt": "hello", "max_tokens": 2}, timeout=30)
+    elapsed = time.monotonic() - started
+    assert resp.status_code == 504, resp.text
+    error = resp.json()["error"]
+    assert error["type"] == "timeout_error" and "request-timeout" in error["message"]
+    assert 0.9 <= elapsed < 2.5

@@ -1,0 +1,50 @@
+"""Bad command-line values stop the worker at once with a message that names the flag (exit status 2)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.procs import ROOT
+
+
+def run_worker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "inference.worker", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--role", "router", "--model", "x", "--port", "1"], "--role"),
+    (["--role", "decode", "--model", "/nonexistent/model", "--port", "1"], "--model must be a Hugging Face"),
+    (["--role", "decode", "--model", "{model}", "--port", "http"], "--port"),
+    (["--role", "decode", "--model", "{model}", "--port", "70000"], "--port must be in 0..65535"),
+    (["--role", "decode", "--model", "{model}", "--port", "1", "--kv-cache-bytes", "lots"], "not a size"),
+    (["--role", "decode", "--model", "{model}", "--port", "1", "--max-num-seqs", "0"], "--max-num-seqs"),
+    (["--role", "decode", "--model", "{model}", "--port", "1", "--drain-timeout", "-1"], "--drain-timeout"),
+    (["--role", "decode", "--model", "{model}", "--port", "1", "--dtype", "int3"], "--dtype"),
+    (["--model", "{model}", "--port", "1"], "--role"),
+])
+def test_a_bad_flag_exits_2_naming_it(tiny_model_dir, args, fragment):
+    result = run_worker(*(a.replace("{model}", str(tiny_model_dir)) for a in args))
+    assert result.returncode == 2
+    assert fragment in result.stderr, result.stderr
+
+
+def test_sizes_take_units(tiny_model_dir):
+    from inference.worker.config import parse_args
+
+    config = parse_args(["--role", "decode", "--model", str(tiny_model_dir), "--port", "0",
+                         "--kv-cache-bytes", "64M", "--max-body-bytes", "2KiB"])
+    assert (config.kv_cache_bytes, config.max_body_bytes) == (64 << 20, 2048)
+
+
+def test_a_model_that_fails_to_load_exits_1_with_the_reason(tmp_path):
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama", "vocab_size": 16}')  # no weights, no tokenizer
+    from tests.procs import free_port
+
+    result = run_worker("--role", "colocated", "--model", str(broken), "--port", str(free_port()))
+    assert result.returncode == 1
+    assert "loading the model failed" in result.stderr

@@ -1,0 +1,87 @@
+"""Real processes for tests: start, wait until healthy, stop. Every wait has a deadline."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    url: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-6000:]
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        return self.popen.returncode
+
+    def kill9(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(5)
+
+
+def start(name: str, args: list[str], log_dir: Path, env: dict | None = None, cwd: Path = ROOT) -> Proc:
+    """Start `python <args>` with its output in log_dir/name.log."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if env:
+        full_env.update(env)
+    log = open(log_path, "wb")
+    popen = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd)
+    log.close()
+    return Proc(name=name, popen=popen, log_path=log_path)
+
+
+def wait_http(proc: Proc, url: str, timeout: float = 90.0, status: int = 200) -> None:
+    """Wait until GET url answers `status`; fail with the process log if it dies or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise AssertionError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
+        try:
+            r = requests.get(url, timeout=2)
+            if r.status_code == status:
+                return
+            last = f"HTTP {r.status_code}"
+        except requests.RequestException as exc:
+            last = repr(exc)
+        time.sleep(0.2)
+    raise AssertionError(f"{proc.name}: {url} not {status} after {timeout}s (last: {last}):\n{proc.log()}")
