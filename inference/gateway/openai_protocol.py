@@ -13,7 +13,7 @@ from enum import Enum
 
 # Completions default to 16 tokens, as OpenAI's legacy endpoint does; chat has no OpenAI default that the gateway
 # can compute without the tokenizer, so it uses the same bound rather than the whole context.
-DEFAULT_MAX_TOKENS = 16
+DEFAULT_MAX_TOKENS = 16  # /v1/completions' documented default; chat runs to the end of the context
 MAX_STOP_SEQUENCES = 16
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
@@ -142,7 +142,8 @@ def _check_unsupported(body: dict) -> None:
         raise invalid("tools are not supported", "tools", "unsupported_value")
 
 
-def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...]) -> tuple[dict, bool, bool]:
+def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...],
+            default_max_tokens: int | None) -> tuple[dict, bool, bool]:
     model = body.get("model")
     if model is None:
         raise invalid("you must provide a 'model' parameter", "model", "missing_required_parameter")
@@ -172,7 +173,8 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
         raise invalid(f"'seed' must be an integer, got {json_type(seed)}", "seed", "invalid_type")
     top_k = _optional_int(body, "top_k", minimum=-1)
     worker_body = {
-        "max_tokens": max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
+        # None asks the worker for the rest of the context: only it knows the prompt's length in tokens.
+        "max_tokens": max_tokens if max_tokens is not None else default_max_tokens,
         "temperature": _optional_number(body, "temperature", 1.0, 0.0, 2.0),
         "top_p": _optional_number(body, "top_p", 1.0, 0.0, 1.0, low_inclusive=False),
         # -1 is vLLM's spelling of "no top-k"; the worker protocol spells it 0.
@@ -207,7 +209,7 @@ def parse_completion(body: dict, served_model_name: str) -> GenerationRequest:
         raise invalid(f"'prompt' must be a string, got {json_type(prompt)}", "prompt", "invalid_type")
     if not prompt:
         raise invalid("'prompt' must not be empty", "prompt", "invalid_value")
-    worker_body, stream, include_usage = _common(body, served_model_name, ("max_tokens",))
+    worker_body, stream, include_usage = _common(body, served_model_name, ("max_tokens",), DEFAULT_MAX_TOKENS)
     worker_body["prompt"] = prompt
     worker_body["messages"] = None
     return GenerationRequest(Endpoint.COMPLETIONS, worker_body, stream, include_usage)
@@ -252,7 +254,7 @@ def parse_chat(body: dict, served_model_name: str) -> GenerationRequest:
         worker_messages.append({"role": role, "content": _message_content(message, i)})
     if not any(m["content"] for m in worker_messages):
         raise invalid("'messages' must hold some text", "messages", "invalid_value")
-    worker_body, stream, include_usage = _common(body, served_model_name, ("max_completion_tokens", "max_tokens"))
+    worker_body, stream, include_usage = _common(body, served_model_name, ("max_completion_tokens", "max_tokens"), None)
     worker_body["prompt"] = None
     worker_body["messages"] = worker_messages
     return GenerationRequest(Endpoint.CHAT, worker_body, stream, include_usage)

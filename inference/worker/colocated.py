@@ -6,7 +6,7 @@ import time
 from aiohttp import web
 
 from inference.worker.jobs import ndjson, stream_events
-from inference.worker.protocol import check_fits, parse_generate, parse_json
+from inference.worker.protocol import parse_generate, parse_json
 
 NDJSON_TYPE = "application/x-ndjson"
 
@@ -18,7 +18,7 @@ def add_routes(app: web.Application, server) -> None:
         req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
                              need_decode_url=False)
         prompt_ids = await server.tokenize(req.prompt, req.messages)
-        check_fits(len(prompt_ids), req.params.max_tokens, server.info["max_model_len"])
+        req.fit_to_context(len(prompt_ids), server.info["max_model_len"])
         job = server.open_job(req.request_id, arrival)
         try:
             server.submit(job, prompt_ids, req.params, req.stop)

@@ -12,7 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from inference.kv_wire import KVPayload, encode_payload
-from inference.worker.protocol import RequestError, check_fits, parse_generate, parse_json
+from inference.worker.protocol import RequestError, parse_generate, parse_json
 
 KV_CONTENT_TYPE = "application/octet-stream"
 
@@ -32,7 +32,7 @@ def add_routes(app: web.Application, server) -> None:
         req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
                              need_decode_url=True)
         prompt_ids = await server.tokenize(req.prompt, req.messages)
-        check_fits(len(prompt_ids), req.params.max_tokens, server.info["max_model_len"])
+        req.fit_to_context(len(prompt_ids), server.info["max_model_len"])
         job = server.open_job(req.request_id, arrival)
         try:
             server.submit(job, prompt_ids, req.params, req.stop)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -55,6 +55,14 @@ class GenerateRequest:
     params: SamplingParams
     stop: list[str]
     decode_url: str | None = None
+    # max_tokens was null: generate up to the end of the context (OpenAI's chat default), known once tokenized.
+    max_tokens_to_context: bool = False
+
+    def fit_to_context(self, num_prompt_tokens: int, max_model_len: int) -> None:
+        """Resolve a null max_tokens, then refuse a prompt that leaves no room (400 naming both numbers)."""
+        if self.max_tokens_to_context:
+            self.params = replace(self.params, max_tokens=max(1, max_model_len - num_prompt_tokens))
+        check_fits(num_prompt_tokens, self.params.max_tokens, max_model_len)
 
     def sampling_header(self) -> dict:
         """The `sampling` object of the KV header: the same fields as the request body."""
@@ -91,7 +99,7 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
             raise RequestError("prompt must not be empty", param="prompt")
     else:
         messages = _parse_messages(messages)
-    params, stop = parse_sampling(body)
+    params, stop = parse_sampling(body, allow_null_max_tokens=True)
     decode_url = None
     if need_decode_url:
         decode_url = body.get("decode_url")
@@ -101,12 +109,15 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
                                param="decode_url")
         decode_url = decode_url.rstrip("/")
     return GenerateRequest(request_id=request_id, prompt=prompt, messages=messages, params=params, stop=stop,
+                           max_tokens_to_context="max_tokens" in body and body["max_tokens"] is None,
                            decode_url=decode_url)
 
 
-def parse_sampling(body: dict) -> tuple[SamplingParams, list[str]]:
+def parse_sampling(body: dict, allow_null_max_tokens: bool = False) -> tuple[SamplingParams, list[str]]:
     """Sampling fields of a request body or of a KV header's `sampling` object; absent fields take defaults."""
     max_tokens = body.get("max_tokens", 16)
+    if max_tokens is None and allow_null_max_tokens:
+        max_tokens = 1  # a placeholder the caller replaces once the prompt length is known (fit_to_context)
     if not _is_int(max_tokens) or max_tokens < 1:
         raise RequestError(f"max_tokens must be an integer >= 1, got {max_tokens!r}", param="max_tokens")
     temperature = body.get("temperature", 0.0)

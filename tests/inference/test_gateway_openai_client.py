@@ -89,3 +89,11 @@ def test_a_stop_string_ends_the_text_before_it(client):
             text, finish_reason = choice.text, choice.finish_reason
         assert text == full[:full.index(stop)]
         assert finish_reason == "stop"
+
+
+def test_a_chat_without_max_tokens_may_run_to_the_end_of_the_context(client):
+    # OpenAI's chat default: no limit but the model's context (the workers here run with --max-model-len 512).
+    result = client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "Go on."}],
+                                            temperature=0, extra_body={"ignore_eos": True})
+    assert result.choices[0].finish_reason == "length"
+    assert result.usage.prompt_tokens + result.usage.completion_tokens == 512
