@@ -1,0 +1,119 @@
+"""What the node agent runs for a Worker row: the command line, its environment, where it logs.
+
+Workers: `python -m inference.worker --role R --model DIR --port P --revision N --dtype D` plus the revision's
+engine settings as flags. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME
+--token T`, the token being the `tandem-gateway` service user's (viewer: it only reads /endpoints).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from django.conf import settings
+
+from controlplane.agent import processes
+from controlplane.models import Worker, WorkerRole
+
+log = logging.getLogger(__name__)
+
+GATEWAY_USERNAME = "tandem-gateway"
+
+
+def _worker_flags() -> set[str]:
+    """The long options `python -m inference.worker` accepts, so that an engine setting it does not know is left
+    out (with a warning) instead of making every start of that revision exit with a usage error."""
+    from inference.worker.config import build_parser
+
+    return {opt for action in build_parser()._actions for opt in action.option_strings if opt.startswith("--")}
+
+
+def gateway_token() -> str:
+    """The API token gateways use to read their membership; the service user is created on first use."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from controlplane.auth import Role, set_role
+
+    user, created = get_user_model().objects.get_or_create(username=GATEWAY_USERNAME)
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+        set_role(user, Role.VIEWER)
+    token, _ = Token.objects.get_or_create(user=user)
+    return token.key
+
+
+def log_path_for(worker: Worker) -> Path:
+    return settings.TANDEM_LOG_DIR / f"{worker.deployment.name}-{worker.role}-{worker.id}.log"
+
+
+def argv_for(worker: Worker, port: int) -> list[str]:
+    if worker.role == WorkerRole.GATEWAY:
+        return processes.python_argv(
+            "inference.gateway", "--port", str(port), "--host", worker.host,
+            "--control-plane", settings.TANDEM_PUBLIC_URL, "--deployment", worker.deployment.name,
+            "--token", gateway_token(),
+        )
+    revision = worker.revision
+    argv = processes.python_argv(
+        "inference.worker", "--role", worker.role, "--model", revision.model_path, "--port", str(port),
+        "--host", worker.host, "--revision", str(revision.number), "--dtype", revision.dtype,
+    )
+    known = _worker_flags()
+    engine_settings = dict(revision.engine_settings or {})
+    if engine_settings.get("device") == "auto":
+        # "auto" is resolved where the hardware is known: the node's GPUs (NVML at agent start), else the CPU.
+        engine_settings["device"] = "cuda" if worker.node and worker.node.gpus else "cpu"
+    # SIGTERM must finish draining before the agent's SIGKILL deadline.
+    engine_settings.setdefault("drain_timeout", max(1, settings.TANDEM_STOP_DEADLINE_S - 2))
+    for key, value in sorted(engine_settings.items()):
+        flag = "--" + key.replace("_", "-")
+        if flag not in known or flag in argv:
+            log.warning("revision %s: engine setting %r is not a worker option; left out", revision.pk, key)
+            continue
+        if value is None:
+            continue
+        argv += [flag, str(value)]
+    return argv
+
+
+# The agent's own secrets and control-plane settings are none of an inference process's business.
+_PRIVATE_ENV = ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "TANDEM_ADMIN_PASSWORD")
+
+
+def gpu_pick(worker: Worker) -> int | None:
+    """The GPU of this node for a worker that asks for `cuda` or `auto`: the one with the fewest live workers.
+    None on a CPU node, for `cpu`, and for an explicit `cuda:N` (the revision chose; nothing to pin)."""
+    from controlplane.models import WorkerStatus
+
+    device = str((worker.revision.engine_settings or {}).get("device", "cpu")) if worker.revision else "cpu"
+    gpus = [gpu["index"] for gpu in (worker.node.gpus or []) if "index" in gpu]
+    if device not in ("cuda", "auto") or not gpus:
+        return None
+    busy = Worker.objects.filter(node=worker.node, gpu_index__isnull=False, status__in=(
+        WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.DRAINING)).exclude(id=worker.id)
+    load = {index: 0 for index in gpus}
+    for index in busy.values_list("gpu_index", flat=True):
+        if index in load:
+            load[index] += 1
+    return min(gpus, key=lambda index: (load[index], index))
+
+
+def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
+    # Each worker process gets the threads its revision asks for (else one): several share a host's cores.
+    threads = (worker.revision.engine_settings or {}).get("threads") if worker.revision else None
+    env["OMP_NUM_THREADS"] = str(threads or 1)
+    env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
+    if gpu_index is not None:
+        # The process sees only its GPU (as cuda:0), so `--device cuda` lands on the one picked for it.
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    return env
+
+
+def handle_of(worker: Worker) -> processes.ProcessHandle | None:
+    """The process identity recorded on the row: pid, create time (stored as started_at) and the id marker."""
+    if worker.pid is None or worker.started_at is None:
+        return None
+    return processes.ProcessHandle(pid=worker.pid, create_time=worker.started_at.timestamp(), marker=str(worker.id))

@@ -1,0 +1,154 @@
+"""The node agent's life: register its Node, re-adopt the processes that outlived its last run, and a heartbeat.
+
+The heartbeat (every TANDEM_HEARTBEAT_INTERVAL_S) refreshes Node.last_seen_at, which placement reads, and checks
+every process this node should be running. A dead one is recorded at once (restart with backoff), so the control
+plane does not wait for N failed health checks; a process whose row says it should not run (stopped, failed,
+pending for a restart) is stopped. The rows are the truth; the heartbeat makes the host agree with them.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from controlplane.agent import launch, processes
+from controlplane.agent.gpus import discover_gpus
+from controlplane.models import Node, Worker, WorkerStatus
+from controlplane.supervision.restarts import worker_record_failure
+
+log = logging.getLogger(__name__)
+
+# Pids being stopped by a background thread right now, so that a slow stop is not started twice.
+_stopping: set[int] = set()
+_stopping_lock = threading.Lock()
+
+
+def node_register(*, name: str) -> Node:
+    node, _ = Node.objects.get_or_create(name=name, defaults={"queue": Node.queue_for(name)})
+    node.hostname = socket.gethostname()
+    node.gpus = discover_gpus()
+    node.last_seen_at = timezone.now()
+    node.save(update_fields=["hostname", "gpus", "last_seen_at"])
+    log.info("node %s registered (%s, %d GPU(s))", name, node.hostname, len(node.gpus))
+    return node
+
+
+def node_adopt(*, node: Node) -> dict[str, list[int]]:
+    """After an agent (re)start: keep the workers whose processes are still alive, mark the others stopped.
+
+    A row in starting without a pid was claimed by the previous agent but never spawned: back to pending.
+    A draining row whose process lives was being stopped when the agent went down: the stop is resumed.
+    Returns the worker ids per outcome (for the log and tests).
+    """
+    outcome: dict[str, list[int]] = {"adopted": [], "stopped": [], "requeued": [], "draining": []}
+    now = timezone.now()
+    rows = Worker.objects.filter(node=node, status__in=(WorkerStatus.STARTING, WorkerStatus.READY,
+                                                        WorkerStatus.DRAINING))
+    for worker in rows.select_related("deployment"):
+        handle = launch.handle_of(worker)
+        if handle is None:
+            if Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING, pid__isnull=True).update(
+                    status=WorkerStatus.PENDING, next_restart_at=None):
+                outcome["requeued"].append(worker.id)
+            elif worker.status == WorkerStatus.DRAINING:
+                Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(
+                    status=WorkerStatus.STOPPED, stopped_at=now)
+                outcome["stopped"].append(worker.id)
+            continue
+        if processes.is_alive(handle):
+            if worker.status == WorkerStatus.DRAINING:
+                _stop_in_background(worker.id, handle, then_status=WorkerStatus.STOPPED)
+                outcome["draining"].append(worker.id)
+            else:
+                outcome["adopted"].append(worker.id)
+            continue
+        num = Worker.objects.filter(id=worker.id, status=worker.status, pid=worker.pid).update(
+            status=WorkerStatus.STOPPED, stopped_at=now,
+            last_error=(f"process {worker.pid} was gone when node agent {node.name} started "
+                        f"(killed or host restarted)\n{processes.log_tail(worker.log_path, 5)}").strip(),
+        )
+        if num:
+            outcome["stopped"].append(worker.id)
+    log.info("node %s re-adoption: %s", node.name, outcome)
+    return outcome
+
+
+def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
+    """One heartbeat: last_seen_at, then every process of this node checked against its row."""
+    outcome: dict[str, list[int]] = {"exited": [], "stopped": [], "stale": []}
+    Node.objects.filter(id=node.id).update(last_seen_at=timezone.now())
+    # Exit codes of our children that ended since the last beat (reaping also keeps zombies from piling up).
+    exit_codes = processes.reap()
+    rows = Worker.objects.filter(node=node, pid__isnull=False).exclude(started_at__isnull=True)
+    for worker in rows.only("id", "pid", "status", "started_at", "log_path", "role"):
+        handle = launch.handle_of(worker)
+        alive = processes.is_alive(handle)
+        if worker.status in (WorkerStatus.STARTING, WorkerStatus.READY) and not alive:
+            code = exit_codes.get(worker.pid, processes.exit_code(worker.pid))
+            how = f"exit code {code}" if code is not None and code >= 0 else (
+                f"signal {-code}" if code is not None else "no exit code: not our child")
+            reason = f"process exited ({how})"
+            tail = processes.log_tail(worker.log_path, 8)
+            if worker_record_failure(worker_id=worker.id, expected_pid=worker.pid,
+                                     from_statuses=(WorkerStatus.STARTING, WorkerStatus.READY),
+                                     reason=f"{reason}\n{tail}".strip()):
+                outcome["exited"].append(worker.id)
+        elif worker.status == WorkerStatus.DRAINING and not alive:
+            if Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(
+                    status=WorkerStatus.STOPPED, stopped_at=timezone.now()):
+                outcome["stopped"].append(worker.id)
+        elif worker.status in (WorkerStatus.PENDING, WorkerStatus.STOPPED, WorkerStatus.FAILED):
+            if alive:
+                # A process its row disowns: a hung worker awaiting restart, or one left over from a lost stop.
+                _stop_in_background(worker.id, handle, then_status=None)
+                outcome["stale"].append(worker.id)
+            elif worker.status != WorkerStatus.PENDING:
+                # Confirmed dead: forget the pid, so later heartbeats skip this history row.
+                Worker.objects.filter(id=worker.id, status=worker.status, pid=worker.pid).update(pid=None)
+    return outcome
+
+
+def _stop_in_background(worker_id: int, handle: processes.ProcessHandle, *, then_status) -> None:
+    with _stopping_lock:
+        if handle.pid in _stopping:
+            return
+        _stopping.add(handle.pid)
+
+    def run():
+        try:
+            processes.stop(handle, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
+            if then_status is not None:
+                Worker.objects.filter(id=worker_id, status=WorkerStatus.DRAINING).update(
+                    status=then_status, stopped_at=timezone.now())
+        except Exception:
+            log.exception("stopping worker %s (pid %d) failed", worker_id, handle.pid)
+        finally:
+            with _stopping_lock:
+                _stopping.discard(handle.pid)
+            close_old_connections()
+
+    threading.Thread(target=run, name=f"stop-{worker_id}", daemon=True).start()
+
+
+class Heartbeat(threading.Thread):
+    """node_heartbeat every interval until stopped; an error is logged and the next beat tries again."""
+
+    def __init__(self, node: Node, interval_s: float):
+        super().__init__(name=f"heartbeat-{node.name}", daemon=True)
+        self.node, self.interval_s = node, interval_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            try:
+                close_old_connections()
+                node_heartbeat(node=self.node)
+            except Exception:
+                log.exception("heartbeat of node %s failed", self.node.name)
+
+    def stop(self) -> None:
+        self._stop_event.set()

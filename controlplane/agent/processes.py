@@ -1,0 +1,205 @@
+"""Worker processes on this host: spawn in their own session, recognise them again, stop them.
+
+Pure Python (no Django), so that it can be tested with any child process.
+
+A process is identified by (pid, create_time) plus a marker in its environment (TANDEM_WORKER_ID): pids are
+recycled, and after an agent restart the only proof that pid 4242 is still *our* worker 17 is that the process that
+has that pid now was created at the recorded instant and carries the marker. The worker CLI stays free of
+control-plane flags because the marker travels in the environment, not on the command line.
+
+Children start with `start_new_session=True`: a Ctrl-C in the agent's terminal or the agent's own exit does not
+reach them, which is what lets a restarted agent re-adopt them. They are stopped by signalling their whole process
+group (SIGTERM, then SIGKILL after a deadline) so that anything they spawned goes with them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+MARKER_ENV = "TANDEM_WORKER_ID"
+# psutil's create_time is derived from the boot time and jiffies: two reads of the same process agree to well under
+# this; a recycled pid practically never lands inside it.
+CREATE_TIME_TOLERANCE_S = 0.05
+
+# Children this process started, by pid: we are their parent, so we must reap them (a zombie keeps its pid and looks
+# alive to a naive kill(pid, 0)). Processes adopted after an agent restart are init's children and need no reaping.
+_children: dict[int, subprocess.Popen] = {}
+_children_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessHandle:
+    pid: int
+    create_time: float  # psutil.Process.create_time(), seconds since the epoch
+    marker: str | None = None  # the TANDEM_WORKER_ID the process was started with
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS considers free right now. The worker binds it a moment later; a lost race shows up as a
+    worker that exits at start, which the health path restarts on another port."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM me when my parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn(argv: list[str], *, log_path: Path, marker: str | None, env: dict[str, str] | None = None,
+          cwd: Path | None = None, die_with_parent: bool = False) -> ProcessHandle:
+    """Start `argv` in a new session with stdout and stderr appended to log_path.
+
+    die_with_parent: for `make run`'s own children (web, Celery, agent), which must not outlive a supervisor that
+    was killed; never for inference workers, whose whole point is to outlive their agent."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONUNBUFFERED"] = "1"
+    if marker is not None:
+        child_env[MARKER_ENV] = marker
+    with open(log_path, "ab") as log_file:
+        log_file.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(redact(argv))}\n".encode())
+        log_file.flush()
+        popen = subprocess.Popen(
+            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
+            cwd=cwd, start_new_session=True, close_fds=True,
+            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
+        )
+    with _children_lock:
+        _children[popen.pid] = popen
+    try:
+        create_time = psutil.Process(popen.pid).create_time()
+    except psutil.NoSuchProcess:
+        # It died (and may already be reaped) before we looked: a handle that is never alive.
+        create_time = 0.0
+    return ProcessHandle(pid=popen.pid, create_time=create_time, marker=marker)
+
+
+SECRET_FLAGS = ("--token",)
+
+
+def redact(argv: list[str]) -> list[str]:
+    """argv for logs: the value after a secret flag (the gateway's API token) is hidden."""
+    return [("***" if i and argv[i - 1] in SECRET_FLAGS else arg) for i, arg in enumerate(argv)]
+
+
+def python_argv(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def reap() -> dict[int, int]:
+    """Collect exited children of this process; returns {pid: exit code} of those reaped now."""
+    exited = {}
+    with _children_lock:
+        for pid, popen in list(_children.items()):
+            code = popen.poll()
+            if code is not None:
+                exited[pid] = code
+                del _children[pid]
+    return exited
+
+
+def exit_code(pid: int) -> int | None:
+    """The exit code of a child of ours that has exited, else None (running, or not our child)."""
+    with _children_lock:
+        popen = _children.get(pid)
+    return None if popen is None else popen.poll()
+
+
+def _process(handle: ProcessHandle) -> psutil.Process | None:
+    """The psutil process for handle if it is still the same process and has not exited, else None."""
+    if handle.pid <= 0:
+        return None
+    exit_code(handle.pid)  # reaps it when it is our exited child, so that the pid stops existing
+    try:
+        proc = psutil.Process(handle.pid)
+        if abs(proc.create_time() - handle.create_time) > CREATE_TIME_TOLERANCE_S:
+            return None  # the pid was recycled
+        if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        if handle.marker is not None:
+            try:
+                if proc.environ().get(MARKER_ENV) != handle.marker:
+                    return None
+            except psutil.AccessDenied:
+                pass  # another user's process cannot be ours anyway; create_time already matched
+        return proc
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+
+
+def is_alive(handle: ProcessHandle) -> bool:
+    return _process(handle) is not None
+
+
+def signal_group(handle: ProcessHandle, sig: int) -> bool:
+    """Send sig to the handle's process group (its session leader's group); False when it is already gone."""
+    proc = _process(handle)
+    if proc is None:
+        return False
+    try:
+        pgid = os.getpgid(handle.pid)
+        if pgid == handle.pid:
+            os.killpg(pgid, sig)
+        else:
+            # Not a group leader (started without a session of its own): never signal someone else's group.
+            os.kill(handle.pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def wait_exit(handle: ProcessHandle, timeout: float, poll_s: float = 0.1) -> bool:
+    """Wait until the process is gone; True when it exited within timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not is_alive(handle):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
+def stop(handle: ProcessHandle, deadline_s: float = 30.0) -> str:
+    """SIGTERM the process group, SIGKILL it after deadline_s. Returns "gone" (was not running), "terminated" or
+    "killed". Blocks until the process has exited (or 10 s after SIGKILL, which only a D-state process survives)."""
+    if not signal_group(handle, signal.SIGTERM):
+        return "gone"
+    if wait_exit(handle, deadline_s):
+        return "terminated"
+    log.warning("pid %d ignored SIGTERM for %.1f s: SIGKILL", handle.pid, deadline_s)
+    signal_group(handle, signal.SIGKILL)
+    if not wait_exit(handle, 10.0):
+        log.error("pid %d survived SIGKILL for 10 s", handle.pid)
+    return "killed"
+
+
+def log_tail(log_path: str | Path | None, num_lines: int = 15, max_chars: int = 2000) -> str:
+    """The last lines of a process log, to explain a death in Worker.last_error."""
+    if not log_path:
+        return ""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-num_lines:])[-max_chars:]

@@ -1,0 +1,70 @@
+"""The rules every new deployment gets (thresholds from the issue's seeds). Ordinary rules afterwards: edit or
+disable them like any other. Named `<deployment>:<key>`, marked with `default_key`.
+
+Deployment-level conditions (latency, errors, QPS) read the gateway's series: its client-side view is what users
+see. GPU conditions read each pool. "Worker down" reads `up` per worker: the scraper stores up=0 for a failed
+scrape, so `max(up[30s]) < 1` means no scrape of that worker succeeded for 30 s. A worker without any sample (not
+scraped yet, or stopped) is no data and does not fire: restarting it is not this rule's business.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from controlplane.alerting.models import AlertRule
+
+log = logging.getLogger(__name__)
+
+NOTIFY_ALL = {"type": "notify"}  # no channel list: every enabled channel
+SCALE_UP = {"type": "scale", "direction": "up", "step": 1}
+
+DEFAULT_RULES: tuple[dict, ...] = (
+    {"key": "p99-latency", "metric": "e2e_p99_seconds", "role": "gateway", "aggregation": "last", "window_s": 60,
+     "comparison": ">", "threshold": 0.5, "for_s": 60, "severity": "warning", "actions": [NOTIFY_ALL],
+     "summary": "P99 end-to-end latency of {{ $labels.deployment }} is {{ $value }} s (> 0.5 s)"},
+    {"key": "gpu-utilization", "metric": "gpu_utilization_ratio", "role": "", "aggregation": "min",
+     "window_s": 60, "comparison": ">", "threshold": 0.95, "for_s": 300, "severity": "warning",
+     "actions": [SCALE_UP, NOTIFY_ALL],
+     "summary": "GPU utilisation of the {{ $labels.role }} pool of {{ $labels.deployment }} is {{ $value }} (> 95%)"},
+    {"key": "gpu-memory", "metric": "gpu_memory_used_ratio", "role": "", "aggregation": "min", "window_s": 60,
+     "comparison": ">", "threshold": 0.9, "for_s": 300, "severity": "warning", "actions": [SCALE_UP, NOTIFY_ALL],
+     "summary": "GPU memory of the {{ $labels.role }} pool of {{ $labels.deployment }} is {{ $value }} used (> 90%)"},
+    {"key": "error-ratio", "metric": "error_ratio", "role": "gateway", "aggregation": "last", "window_s": 60,
+     "comparison": ">", "threshold": 0.01, "for_s": 60, "severity": "warning", "actions": [NOTIFY_ALL],
+     "summary": "{{ $value }} of the requests of {{ $labels.deployment }} fail (> 1%)"},
+    {"key": "server-error-ratio", "metric": "server_error_ratio", "role": "gateway", "aggregation": "last",
+     "window_s": 60, "comparison": ">", "threshold": 0.005, "for_s": 60, "severity": "critical",
+     "actions": [NOTIFY_ALL],
+     "summary": "{{ $value }} of the requests of {{ $labels.deployment }} end in a server error (> 0.5%)"},
+    {"key": "qps-drop", "metric": "qps", "role": "gateway", "aggregation": "avg", "window_s": 600,
+     "compare_to_offset_s": 3600, "comparison": "<", "threshold": 0.7, "for_s": 300, "severity": "warning",
+     "actions": [NOTIFY_ALL],
+     "summary": "QPS of {{ $labels.deployment }} is {{ $value }} × its level an hour ago (down more than 30%)"},
+    {"key": "worker-down", "metric": "up", "role": "", "per_worker": True, "aggregation": "max", "window_s": 30,
+     "comparison": "<", "threshold": 1, "for_s": 30, "severity": "critical",
+     "actions": [{"type": "restart"}, NOTIFY_ALL],
+     "summary": "worker {{ $labels.worker }} ({{ $labels.role }}) of {{ $labels.deployment }} answers no scrape"},
+)
+
+
+def default_rules_create(*, deployment) -> list[AlertRule]:
+    """Insert the default rules of `deployment` (those it already has are left alone)."""
+    have = set(AlertRule.objects.filter(deployment=deployment).values_list("default_key", flat=True))
+    rules = []
+    for spec in DEFAULT_RULES:
+        if spec["key"] in have:
+            continue
+        fields = {k: v for k, v in spec.items() if k not in ("key", "summary")}
+        rules.append(AlertRule(name=f"{deployment.name}:{spec['key']}", deployment=deployment,
+                               default_key=spec["key"], annotations={"summary": spec["summary"]},
+                               cooldown_s=300, **fields))
+    with transaction.atomic():
+        AlertRule.objects.bulk_create(rules, ignore_conflicts=True)
+    return rules
+
+
+def on_deployment_saved(sender, instance, created: bool, raw: bool = False, **kwargs) -> None:
+    """post_save of Deployment: a new deployment gets its default rules in the same transaction."""
+    if created and not raw:
+        default_rules_create(deployment=instance)

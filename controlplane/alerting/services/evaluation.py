@@ -1,0 +1,215 @@
+"""One evaluation pass over every enabled rule: read the stored series, step each alert instance's state machine,
+record transitions, then act on firing alerts (rule_actions) outside the state transaction.
+
+Call `evaluate_rules(now=...)` one pass at a time in tests; Celery beat runs it every TANDEM_ALERT_EVAL_INTERVAL_S.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.alerting.models import ACTIVE_STATES, Alert, AlertRule, AlertState, AlertTransition
+from controlplane.alerting.services.rule_actions import alert_act, alert_notify_resolved
+from controlplane.alerting.services.silences import active_silences, silence_for
+from controlplane.alerting.services.state import fingerprint, next_state
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    deployment_id: int
+    deployment_name: str
+    role: str
+    worker_id: int | None
+    value: float | None  # None: no data (or no reference value for a relative rule)
+    detail: str  # how the value came about, for the action's reason
+
+
+@dataclass(slots=True)
+class EvaluationReport:
+    num_rules: int = 0
+    num_instances: int = 0
+    transitions: list[tuple[str, str, str, str]] = field(default_factory=list)  # (rule, fingerprint, from, to)
+    num_actions: int = 0
+    duration_s: float = 0.0
+
+
+def _fmt(value: float | None) -> str:
+    return "no data" if value is None else f"{value:.6g}"
+
+
+def rule_observations(rule: AlertRule, *, now: datetime) -> list[Observation]:
+    """The rule's current value for each instance in its scope (one per deployment and role, or per worker)."""
+    from controlplane.models import Deployment
+    from controlplane.observability.selectors import metric_values
+
+    if rule.deployment_id is not None:
+        deployment_ids = [rule.deployment_id]
+    else:
+        # One read per deployment, so that per-worker reads also name silent workers of every deployment.
+        deployment_ids = list(Deployment.objects.order_by("id").values_list("id", flat=True))
+    what = f"{rule.aggregation}({rule.metric}[{rule.window_s}s])"
+    observations = []
+    for deployment_id in deployment_ids:
+        read = dict(metric=rule.metric, deployment=deployment_id, role=rule.role or None,
+                    aggregation=rule.aggregation, window_s=rule.window_s, now=now, per_worker=rule.per_worker)
+        current = metric_values(**read)
+        if rule.compare_to_offset_s:
+            earlier = {(v.role, v.worker_id): v.value for v in metric_values(**read, offset_s=rule.compare_to_offset_s)}
+        for value in current:
+            if rule.compare_to_offset_s:
+                reference = earlier.get((value.role, value.worker_id))
+                ratio = (value.value / reference) if value.value is not None and reference else None
+                detail = (f"{what} = {_fmt(value.value)}, {_fmt(reference)} {rule.compare_to_offset_s}s earlier: "
+                          f"ratio {_fmt(ratio)}")
+                observed = ratio
+            else:
+                observed = value.value
+                detail = f"{what} = {_fmt(value.value)}"
+            observations.append(Observation(value.deployment_id, value.deployment_name, value.role,
+                                            value.worker_id, observed, detail))
+    return observations
+
+
+def alert_labels(rule: AlertRule, obs: Observation) -> dict[str, str]:
+    # The rule's own labels first: they must not overwrite the identity of the instance.
+    labels = {str(k): str(v) for k, v in (rule.labels or {}).items()}
+    labels.update({"alertname": rule.name, "severity": rule.severity, "deployment": obs.deployment_name,
+                   "role": obs.role})
+    if obs.worker_id is not None:
+        labels["worker"] = str(obs.worker_id)
+    return labels
+
+
+_TEMPLATE = re.compile(r"\{\{\s*\$(value|labels\.([A-Za-z_][A-Za-z0-9_]*))\s*\}\}")
+
+
+def render_annotations(annotations: dict, labels: dict[str, str], value: float | None) -> dict[str, str]:
+    """Prometheus' `{{ $value }}` and `{{ $labels.name }}` (the only template forms supported), so that the same
+    annotations work here and in the exported Prometheus rule file."""
+    def substitute(match: re.Match) -> str:
+        if match.group(2):
+            return labels.get(match.group(2), "")
+        return _fmt(value)
+
+    return {str(k): _TEMPLATE.sub(substitute, str(v)) for k, v in (annotations or {}).items()}
+
+
+def evaluate_rules(*, now: datetime | None = None) -> EvaluationReport:
+    """One pass over every enabled rule (numbered steps in rule_evaluate). A rule that fails is logged and skipped:
+    one broken rule must not stop the others."""
+    started = time.monotonic()
+    now = now or timezone.now()
+    report = EvaluationReport()
+    silences = list(active_silences(now=now))
+    for rule in AlertRule.objects.filter(enabled=True).select_related("deployment").order_by("id"):
+        report.num_rules += 1
+        try:
+            rule_evaluate(rule, now=now, silences=silences, report=report)
+        except Exception:
+            log.exception("alert rule %r failed to evaluate", rule.name)
+    _close_alerts_of_disabled_rules(now=now, silences=silences, report=report)
+    report.duration_s = time.monotonic() - started
+    return report
+
+
+def _close_alerts_of_disabled_rules(*, now: datetime, silences: list, report: EvaluationReport) -> None:
+    """A rule that was disabled (API or Django admin) leaves no alert pending or firing: pending ones are dropped,
+    firing ones resolve (and say so to the channels that were told they fired)."""
+    stale = Alert.objects.filter(state__in=ACTIVE_STATES, rule__enabled=False).select_related("rule")
+    for alert in stale:
+        alert, previous = _step(alert.rule, alert, alert.labels, alert.fingerprint, None, now=now, report=report,
+                                keep_firing_for_s=0)
+        if alert is not None and previous == AlertState.FIRING and not silence_for(alert.labels, now=now,
+                                                                                    silences=silences):
+            report.num_actions += alert_notify_resolved(alert=alert, rule=alert.rule, now=now)
+
+
+def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: EvaluationReport) -> None:
+    """1. Read the rule's observations. 2. Step each instance (and each active alert whose series vanished, as
+    "not holding"). 3. Act on firing alerts and notify resolved ones, unless silenced."""
+    observations = rule_observations(rule, now=now)
+    active = {a.fingerprint: a for a in Alert.objects.filter(rule=rule, state__in=ACTIVE_STATES)}
+    steps = []
+    for obs in observations:
+        labels = alert_labels(rule, obs)
+        fp = fingerprint(labels)
+        steps.append((active.pop(fp, None), labels, fp, obs))
+    for fp, alert in active.items():
+        steps.append((alert, alert.labels, fp, None))
+    for alert, labels, fp, obs in steps:
+        report.num_instances += 1
+        alert, previous = _step(rule, alert, labels, fp, obs, now=now, report=report)
+        if alert is None:
+            continue
+        silence = silence_for(alert.labels, now=now, silences=silences)
+        if silence is not None:
+            continue
+        if alert.state == AlertState.FIRING:
+            detail = obs.detail if obs is not None else "no current value"
+            report.num_actions += alert_act(alert=alert, rule=rule, detail=detail, now=now)
+        elif alert.state == AlertState.RESOLVED and previous == AlertState.FIRING:
+            report.num_actions += alert_notify_resolved(alert=alert, rule=rule, now=now)
+
+
+def _step(rule, alert, labels, fp, obs, *, now, report, keep_firing_for_s: int | None = None):
+    """Apply one evaluation to one instance; returns (alert or None, its state before)."""
+    value = obs.value if obs is not None else None
+    holds = obs is not None and rule.holds(value)
+    if alert is None:
+        if not holds:
+            return None, None
+        step = next_state(state=AlertState.INACTIVE, holds=True, now=now, active_at=None, last_true_at=None,
+                          for_s=rule.for_s, keep_firing_for_s=rule.keep_firing_for_s)
+        try:
+            with transaction.atomic():
+                alert = Alert.objects.create(
+                    rule=rule, fingerprint=fp, labels=labels,
+                    annotations=render_annotations(rule.annotations, labels, value),
+                    deployment_id=obs.deployment_id, role=obs.role, worker_id=obs.worker_id, state=step.state,
+                    value=value, active_at=now, fired_at=now if step.state == AlertState.FIRING else None,
+                    last_true_at=now, last_evaluated_at=now)
+                AlertTransition.objects.create(alert=alert, from_state=AlertState.INACTIVE, to_state=step.state,
+                                               value=value, at=now)
+        except IntegrityError:
+            # A concurrent pass created this instance first (one active alert per fingerprint); it owns it.
+            return None, None
+        report.transitions.append((rule.name, fp, AlertState.INACTIVE, step.state))
+        return alert, AlertState.INACTIVE
+
+    previous = AlertState(alert.state)
+    if keep_firing_for_s is None:
+        keep_firing_for_s = rule.keep_firing_for_s
+    step = next_state(state=previous, holds=holds, now=now, active_at=alert.active_at,
+                      last_true_at=alert.last_true_at, for_s=rule.for_s, keep_firing_for_s=keep_firing_for_s)
+    fields = {"last_evaluated_at": now, "last_true_at": step.last_true_at or alert.last_true_at}
+    if obs is not None:
+        fields["value"] = value
+        if holds:
+            fields["annotations"] = render_annotations(rule.annotations, alert.labels, value)
+    if step.state != previous:
+        fields["state"] = step.state
+        if step.state == AlertState.FIRING:
+            fields["fired_at"] = now
+        elif step.state == AlertState.RESOLVED:
+            fields["resolved_at"] = now
+    with transaction.atomic():
+        # Conditional on the state read: a concurrent pass that already moved it wins; this one leaves it.
+        num_updated = Alert.objects.filter(pk=alert.pk, state=previous).update(**fields)
+        if num_updated != 1:
+            return None, None
+        if step.state != previous:
+            AlertTransition.objects.create(alert=alert, from_state=previous, to_state=step.state,
+                                           value=fields.get("value", alert.value), at=now)
+    for name, new in fields.items():
+        setattr(alert, name, new)
+    if step.state != previous:
+        report.transitions.append((rule.name, fp, previous, step.state))
+    return alert, previous

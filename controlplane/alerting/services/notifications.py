@@ -1,0 +1,128 @@
+"""Notifications: queue one delivery per channel (rendered now, sent by a Celery task after commit), and send one
+delivery with bounded tries, backoff and a timeout."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.alerting.models import Alert, AlertRule, Channel, Delivery, DeliveryStatus
+from controlplane.alerting.webhooks.payloads import payload_for
+from controlplane.alerting.webhooks.signing import HEADER, sign
+from controlplane.alerting.webhooks.transport import TransportError, post
+
+log = logging.getLogger(__name__)
+
+
+def channels_for(names: list[str] | None):
+    """The enabled channels a notify action names (None or empty: every enabled channel)."""
+    channels = Channel.objects.filter(enabled=True)
+    if names:
+        channels = channels.filter(name__in=names)
+    return list(channels.order_by("name"))
+
+
+def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: str, reason: str,
+           idempotency_key: str):
+    """Record a `notify` Action (actor: the rule) and queue a delivery to each channel. Returns the Action."""
+    from controlplane.models import ActionKind, ActionStatus
+    from controlplane.services import Actor, DuplicateAction, action_create, action_find
+
+    existing = action_find(idempotency_key)
+    if existing is not None:
+        return existing
+    targets = channels_for(channels)
+    try:
+        with transaction.atomic():
+            deliveries = [
+                Delivery.objects.create(channel=channel, alert=alert, event=event,
+                                        payload=payload_for(channel, alert, event),
+                                        idempotency_key=f"{idempotency_key}:{channel.pk}")
+                for channel in targets
+            ]
+            # Succeeded once queued: each delivery row carries its own outcome.
+            action = action_create(
+                kind=ActionKind.NOTIFY, actor=Actor.rule(rule.name), deployment=alert.deployment,
+                worker=alert.worker, reason=reason, status=ActionStatus.SUCCEEDED,
+                params={"event": event, "alert": alert.pk, "channels": [c.name for c in targets]},
+                idempotency_key=idempotency_key)
+            action.finished_at = action.started_at = timezone.now()
+            action.result = {"deliveries": [d.pk for d in deliveries]}
+            action.save(update_fields=["finished_at", "started_at", "result"])
+            for delivery in deliveries:
+                delivery_enqueue(delivery.pk)
+    except DuplicateAction as dup:
+        return dup.action
+    return action
+
+
+def delivery_enqueue(delivery_id: int) -> None:
+    def send() -> None:
+        from controlplane.alerting.tasks import deliver_task
+
+        deliver_task.delay(delivery_id)
+
+    transaction.on_commit(send)
+
+
+def _headers(channel: Channel, body: bytes) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "User-Agent": "Tandem-Alerting/1"}
+    if channel.secrets:
+        headers[HEADER] = sign(body, list(channel.secrets))
+    return headers
+
+
+def delivery_send(*, delivery_id: int) -> Delivery:
+    """Send one delivery: up to TANDEM_WEBHOOK_MAX_ATTEMPTS tries, each with TANDEM_WEBHOOK_TIMEOUT_S, with
+    exponential backoff between transient failures. A permanent error (404, 410, other 4xx) stops at once and
+    disables the channel, saying why on both rows. Each try is claimed with a conditional UPDATE so that a task run
+    twice (acks_late) does not send twice in parallel."""
+    delivery = Delivery.objects.select_related("channel").get(pk=delivery_id)
+    channel = delivery.channel
+    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
+    backoff_s = settings.TANDEM_WEBHOOK_BACKOFF_MS / 1000
+    while delivery.status == DeliveryStatus.PENDING:
+        if not Channel.objects.filter(pk=channel.pk, enabled=True).exists():
+            _finish(delivery, DeliveryStatus.FAILED, error=f"channel {channel.name} is disabled")
+            break
+        claimed = Delivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING,
+                                          attempts=delivery.attempts).update(attempts=F("attempts") + 1,
+                                                                             last_attempt_at=timezone.now())
+        if claimed != 1:
+            break  # another process is sending it
+        delivery.attempts += 1
+        try:
+            code = post(channel.url, body, headers=_headers(channel, body),
+                        timeout_s=settings.TANDEM_WEBHOOK_TIMEOUT_S)
+        except TransportError as exc:
+            delivery.response_code = exc.status_code
+            if exc.permanent:
+                reason = f"disabled after a permanent delivery error: {exc.message}"
+                _finish(delivery, DeliveryStatus.FAILED, error=f"permanent: {exc.message}; channel disabled")
+                Channel.objects.filter(pk=channel.pk).update(enabled=False, disabled_reason=reason,
+                                                             disabled_at=timezone.now())
+                log.warning("channel %s %s", channel.name, reason)
+                break
+            if delivery.attempts >= settings.TANDEM_WEBHOOK_MAX_ATTEMPTS:
+                _finish(delivery, DeliveryStatus.FAILED,
+                        error=f"gave up after {delivery.attempts} tries: {exc.message}")
+                break
+            Delivery.objects.filter(pk=delivery.pk).update(error=f"try {delivery.attempts}: {exc.message}",
+                                                           response_code=exc.status_code)
+            time.sleep(backoff_s * 2 ** (delivery.attempts - 1))
+            continue
+        delivery.response_code = code
+        _finish(delivery, DeliveryStatus.SUCCEEDED, error="")
+    delivery.refresh_from_db()
+    return delivery
+
+
+def _finish(delivery: Delivery, status: str, *, error: str) -> None:
+    Delivery.objects.filter(pk=delivery.pk).update(status=status, error=error, response_code=delivery.response_code,
+                                                   finished_at=timezone.now())
+    delivery.status = status

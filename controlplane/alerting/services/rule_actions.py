@@ -1,0 +1,146 @@
+"""What a firing rule does, through issue 3's services so that each is an Action row with the rule as actor.
+
+Once per firing: the idempotency key is (rule id, fingerprint, firing start, action index); the same key goes to
+the core service, so even two evaluators racing produce one Action. Cooldown: an action runs only when the same
+action of the same rule did not run for the same target within `cooldown_s` — a metric that flaps around its
+threshold therefore causes at most one action per target per cooldown.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError
+
+from controlplane.alerting.models import ActionType, Alert, AlertRule, RuleActionRun, RunStatus
+from controlplane.errors import ControlPlaneError
+
+log = logging.getLogger(__name__)
+
+
+def action_key(alert: Alert, index: int, event: str = "firing") -> str:
+    start = int(alert.fired_at.timestamp() * 1000)
+    key = f"rule:{alert.rule_id}:{alert.fingerprint}:{start}:{index}"
+    return key if event == "firing" else f"{key}:{event}"
+
+
+def action_target(spec: dict, alert: Alert) -> str:
+    kind = spec["type"]
+    if kind == ActionType.SCALE:
+        return f"pool:{alert.deployment_id}:{alert.role}"
+    if kind == ActionType.RESTART:
+        return f"worker:{alert.worker_id}"
+    if kind == ActionType.ROLLBACK:
+        return f"deployment:{alert.deployment_id}"
+    return f"alert:{alert.fingerprint}"
+
+
+def in_cooldown(rule: AlertRule, index: int, target: str, now: datetime) -> bool:
+    if rule.cooldown_s == 0:
+        return False
+    since = now - timedelta(seconds=rule.cooldown_s)
+    return RuleActionRun.objects.filter(rule=rule, action_index=index, target=target, created_at__gt=since,
+                                        status=RunStatus.DONE).exists()
+
+
+def reason_for(rule: AlertRule, alert: Alert, detail: str) -> str:
+    where = f"{alert.labels.get('deployment', '')}/{alert.role or 'all'}"
+    if alert.worker_id is not None:
+        where += f" worker {alert.worker_id}"
+    return (f"alert rule {rule.name!r} firing on {where}: {detail} {rule.comparison} {rule.threshold:g}"
+            f" (for {rule.for_s}s)")
+
+
+def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime) -> int:
+    """Run each of the rule's actions for this firing that has not run yet and is not in cooldown.
+    Returns the number of actions carried out (done or failed)."""
+    num_run = 0
+    for index, spec in enumerate(rule.actions or []):
+        key = action_key(alert, index)
+        if RuleActionRun.objects.filter(idempotency_key=key).exists():
+            continue
+        target = action_target(spec, alert)
+        if in_cooldown(rule, index, target, now):
+            continue
+        reason = reason_for(rule, alert, detail)
+        status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="firing")
+        try:
+            RuleActionRun.objects.create(rule=rule, alert=alert, action_index=index, kind=spec["type"],
+                                         target=target, idempotency_key=key, action=action, status=status,
+                                         error=error, created_at=now)
+        except IntegrityError:
+            continue  # a concurrent pass recorded it; the core service's idempotency key kept it to one Action
+        num_run += 1
+    return num_run
+
+
+def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime) -> int:
+    """Send "resolved" to the channels that were told about this firing."""
+    num_run = 0
+    for index, spec in enumerate(rule.actions or []):
+        if spec["type"] != ActionType.NOTIFY:
+            continue
+        fired = RuleActionRun.objects.filter(idempotency_key=action_key(alert, index), status=RunStatus.DONE)
+        key = action_key(alert, index, "resolved")
+        if not fired.exists() or RuleActionRun.objects.filter(idempotency_key=key).exists():
+            continue
+        reason = f"alert rule {rule.name!r} resolved on {alert.labels.get('deployment', '')}/{alert.role or 'all'}"
+        status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="resolved")
+        try:
+            RuleActionRun.objects.create(rule=rule, alert=alert, action_index=index, kind=spec["type"],
+                                         target=action_target(spec, alert), idempotency_key=key, action=action,
+                                         status=status, error=error, created_at=now)
+        except IntegrityError:
+            continue
+        num_run += 1
+    return num_run
+
+
+def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str, event: str):
+    """→ (RunStatus, Action or None, error text)."""
+    from controlplane.alerting.services.notifications import notify
+    from controlplane.services import Actor, deployment_rollback, pool_scale, worker_restart
+
+    actor = Actor.rule(rule.name)
+    kind = spec["type"]
+    try:
+        if kind == ActionType.NOTIFY:
+            action = notify(alert=alert, rule=rule, channels=spec.get("channels"), event=event, reason=reason,
+                            idempotency_key=key)
+            return RunStatus.DONE, action, ""
+        if alert.deployment is None:
+            return RunStatus.SKIPPED, None, "the alert has no deployment"
+        if kind == ActionType.SCALE:
+            return _scale(spec, alert=alert, actor=actor, reason=reason, key=key, pool_scale=pool_scale)
+        if kind == ActionType.RESTART:
+            if alert.worker is None:
+                return RunStatus.SKIPPED, None, "the alert names no worker (or it no longer exists)"
+            action = worker_restart(worker=alert.worker, actor=actor, reason=reason, idempotency_key=key)
+            return RunStatus.DONE, action, ""
+        if kind == ActionType.ROLLBACK:
+            action = deployment_rollback(deployment=alert.deployment, actor=actor, reason=reason,
+                                         idempotency_key=key)
+            return RunStatus.DONE, action, ""
+    except ControlPlaneError as exc:
+        # Refused by the service (409 a rollout in progress, 400 no earlier revision...): recorded, not raised.
+        log.warning("alert rule %r: %s action refused: %s", rule.name, kind, exc.message)
+        return RunStatus.FAILED, None, exc.message
+    return RunStatus.FAILED, None, f"unknown action type {kind!r}"
+
+
+def _scale(spec, *, alert, actor, reason, key, pool_scale):
+    from controlplane.models import Pool
+
+    pool = Pool.objects.filter(deployment=alert.deployment, role=alert.role).first()
+    if pool is None:
+        return RunStatus.SKIPPED, None, f"deployment has no {alert.role!r} pool to scale"
+    step = int(spec.get("step", 1))
+    wanted = pool.desired_replicas + step if spec.get("direction", "up") == "up" else pool.desired_replicas - step
+    replicas = max(pool.min_replicas, min(pool.max_replicas, wanted))
+    if replicas == pool.desired_replicas:
+        bound = "max" if wanted > replicas else "min"
+        return (RunStatus.SKIPPED, None,
+                f"{alert.role} pool already at its {bound} ({pool.desired_replicas} replicas)")
+    action = pool_scale(deployment=alert.deployment, role=alert.role, replicas=replicas, actor=actor,
+                        reason=f"{reason}; {pool.desired_replicas} → {replicas} replicas", idempotency_key=key)
+    return RunStatus.DONE, action, ""

@@ -1,0 +1,150 @@
+"""Writing alert rules (admins): cross-field validation with messages that name the field, then one save."""
+from __future__ import annotations
+
+import re
+
+from django.db import IntegrityError, transaction
+
+from controlplane.alerting.models import ActionType, AlertRule, Channel
+from controlplane.alerting.models.rules import ScopeRole
+from controlplane.errors import conflict, invalid
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+LABEL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Labels the evaluator sets itself: a rule's own labels may not redefine an instance's identity.
+RESERVED_LABELS = {"alertname", "severity", "deployment", "role", "worker"}
+MAX_STEP = 64
+
+
+def _label_map(value, field: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise invalid(f"{field} must be an object of strings", field=field)
+    for key, item in value.items():
+        if not LABEL_NAME_RE.fullmatch(str(key)):
+            raise invalid(f"{field}: {key!r} is not a valid label name", field=f"{field}.{key}")
+        if not isinstance(item, str):
+            raise invalid(f"{field}.{key} must be a string", field=f"{field}.{key}")
+    return dict(value)
+
+
+def validate_actions(actions, *, role: str, per_worker: bool) -> list[dict]:
+    """[{"type": "notify", "channels": [...]}, {"type": "scale", "direction": "up", "step": 1}, {"type": "restart"},
+    {"type": "rollback"}] → the same, normalised; 400 naming the entry for anything else."""
+    if not isinstance(actions, list):
+        raise invalid("actions must be a list", field="actions")
+    clean = []
+    for index, spec in enumerate(actions):
+        where = f"actions[{index}]"
+        if not isinstance(spec, dict):
+            raise invalid(f"{where} must be an object", field=where)
+        kind = spec.get("type")
+        if kind not in ActionType.values:
+            raise invalid(f"{where}.type must be one of {', '.join(ActionType.values)}, not {kind!r}",
+                          field=f"{where}.type")
+        allowed = {"type"} | {ActionType.NOTIFY: {"channels"}, ActionType.SCALE: {"direction", "step"}}.get(kind, set())
+        unknown = set(spec) - allowed
+        if unknown:
+            raise invalid(f"{where} ({kind}) has unknown keys {sorted(unknown)}", field=where)
+        entry = {"type": kind}
+        if kind == ActionType.NOTIFY:
+            names = spec.get("channels")
+            if names is not None:
+                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                    raise invalid(f"{where}.channels must be a list of channel names", field=f"{where}.channels")
+                known = set(Channel.objects.filter(name__in=names).values_list("name", flat=True))
+                missing = [n for n in names if n not in known]
+                if missing:
+                    raise invalid(f"{where}.channels: unknown channel(s) {', '.join(missing)}",
+                                  field=f"{where}.channels")
+                entry["channels"] = names
+        elif kind == ActionType.SCALE:
+            direction, step = spec.get("direction", "up"), spec.get("step", 1)
+            if direction not in ("up", "down"):
+                raise invalid(f"{where}.direction must be 'up' or 'down'", field=f"{where}.direction")
+            if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_STEP:
+                raise invalid(f"{where}.step must be an integer from 1 to {MAX_STEP}", field=f"{where}.step")
+            if role == ScopeRole.GATEWAY:
+                raise invalid(f"{where}: a gateway has no pool to scale; scope the rule to a pool role",
+                              field=f"{where}.type")
+            entry.update(direction=direction, step=step)
+        elif kind == ActionType.RESTART and not per_worker:
+            raise invalid(f"{where}: restart needs a per-worker rule (per_worker: true) to know which worker",
+                          field=f"{where}.type")
+        clean.append(entry)
+    return clean
+
+
+def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
+    """Check a full rule (merged with `instance` for a partial update). Returns the cleaned fields."""
+    from controlplane.observability.selectors import AGGREGATIONS, METRICS
+
+    merged = {}
+    if instance is not None:
+        merged = {f: getattr(instance, f) for f in ("name", "deployment", "role", "per_worker", "metric",
+                                                      "aggregation", "window_s", "comparison", "threshold",
+                                                      "compare_to_offset_s", "for_s", "keep_firing_for_s",
+                                                      "fire_on_no_data", "severity", "labels", "annotations",
+                                                      "actions", "cooldown_s", "enabled")}
+    merged.update(data)
+    name = merged.get("name")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise invalid("name must be 1-100 letters, digits, '_', '.', ':' or '-', starting with a letter or digit",
+                      field="name")
+    if merged.get("metric") not in METRICS:
+        raise invalid(f"unknown metric {merged.get('metric')!r}; known: {', '.join(METRICS)}", field="metric")
+    if merged.get("aggregation", "avg") not in AGGREGATIONS:
+        raise invalid(f"aggregation must be one of {', '.join(AGGREGATIONS)}", field="aggregation")
+    for field in ("window_s", "for_s", "keep_firing_for_s", "cooldown_s"):
+        value = merged.get(field, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid(f"{field} must be a non-negative number of seconds, not {value!r}", field=field)
+    if merged.get("window_s", 60) < 1:
+        raise invalid("window_s must be at least 1 second", field="window_s")
+    offset = merged.get("compare_to_offset_s")
+    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 1):
+        raise invalid("compare_to_offset_s must be a positive number of seconds (or null)",
+                      field="compare_to_offset_s")
+    if offset is not None and merged.get("threshold", 0) < 0:
+        raise invalid("a relative rule's threshold is a ratio (e.g. 0.7 = down 30%) and cannot be negative",
+                      field="threshold")
+    role = merged.get("role") or ""
+    if role not in ScopeRole.values:
+        raise invalid(f"role must be one of prefill, decode, colocated, gateway or empty (every role)", field="role")
+    deployment = merged.get("deployment")
+    if role and role != ScopeRole.GATEWAY and deployment is not None:
+        if not deployment.pools.filter(role=role).exists():
+            raise invalid(f"deployment {deployment.name!r} has no {role} pool", field="role")
+    merged["labels"] = _label_map(merged.get("labels") or {}, "labels")
+    reserved = RESERVED_LABELS & set(merged["labels"])
+    if reserved:
+        raise invalid(f"labels may not set {sorted(reserved)}: the evaluator sets them", field="labels")
+    merged["annotations"] = _label_map(merged.get("annotations") or {}, "annotations")
+    merged["actions"] = validate_actions(merged.get("actions") or [], role=role,
+                                         per_worker=bool(merged.get("per_worker")))
+    merged["role"] = role
+    return merged
+
+
+def rule_create(**data) -> AlertRule:
+    clean = rule_validate(data)
+    try:
+        with transaction.atomic():
+            return AlertRule.objects.create(**clean)
+    except IntegrityError:
+        raise conflict(f"an alert rule named {clean['name']!r} already exists", field="name") from None
+
+
+def rule_update(*, rule: AlertRule, **data) -> AlertRule:
+    clean = rule_validate(data, instance=rule)
+    for field, value in clean.items():
+        setattr(rule, field, value)
+    try:
+        with transaction.atomic():
+            rule.save()
+    except IntegrityError:
+        raise conflict(f"an alert rule named {clean['name']!r} already exists", field="name") from None
+    return rule
+
+
+def rule_delete(*, rule: AlertRule) -> None:
+    rule.delete()

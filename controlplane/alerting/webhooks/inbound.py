@@ -1,0 +1,203 @@
+"""Alertmanager → Tandem: parse a webhook v4 body and turn its alerts into actions.
+
+Mapping convention (docs in controlplane/alerting/README.md):
+- labels `deployment` (required for an action) and `role` (the pool: prefill, decode or colocated), optional
+  `worker` (a worker id, for restart);
+- annotation (or label) `tandem_action`: scale_up | scale_down | restart | rollback | notify, and optional
+  `tandem_scale_step` (default 1). An alert without `tandem_action` is recorded and ignored.
+- Only `firing` alerts act; a `resolved` one is acknowledged.
+Alertmanager delivers at least once: the idempotency key is derived from groupKey + fingerprint + status + startsAt
+(startsAt: a later firing episode of the same alert is a new one and may act again).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils.dateparse import parse_datetime
+
+from controlplane.errors import ControlPlaneError, invalid
+
+ACTIONS = ("scale_up", "scale_down", "restart", "rollback", "notify")
+
+
+@dataclass(frozen=True, slots=True)
+class InboundAlert:
+    index: int
+    status: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: datetime | None
+    ends_at: datetime | None
+    generator_url: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class InboundPayload:
+    version: str
+    group_key: str
+    status: str
+    receiver: str
+    group_labels: dict
+    common_labels: dict
+    common_annotations: dict
+    external_url: str
+    alerts: list[InboundAlert]
+
+
+def _string_map(value, field: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise invalid(f"{field} must be an object", field=field)
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise invalid(f"{field}.{key} must be a string", field=f"{field}.{key}")
+    return value
+
+
+def _string(body: dict, key: str, field: str, *, required: bool = True, default: str = "") -> str:
+    if key not in body or body[key] is None:
+        if required:
+            raise invalid(f"{field} is required", field=field)
+        return default
+    if not isinstance(body[key], str):
+        raise invalid(f"{field} must be a string", field=field)
+    return body[key]
+
+
+def _time(body: dict, key: str, field: str) -> datetime | None:
+    raw = _string(body, key, field, required=False)
+    if not raw or raw.startswith("0001-01-01"):
+        return None  # Alertmanager's zero time: not ended
+    try:
+        moment = parse_datetime(raw)
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise invalid(f"{field} must be an RFC 3339 time, not {raw!r}", field=field)
+    return moment
+
+
+def parse_payload(body) -> InboundPayload:
+    """Validate Alertmanager's webhook v4 body; unknown extra fields are ignored. 400 naming the first bad field."""
+    if not isinstance(body, dict):
+        raise invalid("the body must be a JSON object (Alertmanager's webhook v4 payload)", field="body")
+    version = _string(body, "version", "version")
+    if version != "4":
+        raise invalid(f"version must be \"4\" (Alertmanager's webhook format), not {version!r}", field="version")
+    status = _string(body, "status", "status")
+    if status not in ("firing", "resolved"):
+        raise invalid("status must be 'firing' or 'resolved'", field="status")
+    alerts_raw = body.get("alerts")
+    if not isinstance(alerts_raw, list):
+        raise invalid("alerts must be a list", field="alerts")
+    alerts = []
+    for index, raw in enumerate(alerts_raw):
+        where = f"alerts[{index}]"
+        if not isinstance(raw, dict):
+            raise invalid(f"{where} must be an object", field=where)
+        alert_status = _string(raw, "status", f"{where}.status")
+        if alert_status not in ("firing", "resolved"):
+            raise invalid(f"{where}.status must be 'firing' or 'resolved'", field=f"{where}.status")
+        if "labels" not in raw:
+            raise invalid(f"{where}.labels is required", field=f"{where}.labels")
+        labels = _string_map(raw["labels"], f"{where}.labels")
+        annotations = _string_map(raw.get("annotations") or {}, f"{where}.annotations")
+        fingerprint = _string(raw, "fingerprint", f"{where}.fingerprint", required=False)
+        if not fingerprint:
+            # Older senders omit it: the same hash of the sorted labels every time.
+            fingerprint = hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:16]
+        alerts.append(InboundAlert(
+            index=index, status=alert_status, labels=labels, annotations=annotations,
+            starts_at=_time(raw, "startsAt", f"{where}.startsAt"), ends_at=_time(raw, "endsAt", f"{where}.endsAt"),
+            generator_url=_string(raw, "generatorURL", f"{where}.generatorURL", required=False),
+            fingerprint=fingerprint))
+    return InboundPayload(
+        version=version, group_key=_string(body, "groupKey", "groupKey"), status=status,
+        receiver=_string(body, "receiver", "receiver", required=False),
+        group_labels=_string_map(body.get("groupLabels") or {}, "groupLabels"),
+        common_labels=_string_map(body.get("commonLabels") or {}, "commonLabels"),
+        common_annotations=_string_map(body.get("commonAnnotations") or {}, "commonAnnotations"),
+        external_url=_string(body, "externalURL", "externalURL", required=False), alerts=alerts)
+
+
+def inbound_key(payload: InboundPayload, alert: InboundAlert) -> str:
+    starts = alert.starts_at.isoformat() if alert.starts_at else ""
+    digest = hashlib.sha256("\x00".join([payload.group_key, alert.fingerprint, alert.status, starts]).encode())
+    return f"alertmanager:{digest.hexdigest()}"
+
+
+def _field(alert: InboundAlert, payload: InboundPayload, name: str) -> str:
+    # The alert's own annotations/labels first, then the group's common ones.
+    for source in (alert.annotations, alert.labels, payload.common_annotations, payload.common_labels):
+        if source.get(name):
+            return source[name]
+    return ""
+
+
+def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
+    """Carry out one alert's tandem_action; returns its outcome for the response (never raises a domain error:
+    one refused alert must not make Alertmanager retry the whole group)."""
+    from controlplane.models import Deployment, Pool, Worker
+    from controlplane.services import (Actor, DuplicateAction, action_create, action_find, deployment_rollback,
+                                       pool_scale, worker_restart)
+
+    outcome = {"index": alert.index, "fingerprint": alert.fingerprint, "status": alert.status}
+    wanted = _field(alert, payload, "tandem_action")
+    if alert.status != "firing":
+        return {**outcome, "outcome": "ignored", "detail": "resolved alerts do not act"}
+    if not wanted:
+        return {**outcome, "outcome": "ignored", "detail": "no tandem_action annotation"}
+    if wanted not in ACTIONS:
+        return {**outcome, "outcome": "rejected", "detail": f"tandem_action must be one of {', '.join(ACTIONS)}"}
+    key = inbound_key(payload, alert)
+    existing = action_find(key)
+    if existing is not None:
+        return {**outcome, "outcome": "duplicate", "action": existing.pk}
+    name = alert.labels.get("deployment") or payload.common_labels.get("deployment")
+    deployment = Deployment.objects.filter(name=name).first() if name else None
+    if deployment is None:
+        return {**outcome, "outcome": "rejected", "detail": f"label deployment names no deployment ({name!r})"}
+    actor = Actor("webhook", f"alertmanager:{payload.receiver or 'webhook'}"[:150], user)
+    alertname = alert.labels.get("alertname", "")
+    reason = (f"Alertmanager alert {alertname!r} ({alert.fingerprint}) firing since "
+              f"{alert.starts_at.isoformat() if alert.starts_at else '?'}: {wanted}")
+    summary = alert.annotations.get("summary") or alert.annotations.get("description")
+    if summary:
+        reason += f" — {summary}"
+    role = alert.labels.get("role") or payload.common_labels.get("role") or ""
+    try:
+        if wanted in ("scale_up", "scale_down"):
+            pool = Pool.objects.filter(deployment=deployment, role=role).first()
+            if pool is None:
+                return {**outcome, "outcome": "rejected", "detail": f"label role names no pool of {name} ({role!r})"}
+            raw_step = _field(alert, payload, "tandem_scale_step") or "1"
+            if not raw_step.isdigit() or not 1 <= int(raw_step) <= 64:
+                return {**outcome, "outcome": "rejected", "detail": "tandem_scale_step must be an integer 1..64"}
+            step = int(raw_step) if wanted == "scale_up" else -int(raw_step)
+            replicas = max(pool.min_replicas, min(pool.max_replicas, pool.desired_replicas + step))
+            if replicas == pool.desired_replicas:
+                return {**outcome, "outcome": "skipped", "detail": f"{role} pool already at its bound ({replicas})"}
+            action = pool_scale(deployment=deployment, role=role, replicas=replicas, actor=actor,
+                                reason=f"{reason}; {pool.desired_replicas} → {replicas}", idempotency_key=key)
+        elif wanted == "restart":
+            raw_worker = alert.labels.get("worker", "")
+            worker = (Worker.objects.filter(pk=int(raw_worker), deployment=deployment).first()
+                      if raw_worker.isdigit() else None)
+            if worker is None:
+                return {**outcome, "outcome": "rejected", "detail": f"label worker names no worker of {name}"}
+            action = worker_restart(worker=worker, actor=actor, reason=reason, idempotency_key=key)
+        elif wanted == "rollback":
+            action = deployment_rollback(deployment=deployment, actor=actor, reason=reason, idempotency_key=key)
+        else:  # notify: recorded in the audit log (the alert already reached its humans through Alertmanager)
+            from controlplane.models import ActionKind, ActionStatus
+
+            action = action_create(kind=ActionKind.NOTIFY, actor=actor, deployment=deployment, reason=reason,
+                                   status=ActionStatus.SUCCEEDED, idempotency_key=key,
+                                   params={"source": "alertmanager", "labels": alert.labels})
+    except DuplicateAction as dup:  # the same alert delivered twice at once: the other request acted
+        return {**outcome, "outcome": "duplicate", "action": dup.action.pk}
+    except ControlPlaneError as exc:
+        return {**outcome, "outcome": "refused", "detail": exc.message}
+    return {**outcome, "outcome": "created", "action": action.pk}

@@ -1,0 +1,54 @@
+"""One exception handler: every API error is `{"error": {"message", "code", ...}}` with its HTTP status."""
+from __future__ import annotations
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from controlplane.errors import ControlPlaneError
+
+
+def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
+    """{"engine_settings": {"threads": ["..."]}} → {"engine_settings.threads": ["..."]}."""
+    if isinstance(detail, dict):
+        flat: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            name = str(key) if key != "non_field_errors" else ""
+            flat.update(_flatten(value, f"{prefix}.{name}" if prefix and name else (name or prefix)))
+        return flat
+    if isinstance(detail, list) and detail and all(isinstance(item, (dict, list)) for item in detail):
+        flat = {}
+        for index, value in enumerate(detail):
+            flat.update(_flatten(value, f"{prefix}[{index}]"))
+        return flat
+    items = detail if isinstance(detail, list) else [detail]
+    return {prefix: [str(item) for item in items]}
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ControlPlaneError):
+        return Response({"error": {"message": exc.message, "code": exc.code, **exc.extra}}, status=exc.status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "not found")
+    elif isinstance(exc, ObjectDoesNotExist):
+        # A row that a view found a moment ago was deleted before the service locked it (a concurrent delete).
+        what = type(exc).__qualname__.split(".")[0].lower()
+        exc = exceptions.NotFound(f"the {what} no longer exists (it was deleted meanwhile)")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # not an API error: a real bug, which Django reports as a 500
+    if isinstance(exc, exceptions.ValidationError):
+        fields = _flatten(exc.detail)
+        message = "; ".join(f"{name}: {' '.join(msgs)}" if name else " ".join(msgs) for name, msgs in fields.items())
+        body = {"message": message or "invalid input", "code": "invalid", "fields": fields}
+    else:
+        detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        codes = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
+        body = {"message": str(detail), "code": codes if isinstance(codes, str) else "error"}
+    response.data = {"error": body}
+    return response

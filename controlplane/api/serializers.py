@@ -1,0 +1,138 @@
+"""Output serializers (what the API returns). Input serializers live next to their views."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from controlplane.models import Action, Deployment, Node, Pool, Revision, Worker
+
+
+class ErrorBodySerializer(serializers.Serializer):
+    message = serializers.CharField()
+    code = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorBodySerializer()
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    num_gpus = serializers.IntegerField(read_only=True)
+    online = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = ["name", "queue", "hostname", "gpus", "num_gpus", "online", "last_seen_at", "created_at"]
+
+    def get_online(self, node: Node) -> bool:
+        return node.is_online()
+
+
+class PoolSerializer(serializers.ModelSerializer):
+    ready_replicas = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Pool
+        fields = ["role", "desired_replicas", "min_replicas", "max_replicas", "ready_replicas"]
+
+    def get_ready_replicas(self, pool: Pool) -> int:
+        num_ready = getattr(pool, "num_ready", None)
+        if num_ready is None:
+            num_ready = pool.workers.filter(status="ready").count()
+        return num_ready
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    current_revision = serializers.IntegerField(source="current_revision.number", allow_null=True, default=None)
+    gateway_node = serializers.CharField(source="gateway_node.name", allow_null=True, default=None)
+    gateway_url = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
+    pools = PoolSerializer(many=True, read_only=True)
+    deleting = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Deployment
+        fields = ["name", "mode", "current_revision", "gateway_port", "gateway_url", "gateway_node", "pools",
+                  "autoscale_enabled", "deleting", "created_at", "created_by"]
+
+    def get_gateway_url(self, deployment: Deployment) -> str | None:
+        if deployment.gateway_port is None:
+            return None
+        node = deployment.gateway_node
+        host = (node.hostname if node is not None and node.hostname else "127.0.0.1")
+        return f"http://{host}:{deployment.gateway_port}"
+
+    def get_deleting(self, deployment: Deployment) -> bool:
+        deleting = getattr(deployment, "is_deleting", None)
+        if deleting is None:
+            from controlplane.selectors import deployment_delete_pending
+
+            deleting = deployment_delete_pending(deployment) is not None
+        return deleting
+
+
+class RevisionSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
+    is_current = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Revision
+        fields = ["number", "model_path", "dtype", "engine_settings", "comment", "is_current", "created_at",
+                  "created_by"]
+
+    def get_is_current(self, revision: Revision) -> bool:
+        current_id = self.context.get("current_revision_id")
+        if current_id is None:
+            current_id = revision.deployment.current_revision_id
+        return revision.pk == current_id
+
+
+class WorkerSerializer(serializers.ModelSerializer):
+    deployment = serializers.CharField(source="deployment.name")
+    node = serializers.CharField(source="node.name", allow_null=True, default=None)
+    revision = serializers.IntegerField(source="revision.number", allow_null=True, default=None)
+    url = serializers.CharField(allow_null=True, read_only=True)
+
+    class Meta:
+        model = Worker
+        fields = ["id", "deployment", "role", "status", "pid", "host", "port", "url", "node", "gpu_index",
+                  "revision", "restart_count", "last_error", "log_path", "created_at", "started_at", "ready_at",
+                  "stopped_at", "last_health_at"]
+
+
+class ActionSerializer(serializers.ModelSerializer):
+    deployment = serializers.CharField(source="deployment_name")
+    worker = serializers.IntegerField(source="worker_id", allow_null=True)
+
+    class Meta:
+        model = Action
+        fields = ["id", "kind", "status", "deployment", "worker", "actor_type", "actor", "reason", "params",
+                  "error", "result", "idempotency_key", "created_at", "started_at", "finished_at"]
+
+
+class DeploymentActionSerializer(serializers.Serializer):
+    action = ActionSerializer()
+    deployment = DeploymentSerializer(allow_null=True)
+
+
+class RevisionActionSerializer(serializers.Serializer):
+    action = ActionSerializer()
+    revision = RevisionSerializer(allow_null=True)
+
+
+class WorkerActionSerializer(serializers.Serializer):
+    action = ActionSerializer()
+    worker = WorkerSerializer(allow_null=True)
+
+
+class EndpointGroupSerializer(serializers.Serializer):
+    revision = serializers.IntegerField(allow_null=True)
+    prefill = serializers.ListField(child=serializers.URLField())
+    decode = serializers.ListField(child=serializers.URLField())
+    colocated = serializers.ListField(child=serializers.URLField())
+
+
+class EndpointsSerializer(serializers.Serializer):
+    deployment = serializers.CharField()
+    model = serializers.CharField()
+    mode = serializers.CharField()
+    groups = EndpointGroupSerializer(many=True)

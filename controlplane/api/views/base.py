@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.views import APIView
+
+from controlplane.api.serializers import ErrorSerializer
+from controlplane.auth import IsAdmin, IsOperator, IsViewer
+from controlplane.selectors import MAX_ID
+
+READ = IsViewer
+OPERATE = IsOperator
+ADMINISTER = IsAdmin
+
+ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409)}
+READ_ERRORS = {code: ErrorSerializer for code in (401, 403, 404)}
+
+
+class ApiView(APIView):
+    """Viewers read; `write_permission` guards the other methods."""
+
+    write_permission = ADMINISTER
+
+    def get_permissions(self):
+        permission = READ if self.request.method in SAFE_METHODS else self.write_permission
+        return [permission()]
+
+
+class WriteInputSerializer(serializers.Serializer):
+    """Fields every write accepts. Unknown fields are ignored (DRF's default)."""
+
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    idempotency_key = serializers.CharField(
+        required=False, allow_null=True, max_length=255, default=None,
+        help_text="Repeat a request with the same key and it is done once: the first action is returned. "
+                  "The Idempotency-Key header works too.")
+
+
+def write_kwargs(request, data: dict) -> dict:
+    """reason / idempotency_key / actor for a service call."""
+    key = data.get("idempotency_key") or request.headers.get("Idempotency-Key") or None
+    if key is not None and len(key) > 255:
+        from controlplane.errors import invalid
+
+        raise invalid("Idempotency-Key must be at most 255 characters", field="idempotency_key")
+    return {"actor": request.user, "reason": data.get("reason", ""), "idempotency_key": key}
+
+
+def id_or_404(value, what: str) -> int:
+    # Path ids match [0-9]+, any number of digits; ids are 64-bit (a bigger one would overflow the driver).
+    value = int(value)
+    if not 0 < value <= MAX_ID:
+        from controlplane.errors import not_found
+
+        raise not_found(f"{what} {value} does not exist")
+    return value

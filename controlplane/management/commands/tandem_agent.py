@@ -1,0 +1,42 @@
+"""`python manage.py tandem_agent --name local`: the node agent, a Celery worker consuming `node.<name>`.
+
+In-process (app.worker_main) rather than a `celery worker` child: the agent's heartbeat thread and its tasks share
+one process, which is the parent of the workers it spawns and so can reap them.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Run the node agent: register the node, re-adopt its workers, heartbeat, and consume node.<name>."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", default=None, help="node name (default: TANDEM_NODE_NAME, 'local')")
+        parser.add_argument("--loglevel", default="INFO")
+
+    def handle(self, *args, name=None, loglevel="INFO", **options):
+        from django.utils.text import slugify
+
+        from controlplane.agent import runtime
+        from controlplane.agent.node import Heartbeat, node_adopt, node_register
+        from controlplane.celery import app
+
+        name = name or settings.TANDEM_NODE_NAME
+        if slugify(name) != name:
+            raise CommandError(f"node name {name!r} must be a slug (lowercase letters, digits, '-')")
+        runtime.node_name = name
+        node = node_register(name=name)
+        node_adopt(node=node)
+        heartbeat = Heartbeat(node, settings.TANDEM_HEARTBEAT_INTERVAL_S)
+        heartbeat.start()
+        try:
+            app.worker_main([
+                "worker", "--queues", node.queue, "--hostname", f"agent.{name}@%h",
+                # Threads: a stop blocks for its drain deadline; others must not wait behind it.
+                "--pool", "threads", "--concurrency", str(settings.TANDEM_AGENT_CONCURRENCY),
+                "--without-gossip", "--without-mingle", "--loglevel", loglevel,
+            ])
+        finally:
+            heartbeat.stop()

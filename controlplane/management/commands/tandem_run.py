@@ -1,0 +1,140 @@
+"""`make run` = `python manage.py tandem_run`: everything on this machine, in one foreground command.
+
+1. Prepare the demo model (TANDEM_DEMO_MODEL: smollm2 or tiny), migrate, ensure the admin user and the `demo`
+   deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT).
+2. Start and supervise web (runserver), one Celery control worker, Celery beat and the node agent; a child that dies
+   is restarted with backoff.
+3. Once the gateway answers: print the dashboard URL, an API token and curl examples; send demo requests
+   (TANDEM_DEMO_LOAD=0 turns them off).
+4. Ctrl-C or SIGTERM: stop beat, the control worker and the agent, then the worker and gateway processes of this
+   node (controlplane.run.shutdown), then web.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.run.stack import Stack, child_specs
+
+READY_TIMEOUT_S = 600
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Command(BaseCommand):
+    help = "Run Tandem locally: web, Celery control worker and beat, node agent, and the demo deployment."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--embedded-beat", action="store_true",
+                            help="run beat inside the control worker (one process fewer)")
+
+    def out(self, message: str) -> None:
+        self.stdout.write(message)
+        self.stdout.flush()
+
+    def handle(self, *args, embedded_beat: bool = False, **options):
+        from controlplane.models import Deployment
+        from controlplane.run import demo
+        from controlplane.run.shutdown import node_processes_stop
+
+        started = time.monotonic()
+        if not _port_free(settings.TANDEM_WEB_PORT):
+            raise CommandError(f"port {settings.TANDEM_WEB_PORT} is in use (another `make run`?); "
+                               "stop it or set TANDEM_WEB_PORT")
+        self.out(f"preparing the demo model ({settings.TANDEM_DEMO_MODEL}) ...")
+        model_path = demo.model_prepare(settings.TANDEM_DEMO_MODEL)
+        call_command("migrate", interactive=False, verbosity=0)
+        admin = demo.admin_ensure()
+        if not Deployment.objects.filter(name=demo.DEMO_NAME).exists() and not _port_free(
+                settings.TANDEM_GATEWAY_PORT):
+            raise CommandError(f"port {settings.TANDEM_GATEWAY_PORT} (the demo gateway's) is in use; "
+                               "stop what listens there or set TANDEM_GATEWAY_PORT")
+        deployment, what = demo.demo_deployment_ensure(model_path)
+        gateway_url = f"http://127.0.0.1:{deployment.gateway_port}"
+        self.out(f"demo deployment: {what} (model {model_path.name}, gateway port {deployment.gateway_port})")
+
+        stop_requested = threading.Event()
+
+        def on_signal(signum, frame):
+            stop_requested.set()
+
+        # SIGHUP too: a closed terminal must stop the stack, not orphan it.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, on_signal)
+
+        log_dir = settings.TANDEM_LOG_DIR
+
+        specs = child_specs(web_port=settings.TANDEM_WEB_PORT, node_name=settings.TANDEM_NODE_NAME,
+                            var_dir=settings.VAR_DIR, embedded_beat=embedded_beat)
+        stack = Stack(specs, log_dir=log_dir, env=dict(os.environ),
+                      cwd=settings.BASE_DIR, on_event=self.out)
+        stack.start()
+        self.out(f"started {', '.join(stack.children)} (logs in {log_dir}); waiting for the demo gateway ...")
+        load = None
+        waiter = threading.Thread(target=self._wait_ready, name="ready", daemon=True, kwargs=dict(
+            gateway_url=gateway_url, started=started, admin=admin, stop_requested=stop_requested))
+        waiter.start()
+        try:
+            while not stop_requested.wait(0.5):
+                stack.poll()
+                if load is None and settings.TANDEM_DEMO_LOAD and getattr(self, "ready", False):
+                    load = demo.DemoLoad(gateway_url, report=self.out)
+                    load.start()
+        finally:
+            self.out("stopping ...")
+            if load is not None:
+                load.stop()
+            stopping = time.monotonic()
+            # Nothing may start or restart a worker while they are stopped: the agent, beat and control go first.
+            stack.stop([name for name in ("beat", "control", "agent") if name in stack.children])
+            celery_s = time.monotonic() - stopping
+            outcomes = node_processes_stop(node_name=settings.TANDEM_NODE_NAME, reason="stopped by make run's exit")
+            workers_s = time.monotonic() - stopping - celery_s
+            stack.stop(["web"])
+            self.out(f"stopped in {time.monotonic() - stopping:.1f} s (Celery and agent {celery_s:.1f} s, "
+                     f"{len(outcomes)} worker and gateway processes {workers_s:.1f} s). Bye.")
+
+    def _wait_ready(self, *, gateway_url, started, admin, stop_requested) -> None:
+        from controlplane.run import demo
+
+        try:
+            demo.gateway_wait(gateway_url, timeout_s=READY_TIMEOUT_S, is_running=lambda: not stop_requested.is_set())
+        except TimeoutError as exc:
+            self.out(f"warning: {exc}; see the logs in {settings.TANDEM_LOG_DIR}")
+            return
+        if stop_requested.is_set():
+            return
+        self.ready = True
+        web = f"http://127.0.0.1:{settings.TANDEM_WEB_PORT}"
+        if admin.password and admin.generated:
+            login = f"user {admin.username}, password {admin.password} (shown only now; only its hash is stored)"
+        elif admin.password:
+            login = f"user {admin.username}, password from TANDEM_ADMIN_PASSWORD"
+        else:
+            login = f"user {admin.username} (password shown on the first run; set TANDEM_ADMIN_PASSWORD to reset it)"
+        body = '{"model": "demo", "prompt": "The capital of France is", "max_tokens": 16}'
+        self.out("\n".join([
+            f"Tandem is ready in {time.monotonic() - started:.1f} s.",
+            f"  dashboard  {web}/  ({login})",
+            f"  API token  {admin.token}  (admin)",
+            f"  API docs   {web}/api/docs/",
+            f"  try        curl -s {gateway_url}/v1/completions -H 'Content-Type: application/json' -d '{body}'",
+            f"             curl -s -H 'Authorization: Token {admin.token}' {web}/api/v1/workers/",
+            "  demo load  " + ("one request every 2 s (TANDEM_DEMO_LOAD=0 turns it off)" if settings.TANDEM_DEMO_LOAD
+                               else "off"),
+            "Ctrl-C stops everything.",
+        ]))

@@ -1,0 +1,13 @@
+"""The control plane's state: desired (deployments, revisions, pools) and actual (nodes, workers), plus the audit log
+(actions). Services in controlplane.services write it; supervision (reconcile, health, agent) acts on it."""
+from .actions import Action, ActionKind, ActionStatus, ActorType
+from .deployments import Deployment, DeploymentMode, Pool, PoolRole, Revision
+from .nodes import Node
+from .workers import Worker, WorkerRole, WorkerStatus
+
+__all__ = [
+    "Action", "ActionKind", "ActionStatus", "ActorType",
+    "Deployment", "DeploymentMode", "Pool", "PoolRole", "Revision",
+    "Node",
+    "Worker", "WorkerRole", "WorkerStatus",
+]

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+
+class DeploymentMode(models.TextChoices):
+    DISAGGREGATED = "disaggregated"  # a prefill pool and a decode pool, KV cache handed between them
+    COLOCATED = "colocated"  # one pool whose workers do both stages
+
+
+class PoolRole(models.TextChoices):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+
+
+# The pools each mode has: a deployment never has a pool of another role.
+ROLES_BY_MODE = {
+    DeploymentMode.DISAGGREGATED: (PoolRole.PREFILL, PoolRole.DECODE),
+    DeploymentMode.COLOCATED: (PoolRole.COLOCATED,),
+}
+
+
+class Deployment(models.Model):
+    """A served model: its name is the OpenAI `model` clients send; one gateway plus its pools."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    mode = models.CharField(max_length=20, choices=DeploymentMode.choices)
+    # SET_NULL, not PROTECT: deleting a deployment cascades to its revisions, this one included.
+    current_revision = models.ForeignKey(
+        "controlplane.Revision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    gateway_port = models.PositiveIntegerField(unique=True, null=True, blank=True)
+    gateway_node = models.ForeignKey(
+        "controlplane.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="gateway_deployments"
+    )
+    # Issue 4's autoscaler acts on a pool only while this is on.
+    autoscale_enabled = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(str(role) for role in ROLES_BY_MODE[DeploymentMode(self.mode)])
+
+
+class RevisionImmutableError(Exception):
+    pass
+
+
+class Revision(models.Model):
+    """What a deployment runs. Immutable: a change of model or settings is a new revision, which rollouts follow."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    model_path = models.CharField(max_length=1024)
+    dtype = models.CharField(max_length=20, default="float32")
+    # Passed to the workers: device, threads, kv_cache_bytes, block_size, max_num_seqs, max_queue, ...
+    engine_settings = models.JSONField(default=dict, blank=True)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["deployment_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "number"], name="revision_number_unique_per_deployment"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}#{self.number}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not self._state.adding:
+            raise RevisionImmutableError("revisions are immutable: create a new revision instead")
+        super().save(*args, **kwargs)
+
+
+class Pool(models.Model):
+    """The workers of one role of a deployment: desired replicas within min..max."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="pools")
+    role = models.CharField(max_length=20, choices=PoolRole.choices)
+    desired_replicas = models.PositiveIntegerField(default=1)
+    min_replicas = models.PositiveIntegerField(default=1)
+    max_replicas = models.PositiveIntegerField(default=8)
+
+    class Meta:
+        ordering = ["deployment_id", "role"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "role"], name="pool_role_unique_per_deployment"),
+            models.CheckConstraint(
+                condition=Q(min_replicas__lte=F("desired_replicas")) & Q(desired_replicas__lte=F("max_replicas")),
+                name="pool_desired_within_min_max",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}/{self.role}"

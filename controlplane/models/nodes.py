@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import models
+from django.utils import timezone
+
+
+class Node(models.Model):
+    """A host with a node agent: a Celery worker consuming `queue` (`node.<name>`) that starts and stops processes."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    queue = models.CharField(max_length=100, unique=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    # [{"index": 0, "name": "NVIDIA H100", "memory_total_bytes": 85899345920}]; [] on a CPU-only host.
+    gpus = models.JSONField(default=list, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def queue_for(name: str) -> str:
+        return f"node.{name}"
+
+    def save(self, *args, **kwargs):
+        if not self.queue:
+            self.queue = self.queue_for(self.name)
+        super().save(*args, **kwargs)
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus or [])
+
+    def is_online(self, *, within: timedelta = timedelta(seconds=30)) -> bool:
+        return self.last_seen_at is not None and timezone.now() - self.last_seen_at <= within

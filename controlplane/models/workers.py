@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class WorkerRole(models.TextChoices):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+    GATEWAY = "gateway"  # the deployment's gateway is supervised like a worker, without a pool or revision
+
+
+class WorkerStatus(models.TextChoices):
+    PENDING = "pending"  # wanted; no process yet
+    STARTING = "starting"  # process spawned; /health not yet 200
+    READY = "ready"  # /health 200: listed in the gateway's membership
+    DRAINING = "draining"  # taken out of membership; finishing its requests before it stops
+    STOPPED = "stopped"
+    FAILED = "failed"  # too many restarts in the window: left down, an action row says so
+
+
+# Statuses that hold (or are about to hold) a process.
+LIVE_STATUSES = (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.DRAINING)
+
+
+class Worker(models.Model):
+    """One process (a prefill, decode or colocated worker, or a gateway) on a node. Desired vs live is reconciled."""
+
+    deployment = models.ForeignKey("controlplane.Deployment", on_delete=models.CASCADE, related_name="workers")
+    pool = models.ForeignKey(
+        "controlplane.Pool", null=True, blank=True, on_delete=models.CASCADE, related_name="workers"
+    )
+    role = models.CharField(max_length=20, choices=WorkerRole.choices)
+    revision = models.ForeignKey(
+        "controlplane.Revision", null=True, blank=True, on_delete=models.CASCADE, related_name="workers"
+    )
+    node = models.ForeignKey(
+        "controlplane.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="workers"
+    )
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    host = models.CharField(max_length=255, default="127.0.0.1")
+    port = models.PositiveIntegerField(null=True, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=WorkerStatus.choices, default=WorkerStatus.PENDING)
+    restart_count = models.PositiveIntegerField(default=0)
+    consecutive_health_failures = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    log_path = models.CharField(max_length=1024, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    last_health_at = models.DateTimeField(null=True, blank=True)
+    # Exponential backoff: the next start is not attempted before this.
+    next_restart_at = models.DateTimeField(null=True, blank=True)
+    restart_window_started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["deployment", "role", "status"], name="worker_deployment_role_status")]
+
+    def __str__(self) -> str:
+        return f"{self.role}#{self.pk}"
+
+    @property
+    def url(self) -> str | None:
+        if self.port is None:
+            return None
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in LIVE_STATUSES

@@ -1,0 +1,16 @@
+"""Observability (issue 4 §1, §5): scrape, store, query, re-export, autoscale.
+
+- Scrape (store.py, scraper.py, exposition.py): every TANDEM_SCRAPE_INTERVAL_S (5 s) the Celery task
+  `observability.scrape_cycle` fetches /metrics of every worker and gateway with status starting/ready/draining
+  concurrently (at most TANDEM_SCRAPE_CONCURRENCY at once, TANDEM_SCRAPE_TIMEOUT_S each). A failed scrape stores
+  up=0; H6's health check stays the authority for restarts.
+- Derive (derive.py, quantiles.py): rates and P50/P90/P99 over TANDEM_SCRAPE_WINDOW_S (30 s) of raw counters kept
+  per target in ScrapeState, with Prometheus' histogram_quantile math and counter-reset handling. Series names and
+  pool aggregation rules: catalog.py. Client vs server (5xx) error kinds: exposition.py.
+- Store (models.py, rollup.py): one row per (target, scrape, metric); 1-minute rollups; retention raw 6 h,
+  rollups 14 days (settings), pruned by `observability.rollup_and_prune` every minute.
+- Read: selectors.metric_values (alert rules, autoscaler), series.query_series and GET /api/v1/metrics/query
+  (dashboard), GET /metrics (the control plane's own series: telemetry.py, metrics_view.py).
+- Autoscale (hpa.py, autoscaler.py, autoscaling_settings.py): HPA's algorithm per pool after each scrape; a manual
+  scale pauses that pool's autoscaler (rule and API in autoscaler.py).
+"""

@@ -1,0 +1,213 @@
+"""REST API of the observability app: the series query and each deployment's autoscaling settings."""
+from __future__ import annotations
+
+import math
+import re
+import time
+from datetime import timezone as dt_timezone
+
+from django.conf import settings
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView
+from controlplane.errors import invalid, not_found
+from controlplane.observability import autoscaling_settings
+from controlplane.observability.catalog import METRICS, UNITS
+from controlplane.observability.series import MAX_POINTS, SeriesQuery, auto_step, query_series
+
+ROLES = ("prefill", "decode", "colocated", "gateway")
+_OFFSET_AS_SPACE = re.compile(r"(:\d{2}(?:\.\d+)?) (\d{2}:?\d{2})$")  # seconds, then the offset
+
+
+def parse_time(raw: str, name: str) -> float:
+    """Unix seconds or an ISO 8601 date-time with a zone (a naive one is taken as UTC)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        # An unencoded '+' of a zone offset arrives as a space: "…T12:00:00 02:00" means "…T12:00:00+02:00".
+        parsed = parse_datetime(_OFFSET_AS_SPACE.sub(r"\1+\2", raw.strip()))
+        if parsed is None:
+            raise invalid(f"{name}={raw!r} is neither Unix seconds nor an ISO 8601 date-time "
+                          f"(e.g. 2026-01-31T12:00:00Z)", field=name) from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt_timezone.utc)
+        return parsed.timestamp()
+    if not math.isfinite(value) or value < 0:
+        raise invalid(f"{name}={raw!r} must be a non-negative finite number of Unix seconds", field=name)
+    return value
+
+
+def parse_query(params, *, now: float) -> tuple[SeriesQuery, object]:
+    from controlplane.models import Deployment
+
+    metric = params.get("metric")
+    if not metric:
+        raise invalid(f"metric is required; known metrics: {', '.join(METRICS)}", field="metric")
+    if metric not in METRICS:
+        raise invalid(f"unknown metric {metric!r}; known metrics: {', '.join(METRICS)}", field="metric")
+    name = params.get("deployment")
+    if not name:
+        raise invalid("deployment is required (a deployment name)", field="deployment")
+    deployment = Deployment.objects.filter(name=name).first()
+    if deployment is None:
+        raise not_found(f"deployment {name!r} does not exist")
+    role = params.get("role") or None
+    if role is not None and role not in ROLES:
+        raise invalid(f"role {role!r} is not one of {', '.join(ROLES)}", field="role")
+    worker = params.get("worker") or None
+    if worker not in (None, "all"):
+        if not worker.isdigit() or not 0 < int(worker) < 2**63:
+            raise invalid(f"worker must be a worker id or 'all', not {worker!r}", field="worker")
+        worker = int(worker)
+    end = parse_time(params["end"], "end") if params.get("end") else now
+    start = parse_time(params["start"], "start") if params.get("start") else end - 3600
+    if start >= end:
+        raise invalid(f"start ({start:.0f}) must be before end ({end:.0f})", field="start")
+    oldest = now - settings.TANDEM_METRICS_ROLLUP_RETENTION_S
+    if end < oldest:
+        raise invalid(f"the range ends before the oldest kept data (rollups are kept "
+                      f"{settings.TANDEM_METRICS_ROLLUP_RETENTION_S} s)", field="end")
+    if params.get("step"):
+        try:
+            step = float(params["step"])
+        except ValueError:
+            raise invalid(f"step={params['step']!r} is not a number of seconds", field="step") from None
+        if not math.isfinite(step) or step < 1:
+            raise invalid(f"step must be at least 1 second, not {params['step']}", field="step")
+    else:
+        step = auto_step(start, end)
+    num_points = (end - start) / step
+    if num_points > MAX_POINTS:
+        raise invalid(f"{num_points:.0f} points per series exceed the limit of {MAX_POINTS}: raise step or "
+                      f"shorten the range", field="step")
+    return SeriesQuery(metric=metric, deployment_id=deployment.pk, role=role, worker=worker, start=start, end=end,
+                       step=step), deployment
+
+
+class SeriesSerializer(serializers.Serializer):
+    deployment = serializers.CharField()
+    role = serializers.CharField()
+    worker_id = serializers.IntegerField(allow_null=True, help_text="null: the pool aggregate")
+    points = serializers.ListField(child=serializers.ListField(child=serializers.FloatField()),
+                                   help_text="[[unix seconds, value], ...]; a point is the mean over [t, t + step)")
+
+
+class SeriesResponseSerializer(serializers.Serializer):
+    metric = serializers.CharField()
+    unit = serializers.CharField()
+    deployment = serializers.CharField()
+    start = serializers.FloatField()
+    end = serializers.FloatField()
+    step = serializers.FloatField()
+    source = serializers.ChoiceField(choices=["raw", "rollup"])
+    series = SeriesSerializer(many=True)
+
+
+def _query_parameter(name: str, description: str, required: bool = False) -> OpenApiParameter:
+    return OpenApiParameter(name, str, OpenApiParameter.QUERY, required=required, description=description)
+
+
+class MetricsQueryView(ApiView):
+    """GET /api/v1/metrics/query?metric=&deployment=&role=&worker=&start=&end=&step= (viewer and up).
+
+    `worker` absent: the pool aggregates (one series per role); `worker=all`: one series per worker; `worker=<id>`:
+    that worker. start/end: Unix seconds or ISO 8601 (default: the last hour); step: seconds (default: ~300 points).
+    """
+
+    @extend_schema(
+        parameters=[
+            _query_parameter("metric", f"One of: {', '.join(METRICS)}", required=True),
+            _query_parameter("deployment", "Deployment name", required=True),
+            _query_parameter("role", "prefill, decode, colocated or gateway; default: every role"),
+            _query_parameter("worker", "absent: pool aggregates; `all`: one series per worker; an id: that worker"),
+            _query_parameter("start", "Unix seconds or ISO 8601; default: end − 1 h"),
+            _query_parameter("end", "Unix seconds or ISO 8601; default: now"),
+            _query_parameter("step", "Seconds per point; default: about 300 points"),
+        ],
+        responses={200: SeriesResponseSerializer, **ERRORS},
+        description="Stored series of one metric over a time range (viewer). Raw samples for ranges up to 2 h "
+                    "inside raw retention, 1-minute rollups otherwise.")
+    def get(self, request):
+        now = time.time()
+        query, deployment = parse_query(request.query_params, now=now)
+        source, series = query_series(query, now=now)
+        for item in series:
+            item["deployment"] = deployment.name
+            del item["deployment_id"]
+        return Response({"metric": query.metric, "unit": UNITS[query.metric], "deployment": deployment.name,
+                         "start": query.start, "end": query.end, "step": query.step, "source": source,
+                         "series": series})
+
+
+class AutoscalingInputSerializer(serializers.Serializer):
+    class PoolInput(serializers.Serializer):
+        enabled = serializers.BooleanField(required=False)
+        metric = serializers.ChoiceField(choices=[c[0] for c in autoscaling_settings.METRIC_CHOICES],
+                                         required=False)
+        target = serializers.FloatField(required=False, min_value=0.000001)
+        resume = serializers.BooleanField(required=False, default=False)
+
+    enabled = serializers.BooleanField(required=False)
+    pools = serializers.DictField(child=PoolInput(), required=False)
+
+
+class PoolAutoscalingSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField()
+    metric = serializers.CharField()
+    target = serializers.FloatField()
+    replicas = serializers.IntegerField()
+    min_replicas = serializers.IntegerField()
+    max_replicas = serializers.IntegerField()
+    paused_until = serializers.DateTimeField(allow_null=True)
+    paused_by_action = serializers.IntegerField(allow_null=True)
+    last_evaluated_at = serializers.DateTimeField(allow_null=True)
+    last_decision = serializers.CharField()
+
+
+class AutoscalingSerializer(serializers.Serializer):
+    deployment = serializers.CharField()
+    enabled = serializers.BooleanField()
+    rule = serializers.CharField()
+    tolerance = serializers.FloatField()
+    scale_up_stabilization_s = serializers.IntegerField()
+    scale_down_stabilization_s = serializers.IntegerField()
+    max_step = serializers.IntegerField()
+    step_period_s = serializers.IntegerField()
+    pools = serializers.DictField(child=PoolAutoscalingSerializer())
+
+
+class AutoscalingView(ApiView):
+    """GET (viewer) / PUT (operator) /api/v1/deployments/{name}/autoscaling.
+
+    PUT body: {"enabled": bool (the deployment's switch), "pools": {"<role>": {"enabled", "metric", "target",
+    "resume"}}}; all fields optional. Answers the same shape as GET. The pool's min..max (the autoscaler's bounds)
+    are set by the pool scaling API of issue 3, not here.
+    """
+
+    write_permission = OPERATE
+
+    @extend_schema(responses={200: AutoscalingSerializer, **READ_ERRORS})
+    def get(self, request, name: str):
+        return Response(autoscaling_settings.autoscaling_view(deployment=_deployment(name)))
+
+    @extend_schema(request=AutoscalingInputSerializer, responses={200: AutoscalingSerializer, **ERRORS},
+                   description="Turn the deployment's autoscaler on or off, change a pool's metric and target, or "
+                               "end a manual-scale pause (`resume`). Operator.")
+    def put(self, request, name: str):
+        deployment = _deployment(name)
+        data = AutoscalingInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        autoscaling_settings.autoscaling_update(deployment=deployment, actor=request.user, **data.validated_data)
+        return Response(autoscaling_settings.autoscaling_view(deployment=deployment))
+
+
+def _deployment(name: str):
+    from controlplane.models import Deployment
+
+    deployment = Deployment.objects.filter(name=name).first()
+    if deployment is None:
+        raise not_found(f"deployment {name!r} does not exist")
+    return deployment

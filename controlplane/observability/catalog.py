@@ -1,0 +1,74 @@
+"""The derived series the control plane stores: their names, stable ids and how a pool aggregates its workers.
+
+Stored series are keyed (deployment, role, worker or None for the pool aggregate, metric). The id of a metric is
+what the tables store (a small integer instead of a 30-character name in millions of rows); ids are stable: never
+renumber one, only append.
+
+Pool aggregates (worker None) combine the workers of one (deployment, role) at the same scrape:
+- latency quantiles: computed from the *summed* bucket increases of all workers (Prometheus'
+  `histogram_quantile(q, sum by (le) (rate(x_bucket[w])))`), never an average of per-worker quantiles;
+- rates and counts (qps, tokens/s, requests running/waiting, bytes, watts): sum over workers;
+- ratios of counters (error_ratio, server_error_ratio): from the summed counters;
+- utilisation-like ratios (kv cache, GPU utilisation, GPU memory ratio, CPU): mean over workers that report them;
+- temperature: max; `up`: the fraction of the pool's targets that answered (1.0 all up, 0.0 all down).
+
+Per-GPU series aggregate per worker: max for utilisation and temperature, sum for memory bytes and watts, and the
+memory ratio is sum(used) / sum(total).
+"""
+from __future__ import annotations
+
+import enum
+
+
+class PoolAggregate(str, enum.Enum):
+    HISTOGRAM = "histogram"  # recomputed from summed buckets
+    SUM = "sum"
+    MEAN = "mean"
+    MAX = "max"
+    COUNTER_RATIO = "counter_ratio"  # recomputed from summed counters
+
+
+# name -> (stable id, pool aggregation, unit for the API)
+_CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
+    "ttft_p50_seconds": (1, PoolAggregate.HISTOGRAM, "seconds"),
+    "ttft_p90_seconds": (2, PoolAggregate.HISTOGRAM, "seconds"),
+    "ttft_p99_seconds": (3, PoolAggregate.HISTOGRAM, "seconds"),
+    "itl_p50_seconds": (4, PoolAggregate.HISTOGRAM, "seconds"),
+    "itl_p90_seconds": (5, PoolAggregate.HISTOGRAM, "seconds"),
+    "itl_p99_seconds": (6, PoolAggregate.HISTOGRAM, "seconds"),
+    "e2e_p50_seconds": (7, PoolAggregate.HISTOGRAM, "seconds"),
+    "e2e_p90_seconds": (8, PoolAggregate.HISTOGRAM, "seconds"),
+    "e2e_p99_seconds": (9, PoolAggregate.HISTOGRAM, "seconds"),
+    "qps": (10, PoolAggregate.SUM, "requests/second"),
+    "prompt_tokens_per_second": (11, PoolAggregate.SUM, "tokens/second"),
+    "generation_tokens_per_second": (12, PoolAggregate.SUM, "tokens/second"),
+    "error_ratio": (13, PoolAggregate.COUNTER_RATIO, "ratio"),
+    "server_error_ratio": (14, PoolAggregate.COUNTER_RATIO, "ratio"),
+    "requests_running": (15, PoolAggregate.SUM, "requests"),
+    "requests_waiting": (16, PoolAggregate.SUM, "requests"),
+    "kv_cache_usage_ratio": (17, PoolAggregate.MEAN, "ratio"),
+    "gpu_utilization_ratio": (18, PoolAggregate.MEAN, "ratio"),
+    "gpu_memory_used_bytes": (19, PoolAggregate.SUM, "bytes"),
+    "gpu_memory_used_ratio": (20, PoolAggregate.MEAN, "ratio"),
+    "gpu_temperature_celsius": (21, PoolAggregate.MAX, "celsius"),
+    "gpu_power_watts": (22, PoolAggregate.SUM, "watts"),
+    "cpu_usage_ratio": (23, PoolAggregate.MEAN, "cores"),
+    "resident_memory_bytes": (24, PoolAggregate.SUM, "bytes"),
+    "up": (25, PoolAggregate.MEAN, "ratio"),
+}
+
+METRICS: tuple[str, ...] = tuple(_CATALOG)
+METRIC_IDS: dict[str, int] = {name: spec[0] for name, spec in _CATALOG.items()}
+METRIC_NAMES: dict[int, str] = {spec[0]: name for name, spec in _CATALOG.items()}
+POOL_AGGREGATES: dict[str, PoolAggregate] = {name: spec[1] for name, spec in _CATALOG.items()}
+UNITS: dict[str, str] = {name: spec[2] for name, spec in _CATALOG.items()}
+
+# The quantiles stored for each latency histogram: (metric prefix, source histogram name).
+HISTOGRAMS = {
+    "ttft": "tandem_time_to_first_token_seconds",
+    "itl": "tandem_inter_token_latency_seconds",
+    "e2e": "tandem_e2e_request_latency_seconds",
+}
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+assert len(set(METRIC_IDS.values())) == len(METRIC_IDS), "metric ids must be unique"

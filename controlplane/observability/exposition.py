@@ -1,0 +1,141 @@
+"""From a worker's or gateway's Prometheus text to the raw numbers the scraper keeps. No Django.
+
+Only the families Tandem stores are parsed: the text is first cut down to their lines (a cheap prefix test).
+prometheus_client's parser takes ~2.4 ms for a worker's full text and ~0.7 ms for the cut text; the regular
+expression fast path (see _samples) ~0.1 ms, which is what lets one control process scrape 1,000 targets within a
+cycle on two cores. prometheus_client's parser remains the reference (tests compare both) and the fallback.
+
+Error classes (the gateway counts failed requests by `kind`, not by HTTP status, see inference/gateway/app.py):
+the kinds that answer a 4xx (bad input, unknown model, body too large, 429 back-pressure) or that the client
+caused (disconnect) are *client* errors; every other kind (timeout 504, no_ready_workers 503, upstream/KV-transfer
+failures 502, engine and internal errors) is a *server* error and counts toward `server_error_ratio` (the "5xx
+ratio"). `error_ratio` counts both. `worker_rejected` is the gateway passing on a worker's 429 (admission queue full)
+or 503 (draining): back-pressure, not a failure of the service, so it is a client-class error here.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.observability.catalog import HISTOGRAMS
+
+CLIENT_ERROR_KINDS = frozenset({
+    "invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value",
+    "invalid_request", "model_not_found", "request_too_large", "not_found", "overloaded", "worker_rejected",
+    "client_disconnected", "bad_request", "validation",
+})
+
+_HISTOGRAM_BUCKETS = {name + "_bucket": key for key, name in HISTOGRAMS.items()}
+# Counter samples → key in Reading.counters.
+_COUNTERS = {
+    "tandem_prompt_tokens_total": "prompt_tokens",
+    "tandem_generation_tokens_total": "generation_tokens",
+    "tandem_request_success_total": "success",
+    "process_cpu_seconds_total": "cpu_seconds",
+}
+# Gauges → (key, how several label sets combine: GPUs of one worker).
+_GAUGES = {
+    "tandem_requests_running": ("requests_running", "sum"),
+    "tandem_requests_waiting": ("requests_waiting", "sum"),
+    "tandem_kv_cache_usage_ratio": ("kv_cache_usage_ratio", "max"),
+    "tandem_gpu_utilization_ratio": ("gpu_utilization_ratio", "max"),
+    "tandem_gpu_memory_used_bytes": ("gpu_memory_used_bytes", "sum"),
+    "tandem_gpu_memory_total_bytes": ("gpu_memory_total_bytes", "sum"),
+    "tandem_gpu_temperature_celsius": ("gpu_temperature_celsius", "max"),
+    "tandem_gpu_power_watts": ("gpu_power_watts", "sum"),
+    "process_resident_memory_bytes": ("resident_memory_bytes", "sum"),
+}
+_ERRORS = "tandem_request_errors_total"
+_WANTED = tuple(sorted({*HISTOGRAMS.values(), *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES,
+                        _ERRORS.removesuffix("_total")}))
+
+# One sample line without escapes: name{label="value",...} value [timestamp]
+_LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)'                           # name
+                   r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"]*",?)*)\})?'     # {label="value",...}
+                   r'[ \t]+(\S+)(?:[ \t]+\S+)?[ \t]*')                      # value [timestamp]
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+
+
+@dataclass(slots=True)
+class Reading:
+    """One scrape of one target: cumulative counters, cumulative histogram buckets and current gauges."""
+
+    counters: dict[str, float] = field(default_factory=dict)
+    histograms: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+
+
+def _relevant_lines(text: str) -> list[str]:
+    kept = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            # Keep TYPE lines of wanted families (the parser needs them to group _bucket samples); drop HELP.
+            if line.startswith("# TYPE ") and line[7:].startswith(_WANTED):
+                kept.append(line)
+        elif line.startswith(_WANTED):
+            kept.append(line)
+    return kept
+
+
+def _samples(text: str):
+    """(name, labels, value) of the wanted samples.
+
+    Lines without a backslash (every line Tandem's processes write: labels are role, model, gpu, le, kind,
+    finished_reason) are matched by one compiled regular expression, ~8× faster than prometheus_client's
+    character-by-character parser, which is what keeps a 1,000-target cycle within its interval. Text with any
+    escape sequence goes to prometheus_client's parser, which handles the whole grammar. Either way a malformed line
+    raises ValueError.
+    """
+    lines = _relevant_lines(text)
+    if "\\" in text:
+        for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+            for sample in family.samples:
+                yield sample.name, sample.labels, sample.value
+        return
+    for line in lines:
+        if line.startswith("#"):
+            continue
+        match = _LINE.fullmatch(line)
+        if match is None:
+            raise ValueError(f"not a Prometheus sample line: {line[:200]!r}")
+        name, labels, value = match.groups()
+        yield name, dict(_LABEL.findall(labels)) if labels else {}, float(value)
+
+
+def parse_exposition(text: str) -> Reading:
+    """Raises ValueError on text that is not Prometheus exposition."""
+    reading = Reading()
+    counters, gauges = reading.counters, reading.gauges
+    # Labelled counters have no sample until their first increment: absent means 0 for them.
+    counters.update(success=0.0, errors=0.0, server_errors=0.0)
+    buckets: dict[str, dict[float, float]] = {}
+    num_samples = 0
+    for name, labels, value in _samples(text):
+        num_samples += 1
+        if name in _HISTOGRAM_BUCKETS:
+            per_le = buckets.setdefault(_HISTOGRAM_BUCKETS[name], {})
+            le = float(labels["le"])
+            per_le[le] = per_le.get(le, 0.0) + value
+        elif name in _COUNTERS:
+            key = _COUNTERS[name]
+            counters[key] = counters.get(key, 0.0) + value
+        elif name == _ERRORS:
+            counters["errors"] += value
+            if labels.get("kind", "") not in CLIENT_ERROR_KINDS:
+                counters["server_errors"] += value
+        elif name in _GAUGES and not math.isnan(value):
+            key, combine = _GAUGES[name]
+            if key not in gauges:
+                gauges[key] = value
+            elif combine == "sum":
+                gauges[key] += value
+            else:
+                gauges[key] = max(gauges[key], value)
+    if num_samples == 0:
+        # A 200 page without a single Tandem series (a proxy's HTML, another service on the port) is not up.
+        raise ValueError("no tandem_* or process_* series in the text")
+    reading.histograms = {key: sorted(per_le.items()) for key, per_le in buckets.items()}
+    return reading

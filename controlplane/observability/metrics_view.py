@@ -1,0 +1,39 @@
+"""GET /metrics of the web process: the control plane's own Prometheus text.
+
+Access: a viewer (or higher) token, sent as `Authorization: Bearer <token>` (Prometheus' `authorization` /
+`bearer_token` config) or `Authorization: Token <token>` (the REST API's scheme), or a signed-in session. It is not
+open on localhost: behind a reverse proxy every request comes from localhost, and the action counts and deployment
+names are fleet data. Anything else answers 401 (403 for a user without a role).
+"""
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from controlplane.auth import Role, has_role
+from controlplane.observability.telemetry import REGISTRY
+
+
+def _token_user(request):
+    from rest_framework.authtoken.models import Token
+
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() not in ("bearer", "token") or not key.strip():
+        return None
+    token = Token.objects.select_related("user").filter(key=key.strip()).first()
+    return token.user if token is not None else None
+
+
+@require_GET
+def metrics(request):
+    user = _token_user(request) if "Authorization" in request.headers else request.user
+    if user is None or not user.is_authenticated:
+        response = HttpResponse("401: send Authorization: Bearer <token> of a viewer (or higher)\n", status=401,
+                                content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="tandem"'
+        return response
+    if not has_role(user, Role.VIEWER):
+        return HttpResponse("403: this needs the viewer role (or higher)\n", status=403, content_type="text/plain")
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

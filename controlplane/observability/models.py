@@ -1,0 +1,118 @@
+"""Observability storage: scraped samples, their 1-minute rollups, the scraper's per-target state, cycle
+statistics for the control plane's own /metrics, and the per-pool autoscaling policy.
+
+Volume drove the shape. One row per (target, scrape, metric) with a small-integer metric id and a float Unix
+timestamp: 10 workers × ~25 series every 5 s is ~180,000 rows an hour, so each row stays ~40 bytes plus its index
+entry, and a series read is one index range scan. Deployment and worker are plain integer columns rather than
+foreign keys: samples outlive the workers they describe (history of a replaced worker stays readable) and deleting a
+deployment must not cascade over a million rows inside the delete's transaction — retention prunes them.
+"""
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class Sample(models.Model):
+    """One value of one derived series at one scrape. `worker_id` None = the pool aggregate of (deployment, role)."""
+
+    ts = models.FloatField()  # Unix seconds of the scrape
+    deployment_id = models.BigIntegerField()
+    role = models.CharField(max_length=12)
+    worker_id = models.BigIntegerField(null=True)
+    metric = models.PositiveSmallIntegerField()  # catalog.METRIC_IDS
+    value = models.FloatField()
+
+    class Meta:
+        indexes = [
+            # Read by the query API and the selectors (one metric of one deployment over a time range; with role
+            # and worker as further prefix columns for pool and per-worker series).
+            models.Index(fields=["deployment_id", "metric", "role", "worker_id", "ts"], name="sample_series"),
+            # Read by retention pruning and the rollup (a time range across all series).
+            models.Index(fields=["ts"], name="sample_ts"),
+        ]
+
+
+class Rollup(models.Model):
+    """The samples of one series over one minute [ts, ts + 60): avg, min, max, count."""
+
+    ts = models.FloatField()  # start of the minute, Unix seconds (a multiple of 60)
+    deployment_id = models.BigIntegerField()
+    role = models.CharField(max_length=12)
+    worker_id = models.BigIntegerField(null=True)
+    metric = models.PositiveSmallIntegerField()
+    avg = models.FloatField()
+    min = models.FloatField()
+    max = models.FloatField()
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["deployment_id", "metric", "role", "worker_id", "ts"], name="rollup_series"),
+            models.Index(fields=["ts"], name="rollup_ts"),
+        ]
+
+
+class ScrapeState(models.Model):
+    """The recent raw counters and histogram buckets of one target, so that any Celery process can compute rates.
+
+    `snapshots`: {"le": bucket bounds per histogram, "ring": the snapshots of the rate window, oldest first} (format
+    in derive.py). The target is a Worker row (workers and gateways alike).
+    """
+
+    worker_id = models.BigIntegerField(unique=True)
+    deployment_id = models.BigIntegerField()
+    role = models.CharField(max_length=12)
+    snapshots = models.JSONField(default=dict)
+    last_scrape_at = models.FloatField(null=True)
+    last_up = models.BooleanField(default=False)
+    last_error = models.TextField(blank=True)
+
+
+class CycleKind(models.TextChoices):
+    SCRAPE = "scrape"
+    AUTOSCALE = "autoscale"
+    ALERT_EVALUATION = "alert_evaluation"
+    ROLLUP = "rollup"
+
+
+class CycleStat(models.Model):
+    """A cumulative histogram of one kind of periodic work's duration, kept in the DB because the scraper and the
+    evaluators run in Celery processes while /metrics is served by the web process."""
+
+    kind = models.CharField(max_length=32, unique=True)
+    count = models.PositiveBigIntegerField(default=0)
+    sum_seconds = models.FloatField(default=0.0)
+    buckets = models.JSONField(default=list)  # cumulative counts, aligned with telemetry.DURATION_BUCKETS
+    last_seconds = models.FloatField(null=True)
+    last_at = models.DateTimeField(null=True)
+    last_targets = models.PositiveIntegerField(null=True)  # scrape: targets scraped in the last cycle
+    last_targets_up = models.PositiveIntegerField(null=True)
+
+
+class AutoscaleMetric(models.TextChoices):
+    TTFT_P99 = "ttft_p99_seconds"
+    ITL_P99 = "itl_p99_seconds"
+    E2E_P99 = "e2e_p99_seconds"
+    WAITING_PER_WORKER = "requests_waiting_per_worker"
+    RUNNING_PER_WORKER = "requests_running_per_worker"
+    KV_CACHE_USAGE = "kv_cache_usage_ratio"
+
+
+class AutoscalingPolicy(models.Model):
+    """How the autoscaler sizes one pool. It acts only while the deployment's `autoscale_enabled` and this policy's
+    `enabled` are both on. `recommendations` keeps [ts, replicas] of the last scale-down stabilisation window."""
+
+    pool = models.OneToOneField("controlplane.Pool", on_delete=models.CASCADE, related_name="autoscaling")
+    enabled = models.BooleanField(default=True)
+    metric = models.CharField(max_length=40, choices=AutoscaleMetric.choices)
+    target = models.FloatField()
+    recommendations = models.JSONField(default=list, blank=True)
+    # A manual scale after this instant pauses the autoscaler (autoscaler.manual_pause); PUT resume sets it to now.
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    last_evaluated_at = models.DateTimeField(null=True, blank=True)
+    last_decision = models.TextField(blank=True)  # the numbers of the last evaluation, shown by the API
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.pool} {self.metric} target {self.target}"

@@ -1,0 +1,131 @@
+"""One scrape cycle: find the targets, scrape them, derive the series, store samples and the per-target state.
+
+Any Celery process may run a cycle: the raw counters a rate needs live in ScrapeState rows, not in memory.
+Two cycles that overlap (a slow cycle and the next beat) each append a snapshot to the state they read; the later
+write wins, so one snapshot may be lost. Rates stay correct (each snapshot carries its own timestamp); the window
+just has one point fewer.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, PoolAggregate
+from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
+from controlplane.observability.models import Sample, ScrapeState
+from controlplane.observability.scraper import Fetched, Target, scrape
+from controlplane.observability.selectors import SCRAPED_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    ts: float
+    num_targets: int
+    num_up: int
+    num_samples: int
+    scrape_seconds: float
+    store_seconds: float
+
+
+def scrape_targets() -> list[Target]:
+    """Workers and gateways that hold a process with a known port."""
+    from controlplane.models import Worker
+
+    rows = (Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False)
+            .values_list("id", "deployment_id", "role", "host", "port"))
+    return [Target(wid, dep, role, f"http://{host}:{port}") for wid, dep, role, host, port in rows]
+
+
+def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = None) -> CycleResult:
+    """1. scrape every target concurrently; 2. derive each target's series from its snapshots in the window;
+    3. aggregate per (deployment, role); 4. write samples and states in one short transaction."""
+    if targets is None:
+        targets = scrape_targets()
+    started = time.perf_counter()
+    fetched = scrape(targets, timeout_s=settings.TANDEM_SCRAPE_TIMEOUT_S,
+                     concurrency=settings.TANDEM_SCRAPE_CONCURRENCY)
+    scraped = time.perf_counter()
+    ts = time.time() if now is None else now
+    num_samples, num_up = _store(fetched, ts)
+    return CycleResult(ts=ts, num_targets=len(targets), num_up=num_up, num_samples=num_samples,
+                       scrape_seconds=scraped - started, store_seconds=time.perf_counter() - scraped)
+
+
+def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
+    window = settings.TANDEM_SCRAPE_WINDOW_S
+    # values_list, not model instances: the states of 1,000 targets are read and written every cycle.
+    states = dict(ScrapeState.objects.filter(worker_id__in=[f.target.worker_id for f in fetched])
+                  .values_list("worker_id", "snapshots"))
+    rows: list[tuple] = []
+    pools: dict[tuple[int, str], list[tuple[dict, Increments | None]]] = defaultdict(list)
+    pool_up: dict[tuple[int, str], list[float]] = defaultdict(list)
+    new_states: list[ScrapeState] = []
+    num_up = 0
+    for item in fetched:
+        target = item.target
+        state = states.get(target.worker_id) or None
+        key = (target.deployment_id, target.role)
+        if item.reading is None:
+            values = {"up": 0.0}
+            error = item.error
+        else:
+            num_up += 1
+            state = state_append(state, item.reading, ts, window)
+            values, inc = target_series(state, item.reading.gauges)
+            pools[key].append((values, inc))
+            error = ""
+        pool_up[key].append(values["up"])
+        rows.extend(_rows(ts, target.deployment_id, target.role, target.worker_id, values))
+        new_states.append(ScrapeState(worker_id=target.worker_id, deployment_id=target.deployment_id,
+                                      role=target.role, snapshots=state or {}, last_scrape_at=ts,
+                                      last_up=item.reading is not None, last_error=error[:2000]))
+    for key, ups in pool_up.items():
+        values = _pool_values(pools.get(key, []))
+        values["up"] = sum(ups) / len(ups)
+        rows.extend(_rows(ts, key[0], key[1], None, values))
+    with transaction.atomic():
+        _insert_samples(rows)
+        ScrapeState.objects.bulk_create(
+            new_states, batch_size=500, update_conflicts=True, unique_fields=["worker_id"],
+            update_fields=["deployment_id", "role", "snapshots", "last_scrape_at", "last_up", "last_error"])
+    return len(rows), num_up
+
+
+def _rows(ts, deployment_id, role, worker_id, values: dict) -> list[tuple]:
+    return [(ts, deployment_id, role, worker_id, METRIC_IDS[name], value)
+            for name, value in values.items() if value is not None]
+
+
+def _insert_samples(rows: list[tuple]) -> None:
+    """One executemany: ~10× faster than bulk_create for the ~26,000 rows of a 1,000-target cycle (measured: 0.13 s
+    against 1.2 s on SQLite), since no model instance is built per row. Same SQL on SQLite and PostgreSQL."""
+    table = connection.ops.quote_name(Sample._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"INSERT INTO {table} (ts, deployment_id, role, worker_id, metric, value) "
+                           f"VALUES (%s, %s, %s, %s, %s, %s)", rows)
+
+
+def _pool_values(workers: list[tuple[dict, Increments | None]]) -> dict[str, float | None]:
+    """The pool aggregate of the workers that answered (catalog.PoolAggregate says how each series combines)."""
+    increments = [inc for _, inc in workers if inc is not None]
+    pooled = rate_series(pool_increments(increments)) if increments else {}
+    values: dict[str, float | None] = {}
+    for name, how in POOL_AGGREGATES.items():
+        if how in (PoolAggregate.HISTOGRAM, PoolAggregate.COUNTER_RATIO):
+            if name in pooled:
+                values[name] = pooled[name]
+            continue
+        parts = [v[name] for v, _ in workers if v.get(name) is not None]
+        if not parts:
+            continue
+        if how is PoolAggregate.SUM:
+            values[name] = sum(parts)
+        elif how is PoolAggregate.MEAN:
+            values[name] = sum(parts) / len(parts)
+        else:
+            values[name] = max(parts)
+    return values

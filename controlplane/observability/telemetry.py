@@ -1,0 +1,116 @@
+"""The control plane's own metrics: durations of its periodic work, scrape targets up, actions and deliveries.
+
+The work runs in Celery processes while /metrics is served by the web process, so durations are written to the
+database (one CycleStat row per kind, a cumulative histogram) and read back by a collector at scrape time, as are
+the action and delivery counts. No multiprocess directory to configure, nothing lost when a worker process restarts.
+
+For other apps (alerting):
+    from controlplane.observability.telemetry import observe_evaluation
+    observe_evaluation(seconds)                      # one alert-rule evaluation pass
+    record_cycle(CycleKind.ROLLUP, seconds)          # any other kind of CycleKind
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+
+from django.apps import apps
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from controlplane.observability.models import CycleKind, CycleStat
+
+log = logging.getLogger(__name__)
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def record_cycle(kind: str, seconds: float, *, num_targets: int | None = None, num_up: int | None = None) -> None:
+    """Add one duration to the kind's histogram (a row lock: cycles of one kind are seconds apart)."""
+    with transaction.atomic():
+        stat, _ = CycleStat.objects.select_for_update().get_or_create(kind=kind)
+        buckets = list(stat.buckets) if len(stat.buckets) == len(DURATION_BUCKETS) else [0] * len(DURATION_BUCKETS)
+        for index in range(bisect.bisect_left(DURATION_BUCKETS, seconds), len(DURATION_BUCKETS)):
+            buckets[index] += 1
+        stat.buckets = buckets
+        stat.count += 1
+        stat.sum_seconds += seconds
+        stat.last_seconds = seconds
+        stat.last_at = timezone.now()
+        if num_targets is not None:
+            stat.last_targets, stat.last_targets_up = num_targets, num_up
+        stat.save()
+
+
+def observe_evaluation(seconds: float) -> None:
+    """One pass of alert-rule evaluation took `seconds` (called by the alerting app)."""
+    record_cycle(CycleKind.ALERT_EVALUATION, seconds)
+
+
+class ControlPlaneCollector(Collector):
+    """Reads the database at scrape time: nothing to keep in sync between processes."""
+
+    def describe(self):
+        return []  # no collect() at registration time (it needs the database)
+
+    def collect(self):
+        duration = HistogramMetricFamily(
+            "tandem_controlplane_cycle_duration_seconds",
+            "Duration of the control plane's periodic work, by kind (scrape, autoscale, alert_evaluation, rollup).",
+            labels=["kind"])
+        last = GaugeMetricFamily("tandem_controlplane_cycle_last_duration_seconds",
+                                 "Duration of the latest cycle of each kind.", labels=["kind"])
+        targets = GaugeMetricFamily("tandem_controlplane_scrape_targets",
+                                    "Targets in the latest scrape cycle, by whether they answered.", labels=["up"])
+        for stat in CycleStat.objects.all():
+            if len(stat.buckets) == len(DURATION_BUCKETS):
+                buckets = [(str(le), float(n)) for le, n in zip(DURATION_BUCKETS, stat.buckets)]
+                buckets.append(("+Inf", float(stat.count)))
+                duration.add_metric([stat.kind], buckets, stat.sum_seconds)
+            if stat.last_seconds is not None:
+                last.add_metric([stat.kind], stat.last_seconds)
+            if stat.kind == CycleKind.SCRAPE and stat.last_targets is not None:
+                targets.add_metric(["1"], float(stat.last_targets_up or 0))
+                targets.add_metric(["0"], float(stat.last_targets - (stat.last_targets_up or 0)))
+        yield duration
+        yield last
+        yield targets
+        yield self._actions()
+        deliveries = self._deliveries()
+        if deliveries is not None:
+            yield deliveries
+
+    def _actions(self):
+        from controlplane.models import Action
+
+        family = CounterMetricFamily("tandem_controlplane_actions", "Actions (the audit log) by kind, actor type "
+                                     "and status.", labels=["kind", "actor_type", "status"])
+        rows = Action.objects.values_list("kind", "actor_type", "status").annotate(n=Count("id")).order_by()
+        for kind, actor_type, status, n in rows:
+            family.add_metric([kind, actor_type, status], float(n))
+        return family
+
+    def _deliveries(self):
+        # The alerting app (issue 4, H8) is optional here: its Delivery model is read only when it is installed.
+        if not apps.is_installed("controlplane.alerting"):
+            return None
+        try:
+            delivery = apps.get_model("alerting", "Delivery")
+            rows = delivery.objects.values_list("status").annotate(n=Count("id")).order_by()
+            family = CounterMetricFamily("tandem_controlplane_deliveries", "Webhook deliveries by status.",
+                                         labels=["status"])
+            for status, n in rows:
+                family.add_metric([str(status)], float(n))
+            return family
+        except Exception as exc:  # a model without `status`: the rest of /metrics still answers
+            log.warning("cannot count alerting deliveries: %s", exc)
+            return None
+
+
+# One registry for the web process's /metrics; other apps may register their own collectors on it.
+REGISTRY = CollectorRegistry()
+REGISTRY.register(ControlPlaneCollector())

@@ -1,0 +1,141 @@
+"""Reads shared by the API, the dashboard, services and supervision."""
+from __future__ import annotations
+
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+
+from controlplane.errors import not_found
+from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Revision, Worker, WorkerRole,
+                                 WorkerStatus)
+from controlplane.models.actions import UNFINISHED_STATUSES
+
+# Ids are 64-bit: a bigger number in a URL or filter is not an id (and would overflow the database driver).
+MAX_ID = 2**63 - 1
+ROLLOUT_KINDS = (ActionKind.ROLLBACK, ActionKind.REVISION)
+
+
+def _could_be_name(name) -> bool:
+    # Names are slugs of at most 63 characters; anything else (a NUL byte, which PostgreSQL refuses in text,
+    # a 3,000-character path segment) cannot exist, so it is a 404 without a query.
+    return isinstance(name, str) and 0 < len(name) <= 63 and "\x00" not in name
+
+
+def node_get(name: str) -> Node:
+    node = Node.objects.filter(name=name).first() if _could_be_name(name) else None
+    if node is None:
+        raise not_found(f"node {name!r} does not exist")
+    return node
+
+
+_unfinished_deletes = Action.objects.filter(deployment=OuterRef("pk"), kind=ActionKind.DELETE,
+                                           status__in=UNFINISHED_STATUSES)
+
+
+def deployment_list() -> QuerySet[Deployment]:
+    ready = Count("workers", filter=Q(workers__status=WorkerStatus.READY))
+    pools = Pool.objects.annotate(
+        num_ready=Count("workers", filter=Q(workers__status=WorkerStatus.READY)),
+        num_live=Count("workers", filter=Q(workers__status__in=[WorkerStatus.PENDING, WorkerStatus.STARTING,
+                                                                 WorkerStatus.READY])),
+    ).order_by("-role")  # prefill, decode, colocated: the order a request flows through
+    return (Deployment.objects.select_related("current_revision", "gateway_node", "created_by")
+            .prefetch_related(Prefetch("pools", queryset=pools))
+            .annotate(num_ready_workers=ready, is_deleting=Exists(_unfinished_deletes)))
+
+
+def deployment_get(name: str, *, for_update: bool = False) -> Deployment:
+    qs = Deployment.objects.select_for_update() if for_update else deployment_list()
+    deployment = qs.filter(name=name).first() if _could_be_name(name) else None
+    if deployment is None:
+        raise not_found(f"deployment {name!r} does not exist")
+    return deployment
+
+
+def deployment_delete_pending(deployment: Deployment) -> Action | None:
+    """The unfinished delete action of a deployment (H6's reconcile stops its workers, then deletes the row)."""
+    return (Action.objects.filter(deployment=deployment, kind=ActionKind.DELETE, status__in=UNFINISHED_STATUSES)
+            .order_by("id").first())
+
+
+def deployment_rollout_in_progress(deployment: Deployment) -> Action | None:
+    """The unfinished rollback or new-revision rollout of a deployment, if any."""
+    return (Action.objects.filter(deployment=deployment, kind__in=ROLLOUT_KINDS, status__in=UNFINISHED_STATUSES)
+            .order_by("id").first())
+
+
+def revision_list(deployment: Deployment) -> QuerySet[Revision]:
+    return deployment.revisions.select_related("created_by").order_by("-number")
+
+
+def revision_get(deployment: Deployment, number: int) -> Revision | None:
+    return deployment.revisions.filter(number=number).first()
+
+
+def worker_list(*, deployment: str | None = None, role: str | None = None, status: str | None = None,
+                node: str | None = None) -> QuerySet[Worker]:
+    qs = Worker.objects.select_related("deployment", "node", "revision").order_by("id")
+    if deployment:
+        qs = qs.filter(deployment__name=deployment)
+    if role:
+        qs = qs.filter(role=role)
+    if status:
+        qs = qs.filter(status=status)
+    if node:
+        qs = qs.filter(node__name=node)
+    return qs
+
+
+def worker_get(worker_id: int, *, for_update: bool = False) -> Worker:
+    if not isinstance(worker_id, int) or not 0 < worker_id <= MAX_ID:
+        raise not_found(f"worker {worker_id!r} does not exist")
+    qs = Worker.objects.select_for_update(of=("self",)) if for_update else Worker.objects
+    worker = qs.select_related("deployment", "node", "revision").filter(pk=worker_id).first()
+    if worker is None:
+        raise not_found(f"worker {worker_id} does not exist")
+    return worker
+
+
+def action_list(*, deployment: str | None = None, actor: str | None = None, actor_type: str | None = None,
+                kind: str | None = None, status: str | None = None, worker: int | None = None) -> QuerySet[Action]:
+    qs = Action.objects.order_by("-created_at", "-id")
+    if deployment:
+        qs = qs.filter(deployment_name=deployment)
+    if actor:
+        qs = qs.filter(actor=actor)
+    if actor_type:
+        qs = qs.filter(actor_type=actor_type)
+    if kind:
+        qs = qs.filter(kind=kind)
+    if status:
+        qs = qs.filter(status=status)
+    if worker:
+        qs = qs.filter(worker_id=worker)
+    return qs
+
+
+def action_get(action_id: int) -> Action:
+    if not isinstance(action_id, int) or not 0 < action_id <= MAX_ID:
+        raise not_found(f"action {action_id!r} does not exist")
+    action = Action.objects.filter(pk=action_id).first()
+    if action is None:
+        raise not_found(f"action {action_id} does not exist")
+    return action
+
+
+def deployment_endpoints(deployment: Deployment) -> dict:
+    """The gateway membership (docs/contracts.md "Control plane → gateway membership"): ready workers by revision,
+    newest revision first."""
+    workers = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.READY, port__isnull=False,
+                                     revision__isnull=False)
+               .exclude(role=WorkerRole.GATEWAY)
+               .select_related("revision").order_by("id"))
+    groups: dict[int, dict] = {}
+    for worker in workers:
+        group = groups.setdefault(worker.revision.number, {"revision": worker.revision.number, "prefill": [],
+                                                           "decode": [], "colocated": []})
+        group[worker.role].append(worker.url)
+    return {
+        "deployment": deployment.name,
+        "model": deployment.name,
+        "mode": deployment.mode,
+        "groups": [groups[number] for number in sorted(groups, reverse=True)],
+    }

@@ -1,0 +1,17 @@
+"""Writes. Keyword-only functions named noun_verb; each validates, changes desired state and records its Action in
+one transaction, then enqueues a reconcile after commit. They raise ControlPlaneError (400/404/409)."""
+from .actions import (Actor, DuplicateAction, action_create, action_fail, action_find, action_start,
+                      action_succeed, as_actor, enqueue_reconcile)
+from .deployments import deployment_create, deployment_delete, gateway_port_pick
+from .pools import pool_scale
+from .revisions import deployment_rollback, revision_create
+from .workers import worker_drain, worker_restart
+
+__all__ = [
+    "Actor", "DuplicateAction", "action_create", "action_fail", "action_find", "action_start", "action_succeed",
+    "as_actor", "enqueue_reconcile",
+    "deployment_create", "deployment_delete", "gateway_port_pick",
+    "pool_scale",
+    "deployment_rollback", "revision_create",
+    "worker_drain", "worker_restart",
+]

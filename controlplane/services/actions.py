@@ -1,0 +1,160 @@
+"""Who acts, and the audit-log rows of what they asked for.
+
+Every write service records one Action row in the same transaction as its desired-state change, and enqueues a
+reconcile after commit. Supervision (H6's reconcile and tasks) moves the action through running → succeeded/failed
+with action_start / action_succeed / action_fail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.models import Action, ActionStatus, ActorType
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """The who of an action: a user, an alert rule, the autoscaler, a webhook sender or the system itself."""
+
+    type: str
+    name: str
+    user: object | None = None  # the User for ActorType.USER
+
+    def __post_init__(self):
+        if self.type not in ActorType.values:
+            raise ValueError(f"unknown actor type {self.type!r}")
+        if not self.name:
+            raise ValueError("an actor needs a name")
+
+    @classmethod
+    def of_user(cls, user) -> "Actor":
+        return cls(ActorType.USER.value, user.get_username(), user)
+
+    @classmethod
+    def system(cls, name: str = "system") -> "Actor":
+        return cls(ActorType.SYSTEM.value, name)
+
+    @classmethod
+    def rule(cls, name: str) -> "Actor":
+        return cls(ActorType.RULE.value, name)
+
+    @classmethod
+    def autoscaler(cls, name: str = "autoscaler") -> "Actor":
+        return cls(ActorType.AUTOSCALER.value, name)
+
+    @classmethod
+    def webhook(cls, name: str) -> "Actor":
+        return cls(ActorType.WEBHOOK.value, name)
+
+
+def as_actor(actor) -> Actor:
+    """Services accept an Actor or, for convenience, a User (the API and dashboard pass request.user)."""
+    if isinstance(actor, Actor):
+        return actor
+    if actor is not None and getattr(actor, "is_authenticated", False):
+        return Actor.of_user(actor)
+    raise TypeError(f"actor must be an Actor or an authenticated user, not {actor!r}")
+
+
+def action_find(idempotency_key: str | None, *, kind: str | None = None) -> Action | None:
+    """The action already recorded under this key, if any. With `kind`, a key first used for another kind of
+    action is a client bug (the same key for two different requests): 409 rather than a silently wrong answer."""
+    if not idempotency_key:
+        return None
+    action = Action.objects.filter(idempotency_key=idempotency_key).first()
+    if action is not None and kind is not None and action.kind != kind:
+        from controlplane.errors import conflict
+
+        raise conflict(f"idempotency key {idempotency_key!r} was already used for a {action.kind} action "
+                       f"({action.pk}), not a {kind}", action_id=action.pk)
+    return action
+
+
+def action_create(*, kind: str, actor, deployment=None, worker=None, reason: str = "", params: dict | None = None,
+                  status: str = ActionStatus.PENDING, idempotency_key: str | None = None) -> Action:
+    """Insert one audit row. Call inside the caller's transaction, after action_find() found no duplicate."""
+    actor = as_actor(actor)
+    now = timezone.now()
+    action = Action(
+        kind=kind,
+        deployment=deployment,
+        deployment_name=deployment.name if deployment is not None else "",
+        worker=worker,
+        actor_type=actor.type,
+        actor=actor.name[:150],
+        user=actor.user,
+        reason=reason or "",
+        params=params or {},
+        status=status,
+        idempotency_key=idempotency_key or None,
+        created_at=now,
+        started_at=now if status == ActionStatus.RUNNING else None,
+    )
+    try:
+        # A savepoint: on PostgreSQL a failed INSERT would otherwise poison the caller's whole transaction.
+        with transaction.atomic():
+            action.save()
+    except IntegrityError:
+        if idempotency_key and Action.objects.filter(idempotency_key=idempotency_key).exists():
+            # Another process recorded the same request between our look-up and our insert.
+            raise DuplicateAction(Action.objects.get(idempotency_key=idempotency_key)) from None
+        raise
+    return action
+
+
+class DuplicateAction(Exception):
+    """Raised by action_create when the idempotency key is already taken; services return `.action`."""
+
+    def __init__(self, action: Action):
+        super().__init__(f"action {action.pk} already has this idempotency key")
+        self.action = action
+
+
+def _finish(action_id: int, *, status: str, from_statuses, **fields) -> bool:
+    # A conditional UPDATE claims the transition: a task that runs twice finishes the action once.
+    num_updated = Action.objects.filter(pk=action_id, status__in=from_statuses).update(status=status, **fields)
+    return num_updated == 1
+
+
+def action_start(*, action_id: int) -> bool:
+    """pending → running. False if another process got there first (or it already finished)."""
+    return _finish(action_id, status=ActionStatus.RUNNING, from_statuses=[ActionStatus.PENDING],
+                   started_at=timezone.now())
+
+
+def action_succeed(*, action_id: int, result: dict | None = None) -> bool:
+    """pending|running → succeeded, with what was done in `result`."""
+    now = timezone.now()
+    action = Action.objects.filter(pk=action_id).only("started_at").first()
+    fields = {"finished_at": now, "result": result or {}}
+    if action is not None and action.started_at is None:
+        fields["started_at"] = now
+    return _finish(action_id, status=ActionStatus.SUCCEEDED,
+                   from_statuses=[ActionStatus.PENDING, ActionStatus.RUNNING], **fields)
+
+
+def action_fail(*, action_id: int, error: str, result: dict | None = None) -> bool:
+    """pending|running → failed, with the error stored on the row (never swallowed)."""
+    now = timezone.now()
+    action = Action.objects.filter(pk=action_id).only("started_at").first()
+    fields = {"finished_at": now, "error": error, "result": result or {}}
+    if action is not None and action.started_at is None:
+        fields["started_at"] = now
+    return _finish(action_id, status=ActionStatus.FAILED,
+                   from_statuses=[ActionStatus.PENDING, ActionStatus.RUNNING], **fields)
+
+
+def enqueue_reconcile(deployment_id: int) -> None:
+    """After this transaction commits, ask the control worker to reconcile the deployment (never before: the task
+    must see the rows). Imported late: tasks import services, and unit tests never run the callback."""
+
+    def send() -> None:
+        from controlplane.tasks import reconcile_deployment
+
+        reconcile_deployment.delay(deployment_id)
+
+    # robust: the change is committed by now; a broker that is down must not turn it into a 500. The periodic
+    # reconcile_all (Celery beat) picks the deployment up anyway; the failure is logged.
+    transaction.on_commit(send, robust=True)

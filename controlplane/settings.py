@@ -1,0 +1,347 @@
+"""Django settings for Tandem's control plane.
+
+The one place that reads the environment (STYLE.md): every other module reads `django.conf.settings`.
+Embedded defaults (SQLite and a filesystem broker under `var/`) make `make run` and `make test` work on a bare
+machine; production sets DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY, DJANGO_DEBUG=0 and ALLOWED_HOSTS.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None, environ=os.environ) -> str | None:
+    return environ.get(name, default)
+
+
+def env_bool(name: str, default: bool, environ=os.environ) -> bool:
+    raw = environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None,
+            environ=os.environ) -> int:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below its minimum {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} is above its maximum {maximum}")
+    return value
+
+
+def env_list(name: str, default: list[str], environ=os.environ) -> list[str]:
+    raw = environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _secret_key(debug: bool, var_dir: Path) -> str:
+    """From SECRET_KEY; in DEBUG only, generated once into var/secret_key so sessions survive restarts."""
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    if not debug:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DJANGO_DEBUG=0")
+    path = var_dir / "secret_key"
+    if not path.exists():
+        # O_EXCL: two processes starting at once must not write two different keys.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(50))
+    key = path.read_text().strip()
+    if not key:
+        raise ImproperlyConfigured(f"{path} is empty: delete it to generate a new key")
+    return key
+
+
+# --- core --------------------------------------------------------------------------------------------------
+DEBUG = env_bool("DJANGO_DEBUG", True)
+VAR_DIR = Path(env_str("TANDEM_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+SECRET_KEY = _secret_key(DEBUG, VAR_DIR)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else [])
+if not DEBUG and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DJANGO_DEBUG=0 (comma-separated host names)")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_results",
+    "controlplane.apps.ControlPlaneConfig",
+    "dashboards.apps.DashboardsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database ----------------------------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'tandem.sqlite3'}"
+try:
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+except Exception as exc:  # dj-database-url raises several kinds for an unknown scheme or a bad URL
+    raise ImproperlyConfigured(f"DATABASE_URL={DATABASE_URL!r} cannot be parsed: {exc}") from None
+# A per-run test database name: engineers (and CI's two suites) run pytest at the same time on one machine;
+# a fixed name would make their runs drop each other's database. TANDEM_TEST_DB_NAME pins it when needed.
+_test_suffix = env_str("TANDEM_TEST_DB_NAME") or f"tandem_test_{os.getpid()}"
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes write this file at once (web, Celery, the node agent): WAL lets readers run beside a
+    # writer, IMMEDIATE takes the write lock at BEGIN (no deadlocking lock upgrades), timeout waits instead of
+    # failing with "database is locked".
+    _db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file (not :memory:) so that integration tests can hand it to the processes they start.
+    _db["TEST"] = {"NAME": str(VAR_DIR / f"{_test_suffix}.sqlite3")}
+else:
+    _db["TEST"] = {"NAME": _test_suffix}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- auth --------------------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+# Production: `manage.py collectstatic` then serve STATIC_ROOT from the reverse proxy (README).
+STATIC_ROOT = Path(env_str("TANDEM_STATIC_ROOT", str(VAR_DIR / "static")))
+
+# --- security (all on when DEBUG is off, so `check --deploy` is clean) ---------------------------------------
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+if not DEBUG:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Load balancers probe /healthz over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    if env_bool("TANDEM_BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- REST API ----------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    # Token first: DRF answers 401 with WWW-Authenticate from the first authenticator, so anonymous gets 401.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.auth.IsViewer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.api.exceptions.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer",
+                                 "rest_framework.renderers.BrowsableAPIRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser",
+                               "rest_framework.parsers.FormParser",
+                               "rest_framework.parsers.MultiPartParser"],
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tandem control plane API",
+    "DESCRIPTION": (
+        "Runs and operates disaggregated (prefill/decode) and colocated LLM inference deployments. "
+        "Authenticate with `Authorization: Token <key>` (`manage.py tandem_token USER --role ROLE`) or a "
+        "browser session. Roles: viewer reads everything; operator also scales pools, restarts and drains "
+        "workers and rolls deployments back; admin also creates and deletes deployments and revisions. "
+        "Writes answer 202 with the action row that records them: poll `/api/v1/actions/{id}/` for its outcome."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "PoolRoleEnum": "controlplane.models.deployments.PoolRole",
+        "WorkerRoleEnum": "controlplane.models.workers.WorkerRole",
+        "WorkerStatusEnum": "controlplane.models.workers.WorkerStatus",
+        "ActionStatusEnum": "controlplane.models.actions.ActionStatus",
+        "ActionKindEnum": "controlplane.models.actions.ActionKind",
+        "ActorTypeEnum": "controlplane.models.actions.ActorType",
+        "DeploymentModeEnum": "controlplane.models.deployments.DeploymentMode",
+        "ChannelKindEnum": "controlplane.alerting.models.channels.ChannelKind",
+        "AlertStateEnum": "controlplane.alerting.models.alerts.AlertState",
+    },
+}
+
+# --- Celery --------------------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # One machine only: the filesystem transport loses in-flight messages on a crash (README).
+    _broker_dir = VAR_DIR / "broker"
+    for _sub in ("queue", "processed", "control"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        # Exchange tables (broadcast, pidbox) would otherwise land in the current directory.
+        "control_folder": str(_broker_dir / "control"),
+        "store_processed": False,
+    }
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or "django-db"
+CELERY_RESULT_EXTENDED = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Tandem --------------------------------------------------------------------------------------------------
+TANDEM_WEB_PORT = env_int("TANDEM_WEB_PORT", 8000, minimum=1, maximum=65535)
+TANDEM_GATEWAY_PORT = env_int("TANDEM_GATEWAY_PORT", 8001, minimum=1, maximum=65535)
+TANDEM_PUBLIC_URL = (env_str("TANDEM_PUBLIC_URL") or f"http://127.0.0.1:{TANDEM_WEB_PORT}").rstrip("/")
+TANDEM_NODE_NAME = env_str("TANDEM_NODE_NAME") or "local"
+TANDEM_LOG_DIR = Path(env_str("TANDEM_LOG_DIR", str(VAR_DIR / "logs")))
+TANDEM_MODELS_DIR = Path(env_str("TANDEM_MODELS_DIR", str(VAR_DIR / "models")))
+TANDEM_HEALTH_FAILURES = env_int("TANDEM_HEALTH_FAILURES", 3, minimum=1)
+TANDEM_MAX_RESTARTS = env_int("TANDEM_MAX_RESTARTS", 5, minimum=0)
+TANDEM_RESTART_WINDOW_S = env_int("TANDEM_RESTART_WINDOW_S", 600, minimum=1)
+TANDEM_RECONCILE_INTERVAL_S = env_int("TANDEM_RECONCILE_INTERVAL_S", 2, minimum=1)
+TANDEM_STOP_DEADLINE_S = env_int("TANDEM_STOP_DEADLINE_S", 10, minimum=1)
+TANDEM_DEMO_MODEL = env_str("TANDEM_DEMO_MODEL") or "smollm2"
+if TANDEM_DEMO_MODEL not in ("smollm2", "tiny"):
+    raise ImproperlyConfigured(f"TANDEM_DEMO_MODEL={TANDEM_DEMO_MODEL!r} must be 'smollm2' or 'tiny'")
+TANDEM_DEMO_LOAD = env_bool("TANDEM_DEMO_LOAD", True)
+TANDEM_ADMIN_PASSWORD = env_str("TANDEM_ADMIN_PASSWORD")
+# The max_replicas a new pool gets when the request names none (min defaults to 1, or 0 for 0 replicas).
+TANDEM_DEFAULT_MAX_REPLICAS = 8
+# The hard ceiling of any pool: a typo like 10000 replicas must be refused, not attempted.
+TANDEM_MAX_REPLICAS_LIMIT = env_int("TANDEM_MAX_REPLICAS_LIMIT", 64, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("TANDEM_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}
+
+# --- supervision (H6) ------------------------------------------------------------------------------------------
+# How long a started worker may take to answer /health 200 before the start counts as failed (model load).
+TANDEM_STARTUP_TIMEOUT_S = env_int("TANDEM_STARTUP_TIMEOUT_S", 120, minimum=1)
+# One /health probe's timeout; probes of all workers run concurrently.
+TANDEM_HEALTH_TIMEOUT_S = env_int("TANDEM_HEALTH_TIMEOUT_S", 2, minimum=1)
+# The node agent's heartbeat: Node.last_seen_at and a liveness check of each of its processes.
+TANDEM_HEARTBEAT_INTERVAL_S = env_int("TANDEM_HEARTBEAT_INTERVAL_S", 2, minimum=1)
+# A node whose agent has not beaten for this long gets no new workers.
+TANDEM_NODE_OFFLINE_AFTER_S = env_int("TANDEM_NODE_OFFLINE_AFTER_S", 30, minimum=2)
+# Between taking a worker out of the gateway's membership (status draining) and its SIGTERM: the gateway polls
+# membership every 2 s, so it must have stopped routing new requests there first.
+TANDEM_DRAIN_GRACE_S = env_int("TANDEM_DRAIN_GRACE_S", 3, minimum=0)
+# Restart backoff: 1, 2, 4, ... seconds, capped here.
+TANDEM_RESTART_BACKOFF_MAX_S = env_int("TANDEM_RESTART_BACKOFF_MAX_S", 60, minimum=1)
+# Threads of the node agent's Celery pool: stops block for the drain deadline, so several run at once.
+TANDEM_AGENT_CONCURRENCY = env_int("TANDEM_AGENT_CONCURRENCY", 8, minimum=1)
+
+# --- observability (H7) ----------------------------------------------------------------------------------------
+# Scrape every worker's and gateway's /metrics this often (Celery beat → control queue), at most this many at once.
+TANDEM_SCRAPE_INTERVAL_S = env_int("TANDEM_SCRAPE_INTERVAL_S", 5, minimum=1)
+TANDEM_SCRAPE_TIMEOUT_S = env_int("TANDEM_SCRAPE_TIMEOUT_S", 3, minimum=1)
+TANDEM_SCRAPE_CONCURRENCY = env_int("TANDEM_SCRAPE_CONCURRENCY", 100, minimum=1)
+# Rates and latency quantiles are computed over this window of raw counters (Prometheus' rate(x[window])).
+TANDEM_SCRAPE_WINDOW_S = env_int("TANDEM_SCRAPE_WINDOW_S", 30, minimum=1)
+TANDEM_METRICS_RAW_RETENTION_S = env_int("TANDEM_METRICS_RAW_RETENTION_S", 6 * 3600, minimum=60)
+TANDEM_METRICS_ROLLUP_RETENTION_S = env_int("TANDEM_METRICS_ROLLUP_RETENTION_S", 14 * 86400, minimum=3600)
+# Autoscaler (HPA's algorithm): tolerance in percent, stabilisation windows, the largest change per step period, how
+# long a manual scale pauses the autoscaler of that pool, and the default targets of new policies.
+TANDEM_AUTOSCALE_TOLERANCE_PCT = env_int("TANDEM_AUTOSCALE_TOLERANCE_PCT", 10, minimum=0, maximum=100)
+TANDEM_AUTOSCALE_UP_STABILIZATION_S = env_int("TANDEM_AUTOSCALE_UP_STABILIZATION_S", 0, minimum=0)
+TANDEM_AUTOSCALE_DOWN_STABILIZATION_S = env_int("TANDEM_AUTOSCALE_DOWN_STABILIZATION_S", 300, minimum=0)
+TANDEM_AUTOSCALE_MAX_STEP = env_int("TANDEM_AUTOSCALE_MAX_STEP", 2, minimum=1)
+TANDEM_AUTOSCALE_STEP_PERIOD_S = env_int("TANDEM_AUTOSCALE_STEP_PERIOD_S", 60, minimum=0)
+TANDEM_AUTOSCALE_MANUAL_PAUSE_S = env_int("TANDEM_AUTOSCALE_MANUAL_PAUSE_S", 600, minimum=0)
+TANDEM_AUTOSCALE_TTFT_TARGET_MS = env_int("TANDEM_AUTOSCALE_TTFT_TARGET_MS", 1000, minimum=1)
+TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, minimum=1)
+INSTALLED_APPS += ["controlplane.observability.apps.ObservabilityConfig"]
+
+# --- alerting (H8) ---------------------------------------------------------------------------------------------
+INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]
+# How often Celery beat runs one evaluation pass over every enabled alert rule.
+TANDEM_ALERT_EVAL_INTERVAL_S = env_int("TANDEM_ALERT_EVAL_INTERVAL_S", 5, minimum=1)
+# Outgoing webhooks: each try's timeout, the number of tries and the first backoff (doubled after each try).
+TANDEM_WEBHOOK_TIMEOUT_S = env_int("TANDEM_WEBHOOK_TIMEOUT_S", 5, minimum=1, maximum=60)
+TANDEM_WEBHOOK_MAX_ATTEMPTS = env_int("TANDEM_WEBHOOK_MAX_ATTEMPTS", 3, minimum=1, maximum=10)
+TANDEM_WEBHOOK_BACKOFF_MS = env_int("TANDEM_WEBHOOK_BACKOFF_MS", 1000, minimum=0)
+# Ended alerts (with their transitions) and finished deliveries are pruned after this many days.
+TANDEM_ALERT_HISTORY_DAYS = env_int("TANDEM_ALERT_HISTORY_DAYS", 30, minimum=1)

@@ -1,0 +1,264 @@
+"""Reconcile one deployment: make its workers match the desired state, and finish the actions that depend on it.
+
+One pass, under a lock on the deployment row (PostgreSQL: SELECT ... FOR UPDATE; SQLite: the IMMEDIATE transaction
+holds the write lock), so that two reconcilers never both create the missing worker:
+
+1. A `delete` action pending or running: drain every worker; once none runs, delete the deployment row.
+2. Operator actions on workers (restart, drain) that are pending: claim and carry them out.
+3. Each pool: current-revision workers (pending, starting, ready, and failed ones, which keep their slot until an
+   operator restarts them) vs desired replicas: create the missing, drain the excess (newest, least ready first).
+4. Rollout: workers of another revision are drained once every pool has its desired number of ready
+   current-revision workers (the new group is complete, so the gateway switches to it); those that do not serve
+   (pending, starting) are drained at once.
+5. Exactly one gateway worker.
+6. Finish the actions whose outcome is now known (rollback/revision, drain).
+7. Hand every due pending worker to its node agent.
+
+Agent tasks are sent with transaction.on_commit: the agent must see the rows this pass wrote.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.models import (
+    Action, ActionKind, ActionStatus, Deployment, Pool, Worker, WorkerRole, WorkerStatus,
+)
+from controlplane.services.actions import action_fail, action_start, action_succeed
+from controlplane.supervision import dispatch
+from controlplane.supervision.placement import node_pick, online_nodes
+
+log = logging.getLogger(__name__)
+
+UNFINISHED = (ActionStatus.PENDING, ActionStatus.RUNNING)
+SERVING = (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY)
+# How long a handed-over start may stay unanswered before it is sent again (a message lost with its broker).
+START_RESEND_S = 30
+
+
+def reconcile_deployment(deployment_id: int) -> dict:
+    """One reconcile pass (numbered steps in the module docstring). Returns a summary for logs and tests."""
+    summary: dict = {"created": [], "drained": [], "started": [], "deleted": False}
+    with transaction.atomic():
+        deployment = (Deployment.objects.select_for_update(of=("self",)).select_related("current_revision")
+                      .filter(id=deployment_id).first())
+        if deployment is None:
+            return summary
+        delete_action = (Action.objects.filter(deployment=deployment, kind=ActionKind.DELETE, status__in=UNFINISHED)
+                         .order_by("created_at").first())
+        if delete_action is not None:
+            summary["deleted"] = _reconcile_delete(deployment, delete_action, summary)
+            return summary
+        _carry_out_worker_actions(deployment, summary)
+        if deployment.current_revision is not None:
+            pools = list(deployment.pools.all())
+            for pool in pools:
+                _reconcile_pool(deployment, pool, summary)
+            _advance_rollout(deployment, pools, summary)
+        _reconcile_gateway(deployment, summary)
+        _finish_actions(deployment)
+        _send_due_starts(deployment, summary)
+    return summary
+
+
+def _drain(worker: Worker, reason: str, summary: dict) -> None:
+    """Take a worker out of service. A pending one has no process: it is stopped at once."""
+    now = timezone.now()
+    if worker.status == WorkerStatus.PENDING and Worker.objects.filter(
+            id=worker.id, status=WorkerStatus.PENDING).update(
+            status=WorkerStatus.STOPPED, stopped_at=now, last_error=reason, next_restart_at=None):
+        # A stale process of a previous life (pid set) is the heartbeat's to stop.
+        summary["drained"].append(worker.id)
+        return
+    if worker.status == WorkerStatus.FAILED and Worker.objects.filter(
+            id=worker.id, status=WorkerStatus.FAILED).update(status=WorkerStatus.STOPPED, stopped_at=now):
+        summary["drained"].append(worker.id)
+        return
+    if Worker.objects.filter(id=worker.id, status__in=(WorkerStatus.STARTING, WorkerStatus.READY)).update(
+            status=WorkerStatus.DRAINING, last_error=reason):
+        summary["drained"].append(worker.id)
+        dispatch.send_stop(worker)
+
+
+def _new_worker(deployment: Deployment, *, role: str, pool: Pool | None, summary: dict, **fields) -> Worker | None:
+    node = fields.pop("node", None) or node_pick()
+    if node is None:
+        log.warning("deployment %s: no online node for a %s worker; retrying on the next pass", deployment.name, role)
+        return None
+    worker = Worker.objects.create(deployment=deployment, pool=pool, role=role, node=node,
+                                   status=WorkerStatus.PENDING, **fields)
+    summary["created"].append(worker.id)
+    return worker
+
+
+def _reconcile_pool(deployment: Deployment, pool: Pool, summary: dict) -> None:
+    current = deployment.current_revision
+    slots = list(Worker.objects.filter(pool=pool, revision=current,
+                                       status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id"))
+    missing = pool.desired_replicas - len(slots)
+    for _ in range(max(0, missing)):
+        _new_worker(deployment, role=pool.role, pool=pool, revision=current, summary=summary)
+    if missing < 0:
+        # Failed first (they serve nothing), then the least ready, newest first: ready old-timers keep serving.
+        rank = {WorkerStatus.FAILED: 0, WorkerStatus.PENDING: 1, WorkerStatus.STARTING: 2, WorkerStatus.READY: 3}
+        excess = sorted(slots, key=lambda w: (rank[w.status], -w.id))[:-missing]
+        for worker in excess:
+            _drain(worker, f"scaled {pool.role} down to {pool.desired_replicas}", summary)
+
+
+def _advance_rollout(deployment: Deployment, pools: list[Pool], summary: dict) -> None:
+    current = deployment.current_revision
+    old = list(Worker.objects.filter(deployment=deployment, pool__isnull=False, status__in=SERVING)
+               .exclude(revision=current))
+    if not old:
+        return
+    new_group_complete = all(
+        Worker.objects.filter(pool=pool, revision=current, status=WorkerStatus.READY).count() >= pool.desired_replicas
+        for pool in pools
+    )
+    for worker in old:
+        if new_group_complete or worker.status != WorkerStatus.READY:
+            _drain(worker, f"rollout to revision {current.number}", summary)
+
+
+def _reconcile_gateway(deployment: Deployment, summary: dict) -> None:
+    if deployment.gateway_port is None:
+        return
+    gateways = list(Worker.objects.filter(deployment=deployment, role=WorkerRole.GATEWAY,
+                                          status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id"))
+    if not gateways:
+        _new_worker(deployment, role=WorkerRole.GATEWAY, pool=None, summary=summary, port=deployment.gateway_port,
+                    node=deployment.gateway_node if deployment.gateway_node_id else None)
+    for extra in gateways[1:]:
+        _drain(extra, "one gateway per deployment", summary)
+
+
+def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
+    """Operator restart and drain actions (H5's worker_restart / worker_drain services leave them pending)."""
+    pending = Action.objects.filter(deployment=deployment, status=ActionStatus.PENDING, worker__isnull=False,
+                                    kind__in=(ActionKind.RESTART, ActionKind.DRAIN)).select_related("worker")
+    for action in pending:
+        if not action_start(action_id=action.id):
+            continue
+        worker = action.worker
+        if action.kind == ActionKind.DRAIN:
+            if worker.status in (WorkerStatus.STOPPED, WorkerStatus.DRAINING):
+                if worker.status == WorkerStatus.STOPPED:
+                    action_succeed(action_id=action.id, result={"worker_status": worker.status})
+                continue
+            _drain(worker, f"drain requested by {action.actor}: {action.reason}".strip(": "), summary)
+            continue
+        # restart: in place, like a supervised restart but without backoff; a failed worker gets its slot back.
+        if worker.status not in (WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.FAILED,
+                                 WorkerStatus.PENDING):
+            action_fail(action_id=action.id, error=f"worker {worker.id} is {worker.status}: nothing to restart")
+            continue
+        Worker.objects.filter(id=worker.id, status=worker.status).update(
+            status=WorkerStatus.PENDING, next_restart_at=None, restart_count=worker.restart_count + 1,
+            consecutive_health_failures=0, ready_at=None,
+            last_error=f"restart requested by {action.actor}: {action.reason}".strip(": "),
+        )
+
+
+def _finish_actions(deployment: Deployment) -> None:
+    current = deployment.current_revision
+    for action in Action.objects.filter(deployment=deployment, status__in=UNFINISHED,
+                                        kind__in=(ActionKind.ROLLBACK, ActionKind.REVISION)):
+        if action.status == ActionStatus.PENDING:
+            action_start(action_id=action.id)
+        failed = Worker.objects.filter(deployment=deployment, revision=current, status=WorkerStatus.FAILED,
+                                       stopped_at__gte=action.created_at).first()
+        if failed is not None:
+            action_fail(action_id=action.id, error=(
+                f"{failed.role} worker {failed.id} of revision {current.number} failed: {failed.last_error}"[:2000]),
+                result={"revision": current.number})
+            continue
+        others_left = Worker.objects.filter(deployment=deployment, pool__isnull=False).exclude(
+            revision=current).exclude(status__in=(WorkerStatus.STOPPED, WorkerStatus.FAILED)).exists()
+        all_ready = all(
+            Worker.objects.filter(pool=pool, revision=current, status=WorkerStatus.READY).count()
+            >= pool.desired_replicas for pool in deployment.pools.all())
+        if not others_left and all_ready:
+            action_succeed(action_id=action.id, result={"revision": current.number})
+    _finish_scale_actions(deployment)
+    for action in Action.objects.filter(deployment=deployment, status=ActionStatus.RUNNING,
+                                        kind=ActionKind.DRAIN, worker__isnull=False).select_related("worker"):
+        if action.worker.status in (WorkerStatus.STOPPED, WorkerStatus.FAILED):
+            action_succeed(action_id=action.id, result={"worker_status": action.worker.status})
+
+
+def _finish_scale_actions(deployment: Deployment) -> None:
+    """A scale action succeeds once its pool has exactly the desired ready workers and nothing starting or
+    draining; a later scale of the same pool supersedes it; a worker of the pool that failed since fails it."""
+    current = deployment.current_revision
+    pools = {pool.role: pool for pool in deployment.pools.all()}
+    actions = list(Action.objects.filter(deployment=deployment, status__in=UNFINISHED, kind=ActionKind.SCALE)
+                   .order_by("id"))
+    for action in actions:
+        if action.status == ActionStatus.PENDING:
+            action_start(action_id=action.id)
+        role = (action.params or {}).get("role")
+        pool = pools.get(role)
+        if pool is None:
+            action_fail(action_id=action.id, error=f"the deployment has no {role!r} pool")
+            continue
+        later = [a.id for a in actions if a.id > action.id and (a.params or {}).get("role") == role]
+        if later:
+            action_succeed(action_id=action.id, result={"superseded_by": later[-1]})
+            continue
+        workers = Worker.objects.filter(pool=pool)
+        failed = workers.filter(status=WorkerStatus.FAILED, stopped_at__gte=action.created_at).first()
+        if failed is not None:
+            action_fail(action_id=action.id, error=f"{role} worker {failed.id} failed: {failed.last_error}"[:2000])
+            continue
+        num_ready = workers.filter(revision=current, status=WorkerStatus.READY).count()
+        busy = workers.filter(status__in=(WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.DRAINING))
+        if num_ready == pool.desired_replicas and not busy.exists():
+            action_succeed(action_id=action.id, result={"role": role, "num_ready": num_ready})
+
+
+def _send_due_starts(deployment: Deployment, summary: dict) -> None:
+    """Hand due pending workers to their agents. The claim (next_restart_at moved START_RESEND_S ahead) keeps two
+    passes from sending the same start twice, and resends it if the agent never picked it up."""
+    now = timezone.now()
+    online_ids = set(online_nodes().values_list("id", flat=True))
+    due = Worker.objects.filter(deployment=deployment, status=WorkerStatus.PENDING).select_related("node")
+    for worker in due:
+        if worker.next_restart_at is not None and worker.next_restart_at > now:
+            continue
+        if worker.node_id not in online_ids:
+            node = node_pick()
+            if node is None or (worker.pid is not None):
+                continue  # no agent up; or a stale process that only its own node can stop
+            Worker.objects.filter(id=worker.id, status=WorkerStatus.PENDING).update(node=node)
+            worker.node = node
+        num_claimed = Worker.objects.filter(id=worker.id, status=WorkerStatus.PENDING,
+                                            next_restart_at=worker.next_restart_at).update(
+            next_restart_at=now + timedelta(seconds=START_RESEND_S))
+        if num_claimed == 1:
+            summary["started"].append(worker.id)
+            dispatch.send_start(worker)
+
+
+def _reconcile_delete(deployment: Deployment, action: Action, summary: dict) -> bool:
+    """Drain everything; when no process is left, delete the deployment (its rows cascade; the log stays)."""
+    if action.status == ActionStatus.PENDING:
+        action_start(action_id=action.id)
+    # Operator actions on its workers can no longer be carried out.
+    for pending in Action.objects.filter(deployment=deployment, status__in=UNFINISHED).exclude(id=action.id):
+        action_fail(action_id=pending.id, error="the deployment was deleted")
+    running = Worker.objects.filter(deployment=deployment).exclude(
+        status__in=(WorkerStatus.STOPPED, WorkerStatus.FAILED))
+    for worker in running:
+        if worker.status != WorkerStatus.DRAINING:
+            _drain(worker, "deployment deleted", summary)
+    if running.exists():
+        return False
+    name = deployment.name
+    action_succeed(action_id=action.id, result={"deployment": name})
+    deployment.delete()
+    log.info("deployment %s deleted: every process stopped", name)
+    return True

@@ -1,0 +1,22 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.permissions import AllowAny
+
+from controlplane.api.views.health import healthz
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("", include("controlplane.observability.urls")),  # /metrics, /api/v1/metrics/query, .../autoscaling
+    path("api/v1/", include("controlplane.alerting.api.urls")),  # alert rules, alerts, silences, channels, webhooks
+    path("api/v1/", include("controlplane.api.urls")),
+    # The schema describes the API, not the fleet: readable without a token, like the docs page that loads it.
+    path("api/schema/", SpectacularAPIView.as_view(permission_classes=[AllowAny]), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[AllowAny]),
+         name="swagger-ui"),
+    path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("dashboards.urls")),
+]

@@ -1,0 +1,7 @@
+"""WSGI entry point: `gunicorn controlplane.wsgi` in production, runserver locally."""
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+application = get_wsgi_application()

@@ -1,0 +1,54 @@
+"""The heartbeat refreshes the node's last_seen_at, records a dead process at once (restart with backoff), and
+stops a process whose row says it should not run."""
+from __future__ import annotations
+
+import signal
+import time
+
+from controlplane.agent import launch, processes
+from controlplane.agent.node import node_heartbeat
+from controlplane.agent.workers import worker_start
+from controlplane.models import Action, Node, Worker, WorkerStatus
+
+
+def _started(deployment, node, cleanup):
+    worker = Worker.objects.create(deployment=deployment, pool=deployment.pools.get(role="decode"), role="decode",
+                                   revision=deployment.current_revision, node=node, status=WorkerStatus.PENDING)
+    worker_start(worker_id=worker.id, node_name=node.name)
+    worker.refresh_from_db()
+    cleanup.append(launch.handle_of(worker))
+    return worker
+
+
+def test_it_refreshes_the_node_last_seen_at(online_node):
+    before = online_node.last_seen_at
+    time.sleep(0.01)
+    node_heartbeat(node=online_node)
+    assert Node.objects.get(id=online_node.id).last_seen_at > before
+
+
+def test_a_killed_worker_is_recorded_at_once_with_its_signal(deployment, online_node, fake_worker_argv,
+                                                             cleanup_processes, sent):
+    worker = _started(deployment, online_node, cleanup_processes)
+    Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
+    processes.signal_group(launch.handle_of(worker), signal.SIGKILL)
+    assert processes.wait_exit(launch.handle_of(worker), 5)
+
+    assert node_heartbeat(node=online_node)["exited"] == [worker.id]
+    worker.refresh_from_db()
+    assert worker.status == WorkerStatus.PENDING and worker.restart_count == 1
+    assert Action.objects.get(kind="restart", worker=worker).reason.startswith("process exited (signal 9)")
+
+
+def test_a_live_worker_is_left_alone(deployment, online_node, fake_worker_argv, cleanup_processes):
+    worker = _started(deployment, online_node, cleanup_processes)
+    Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
+    assert node_heartbeat(node=online_node) == {"exited": [], "stopped": [], "stale": []}
+    assert processes.is_alive(launch.handle_of(worker))
+
+
+def test_a_process_of_a_stopped_row_is_stopped(deployment, online_node, fake_worker_argv, cleanup_processes):
+    worker = _started(deployment, online_node, cleanup_processes)
+    Worker.objects.filter(id=worker.id).update(status=WorkerStatus.STOPPED)
+    assert node_heartbeat(node=online_node)["stale"] == [worker.id]
+    assert processes.wait_exit(launch.handle_of(worker), 15)

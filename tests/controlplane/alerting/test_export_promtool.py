@@ -1,0 +1,45 @@
+"""GET /api/v1/alert-rules/export?format=prometheus is a rule file that `promtool check rules` accepts.
+
+promtool comes with Debian's `prometheus` package (apt-get install prometheus)."""
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package `prometheus`)")
+def test_promtool_accepts_the_exported_default_and_custom_rules(deployment, make_rule, viewer_api, tmp_path):
+    make_rule(deployment, name="itl-slow", role="decode", per_worker=True, metric="itl_p99_seconds",
+              aggregation="avg", comparison=">=", threshold=0.25, for_s=30, keep_firing_for_s=60,
+              labels={"team": "serving"}, annotations={"summary": "ITL of {{ $labels.instance }} is {{ $value }}"})
+    make_rule(None, name="any-kv-full", role="", metric="kv_cache_usage_ratio", aggregation="max",
+              comparison=">", threshold=0.95)
+    response = viewer_api.get("/api/v1/alert-rules/export?format=prometheus")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/yaml")
+    text = response.content.decode()
+    path = tmp_path / "tandem-rules.yml"
+    path.write_text(text)
+    check = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: 9 rules found" in check.stdout
+
+    rules = {r["labels"]["tandem_rule"]: r for r in yaml.safe_load(text)["groups"][0]["rules"]}
+    assert rules["demo:p99-latency"]["expr"] == (
+        'histogram_quantile(0.99, sum by (le, role) (rate(tandem_e2e_request_latency_seconds_bucket'
+        '{role="gateway",model="demo"}[60s]))) > 0.5')
+    assert rules["demo:p99-latency"]["for"] == "60s"
+    assert "offset 3600s" in rules["demo:qps-drop"]["expr"]
+    assert rules["itl-slow"]["keep_firing_for"] == "60s"
+    assert rules["itl-slow"]["expr"].startswith("histogram_quantile(0.99, sum by (le, instance, role)")
+    assert 'deployment="demo"' in rules["itl-slow"]["expr"]
+    assert rules["itl-slow"]["labels"]["team"] == "serving"
+
+
+def test_an_unknown_export_format_is_refused(viewer_api):
+    response = viewer_api.get("/api/v1/alert-rules/export?format=grafana")
+    assert response.status_code == 400
+    assert "format must be 'prometheus'" in response.content.decode()

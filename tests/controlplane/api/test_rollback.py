@@ -1,0 +1,76 @@
+"""POST /api/v1/deployments/{name}/rollback."""
+from __future__ import annotations
+
+import pytest
+
+from controlplane.models import Action, Deployment
+
+pytestmark = pytest.mark.django_db
+
+
+def rollback(client, body=None):
+    return client.post("/api/v1/deployments/demo/rollback", body or {}, format="json")
+
+
+def test_it_rolls_back_to_the_previous_revision_by_default(operator_api, deployment, second_revision):
+    response = rollback(operator_api, {"reason": "p99 regressed"})
+    assert response.status_code == 202, response.content
+    action = response.json()["action"]
+    assert action["kind"] == "rollback"
+    assert action["status"] == "running"
+    assert action["params"]["from_revision"] == 2 and action["params"]["to_revision"] == 1
+    assert response.json()["deployment"]["current_revision"] == 1
+    assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 1
+
+
+def test_it_rolls_back_to_a_named_revision(operator_api, admin, deployment, second_revision):
+    from controlplane.services import action_succeed, revision_create
+
+    action_succeed(action_id=revision_create(deployment=deployment, actor=admin, comment="three").pk)
+    response = rollback(operator_api, {"revision": 1})
+    assert response.status_code == 202
+    assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 1
+
+
+def test_it_refuses_an_unknown_revision_and_lists_the_known_ones(operator_api, deployment, second_revision):
+    response = rollback(operator_api, {"revision": 7})
+    assert response.status_code == 400
+    assert "no revision 7 (it has [1, 2])" in response.json()["error"]["message"]
+
+
+def test_it_refuses_the_current_revision(operator_api, deployment, second_revision):
+    response = rollback(operator_api, {"revision": 2})
+    assert response.status_code == 400
+    assert "already the current revision" in response.json()["error"]["message"]
+
+
+def test_it_refuses_when_there_is_no_earlier_revision(operator_api, deployment):
+    response = rollback(operator_api)
+    assert response.status_code == 400
+    assert "no revision before 1" in response.json()["error"]["message"]
+
+
+def test_it_answers_409_while_another_rollout_runs(operator_api, deployment, second_revision):
+    assert rollback(operator_api).status_code == 202
+    response = rollback(operator_api, {"revision": 2})
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "conflict"
+    assert "rollback" in error["message"] and "in progress" in error["message"]
+    assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 1
+    assert Action.objects.filter(kind="rollback").count() == 1
+
+
+def test_it_allows_the_next_rollback_once_the_rollout_finished(operator_api, deployment, second_revision):
+    from controlplane.services import action_succeed
+
+    first = rollback(operator_api).json()["action"]
+    action_succeed(action_id=first["id"])
+    assert rollback(operator_api, {"revision": 2}).status_code == 202
+
+
+@pytest.mark.parametrize("revision", [0, -1, "two", 2**70, True, 1.5])
+def test_it_refuses_a_revision_that_is_not_a_positive_integer(operator_api, deployment, second_revision, revision):
+    response = rollback(operator_api, {"revision": revision})
+    assert response.status_code == 400
+    assert "revision" in response.json()["error"]["fields"]

@@ -1,0 +1,181 @@
+"""A real control-plane stack for integration tests: its own VAR_DIR, database and broker, and the same children
+`make run` starts (web, Celery control worker with embedded beat, node agent), driven through real HTTP.
+
+Isolation from other runs on this machine: the SQLite file and the filesystem broker live in the stack's VAR_DIR;
+with DATABASE_URL on PostgreSQL a fresh database `tandem_it_<random>` is created and dropped (WITH (FORCE));
+with a Redis broker an empty Redis database number is taken and flushed afterwards.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+from controlplane.run.stack import Stack, child_specs
+from tests.procs import ROOT, free_port
+
+# Fast loops: reconcile, health and heartbeat every second.
+FAST_ENV = {
+    "TANDEM_RECONCILE_INTERVAL_S": "1",
+    "TANDEM_HEARTBEAT_INTERVAL_S": "1",
+    "TANDEM_HEALTH_TIMEOUT_S": "2",
+    "TANDEM_STOP_DEADLINE_S": "10",
+    "TANDEM_DRAIN_GRACE_S": "3",
+    "TANDEM_RESTART_BACKOFF_MAX_S": "4",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def _with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+class IsolatedServices:
+    """The database and broker URLs for one stack, created fresh and removed by close()."""
+
+    def __init__(self, var_dir: Path, environ=os.environ):
+        self.env: dict[str, str] = {}
+        self._drop_db = self._flush_redis = None
+        database_url = environ.get("DATABASE_URL", "")
+        if database_url.startswith(("postgres://", "postgresql://")):
+            import psycopg
+
+            name = f"tandem_it_{secrets.token_hex(4)}"
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            self.env["DATABASE_URL"] = _with_path(database_url, "/" + name)
+
+            def drop():
+                with psycopg.connect(database_url, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            self._drop_db = drop
+        elif database_url:
+            raise RuntimeError(f"integration stacks support SQLite (default) or PostgreSQL, not {database_url!r}")
+        else:
+            self.env["DATABASE_URL"] = f"sqlite:///{var_dir / 'tandem.sqlite3'}"
+        broker_url = environ.get("CELERY_BROKER_URL", "")
+        if broker_url.startswith("redis://"):
+            import redis
+
+            for _ in range(20):
+                number = secrets.randbelow(15) + 1  # never 0: the default a developer's own stack uses
+                url = _with_path(broker_url, f"/{number}")
+                client = redis.Redis.from_url(url)
+                if client.dbsize() == 0:
+                    break
+            else:
+                raise RuntimeError("no empty Redis database number found for the integration stack")
+            self.env["CELERY_BROKER_URL"] = url
+            self._flush_redis = client.flushdb
+        elif broker_url and not broker_url.startswith("filesystem://"):
+            raise RuntimeError(f"integration stacks support the filesystem broker or Redis, not {broker_url!r}")
+        # filesystem:// (the default) lives under TANDEM_VAR_DIR/broker by itself.
+
+    def close(self) -> None:
+        for cleanup in (self._flush_redis, self._drop_db):
+            if cleanup is not None:
+                try:
+                    cleanup()
+                except Exception as exc:  # leave the suite's result alone; say what was left behind
+                    print(f"integration cleanup failed: {exc!r}", file=sys.stderr)
+
+
+def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    result = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, timeout=timeout,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+@dataclass
+class LiveStack:
+    stack: Stack
+    env: dict[str, str]
+    var_dir: Path
+    web_url: str
+    token: str
+    node_name: str
+
+    def api(self, method: str, path: str, **kwargs) -> requests.Response:
+        kwargs.setdefault("timeout", 15)
+        headers = {"Authorization": f"Token {self.token}", **kwargs.pop("headers", {})}
+        return requests.request(method, f"{self.web_url}/api/v1/{path}", headers=headers, **kwargs)
+
+    def workers(self, deployment: str, **filters) -> list[dict]:
+        response = self.api("GET", "workers/", params={"deployment": deployment, **filters})
+        response.raise_for_status()
+        return response.json()
+
+    def actions(self, deployment: str, **filters) -> list[dict]:
+        response = self.api("GET", "actions/", params={"deployment": deployment, "page_size": 500, **filters})
+        response.raise_for_status()
+        return response.json()["results"]
+
+    def action(self, action_id: int) -> dict:
+        response = self.api("GET", f"actions/{action_id}/")
+        response.raise_for_status()
+        return response.json()
+
+    def logs(self) -> str:
+        chunks = []
+        for path in sorted((self.var_dir / "logs").glob("*.log")):
+            text = path.read_text(errors="replace")
+            chunks.append(f"--- {path.name}\n{text[-3000:]}")
+        return "\n".join(chunks)
+
+    def wait_for(self, what: str, predicate, timeout: float = 90, interval: float = 0.3):
+        """Poll predicate() until it returns something truthy; fail with the stack's logs at the deadline."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            self.stack.poll()
+            try:
+                last = predicate()
+            except requests.RequestException as exc:
+                last = exc
+            else:
+                if last:
+                    return last
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})\n{self.logs()}")
+
+
+def live_stack_start(var_dir: Path, services: IsolatedServices, extra_env: dict | None = None) -> LiveStack:
+    web_port = free_port()
+    node_name = f"it-{secrets.token_hex(3)}"
+    env = {**os.environ, **FAST_ENV, **services.env, "TANDEM_VAR_DIR": str(var_dir),
+           "TANDEM_WEB_PORT": str(web_port), "TANDEM_PUBLIC_URL": f"http://127.0.0.1:{web_port}",
+           "TANDEM_NODE_NAME": node_name, **(extra_env or {})}
+    env.pop("CELERY_TASK_ALWAYS_EAGER", None)
+    manage(env, "migrate", "--verbosity", "0")
+    token = manage(env, "tandem_token", "it-admin", "--role", "admin").strip()
+    specs = child_specs(web_port=web_port, node_name=node_name, var_dir=var_dir, embedded_beat=True)
+    stack = Stack(specs, log_dir=var_dir / "logs", env=env, cwd=ROOT, on_event=lambda m: print(m, file=sys.stderr))
+    stack.start()
+    live = LiveStack(stack=stack, env=env, var_dir=var_dir, web_url=f"http://127.0.0.1:{web_port}", token=token,
+                     node_name=node_name)
+    live.wait_for("the web server", lambda: requests.get(f"{live.web_url}/healthz", timeout=2).ok, timeout=60)
+    live.wait_for(f"node {node_name} to register",
+                  lambda: live.api("GET", f"nodes/{node_name}/").status_code == 200, timeout=60)
+    return live
+
+
+def live_stack_stop(live: LiveStack) -> None:
+    """Stop the stack, then every worker process its agent started (the agent leaves them running by design)."""
+    live.stack.stop(["control", "agent"])
+    subprocess.run([sys.executable, "-c", (
+        "import django; django.setup(); "
+        "from controlplane.run.shutdown import node_processes_stop as stop; "
+        f"stop(node_name={live.node_name!r}, reason='integration stack stopped')")],
+        env={**live.env, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}, cwd=ROOT, timeout=60, check=False)
+    live.stack.stop(["web"])

@@ -1,0 +1,69 @@
+"""A new revision, then a rollback, replace the workers of both pools by a rolling replacement while a steady
+trickle of requests goes through the gateway: every request succeeds."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.controlplane.integration.conftest import DEPLOYMENT, completion, wait_steady
+
+pytestmark = pytest.mark.integration
+
+
+class Trickle(threading.Thread):
+    """One completion every interval_s; records every outcome."""
+
+    def __init__(self, gateway_url: str, interval_s: float = 0.3):
+        super().__init__(daemon=True)
+        self.gateway_url, self.interval_s = gateway_url, interval_s
+        self.num_ok, self.failures = 0, []
+        self.stopped = threading.Event()
+
+    def run(self):
+        while not self.stopped.is_set():
+            try:
+                response = completion(self.gateway_url, prompt="Count: one, two,", max_tokens=4, timeout=30)
+                if response.status_code == 200:
+                    self.num_ok += 1
+                else:
+                    self.failures.append(f"HTTP {response.status_code}: {response.text[:200]}")
+            except Exception as exc:
+                self.failures.append(repr(exc))
+            time.sleep(self.interval_s)
+
+
+def _roll(live, method_path: tuple[str, str], body: dict, *, to_revision: int, old_ids: set[int]) -> None:
+    response = live.api(*method_path, json=body)
+    assert response.status_code == 202, response.text
+    action = response.json()["action"]
+    live.wait_for(f"the {action['kind']} action to succeed",
+                  lambda: live.action(action["id"])["status"] in ("succeeded", "failed"), timeout=150)
+    assert live.action(action["id"])["status"] == "succeeded", live.action(action["id"])
+    ready = wait_steady(live, revision=to_revision)
+    assert not old_ids & {w["id"] for w in ready}  # both pools: all new workers
+    for worker_id in old_ids:
+        assert live.api("GET", f"workers/{worker_id}/").json()["status"] == "stopped"
+
+
+def test_a_new_revision_and_a_rollback_replace_both_pools_without_a_failed_request(live, deployment):
+    revision_1 = {w["id"] for w in wait_steady(live, revision=1)}
+    trickle = Trickle(deployment)
+    trickle.start()
+    try:
+        _roll(live, ("POST", f"deployments/{DEPLOYMENT}/revisions/"),
+              {"engine_settings": {"threads": 1, "kv_cache_bytes": 8 << 20}, "comment": "smaller KV pool"},
+              to_revision=2, old_ids=revision_1)
+        revision_2 = {w["id"] for w in wait_steady(live, revision=2)}
+        num_after_revision = trickle.num_ok
+        _roll(live, ("POST", f"deployments/{DEPLOYMENT}/rollback"), {"revision": 1},
+              to_revision=1, old_ids=revision_2)
+        time.sleep(1)  # a few more requests on the rolled-back group
+    finally:
+        trickle.stopped.set()
+        trickle.join(60)
+    assert trickle.failures == []
+    assert num_after_revision > 5 and trickle.num_ok > num_after_revision + 5
+    deployment_row = live.api("GET", f"deployments/{DEPLOYMENT}/").json()
+    assert deployment_row["current_revision"] == 1

@@ -1,0 +1,80 @@
+"""Parsing worker and gateway exposition text: the fast path agrees with prometheus_client's parser, error kinds
+split into client and server errors, GPU series combine per worker, and malformed text is refused."""
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry, Gauge
+
+from controlplane.observability import exposition
+from controlplane.observability.exposition import parse_exposition
+from inference.metrics import TandemMetrics
+
+
+@pytest.fixture
+def worker_text():
+    metrics = TandemMetrics(role="decode", model="tiny", registry=CollectorRegistry(), gpu=False)
+    for seconds in (0.003, 0.02, 0.02, 0.3, 7.0):
+        metrics.time_to_first_token.observe(seconds)
+        metrics.inter_token_latency.observe(seconds / 10)
+        metrics.e2e_request_latency.observe(seconds * 3)
+    metrics.count_success("stop")
+    metrics.count_success("length")
+    metrics.count_error("engine")
+    metrics.count_error("invalid_json")
+    metrics.prompt_tokens.inc(42)
+    metrics.generation_tokens.inc(17)
+    metrics.set_engine_stats({"num_running": 3, "num_waiting": 2, "kv_usage": 0.25})
+    return metrics.render().decode()
+
+
+def test_the_fast_path_reads_what_prometheus_clients_parser_reads(worker_text, monkeypatch):
+    fast = parse_exposition(worker_text)
+    # Force the reference path: prometheus_client's parser takes over whenever the text holds a backslash.
+    reference = parse_exposition(worker_text + '# HELP x an escaped \\\\ help line\n')
+    assert fast == reference
+    assert fast.counters == {"success": 2.0, "errors": 2.0, "server_errors": 1.0, "prompt_tokens": 42.0,
+                             "generation_tokens": 17.0, "cpu_seconds": pytest.approx(fast.counters["cpu_seconds"])}
+    assert fast.gauges["requests_running"] == 3.0 and fast.gauges["kv_cache_usage_ratio"] == 0.25
+    ttft = dict(fast.histograms["ttft"])
+    assert ttft[0.005] == 1.0 and ttft[0.025] == 3.0 and ttft[10.0] == 5.0 and ttft[math.inf] == 5.0
+
+
+def test_gpu_series_combine_max_for_utilisation_and_sum_for_memory_and_power():
+    registry = CollectorRegistry()
+    labels = ("role", "model", "gpu")
+    util = Gauge("tandem_gpu_utilization_ratio", "u", labels, registry=registry)
+    used = Gauge("tandem_gpu_memory_used_bytes", "m", labels, registry=registry)
+    total = Gauge("tandem_gpu_memory_total_bytes", "t", labels, registry=registry)
+    power = Gauge("tandem_gpu_power_watts", "p", labels, registry=registry)
+    temp = Gauge("tandem_gpu_temperature_celsius", "c", labels, registry=registry)
+    for gpu, (u, m, w, c) in enumerate([(0.5, 10e9, 200.0, 60.0), (0.9, 30e9, 300.0, 75.0)]):
+        util.labels("decode", "m", str(gpu)).set(u)
+        used.labels("decode", "m", str(gpu)).set(m)
+        total.labels("decode", "m", str(gpu)).set(80e9)
+        power.labels("decode", "m", str(gpu)).set(w)
+        temp.labels("decode", "m", str(gpu)).set(c)
+    from prometheus_client import generate_latest
+
+    gauges = parse_exposition(generate_latest(registry).decode()).gauges
+    assert gauges == {"gpu_utilization_ratio": 0.9, "gpu_memory_used_bytes": 40e9, "gpu_memory_total_bytes": 160e9,
+                      "gpu_power_watts": 500.0, "gpu_temperature_celsius": 75.0}
+
+
+@pytest.mark.parametrize("text", [
+    "tandem_requests_running{ 1\n",
+    'tandem_requests_running{role="decode"} one\n',
+    "<html>502 Bad Gateway</html>\ntandem_requests_waiting oops\n",
+    "<html>It works!</html>\n",  # some other service on the port: no Tandem series at all
+])
+def test_malformed_text_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_exposition(text)
+
+
+def test_every_gateway_client_error_code_is_a_client_kind():
+    # The 4xx codes the gateway answers (inference/gateway) must not count as server errors.
+    for code in ("invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value",
+                 "model_not_found", "request_too_large", "overloaded"):
+        assert code in exposition.CLIENT_ERROR_KINDS
+    for code in ("timeout", "no_ready_workers", "engine", "kv_transfer", "internal"):
+        assert code not in exposition.CLIENT_ERROR_KINDS

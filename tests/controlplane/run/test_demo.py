@@ -1,0 +1,63 @@
+"""What `make run` sets up: the admin user (password from the environment or generated once, only its hash
+stored) and the `demo` deployment, created once and rolled to a new revision when the demo model changes."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from controlplane.models import Deployment
+from controlplane.run.demo import admin_ensure, demo_deployment_ensure
+
+
+@pytest.fixture
+def fast_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def test_the_first_run_generates_an_admin_password_and_stores_only_its_hash(db, settings, fast_hashing):
+    settings.TANDEM_ADMIN_PASSWORD = None
+    login = admin_ensure()
+    user = get_user_model().objects.get(username="admin")
+    assert login.generated and len(login.password) >= 16 and user.is_superuser
+    assert user.check_password(login.password) and login.password not in user.password
+    again = admin_ensure()
+    assert again.password is None and again.token == login.token  # never shown twice
+
+
+def test_the_admin_password_comes_from_the_environment_when_set(db, settings, fast_hashing):
+    settings.TANDEM_ADMIN_PASSWORD = "correct-horse-battery"
+    login = admin_ensure()
+    assert not login.generated and get_user_model().objects.get(username="admin").check_password(
+        "correct-horse-battery")
+
+
+def _model(tmp_path, name):
+    path = tmp_path / name
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return path
+
+
+def test_the_demo_deployment_is_created_once(db, tmp_path, settings):
+    from tests.procs import free_port
+
+    settings.TANDEM_GATEWAY_PORT = free_port()
+    tiny = _model(tmp_path, "tiny")
+    deployment, what = demo_deployment_ensure(tiny)
+    assert what == "created" and deployment.gateway_port == settings.TANDEM_GATEWAY_PORT
+    assert {p.role: p.desired_replicas for p in deployment.pools.all()} == {"prefill": 1, "decode": 1}
+    assert demo_deployment_ensure(tiny)[1] == "exists"
+    assert Deployment.objects.count() == 1
+
+
+def test_a_changed_demo_model_rolls_the_demo_to_a_new_revision(db, tmp_path, settings):
+    from tests.procs import free_port
+
+    settings.TANDEM_GATEWAY_PORT = free_port()
+    demo_deployment_ensure(_model(tmp_path, "tiny"))
+    deployment, what = demo_deployment_ensure(_model(tmp_path, "smollm2-135m"))
+    deployment.refresh_from_db()
+    assert what == "new revision for model smollm2-135m"
+    assert deployment.current_revision.number == 2 and deployment.current_revision.model_path.endswith("smollm2-135m")

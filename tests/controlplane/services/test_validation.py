@@ -1,0 +1,44 @@
+"""The domain checks every caller (API, dashboard, alert rules) shares."""
+from __future__ import annotations
+
+import pytest
+
+from controlplane.errors import ControlPlaneError
+from controlplane.services.validation import (validate_engine_settings, validate_model_path, validate_name,
+                                              validate_replica_bounds)
+
+
+@pytest.mark.parametrize("path", ["", "   ", "/tmp/a\x00b", None, 42])
+def test_a_model_path_that_cannot_be_a_folder_is_refused(path):
+    with pytest.raises(ControlPlaneError) as err:
+        validate_model_path(path)
+    assert err.value.extra["field"] == "model_path"
+
+
+def test_a_model_path_too_long_for_the_filesystem_is_refused_cleanly(tmp_path):
+    with pytest.raises(ControlPlaneError) as err:
+        validate_model_path(str(tmp_path / ("x" * 5000)))
+    assert err.value.status == 400
+
+
+def test_engine_settings_keep_valid_values_as_given():
+    settings = {"device": "cuda:1", "threads": 4, "kv_cache_bytes": 1 << 30, "block_size": 16, "max_num_seqs": 32}
+    assert validate_engine_settings(settings) == settings
+    assert validate_engine_settings(None) == {}
+
+
+@pytest.mark.parametrize("value", [[], "x", 1])
+def test_engine_settings_must_be_an_object(value):
+    with pytest.raises(ControlPlaneError):
+        validate_engine_settings(value)
+
+
+@pytest.mark.parametrize("name", ["demo", "a", "llama-3-8b", "x" * 63])
+def test_slug_names_are_accepted(name):
+    assert validate_name(name) == name
+
+
+def test_min_above_max_is_refused_with_both_numbers():
+    with pytest.raises(ControlPlaneError) as err:
+        validate_replica_bounds("decode", replicas=2, min_replicas=5, max_replicas=3)
+    assert "min_replicas (5) for decode is above max_replicas (3)" in err.value.message

@@ -1,0 +1,106 @@
+"""One health pass probes /health over real HTTP: starting → ready on 200; N consecutive failures of a ready worker
+restart it; a starting worker gets its startup deadline; a gateway that answers 503 (no ready pool yet) is up."""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.utils import timezone
+
+from controlplane.models import Action, Worker, WorkerStatus
+from controlplane.supervision.health import check_health
+
+
+@pytest.fixture
+def health_server():
+    """A /health endpoint whose status code the test sets (server.code)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"status": "ok"}' if self.server.code == 200 else b'{"status": "starting"}'
+            self.send_response(self.server.code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.code = 200
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_starting_worker_becomes_ready_on_its_first_200(deployment, make_worker, health_server):
+    worker = make_worker(deployment, "decode", status=WorkerStatus.STARTING, port=health_server.server_port,
+                         started_at=timezone.now())
+    assert check_health()["ready"] == [worker.id]
+    worker.refresh_from_db()
+    assert worker.status == WorkerStatus.READY and worker.ready_at is not None
+
+
+def test_a_ready_worker_is_restarted_after_the_configured_number_of_failed_checks(
+        deployment, make_worker, health_server, settings, sent):
+    settings.TANDEM_HEALTH_FAILURES = 3
+    worker = make_worker(deployment, "decode", port=health_server.server_port)
+    health_server.code = 500
+    assert check_health()["restarted"] == [] and check_health()["restarted"] == []
+    worker.refresh_from_db()
+    assert worker.status == WorkerStatus.READY and worker.consecutive_health_failures == 2
+    assert check_health()["restarted"] == [worker.id]
+    worker.refresh_from_db()
+    assert worker.status == WorkerStatus.PENDING
+    assert Action.objects.get(kind="restart", worker=worker).reason.startswith("health check failed 3 times")
+
+
+def test_one_good_answer_resets_the_failure_count(deployment, make_worker, health_server, settings):
+    settings.TANDEM_HEALTH_FAILURES = 2
+    worker = make_worker(deployment, "decode", port=health_server.server_port)
+    health_server.code = 500
+    check_health()
+    health_server.code = 200
+    check_health()
+    health_server.code = 500
+    check_health()
+    worker.refresh_from_db()
+    assert worker.status == WorkerStatus.READY and worker.consecutive_health_failures == 1
+
+
+def test_an_unreachable_starting_worker_is_left_alone_until_its_startup_deadline(
+        deployment, make_worker, settings, sent):
+    from tests.procs import free_port
+
+    settings.TANDEM_STARTUP_TIMEOUT_S = 60
+    fresh = make_worker(deployment, "decode", status=WorkerStatus.STARTING, port=free_port(),
+                        started_at=timezone.now())
+    late = make_worker(deployment, "prefill", status=WorkerStatus.STARTING, port=free_port(),
+                       started_at=timezone.now() - timedelta(seconds=61))
+    assert check_health()["restarted"] == [late.id]
+    assert Worker.objects.get(id=fresh.id).status == WorkerStatus.STARTING
+    assert "not healthy within 60 s" in Worker.objects.get(id=late.id).last_error
+
+
+def test_a_gateway_answering_503_without_ready_pools_counts_as_up(deployment, make_worker, health_server):
+    health_server.code = 503
+    gateway = make_worker(deployment, "gateway", status=WorkerStatus.STARTING, port=health_server.server_port,
+                          started_at=timezone.now())
+    assert check_health()["ready"] == [gateway.id]
+
+
+def test_overlapping_passes_count_one_failure_once(deployment, make_worker, health_server):
+    from controlplane.supervision.health import Probe, _apply
+
+    worker = make_worker(deployment, "decode", port=health_server.server_port)
+    started = timezone.now()
+    failed = Probe(worker.id, worker.pid, False, "GET /health: HTTP 500")
+    _apply(worker, failed, {"failing": [], "restarted": [], "ready": []}, started)
+    _apply(worker, failed, {"failing": [], "restarted": [], "ready": []}, started)  # the same period, again
+    worker.refresh_from_db()
+    assert worker.consecutive_health_failures == 1
