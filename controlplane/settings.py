@@ -271,6 +271,8 @@ TANDEM_WEB_PORT = env_int("TANDEM_WEB_PORT", 8000, minimum=1, maximum=65535)
 TANDEM_GATEWAY_PORT = env_int("TANDEM_GATEWAY_PORT", 8001, minimum=1, maximum=65535)
 TANDEM_PUBLIC_URL = (env_str("TANDEM_PUBLIC_URL") or f"http://127.0.0.1:{TANDEM_WEB_PORT}").rstrip("/")
 TANDEM_NODE_NAME = env_str("TANDEM_NODE_NAME") or "local"
+# The address this host's workers are reached at by the gateway and the control plane (one host: loopback).
+TANDEM_NODE_ADDRESS = env_str("TANDEM_NODE_ADDRESS") or "127.0.0.1"
 TANDEM_LOG_DIR = Path(env_str("TANDEM_LOG_DIR", str(VAR_DIR / "logs")))
 TANDEM_MODELS_DIR = Path(env_str("TANDEM_MODELS_DIR", str(VAR_DIR / "models")))
 TANDEM_HEALTH_FAILURES = env_int("TANDEM_HEALTH_FAILURES", 3, minimum=1)

@@ -1,8 +1,9 @@
 """What the node agent runs for a Worker row: the command line, its environment, where it logs.
 
 Workers: `python -m inference.worker --role R --model DIR --port P --revision N --dtype D` plus the revision's
-engine settings as flags. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME
---token T`, the token being the `tandem-gateway` service user's (viewer: it only reads /endpoints).
+engine settings as flags. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
+with the `tandem-gateway` service user's token (viewer: it only reads /endpoints) in its environment
+(TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
 """
 from __future__ import annotations
 
@@ -53,7 +54,6 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         return processes.python_argv(
             "inference.gateway", "--port", str(port), "--host", worker.host,
             "--control-plane", settings.TANDEM_PUBLIC_URL, "--deployment", worker.deployment.name,
-            "--token", gateway_token(),
         )
     revision = worker.revision
     argv = processes.python_argv(
@@ -106,6 +106,8 @@ def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
     threads = (worker.revision.engine_settings or {}).get("threads") if worker.revision else None
     env["OMP_NUM_THREADS"] = str(threads or 1)
     env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
+    if worker.role == WorkerRole.GATEWAY:
+        env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token()
     if gpu_index is not None:
         # The process sees only its GPU (as cuda:0), so `--device cuda` lands on the one picked for it.
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)

@@ -27,12 +27,13 @@ _stopping: set[int] = set()
 _stopping_lock = threading.Lock()
 
 
-def node_register(*, name: str) -> Node:
+def node_register(*, name: str, address: str = "127.0.0.1") -> Node:
     node, _ = Node.objects.get_or_create(name=name, defaults={"queue": Node.queue_for(name)})
     node.hostname = socket.gethostname()
+    node.address = address
     node.gpus = discover_gpus()
     node.last_seen_at = timezone.now()
-    node.save(update_fields=["hostname", "gpus", "last_seen_at"])
+    node.save(update_fields=["hostname", "address", "gpus", "last_seen_at"])
     log.info("node %s registered (%s, %d GPU(s))", name, node.hostname, len(node.gpus))
     return node
 

@@ -21,7 +21,7 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["name", "queue", "hostname", "gpus", "num_gpus", "online", "last_seen_at", "created_at"]
+        fields = ["name", "queue", "hostname", "address", "gpus", "num_gpus", "online", "last_seen_at", "created_at"]
 
     def get_online(self, node: Node) -> bool:
         return node.is_online()

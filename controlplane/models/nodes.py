@@ -12,6 +12,9 @@ class Node(models.Model):
     name = models.SlugField(max_length=63, unique=True)
     queue = models.CharField(max_length=100, unique=True)
     hostname = models.CharField(max_length=255, blank=True)
+    # Where the other hosts reach this node's workers and gateways (the agent's --address): workers bind to it and
+    # the gateway and the control plane's health checks connect to it. 127.0.0.1 is right for one host only.
+    address = models.CharField(max_length=255, default="127.0.0.1")
     # [{"index": 0, "name": "NVIDIA H100", "memory_total_bytes": 85899345920}]; [] on a CPU-only host.
     gpus = models.JSONField(default=list, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)

@@ -88,7 +88,7 @@ def _new_worker(deployment: Deployment, *, role: str, pool: Pool | None, summary
     if node is None:
         log.warning("deployment %s: no online node for a %s worker; retrying on the next pass", deployment.name, role)
         return None
-    worker = Worker.objects.create(deployment=deployment, pool=pool, role=role, node=node,
+    worker = Worker.objects.create(deployment=deployment, pool=pool, role=role, node=node, host=node.address,
                                    status=WorkerStatus.PENDING, **fields)
     summary["created"].append(worker.id)
     return worker

@@ -1,6 +1,8 @@
 """Gateway settings: one validated Config, built from the command line."""
 from __future__ import annotations
 
+import os
+
 import argparse
 from dataclasses import dataclass, field
 from enum import Enum
@@ -83,7 +85,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--colocated", help="comma-separated colocated worker URLs")
     parser.add_argument("--control-plane", help="control plane base URL; membership is polled from it")
     parser.add_argument("--deployment", help="deployment name at the control plane")
-    parser.add_argument("--token", help="API token for the control plane")
+    # The environment keeps the token out of `ps` (the node agent passes it so); --token is for a shell.
+    parser.add_argument("--token", default=os.environ.get("TANDEM_CONTROL_PLANE_TOKEN"),
+                        help="API token for the control plane (default: $TANDEM_CONTROL_PLANE_TOKEN)")
     parser.add_argument("--served-model-name", help="the `model` clients send (default: the deployment, else tandem)")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
     parser.add_argument("--request-timeout", type=float, default=300.0, help="overall seconds per request")

@@ -14,9 +14,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--name", default=None, help="node name (default: TANDEM_NODE_NAME, 'local')")
+        parser.add_argument("--address", default=None,
+                            help="address other hosts reach this node's workers at (default: TANDEM_NODE_ADDRESS, "
+                                 "'127.0.0.1': one host only)")
         parser.add_argument("--loglevel", default="INFO")
 
-    def handle(self, *args, name=None, loglevel="INFO", **options):
+    def handle(self, *args, name=None, address=None, loglevel="INFO", **options):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
@@ -27,7 +30,7 @@ class Command(BaseCommand):
         if slugify(name) != name:
             raise CommandError(f"node name {name!r} must be a slug (lowercase letters, digits, '-')")
         runtime.node_name = name
-        node = node_register(name=name)
+        node = node_register(name=name, address=address or settings.TANDEM_NODE_ADDRESS)
         node_adopt(node=node)
         heartbeat = Heartbeat(node, settings.TANDEM_HEARTBEAT_INTERVAL_S)
         heartbeat.start()
