@@ -17,6 +17,8 @@ class ActionKind(models.TextChoices):
     START = "start"
     STOP = "stop"
     FAIL = "fail"
+    AUTOSCALE = "autoscale"  # the autoscaler switched on or off, or a pool's policy changed
+    SILENCE = "silence"  # a silence created or expired
 
 
 class ActorType(models.TextChoices):

@@ -57,6 +57,7 @@ def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools:
         raise invalid(f"deployment {deployment.name!r} has no pool {', '.join(unknown)} "
                       f"(its pools: {', '.join(sorted(by_role))})", field="pools")
     with transaction.atomic():
+        _record(deployment=deployment, actor=actor, enabled=enabled, pools=pools)
         if enabled is not None and enabled != deployment.autoscale_enabled:
             deployment.autoscale_enabled = enabled
             deployment.save(update_fields=["autoscale_enabled"])
@@ -68,3 +69,21 @@ def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools:
             if fields:
                 fields["updated_at"] = timezone.now()
                 AutoscalingPolicy.objects.filter(pk=policy.pk).update(**fields)
+
+
+def _record(*, deployment, actor, enabled: bool | None, pools: dict) -> None:
+    """The audit row: switching the autoscaler or changing a policy changes who sizes the pools."""
+    from controlplane.models import ActionKind, ActionStatus
+    from controlplane.services.actions import action_create
+
+    parts = []
+    if enabled is not None and enabled != deployment.autoscale_enabled:
+        parts.append(f"autoscaler {'on' if enabled else 'off'}")
+    for role, changes in sorted(pools.items()):
+        if changes:
+            parts.append(f"{role}: " + ", ".join(f"{key}={value}" for key, value in sorted(changes.items())))
+    if not parts:
+        return
+    action = action_create(kind=ActionKind.AUTOSCALE, actor=actor, deployment=deployment, reason="; ".join(parts),
+                           params={"enabled": enabled, "pools": pools}, status=ActionStatus.SUCCEEDED)
+    type(action).objects.filter(pk=action.pk).update(finished_at=action.created_at)

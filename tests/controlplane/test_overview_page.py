@@ -1,4 +1,4 @@
-"""The minimal fleet overview at `/` (issue 5 replaces it): login required, lists deployments, pools, workers."""
+"""The fleet overview at `/` and a deployment's page: login required; deployments, pools, workers."""
 from __future__ import annotations
 
 import pytest
@@ -17,10 +17,10 @@ def test_a_viewer_sees_each_deployment_its_pools_and_workers(client, viewer, dep
     worker = make_worker(deployment, "decode", status="ready", last_error="")
     client.force_login(viewer)
     html = client.get("/").content.decode()
-    assert "demo" in html and "disaggregated" in html
-    assert "prefill" in html and "decode" in html
-    assert worker.url in html
-    assert "vera-viewer (viewer)" in html
+    assert "demo" in html and "prefill" in html and "decode" in html
+    assert "vera-viewer" in html
+    html = client.get("/deployments/demo/").content.decode()
+    assert "disaggregated" in html and worker.url in html
 
 
 def test_an_outsider_is_told_to_ask_for_a_role(client, outsider):

@@ -166,7 +166,7 @@ class SilenceDetailView(ApiView):
     @extend_schema(responses={200: SilenceSerializer, **ERRORS},
                    description="Expire the silence now (it stays listed). Operator.")
     def delete(self, request, silence_id: int):
-        return Response(SilenceSerializer(silence_expire(silence=_get(Silence, silence_id, "silence"))).data)
+        return Response(SilenceSerializer(silence_expire(silence=_get(Silence, silence_id, "silence"), actor=request.user)).data)
 
 
 class AdminView(ApiView):

@@ -83,14 +83,38 @@ def silence_create(*, matchers, ends_at: datetime, comment: str, created_by, sta
         raise invalid("ends_at must be after starts_at", field="ends_at")
     if not comment or not comment.strip():
         raise invalid("a silence needs a comment saying why", field="comment")
-    return Silence.objects.create(matchers=matchers, starts_at=starts_at, ends_at=ends_at, comment=comment,
-                                  created_by=created_by)
+    with transaction.atomic():
+        silence = Silence.objects.create(matchers=matchers, starts_at=starts_at, ends_at=ends_at, comment=comment,
+                                         created_by=created_by)
+        _record(silence, actor=created_by, verb="created",
+                detail=f"until {ends_at.isoformat(timespec='seconds')}: {comment.strip()}")
+    return silence
 
 
-def silence_expire(*, silence: Silence) -> Silence:
+def silence_expire(*, silence: Silence, actor=None) -> Silence:
     """End a silence now (an expired one stays as it is)."""
     now = timezone.now()
     with transaction.atomic():
-        Silence.objects.filter(pk=silence.pk, ends_at__gt=now).update(ends_at=now)
+        if Silence.objects.filter(pk=silence.pk, ends_at__gt=now).update(ends_at=now) and actor is not None:
+            _record(silence, actor=actor, verb="expired", detail=silence.comment)
     silence.refresh_from_db()
     return silence
+
+
+def _record(silence: Silence, *, actor, verb: str, detail: str) -> None:
+    """The audit row of a silence: muting alerts (and the actions they would take) is an operator's decision."""
+    from controlplane.models import ActionKind, ActionStatus, Deployment
+    from controlplane.services.actions import action_create
+
+    if actor is None or not getattr(actor, "is_authenticated", True):
+        return
+    names = [m.get("value") for m in silence.matchers
+             if m.get("name") == "deployment" and m.get("is_equal", True) and not m.get("is_regex")]
+    deployment = Deployment.objects.filter(name=names[0]).first() if names else None
+    matchers = ", ".join(f"{m.get('name')}{'=' if m.get('is_equal', True) else '!='}"
+                         f"{'~' if m.get('is_regex') else ''}{m.get('value')}" for m in silence.matchers)
+    action = action_create(kind=ActionKind.SILENCE, actor=actor, deployment=deployment,
+                           reason=f"silence #{silence.pk} {verb} ({matchers}) {detail}".strip(),
+                           params={"silence": silence.pk, "matchers": silence.matchers},
+                           status=ActionStatus.SUCCEEDED)
+    type(action).objects.filter(pk=action.pk).update(finished_at=action.created_at)

@@ -1,0 +1,142 @@
+"""Plotly figures for the dashboard, built server-side as plain figure dicts (the JSON plotly.js renders).
+
+Pure functions: series in, figure out — no Django, no database — so they are unit-tested on their own and cost
+microseconds (plotly's `graph_objects` validate every property and cost milliseconds per figure, which a page of
+twelve charts refreshed every 5 s cannot afford; the tests check the dicts against `graph_objects` instead).
+
+A series is `Series(name, points)` with points `[[unix_seconds, value], ...]` in time order. Every figure either has
+traces with points or says why it has none (`empty_figure(reason)`): an operator must never wonder whether an empty
+chart means "zero" or "no data".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_POINTS = 500
+FEW_POINTS = 20
+# Status-neutral palette; the same worker or role keeps its colour across charts (index by name order).
+PALETTE = ("#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#dc2626", "#4b5563",
+           "#ca8a04")
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    name: str
+    points: list  # [[unix seconds, value], ...], oldest first
+    dash: str = "solid"  # "solid" | "dot" | "dash": P50 dotted under a solid P99, for example
+    group: str = ""  # series of one group share a colour (a role's P50 and P99); "" = the name
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    unit: str  # "seconds" | "ratio" | "bytes" | "per_second" | "count" | "cores"
+    title: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def downsample(points: list, max_points: int = MAX_POINTS) -> list:
+    """At most `max_points` points: consecutive points are grouped into equal buckets and each bucket becomes its
+    mean time and mean value. Spikes are averaged out a little, but a series of 17,280 points (a day of 5 s
+    samples) keeps its shape in 500, and the browser draws 500 points per trace without effort."""
+    if max_points < 1:
+        raise ValueError(f"max_points must be at least 1, not {max_points}")
+    num_points = len(points)
+    if num_points <= max_points:
+        return [list(p) for p in points]
+    out = []
+    for index in range(max_points):
+        lo = index * num_points // max_points
+        hi = (index + 1) * num_points // max_points
+        bucket = points[lo:hi]
+        out.append([sum(p[0] for p in bucket) / len(bucket), sum(p[1] for p in bucket) / len(bucket)])
+    return out
+
+
+def _ms(ts: float) -> int:
+    # Milliseconds since the epoch: what a plotly date axis reads as UTC time. Half the bytes of ISO strings and
+    # no strftime per point (a day of 13 charts is ~20,000 points every refresh).
+    return int(ts * 1000)
+
+
+def _axis_layout(axis: Axis) -> dict:
+    layout: dict = {"title": {"text": axis.title} if axis.title else None, "rangemode": "tozero",
+                    "gridcolor": "#e5e7eb", "zeroline": False, "automargin": True}
+    if axis.unit == "seconds":
+        layout["ticksuffix"] = " s"
+    elif axis.unit == "ratio":
+        layout["tickformat"] = ".2~%"
+    elif axis.unit == "bytes":
+        layout["tickformat"] = ".3~s"
+        layout["ticksuffix"] = "B"
+    layout.update(axis.extra)
+    return {key: value for key, value in layout.items() if value is not None}
+
+
+def _hover(unit: str) -> str:
+    formats = {"seconds": "%{y:.3f} s", "ratio": "%{y:.1%}", "bytes": "%{y:.3s}B", "per_second": "%{y:.2f}/s",
+               "cores": "%{y:.2f} cores"}
+    return "%{fullData.name}: " + formats.get(unit, "%{y:.2f}") + "<br>%{x}<extra></extra>"
+
+
+def _base_layout(title: str, *, x_range: tuple[float, float] | None) -> dict:
+    # One-line time ticks (the date would take a second line that collides with the legend); hover shows it all.
+    xaxis: dict = {"type": "date", "gridcolor": "#e5e7eb", "automargin": True, "tickformat": "%H:%M",
+                   "hoverformat": "%Y-%m-%d %H:%M:%S UTC"}
+    if x_range is not None:
+        xaxis["range"] = [_ms(x_range[0]), _ms(x_range[1])]
+    return {
+        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 13}},
+        "margin": {"l": 48, "r": 12, "t": 30, "b": 28},
+        "height": 230,
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.18, "font": {"size": 10}},
+        "hovermode": "x unified",
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "font": {"family": "system-ui, sans-serif", "size": 11, "color": "#1f2937"},
+        "xaxis": xaxis,
+        # uirevision keeps the user's zoom and hidden traces across Plotly.react refreshes.
+        "uirevision": title,
+    }
+
+
+def line_figure(title: str, series: list[Series], axis: Axis, *, x_range: tuple[float, float] | None = None,
+                empty_reason: str = "", max_points: int = MAX_POINTS) -> dict:
+    """A time-series line chart; series without points are left out. With no points at all it is
+    `empty_figure(empty_reason)`, so the reason is drawn where the lines would be."""
+    traces = []
+    colours: dict[str, str] = {}
+    for item in (s for s in series if s.points):
+        colour = colours.setdefault(item.group or item.name, PALETTE[len(colours) % len(PALETTE)])
+        points = downsample(item.points, max_points)
+        traces.append({
+            "type": "scatter",
+            # A line needs two points: a series that just started (or a sparse one) also gets markers.
+            "mode": "lines" if len(points) >= FEW_POINTS else "lines+markers",
+            "marker": {"size": 4},
+            "name": item.name,
+            "x": [_ms(p[0]) for p in points],
+            "y": [p[1] for p in points],
+            "line": {"width": 1.6, "color": colour, "dash": item.dash},
+            "hovertemplate": _hover(axis.unit),
+        })
+    if not traces:
+        return empty_figure(title, empty_reason or "no data in this time range", x_range=x_range)
+    layout = _base_layout(title, x_range=x_range)
+    layout["yaxis"] = _axis_layout(axis)
+    return {"data": traces, "layout": layout}
+
+
+def empty_figure(title: str, reason: str, *, x_range: tuple[float, float] | None = None) -> dict:
+    """No traces, the reason written in the middle of the plot area."""
+    layout = _base_layout(title, x_range=x_range)
+    layout["showlegend"] = False
+    layout["yaxis"] = {"visible": False}
+    layout["annotations"] = [{"text": reason, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                              "showarrow": False, "font": {"size": 12, "color": "#6b7280"}}]
+    return {"data": [], "layout": layout}
+
+
+def num_points(figure: dict) -> int:
+    """Points drawn by a figure (0 for an empty state)."""
+    return sum(len(trace.get("x", [])) for trace in figure.get("data", []))

@@ -1,0 +1,98 @@
+"""Reads behind the fleet overview: each deployment's health, pools, firing alerts and headline numbers."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from controlplane.alerting.models import Alert, AlertState
+from controlplane.models import Node, Worker
+from controlplane.models.workers import LIVE_STATUSES
+from controlplane.observability.selectors import metric_values
+from controlplane.selectors import deployment_list
+
+# Headline numbers: the latest value over the last minute. The gateway's client-side view is what users see, so it
+# wins; without a gateway series the pool that does the work speaks.
+HEADLINE_WINDOW_S = 60
+HEADLINES = {
+    "ttft_p99": ("ttft_p99_seconds", ("gateway", "prefill", "colocated")),
+    "itl_p99": ("itl_p99_seconds", ("gateway", "decode", "colocated")),
+    "tokens_per_second": ("generation_tokens_per_second", ("gateway", "decode", "colocated")),
+}
+
+
+class Health:
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    DOWN = "down"
+    DELETING = "deleting"
+    SCALED_TO_ZERO = "scaled to zero"
+
+
+@dataclass
+class DeploymentRow:
+    deployment: object
+    pools: list
+    health: str
+    num_firing: int
+    headlines: dict = field(default_factory=dict)
+    problems: list = field(default_factory=list)
+
+
+def deployment_health(*, pools: list, num_firing: int, is_deleting: bool) -> tuple[str, list[str]]:
+    """(health, the reasons) from desired vs ready workers per pool and the firing alerts."""
+    if is_deleting:
+        return Health.DELETING, ["being deleted"]
+    problems = []
+    down = False
+    for pool in pools:
+        if pool.desired_replicas and pool.num_ready == 0:
+            down = True
+            problems.append(f"{pool.role}: no ready worker of {pool.desired_replicas}")
+        elif pool.num_ready < pool.desired_replicas:
+            problems.append(f"{pool.role}: {pool.num_ready} of {pool.desired_replicas} ready")
+    if num_firing:
+        problems.append(f"{num_firing} alert{'s' if num_firing != 1 else ''} firing")
+    if down:
+        return Health.DOWN, problems
+    if problems:
+        return Health.DEGRADED, problems
+    if pools and all(pool.desired_replicas == 0 for pool in pools):
+        return Health.SCALED_TO_ZERO, []
+    return Health.HEALTHY, []
+
+
+def pick_headline(values: dict[str, float | None], roles: tuple[str, ...]) -> float | None:
+    """The first role in `roles` with a value (values: role → latest value or None)."""
+    for role in roles:
+        if values.get(role) is not None:
+            return values[role]
+    return None
+
+
+def fleet_rows(*, now: float | None = None) -> list[DeploymentRow]:
+    deployments = list(deployment_list())
+    firing = Counter(Alert.objects.filter(state=AlertState.FIRING, deployment__isnull=False)
+                     .values_list("deployment_id", flat=True))
+    latest: dict[str, dict[int, dict[str, float | None]]] = {}
+    for key, (metric, _) in HEADLINES.items():
+        by_deployment: dict[int, dict[str, float | None]] = {}
+        for value in metric_values(metric=metric, aggregation="last", window_s=HEADLINE_WINDOW_S, now=now):
+            by_deployment.setdefault(value.deployment_id, {})[value.role] = value.value
+        latest[key] = by_deployment
+    rows = []
+    for deployment in deployments:
+        pools = list(deployment.pools.all())
+        health, problems = deployment_health(pools=pools, num_firing=firing.get(deployment.pk, 0),
+                                             is_deleting=deployment.is_deleting)
+        headlines = {key: pick_headline(latest[key].get(deployment.pk, {}), roles)
+                     for key, (_, roles) in HEADLINES.items()}
+        rows.append(DeploymentRow(deployment=deployment, pools=pools, health=health,
+                                  num_firing=firing.get(deployment.pk, 0), headlines=headlines, problems=problems))
+    return rows
+
+
+def node_rows() -> list[dict]:
+    live = Counter(Worker.objects.filter(status__in=LIVE_STATUSES, node__isnull=False)
+                   .values_list("node_id", flat=True))
+    return [{"node": node, "online": node.is_online(), "num_workers": live.get(node.pk, 0), "gpus": node.gpus or []}
+            for node in Node.objects.order_by("name")]

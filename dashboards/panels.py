@@ -1,0 +1,130 @@
+"""The deployment page's charts: which stored series each panel draws, read through the observability app's
+series query (H7's `query_series`, the same code as `GET /api/v1/metrics/query`), turned into figures by
+`dashboards.charts`.
+
+Pool panels draw the pool aggregates of every role (the gateway's client-side view included: its latencies are
+what users see); worker panels draw one line per worker. A host without GPUs gets CPU and memory panels instead of
+GPU panels that would stay empty forever.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from django.conf import settings
+
+from controlplane.models import Node, Worker
+from controlplane.models.workers import LIVE_STATUSES
+from controlplane.observability.series import auto_step
+from dashboards.charts import Axis, Series, line_figure
+from dashboards.series import Scope, read_series
+
+RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
+DEFAULT_RANGE = "1h"
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    metric: str
+    label: str  # "P99": the trace is named "<label> <role>" (pools) or "<label> <role> #<id>" (workers)
+    dash: str = "solid"
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    key: str
+    title: str
+    unit: str
+    lines: tuple[Line, ...]
+    per_worker: bool = False
+
+
+LATENCY_PANELS = (
+    Panel("ttft", "Time to first token", "seconds",
+          (Line("ttft_p50_seconds", "P50", "dot"), Line("ttft_p99_seconds", "P99"))),
+    Panel("itl", "Inter-token latency", "seconds",
+          (Line("itl_p50_seconds", "P50", "dot"), Line("itl_p99_seconds", "P99"))),
+    Panel("e2e", "End-to-end latency", "seconds",
+          (Line("e2e_p50_seconds", "P50", "dot"), Line("e2e_p99_seconds", "P99"))),
+)
+TRAFFIC_PANELS = (
+    Panel("qps", "Requests per second", "per_second", (Line("qps", "QPS"),)),
+    Panel("tokens", "Tokens per second", "per_second",
+          (Line("prompt_tokens_per_second", "in"), Line("generation_tokens_per_second", "out", "dot"))),
+    Panel("errors", "Error ratio", "ratio",
+          (Line("error_ratio", "errors"), Line("server_error_ratio", "5xx", "dot"))),
+    Panel("requests", "Running and waiting requests", "count",
+          (Line("requests_running", "running"), Line("requests_waiting", "waiting", "dot"))),
+)
+GPU_PANELS = (
+    Panel("gpu_util", "GPU utilisation per worker", "ratio", (Line("gpu_utilization_ratio", ""),), per_worker=True),
+    Panel("gpu_mem", "GPU memory per worker", "bytes", (Line("gpu_memory_used_bytes", ""),), per_worker=True),
+)
+CPU_PANELS = (
+    Panel("cpu", "CPU per worker (no GPU on this host)", "cores", (Line("cpu_usage_ratio", ""),), per_worker=True),
+    Panel("mem", "Resident memory per worker (no GPU on this host)", "bytes",
+          (Line("resident_memory_bytes", ""),), per_worker=True),
+)
+KV_PANEL = Panel("kv", "KV cache usage per worker", "ratio", (Line("kv_cache_usage_ratio", ""),), per_worker=True)
+
+
+def panels_for(*, has_gpu: bool) -> tuple[Panel, ...]:
+    return LATENCY_PANELS + TRAFFIC_PANELS + (GPU_PANELS if has_gpu else CPU_PANELS) + (KV_PANEL,)
+
+
+def deployment_has_gpu(deployment) -> bool:
+    """Whether the nodes running this deployment (or, with nothing running, any node) have a GPU."""
+    nodes = Node.objects.filter(workers__deployment=deployment, workers__status__in=LIVE_STATUSES).distinct()
+    if not nodes.exists():
+        nodes = Node.objects.all()
+    return any(node.gpus for node in nodes.only("gpus"))
+
+
+def parse_range(raw: str | None) -> str:
+    return raw if raw in RANGES else DEFAULT_RANGE
+
+
+def _series_name(line: Line, role: str, worker_id: int | None) -> str:
+    who = role if worker_id is None else f"{role} #{worker_id}"
+    return f"{line.label} {who}".strip()
+
+
+def empty_reason(*, num_live_workers: int, has_samples: bool) -> str:
+    """Why a chart has nothing to draw, in the words an operator needs."""
+    if num_live_workers == 0:
+        return "no workers: scale a pool up to start one"
+    if not has_samples:
+        return f"no samples yet: the scraper runs every {settings.TANDEM_SCRAPE_INTERVAL_S} s"
+    return "no samples of this metric in this time range"
+
+
+def chart_figures(deployment, *, range_key: str, now: float) -> dict:
+    """{"range", "start", "end", "has_gpu", "figures": {panel key: figure}, "num_points": {key: n}}."""
+    seconds = RANGES[range_key]
+    start, end = now - seconds, now
+    step = auto_step(start, end)
+    has_gpu = deployment_has_gpu(deployment)
+    panels = panels_for(has_gpu=has_gpu)
+    num_live = Worker.objects.filter(deployment=deployment, status__in=LIVE_STATUSES).count()
+    roles = tuple(deployment.roles) + ("gateway",)
+    # Workers that may have samples in the range: samples outlive a stopped worker, so a replaced one still shows.
+    since = datetime.fromtimestamp(start, tz=timezone.utc)
+    workers = (Worker.objects.filter(deployment=deployment).exclude(stopped_at__lt=since)
+               .values_list("id", flat=True))
+    scopes = {False: Scope(roles=roles), True: Scope(roles=roles, worker_ids=tuple(workers))}
+    loaded: dict[str, list[Series]] = {}
+    for panel in panels:
+        series: list[Series] = []
+        for line in panel.lines:
+            _, found = read_series(deployment_id=deployment.pk, metric=line.metric, scope=scopes[panel.per_worker],
+                                   start=start, end=end, step=step, now=now)
+            series.extend(Series(_series_name(line, item["role"], item["worker_id"]), item["points"], line.dash,
+                                 group=f'{item["role"]}#{item["worker_id"] or ""}') for item in found)
+        loaded[panel.key] = series
+    has_samples = any(s.points for series in loaded.values() for s in series)
+    reason = empty_reason(num_live_workers=num_live, has_samples=has_samples)
+    figures = {panel.key: line_figure(panel.title, loaded[panel.key], Axis(panel.unit), x_range=(start, end),
+                                      empty_reason=reason)
+               for panel in panels}
+    return {"range": range_key, "start": start, "end": end, "step": step, "has_gpu": has_gpu,
+            "figures": figures, "order": [panel.key for panel in panels]}

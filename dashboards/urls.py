@@ -1,0 +1,25 @@
+from django.urls import path
+
+from dashboards.views import alerts, assets, controls, history, pages
+
+app_name = "dashboards"
+
+urlpatterns = [
+    path("", pages.overview, name="overview"),
+    path("deployments/<slug:name>/", pages.deployment_detail, name="deployment"),
+    path("deployments/<slug:name>/live", pages.deployment_live, name="deployment-live"),
+    path("deployments/<slug:name>/charts.json", pages.deployment_charts, name="deployment-charts"),
+    path("deployments/<slug:name>/revisions/", history.revisions_page, name="revisions"),
+    path("deployments/<slug:name>/pools/<slug:role>/scale", controls.pool_scale_view, name="pool-scale"),
+    path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),
+    path("deployments/<slug:name>/autoscaling", controls.autoscaling_view, name="autoscaling"),
+    path("workers/<int:worker_id>/restart", controls.worker_restart_view, name="worker-restart"),
+    path("workers/<int:worker_id>/drain", controls.worker_drain_view, name="worker-drain"),
+    path("actions/", history.actions_page, name="actions"),
+    path("alerts/", alerts.alerts_page, name="alerts"),
+    path("alerts/<int:alert_id>/silence", alerts.silence_create_view, name="alert-silence"),
+    path("silences/<int:silence_id>/expire", alerts.silence_expire_view, name="silence-expire"),
+    path("alerts/rules/new", alerts.rule_edit_view, name="rule-create"),
+    path("alerts/rules/<int:rule_id>/", alerts.rule_edit_view, name="rule-edit"),
+    path("assets/plotly-<str:version>.min.js", assets.plotly_js, name="plotly-js"),
+]

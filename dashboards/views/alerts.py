@@ -1,0 +1,121 @@
+"""Alerts: firing, pending and recently resolved; silences (operators); alert rules (admins edit, as in the API)."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from controlplane.alerting.models import Alert, AlertRule, AlertState, Silence
+from controlplane.alerting.services.rules import rule_create, rule_update
+from controlplane.alerting.services.silences import active_silences, silence_create, silence_expire, silence_for
+from controlplane.errors import ControlPlaneError
+from controlplane.selectors import MAX_ID
+from dashboards.access import admin_for_writes, operator_required, viewer_required
+from dashboards.forms import RuleForm, SilenceForm
+from dashboards.views.common import page, safe_next
+
+RESOLVED_WINDOW = timedelta(hours=24)
+MAX_ROWS = 100
+
+
+def _alerts(state, **filters):
+    return Alert.objects.filter(state=state, **filters).select_related("rule", "deployment", "worker")
+
+
+@viewer_required
+def alerts_page(request):
+    now = timezone.now()
+    filters = {}
+    deployment = (request.GET.get("deployment") or "").strip()[:63]
+    if deployment:
+        filters["deployment__name"] = deployment
+    silences = list(active_silences(now=now).select_related("created_by"))
+    firing = list(_alerts(AlertState.FIRING, **filters).order_by("-fired_at")[:MAX_ROWS])
+    pending = list(_alerts(AlertState.PENDING, **filters).order_by("-active_at")[:MAX_ROWS])
+    for alert in firing + pending:
+        alert.silenced_by = silence_for({k: str(v) for k, v in alert.labels.items()}, now=now, silences=silences)
+    resolved = list(_alerts(AlertState.RESOLVED, resolved_at__gte=now - RESOLVED_WINDOW, **filters)
+                    .order_by("-resolved_at")[:MAX_ROWS])
+    return page(request, "dashboards/alerts.html", {
+        "firing": firing, "pending": pending, "resolved": resolved, "silences": silences,
+        "rules": list(AlertRule.objects.select_related("deployment").order_by("name")),
+        "silence_form": SilenceForm(), "deployment_filter": deployment,
+    })
+
+
+def silence_matchers(alert: Alert) -> list[dict]:
+    """Equality matchers on every label of the alert: the silence mutes exactly this alert's label set."""
+    return [{"name": name, "value": str(value), "is_regex": False, "is_equal": True}
+            for name, value in sorted(alert.labels.items())]
+
+
+@require_POST
+@operator_required
+def silence_create_view(request, alert_id: int):
+    alert = Alert.objects.filter(pk=alert_id).select_related("rule").first() if alert_id <= MAX_ID else None
+    if alert is None:
+        raise Http404(f"alert {alert_id} does not exist")
+    back = safe_next(request, reverse("dashboards:alerts"))
+    form = SilenceForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+        messages.error(request, f"The silence was not created: {problems}")
+        return redirect(back)
+    now = timezone.now()
+    try:
+        silence = silence_create(matchers=silence_matchers(alert), starts_at=now,
+                                 ends_at=now + timedelta(seconds=form.cleaned_data["duration_s"]),
+                                 comment=form.cleaned_data["comment"], created_by=request.user)
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return redirect(back)
+    messages.success(request, f"Silenced {alert.rule.name} until {silence.ends_at:%Y-%m-%d %H:%M} UTC "
+                              f"(silence #{silence.pk}).")
+    return redirect(back)
+
+
+@require_POST
+@operator_required
+def silence_expire_view(request, silence_id: int):
+    silence = Silence.objects.filter(pk=silence_id).first() if silence_id <= MAX_ID else None
+    if silence is None:
+        raise Http404(f"silence {silence_id} does not exist")
+    silence_expire(silence=silence, actor=request.user)
+    messages.success(request, f"Silence #{silence.pk} expired.")
+    return redirect(safe_next(request, reverse("dashboards:alerts")))
+
+
+@require_http_methods(["GET", "POST"])
+@admin_for_writes
+def rule_edit_view(request, rule_id: int | None = None):
+    """Create (no id) or edit an alert rule. Viewers and operators see the form read-only; admins save it."""
+    rule = None
+    if rule_id is not None:
+        rule = AlertRule.objects.filter(pk=rule_id).select_related("deployment").first() if rule_id <= MAX_ID \
+            else None
+        if rule is None:
+            raise Http404(f"alert rule {rule_id} does not exist")
+    if request.method == "POST":
+        form = RuleForm(request.POST)
+        if form.is_valid():
+            try:
+                if rule is None:
+                    rule = rule_create(**form.service_kwargs())
+                else:
+                    rule = rule_update(rule=rule, **form.service_kwargs())
+            except ControlPlaneError as error:
+                field = error.extra.get("field", "")
+                form.add_error(field if field in form.fields else None, error.message)
+            else:
+                messages.success(request, f"Alert rule {rule.name} saved: {rule.describe()}.")
+                return redirect(reverse("dashboards:alerts") + "#rules")
+        status = 400
+    else:
+        form = RuleForm(initial=RuleForm.initial_from(rule) if rule else None)
+        status = 200
+    return page(request, "dashboards/rule_form.html", {"form": form, "rule": rule}, status=status)

@@ -1,0 +1,172 @@
+"""The buttons: each POST calls the same service as the REST API (so it is an Action row with the user as actor),
+then returns to the page, which shows the action's progress. A ControlPlaneError (replicas outside min..max, a
+rollout already running, ...) becomes a message on the page, never a 500."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from controlplane.errors import ControlPlaneError
+from controlplane.models import Worker
+from controlplane.models.workers import LIVE_STATUSES
+from controlplane.observability.autoscaling_settings import autoscaling_update
+from controlplane.selectors import MAX_ID, revision_get, revision_list, worker_get
+from controlplane.services import deployment_rollback, pool_scale, worker_drain, worker_restart
+from dashboards.access import operator_required
+from dashboards.diff import revision_diff
+from dashboards.panels import RANGES
+from dashboards.views.common import page, posted_key
+from dashboards.views.pages import get_deployment_or_404
+
+MAX_REASON = 2000
+
+
+def _reason(request, default: str) -> str:
+    reason = (request.POST.get("reason") or "").strip()[:MAX_REASON]
+    return f"dashboard: {reason}" if reason else f"dashboard: {default}"
+
+
+def _back(request, deployment_name: str, action=None):
+    """To the deployment page, keeping its time range (the page's script posts it) and naming the new action."""
+    query = {}
+    if request.POST.get("range") in RANGES:
+        query["range"] = request.POST["range"]
+    if action is not None:
+        query["action"] = action.pk
+    url = reverse("dashboards:deployment", args=[deployment_name])
+    return redirect(f"{url}?{urlencode(query)}" if query else url)
+
+
+def _done(request, action, what: str) -> None:
+    messages.success(request, f"{what}: action #{action.pk} is {action.status}. Its progress shows below.")
+
+
+@require_POST
+@operator_required
+def pool_scale_view(request, name: str, role: str):
+    deployment = get_deployment_or_404(name)
+    pool = next((p for p in deployment.pools.all() if p.role == role), None)
+    if pool is None:
+        messages.error(request, f"deployment {name!r} has no {role!r} pool")
+        return _back(request, name)
+    op = request.POST.get("op")
+    if op == "up":
+        replicas = pool.desired_replicas + 1
+    elif op == "down":
+        replicas = pool.desired_replicas - 1
+    elif op == "set":
+        raw = (request.POST.get("replicas") or "").strip()
+        if not raw.lstrip("-").isdigit() or len(raw) > 6:
+            messages.error(request, f"replicas must be a whole number, not {raw!r}")
+            return _back(request, name)
+        replicas = int(raw)
+    else:
+        messages.error(request, "choose +1, −1 or set a number of replicas")
+        return _back(request, name)
+    try:
+        action = pool_scale(deployment=deployment, role=role, replicas=replicas, actor=request.user,
+                            reason=_reason(request, f"scale {role} {pool.desired_replicas} → {replicas}"),
+                            idempotency_key=posted_key(request))
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return _back(request, name)
+    _done(request, action, f"Scaling {role} from {pool.desired_replicas} to {replicas}")
+    return _back(request, name, action)
+
+
+def _worker_or_404(worker_id: int) -> Worker:
+    try:
+        return worker_get(worker_id)
+    except ControlPlaneError as error:
+        raise Http404(error.message) from None
+
+
+@require_POST
+@operator_required
+def worker_restart_view(request, worker_id: int):
+    worker = _worker_or_404(worker_id)
+    try:
+        action = worker_restart(worker=worker, actor=request.user, reason=_reason(request, "restart"),
+                                idempotency_key=posted_key(request))
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return _back(request, worker.deployment.name)
+    _done(request, action, f"Restarting {worker.role} worker #{worker.pk}")
+    return _back(request, worker.deployment.name, action)
+
+
+@require_POST
+@operator_required
+def worker_drain_view(request, worker_id: int):
+    worker = _worker_or_404(worker_id)
+    try:
+        action = worker_drain(worker=worker, actor=request.user, reason=_reason(request, "drain"),
+                              idempotency_key=posted_key(request))
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return _back(request, worker.deployment.name)
+    _done(request, action, f"Draining {worker.role} worker #{worker.pk}")
+    return _back(request, worker.deployment.name, action)
+
+
+def rollback_plan(deployment, target) -> dict:
+    """What a rollback to `target` replaces: the live workers of each pool that run another revision."""
+    replaced: dict[str, list[Worker]] = {}
+    workers = (Worker.objects.filter(deployment=deployment, status__in=LIVE_STATUSES, revision__isnull=False)
+               .exclude(revision=target).select_related("revision", "node").order_by("role", "id"))
+    for worker in workers:
+        replaced.setdefault(worker.role, []).append(worker)
+    pools = [{"role": pool.role, "desired": pool.desired_replicas, "workers": replaced.get(pool.role, [])}
+             for pool in deployment.pools.all()]
+    return {"pools": pools, "num_replaced": sum(len(p["workers"]) for p in pools)}
+
+
+@require_http_methods(["GET", "POST"])
+@operator_required
+def rollback_view(request, name: str, number: int):
+    """GET: the confirmation (what will be replaced, what changes); POST: the rollback."""
+    deployment = get_deployment_or_404(name)
+    target = revision_get(deployment, number) if number <= MAX_ID else None
+    if target is None:
+        numbers = [r.number for r in revision_list(deployment)]
+        raise Http404(f"deployment {name!r} has no revision {number} (it has {sorted(numbers)})")
+    if request.method == "POST":
+        try:
+            action = deployment_rollback(deployment=deployment, revision_number=number, actor=request.user,
+                                         reason=_reason(request, f"roll back to revision {number}"),
+                                         idempotency_key=posted_key(request))
+        except ControlPlaneError as error:
+            messages.error(request, error.message)
+            return redirect(reverse("dashboards:revisions", args=[name]))
+        _done(request, action, f"Rolling back {name} to revision {number}")
+        return _back(request, name, action)
+    current = deployment.current_revision
+    return page(request, "dashboards/rollback_confirm.html", {
+        "deployment": deployment, "target": target, "current": current,
+        "diff": revision_diff(current, target) if current else [],
+        "plan": rollback_plan(deployment, target),
+    })
+
+
+@require_POST
+@operator_required
+def autoscaling_view(request, name: str):
+    """Turn the deployment's autoscaler on or off through the observability app's settings service (the same as
+    PUT /api/v1/deployments/{name}/autoscaling)."""
+    deployment = get_deployment_or_404(name)
+    enabled = request.POST.get("enabled")
+    if enabled not in ("on", "off"):
+        messages.error(request, "enabled must be on or off")
+        return _back(request, name)
+    try:
+        autoscaling_update(deployment=deployment, actor=request.user, enabled=enabled == "on")
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return _back(request, name)
+    messages.success(request, f"Autoscaler of {name} turned {enabled}.")
+    return _back(request, name)

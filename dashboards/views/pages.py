@@ -1,0 +1,99 @@
+"""Read-only pages: the fleet overview and a deployment (with its live fragment and chart data)."""
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from django.http import Http404, JsonResponse
+from django.utils import timezone
+
+from controlplane.alerting.models import Alert, AlertState
+from controlplane.errors import ControlPlaneError
+from controlplane.models import Action, Worker
+from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
+from controlplane.observability.models import AutoscalingPolicy
+from controlplane.selectors import deployment_get, deployment_rollout_in_progress
+from dashboards.access import viewer_required
+from dashboards.fleet import fleet_rows, node_rows
+from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_range
+from dashboards.views.common import page
+
+# Stopped workers stay in the table this long, so that what just happened (a drain, a replaced worker) is visible.
+RECENTLY_STOPPED = timedelta(minutes=15)
+NUM_RECENT_ACTIONS = 8
+ROLE_ORDER = {"prefill": 0, "decode": 1, "colocated": 2, "gateway": 3}
+
+
+def get_deployment_or_404(name: str):
+    try:
+        return deployment_get(name)
+    except ControlPlaneError as error:
+        raise Http404(error.message) from None
+
+
+@viewer_required
+def overview(request):
+    return page(request, "dashboards/overview.html", {"rows": fleet_rows(), "nodes": node_rows()})
+
+
+def workers_of(deployment) -> list[Worker]:
+    since = timezone.now() - RECENTLY_STOPPED
+    workers = (Worker.objects.filter(deployment=deployment).select_related("node", "revision")
+               .exclude(status=WorkerStatus.STOPPED, stopped_at__lt=since)
+               .exclude(status=WorkerStatus.STOPPED, stopped_at__isnull=True))
+    # The order a request flows through: prefill, decode (or colocated), then the gateway.
+    return sorted(workers, key=lambda w: (ROLE_ORDER.get(w.role, 9), w.pk))
+
+
+def live_context(request, deployment) -> dict:
+    """What the live part of the deployment page shows (refreshed every 5 s as an HTML fragment)."""
+    pools = list(deployment.pools.all())
+    policies = {p.pool_id: p for p in AutoscalingPolicy.objects.filter(pool__deployment=deployment)}
+    for pool in pools:
+        pool.policy = policies.get(pool.pk)
+    workers = workers_of(deployment)
+    now = timezone.now()
+    for worker in workers:
+        since = worker.ready_at or worker.started_at
+        worker.uptime = (now - since) if since and worker.status in LIVE_STATUSES else None
+        gpus = worker.node.gpus if worker.node else []
+        gpu = next((g for g in gpus if g.get("index") == worker.gpu_index), None) if worker.gpu_index is not None \
+            else None
+        worker.gpu_label = (f"GPU {worker.gpu_index} · {gpu.get('name', '')}" if gpu
+                            else f"GPU {worker.gpu_index}" if worker.gpu_index is not None else "CPU")
+        worker.can_restart = worker.status not in (WorkerStatus.STOPPED, WorkerStatus.DRAINING)
+        worker.can_drain = worker.role != "gateway" and worker.status in (
+            WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY)
+    highlight = request.GET.get("action")
+    actions = list(Action.objects.filter(deployment=deployment).order_by("-created_at", "-id")[:NUM_RECENT_ACTIONS])
+    alerts = list(Alert.objects.filter(deployment=deployment, state__in=[AlertState.FIRING, AlertState.PENDING])
+                  .select_related("rule").order_by("state", "-active_at")[:20])
+    return {"deployment": deployment, "pools": pools, "workers": workers, "actions": actions,
+            "highlight_action": int(highlight) if highlight and highlight.isdigit() else None,
+            "alerts": alerts, "rollout": deployment_rollout_in_progress(deployment)}
+
+
+@viewer_required
+def deployment_detail(request, name: str):
+    deployment = get_deployment_or_404(name)
+    context = live_context(request, deployment)
+    context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES),
+                   has_gpu=deployment_has_gpu(deployment))
+    return page(request, "dashboards/deployment.html", context)
+
+
+@viewer_required
+def deployment_live(request, name: str):
+    """The pools, workers, alerts and recent actions as an HTML fragment for the page's 5-second refresh."""
+    deployment = get_deployment_or_404(name)
+    return page(request, "dashboards/_deployment_live.html", live_context(request, deployment))
+
+
+@viewer_required
+def deployment_charts(request, name: str):
+    """The chart figures as JSON for `Plotly.react`: {"figures": {key: {"data", "layout"}}, "order": [...]}."""
+    deployment = get_deployment_or_404(name)
+    data = chart_figures(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
+    response = JsonResponse(data)
+    response["Cache-Control"] = "no-store"
+    return response
