@@ -19,6 +19,8 @@ from controlplane.observability.catalog import METRICS, UNITS
 from controlplane.observability.series import MAX_POINTS, SeriesQuery, auto_step, query_series
 
 ROLES = ("prefill", "decode", "colocated", "gateway")
+MAX_UNIX_S = 253402300799.0  # 9999-12-31T23:59:59Z
+_WORKER_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also admits '²', which int() refuses
 _OFFSET_AS_SPACE = re.compile(r"(:\d{2}(?:\.\d+)?) (\d{2}:?\d{2})$")  # seconds, then the offset
 
 
@@ -28,15 +30,21 @@ def parse_time(raw: str, name: str) -> float:
         value = float(raw)
     except ValueError:
         # An unencoded '+' of a zone offset arrives as a space: "…T12:00:00 02:00" means "…T12:00:00+02:00".
-        parsed = parse_datetime(_OFFSET_AS_SPACE.sub(r"\1+\2", raw.strip()))
+        try:
+            parsed = parse_datetime(_OFFSET_AS_SPACE.sub(r"\1+\2", raw.strip()))
+        except ValueError:  # well formed but not a real date-time: month 13, hour 25, a 30 February...
+            parsed = None
         if parsed is None:
             raise invalid(f"{name}={raw!r} is neither Unix seconds nor an ISO 8601 date-time "
                           f"(e.g. 2026-01-31T12:00:00Z)", field=name) from None
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=dt_timezone.utc)
-        return parsed.timestamp()
-    if not math.isfinite(value) or value < 0:
-        raise invalid(f"{name}={raw!r} must be a non-negative finite number of Unix seconds", field=name)
+        value = parsed.timestamp()
+    # The same bounds both ways: before 1970 nothing was stored, and a number past year 9999 is a typo that would
+    # only fill the messages below with hundreds of digits.
+    if not math.isfinite(value) or not 0 <= value <= MAX_UNIX_S:
+        raise invalid(f"{name}={raw!r} must be between 1970 and year 9999 (Unix seconds 0..{MAX_UNIX_S:.0f})",
+                      field=name)
     return value
 
 
@@ -59,7 +67,7 @@ def parse_query(params, *, now: float) -> tuple[SeriesQuery, object]:
         raise invalid(f"role {role!r} is not one of {', '.join(ROLES)}", field="role")
     worker = params.get("worker") or None
     if worker not in (None, "all"):
-        if not worker.isdigit() or not 0 < int(worker) < 2**63:
+        if not _WORKER_ID.fullmatch(worker) or not 0 < int(worker) < 2**63:
             raise invalid(f"worker must be a worker id or 'all', not {worker!r}", field="worker")
         worker = int(worker)
     end = parse_time(params["end"], "end") if params.get("end") else now

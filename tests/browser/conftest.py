@@ -6,65 +6,17 @@ new Worker row at once; the node agent's start message is recorded instead of se
 starting tiny-model workers is what tests/controlplane/integration/ does)."""
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.browser_support import ARTIFACTS, CHROMIUM, chromium, page, screenshot  # noqa: F401
 from tests.dashboards.conftest import (  # noqa: F401  (shared fixtures)
     admin, client_for, deployment, make_deployment, make_user, make_worker, model_dir, node, operator, outsider,
     second_revision, seed_samples, viewer,
 )
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 PASSWORD = "browser-test-password"
-
-# Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still synchronous.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-
-@pytest.fixture(scope="session")
-def chromium():
-    if not CHROMIUM.exists():
-        pytest.skip("browser tests need Debian's Chromium at /usr/bin/chromium (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@pytest.fixture
-def page(chromium):
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.js_errors = errors
-    try:
-        yield page
-    finally:
-        context.close()
-
-
-@pytest.fixture
-def screenshot():
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-
-    def take(page, name: str) -> Path:
-        path = ARTIFACTS / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
-        return path
-
-    return take
 
 
 @pytest.fixture

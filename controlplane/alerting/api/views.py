@@ -94,11 +94,19 @@ class _Fixed(BaseContentNegotiation):
         return renderers_[0], renderers_[0].media_type
 
 
+class PrometheusRuleFile(serializers.Serializer):
+    """The export's YAML document, described as what a YAML client parses it into (not as an opaque string)."""
+
+    groups = serializers.ListField(
+        child=serializers.DictField(),
+        help_text='[{"name": "tandem", "rules": [{"alert", "expr", "for", "labels", "annotations"}, ...]}]')
+
+
 class RuleExportView(ApiView):
     renderer_classes = [PrometheusRulesRenderer]
     content_negotiation_class = _Fixed
 
-    @extend_schema(responses={(200, "application/yaml"): str, **READ_ERRORS},
+    @extend_schema(responses={(200, "application/yaml"): PrometheusRuleFile, **READ_ERRORS},
                    description="`?format=prometheus`: the enabled rules as a Prometheus rule file over the workers' "
                                "tandem_* series (`promtool check rules` accepts it). Viewer.")
     def get(self, request):
@@ -114,6 +122,10 @@ class RuleExportView(ApiView):
 
 
 class AlertListView(ApiView):
+    # As an attribute, not only instantiated below: drf-spectacular reads it to document the paginated envelope
+    # ({"count", "next", "previous", "results"}) instead of a bare array.
+    pagination_class = Page
+
     @extend_schema(parameters=[AlertFilter], responses={200: AlertSerializer(many=True), **READ_ERRORS},
                    description="Alert instances, newest first, paginated; filters: state, deployment, rule. Viewer.")
     def get(self, request):
@@ -126,7 +138,7 @@ class AlertListView(ApiView):
             alerts = alerts.filter(deployment__name=filters.validated_data["deployment"])
         if "rule" in filters.validated_data:
             alerts = alerts.filter(rule_id=filters.validated_data["rule"])
-        paginator = Page()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(alerts.order_by("-active_at", "-id"), request, view=self)
         return paginator.get_paginated_response(AlertSerializer(page, many=True).data)
 
@@ -211,6 +223,8 @@ class ChannelDetailView(AdminView):
 
 
 class DeliveryListView(AdminView):
+    pagination_class = Page  # see AlertListView
+
     @extend_schema(parameters=[DeliveryFilter], responses={200: DeliverySerializer(many=True), **READ_ERRORS},
                    description="Deliveries, newest first, paginated; filters: channel name, status. Admin.")
     def get(self, request):
@@ -221,7 +235,7 @@ class DeliveryListView(AdminView):
             deliveries = deliveries.filter(channel__name=filters.validated_data["channel"])
         if "status" in filters.validated_data:
             deliveries = deliveries.filter(status=filters.validated_data["status"])
-        paginator = Page()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(deliveries.order_by("-created_at", "-id"), request, view=self)
         return paginator.get_paginated_response(DeliverySerializer(page, many=True).data)
 

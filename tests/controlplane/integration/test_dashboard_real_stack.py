@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import chromium, page, screenshot  # noqa: F401  (Chromium through Playwright)
+from tests.browser_support import chromium, page, screenshot  # noqa: F401  (Chromium through Playwright)
 from tests.controlplane.integration.conftest import DEPLOYMENT, completion, wait_steady  # noqa: F401
 from tests.controlplane.integration.live import manage
 

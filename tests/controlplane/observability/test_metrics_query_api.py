@@ -104,3 +104,18 @@ def test_iso_times_are_accepted_with_a_zone_or_as_utc(viewer_api, recent):
                   iso.isoformat().replace("+", " ")):  # an unencoded '+' of the offset arrives as a space
         body = viewer_api.get(URL, {"metric": "qps", "deployment": "demo", "start": value, "end": now}).json()
         assert body["start"] == pytest.approx(start, abs=1e-3), value
+
+
+@pytest.mark.parametrize("params, field, words", [
+    ({"worker": "²"}, "worker", "worker id or 'all'"),  # str.isdigit() is true for it, int() refuses it
+    ({"start": "2026-13-01T00:00:00"}, "start", "neither Unix seconds nor"),  # well formed, no such month
+    ({"end": "2026-02-30T12:00:00Z"}, "end", "neither Unix seconds nor"),
+    ({"end": "1e300"}, "end", "between 1970 and year 9999"),
+    ({"start": "1969-12-31T00:00:00Z"}, "start", "between 1970 and year 9999"),
+])
+def test_odd_digits_impossible_dates_and_absurd_times_answer_400_not_500(viewer_api, deployment, params, field,
+                                                                         words):
+    response = viewer_api.get(URL, {"metric": "qps", "deployment": "demo", **params})
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["field"] == field and words in error["message"], error
