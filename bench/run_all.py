@@ -39,6 +39,7 @@ def plan(args) -> dict[str, list[str]]:
         # The control plane's benchmarks (written with the control plane): no model, no device.
         "scrape_cycle": ["scrape_cycle.py"],
         "alert_to_action": ["alert_to_action.py", "--trials", "2"],
+        "dashboard_page": ["dashboard_page.py"],
     }
 
 

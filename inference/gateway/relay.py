@@ -311,9 +311,8 @@ class Relay:
         message = f"prefill {prefill.url} could not hand the KV cache to decode {decode.url}: {error.get('message')}"
         if error.get("code") == "decode_unreachable":
             self.router.mark_down(decode, f"unreachable from prefill: {error.get('message')}")
-        elif "HTTP 429" in str(error.get("message")):
-            # decode_rejected covers both a full decode worker and a bad payload; only the message says which,
-            # and a full one is backpressure (429 to the client), not a failure (502).
+        elif error.get("code") == "decode_full":
+            # Backpressure (429 to the client if no other decode worker has room), not a failure (502).
             raise AttemptFailed("overloaded", message)
         raise AttemptFailed("kv_transfer", message)
 

@@ -1,7 +1,7 @@
 """Prefill role: `POST /v1/prefill` prefills the prompt, samples the first token and pushes the KV to decode_url.
 
 It answers only after the decode worker accepted the payload, so a 200 means the request lives on there; a push that
-fails answers 502 (decode_unreachable / decode_rejected) so that the gateway can retry on another decode worker.
+fails answers 502 (decode_unreachable / decode_full / decode_rejected) so that the gateway can retry on another decode worker.
 """
 from __future__ import annotations
 
@@ -71,8 +71,10 @@ async def push_kv(session: aiohttp.ClientSession, decode_url: str, payload: KVPa
         async with session.post(url, data=data, headers={"Content-Type": KV_CONTENT_TYPE}, timeout=timeout) as r:
             if r.status != 200:
                 detail = await _error_message(r)
+                # A full decode worker is backpressure, a refused payload a failure: the gateway answers 429 or 502.
                 raise RequestError(f"decode worker {decode_url} refused the KV cache: HTTP {r.status}: {detail}",
-                                   status=502, type="kv_transfer_error", code="decode_rejected")
+                                   status=502, type="kv_transfer_error",
+                                   code="decode_full" if r.status == 429 else "decode_rejected")
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise RequestError(f"decode worker {decode_url} unreachable: {exc!r}", status=502,
                            type="kv_transfer_error", code="decode_unreachable") from None

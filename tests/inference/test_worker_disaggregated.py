@@ -1,6 +1,10 @@
 """Prefill worker -> KV push -> decode worker gives exactly Hugging Face's greedy tokens, and the colocated ones."""
 from __future__ import annotations
 
+import http.server
+import json
+import threading
+
 import pytest
 import requests
 import torch
@@ -125,6 +129,35 @@ def test_a_push_that_the_receiver_refuses_answers_502_rejected(workers):
     error = assert_openai_error(r, 502, "refused", "404")
     assert error["code"] == "decode_rejected"
     assert requests.get(f"{workers['prefill'].url}/health", timeout=HTTP_TIMEOUT_S).status_code == 200
+
+
+def test_a_push_to_a_full_decode_worker_answers_502_full_so_the_gateway_can_answer_429(workers):
+    # A real HTTP peer that answers /v1/kv as a full decode worker does: 429 with Retry-After.
+    class Full(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.dumps({"error": {"message": "decode worker is full", "type": "overloaded",
+                                         "param": None, "code": "queue_full"}}).encode()
+            self.send_response(429)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Full)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = requests.post(f"{workers['prefill'].url}/v1/prefill", timeout=HTTP_TIMEOUT_S,
+                          json={"prompt": "hi there", "max_tokens": 4,
+                                "decode_url": f"http://127.0.0.1:{server.server_address[1]}"})
+    finally:
+        server.shutdown()
+    error = assert_openai_error(r, 502, "429")
+    assert (error["type"], error["code"]) == ("kv_transfer_error", "decode_full")
 
 
 def test_a_stop_string_trims_the_text_and_finishes_on_both_paths(workers):
