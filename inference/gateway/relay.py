@@ -168,7 +168,7 @@ class Relay:
                 log.info("request %s attempt %d failed (%s): %s", request_id, attempt + 1, exc.kind, exc.message)
                 if attempt + 1 < NUM_ATTEMPTS:
                     self.on_retry(exc.kind)
-            except ApiError as exc:
+            except ApiError:
                 # No worker left to retry on: answer the failure that made us retry, not "no worker".
                 if failure is None:
                     raise

@@ -52,7 +52,7 @@ def test_an_operator_silences_an_alert_for_a_duration_with_a_comment(client_for,
     assert timedelta(minutes=59) < silence.ends_at - silence.starts_at <= timedelta(hours=1)
     assert {"name": "alertname", "value": "e2e-p99-high", "is_regex": False, "is_equal": True} in silence.matchers
     text = response.content.decode()
-    assert f"Silenced e2e-p99-high" in text and "known: deploying a fix" in text
+    assert "Silenced e2e-p99-high" in text and "known: deploying a fix" in text
     assert 'title="known: deploying a fix">until' in text  # the alert now shows it is silenced
 
 

@@ -1,25 +1,7 @@
 """Requests join a running batch between steps and still decode exactly as Hugging Face does."""
-import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-
-
-def random_prompts(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 4096, (n,), generator=g).tolist() for n in lengths]
-
-
-def hf_greedy(model, prompt, num_new_tokens):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=num_new_tokens)
-    return out[0, len(prompt):].tolist()
-
-
-@pytest.fixture(scope="module")
-def hf_model(tiny_model_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+from tests.inference.engine_support import hf_greedy, hf_model, random_prompts  # noqa: F401  (fixture)
 
 
 def collect(outputs, tokens):

@@ -4,20 +4,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
+from tests.inference.engine_support import hf_greedy, random_prompts
 
 PROMPT_LENGTHS = [3, 9, 16, 17, 31, 64, 120, 200]
 NUM_NEW_TOKENS = 16
-
-
-def random_prompts(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 4096, (n,), generator=g).tolist() for n in lengths]
-
-
-def hf_greedy(model, prompt, num_new_tokens):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=num_new_tokens)
-    return out[0, len(prompt):].tolist()
 
 
 @pytest.fixture(scope="module")

@@ -1,28 +1,12 @@
 """Greedy decoding in one colocated engine equals Hugging Face's generate, token for token."""
-import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
+from tests.inference.engine_support import hf_greedy, hf_model, random_prompts  # noqa: F401  (fixture)
 
 PROMPT_LENGTHS = [3, 7, 15, 16, 17, 33, 90, 200]  # around block edges (16) and beyond the budget's share
 NUM_NEW_TOKENS = 20
-
-
-def random_prompts(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 4096, (n,), generator=g).tolist() for n in lengths]
-
-
-def hf_greedy(model, prompt, num_new_tokens):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=num_new_tokens)
-    return out[0, len(prompt):].tolist()
-
-
-@pytest.fixture(scope="module")
-def hf_model(tiny_model_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 
 
 def test_eight_concurrent_prompts_of_different_lengths_match_hugging_face(tiny_model_dir, hf_model):

@@ -1,28 +1,11 @@
 """With KV room for only one or two sequences, requests wait (never fail) and all complete correctly."""
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
+from tests.inference.engine_support import hf_greedy, hf_model, random_prompts  # noqa: F401  (fixture)
 
 BLOCK_SIZE = 16
 NUM_NEW_TOKENS = 20
-
-
-def random_prompts(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 4096, (n,), generator=g).tolist() for n in lengths]
-
-
-def hf_greedy(model, prompt, num_new_tokens):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=num_new_tokens)
-    return out[0, len(prompt):].tolist()
-
-
-@pytest.fixture(scope="module")
-def hf_model(tiny_model_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 
 
 def kv_bytes_for_blocks(tiny_model_dir, num_blocks):

@@ -4,11 +4,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-
-
-def random_prompts(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 4096, (n,), generator=g).tolist() for n in lengths]
+from tests.inference.engine_support import random_prompts
 
 
 @pytest.fixture(scope="module")

@@ -109,7 +109,7 @@ def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
                       field="threshold")
     role = merged.get("role") or ""
     if role not in ScopeRole.values:
-        raise invalid(f"role must be one of prefill, decode, colocated, gateway or empty (every role)", field="role")
+        raise invalid("role must be one of prefill, decode, colocated, gateway or empty (every role)", field="role")
     deployment = merged.get("deployment")
     if role and role != ScopeRole.GATEWAY and deployment is not None:
         if not deployment.pools.filter(role=role).exists():

@@ -6,7 +6,7 @@ def test_a_firing_rule_scales_its_pool_up_once_per_firing(quiet_deployment, make
     from controlplane.alerting.models import RuleActionRun
     from controlplane.models import Action, Pool
 
-    rule = make_rule(quiet_deployment, name="decode-kv-full", for_s=10,
+    make_rule(quiet_deployment, name="decode-kv-full", for_s=10,
                      actions=[{"type": "scale", "direction": "up", "step": 2}])
     for second in (0, 5, 10, 15, 20):
         write_sample(quiet_deployment, "decode", "kv_cache_usage_ratio", 0.93, at(second))
