@@ -208,9 +208,10 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer",
                                  "rest_framework.renderers.BrowsableAPIRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser",
-                               "rest_framework.parsers.FormParser",
-                               "rest_framework.parsers.MultiPartParser"],
+    # DRF's, refusing NUL characters (PostgreSQL stores none): see controlplane/api/parsers.py.
+    "DEFAULT_PARSER_CLASSES": ["controlplane.api.parsers.JSONParser",
+                               "controlplane.api.parsers.FormParser",
+                               "controlplane.api.parsers.MultiPartParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -248,6 +249,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    # kombu's filesystem transport with atomic message files (controlplane/broker.py).
+    CELERY_BROKER_TRANSPORT = "controlplane.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

@@ -49,8 +49,6 @@ def parse_time(raw: str, name: str) -> float:
 
 
 def parse_query(params, *, now: float) -> tuple[SeriesQuery, object]:
-    from controlplane.models import Deployment
-
     metric = params.get("metric")
     if not metric:
         raise invalid(f"metric is required; known metrics: {', '.join(METRICS)}", field="metric")
@@ -59,9 +57,7 @@ def parse_query(params, *, now: float) -> tuple[SeriesQuery, object]:
     name = params.get("deployment")
     if not name:
         raise invalid("deployment is required (a deployment name)", field="deployment")
-    deployment = Deployment.objects.filter(name=name).first()
-    if deployment is None:
-        raise not_found(f"deployment {name!r} does not exist")
+    deployment = _deployment(name)
     role = params.get("role") or None
     if role is not None and role not in ROLES:
         raise invalid(f"role {role!r} is not one of {', '.join(ROLES)}", field="role")
@@ -215,7 +211,10 @@ class AutoscalingView(ApiView):
 def _deployment(name: str):
     from controlplane.models import Deployment
 
-    deployment = Deployment.objects.filter(name=name).first()
+    # Names are slugs of at most 63 characters: anything else (a NUL, which PostgreSQL refuses in text) is a 404
+    # without a query, as in controlplane.selectors.
+    could_be = 0 < len(name) <= 63 and "\x00" not in name
+    deployment = Deployment.objects.filter(name=name).first() if could_be else None
     if deployment is None:
         raise not_found(f"deployment {name!r} does not exist")
     return deployment

@@ -44,6 +44,7 @@ class AdminLogin:
     password: str | None  # only when it was set now (generated or from TANDEM_ADMIN_PASSWORD)
     token: str
     generated: bool
+    from_env: bool = False  # TANDEM_ADMIN_PASSWORD is set (and is the password now), on every run
 
 
 def admin_ensure() -> AdminLogin:
@@ -67,7 +68,7 @@ def admin_ensure() -> AdminLogin:
             user.is_staff = user.is_superuser = True
         user.save()
         token, _ = Token.objects.get_or_create(user=user)
-    return AdminLogin(ADMIN_USERNAME, password, token.key, generated)
+    return AdminLogin(ADMIN_USERNAME, password, token.key, generated, from_env=bool(wanted))
 
 
 def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:

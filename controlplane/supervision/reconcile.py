@@ -11,7 +11,7 @@ holds the write lock), so that two reconcilers never both create the missing wor
    current-revision workers (the new group is complete, so the gateway switches to it); those that do not serve
    (pending, starting) are drained at once.
 5. Exactly one gateway worker.
-6. Finish the actions whose outcome is now known (rollback/revision, drain).
+6. Finish the actions whose outcome is now known (create, rollback/revision, scale, drain).
 7. Hand every due pending worker to its node agent.
 
 Agent tasks are sent with transaction.on_commit: the agent must see the rows this pass wrote.
@@ -165,8 +165,9 @@ def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
 
 def _finish_actions(deployment: Deployment) -> None:
     current = deployment.current_revision
+    # A create finishes like a rollout: once every pool has its ready workers of the (first) revision.
     for action in Action.objects.filter(deployment=deployment, status__in=UNFINISHED,
-                                        kind__in=(ActionKind.ROLLBACK, ActionKind.REVISION)):
+                                        kind__in=(ActionKind.CREATE, ActionKind.ROLLBACK, ActionKind.REVISION)):
         if action.status == ActionStatus.PENDING:
             action_start(action_id=action.id)
         failed = Worker.objects.filter(deployment=deployment, revision=current, status=WorkerStatus.FAILED,

@@ -62,7 +62,9 @@ def revisions_page(request, name: str):
     if b not in by_number:
         b = current.number if current else (revisions[0].number if revisions else None)
     if a not in by_number:
-        a = max((n for n in by_number if b is not None and n < b), default=None)
+        # The previous revision; after a rollback to the oldest one, the newest other one (what was rolled back).
+        others = [n for n in by_number if b is not None and n != b]
+        a = max((n for n in others if n < b), default=max(others, default=None))
     diff = revision_diff(by_number[a], by_number[b]) if a in by_number and b in by_number else None
     for revision in revisions:
         revision.num_running = running.get(revision.number, 0)

@@ -33,3 +33,14 @@ def test_a_single_revision_has_nothing_to_compare_and_bad_numbers_fall_back(clie
     client = client_for(viewer)
     assert "nothing to compare yet" in client.get("/deployments/demo/revisions/").content.decode()
     assert client.get("/deployments/demo/revisions/?a=x&b=99999999999999").status_code == 200
+
+
+def test_after_a_rollback_to_the_first_revision_it_compares_the_rolled_back_one_against_it(
+        client_for, viewer, deployment, second_revision):
+    deployment.current_revision = deployment.revisions.get(number=1)
+    deployment.save(update_fields=["current_revision"])
+    text = html.unescape(client_for(viewer).get("/deployments/demo/revisions/").content.decode())
+    diff = text.split('id="compare"')[1]
+    assert "nothing to compare" not in diff
+    assert "engine_settings.threads" in diff
+    assert re.search(r'<option value="2" selected>', diff.split('name="b"')[0])

@@ -7,6 +7,7 @@ from controlplane.alerting.models import (Aggregation, Alert, AlertRule, AlertSt
                                           ChannelKind, Comparison, Delivery, DeliveryStatus, Severity, Silence)
 from controlplane.alerting.models.rules import ScopeRole
 from controlplane.models import Deployment
+from controlplane.selectors import MAX_ID
 
 MAX_SECONDS = 366 * 86400  # a year: longer durations are typos, and they must fit the database's integer
 
@@ -77,7 +78,7 @@ class AlertDetailSerializer(AlertSerializer):
 class AlertFilter(serializers.Serializer):
     state = serializers.ChoiceField(choices=AlertState.choices, required=False)
     deployment = serializers.CharField(required=False, max_length=63)
-    rule = serializers.IntegerField(required=False, min_value=1)
+    rule = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ID)  # more overflows the driver
 
 
 class SilenceInput(serializers.Serializer):

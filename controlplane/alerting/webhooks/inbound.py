@@ -66,6 +66,15 @@ def _string(body: dict, key: str, field: str, *, required: bool = True, default:
     return body[key]
 
 
+def _positive_int(raw: str, *, most: int) -> int | None:
+    """1..most from ASCII digits, else None. Not str.isdigit(): it is true for '²' or '٣', which int() refuses or
+    reads, and a label is free text; the bound keeps a 30-digit id out of the database driver (bigint overflow)."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+        return None
+    value = int(raw)
+    return value if 1 <= value <= most else None
+
+
 def _time(body: dict, key: str, field: str) -> datetime | None:
     raw = _string(body, key, field, required=False)
     if not raw or raw.startswith("0001-01-01"):
@@ -140,6 +149,7 @@ def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
     """Carry out one alert's tandem_action; returns its outcome for the response (never raises a domain error:
     one refused alert must not make Alertmanager retry the whole group)."""
     from controlplane.models import Deployment, Pool, Worker
+    from controlplane.selectors import MAX_ID
     from controlplane.services import (Actor, DuplicateAction, action_create, action_find, deployment_rollback,
                                        pool_scale, worker_restart)
 
@@ -172,19 +182,19 @@ def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
             pool = Pool.objects.filter(deployment=deployment, role=role).first()
             if pool is None:
                 return {**outcome, "outcome": "rejected", "detail": f"label role names no pool of {name} ({role!r})"}
-            raw_step = _field(alert, payload, "tandem_scale_step") or "1"
-            if not raw_step.isdigit() or not 1 <= int(raw_step) <= 64:
+            size = _positive_int(_field(alert, payload, "tandem_scale_step") or "1", most=64)
+            if size is None:
                 return {**outcome, "outcome": "rejected", "detail": "tandem_scale_step must be an integer 1..64"}
-            step = int(raw_step) if wanted == "scale_up" else -int(raw_step)
+            step = size if wanted == "scale_up" else -size
             replicas = max(pool.min_replicas, min(pool.max_replicas, pool.desired_replicas + step))
             if replicas == pool.desired_replicas:
                 return {**outcome, "outcome": "skipped", "detail": f"{role} pool already at its bound ({replicas})"}
             action = pool_scale(deployment=deployment, role=role, replicas=replicas, actor=actor,
                                 reason=f"{reason}; {pool.desired_replicas} → {replicas}", idempotency_key=key)
         elif wanted == "restart":
-            raw_worker = alert.labels.get("worker", "")
-            worker = (Worker.objects.filter(pk=int(raw_worker), deployment=deployment).first()
-                      if raw_worker.isdigit() else None)
+            worker_id = _positive_int(alert.labels.get("worker", ""), most=MAX_ID)
+            worker = (Worker.objects.filter(pk=worker_id, deployment=deployment).first()
+                      if worker_id is not None else None)
             if worker is None:
                 return {**outcome, "outcome": "rejected", "detail": f"label worker names no worker of {name}"}
             action = worker_restart(worker=worker, actor=actor, reason=reason, idempotency_key=key)

@@ -39,10 +39,13 @@ class WriteInputSerializer(serializers.Serializer):
 def write_kwargs(request, data: dict) -> dict:
     """reason / idempotency_key / actor for a service call."""
     key = data.get("idempotency_key") or request.headers.get("Idempotency-Key") or None
-    if key is not None and len(key) > 255:
+    if key is not None and (len(key) > 255 or any(ord(char) < 32 for char in key)):
         from controlplane.errors import invalid
 
-        raise invalid("Idempotency-Key must be at most 255 characters", field="idempotency_key")
+        # The body's field is a CharField, which checks this; the header is checked here. A control character
+        # (NUL above all, which PostgreSQL refuses in text) is no key anybody meant.
+        raise invalid("Idempotency-Key must be at most 255 characters, without control characters",
+                      field="idempotency_key")
     return {"actor": request.user, "reason": data.get("reason", ""), "idempotency_key": key}
 
 

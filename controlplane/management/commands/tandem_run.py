@@ -122,10 +122,10 @@ class Command(BaseCommand):
         web = f"http://127.0.0.1:{settings.TANDEM_WEB_PORT}"
         if admin.password and admin.generated:
             login = f"user {admin.username}, password {admin.password} (shown only now; only its hash is stored)"
-        elif admin.password:
+        elif admin.from_env:
             login = f"user {admin.username}, password from TANDEM_ADMIN_PASSWORD"
         else:
-            login = f"user {admin.username} (password shown on the first run; set TANDEM_ADMIN_PASSWORD to reset it)"
+            login = f"user {admin.username}, password shown on the first run; set TANDEM_ADMIN_PASSWORD to reset it"
         body = '{"model": "demo", "prompt": "The capital of France is", "max_tokens": 16}'
         self.out("\n".join([
             f"Tandem is ready in {time.monotonic() - started:.1f} s.",

@@ -3,6 +3,8 @@ CUDA_VISIBLE_DEVICES; CPU revisions and CPU nodes are left alone. (NVML is mocke
 here.)"""
 from __future__ import annotations
 
+import time
+
 import psutil
 
 from controlplane.agent import launch
@@ -27,6 +29,16 @@ def _start(deployment, node, revision, cleanup) -> Worker:
     return worker
 
 
+def _environ(pid: int) -> dict:
+    """The process's environment once it has exec'd: between fork and exec, /proc shows the parent's."""
+    parent = psutil.Process().cmdline()
+    deadline = time.monotonic() + 10
+    while psutil.Process(pid).cmdline() == parent:
+        assert time.monotonic() < deadline, f"process {pid} did not exec within 10 s"
+        time.sleep(0.02)
+    return psutil.Process(pid).environ()
+
+
 def test_cuda_workers_spread_over_the_node_gpus_one_each(deployment, online_node, fake_worker_argv,
                                                          cleanup_processes):
     online_node.gpus = [{"index": 0, **H100}, {"index": 1, **H100}]
@@ -36,7 +48,7 @@ def test_cuda_workers_spread_over_the_node_gpus_one_each(deployment, online_node
     second = _start(deployment, online_node, revision, cleanup_processes)
     assert {first.gpu_index, second.gpu_index} == {0, 1}
     for worker in (first, second):
-        assert psutil.Process(worker.pid).environ()["CUDA_VISIBLE_DEVICES"] == str(worker.gpu_index)
+        assert _environ(worker.pid)["CUDA_VISIBLE_DEVICES"] == str(worker.gpu_index)
 
 
 def test_a_cpu_revision_or_a_cpu_node_gets_no_gpu(deployment, online_node, fake_worker_argv, cleanup_processes):
@@ -44,7 +56,7 @@ def test_a_cpu_revision_or_a_cpu_node_gets_no_gpu(deployment, online_node, fake_
     auto_on_cpu_node = _start(deployment, online_node, _gpu_revision(deployment, "auto"), cleanup_processes)
     for worker in (cpu_worker, auto_on_cpu_node):
         assert worker.gpu_index is None
-        assert "CUDA_VISIBLE_DEVICES" not in psutil.Process(worker.pid).environ()
+        assert "CUDA_VISIBLE_DEVICES" not in _environ(worker.pid)
 
 
 def test_auto_resolves_to_the_node_hardware_and_private_settings_stay_out_of_the_worker(

@@ -121,3 +121,26 @@ def test_without_or_with_a_wrong_token_it_is_401_and_a_viewer_gets_403(deploymen
     assert response["WWW-Authenticate"].startswith("Bearer")
     assert bearer(api_for, viewer).post(URL, PAYLOAD, format="json").status_code == 403
     assert bearer(api_for, admin).post(URL, PAYLOAD, format="json").status_code == 200
+
+
+@pytest.mark.parametrize("action, key, value, detail", [
+    ("restart", "worker", "²", "label worker names no worker"),  # str.isdigit() is true for it, int() refuses it
+    ("restart", "worker", "9" * 30, "label worker names no worker"),  # past 64 bits: would overflow the driver
+    ("scale_up", "tandem_scale_step", "²", "tandem_scale_step must be an integer 1..64"),
+    ("scale_up", "tandem_scale_step", "٣", "tandem_scale_step must be an integer 1..64"),  # an Arabic-Indic 3
+])
+def test_a_worker_or_step_that_is_not_ascii_digits_is_rejected_not_a_500(deployment, make_worker, api_for, operator,
+                                                                          action, key, value, detail):
+    from controlplane.models import Action
+
+    make_worker(deployment, "decode")
+    payload = copy.deepcopy(PAYLOAD)
+    payload["alerts"][0]["annotations"]["tandem_action"] = action
+    payload["commonAnnotations"] = {}
+    target = payload["alerts"][0]["labels" if key == "worker" else "annotations"]
+    target[key] = value
+    response = bearer(api_for, operator).post(URL, payload, format="json")
+    assert response.status_code == 200, response.content
+    [result] = response.json()["results"]
+    assert result["outcome"] == "rejected" and detail in result["detail"], result
+    assert not Action.objects.filter(kind__in=["scale", "restart"]).exists()

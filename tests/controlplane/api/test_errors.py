@@ -126,3 +126,43 @@ def test_a_row_deleted_between_lookup_and_lock_is_404_not_500(operator_api, depl
     response = operator_api.post("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 2}, format="json")
     assert response.status_code == 404
     assert response.json()["error"]["message"] == "the deployment no longer exists (it was deleted meanwhile)"
+
+
+@pytest.mark.parametrize("url, body, where", [
+    ("/api/v1/alert-rules/", {"name": "r", "metric": "qps", "comparison": ">", "threshold": 1,
+                              "labels": {"team": "a\u0000"}}, "labels.team"),
+    ("/api/v1/alert-rules/", {"name": "r", "metric": "qps", "comparison": ">", "threshold": 1,
+                              "annotations": {"\u0000": "x"}}, "annotations.\u0000"),
+    ("/api/v1/silences/", {"matchers": [{"name": "deployment", "value": "\u0000"}],
+                           "ends_at": "2099-01-01T00:00:00Z", "comment": "c"}, "matchers[0].value"),
+    ("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 2, "params": ["\u0000"]}, "params[0]"),
+])
+def test_a_nul_anywhere_in_a_json_body_is_400_naming_where_as_postgresql_stores_none(admin_api, deployment, url,
+                                                                                   body, where):
+    from controlplane.alerting.models import AlertRule, Silence
+    from controlplane.models import Action
+
+    num_rules, num_actions = AlertRule.objects.count(), Action.objects.count()
+    response = admin_api.post(url, body, format="json")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "parse_error" and error["message"].startswith(f"{where} contains a NUL"), error
+    assert (AlertRule.objects.count(), Action.objects.count(), Silence.objects.count()) == (num_rules, num_actions, 0)
+
+
+def test_a_form_body_whose_json_field_decodes_to_a_nul_is_400(admin_api, deployment):
+    # A JSONField reads a form value as JSON text: the six characters \u0000 would become a NUL there.
+    response = admin_api.post("/api/v1/alert-rules/", {"name": "r", "metric": "qps", "comparison": ">",
+                                                       "threshold": "1", "labels": '{"team": "a\\u0000"}'})
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["message"].startswith("labels contains a NUL")
+
+
+def test_an_idempotency_key_header_with_a_control_character_is_400(operator_api, deployment):
+    from controlplane.models import Action
+
+    response = operator_api.post("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 2}, format="json",
+                                 HTTP_IDEMPOTENCY_KEY="a\x00b")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["field"] == "idempotency_key"
+    assert not Action.objects.filter(kind="scale").exists()

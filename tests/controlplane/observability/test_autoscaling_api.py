@@ -51,3 +51,15 @@ def test_bad_input_answers_400_saying_what_is_wrong(operator_api, deployment, bo
 
 def test_an_unknown_deployment_is_404(viewer_api, db):
     assert viewer_api.get("/api/v1/deployments/nope/autoscaling").status_code == 404
+
+
+def test_a_name_with_a_nul_or_too_long_to_be_a_deployment_is_404_without_a_query(viewer_api, operator_api, db):
+    # PostgreSQL refuses a NUL in a text parameter: the look-up must not reach the database (SQLite would answer).
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for name in ("a%00b", "x" * 64):
+        with CaptureQueriesContext(connection) as queries:
+            assert viewer_api.get(f"/api/v1/deployments/{name}/autoscaling").status_code == 404
+            assert operator_api.put(f"/api/v1/deployments/{name}/autoscaling", {}, format="json").status_code == 404
+        assert not [q["sql"] for q in queries.captured_queries if "controlplane_deployment" in q["sql"]], name

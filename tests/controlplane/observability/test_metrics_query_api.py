@@ -119,3 +119,14 @@ def test_odd_digits_impossible_dates_and_absurd_times_answer_400_not_500(viewer_
     assert response.status_code == 400, response.content
     error = response.json()["error"]
     assert error["field"] == field and words in error["message"], error
+
+
+def test_a_deployment_name_with_a_nul_is_404_without_a_query(viewer_api, deployment):
+    # PostgreSQL refuses a NUL in a text parameter: the look-up must not reach the database (SQLite would answer).
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        response = viewer_api.get(URL, {"metric": "qps", "deployment": "de\x00mo"})
+    assert response.status_code == 404, response.content
+    assert not [q["sql"] for q in queries.captured_queries if "controlplane_deployment" in q["sql"]]
