@@ -124,7 +124,7 @@ def seed(deployment, workers, now: float) -> dict:
     num_samples += len(batch)
     seeded_raw = time.perf_counter()
     num_rolled = 0
-    while True:  # H7's rollup, as the periodic task runs it (at most 120 minutes per pass)
+    while True:  # rollup, as the periodic task runs it (at most 120 minutes per pass)
         written = rollup_pending(now=now)
         if not written:
             break

@@ -51,7 +51,7 @@ def deployment_get(name: str, *, for_update: bool = False) -> Deployment:
 
 
 def deployment_delete_pending(deployment: Deployment) -> Action | None:
-    """The unfinished delete action of a deployment (H6's reconcile stops its workers, then deletes the row)."""
+    """The unfinished delete action of a deployment (reconcile stops its workers, then deletes the row)."""
     return (Action.objects.filter(deployment=deployment, kind=ActionKind.DELETE, status__in=UNFINISHED_STATUSES)
             .order_by("id").first())
 

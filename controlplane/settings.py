@@ -302,7 +302,7 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
-# --- supervision (H6) ------------------------------------------------------------------------------------------
+# --- supervision ------------------------------------------------------------------------------------------
 # How long a started worker may take to answer /health 200 before the start counts as failed (model load).
 TANDEM_STARTUP_TIMEOUT_S = env_int("TANDEM_STARTUP_TIMEOUT_S", 120, minimum=1)
 # One /health probe's timeout; probes of all workers run concurrently.
@@ -319,7 +319,7 @@ TANDEM_RESTART_BACKOFF_MAX_S = env_int("TANDEM_RESTART_BACKOFF_MAX_S", 60, minim
 # Threads of the node agent's Celery pool: stops block for the drain deadline, so several run at once.
 TANDEM_AGENT_CONCURRENCY = env_int("TANDEM_AGENT_CONCURRENCY", 8, minimum=1)
 
-# --- observability (H7) ----------------------------------------------------------------------------------------
+# --- observability ----------------------------------------------------------------------------------------
 # Scrape every worker's and gateway's /metrics this often (Celery beat → control queue), at most this many at once.
 TANDEM_SCRAPE_INTERVAL_S = env_int("TANDEM_SCRAPE_INTERVAL_S", 5, minimum=1)
 TANDEM_SCRAPE_TIMEOUT_S = env_int("TANDEM_SCRAPE_TIMEOUT_S", 3, minimum=1)
@@ -340,7 +340,7 @@ TANDEM_AUTOSCALE_TTFT_TARGET_MS = env_int("TANDEM_AUTOSCALE_TTFT_TARGET_MS", 100
 TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, minimum=1)
 INSTALLED_APPS += ["controlplane.observability.apps.ObservabilityConfig"]
 
-# --- alerting (H8) ---------------------------------------------------------------------------------------------
+# --- alerting ---------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]
 # How often Celery beat runs one evaluation pass over every enabled alert rule.
 TANDEM_ALERT_EVAL_INTERVAL_S = env_int("TANDEM_ALERT_EVAL_INTERVAL_S", 5, minimum=1)

@@ -1,5 +1,5 @@
 """The deployment page's charts: which stored series each panel draws, read through the observability app's
-series query (H7's `query_series`, the same code as `GET /api/v1/metrics/query`), turned into figures by
+series query (`query_series`, the same code as `GET /api/v1/metrics/query`), turned into figures by
 `dashboards.charts`.
 
 Pool panels draw the pool aggregates of every role (the gateway's client-side view included: its latencies are

@@ -3,7 +3,7 @@
 - Scrape (store.py, scraper.py, exposition.py): every TANDEM_SCRAPE_INTERVAL_S (5 s) the Celery task
   `observability.scrape_cycle` fetches /metrics of every worker and gateway with status starting/ready/draining
   concurrently (at most TANDEM_SCRAPE_CONCURRENCY at once, TANDEM_SCRAPE_TIMEOUT_S each). A failed scrape stores
-  up=0; H6's health check stays the authority for restarts.
+  up=0; health check stays the authority for restarts.
 - Derive (derive.py, quantiles.py): rates and P50/P90/P99 over TANDEM_SCRAPE_WINDOW_S (30 s) of raw counters kept
   per target in ScrapeState, with Prometheus' histogram_quantile math and counter-reset handling. Series names and
   pool aggregation rules: catalog.py. Client vs server (5xx) error kinds: exposition.py.

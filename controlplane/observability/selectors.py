@@ -1,4 +1,4 @@
-"""Reads of the stored series that the alert rules (H8), the autoscaler and the dashboard share.
+"""Reads of the stored series that the alert rules, the autoscaler and the dashboard share.
 
     from controlplane.observability.selectors import metric_values, METRICS
     metric_values(metric="ttft_p99_seconds", deployment=d, role="prefill", aggregation="max", window_s=60)

@@ -95,7 +95,7 @@ class ControlPlaneCollector(Collector):
         return family
 
     def _deliveries(self):
-        # The alerting app (issue 4, H8) is optional here: its Delivery model is read only when it is installed.
+        # The alerting app is optional here: its Delivery model is read only when it is installed.
         if not apps.is_installed("controlplane.alerting"):
             return None
         try:

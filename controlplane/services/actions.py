@@ -1,7 +1,7 @@
 """Who acts, and the audit-log rows of what they asked for.
 
 Every write service records one Action row in the same transaction as its desired-state change, and enqueues a
-reconcile after commit. Supervision (H6's reconcile and tasks) moves the action through running → succeeded/failed
+reconcile after commit. Supervision (reconcile and its tasks) moves the action through running → succeeded/failed
 with action_start / action_succeed / action_fail.
 """
 from __future__ import annotations

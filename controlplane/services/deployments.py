@@ -127,7 +127,7 @@ def deployment_delete(*, deployment: Deployment, actor, reason: str = "",
                       idempotency_key: str | None = None) -> Action:
     """Ask for a deployment to go away: pools to 0 and a pending `delete` action.
 
-    Reconcile (H6) stops its workers and gateway, then deletes the row and finishes the action; the action rows
+    Reconcile stops its workers and gateway, then deletes the row and finishes the action; the action rows
     outlive it. Deleting twice returns the pending delete action.
     """
     actor = as_actor(actor)

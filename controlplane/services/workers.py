@@ -1,4 +1,4 @@
-"""Operator actions on one worker. They record a pending action with the worker; supervision (H6) carries it
+"""Operator actions on one worker. They record a pending action with the worker; supervision carries it
 out and finishes the action: restart = stop then start again in place; drain = leave the gateway membership,
 finish in-flight requests, stop — the pool keeps its desired count, so reconcile starts a replacement (scale the
 pool down to shrink it)."""

@@ -137,7 +137,7 @@ def _reconcile_gateway(deployment: Deployment, summary: dict) -> None:
 
 
 def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
-    """Operator restart and drain actions (H5's worker_restart / worker_drain services leave them pending)."""
+    """Operator restart and drain actions (worker_restart / worker_drain services leave them pending)."""
     pending = Action.objects.filter(deployment=deployment, status=ActionStatus.PENDING, worker__isnull=False,
                                     kind__in=(ActionKind.RESTART, ActionKind.DRAIN)).select_related("worker")
     for action in pending:

@@ -1,5 +1,5 @@
-"""dashboards.series.read_series (buckets grouped by the database) gives the same points as the observability
-app's query_series (buckets grouped in Python), from raw samples and from rollups."""
+"""dashboards.series.read_series (the page's narrowed scopes) gives the same points as the query API's
+query_series, from raw samples and from rollups."""
 from __future__ import annotations
 
 import math
