@@ -13,3 +13,7 @@ class ControlPlaneConfig(AppConfig):
         from controlplane.auth import ensure_role_groups
 
         post_migrate.connect(ensure_role_groups, sender=self)
+        # Register the tasks of both queues in every process, so that controlplane.celery.task_send finds them
+        # by name (the web process never runs Celery's autodiscovery).
+        from controlplane.agent import tasks as agent_tasks  # noqa: F401
+        from controlplane.supervision import tasks as supervision_tasks  # noqa: F401

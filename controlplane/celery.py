@@ -1,7 +1,8 @@
 """The Celery app "tandem": queue `control` (reconcile, health) and one queue `node.<name>` per node agent.
 
-Configuration comes from Django settings with the CELERY_ prefix (controlplane/settings.py); tasks live in
-controlplane/tasks.py. Beat runs reconcile_all and check_health every TANDEM_RECONCILE_INTERVAL_S; each beat message
+Configuration comes from Django settings with the CELERY_ prefix (controlplane/settings.py). Tasks live next to the
+queue that runs them: controlplane/supervision/tasks.py (`control`), controlplane/agent/tasks.py (`node.<name>`),
+and each app's own tasks.py. Beat runs reconcile_all and check_health every TANDEM_RECONCILE_INTERVAL_S; each beat message
 expires after one interval, so a control worker that was down does not wake up to a backlog of stale passes.
 """
 import os
@@ -13,8 +14,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 app = Celery("tandem")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.autodiscover_tasks(["controlplane.supervision", "controlplane.agent"])
 
 CONTROL_QUEUE = "control"
+# Task names that other modules enqueue by name (controlplane.celery.task_send).
+RECONCILE_DEPLOYMENT = "controlplane.supervision.tasks.reconcile_deployment"
+RECONCILE_ALL = "controlplane.supervision.tasks.reconcile_all"
+CHECK_HEALTH = "controlplane.supervision.tasks.check_health"
+AGENT_START_WORKER = "controlplane.agent.tasks.agent_start_worker"
+AGENT_STOP_WORKER = "controlplane.agent.tasks.agent_stop_worker"
+DELIVER_WEBHOOK = "controlplane.alerting.tasks.deliver_task"
 
 
 @app.on_after_configure.connect
@@ -26,13 +35,26 @@ def _schedule(sender, **kwargs):
     # Merged, not assigned: other apps (observability, alerting) add their own periodic tasks.
     sender.conf.beat_schedule = {
         **(sender.conf.beat_schedule or {}),
-        "reconcile-all": {"task": "controlplane.tasks.reconcile_all", "schedule": interval, "options": options},
-        "check-health": {"task": "controlplane.tasks.check_health", "schedule": interval, "options": options},
+        "reconcile-all": {"task": RECONCILE_ALL, "schedule": interval, "options": options},
+        "check-health": {"task": CHECK_HEALTH, "schedule": interval, "options": options},
     }
     # Control tasks never go to a node queue by accident; agent tasks are always sent with an explicit queue.
     sender.conf.task_routes = {
         **(sender.conf.task_routes or {}),
-        "controlplane.tasks.reconcile_deployment": {"queue": CONTROL_QUEUE},
-        "controlplane.tasks.reconcile_all": {"queue": CONTROL_QUEUE},
-        "controlplane.tasks.check_health": {"queue": CONTROL_QUEUE},
+        RECONCILE_DEPLOYMENT: {"queue": CONTROL_QUEUE},
+        RECONCILE_ALL: {"queue": CONTROL_QUEUE},
+        CHECK_HEALTH: {"queue": CONTROL_QUEUE},
     }
+
+
+def task_send(name: str, *, args: tuple = (), queue: str | None = None, countdown: float | None = None) -> None:
+    """Enqueue a registered task by its name, for code that must not import the task's module (an import loop:
+    services enqueue reconcile, whose module imports services). The task object is looked up in the registry, so
+    eager mode and tests that patch `apply_async` behave as with a direct call. Task modules are registered when
+    Django starts (each AppConfig.ready imports its tasks)."""
+    options = {}
+    if queue is not None:
+        options["queue"] = queue
+    if countdown is not None:
+        options["countdown"] = countdown
+    app.tasks[name].apply_async(args=args, **options)

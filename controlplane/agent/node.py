@@ -1,8 +1,8 @@
 """The node agent's life: register its Node, re-adopt the processes that outlived its last run, and a heartbeat.
 
 The heartbeat (every TANDEM_HEARTBEAT_INTERVAL_S) refreshes Node.last_seen_at, which placement reads, and checks
-every process this node should be running. A dead one is recorded at once (restart with backoff), so the control
-plane does not wait for N failed health checks; a process whose row says it should not run (stopped, failed,
+every process this node should be running. A dead one is reported at once (controlplane.services.restarts decides:
+restart with backoff, or give up), so the control plane does not wait for N failed health checks; a process whose row says it should not run (stopped, failed,
 pending for a restart) is stopped. The rows are the truth; the heartbeat makes the host agree with them.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.utils import timezone
 from controlplane.agent import launch, processes
 from controlplane.agent.gpus import discover_gpus
 from controlplane.models import Node, Worker, WorkerStatus
-from controlplane.supervision.restarts import worker_record_failure
+from controlplane.services.restarts import WorkerFailure, worker_failure_record
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +89,10 @@ def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
         handle = launch.handle_of(worker)
         alive = processes.is_alive(handle)
         if worker.status in (WorkerStatus.STARTING, WorkerStatus.READY) and not alive:
-            code = exit_codes.get(worker.pid, processes.exit_code(worker.pid))
-            how = f"exit code {code}" if code is not None and code >= 0 else (
-                f"signal {-code}" if code is not None else "no exit code: not our child")
-            reason = f"process exited ({how})"
-            tail = processes.log_tail(worker.log_path, 8)
-            if worker_record_failure(worker_id=worker.id, expected_pid=worker.pid,
-                                     from_statuses=(WorkerStatus.STARTING, WorkerStatus.READY),
-                                     reason=f"{reason}\n{tail}".strip()):
+            failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid,
+                                           exit_code=exit_codes.get(worker.pid, processes.exit_code(worker.pid)),
+                                           log_tail=processes.log_tail(worker.log_path, 8))
+            if worker_failure_record(failure=failure):
                 outcome["exited"].append(worker.id)
         elif worker.status == WorkerStatus.DRAINING and not alive:
             if Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from controlplane.agent import launch, processes
 from controlplane.models import Worker, WorkerStatus
-from controlplane.supervision.restarts import worker_record_failure
+from controlplane.services.restarts import WorkerFailure, worker_failure_record
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,11 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
         handle = processes.spawn(argv, log_path=log_path, marker=str(worker.id),
                                  env=launch.env_for(worker, gpu_index), cwd=settings.BASE_DIR)
     except Exception as exc:
-        # Nothing runs: record it like a process that exited, so the restart policy (and its limit) applies.
+        # Nothing runs: reported like a process that exited, so the restart policy (and its limit) applies.
         Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING).update(
             port=port, log_path=str(log_path), started_at=timezone.now())
-        worker_record_failure(worker_id=worker.id, expected_pid=None, from_statuses=(WorkerStatus.STARTING,),
-                              reason=f"could not start the process: {exc}")
+        worker_failure_record(failure=WorkerFailure.not_started(worker_id=worker.id,
+                                                                detail=f"could not start the process: {exc}"))
         return "spawn-failed"
 
     started_at = datetime.fromtimestamp(handle.create_time, tz=dt_timezone.utc)

@@ -1,12 +1,53 @@
 """Django admin for rules, silences and channels; alerts, transitions, action runs and deliveries are history and
-read-only here."""
+read-only here. Rule and silence edits go through the same validation as the API (a bad action list would fail
+every evaluation; a bad regex every match)."""
+import copy
+
+from django import forms
 from django.contrib import admin
 
 from controlplane.alerting.models import Alert, AlertRule, AlertTransition, Channel, Delivery, RuleActionRun, Silence
+from controlplane.alerting.services.rules import rule_validate
+from controlplane.alerting.services.silences import validate_matchers
+from controlplane.errors import ControlPlaneError
+
+
+class AlertRuleForm(forms.ModelForm):
+    class Meta:
+        model = AlertRule
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        # The rule as it would be saved: the form's values over a copy of the stored one.
+        candidate = forms.models.construct_instance(self, copy.copy(self.instance))
+        try:
+            rule_validate({}, instance=candidate)
+        except ControlPlaneError as exc:
+            raise forms.ValidationError(exc.message) from None
+        return cleaned
+
+
+class SilenceForm(forms.ModelForm):
+    class Meta:
+        model = Silence
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        try:
+            cleaned["matchers"] = validate_matchers(cleaned.get("matchers"))
+        except ControlPlaneError as exc:
+            self.add_error("matchers", exc.message)
+        starts_at, ends_at = cleaned.get("starts_at"), cleaned.get("ends_at")
+        if starts_at and ends_at and ends_at <= starts_at:
+            self.add_error("ends_at", "ends_at must be after starts_at")
+        return cleaned
 
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
+    form = AlertRuleForm
     list_display = ("name", "deployment", "role", "per_worker", "metric", "comparison", "threshold", "for_s",
                     "severity", "enabled")
     list_filter = ("enabled", "severity", "deployment")
@@ -44,6 +85,7 @@ class RuleActionRunAdmin(ReadOnlyAdmin):
 
 @admin.register(Silence)
 class SilenceAdmin(admin.ModelAdmin):
+    form = SilenceForm
     list_display = ("id", "comment", "starts_at", "ends_at", "created_by")
 
 

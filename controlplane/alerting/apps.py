@@ -17,6 +17,8 @@ class AlertingConfig(AppConfig):
 
         post_save.connect(on_deployment_saved, sender=Deployment, dispatch_uid="alerting-default-rules")
         _schedule_evaluation()
+        # Registered in every process: notifications enqueue deliveries by task name.
+        from controlplane.alerting import tasks  # noqa: F401
 
 
 def _schedule_evaluation() -> None:

@@ -8,6 +8,13 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
+from controlplane.alerting.models import Delivery, DeliveryStatus
+from controlplane.alerting.services.evaluation import evaluate_rules
+from controlplane.alerting.services.history import history_prune
+from controlplane.alerting.services.notifications import delivery_send
+from controlplane.celery import DELIVER_WEBHOOK
+from controlplane.observability.telemetry import observe_evaluation
+
 log = logging.getLogger(__name__)
 
 _RETRY = dict(autoretry_for=(OperationalError,), retry_backoff=1, retry_backoff_max=10, max_retries=3)
@@ -15,19 +22,14 @@ _RETRY = dict(autoretry_for=(OperationalError,), retry_backoff=1, retry_backoff_
 
 @shared_task(name="controlplane.alerting.tasks.evaluate_rules_task", **_RETRY)
 def evaluate_rules_task() -> dict:
-    from controlplane.alerting.services.evaluation import evaluate_rules
-    from controlplane.observability.telemetry import observe_evaluation
-
     report = evaluate_rules()
     observe_evaluation(report.duration_s)
     return {"rules": report.num_rules, "instances": report.num_instances, "transitions": len(report.transitions),
             "actions": report.num_actions, "duration_s": round(report.duration_s, 4)}
 
 
-@shared_task(name="controlplane.alerting.tasks.deliver_task", **_RETRY)
+@shared_task(name=DELIVER_WEBHOOK, **_RETRY)
 def deliver_task(delivery_id: int) -> dict:
-    from controlplane.alerting.services.notifications import delivery_send
-
     delivery = delivery_send(delivery_id=delivery_id)
     return {"delivery": delivery.pk, "status": delivery.status, "attempts": delivery.attempts}
 
@@ -36,8 +38,6 @@ def deliver_task(delivery_id: int) -> dict:
 def deliveries_sweep_task() -> int:
     """Re-enqueue deliveries still pending a while after they were queued: their task was lost (the filesystem
     broker drops in-flight messages on a crash). delivery_send's claim keeps a duplicate from sending twice at once."""
-    from controlplane.alerting.models import Delivery, DeliveryStatus
-
     stale = timezone.now() - timedelta(minutes=2)
     ids = list(Delivery.objects.filter(status=DeliveryStatus.PENDING, created_at__lt=stale)
                .values_list("id", flat=True)[:100])
@@ -48,6 +48,4 @@ def deliveries_sweep_task() -> int:
 
 @shared_task(name="controlplane.alerting.tasks.history_prune_task", **_RETRY)
 def history_prune_task() -> dict:
-    from controlplane.alerting.services.history import history_prune
-
     return history_prune()

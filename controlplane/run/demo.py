@@ -76,7 +76,7 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
     when it exists with another model (TANDEM_DEMO_MODEL changed), a new revision rolls it over. Returns
     (deployment, what was done)."""
     from controlplane.models import Deployment
-    from controlplane.services.actions import Actor
+    from controlplane.services.actions import Actor, enqueue_reconcile
     from controlplane.services.deployments import deployment_create
     from controlplane.services.revisions import revision_create
 
@@ -94,9 +94,7 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
                         comment=f"make run: TANDEM_DEMO_MODEL={settings.TANDEM_DEMO_MODEL}",
                         reason="the demo model changed")
         return deployment, f"new revision for model {model_path.name}"
-    from controlplane.tasks import reconcile_deployment
-
-    transaction.on_commit(lambda: reconcile_deployment.delay(deployment.id))
+    enqueue_reconcile(deployment.id)
     return deployment, "exists"
 
 

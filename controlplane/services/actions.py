@@ -1,8 +1,8 @@
-"""Who acts, and the audit-log rows of what they asked for.
+"""Who acts, and the audit-log rows of what they asked for: the one owner of the Action lifecycle.
 
 Every write service records one Action row in the same transaction as its desired-state change, and enqueues a
 reconcile after commit. Supervision (reconcile and its tasks) moves the action through running → succeeded/failed
-with action_start / action_succeed / action_fail.
+with action_start / action_succeed / action_fail; nothing else writes Action rows.
 """
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlplane.celery import RECONCILE_DEPLOYMENT, task_send
+from controlplane.errors import conflict
 from controlplane.models import Action, ActionStatus, ActorType
+from controlplane.models.actions import UNFINISHED_STATUSES
+
+TERMINAL_STATUSES = (ActionStatus.SUCCEEDED, ActionStatus.FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +70,17 @@ def action_find(idempotency_key: str | None, *, kind: str | None = None) -> Acti
         return None
     action = Action.objects.filter(idempotency_key=idempotency_key).first()
     if action is not None and kind is not None and action.kind != kind:
-        from controlplane.errors import conflict
-
         raise conflict(f"idempotency key {idempotency_key!r} was already used for a {action.kind} action "
                        f"({action.pk}), not a {kind}", action_id=action.pk)
     return action
 
 
 def action_create(*, kind: str, actor, deployment=None, worker=None, reason: str = "", params: dict | None = None,
-                  status: str = ActionStatus.PENDING, idempotency_key: str | None = None) -> Action:
-    """Insert one audit row. Call inside the caller's transaction, after action_find() found no duplicate."""
+                  status: str = ActionStatus.PENDING, idempotency_key: str | None = None,
+                  result: dict | None = None) -> Action:
+    """Insert one audit row. Call inside the caller's transaction, after action_find() found no duplicate.
+    A row created running is started now; one created succeeded or failed (a record of something already done)
+    is started and finished now."""
     actor = as_actor(actor)
     now = timezone.now()
     action = Action(
@@ -89,8 +95,10 @@ def action_create(*, kind: str, actor, deployment=None, worker=None, reason: str
         params=params or {},
         status=status,
         idempotency_key=idempotency_key or None,
+        result=result or {},
         created_at=now,
-        started_at=now if status == ActionStatus.RUNNING else None,
+        started_at=now if status != ActionStatus.PENDING else None,
+        finished_at=now if status in TERMINAL_STATUSES else None,
     )
     try:
         # A savepoint: on PostgreSQL a failed INSERT would otherwise poison the caller's whole transaction.
@@ -146,14 +154,23 @@ def action_fail(*, action_id: int, error: str, result: dict | None = None) -> bo
                    from_statuses=[ActionStatus.PENDING, ActionStatus.RUNNING], **fields)
 
 
+def worker_actions_finish(*, worker_id: int, kind: str, succeeded: bool, error: str = "") -> int:
+    """Finish the actions of one kind on a worker whose outcome is now known: on success the running ones (a
+    restart is done once the worker is ready again); on failure every unfinished one (a worker given up on will
+    not carry out a restart still pending either). Returns the number of rows finished."""
+    statuses = (ActionStatus.RUNNING,) if succeeded else UNFINISHED_STATUSES
+    return Action.objects.filter(worker_id=worker_id, kind=kind, status__in=statuses).update(
+        status=ActionStatus.SUCCEEDED if succeeded else ActionStatus.FAILED, error=error,
+        finished_at=timezone.now(),
+    )
+
+
 def enqueue_reconcile(deployment_id: int) -> None:
     """After this transaction commits, ask the control worker to reconcile the deployment (never before: the task
-    must see the rows). Imported late: tasks import services, and unit tests never run the callback."""
+    must see the rows). Unit tests never run the callback: a non-transactional test never commits."""
 
     def send() -> None:
-        from controlplane.tasks import reconcile_deployment
-
-        reconcile_deployment.delay(deployment_id)
+        task_send(RECONCILE_DEPLOYMENT, args=(deployment_id,))
 
     # robust: the change is committed by now; a broker that is down must not turn it into a 500. The periodic
     # reconcile_all (Celery beat) picks the deployment up anyway; the failure is logged.

@@ -1,9 +1,10 @@
-"""Scaling a pool: the one write that operators, alert rules and (issue 4) the autoscaler all make."""
+"""Scaling a pool: the one write that operators, alert rules, Alertmanager webhooks and the autoscaler all make,
+to a number (pool_scale) or by a step clamped to min..max (pool_scale_by)."""
 from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.errors import conflict, invalid
+from controlplane.errors import ControlPlaneError, conflict, invalid
 from controlplane.models import Action, ActionKind, Deployment, Pool
 from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import DuplicateAction, action_create, action_find, as_actor, enqueue_reconcile
@@ -17,12 +18,53 @@ def pool_scale(*, deployment: Deployment, role: str, replicas: int, actor, reaso
     409 while the deployment is being deleted. An action with the same idempotency key is returned unchanged.
     Returns the `scale` Action (params: role, from, to).
     """
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise invalid(f"replicas must be an integer, not {replicas!r}", field="replicas")
+
+    def check(pool: Pool) -> int:
+        if not pool.min_replicas <= replicas <= pool.max_replicas:
+            raise invalid(
+                f"replicas for {role} must be between {pool.min_replicas} and {pool.max_replicas} (min..max), "
+                f"not {replicas}", field="replicas", min_replicas=pool.min_replicas, max_replicas=pool.max_replicas)
+        return replicas
+
+    return _scale(deployment=deployment, role=role, target=check, actor=actor, reason=reason,
+                  idempotency_key=idempotency_key)
+
+
+class PoolAtBound(ControlPlaneError):
+    """A scale by a step that would change nothing: the pool is already at its min or max. Callers that act on
+    their own (alert rules, webhooks) record it as skipped; an operator sees the message."""
+
+
+def pool_scale_by(*, deployment: Deployment, role: str, step: int, actor, reason: str = "",
+                  idempotency_key: str | None = None) -> Action:
+    """Scale the deployment's `role` pool by `step` replicas (negative: down), clamped to min..max. The reason
+    gets "; from → to replicas" appended. Raises PoolAtBound (400) when the clamped number equals the current one,
+    and what pool_scale raises otherwise."""
+    if isinstance(step, bool) or not isinstance(step, int) or step == 0:
+        raise invalid(f"step must be a non-zero integer, not {step!r}", field="step")
+
+    def clamp(pool: Pool) -> int:
+        replicas = max(pool.min_replicas, min(pool.max_replicas, pool.desired_replicas + step))
+        if replicas == pool.desired_replicas:
+            bound = "max" if step > 0 else "min"
+            raise PoolAtBound(f"{role} pool already at its {bound} ({pool.desired_replicas} replicas)",
+                              code="at_bound", extra={"field": "step", "replicas": pool.desired_replicas})
+        return replicas
+
+    return _scale(deployment=deployment, role=role, target=clamp, actor=actor, reason=reason,
+                  idempotency_key=idempotency_key, note_change=True)
+
+
+def _scale(*, deployment: Deployment, role: str, target, actor, reason: str, idempotency_key: str | None,
+           note_change: bool = False) -> Action:
+    """Lock the deployment and the pool, compute the new desired replicas from the locked pool (`target(pool)`,
+    which may raise), record the scale action and set the desired state, in one transaction."""
     actor = as_actor(actor)
     existing = action_find(idempotency_key, kind=ActionKind.SCALE)
     if existing is not None:
         return existing
-    if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise invalid(f"replicas must be an integer, not {replicas!r}", field="replicas")
     try:
         with transaction.atomic():
             deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
@@ -33,12 +75,10 @@ def pool_scale(*, deployment: Deployment, role: str, replicas: int, actor, reaso
                 roles = list(deployment.pools.order_by("role").values_list("role", flat=True))
                 raise invalid(f"deployment {deployment.name!r} has no {role!r} pool (its pools: {roles})",
                               field="role")
-            if not pool.min_replicas <= replicas <= pool.max_replicas:
-                raise invalid(
-                    f"replicas for {role} must be between {pool.min_replicas} and {pool.max_replicas} (min..max), "
-                    f"not {replicas}", field="replicas", min_replicas=pool.min_replicas,
-                    max_replicas=pool.max_replicas)
             previous = pool.desired_replicas
+            replicas = target(pool)
+            if note_change:
+                reason = f"{reason}; {previous} → {replicas} replicas"
             action = action_create(kind=ActionKind.SCALE, actor=actor, deployment=deployment, reason=reason,
                                    params={"role": role, "from": previous, "to": replicas},
                                    idempotency_key=idempotency_key)

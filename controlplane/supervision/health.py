@@ -3,7 +3,7 @@
 - starting → ready on the first 200 (a gateway counts as up as soon as it answers at all: it says 503 until its
   pools have ready workers, which is not its own failure);
 - starting that is not healthy within TANDEM_STARTUP_TIMEOUT_S → restart;
-- ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (controlplane.supervision.restarts).
+- ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (reported to controlplane.services.restarts).
 
 A dead process is the node agent's heartbeat to report (it sees the pid); this module only sees HTTP.
 """
@@ -20,7 +20,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.models import Worker, WorkerRole, WorkerStatus
-from controlplane.supervision.restarts import worker_record_failure, worker_restart_actions_finish
+from controlplane.models import ActionKind
+from controlplane.services.actions import worker_actions_finish
+from controlplane.services.restarts import WorkerFailure, worker_failure_record
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
     if result.ok:
         if Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING, pid=result.pid).update(
                 status=WorkerStatus.READY, ready_at=now, last_health_at=now, consecutive_health_failures=0):
-            worker_restart_actions_finish(worker_id=worker.id, succeeded=True)
+            worker_actions_finish(worker_id=worker.id, kind=ActionKind.RESTART, succeeded=True)
             outcome["ready"].append(worker.id)
             log.info("worker %s (%s) is ready", worker.id, worker.role)
         else:
@@ -79,8 +81,7 @@ def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
         started = worker.started_at or worker.created_at
         if now - started > timedelta(seconds=settings.TANDEM_STARTUP_TIMEOUT_S):
             reason = f"not healthy within {settings.TANDEM_STARTUP_TIMEOUT_S} s of its start ({result.detail})"
-            if worker_record_failure(worker_id=worker.id, expected_pid=result.pid,
-                                     from_statuses=(WorkerStatus.STARTING,), reason=reason):
+            if worker_failure_record(failure=WorkerFailure(worker.id, result.pid, (WorkerStatus.STARTING,), reason)):
                 outcome["restarted"].append(worker.id)
         return
     with transaction.atomic():
@@ -98,6 +99,5 @@ def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
     outcome["failing"].append(worker.id)
     if failures >= settings.TANDEM_HEALTH_FAILURES:
         reason = f"health check failed {failures} times ({result.detail})"
-        if worker_record_failure(worker_id=worker.id, expected_pid=result.pid, from_statuses=(WorkerStatus.READY,),
-                                 reason=reason):
+        if worker_failure_record(failure=WorkerFailure(worker.id, result.pid, (WorkerStatus.READY,), reason)):
             outcome["restarted"].append(worker.id)

@@ -28,6 +28,7 @@ from controlplane.models import (
     Action, ActionKind, ActionStatus, Deployment, Pool, Worker, WorkerRole, WorkerStatus,
 )
 from controlplane.services.actions import action_fail, action_start, action_succeed
+from controlplane.services.restarts import worker_back_to_pending
 from controlplane.supervision import dispatch
 from controlplane.supervision.placement import node_pick, online_nodes
 
@@ -156,11 +157,8 @@ def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
                                  WorkerStatus.PENDING):
             action_fail(action_id=action.id, error=f"worker {worker.id} is {worker.status}: nothing to restart")
             continue
-        Worker.objects.filter(id=worker.id, status=worker.status).update(
-            status=WorkerStatus.PENDING, next_restart_at=None, restart_count=worker.restart_count + 1,
-            consecutive_health_failures=0, ready_at=None,
-            last_error=f"restart requested by {action.actor}: {action.reason}".strip(": "),
-        )
+        worker_back_to_pending(worker=worker, from_status=worker.status,
+                               reason=f"restart requested by {action.actor}: {action.reason}".strip(": "))
 
 
 def _finish_actions(deployment: Deployment) -> None:

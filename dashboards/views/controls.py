@@ -16,7 +16,7 @@ from controlplane.models import Worker
 from controlplane.models.workers import LIVE_STATUSES
 from controlplane.observability.autoscaling_settings import autoscaling_update
 from controlplane.selectors import MAX_ID, revision_get, revision_list, worker_get
-from controlplane.services import deployment_rollback, pool_scale, worker_drain, worker_restart
+from controlplane.services import deployment_rollback, pool_scale, pool_scale_by, worker_drain, worker_restart
 from dashboards.access import operator_required
 from dashboards.diff import revision_diff
 from dashboards.panels import RANGES
@@ -55,27 +55,28 @@ def pool_scale_view(request, name: str, role: str):
         messages.error(request, f"deployment {name!r} has no {role!r} pool")
         return _back(request, name)
     op = request.POST.get("op")
-    if op == "up":
-        replicas = pool.desired_replicas + 1
-    elif op == "down":
-        replicas = pool.desired_replicas - 1
-    elif op == "set":
-        raw = (request.POST.get("replicas") or "").strip()
-        if not raw.lstrip("-").isdigit() or len(raw) > 6:
-            messages.error(request, f"replicas must be a whole number, not {raw!r}")
-            return _back(request, name)
-        replicas = int(raw)
-    else:
-        messages.error(request, "choose +1, −1 or set a number of replicas")
-        return _back(request, name)
+    key = posted_key(request)
     try:
-        action = pool_scale(deployment=deployment, role=role, replicas=replicas, actor=request.user,
-                            reason=_reason(request, f"scale {role} {pool.desired_replicas} → {replicas}"),
-                            idempotency_key=posted_key(request))
+        if op in ("up", "down"):
+            step = 1 if op == "up" else -1
+            action = pool_scale_by(deployment=deployment, role=role, step=step, actor=request.user,
+                                   reason=_reason(request, f"scale {role} {op} by 1"), idempotency_key=key)
+        elif op == "set":
+            raw = (request.POST.get("replicas") or "").strip()
+            if not raw.lstrip("-").isdigit() or len(raw) > 6:
+                messages.error(request, f"replicas must be a whole number, not {raw!r}")
+                return _back(request, name)
+            replicas = int(raw)
+            action = pool_scale(deployment=deployment, role=role, replicas=replicas, actor=request.user,
+                                reason=_reason(request, f"scale {role} {pool.desired_replicas} → {replicas}"),
+                                idempotency_key=key)
+        else:
+            messages.error(request, "choose +1, −1 or set a number of replicas")
+            return _back(request, name)
     except ControlPlaneError as error:
         messages.error(request, error.message)
         return _back(request, name)
-    _done(request, action, f"Scaling {role} from {pool.desired_replicas} to {replicas}")
+    _done(request, action, f"Scaling {role} from {action.params['from']} to {action.params['to']}")
     return _back(request, name, action)
 
 

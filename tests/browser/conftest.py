@@ -23,7 +23,7 @@ PASSWORD = "browser-test-password"
 def eager_reconcile(monkeypatch):
     """Service calls enqueue reconcile_deployment, which then runs in the web request; agent messages are kept in
     the returned list instead of going to a broker."""
-    from controlplane import tasks
+    from controlplane.agent import tasks
     from controlplane.celery import app
 
     sent: list[tuple[str, tuple]] = []

@@ -157,3 +157,31 @@ def second_revision(deployment, admin, model_dir):
     action_succeed(action_id=action.pk)
     deployment.refresh_from_db()
     return deployment.current_revision
+
+
+@pytest.fixture
+def online_node(node):
+    from django.utils import timezone
+
+    node.last_seen_at = timezone.now()
+    node.save(update_fields=["last_seen_at"])
+    return node
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every task message sent, as (task short name, args, queue)."""
+    from controlplane.agent import tasks as agent_tasks
+    from controlplane.supervision import tasks as supervision_tasks
+
+    messages: list[tuple[str, tuple, str | None]] = []
+    for module, name in ((agent_tasks, "agent_start_worker"), (agent_tasks, "agent_stop_worker"),
+                         (supervision_tasks, "reconcile_deployment")):
+        task = getattr(module, name)
+
+        def apply_async(args=(), kwargs=None, queue=None, _name=name, **options):
+            messages.append((_name, tuple(args), queue))
+
+        monkeypatch.setattr(task, "apply_async", apply_async)
+        monkeypatch.setattr(task, "delay", lambda *args, _name=name: messages.append((_name, args, None)))
+    return messages

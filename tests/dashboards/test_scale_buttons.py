@@ -92,3 +92,10 @@ def test_the_page_comes_back_to_the_chosen_time_range_with_the_action_named(clie
     assert response["Location"] == f"/deployments/demo/?range=6h&action={action.pk}"
     response = client_for(operator).post("/deployments/demo/pools/decode/scale", {"op": "up", "range": "x"})
     assert "range" not in response["Location"]
+
+
+def test_plus_one_at_max_says_the_pool_is_at_its_max(client_for, operator, deployment):
+    Pool.objects.filter(deployment=deployment, role="decode").update(desired_replicas=8)
+    response = client_for(operator).post("/deployments/demo/pools/decode/scale", {"op": "up"}, follow=True)
+    assert "decode pool already at its max (8 replicas)" in response.content.decode()
+    assert not Action.objects.filter(kind="scale").exists()

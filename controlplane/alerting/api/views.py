@@ -257,7 +257,8 @@ class AlertmanagerWebhookView(ApiView):
                                "`tandem_action` (scale_up|scale_down|restart|rollback|notify) and "
                                "`tandem_scale_step`. Re-delivery makes no second action. Operator (Bearer token).")
     def post(self, request):
-        from controlplane.alerting.webhooks.inbound import alert_apply, parse_payload
+        from controlplane.alerting.services.alertmanager import alert_apply
+        from controlplane.alerting.webhooks.inbound import parse_payload
 
         payload = parse_payload(request.data)
         results = [alert_apply(payload, alert, user=request.user) for alert in payload.alerts]

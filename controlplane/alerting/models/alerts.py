@@ -116,19 +116,6 @@ class Silence(models.Model):
         ordering = ["-starts_at", "-id"]
         indexes = [models.Index(fields=["ends_at"], name="silence_ends_at")]
 
-    def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from controlplane.alerting.services.silences import validate_matchers
-        from controlplane.errors import ControlPlaneError
-
-        try:
-            self.matchers = validate_matchers(self.matchers)
-        except ControlPlaneError as exc:
-            raise ValidationError({"matchers": exc.message}) from None
-        if self.ends_at and self.starts_at and self.ends_at <= self.starts_at:
-            raise ValidationError({"ends_at": "ends_at must be after starts_at"})
-
     def is_active(self, now=None) -> bool:
         now = now or timezone.now()
         return self.starts_at <= now < self.ends_at

@@ -91,18 +91,6 @@ class AlertRule(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def clean(self) -> None:
-        """The API's validation for Django admin edits too (a bad action list would fail every evaluation)."""
-        from django.core.exceptions import ValidationError
-
-        from controlplane.alerting.services.rules import rule_validate
-        from controlplane.errors import ControlPlaneError
-
-        try:
-            rule_validate({}, instance=self)
-        except ControlPlaneError as exc:
-            raise ValidationError(exc.message) from None
-
     def holds(self, value: float | None) -> bool:
         """Whether the condition holds for one observed value (None: no data)."""
         if value is None:

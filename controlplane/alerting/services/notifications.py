@@ -15,6 +15,9 @@ from controlplane.alerting.models import Alert, AlertRule, Channel, Delivery, De
 from controlplane.alerting.webhooks.payloads import payload_for
 from controlplane.alerting.webhooks.signing import HEADER, sign
 from controlplane.alerting.webhooks.transport import TransportError, post
+from controlplane.celery import DELIVER_WEBHOOK, task_send
+from controlplane.models import ActionKind, ActionStatus
+from controlplane.services import Actor, DuplicateAction, action_create, action_find
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +33,6 @@ def channels_for(names: list[str] | None):
 def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: str, reason: str,
            idempotency_key: str):
     """Record a `notify` Action (actor: the rule) and queue a delivery to each channel. Returns the Action."""
-    from controlplane.models import ActionKind, ActionStatus
-    from controlplane.services import Actor, DuplicateAction, action_create, action_find
-
     existing = action_find(idempotency_key)
     if existing is not None:
         return existing
@@ -50,10 +50,7 @@ def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: 
                 kind=ActionKind.NOTIFY, actor=Actor.rule(rule.name), deployment=alert.deployment,
                 worker=alert.worker, reason=reason, status=ActionStatus.SUCCEEDED,
                 params={"event": event, "alert": alert.pk, "channels": [c.name for c in targets]},
-                idempotency_key=idempotency_key)
-            action.finished_at = action.started_at = timezone.now()
-            action.result = {"deliveries": [d.pk for d in deliveries]}
-            action.save(update_fields=["finished_at", "started_at", "result"])
+                idempotency_key=idempotency_key, result={"deliveries": [d.pk for d in deliveries]})
             for delivery in deliveries:
                 delivery_enqueue(delivery.pk)
     except DuplicateAction as dup:
@@ -62,12 +59,9 @@ def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: 
 
 
 def delivery_enqueue(delivery_id: int) -> None:
-    def send() -> None:
-        from controlplane.alerting.tasks import deliver_task
-
-        deliver_task.delay(delivery_id)
-
-    transaction.on_commit(send)
+    """Send the delivery after commit (by task name: the task module imports this one). A broker that is down
+    leaves it pending; the sweep task sends it again."""
+    transaction.on_commit(lambda: task_send(DELIVER_WEBHOOK, args=(delivery_id,)), robust=True)
 
 
 def _headers(channel: Channel, body: bytes) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""What a firing rule does, through issue 3's services so that each is an Action row with the rule as actor.
+"""What a firing rule does, through the core services so that each is an Action row with the rule as actor.
 
 Once per firing: the idempotency key is (rule id, fingerprint, firing start, action index); the same key goes to
 the core service, so even two evaluators racing produce one Action. Cooldown: an action runs only when the same
@@ -13,7 +13,9 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError
 
 from controlplane.alerting.models import ActionType, Alert, AlertRule, RuleActionRun, RunStatus
-from controlplane.errors import ControlPlaneError
+from controlplane.alerting.services import dispatch
+from controlplane.alerting.services.notifications import notify
+from controlplane.services import Actor
 
 log = logging.getLogger(__name__)
 
@@ -96,51 +98,20 @@ def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime) -> in
     return num_run
 
 
+_RUN_STATUS = {dispatch.DONE: RunStatus.DONE, dispatch.SKIPPED: RunStatus.SKIPPED, dispatch.REFUSED: RunStatus.FAILED}
+
+
 def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str, event: str):
     """→ (RunStatus, Action or None, error text)."""
-    from controlplane.alerting.services.notifications import notify
-    from controlplane.services import Actor, deployment_rollback, pool_scale, worker_restart
-
-    actor = Actor.rule(rule.name)
     kind = spec["type"]
-    try:
-        if kind == ActionType.NOTIFY:
-            action = notify(alert=alert, rule=rule, channels=spec.get("channels"), event=event, reason=reason,
-                            idempotency_key=key)
-            return RunStatus.DONE, action, ""
-        if alert.deployment is None:
-            return RunStatus.SKIPPED, None, "the alert has no deployment"
-        if kind == ActionType.SCALE:
-            return _scale(spec, alert=alert, actor=actor, reason=reason, key=key, pool_scale=pool_scale)
-        if kind == ActionType.RESTART:
-            if alert.worker is None:
-                return RunStatus.SKIPPED, None, "the alert names no worker (or it no longer exists)"
-            action = worker_restart(worker=alert.worker, actor=actor, reason=reason, idempotency_key=key)
-            return RunStatus.DONE, action, ""
-        if kind == ActionType.ROLLBACK:
-            action = deployment_rollback(deployment=alert.deployment, actor=actor, reason=reason,
-                                         idempotency_key=key)
-            return RunStatus.DONE, action, ""
-    except ControlPlaneError as exc:
-        # Refused by the service (409 a rollout in progress, 400 no earlier revision...): recorded, not raised.
-        log.warning("alert rule %r: %s action refused: %s", rule.name, kind, exc.message)
-        return RunStatus.FAILED, None, exc.message
-    return RunStatus.FAILED, None, f"unknown action type {kind!r}"
-
-
-def _scale(spec, *, alert, actor, reason, key, pool_scale):
-    from controlplane.models import Pool
-
-    pool = Pool.objects.filter(deployment=alert.deployment, role=alert.role).first()
-    if pool is None:
-        return RunStatus.SKIPPED, None, f"deployment has no {alert.role!r} pool to scale"
-    step = int(spec.get("step", 1))
-    wanted = pool.desired_replicas + step if spec.get("direction", "up") == "up" else pool.desired_replicas - step
-    replicas = max(pool.min_replicas, min(pool.max_replicas, wanted))
-    if replicas == pool.desired_replicas:
-        bound = "max" if wanted > replicas else "min"
-        return (RunStatus.SKIPPED, None,
-                f"{alert.role} pool already at its {bound} ({pool.desired_replicas} replicas)")
-    action = pool_scale(deployment=alert.deployment, role=alert.role, replicas=replicas, actor=actor,
-                        reason=f"{reason}; {pool.desired_replicas} → {replicas} replicas", idempotency_key=key)
-    return RunStatus.DONE, action, ""
+    if kind == ActionType.NOTIFY:
+        action = notify(alert=alert, rule=rule, channels=spec.get("channels"), event=event, reason=reason,
+                        idempotency_key=key)
+        return RunStatus.DONE, action, ""
+    if alert.deployment is None:
+        return RunStatus.SKIPPED, None, "the alert has no deployment"
+    step = int(spec.get("step", 1)) * (1 if spec.get("direction", "up") == "up" else -1)
+    outcome = dispatch.alert_action_carry_out(kind=kind, deployment=alert.deployment, actor=Actor.rule(rule.name),
+                                              reason=reason, idempotency_key=key, role=alert.role, step=step,
+                                              worker=alert.worker)
+    return _RUN_STATUS[outcome.status], outcome.action, outcome.detail

@@ -1,4 +1,4 @@
-"""Alertmanager → Tandem: parse a webhook v4 body and turn its alerts into actions.
+"""Alertmanager → Tandem: parse and validate a webhook v4 body (controlplane.alerting.services.alertmanager acts on it).
 
 Mapping convention (docs in controlplane/alerting/README.md):
 - labels `deployment` (required for an action) and `role` (the pool: prefill, decode or colocated), optional
@@ -17,7 +17,7 @@ from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
 
-from controlplane.errors import ControlPlaneError, invalid
+from controlplane.errors import invalid
 
 ACTIONS = ("scale_up", "scale_down", "restart", "rollback", "notify")
 
@@ -66,7 +66,7 @@ def _string(body: dict, key: str, field: str, *, required: bool = True, default:
     return body[key]
 
 
-def _positive_int(raw: str, *, most: int) -> int | None:
+def positive_int(raw: str, *, most: int) -> int | None:
     """1..most from ASCII digits, else None. Not str.isdigit(): it is true for '²' or '٣', which int() refuses or
     reads, and a label is free text; the bound keeps a 30-digit id out of the database driver (bigint overflow)."""
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
@@ -137,77 +137,9 @@ def inbound_key(payload: InboundPayload, alert: InboundAlert) -> str:
     return f"alertmanager:{digest.hexdigest()}"
 
 
-def _field(alert: InboundAlert, payload: InboundPayload, name: str) -> str:
+def alert_field(alert: InboundAlert, payload: InboundPayload, name: str) -> str:
     # The alert's own annotations/labels first, then the group's common ones.
     for source in (alert.annotations, alert.labels, payload.common_annotations, payload.common_labels):
         if source.get(name):
             return source[name]
     return ""
-
-
-def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
-    """Carry out one alert's tandem_action; returns its outcome for the response (never raises a domain error:
-    one refused alert must not make Alertmanager retry the whole group)."""
-    from controlplane.models import Deployment, Pool, Worker
-    from controlplane.selectors import MAX_ID
-    from controlplane.services import (Actor, DuplicateAction, action_create, action_find, deployment_rollback,
-                                       pool_scale, worker_restart)
-
-    outcome = {"index": alert.index, "fingerprint": alert.fingerprint, "status": alert.status}
-    wanted = _field(alert, payload, "tandem_action")
-    if alert.status != "firing":
-        return {**outcome, "outcome": "ignored", "detail": "resolved alerts do not act"}
-    if not wanted:
-        return {**outcome, "outcome": "ignored", "detail": "no tandem_action annotation"}
-    if wanted not in ACTIONS:
-        return {**outcome, "outcome": "rejected", "detail": f"tandem_action must be one of {', '.join(ACTIONS)}"}
-    key = inbound_key(payload, alert)
-    existing = action_find(key)
-    if existing is not None:
-        return {**outcome, "outcome": "duplicate", "action": existing.pk}
-    name = alert.labels.get("deployment") or payload.common_labels.get("deployment")
-    deployment = Deployment.objects.filter(name=name).first() if name else None
-    if deployment is None:
-        return {**outcome, "outcome": "rejected", "detail": f"label deployment names no deployment ({name!r})"}
-    actor = Actor("webhook", f"alertmanager:{payload.receiver or 'webhook'}"[:150], user)
-    alertname = alert.labels.get("alertname", "")
-    reason = (f"Alertmanager alert {alertname!r} ({alert.fingerprint}) firing since "
-              f"{alert.starts_at.isoformat() if alert.starts_at else '?'}: {wanted}")
-    summary = alert.annotations.get("summary") or alert.annotations.get("description")
-    if summary:
-        reason += f" — {summary}"
-    role = alert.labels.get("role") or payload.common_labels.get("role") or ""
-    try:
-        if wanted in ("scale_up", "scale_down"):
-            pool = Pool.objects.filter(deployment=deployment, role=role).first()
-            if pool is None:
-                return {**outcome, "outcome": "rejected", "detail": f"label role names no pool of {name} ({role!r})"}
-            size = _positive_int(_field(alert, payload, "tandem_scale_step") or "1", most=64)
-            if size is None:
-                return {**outcome, "outcome": "rejected", "detail": "tandem_scale_step must be an integer 1..64"}
-            step = size if wanted == "scale_up" else -size
-            replicas = max(pool.min_replicas, min(pool.max_replicas, pool.desired_replicas + step))
-            if replicas == pool.desired_replicas:
-                return {**outcome, "outcome": "skipped", "detail": f"{role} pool already at its bound ({replicas})"}
-            action = pool_scale(deployment=deployment, role=role, replicas=replicas, actor=actor,
-                                reason=f"{reason}; {pool.desired_replicas} → {replicas}", idempotency_key=key)
-        elif wanted == "restart":
-            worker_id = _positive_int(alert.labels.get("worker", ""), most=MAX_ID)
-            worker = (Worker.objects.filter(pk=worker_id, deployment=deployment).first()
-                      if worker_id is not None else None)
-            if worker is None:
-                return {**outcome, "outcome": "rejected", "detail": f"label worker names no worker of {name}"}
-            action = worker_restart(worker=worker, actor=actor, reason=reason, idempotency_key=key)
-        elif wanted == "rollback":
-            action = deployment_rollback(deployment=deployment, actor=actor, reason=reason, idempotency_key=key)
-        else:  # notify: recorded in the audit log (the alert already reached its humans through Alertmanager)
-            from controlplane.models import ActionKind, ActionStatus
-
-            action = action_create(kind=ActionKind.NOTIFY, actor=actor, deployment=deployment, reason=reason,
-                                   status=ActionStatus.SUCCEEDED, idempotency_key=key,
-                                   params={"source": "alertmanager", "labels": alert.labels})
-    except DuplicateAction as dup:  # the same alert delivered twice at once: the other request acted
-        return {**outcome, "outcome": "duplicate", "action": dup.action.pk}
-    except ControlPlaneError as exc:
-        return {**outcome, "outcome": "refused", "detail": exc.message}
-    return {**outcome, "outcome": "created", "action": action.pk}

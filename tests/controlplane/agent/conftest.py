@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from tests.controlplane.supervision.conftest import online_node, sent  # noqa: F401  (shared fixtures)
 
 FAKE_WORKER = (
     "import http.server, sys\n"

@@ -69,12 +69,13 @@ def test_a_key_first_used_for_another_kind_of_action_is_a_409(deployment, make_w
 
 def test_the_reconcile_is_sent_with_the_deployment_id_only_after_commit(deployment, operator, monkeypatch,
                                                                        django_capture_on_commit_callbacks):
-    from controlplane import tasks
     from controlplane.services import pool_scale
+    from controlplane.supervision import tasks
 
     sent = []
     # The edge: the broker. What crosses it is the task and its argument, an id.
-    monkeypatch.setattr(tasks.reconcile_deployment, "delay", lambda deployment_id: sent.append(deployment_id))
+    monkeypatch.setattr(tasks.reconcile_deployment, "apply_async",
+                        lambda args=(), **options: sent.append(*args))
     with django_capture_on_commit_callbacks(execute=True):
         pool_scale(deployment=deployment, role="decode", replicas=2, actor=operator)
         assert sent == []
@@ -83,14 +84,14 @@ def test_the_reconcile_is_sent_with_the_deployment_id_only_after_commit(deployme
 
 def test_a_broker_that_is_down_does_not_undo_or_fail_the_committed_change(deployment, operator, monkeypatch,
                                                                          django_capture_on_commit_callbacks):
-    from controlplane import tasks
     from controlplane.models import Pool
     from controlplane.services import pool_scale
+    from controlplane.supervision import tasks
 
-    def refuse(deployment_id):
+    def refuse(args=(), **options):
         raise ConnectionRefusedError("broker down")
 
-    monkeypatch.setattr(tasks.reconcile_deployment, "delay", refuse)
+    monkeypatch.setattr(tasks.reconcile_deployment, "apply_async", refuse)
     with django_capture_on_commit_callbacks(execute=True):
         action = pool_scale(deployment=deployment, role="decode", replicas=2, actor=operator)
     assert action.pk is not None

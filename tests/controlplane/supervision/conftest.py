@@ -3,31 +3,6 @@ those passes send to the broker are recorded instead (integration tests run the 
 from __future__ import annotations
 
 import pytest
-from django.utils import timezone
-
-
-@pytest.fixture
-def online_node(node):
-    node.last_seen_at = timezone.now()
-    node.save(update_fields=["last_seen_at"])
-    return node
-
-
-@pytest.fixture
-def sent(monkeypatch):
-    """Every task message sent, as (task short name, args, queue)."""
-    from controlplane import tasks
-
-    messages: list[tuple[str, tuple, str | None]] = []
-    for name in ("agent_start_worker", "agent_stop_worker", "reconcile_deployment"):
-        task = getattr(tasks, name)
-
-        def apply_async(args=(), kwargs=None, queue=None, _name=name, **options):
-            messages.append((_name, tuple(args), queue))
-
-        monkeypatch.setattr(task, "apply_async", apply_async)
-        monkeypatch.setattr(task, "delay", lambda *args, _name=name: messages.append((_name, args, None)))
-    return messages
 
 
 @pytest.fixture

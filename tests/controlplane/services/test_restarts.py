@@ -7,9 +7,13 @@ from datetime import timedelta
 from django.utils import timezone
 
 from controlplane.models import Action, ActionStatus, Worker, WorkerStatus
-from controlplane.supervision.restarts import backoff_seconds, worker_record_failure
+from controlplane.services.restarts import WorkerFailure, backoff_seconds, worker_failure_record
 
 READY = (WorkerStatus.STARTING, WorkerStatus.READY)
+
+
+def _fail(worker, reason: str) -> str | None:
+    return worker_failure_record(failure=WorkerFailure(worker.id, worker.pid, READY, reason))
 
 
 def test_backoff_doubles_from_one_second_up_to_the_cap(settings):
@@ -20,8 +24,7 @@ def test_backoff_doubles_from_one_second_up_to_the_cap(settings):
 def test_a_dead_worker_goes_back_to_pending_after_a_backoff_with_a_restart_action(deployment, make_worker, sent):
     worker = make_worker(deployment, "decode")
     before = timezone.now()
-    assert worker_record_failure(worker_id=worker.id, expected_pid=worker.pid, from_statuses=READY,
-                                 reason="process exited (signal 9)") == "restart"
+    assert _fail(worker, "process exited (signal 9)") == "restart"
     worker.refresh_from_db()
     assert worker.status == WorkerStatus.PENDING and worker.restart_count == 1
     assert before + timedelta(seconds=1) <= worker.next_restart_at <= timezone.now() + timedelta(seconds=1)
@@ -34,16 +37,15 @@ def test_the_second_restart_in_the_window_waits_twice_as_long(deployment, make_w
     worker = make_worker(deployment, "decode")
     for expected_backoff in (1, 2):
         Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
-        worker_record_failure(worker_id=worker.id, expected_pid=worker.pid, from_statuses=READY, reason="dead")
+        _fail(worker, "dead")
     assert [a.params["backoff_s"] for a in Action.objects.filter(worker=worker).order_by("id")] == [1, 2]
 
 
 def test_a_failure_already_handled_elsewhere_is_not_counted_twice(deployment, make_worker, sent):
     worker = make_worker(deployment, "decode")
-    assert worker_record_failure(worker_id=worker.id, expected_pid=worker.pid, from_statuses=READY, reason="a")
+    assert _fail(worker, "a")
     # The health checker saw the same dead process a moment later: the row is pending now, nothing happens.
-    assert worker_record_failure(worker_id=worker.id, expected_pid=worker.pid, from_statuses=READY,
-                                 reason="b") is None
+    assert _fail(worker, "b") is None
     assert Action.objects.filter(worker=worker).count() == 1
 
 
@@ -54,8 +56,7 @@ def test_after_max_restarts_in_the_window_the_worker_is_failed_and_a_fail_action
     outcomes = []
     for _ in range(3):
         Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
-        outcomes.append(worker_record_failure(worker_id=worker.id, expected_pid=worker.pid, from_statuses=READY,
-                                              reason="health check failed 3 times"))
+        outcomes.append(_fail(worker, "health check failed 3 times"))
     assert outcomes == ["restart", "restart", "fail"]
     worker.refresh_from_db()
     assert worker.status == WorkerStatus.FAILED and "gave up after 2 restarts" in worker.last_error
@@ -67,9 +68,8 @@ def test_after_max_restarts_in_the_window_the_worker_is_failed_and_a_fail_action
 def test_restarts_older_than_the_window_do_not_count(deployment, make_worker, settings, sent):
     settings.TANDEM_MAX_RESTARTS = 1
     worker = make_worker(deployment, "decode")
-    worker_record_failure(worker_id=worker.id, expected_pid=worker.pid, from_statuses=READY, reason="dead")
+    _fail(worker, "dead")
     Action.objects.filter(worker=worker).update(
         created_at=timezone.now() - timedelta(seconds=settings.TANDEM_RESTART_WINDOW_S + 1))
     Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
-    assert worker_record_failure(worker_id=worker.id, expected_pid=worker.pid, from_statuses=READY,
-                                 reason="dead") == "restart"
+    assert _fail(worker, "dead") == "restart"

@@ -1,0 +1,37 @@
+"""Celery tasks of a node's queue `node.<name>`, run by that node's agent: start and stop one worker's process.
+
+They are sent by supervision (controlplane.supervision.dispatch) by name, with the node's queue. What happens to
+a process is reported as data (controlplane.services.restarts); the agent never decides the policy.
+"""
+from __future__ import annotations
+
+from celery import Task, shared_task
+from django.db import OperationalError
+
+from controlplane.agent import runtime
+from controlplane.agent.workers import worker_start, worker_stop
+from controlplane.celery import AGENT_START_WORKER, AGENT_STOP_WORKER
+from controlplane.services.restarts import WorkerFailure, worker_failure_record
+
+# SQLite answers "database is locked" when a writer holds the lock past the busy timeout: retry a few times.
+RETRY = dict(autoretry_for=(OperationalError,), retry_backoff=1, retry_backoff_max=10, max_retries=3,
+             ignore_result=True)
+
+
+class AgentStartTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        """A start that raised after its claim leaves a `starting` row without a process: report it like a
+        process that could not start, so the restart policy retries it with backoff instead of leaving it stuck."""
+        worker_id = args[0] if args else kwargs.get("worker_id")
+        worker_failure_record(failure=WorkerFailure.not_started(
+            worker_id=worker_id, detail=f"the node agent failed to start it: {exc!r}"))
+
+
+@shared_task(name=AGENT_START_WORKER, bind=True, base=AgentStartTask, **RETRY)
+def agent_start_worker(self, worker_id: int) -> str:
+    return worker_start(worker_id=worker_id, node_name=runtime.node_name)
+
+
+@shared_task(name=AGENT_STOP_WORKER, bind=True, **RETRY)
+def agent_stop_worker(self, worker_id: int, deadline_s: float) -> str:
+    return worker_stop(worker_id=worker_id, node_name=runtime.node_name, deadline_s=deadline_s)

@@ -1,0 +1,121 @@
+"""Restarts: the one place a worker goes back to `pending` to be started again, and the restart policy.
+
+A failure is reported as data (a WorkerFailure): by the node agent when a process exits or cannot be spawned, by
+the health checker when a process stops answering. The policy here decides: restart with exponential backoff, or,
+after TANDEM_MAX_RESTARTS restarts within TANDEM_RESTART_WINDOW_S, leave the worker `failed` with an action row that
+says so. An operator's restart (a pending `restart` action, carried out by reconcile) takes the same path without
+backoff.
+
+A restart is in place (the same Worker row, restart_count + 1): the row goes back to `pending` with
+`next_restart_at`, and reconcile hands it to its node agent once that time has come. The restarts in the window
+are counted from the audit log (system restart actions of that worker), not from a second counter.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.celery import RECONCILE_DEPLOYMENT, task_send
+from controlplane.models import Action, ActionKind, ActionStatus, Worker, WorkerStatus
+from controlplane.services.actions import Actor, action_create, worker_actions_finish
+
+log = logging.getLogger(__name__)
+
+SUPERVISOR = Actor.system("supervisor")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailure:
+    """What was seen to go wrong with one worker's process. Only a failure of the row as it was seen counts:
+    if the row has moved on (another status, another pid), the report is stale and ignored."""
+
+    worker_id: int
+    pid: int | None  # the process the report is about; None: no process was started
+    from_statuses: tuple[str, ...]  # the statuses the row may still have for the report to apply
+    reason: str
+
+    @classmethod
+    def exited(cls, *, worker_id: int, pid: int, exit_code: int | None, log_tail: str = "") -> "WorkerFailure":
+        """A process that ended on its own (exit_code < 0: killed by signal -exit_code; None: not our child)."""
+        if exit_code is None:
+            how = "no exit code: not our child"
+        elif exit_code >= 0:
+            how = f"exit code {exit_code}"
+        else:
+            how = f"signal {-exit_code}"
+        return cls(worker_id, pid, (WorkerStatus.STARTING, WorkerStatus.READY),
+                   f"process exited ({how})\n{log_tail}".strip())
+
+    @classmethod
+    def not_started(cls, *, worker_id: int, detail: str) -> "WorkerFailure":
+        """A claimed start (`starting`) whose process could not be spawned."""
+        return cls(worker_id, None, (WorkerStatus.STARTING,), detail)
+
+
+def backoff_seconds(num_recent_restarts: int) -> int:
+    """1, 2, 4, ... seconds before the next start, capped by TANDEM_RESTART_BACKOFF_MAX_S."""
+    return min(2 ** min(num_recent_restarts, 30), settings.TANDEM_RESTART_BACKOFF_MAX_S)
+
+
+def worker_back_to_pending(*, worker: Worker, from_status: str, reason: str,
+                           next_restart_at: datetime | None = None, **fields) -> bool:
+    """The in-place restart every restart goes through: the row (still in from_status) returns to pending for
+    reconcile to start again. False if the row changed meanwhile (another process handled it)."""
+    num_updated = Worker.objects.filter(id=worker.id, status=from_status).update(
+        status=WorkerStatus.PENDING, last_error=reason, next_restart_at=next_restart_at,
+        restart_count=worker.restart_count + 1, consecutive_health_failures=0, ready_at=None, **fields,
+    )
+    return num_updated == 1
+
+
+def worker_failure_record(*, failure: WorkerFailure) -> str | None:
+    """Restart (or give up on) a worker that failed. Returns "restart", "fail", or None when the report is stale
+    (the row is no longer in failure.from_statuses with that pid: it was already handled).
+
+    1. Lock the row; bail out unless it is still the failure reported (status and pid unchanged).
+    2. Count this worker's system restarts inside the window (the audit log is the counter).
+    3. Below the limit: back to pending with a backoff, a `restart` action (running until the worker is ready).
+       At the limit: `failed`, a `fail` action, and any unfinished restart action of it fails too.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        worker = (Worker.objects.select_for_update(of=("self",)).select_related("deployment")
+                  .filter(id=failure.worker_id).first())
+        if worker is None or worker.status not in failure.from_statuses or worker.pid != failure.pid:
+            return None
+        window_start = now - timedelta(seconds=settings.TANDEM_RESTART_WINDOW_S)
+        recent = Action.objects.filter(worker=worker, kind=ActionKind.RESTART, actor_type=SUPERVISOR.type,
+                                       created_at__gte=window_start)
+        num_recent = recent.count()
+        if num_recent >= settings.TANDEM_MAX_RESTARTS:
+            message = (f"{failure.reason}; gave up after {num_recent} restarts within "
+                       f"{settings.TANDEM_RESTART_WINDOW_S} s")
+            Worker.objects.filter(id=worker.id).update(
+                status=WorkerStatus.FAILED, last_error=message, stopped_at=now, next_restart_at=None,
+            )
+            worker_actions_finish(worker_id=worker.id, kind=ActionKind.RESTART, succeeded=False, error=message)
+            action_create(kind=ActionKind.FAIL, actor=SUPERVISOR, deployment=worker.deployment, worker=worker,
+                          reason=message, status=ActionStatus.SUCCEEDED,
+                          params={"role": worker.role, "pid": failure.pid, "num_restarts_in_window": num_recent})
+            log.error("worker %s (%s) failed: %s", worker.id, worker.role, message)
+            return "fail"
+        delay = backoff_seconds(num_recent)
+        first_in_window = recent.order_by("created_at").values_list("created_at", flat=True).first()
+        worker_back_to_pending(worker=worker, from_status=worker.status, reason=failure.reason,
+                               next_restart_at=now + timedelta(seconds=delay),
+                               restart_window_started_at=first_in_window or now)
+        action_create(kind=ActionKind.RESTART, actor=SUPERVISOR, deployment=worker.deployment, worker=worker,
+                      reason=failure.reason, status=ActionStatus.RUNNING,
+                      params={"role": worker.role, "pid": failure.pid, "backoff_s": delay,
+                              "restart_count": worker.restart_count + 1})
+        deployment_id = worker.deployment_id
+        # Beat's periodic reconcile would also get there; this makes the restart happen right after the backoff.
+        transaction.on_commit(lambda: task_send(RECONCILE_DEPLOYMENT, args=(deployment_id,),
+                                                countdown=delay + 0.1), robust=True)
+    log.warning("worker %s (%s) restarts in %d s: %s", failure.worker_id, worker.role, delay, failure.reason)
+    return "restart"
