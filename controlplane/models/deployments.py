@@ -37,7 +37,7 @@ class Deployment(models.Model):
     gateway_node = models.ForeignKey(
         "controlplane.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="gateway_deployments"
     )
-    # Issue 4's autoscaler acts on a pool only while this is on.
+    # The autoscaler acts on this deployment's pools only while this is on.
     autoscale_enabled = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     created_by = models.ForeignKey(

@@ -1,6 +1,6 @@
 """Writes. Keyword-only functions named noun_verb; each validates, changes desired state and records its Action in
 one transaction, then enqueues a reconcile after commit. They raise ControlPlaneError (400/404/409)."""
-from .actions import (Actor, DuplicateAction, action_create, action_fail, action_find, action_start,
+from .actions import (Actor, DuplicateAction, action_create, action_fail, action_find, action_once, action_start,
                       action_succeed, as_actor, enqueue_reconcile)
 from .deployments import deployment_create, deployment_delete, gateway_port_pick
 from .pools import PoolAtBound, pool_scale, pool_scale_by
@@ -8,7 +8,7 @@ from .revisions import deployment_rollback, revision_create
 from .workers import worker_drain, worker_restart
 
 __all__ = [
-    "Actor", "DuplicateAction", "action_create", "action_fail", "action_find", "action_start", "action_succeed",
+    "Actor", "DuplicateAction", "action_create", "action_fail", "action_find", "action_once", "action_start", "action_succeed",
     "as_actor", "enqueue_reconcile",
     "deployment_create", "deployment_delete", "gateway_port_pick",
     "PoolAtBound", "pool_scale", "pool_scale_by",

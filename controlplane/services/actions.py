@@ -6,6 +6,7 @@ with action_start / action_succeed / action_fail; nothing else writes Action row
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -110,6 +111,20 @@ def action_create(*, kind: str, actor, deployment=None, worker=None, reason: str
             raise DuplicateAction(Action.objects.get(idempotency_key=idempotency_key)) from None
         raise
     return action
+
+
+def action_once(*, kind: str, idempotency_key: str | None, write: Callable[[], Action]) -> Action:
+    """The frame of every write service: the action already recorded under the idempotency key is returned
+    unchanged; else `write()` changes desired state and records its action (action_create) in one transaction.
+    When a concurrent request records the same key first, its action is returned and this write rolls back."""
+    existing = action_find(idempotency_key, kind=kind)
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            return write()
+    except DuplicateAction as dup:
+        return dup.action
 
 
 class DuplicateAction(Exception):

@@ -4,13 +4,13 @@ from __future__ import annotations
 import socket
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from controlplane.errors import conflict, invalid
 from controlplane.models import Action, ActionKind, ActionStatus, Deployment, DeploymentMode, Pool, Revision
 from controlplane.models.deployments import ROLES_BY_MODE
 from controlplane.selectors import deployment_delete_pending
-from controlplane.services.actions import DuplicateAction, action_create, action_find, as_actor, enqueue_reconcile
+from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 from controlplane.services.validation import (validate_dtype, validate_engine_settings, validate_model_path,
                                               validate_name, validate_port, validate_replica_bounds)
 
@@ -77,9 +77,6 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = "fl
     Returns the `create` Action (action.deployment is the new deployment).
     """
     actor = as_actor(actor)
-    existing = action_find(idempotency_key, kind=ActionKind.CREATE)
-    if existing is not None:
-        return existing
     validate_name(name)
     if mode not in DeploymentMode.values:
         raise invalid(f"mode {mode!r} is not one of {', '.join(DeploymentMode.values)}", field="mode")
@@ -91,36 +88,37 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = "fl
         validate_port(gateway_port)
         if gateway_port == settings.TANDEM_WEB_PORT:
             raise invalid(f"gateway_port {gateway_port} is the web port", field="gateway_port")
+
+    def write() -> Action:
+        if Deployment.objects.filter(name=name).exists():
+            raise conflict(f"deployment {name!r} already exists", field="name")
+        if gateway_port is None:
+            port = gateway_port_pick()
+        elif Deployment.objects.filter(gateway_port=gateway_port).exists():
+            raise conflict(f"gateway_port {gateway_port} is used by another deployment", field="gateway_port")
+        else:
+            port = gateway_port
+        deployment = Deployment.objects.create(name=name, mode=mode, gateway_port=port,
+                                               created_by=actor.user)
+        revision = Revision.objects.create(deployment=deployment, number=1, model_path=model_path,
+                                           dtype=dtype, engine_settings=engine_settings,
+                                           comment="initial revision", created_by=actor.user)
+        deployment.current_revision = revision
+        deployment.save(update_fields=["current_revision"])
+        Pool.objects.bulk_create([Pool(deployment=deployment, **spec) for spec in specs])
+        action = action_create(
+            kind=ActionKind.CREATE, actor=actor, deployment=deployment, reason=reason,
+            params={"mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
+                    "pools": specs, "gateway_port": port, "revision": 1},
+            idempotency_key=idempotency_key)
+        enqueue_reconcile(deployment.pk)
+        return action
+
     try:
-        with transaction.atomic():
-            if Deployment.objects.filter(name=name).exists():
-                raise conflict(f"deployment {name!r} already exists", field="name")
-            if gateway_port is None:
-                port = gateway_port_pick()
-            elif Deployment.objects.filter(gateway_port=gateway_port).exists():
-                raise conflict(f"gateway_port {gateway_port} is used by another deployment", field="gateway_port")
-            else:
-                port = gateway_port
-            deployment = Deployment.objects.create(name=name, mode=mode, gateway_port=port,
-                                                   created_by=actor.user)
-            revision = Revision.objects.create(deployment=deployment, number=1, model_path=model_path,
-                                               dtype=dtype, engine_settings=engine_settings,
-                                               comment="initial revision", created_by=actor.user)
-            deployment.current_revision = revision
-            deployment.save(update_fields=["current_revision"])
-            Pool.objects.bulk_create([Pool(deployment=deployment, **spec) for spec in specs])
-            action = action_create(
-                kind=ActionKind.CREATE, actor=actor, deployment=deployment, reason=reason,
-                params={"mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
-                        "pools": specs, "gateway_port": port, "revision": 1},
-                idempotency_key=idempotency_key)
-            enqueue_reconcile(deployment.pk)
-    except DuplicateAction as dup:
-        return dup.action
+        return action_once(kind=ActionKind.CREATE, idempotency_key=idempotency_key, write=write)
     except IntegrityError:
         # Two creates raced past the checks above: the unique name or port decided.
         raise conflict(f"deployment {name!r} or its gateway port was taken at the same time; try again") from None
-    return action
 
 
 def deployment_delete(*, deployment: Deployment, actor, reason: str = "",
@@ -131,25 +129,24 @@ def deployment_delete(*, deployment: Deployment, actor, reason: str = "",
     outlive it. Deleting twice returns the pending delete action.
     """
     actor = as_actor(actor)
-    existing = action_find(idempotency_key, kind=ActionKind.DELETE)
-    if existing is not None:
-        return existing
+
+    def write() -> Action:
+        nonlocal deployment  # re-read under the lock
+        deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        pending = deployment_delete_pending(deployment)
+        if pending is not None:
+            return pending
+        pools = {pool.role: pool.desired_replicas for pool in deployment.pools.all()}
+        deployment.pools.update(min_replicas=0, desired_replicas=0)
+        action = action_create(kind=ActionKind.DELETE, actor=actor, deployment=deployment, reason=reason,
+                               params={"pools": pools}, status=ActionStatus.PENDING,
+                               idempotency_key=idempotency_key)
+        enqueue_reconcile(deployment.pk)
+        return action
+
     try:
-        with transaction.atomic():
-            deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
-            pending = deployment_delete_pending(deployment)
-            if pending is not None:
-                return pending
-            pools = {pool.role: pool.desired_replicas for pool in deployment.pools.all()}
-            deployment.pools.update(min_replicas=0, desired_replicas=0)
-            action = action_create(kind=ActionKind.DELETE, actor=actor, deployment=deployment, reason=reason,
-                                   params={"pools": pools}, status=ActionStatus.PENDING,
-                                   idempotency_key=idempotency_key)
-            enqueue_reconcile(deployment.pk)
-    except DuplicateAction as dup:
-        return dup.action
+        return action_once(kind=ActionKind.DELETE, idempotency_key=idempotency_key, write=write)
     except Deployment.DoesNotExist:
         from controlplane.errors import not_found
 
         raise not_found(f"deployment {deployment.name!r} does not exist") from None
-    return action

@@ -2,12 +2,11 @@
 to a number (pool_scale) or by a step clamped to min..max (pool_scale_by)."""
 from __future__ import annotations
 
-from django.db import transaction
 
 from controlplane.errors import ControlPlaneError, conflict, invalid
 from controlplane.models import Action, ActionKind, Deployment, Pool
 from controlplane.selectors import deployment_delete_pending
-from controlplane.services.actions import DuplicateAction, action_create, action_find, as_actor, enqueue_reconcile
+from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 
 
 def pool_scale(*, deployment: Deployment, role: str, replicas: int, actor, reason: str = "",
@@ -62,29 +61,27 @@ def _scale(*, deployment: Deployment, role: str, target, actor, reason: str, ide
     """Lock the deployment and the pool, compute the new desired replicas from the locked pool (`target(pool)`,
     which may raise), record the scale action and set the desired state, in one transaction."""
     actor = as_actor(actor)
-    existing = action_find(idempotency_key, kind=ActionKind.SCALE)
-    if existing is not None:
-        return existing
-    try:
-        with transaction.atomic():
-            deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
-            if deployment_delete_pending(deployment) is not None:
-                raise conflict(f"deployment {deployment.name!r} is being deleted")
-            pool = Pool.objects.select_for_update().filter(deployment=deployment, role=role).first()
-            if pool is None:
-                roles = list(deployment.pools.order_by("role").values_list("role", flat=True))
-                raise invalid(f"deployment {deployment.name!r} has no {role!r} pool (its pools: {roles})",
-                              field="role")
-            previous = pool.desired_replicas
-            replicas = target(pool)
-            if note_change:
-                reason = f"{reason}; {previous} → {replicas} replicas"
-            action = action_create(kind=ActionKind.SCALE, actor=actor, deployment=deployment, reason=reason,
-                                   params={"role": role, "from": previous, "to": replicas},
-                                   idempotency_key=idempotency_key)
-            pool.desired_replicas = replicas
-            pool.save(update_fields=["desired_replicas"])
-            enqueue_reconcile(deployment.pk)
-    except DuplicateAction as dup:
-        return dup.action
-    return action
+
+    def write() -> Action:
+        nonlocal deployment, reason  # the row re-read under the lock; the reason gets the change
+        deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if deployment_delete_pending(deployment) is not None:
+            raise conflict(f"deployment {deployment.name!r} is being deleted")
+        pool = Pool.objects.select_for_update().filter(deployment=deployment, role=role).first()
+        if pool is None:
+            roles = list(deployment.pools.order_by("role").values_list("role", flat=True))
+            raise invalid(f"deployment {deployment.name!r} has no {role!r} pool (its pools: {roles})",
+                          field="role")
+        previous = pool.desired_replicas
+        replicas = target(pool)
+        if note_change:
+            reason = f"{reason}; {previous} → {replicas} replicas"
+        action = action_create(kind=ActionKind.SCALE, actor=actor, deployment=deployment, reason=reason,
+                               params={"role": role, "from": previous, "to": replicas},
+                               idempotency_key=idempotency_key)
+        pool.desired_replicas = replicas
+        pool.save(update_fields=["desired_replicas"])
+        enqueue_reconcile(deployment.pk)
+        return action
+
+    return action_once(kind=ActionKind.SCALE, idempotency_key=idempotency_key, write=write)

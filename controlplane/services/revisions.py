@@ -2,13 +2,12 @@
 a rolling replacement (start new, wait ready, drain old, stop old). One rollout per deployment at a time."""
 from __future__ import annotations
 
-from django.db import transaction
 from django.db.models import Max
 
 from controlplane.errors import conflict, invalid
 from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Revision
 from controlplane.selectors import deployment_delete_pending, deployment_rollout_in_progress
-from controlplane.services.actions import DuplicateAction, action_create, action_find, as_actor, enqueue_reconcile
+from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 from controlplane.services.validation import validate_dtype, validate_engine_settings, validate_model_path
 
 
@@ -36,39 +35,37 @@ def revision_create(*, deployment: Deployment, actor, model_path: str | None = N
     (action.params["revision"] is the new number).
     """
     actor = as_actor(actor)
-    existing = action_find(idempotency_key, kind=ActionKind.REVISION)
-    if existing is not None:
-        return existing
     if model_path is not None:
         model_path = validate_model_path(model_path)
     if dtype is not None:
         dtype = validate_dtype(dtype)
     if engine_settings is not None:
         engine_settings = validate_engine_settings(engine_settings)
-    try:
-        with transaction.atomic():
-            deployment = _lock_for_rollout(deployment)
-            base = deployment.current_revision
-            previous = base.number if base is not None else None
-            number = (deployment.revisions.aggregate(n=Max("number"))["n"] or 0) + 1
-            revision = Revision.objects.create(
-                deployment=deployment, number=number,
-                model_path=model_path if model_path is not None else base.model_path,
-                dtype=dtype if dtype is not None else base.dtype,
-                engine_settings=engine_settings if engine_settings is not None else dict(base.engine_settings),
-                comment=comment or "", created_by=actor.user)
-            action = action_create(
-                kind=ActionKind.REVISION, actor=actor, deployment=deployment, reason=reason or comment,
-                params={"from_revision": previous, "to_revision": number, "revision": number,
-                        "model_path": revision.model_path, "dtype": revision.dtype,
-                        "engine_settings": revision.engine_settings},
-                status=ActionStatus.RUNNING, idempotency_key=idempotency_key)
-            deployment.current_revision = revision
-            deployment.save(update_fields=["current_revision"])
-            enqueue_reconcile(deployment.pk)
-    except DuplicateAction as dup:
-        return dup.action
-    return action
+
+    def write() -> Action:
+        nonlocal deployment  # re-read under the lock
+        deployment = _lock_for_rollout(deployment)
+        base = deployment.current_revision
+        previous = base.number if base is not None else None
+        number = (deployment.revisions.aggregate(n=Max("number"))["n"] or 0) + 1
+        revision = Revision.objects.create(
+            deployment=deployment, number=number,
+            model_path=model_path if model_path is not None else base.model_path,
+            dtype=dtype if dtype is not None else base.dtype,
+            engine_settings=engine_settings if engine_settings is not None else dict(base.engine_settings),
+            comment=comment or "", created_by=actor.user)
+        action = action_create(
+            kind=ActionKind.REVISION, actor=actor, deployment=deployment, reason=reason or comment,
+            params={"from_revision": previous, "to_revision": number, "revision": number,
+                    "model_path": revision.model_path, "dtype": revision.dtype,
+                    "engine_settings": revision.engine_settings},
+            status=ActionStatus.RUNNING, idempotency_key=idempotency_key)
+        deployment.current_revision = revision
+        deployment.save(update_fields=["current_revision"])
+        enqueue_reconcile(deployment.pk)
+        return action
+
+    return action_once(kind=ActionKind.REVISION, idempotency_key=idempotency_key, write=write)
 
 
 def deployment_rollback(*, deployment: Deployment, actor, revision_number: int | None = None, reason: str = "",
@@ -79,37 +76,35 @@ def deployment_rollback(*, deployment: Deployment, actor, revision_number: int |
     `rollback` action is `running` until reconcile has replaced every worker of another revision.
     """
     actor = as_actor(actor)
-    existing = action_find(idempotency_key, kind=ActionKind.ROLLBACK)
-    if existing is not None:
-        return existing
     if revision_number is not None and (isinstance(revision_number, bool) or not isinstance(revision_number, int)):
         raise invalid(f"revision must be a revision number, not {revision_number!r}", field="revision")
-    try:
-        with transaction.atomic():
-            deployment = _lock_for_rollout(deployment)
-            current = deployment.current_revision
-            current_number = current.number if current is not None else None
-            if revision_number is None:
-                target = (deployment.revisions.filter(number__lt=current_number or 0).order_by("-number").first())
-                if target is None:
-                    raise invalid(f"deployment {deployment.name!r} has no revision before {current_number} to "
-                                  "roll back to", field="revision")
-            else:
-                target = deployment.revisions.filter(number=revision_number).first()
-                if target is None:
-                    numbers = list(deployment.revisions.order_by("number").values_list("number", flat=True))
-                    raise invalid(f"deployment {deployment.name!r} has no revision {revision_number} "
-                                  f"(it has {numbers})", field="revision")
-                if target.number == current_number:
-                    raise invalid(f"revision {revision_number} is already the current revision of "
-                                  f"{deployment.name!r}", field="revision")
-            action = action_create(
-                kind=ActionKind.ROLLBACK, actor=actor, deployment=deployment, reason=reason,
-                params={"from_revision": current_number, "to_revision": target.number, "revision": target.number},
-                status=ActionStatus.RUNNING, idempotency_key=idempotency_key)
-            deployment.current_revision = target
-            deployment.save(update_fields=["current_revision"])
-            enqueue_reconcile(deployment.pk)
-    except DuplicateAction as dup:
-        return dup.action
-    return action
+
+    def write() -> Action:
+        nonlocal deployment  # re-read under the lock
+        deployment = _lock_for_rollout(deployment)
+        current = deployment.current_revision
+        current_number = current.number if current is not None else None
+        if revision_number is None:
+            target = (deployment.revisions.filter(number__lt=current_number or 0).order_by("-number").first())
+            if target is None:
+                raise invalid(f"deployment {deployment.name!r} has no revision before {current_number} to "
+                              "roll back to", field="revision")
+        else:
+            target = deployment.revisions.filter(number=revision_number).first()
+            if target is None:
+                numbers = list(deployment.revisions.order_by("number").values_list("number", flat=True))
+                raise invalid(f"deployment {deployment.name!r} has no revision {revision_number} "
+                              f"(it has {numbers})", field="revision")
+            if target.number == current_number:
+                raise invalid(f"revision {revision_number} is already the current revision of "
+                              f"{deployment.name!r}", field="revision")
+        action = action_create(
+            kind=ActionKind.ROLLBACK, actor=actor, deployment=deployment, reason=reason,
+            params={"from_revision": current_number, "to_revision": target.number, "revision": target.number},
+            status=ActionStatus.RUNNING, idempotency_key=idempotency_key)
+        deployment.current_revision = target
+        deployment.save(update_fields=["current_revision"])
+        enqueue_reconcile(deployment.pk)
+        return action
+
+    return action_once(kind=ActionKind.ROLLBACK, idempotency_key=idempotency_key, write=write)

@@ -4,13 +4,12 @@ finish in-flight requests, stop — the pool keeps its desired count, so reconci
 pool down to shrink it)."""
 from __future__ import annotations
 
-from django.db import transaction
 
 from controlplane.errors import conflict, invalid
 from controlplane.models import Action, ActionKind, Worker, WorkerRole, WorkerStatus
 from controlplane.models.actions import UNFINISHED_STATUSES
 from controlplane.selectors import deployment_delete_pending
-from controlplane.services.actions import DuplicateAction, action_create, action_find, as_actor, enqueue_reconcile
+from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 
 
 def _lock_worker(worker: Worker) -> Worker:
@@ -30,44 +29,40 @@ def worker_restart(*, worker: Worker, actor, reason: str = "",
     """Ask for a worker's process to be restarted (a failed worker too: this is how an operator revives it).
     409 for a stopped worker, one being drained, or one with a restart/drain already in progress."""
     actor = as_actor(actor)
-    existing = action_find(idempotency_key, kind=ActionKind.RESTART)
-    if existing is not None:
-        return existing
-    try:
-        with transaction.atomic():
-            worker = _lock_worker(worker)
-            if worker.status in (WorkerStatus.STOPPED, WorkerStatus.DRAINING):
-                raise conflict(f"worker {worker.pk} is {worker.status}; it cannot be restarted")
-            action = action_create(kind=ActionKind.RESTART, actor=actor, deployment=worker.deployment,
-                                   worker=worker, reason=reason,
-                                   params={"worker": worker.pk, "role": worker.role, "status": worker.status},
-                                   idempotency_key=idempotency_key)
-            enqueue_reconcile(worker.deployment_id)
-    except DuplicateAction as dup:
-        return dup.action
-    return action
+
+    def write() -> Action:
+        nonlocal worker  # re-read under the lock
+        worker = _lock_worker(worker)
+        if worker.status in (WorkerStatus.STOPPED, WorkerStatus.DRAINING):
+            raise conflict(f"worker {worker.pk} is {worker.status}; it cannot be restarted")
+        action = action_create(kind=ActionKind.RESTART, actor=actor, deployment=worker.deployment,
+                               worker=worker, reason=reason,
+                               params={"worker": worker.pk, "role": worker.role, "status": worker.status},
+                               idempotency_key=idempotency_key)
+        enqueue_reconcile(worker.deployment_id)
+        return action
+
+    return action_once(kind=ActionKind.RESTART, idempotency_key=idempotency_key, write=write)
 
 
 def worker_drain(*, worker: Worker, actor, reason: str = "",
                  idempotency_key: str | None = None) -> Action:
     """Ask for a worker to be drained and stopped. 400 for a gateway; 409 unless it is starting or ready."""
     actor = as_actor(actor)
-    existing = action_find(idempotency_key, kind=ActionKind.DRAIN)
-    if existing is not None:
-        return existing
-    try:
-        with transaction.atomic():
-            worker = _lock_worker(worker)
-            if worker.role == WorkerRole.GATEWAY:
-                raise invalid("a gateway cannot be drained: it follows its deployment", field="worker")
-            if worker.status not in (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY):
-                raise conflict(f"worker {worker.pk} is {worker.status}; only a pending, starting or ready worker "
-                               "can be drained")
-            action = action_create(kind=ActionKind.DRAIN, actor=actor, deployment=worker.deployment,
-                                   worker=worker, reason=reason,
-                                   params={"worker": worker.pk, "role": worker.role, "status": worker.status},
-                                   idempotency_key=idempotency_key)
-            enqueue_reconcile(worker.deployment_id)
-    except DuplicateAction as dup:
-        return dup.action
-    return action
+
+    def write() -> Action:
+        nonlocal worker  # re-read under the lock
+        worker = _lock_worker(worker)
+        if worker.role == WorkerRole.GATEWAY:
+            raise invalid("a gateway cannot be drained: it follows its deployment", field="worker")
+        if worker.status not in (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY):
+            raise conflict(f"worker {worker.pk} is {worker.status}; only a pending, starting or ready worker "
+                           "can be drained")
+        action = action_create(kind=ActionKind.DRAIN, actor=actor, deployment=worker.deployment,
+                               worker=worker, reason=reason,
+                               params={"worker": worker.pk, "role": worker.role, "status": worker.status},
+                               idempotency_key=idempotency_key)
+        enqueue_reconcile(worker.deployment_id)
+        return action
+
+    return action_once(kind=ActionKind.DRAIN, idempotency_key=idempotency_key, write=write)

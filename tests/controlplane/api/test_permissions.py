@@ -1,5 +1,5 @@
 """Every endpoint × every role: anonymous gets 401, a role without the right 403 naming the role it needs, a role
-with the right gets the endpoint's success status (issue 3 §5)."""
+with the right gets the endpoint's success status."""
 from __future__ import annotations
 
 import pytest
