@@ -1,0 +1,125 @@
+"""No import loops between files of controlplane/, dashboards/ or inference/, and inference/ never imports Django.
+
+The graph is read from the source (ast), so an import hidden inside a function counts like one at the top: a loop
+is a design smell to remove, not to hide. A package's __init__ is a node of its own (importing a package imports
+its __init__)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("controlplane", "dashboards", "inference")
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module → the modules of PACKAGES it imports (anywhere in the file)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                deps.update(_resolve(alias.name, modules) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                for alias in node.names:
+                    full = f"{source}.{alias.name}"
+                    deps.add(full if full in modules else _resolve(source, modules))
+        deps.discard(None)
+        deps.discard(module)
+        graph[module] = deps
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; returns the components of more than one module (the loops)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    loops: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    loops.append(sorted(component))
+    return loops
+
+
+def test_there_is_no_import_loop_between_files():
+    graph = import_graph()
+    loops = strongly_connected(graph)
+    described = ["\n".join(f"  {m} -> {sorted(graph[m] & set(loop))}" for m in loop) for loop in loops]
+    assert not loops, "import loops:\n" + "\n\n".join(described)
+
+
+def test_the_loop_finder_finds_a_loop_and_accepts_a_tree():
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_inference_never_imports_django():
+    for path in (ROOT / "inference").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("django", "rest_framework", "controlplane", "dashboards", "celery")), \
+                    f"{path.relative_to(ROOT)} imports {name}"
