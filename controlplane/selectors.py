@@ -70,18 +70,15 @@ def revision_get(deployment: Deployment, number: int) -> Revision | None:
     return deployment.revisions.filter(number=number).first()
 
 
+def _given(**filters) -> dict:
+    """The filters a caller gave (an empty or missing query parameter filters nothing)."""
+    return {field: value for field, value in filters.items() if value}
+
+
 def worker_list(*, deployment: str | None = None, role: str | None = None, status: str | None = None,
                 node: str | None = None) -> QuerySet[Worker]:
     qs = Worker.objects.select_related("deployment", "node", "revision").order_by("id")
-    if deployment:
-        qs = qs.filter(deployment__name=deployment)
-    if role:
-        qs = qs.filter(role=role)
-    if status:
-        qs = qs.filter(status=status)
-    if node:
-        qs = qs.filter(node__name=node)
-    return qs
+    return qs.filter(**_given(deployment__name=deployment, role=role, status=status, node__name=node))
 
 
 def worker_get(worker_id: int, *, for_update: bool = False) -> Worker:
@@ -97,19 +94,8 @@ def worker_get(worker_id: int, *, for_update: bool = False) -> Worker:
 def action_list(*, deployment: str | None = None, actor: str | None = None, actor_type: str | None = None,
                 kind: str | None = None, status: str | None = None, worker: int | None = None) -> QuerySet[Action]:
     qs = Action.objects.order_by("-created_at", "-id")
-    if deployment:
-        qs = qs.filter(deployment_name=deployment)
-    if actor:
-        qs = qs.filter(actor=actor)
-    if actor_type:
-        qs = qs.filter(actor_type=actor_type)
-    if kind:
-        qs = qs.filter(kind=kind)
-    if status:
-        qs = qs.filter(status=status)
-    if worker:
-        qs = qs.filter(worker_id=worker)
-    return qs
+    return qs.filter(**_given(deployment_name=deployment, actor=actor, actor_type=actor_type, kind=kind,
+                              status=status, worker_id=worker))
 
 
 def action_get(action_id: int) -> Action:

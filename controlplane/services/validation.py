@@ -28,6 +28,16 @@ _INT_SETTINGS = {
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, "device"]))
 
 
+def each_object(items: list, *, field: str):
+    """(where, item) for each entry of a list of JSON objects, `where` naming it ("actions[2]"); 400 naming the
+    first entry that is not an object."""
+    for index, item in enumerate(items):
+        where = f"{field}[{index}]"
+        if not isinstance(item, dict):
+            raise invalid(f"{where} must be an object", field=where)
+        yield where, item
+
+
 def validate_name(name) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise invalid(

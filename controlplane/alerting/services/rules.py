@@ -8,6 +8,7 @@ from django.db import IntegrityError, transaction
 from controlplane.alerting.models import ActionType, AlertRule, Channel
 from controlplane.alerting.models.rules import ScopeRole
 from controlplane.errors import conflict, invalid
+from controlplane.services.validation import each_object
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 LABEL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -33,10 +34,7 @@ def validate_actions(actions, *, role: str, per_worker: bool) -> list[dict]:
     if not isinstance(actions, list):
         raise invalid("actions must be a list", field="actions")
     clean = []
-    for index, spec in enumerate(actions):
-        where = f"actions[{index}]"
-        if not isinstance(spec, dict):
-            raise invalid(f"{where} must be an object", field=where)
+    for where, spec in each_object(actions, field="actions"):
         kind = spec.get("type")
         if kind not in ActionType.values:
             raise invalid(f"{where}.type must be one of {', '.join(ActionType.values)}, not {kind!r}",

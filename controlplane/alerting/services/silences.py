@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from controlplane.alerting.models import Silence
 from controlplane.errors import invalid
+from controlplane.services.validation import each_object
 
 MATCHER_KEYS = {"name", "value", "is_regex", "is_equal"}
 
@@ -51,10 +52,7 @@ def validate_matchers(matchers) -> list[dict]:
     if not isinstance(matchers, list) or not matchers:
         raise invalid("matchers must be a non-empty list of {name, value, is_regex, is_equal}", field="matchers")
     clean = []
-    for index, matcher in enumerate(matchers):
-        where = f"matchers[{index}]"
-        if not isinstance(matcher, dict):
-            raise invalid(f"{where} must be an object", field=where)
+    for where, matcher in each_object(matchers, field="matchers"):
         unknown = set(matcher) - MATCHER_KEYS
         if unknown:
             raise invalid(f"{where} has unknown keys {sorted(unknown)}", field=where)

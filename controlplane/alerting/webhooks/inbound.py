@@ -18,6 +18,7 @@ from datetime import datetime
 from django.utils.dateparse import parse_datetime
 
 from controlplane.errors import invalid
+from controlplane.services.validation import each_object
 
 ACTIONS = ("scale_up", "scale_down", "restart", "rollback", "notify")
 
@@ -102,10 +103,7 @@ def parse_payload(body) -> InboundPayload:
     if not isinstance(alerts_raw, list):
         raise invalid("alerts must be a list", field="alerts")
     alerts = []
-    for index, raw in enumerate(alerts_raw):
-        where = f"alerts[{index}]"
-        if not isinstance(raw, dict):
-            raise invalid(f"{where} must be an object", field=where)
+    for where, raw in each_object(alerts_raw, field="alerts"):
         alert_status = _string(raw, "status", f"{where}.status")
         if alert_status not in ("firing", "resolved"):
             raise invalid(f"{where}.status must be 'firing' or 'resolved'", field=f"{where}.status")
@@ -118,7 +116,7 @@ def parse_payload(body) -> InboundPayload:
             # Older senders omit it: the same hash of the sorted labels every time.
             fingerprint = hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:16]
         alerts.append(InboundAlert(
-            index=index, status=alert_status, labels=labels, annotations=annotations,
+            index=len(alerts), status=alert_status, labels=labels, annotations=annotations,
             starts_at=_time(raw, "startsAt", f"{where}.startsAt"), ends_at=_time(raw, "endsAt", f"{where}.endsAt"),
             generator_url=_string(raw, "generatorURL", f"{where}.generatorURL", required=False),
             fingerprint=fingerprint))

@@ -1,4 +1,5 @@
-"""The fleet overview at `/` and a deployment's page: login required; deployments, pools, workers."""
+"""Signing in to the pages: `/` and a deployment's page need a login; a viewer sees deployments, pools and workers;
+an outsider (no role) is told to ask for one."""
 from __future__ import annotations
 
 import pytest
