@@ -28,41 +28,39 @@ def worker_restart(*, worker: Worker, actor, reason: str = "",
                    idempotency_key: str | None = None) -> Action:
     """Ask for a worker's process to be restarted (a failed worker too: this is how an operator revives it).
     409 for a stopped worker, one being drained, or one with a restart/drain already in progress."""
-    actor = as_actor(actor)
+    def check(locked: Worker) -> None:
+        if locked.status in (WorkerStatus.STOPPED, WorkerStatus.DRAINING):
+            raise conflict(f"worker {locked.pk} is {locked.status}; it cannot be restarted")
 
-    def write() -> Action:
-        nonlocal worker  # re-read under the lock
-        worker = _lock_worker(worker)
-        if worker.status in (WorkerStatus.STOPPED, WorkerStatus.DRAINING):
-            raise conflict(f"worker {worker.pk} is {worker.status}; it cannot be restarted")
-        action = action_create(kind=ActionKind.RESTART, actor=actor, deployment=worker.deployment,
-                               worker=worker, reason=reason,
-                               params={"worker": worker.pk, "role": worker.role, "status": worker.status},
-                               idempotency_key=idempotency_key)
-        enqueue_reconcile(worker.deployment_id)
-        return action
-
-    return action_once(kind=ActionKind.RESTART, idempotency_key=idempotency_key, write=write)
+    return _worker_action(ActionKind.RESTART, worker=worker, check=check, actor=actor, reason=reason,
+                          idempotency_key=idempotency_key)
 
 
 def worker_drain(*, worker: Worker, actor, reason: str = "",
                  idempotency_key: str | None = None) -> Action:
     """Ask for a worker to be drained and stopped. 400 for a gateway; 409 unless it is starting or ready."""
+    def check(locked: Worker) -> None:
+        if locked.role == WorkerRole.GATEWAY:
+            raise invalid("a gateway cannot be drained: it follows its deployment", field="worker")
+        if locked.status not in (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY):
+            raise conflict(f"worker {locked.pk} is {locked.status}; only a pending, starting or ready worker "
+                           "can be drained")
+
+    return _worker_action(ActionKind.DRAIN, worker=worker, check=check, actor=actor, reason=reason,
+                          idempotency_key=idempotency_key)
+
+
+def _worker_action(kind: str, *, worker: Worker, check, actor, reason: str, idempotency_key: str | None) -> Action:
+    """Lock the worker, `check(locked)` (raises to refuse), record the pending action for reconcile."""
     actor = as_actor(actor)
 
     def write() -> Action:
-        nonlocal worker  # re-read under the lock
-        worker = _lock_worker(worker)
-        if worker.role == WorkerRole.GATEWAY:
-            raise invalid("a gateway cannot be drained: it follows its deployment", field="worker")
-        if worker.status not in (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY):
-            raise conflict(f"worker {worker.pk} is {worker.status}; only a pending, starting or ready worker "
-                           "can be drained")
-        action = action_create(kind=ActionKind.DRAIN, actor=actor, deployment=worker.deployment,
-                               worker=worker, reason=reason,
-                               params={"worker": worker.pk, "role": worker.role, "status": worker.status},
+        locked = _lock_worker(worker)
+        check(locked)
+        action = action_create(kind=kind, actor=actor, deployment=locked.deployment, worker=locked, reason=reason,
+                               params={"worker": locked.pk, "role": locked.role, "status": locked.status},
                                idempotency_key=idempotency_key)
-        enqueue_reconcile(worker.deployment_id)
+        enqueue_reconcile(locked.deployment_id)
         return action
 
-    return action_once(kind=ActionKind.DRAIN, idempotency_key=idempotency_key, write=write)
+    return action_once(kind=kind, idempotency_key=idempotency_key, write=write)
