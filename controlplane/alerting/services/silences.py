@@ -1,8 +1,16 @@
-"""Silences: which alerts they mute, and creating/expiring them (operators)."""
+"""Silences: which alerts they mute, and creating/expiring them (operators).
+
+Regex matchers run on RE2 (the google-re2 binding; Alertmanager's own Go regexp has the same semantics): matching
+takes time linear in the label's length whatever the pattern, so an operator's `(.*.*)*X` cannot freeze evaluation
+or the alerts page as a backtracking engine would. Patterns, values and the number of matchers are bounded too.
+"""
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
+
+import re2
 
 from django.db import transaction
 from django.utils import timezone
@@ -12,6 +20,16 @@ from controlplane.errors import invalid
 from controlplane.services.validation import each_object
 
 MATCHER_KEYS = {"name", "value", "is_regex", "is_equal"}
+MAX_MATCHERS = 32
+MAX_VALUE_LENGTH = 1024
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the operator's 400, not a line on the server's stderr
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_matcher(pattern: str):
+    """The compiled RE2 pattern (cached: evaluation matches the same silences every pass). Raises re2.error."""
+    return re2.compile(pattern, options=_RE2_OPTIONS)
 
 
 def matcher_matches(matcher: dict, labels: dict[str, str]) -> bool:
@@ -21,8 +39,8 @@ def matcher_matches(matcher: dict, labels: dict[str, str]) -> bool:
     wanted = str(matcher.get("value", ""))
     if matcher.get("is_regex"):
         try:
-            found = re.fullmatch(wanted, value) is not None
-        except re.error:
+            found = compile_matcher(wanted).fullmatch(value) is not None
+        except re2.error:
             return False  # rows are validated on write; a broken one must not break evaluation
     else:
         found = value == wanted
@@ -51,6 +69,8 @@ def active_silences(*, now: datetime | None = None):
 def validate_matchers(matchers) -> list[dict]:
     if not isinstance(matchers, list) or not matchers:
         raise invalid("matchers must be a non-empty list of {name, value, is_regex, is_equal}", field="matchers")
+    if len(matchers) > MAX_MATCHERS:
+        raise invalid(f"a silence takes at most {MAX_MATCHERS} matchers, not {len(matchers)}", field="matchers")
     clean = []
     for where, matcher in each_object(matchers, field="matchers"):
         unknown = set(matcher) - MATCHER_KEYS
@@ -61,14 +81,18 @@ def validate_matchers(matchers) -> list[dict]:
             raise invalid(f"{where}.name must be a label name", field=f"{where}.name")
         if not isinstance(value, str):
             raise invalid(f"{where}.value must be a string", field=f"{where}.value")
+        if len(value) > MAX_VALUE_LENGTH:
+            raise invalid(f"{where}.value is longer than {MAX_VALUE_LENGTH} characters", field=f"{where}.value")
         is_regex, is_equal = matcher.get("is_regex", False), matcher.get("is_equal", True)
         if not isinstance(is_regex, bool) or not isinstance(is_equal, bool):
             raise invalid(f"{where}.is_regex and is_equal must be booleans", field=where)
         if is_regex:
             try:
-                re.compile(value)
-            except re.error as exc:
-                raise invalid(f"{where}.value is not a valid regex: {exc}", field=f"{where}.value") from None
+                compile_matcher(value)
+            except re2.error as exc:
+                detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+                raise invalid(f"{where}.value is not a valid regex (RE2 syntax): {detail}",
+                              field=f"{where}.value") from None
         clean.append({"name": name, "value": value, "is_regex": is_regex, "is_equal": is_equal})
     return clean
 
