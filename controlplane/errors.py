@@ -2,7 +2,7 @@
 into `{"error": {"message", "code", ...extra}}` with its HTTP status; the dashboard shows the message."""
 from __future__ import annotations
 
-_DEFAULT_CODES = {400: "invalid", 403: "forbidden", 404: "not_found", 409: "conflict"}
+_DEFAULT_CODES = {400: "invalid", 403: "forbidden", 404: "not_found", 409: "conflict", 422: "unprocessable"}
 
 
 class ControlPlaneError(Exception):

@@ -66,6 +66,9 @@ class Action(models.Model):
     result = models.JSONField(default=dict, blank=True)
     # A caller that may repeat itself (a retried task, a re-delivered webhook) passes the same key: one action.
     idempotency_key = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    # sha256 of the request that used the key: the same key with another request is refused, not answered with
+    # this action (services.actions.action_once).
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -6,6 +6,8 @@ with action_start / action_succeed / action_fail; nothing else writes Action row
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.celery import RECONCILE_DEPLOYMENT, task_send
-from controlplane.errors import conflict
+from controlplane.errors import ControlPlaneError, conflict
 from controlplane.models import Action, ActionStatus, ActorType
 from controlplane.models.actions import UNFINISHED_STATUSES
 
@@ -113,18 +115,47 @@ def action_create(*, kind: str, actor, deployment=None, worker=None, reason: str
     return action
 
 
-def action_once(*, kind: str, idempotency_key: str | None, write: Callable[[], Action]) -> Action:
+def request_fingerprint(kind: str, request: dict) -> str:
+    """sha256 of what was asked (the service's arguments as JSON, keys sorted; objects by their primary key)."""
+    def plain(value):
+        return getattr(value, "pk", None) or str(value)
+
+    text = json.dumps({"kind": kind, **request}, sort_keys=True, default=plain, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def action_once(*, kind: str, idempotency_key: str | None, write: Callable[[], Action],
+                request: dict | None = None) -> Action:
     """The frame of every write service: the action already recorded under the idempotency key is returned
     unchanged; else `write()` changes desired state and records its action (action_create) in one transaction.
-    When a concurrent request records the same key first, its action is returned and this write rolls back."""
+    When a concurrent request records the same key first, its action is returned and this write rolls back.
+
+    `request` is what was asked: the same key with a different request is a 422 naming the earlier action (a
+    client bug that would otherwise silently get the answer to another request), whichever of two concurrent
+    requests wins.
+    """
+    fingerprint = request_fingerprint(kind, request or {})
     existing = action_find(idempotency_key, kind=kind)
     if existing is not None:
-        return existing
+        return _same_request(existing, fingerprint)
     try:
         with transaction.atomic():
-            return write()
+            action = write()
+            if idempotency_key and action.idempotency_key == idempotency_key:
+                Action.objects.filter(pk=action.pk).update(request_fingerprint=fingerprint)
+                action.request_fingerprint = fingerprint
+            return action
     except DuplicateAction as dup:
-        return dup.action
+        return _same_request(dup.action, fingerprint)
+
+
+def _same_request(action: Action, fingerprint: str) -> Action:
+    if action.request_fingerprint and action.request_fingerprint != fingerprint:
+        raise ControlPlaneError(
+            f"idempotency key {action.idempotency_key!r} was already used for a different request (action "
+            f"{action.pk}); use a new key for a new request", status=422, code="idempotency_key_reused",
+            extra={"action_id": action.pk})
+    return action
 
 
 class DuplicateAction(Exception):

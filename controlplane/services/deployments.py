@@ -115,7 +115,9 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = "fl
         return action
 
     try:
-        return action_once(kind=ActionKind.CREATE, idempotency_key=idempotency_key, write=write)
+        return action_once(kind=ActionKind.CREATE, idempotency_key=idempotency_key, write=write, request={
+            "name": name, "mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
+            "pools": specs, "gateway_port": gateway_port})
     except IntegrityError:
         # Two creates raced past the checks above: the unique name or port decided.
         raise conflict(f"deployment {name!r} or its gateway port was taken at the same time; try again") from None
@@ -145,7 +147,8 @@ def deployment_delete(*, deployment: Deployment, actor, reason: str = "",
         return action
 
     try:
-        return action_once(kind=ActionKind.DELETE, idempotency_key=idempotency_key, write=write)
+        return action_once(kind=ActionKind.DELETE, idempotency_key=idempotency_key, write=write,
+                           request={"deployment": deployment.pk})
     except Deployment.DoesNotExist:
         from controlplane.errors import not_found
 

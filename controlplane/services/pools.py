@@ -28,7 +28,7 @@ def pool_scale(*, deployment: Deployment, role: str, replicas: int, actor, reaso
         return replicas
 
     return _scale(deployment=deployment, role=role, target=check, actor=actor, reason=reason,
-                  idempotency_key=idempotency_key)
+                  idempotency_key=idempotency_key, request={"replicas": replicas})
 
 
 class PoolAtBound(ControlPlaneError):
@@ -53,11 +53,11 @@ def pool_scale_by(*, deployment: Deployment, role: str, step: int, actor, reason
         return replicas
 
     return _scale(deployment=deployment, role=role, target=clamp, actor=actor, reason=reason,
-                  idempotency_key=idempotency_key, note_change=True)
+                  idempotency_key=idempotency_key, request={"step": step}, note_change=True)
 
 
 def _scale(*, deployment: Deployment, role: str, target, actor, reason: str, idempotency_key: str | None,
-           note_change: bool = False) -> Action:
+           request: dict, note_change: bool = False) -> Action:
     """Lock the deployment and the pool, compute the new desired replicas from the locked pool (`target(pool)`,
     which may raise), record the scale action and set the desired state, in one transaction."""
     actor = as_actor(actor)
@@ -84,4 +84,5 @@ def _scale(*, deployment: Deployment, role: str, target, actor, reason: str, ide
         enqueue_reconcile(deployment.pk)
         return action
 
-    return action_once(kind=ActionKind.SCALE, idempotency_key=idempotency_key, write=write)
+    return action_once(kind=ActionKind.SCALE, idempotency_key=idempotency_key, write=write,
+                       request={"deployment": deployment.pk, "role": role, **request})

@@ -65,7 +65,9 @@ def revision_create(*, deployment: Deployment, actor, model_path: str | None = N
         enqueue_reconcile(deployment.pk)
         return action
 
-    return action_once(kind=ActionKind.REVISION, idempotency_key=idempotency_key, write=write)
+    return action_once(kind=ActionKind.REVISION, idempotency_key=idempotency_key, write=write, request={
+        "deployment": deployment.pk, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
+        "comment": comment})
 
 
 def deployment_rollback(*, deployment: Deployment, actor, revision_number: int | None = None, reason: str = "",
@@ -107,4 +109,5 @@ def deployment_rollback(*, deployment: Deployment, actor, revision_number: int |
         enqueue_reconcile(deployment.pk)
         return action
 
-    return action_once(kind=ActionKind.ROLLBACK, idempotency_key=idempotency_key, write=write)
+    return action_once(kind=ActionKind.ROLLBACK, idempotency_key=idempotency_key, write=write,
+                       request={"deployment": deployment.pk, "revision": revision_number})

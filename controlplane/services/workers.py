@@ -63,4 +63,4 @@ def _worker_action(kind: str, *, worker: Worker, check, actor, reason: str, idem
         enqueue_reconcile(locked.deployment_id)
         return action
 
-    return action_once(kind=kind, idempotency_key=idempotency_key, write=write)
+    return action_once(kind=kind, idempotency_key=idempotency_key, write=write, request={"worker": worker.pk})

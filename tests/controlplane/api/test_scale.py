@@ -66,17 +66,27 @@ def test_it_answers_404_for_an_unknown_deployment(operator_api, deployment):
 
 def test_a_repeated_idempotency_key_scales_once(operator_api, deployment):
     first = scale(operator_api, {"role": "decode", "replicas": 2, "idempotency_key": "k-1"}).json()["action"]
-    again = scale(operator_api, {"role": "decode", "replicas": 5, "idempotency_key": "k-1"}).json()["action"]
+    again = scale(operator_api, {"role": "decode", "replicas": 2, "idempotency_key": "k-1"}).json()["action"]
     assert again["id"] == first["id"]
     assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 2
     assert Action.objects.filter(kind="scale").count() == 1
+
+
+def test_the_same_key_with_another_body_is_a_422_naming_the_earlier_action(operator_api, deployment):
+    first = scale(operator_api, {"role": "decode", "replicas": 2, "idempotency_key": "k-1"}).json()["action"]
+    response = scale(operator_api, {"role": "decode", "replicas": 5, "idempotency_key": "k-1"})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "idempotency_key_reused" and error["action_id"] == first["id"]
+    assert "already used for a different request" in error["message"]
+    assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 2
 
 
 def test_the_idempotency_key_header_works_too(operator_api, deployment):
     first = scale(operator_api, {"role": "decode", "replicas": 2}, ).json()["action"]
     keyed = operator_api.post("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 3}, format="json",
                               HTTP_IDEMPOTENCY_KEY="hdr-1").json()["action"]
-    again = operator_api.post("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 4}, format="json",
+    again = operator_api.post("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 3}, format="json",
                               HTTP_IDEMPOTENCY_KEY="hdr-1").json()["action"]
     assert keyed["id"] == again["id"] != first["id"]
     assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 3

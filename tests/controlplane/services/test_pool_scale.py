@@ -37,9 +37,13 @@ def test_it_refuses_replicas_that_are_not_an_integer(deployment, replicas):
 def test_the_same_idempotency_key_returns_the_first_action(deployment):
     first = pool_scale(deployment=deployment, role="decode", replicas=2, actor=Actor.autoscaler(),
                        idempotency_key="rule:7:firing:1")
-    second = pool_scale(deployment=deployment, role="decode", replicas=6, actor=Actor.autoscaler(),
+    second = pool_scale(deployment=deployment, role="decode", replicas=2, actor=Actor.autoscaler(),
                         idempotency_key="rule:7:firing:1")
     assert second.pk == first.pk
+    with pytest.raises(ControlPlaneError) as err:
+        pool_scale(deployment=deployment, role="decode", replicas=6, actor=Actor.autoscaler(),
+                   idempotency_key="rule:7:firing:1")
+    assert (err.value.status, err.value.code) == (422, "idempotency_key_reused")
     assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 2
 
 
