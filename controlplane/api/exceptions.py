@@ -1,7 +1,8 @@
 """One exception handler: every API error is `{"error": {"message", "code", ...}}` with its HTTP status."""
 from __future__ import annotations
 
-from django.core.exceptions import ObjectDoesNotExist
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404
 from rest_framework import exceptions
@@ -31,6 +32,11 @@ def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
 def exception_handler(exc, context):
     if isinstance(exc, ControlPlaneError):
         return Response({"error": {"message": exc.message, "code": exc.code, **exc.extra}}, status=exc.status)
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own answer is its HTML 400 page; an API client gets the API's JSON error and the real status.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response({"error": {"message": f"the request body is larger than {limit} bytes", "code": "too_large",
+                                   "max_bytes": limit}}, status=413)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")
     elif isinstance(exc, ObjectDoesNotExist):

@@ -1,4 +1,5 @@
-"""DRF's parsers, refusing NUL characters anywhere in a body with a 400.
+"""DRF's parsers, refusing with a 400 what would otherwise reach the code as a 500: NUL characters anywhere in a
+body, and JSON nested deeper than MAX_JSON_DEPTH (a 5,000-deep array made json.loads raise RecursionError).
 
 PostgreSQL stores no U+0000 in text and no \\u0000 in jsonb: a NUL in a label value, a matcher, an annotation or a
 dictionary key would otherwise reach the database and fail there as a 500 (SQLite stores it, so only production
@@ -11,6 +12,21 @@ from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
 _JSON_NUL = "\\u0000"  # a form field's text that a JSONField decodes into a NUL
+# No request of this API nests deeper than a handful of levels; 32 leaves room and keeps every walk shallow.
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(data) -> int:
+    """How deeply lists and objects nest in parsed JSON (a scalar: 0), walked without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def nul_path(data, path: str = "", *, json_text: bool = False) -> str | None:
@@ -47,7 +63,13 @@ def _refuse_nul(data, *, json_text: bool = False):
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        return _refuse_nul(super().parse(stream, media_type, parser_context))
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels") from None
+        if json_depth(data) > MAX_JSON_DEPTH:
+            raise ParseError(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+        return _refuse_nul(data)
 
 
 class FormParser(parsers.FormParser):
