@@ -84,7 +84,11 @@ def _secret_key(debug: bool, var_dir: Path) -> str:
 # --- core --------------------------------------------------------------------------------------------------
 DEBUG = env_bool("DJANGO_DEBUG", True)
 VAR_DIR = Path(env_str("TANDEM_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# var/ holds the SQLite database (sessions, token hashes, channel signing secrets), the secret key and the broker:
+# only its owner may enter it. Files the control plane writes there are 0600 (controlplane.apps).
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+if VAR_DIR.stat().st_uid == os.getuid() and VAR_DIR.stat().st_mode & 0o077:
+    VAR_DIR.chmod(0o700)
 SECRET_KEY = _secret_key(DEBUG, VAR_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else [])
 if not DEBUG and not ALLOWED_HOSTS:
@@ -158,6 +162,8 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
 else:
     _db["TEST"] = {"NAME": _test_suffix}
 DATABASES = {"default": _db}
+# The debug page shows settings; these carry passwords inside URLs, which Django's own filter does not see.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "controlplane.reporting.CredentialFilter"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- auth --------------------------------------------------------------------------------------------------

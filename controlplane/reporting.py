@@ -1,0 +1,26 @@
+"""What the debug page (DJANGO_DEBUG=1) and error reports may show of the settings.
+
+Django's SafeExceptionReporterFilter masks settings whose names look secret (…KEY, …TOKEN, …PASS…); a password
+inside a URL setting (DATABASE_URL, CELERY_BROKER_URL, a result backend) passes under an innocent name. This
+filter masks the password part of every URL-shaped setting value as well.
+"""
+from __future__ import annotations
+
+import re
+
+from django.views.debug import SafeExceptionReporterFilter
+
+# scheme://user:password@host → the password; also scheme://:password@host (Redis).
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)(?P<password>[^@\s]+)(?P<at>@)")
+
+
+def mask_url_password(text: str, mask: str = SafeExceptionReporterFilter.cleansed_substitute) -> str:
+    return _URL_PASSWORD.sub(lambda m: f"{m['head']}{mask}{m['at']}", text)
+
+
+class CredentialFilter(SafeExceptionReporterFilter):
+    def cleanse_setting(self, key, value):
+        value = super().cleanse_setting(key, value)
+        if isinstance(value, str):
+            return mask_url_password(value, self.cleansed_substitute)
+        return value
