@@ -126,7 +126,7 @@ def make_fleet(num_targets: int, port: int, tag: str):
 
 def run_size(num_targets: int, num_cycles: int, port: int) -> dict:
     from controlplane.models import Deployment
-    from controlplane.observability.autoscaler import autoscale_all
+    from controlplane.autoscaling.autoscaler import autoscale_all
     from controlplane.observability.store import scrape_cycle
 
     targets = make_fleet(num_targets, port, tag=f"b{num_targets}")
