@@ -26,8 +26,8 @@ from django.db.models import Count
 from controlplane.autoscaling.hpa import Bounds, Decision, decide
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionKind, ActorType, Pool, Worker, WorkerStatus
-from controlplane.observability.catalog import METRIC_IDS, METRIC_NAMES
-from controlplane.observability.models import AutoscaleMetric, AutoscalingPolicy, Sample
+from controlplane.observability.models import AutoscaleMetric, AutoscalingPolicy
+from controlplane.observability.series import latest_pool_values
 from controlplane.services import pool_scale
 from controlplane.services.actions import Actor
 
@@ -73,14 +73,9 @@ class Inputs:
 
 def load_inputs(pools, *, now: float) -> Inputs:
     deployment_ids = {pool.deployment_id for pool in pools}
-    window = 3 * settings.TANDEM_SCRAPE_INTERVAL_S
-    wanted = {METRIC_IDS[name] for name in (*_OBSERVED, "qps")}
-    latest: dict[tuple[int, str, str], float] = {}
-    rows = (Sample.objects.filter(deployment_id__in=deployment_ids, worker_id__isnull=True, metric__in=wanted,
-                                  ts__gt=now - window, ts__lte=now)
-            .order_by("ts").values_list("deployment_id", "role", "metric", "value"))
-    for deployment_id, role, metric, value in rows:
-        latest[(deployment_id, role, METRIC_NAMES[metric])] = value  # ordered by ts: the newest wins
+    # The newest value of the last three scrapes: one missed scrape does not read as "no data".
+    latest = latest_pool_values(deployment_ids=deployment_ids, metrics=(*_OBSERVED, "qps"),
+                                window_s=3 * settings.TANDEM_SCRAPE_INTERVAL_S, now=now)
     ready = dict(Worker.objects.filter(pool__in=[p.pk for p in pools], status=WorkerStatus.READY)
                  .values("pool_id").annotate(n=Count("id")).values_list("pool_id", "n"))
     since = datetime.fromtimestamp(now, tz=dt_timezone.utc) - timedelta(
