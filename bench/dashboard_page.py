@@ -1,5 +1,4 @@
-"""Server time of the deployment page and its chart data with 24 h of 5-second data for 10 workers (goal ≤ 300 ms,
-issue 5).
+"""Server time of the deployment page and its chart data with 24 h of 5-second data for 10 workers (goal ≤ 300 ms).
 
 The data is what a day of scraping leaves under the default retention: the last 6 h as raw 5-second samples
 (written into the observability app's Sample table and rolled up by its own `rollup_pending`), the 18 h before as

@@ -7,7 +7,7 @@ The cycle is the production code path: scrape every target concurrently, parse, 
 per-target state to the database, then one autoscaler evaluation of every pool (each deployment has autoscaling on).
 
 Also measured: the dashboard's heaviest read, 24 h of one metric for 10 workers (per-worker series from 1-minute
-rollups), against the 300 ms goal of issue 5.
+rollups), against the dashboard's 300 ms goal.
 
     python bench/scrape_cycle.py                 # 100 and 1,000 targets, SQLite in a temporary folder
     python bench/scrape_cycle.py --targets 1000 --cycles 5 --database-url postgres://127.0.0.1:5432/test
@@ -126,7 +126,7 @@ def make_fleet(num_targets: int, port: int, tag: str):
 
 def run_size(num_targets: int, num_cycles: int, port: int) -> dict:
     from controlplane.models import Deployment
-    from controlplane.observability.autoscaler import autoscale_all
+    from controlplane.autoscaling.autoscaler import autoscale_all
     from controlplane.observability.store import scrape_cycle
 
     targets = make_fleet(num_targets, port, tag=f"b{num_targets}")

@@ -334,8 +334,13 @@ TANDEM_SCRAPE_CONCURRENCY = env_int("TANDEM_SCRAPE_CONCURRENCY", 100, minimum=1)
 TANDEM_SCRAPE_WINDOW_S = env_int("TANDEM_SCRAPE_WINDOW_S", 30, minimum=1)
 TANDEM_METRICS_RAW_RETENTION_S = env_int("TANDEM_METRICS_RAW_RETENTION_S", 6 * 3600, minimum=60)
 TANDEM_METRICS_ROLLUP_RETENTION_S = env_int("TANDEM_METRICS_ROLLUP_RETENTION_S", 14 * 86400, minimum=3600)
-# Autoscaler (HPA's algorithm): tolerance in percent, stabilisation windows, the largest change per step period, how
-# long a manual scale pauses the autoscaler of that pool, and the default targets of new policies.
+INSTALLED_APPS += ["controlplane.observability.apps.ObservabilityConfig"]
+
+# --- autoscaling ------------------------------------------------------------------------------------------
+INSTALLED_APPS += ["controlplane.autoscaling.apps.AutoscalingConfig"]
+# The autoscaler (HPA's algorithm, evaluated every TANDEM_SCRAPE_INTERVAL_S): tolerance in percent, stabilisation
+# windows, the largest change per step period, how long a manual scale pauses the autoscaler of that pool, and the
+# default targets of new policies.
 TANDEM_AUTOSCALE_TOLERANCE_PCT = env_int("TANDEM_AUTOSCALE_TOLERANCE_PCT", 10, minimum=0, maximum=100)
 TANDEM_AUTOSCALE_UP_STABILIZATION_S = env_int("TANDEM_AUTOSCALE_UP_STABILIZATION_S", 0, minimum=0)
 TANDEM_AUTOSCALE_DOWN_STABILIZATION_S = env_int("TANDEM_AUTOSCALE_DOWN_STABILIZATION_S", 300, minimum=0)
@@ -344,7 +349,6 @@ TANDEM_AUTOSCALE_STEP_PERIOD_S = env_int("TANDEM_AUTOSCALE_STEP_PERIOD_S", 60, m
 TANDEM_AUTOSCALE_MANUAL_PAUSE_S = env_int("TANDEM_AUTOSCALE_MANUAL_PAUSE_S", 600, minimum=0)
 TANDEM_AUTOSCALE_TTFT_TARGET_MS = env_int("TANDEM_AUTOSCALE_TTFT_TARGET_MS", 1000, minimum=1)
 TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, minimum=1)
-INSTALLED_APPS += ["controlplane.observability.apps.ObservabilityConfig"]
 
 # --- alerting ---------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from controlplane.alerting.models import Alert, AlertState
 from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.selectors import metric_values
+from controlplane.observability.series import metric_values
 from controlplane.selectors import deployment_list
 
 # Headline numbers: the latest value over the last minute. The gateway's client-side view is what users see, so it

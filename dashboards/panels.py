@@ -15,9 +15,8 @@ from django.conf import settings
 
 from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.series import auto_step
+from controlplane.observability.series import SeriesQuery, auto_step, query_series
 from dashboards.charts import Axis, Series, line_figure
-from dashboards.series import Scope, read_series
 
 RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 DEFAULT_RANGE = "1h"
@@ -109,15 +108,16 @@ def chart_figures(deployment, *, range_key: str, now: float) -> dict:
     roles = tuple(deployment.roles) + ("gateway",)
     # Workers that may have samples in the range: samples outlive a stopped worker, so a replaced one still shows.
     since = datetime.fromtimestamp(start, tz=timezone.utc)
-    workers = (Worker.objects.filter(deployment=deployment).exclude(stopped_at__lt=since)
-               .values_list("id", flat=True))
-    scopes = {False: Scope(roles=roles), True: Scope(roles=roles, worker_ids=tuple(workers))}
+    workers = tuple(Worker.objects.filter(deployment=deployment).exclude(stopped_at__lt=since)
+                    .values_list("id", flat=True))
     loaded: dict[str, list[Series]] = {}
     for panel in panels:
         series: list[Series] = []
         for line in panel.lines:
-            _, found = read_series(deployment_id=deployment.pk, metric=line.metric, scope=scopes[panel.per_worker],
-                                   start=start, end=end, step=step, now=now)
+            # Named roles and workers rather than "every worker": exact index prefixes, see SeriesQuery.
+            query = SeriesQuery(metric=line.metric, deployment_id=deployment.pk, role=roles,
+                                worker=workers if panel.per_worker else None, start=start, end=end, step=step)
+            _, found = query_series(query, now=now)
             series.extend(Series(_series_name(line, item["role"], item["worker_id"]), item["points"], line.dash,
                                  group=f'{item["role"]}#{item["worker_id"] or ""}') for item in found)
         loaded[panel.key] = series

@@ -1,4 +1,4 @@
-"""Observability (issue 4 §1, §5): scrape, store, query, re-export, autoscale.
+"""Observability: scrape, store, read and re-export the series of every worker and gateway.
 
 - Scrape (store.py, scraper.py, exposition.py): every TANDEM_SCRAPE_INTERVAL_S (5 s) the Celery task
   `observability.scrape_cycle` fetches /metrics of every worker and gateway with status starting/ready/draining
@@ -9,8 +9,11 @@
   pool aggregation rules: catalog.py. Client vs server (5xx) error kinds: exposition.py.
 - Store (models.py, rollup.py): one row per (target, scrape, metric); 1-minute rollups; retention raw 6 h,
   rollups 14 days (settings), pruned by `observability.rollup_and_prune` every minute.
-- Read: selectors.metric_values (alert rules, autoscaler), series.query_series and GET /api/v1/metrics/query
-  (dashboard), GET /metrics (the control plane's own series: telemetry.py, metrics_view.py).
-- Autoscale (hpa.py, autoscaler.py, autoscaling_settings.py): HPA's algorithm per pool after each scrape; a manual
-  scale pauses that pool's autoscaler (rule and API in autoscaler.py).
+- Read (series.py, the one reader): `metric_values` (one value per series over a window: alert rules, the fleet
+  overview), `latest_pool_values` (the autoscaler) and `query_series` (points over a range: GET
+  /api/v1/metrics/query in api.py, and the dashboard's charts).
+- Re-export: GET /metrics, the control plane's own series (telemetry.py, metrics_view.py).
+
+The autoscaler, which acts on these series, is the package controlplane.autoscaling; its policy table
+(AutoscalingPolicy) is a model of this app.
 """

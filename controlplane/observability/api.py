@@ -1,4 +1,4 @@
-"""REST API of the observability app: the series query and each deployment's autoscaling settings."""
+"""REST API of the observability app: GET /api/v1/metrics/query, the stored series of one metric."""
 from __future__ import annotations
 
 import math
@@ -12,11 +12,11 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView
-from controlplane.errors import invalid, not_found
-from controlplane.observability import autoscaling_settings
+from controlplane.api.views.base import ERRORS, ApiView
+from controlplane.errors import invalid
 from controlplane.observability.catalog import METRICS, UNITS
 from controlplane.observability.series import MAX_POINTS, SeriesQuery, auto_step, query_series
+from controlplane.selectors import deployment_get
 
 ROLES = ("prefill", "decode", "colocated", "gateway")
 MAX_UNIX_S = 253402300799.0  # 9999-12-31T23:59:59Z
@@ -57,7 +57,7 @@ def parse_query(params, *, now: float) -> tuple[SeriesQuery, object]:
     name = params.get("deployment")
     if not name:
         raise invalid("deployment is required (a deployment name)", field="deployment")
-    deployment = _deployment(name)
+    deployment = deployment_get(name)
     role = params.get("role") or None
     if role is not None and role not in ROLES:
         raise invalid(f"role {role!r} is not one of {', '.join(ROLES)}", field="role")
@@ -144,77 +144,3 @@ class MetricsQueryView(ApiView):
         return Response({"metric": query.metric, "unit": UNITS[query.metric], "deployment": deployment.name,
                          "start": query.start, "end": query.end, "step": query.step, "source": source,
                          "series": series})
-
-
-class AutoscalingInputSerializer(serializers.Serializer):
-    class PoolInput(serializers.Serializer):
-        enabled = serializers.BooleanField(required=False)
-        metric = serializers.ChoiceField(choices=[c[0] for c in autoscaling_settings.METRIC_CHOICES],
-                                         required=False)
-        target = serializers.FloatField(required=False, min_value=0.000001)
-        resume = serializers.BooleanField(required=False, default=False)
-
-    enabled = serializers.BooleanField(required=False)
-    pools = serializers.DictField(child=PoolInput(), required=False)
-
-
-class PoolAutoscalingSerializer(serializers.Serializer):
-    enabled = serializers.BooleanField()
-    metric = serializers.CharField()
-    target = serializers.FloatField()
-    replicas = serializers.IntegerField()
-    min_replicas = serializers.IntegerField()
-    max_replicas = serializers.IntegerField()
-    paused_until = serializers.DateTimeField(allow_null=True)
-    paused_by_action = serializers.IntegerField(allow_null=True)
-    last_evaluated_at = serializers.DateTimeField(allow_null=True)
-    last_decision = serializers.CharField()
-
-
-class AutoscalingSerializer(serializers.Serializer):
-    deployment = serializers.CharField()
-    enabled = serializers.BooleanField()
-    rule = serializers.CharField()
-    tolerance = serializers.FloatField()
-    scale_up_stabilization_s = serializers.IntegerField()
-    scale_down_stabilization_s = serializers.IntegerField()
-    max_step = serializers.IntegerField()
-    step_period_s = serializers.IntegerField()
-    pools = serializers.DictField(child=PoolAutoscalingSerializer())
-
-
-class AutoscalingView(ApiView):
-    """GET (viewer) / PUT (operator) /api/v1/deployments/{name}/autoscaling.
-
-    PUT body: {"enabled": bool (the deployment's switch), "pools": {"<role>": {"enabled", "metric", "target",
-    "resume"}}}; all fields optional. Answers the same shape as GET. The pool's min..max (the autoscaler's bounds)
-    are set by the pool scaling API of issue 3, not here.
-    """
-
-    write_permission = OPERATE
-
-    @extend_schema(responses={200: AutoscalingSerializer, **READ_ERRORS})
-    def get(self, request, name: str):
-        return Response(autoscaling_settings.autoscaling_view(deployment=_deployment(name)))
-
-    @extend_schema(request=AutoscalingInputSerializer, responses={200: AutoscalingSerializer, **ERRORS},
-                   description="Turn the deployment's autoscaler on or off, change a pool's metric and target, or "
-                               "end a manual-scale pause (`resume`). Operator.")
-    def put(self, request, name: str):
-        deployment = _deployment(name)
-        data = AutoscalingInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        autoscaling_settings.autoscaling_update(deployment=deployment, actor=request.user, **data.validated_data)
-        return Response(autoscaling_settings.autoscaling_view(deployment=deployment))
-
-
-def _deployment(name: str):
-    from controlplane.models import Deployment
-
-    # Names are slugs of at most 63 characters: anything else (a NUL, which PostgreSQL refuses in text) is a 404
-    # without a query, as in controlplane.selectors.
-    could_be = 0 < len(name) <= 63 and "\x00" not in name
-    deployment = Deployment.objects.filter(name=name).first() if could_be else None
-    if deployment is None:
-        raise not_found(f"deployment {name!r} does not exist")
-    return deployment

@@ -2,7 +2,8 @@ from django.apps import AppConfig
 
 
 class ObservabilityConfig(AppConfig):
-    """Scraping, storage, the query API, the control plane's own /metrics and the per-pool autoscaler (issue 4)."""
+    """Scraping, storage, the query API and the control plane's own /metrics. Its models include the autoscaler's
+    policy table (the autoscaler's code is controlplane.autoscaling)."""
 
     name = "controlplane.observability"
     label = "observability"

@@ -71,4 +71,8 @@ HISTOGRAMS = {
 }
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
+# The worker statuses whose /metrics are scraped, and so whose series a per-worker read always names (value None
+# when silent): those that hold a process.
+SCRAPED_STATUSES = ("starting", "ready", "draining")
+
 assert len(set(METRIC_IDS.values())) == len(METRIC_IDS), "metric ids must be unique"

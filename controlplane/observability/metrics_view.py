@@ -10,19 +10,18 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from rest_framework.exceptions import AuthenticationFailed
 
-from controlplane.auth import Role, has_role
+from controlplane.auth import Role, has_role, token_for
 from controlplane.observability.telemetry import REGISTRY
 
 
 def _token_user(request):
-    from rest_framework.authtoken.models import Token
-
-    header = request.headers.get("Authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() not in ("bearer", "token") or not key.strip():
+    """The user of the request's bearer or REST API token (controlplane.auth.token_for), None for any other."""
+    try:
+        token = token_for(request)
+    except AuthenticationFailed:
         return None
-    token = Token.objects.select_related("user").filter(key=key.strip()).first()
     return token.user if token is not None else None
 
 

@@ -101,14 +101,16 @@ class AutoscaleMetric(models.TextChoices):
 
 class AutoscalingPolicy(models.Model):
     """How the autoscaler sizes one pool. It acts only while the deployment's `autoscale_enabled` and this policy's
-    `enabled` are both on. `recommendations` keeps [ts, replicas] of the last scale-down stabilisation window."""
+    `enabled` are both on. `recommendations` keeps [ts, replicas] of the last scale-down stabilisation window.
+    Read and written only by controlplane.autoscaling; the model stays in this app, which created its table."""
 
     pool = models.OneToOneField("controlplane.Pool", on_delete=models.CASCADE, related_name="autoscaling")
     enabled = models.BooleanField(default=True)
     metric = models.CharField(max_length=40, choices=AutoscaleMetric.choices)
     target = models.FloatField()
     recommendations = models.JSONField(default=list, blank=True)
-    # A manual scale after this instant pauses the autoscaler (autoscaler.manual_pause); PUT resume sets it to now.
+    # A manual scale after this instant pauses the autoscaler (controlplane.autoscaling.autoscaler.manual_pause);
+    # PUT resume sets it to now.
     resumed_at = models.DateTimeField(null=True, blank=True)
     last_evaluated_at = models.DateTimeField(null=True, blank=True)
     last_decision = models.TextField(blank=True)  # the numbers of the last evaluation, shown by the API

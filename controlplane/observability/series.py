@@ -1,13 +1,25 @@
-"""Time series for the query API and the dashboard: one metric over a time range, downsampled to a step.
+"""The one reader of the stored series: alert rules, the autoscaler, the query API and the dashboard all read here.
 
-Source: raw samples for ranges up to RAW_MAX_RANGE_S that start inside raw retention; 1-minute rollups otherwise
-(a day of one metric for 10 workers is then 14,400 rows instead of 172,800), completed with the raw samples of the
-minutes not rolled up yet, so that the newest points of a long range are there too.
+    metric_values(metric="ttft_p99_seconds", deployment=d, role="prefill", aggregation="max", window_s=60)
+        one value per series over a window (alert rules, the fleet overview); None: no sample, which a rule must not
+        read as 0
+    latest_pool_values(deployment_ids=ids, metrics=names, window_s=15, now=t)
+        the newest pool aggregates of many deployments in one query (the autoscaler's pass)
+    query_series(SeriesQuery(metric=..., deployment_id=..., role=..., worker=..., start=..., end=..., step=...))
+        one point per step over a range (GET /api/v1/metrics/query, the deployment page's charts)
+
+Source: windows and ranges that start inside raw retention read raw samples (ranges only up to RAW_MAX_RANGE_S);
+older ones read the 1-minute rollups (a day of one metric for 10 workers is then 14,400 rows instead of 172,800).
+A range read from rollups is completed with the raw samples of the minutes not rolled up yet, so that the newest
+points of a long range are there too.
 """
 from __future__ import annotations
 
 import math
+import time
+from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from itertools import groupby
 
 from django.conf import settings
@@ -15,19 +27,187 @@ from django.db import connections
 from django.db.models import Count, F, FloatField, Sum
 from django.db.models.functions import Cast, Floor
 
-from controlplane.observability.catalog import METRIC_IDS
+from controlplane.models import Deployment, Worker
+from controlplane.observability.catalog import METRIC_IDS, METRIC_NAMES, METRICS, SCRAPED_STATUSES
 from controlplane.observability.models import Rollup, Sample
 
+__all__ = ["AGGREGATIONS", "MAX_POINTS", "METRICS", "MetricValue", "SeriesQuery", "as_unix", "auto_step",
+           "latest_pool_values", "metric_values", "query_series", "source_for"]
+
+AGGREGATIONS = ("avg", "max", "min", "sum", "last", "count")
 MAX_POINTS = 11_000  # per series, as Prometheus' query_range refuses more
 RAW_MAX_RANGE_S = 2 * 3600
 
 
+def as_unix(moment) -> float:
+    """A datetime, a Unix timestamp or None (now) as Unix seconds."""
+    if moment is None:
+        return time.time()
+    if isinstance(moment, datetime):
+        return moment.timestamp()
+    return float(moment)
+
+
+# --- one value per series over a window ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class MetricValue:
+    deployment_id: int
+    deployment_name: str
+    role: str
+    worker_id: int | None  # None: the pool aggregate of (deployment, role)
+    value: float | None  # None: no sample in the window
+    num_samples: int
+
+
+def metric_values(*, metric: str, deployment=None, role: str | None = None, worker=None,
+                  aggregation: str = "avg", window_s: float = 60, offset_s: float = 0, now=None,
+                  per_worker: bool = False) -> list[MetricValue]:
+    """One value per series over the window (now - offset_s - window_s, now - offset_s].
+
+    1. Scope: `deployment` (a Deployment or its id; None = every deployment), `role` (None = every role),
+       `worker` (a Worker or its id: only that worker's series). Without `worker`, `per_worker=False` reads the pool
+       aggregates (one value per (deployment, role)) and `per_worker=True` one value per worker.
+    2. Windows that start inside the raw retention read raw samples; older ones read the 1-minute rollups
+       (avg is then weighted by each minute's sample count, min/max/last/sum/count use the rollup columns).
+    3. Series expected but silent get value None: the pool of a named (deployment, role), and per worker every worker
+       of the scope that holds a process (status starting, ready or draining), so that "worker down" can be seen.
+    Raises ValueError for an unknown metric or aggregation (callers validate their input first).
+    """
+    if metric not in METRIC_IDS:
+        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; known: {', '.join(AGGREGATIONS)}")
+    if window_s <= 0:
+        raise ValueError(f"window_s must be positive, not {window_s}")
+    now_s = as_unix(now)
+    end = now_s - float(offset_s)
+    start = end - float(window_s)
+    deployment_id, worker_id = _id(deployment), _id(worker)
+
+    filters = {"metric": METRIC_IDS[metric], "ts__gt": start, "ts__lte": end}
+    if deployment_id is not None:
+        filters["deployment_id"] = deployment_id
+    if role is not None:
+        filters["role"] = role
+    if worker_id is not None:
+        filters["worker_id"] = worker_id
+    else:
+        filters["worker_id__isnull"] = not per_worker
+
+    grouped: dict[tuple, list] = defaultdict(list)
+    if start >= now_s - settings.TANDEM_METRICS_RAW_RETENTION_S:
+        rows = Sample.objects.filter(**filters).order_by("ts").values_list(
+            "deployment_id", "role", "worker_id", "value")
+        for dep, row_role, wid, value in rows:
+            grouped[(dep, row_role, wid)].append(value)
+        results = {key: (_aggregate(aggregation, values), len(values)) for key, values in grouped.items()}
+    else:
+        # A rollup minute [ts, ts + 60) belongs to the window when it ends inside it.
+        filters["ts__gt"], filters["ts__lte"] = start - 60, end - 60
+        rows = Rollup.objects.filter(**filters).order_by("ts").values_list(
+            "deployment_id", "role", "worker_id", "avg", "min", "max", "count")
+        for dep, row_role, wid, *stats in rows:
+            grouped[(dep, row_role, wid)].append(stats)
+        results = {key: (_aggregate_rollups(aggregation, minutes), sum(m[3] for m in minutes))
+                   for key, minutes in grouped.items()}
+
+    for key in _expected_keys(deployment_id, role, worker_id, per_worker):
+        results.setdefault(key, (None, 0))
+    names = dict(Deployment.objects.filter(pk__in={key[0] for key in results}).values_list("id", "name"))
+    return [
+        MetricValue(deployment_id=dep, deployment_name=names.get(dep, ""), role=row_role, worker_id=wid,
+                    value=value, num_samples=num)
+        for (dep, row_role, wid), (value, num) in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                                           kv[0][2] or 0))
+    ]
+
+
+def _id(obj) -> int | None:
+    if obj is None:
+        return None
+    return int(getattr(obj, "pk", obj))
+
+
+def _aggregate(aggregation: str, values: list[float]) -> float | None:
+    # `values` are in time order (oldest first).
+    if not values:
+        return None
+    if aggregation == "avg":
+        return sum(values) / len(values)
+    if aggregation == "max":
+        return max(values)
+    if aggregation == "min":
+        return min(values)
+    if aggregation == "sum":
+        return sum(values)
+    if aggregation == "count":
+        return float(len(values))
+    return values[-1]  # last
+
+
+def _aggregate_rollups(aggregation: str, minutes: list) -> float | None:
+    # minutes: [avg, min, max, count] in time order.
+    if not minutes:
+        return None
+    total = sum(m[3] for m in minutes)
+    if aggregation == "avg":
+        return sum(m[0] * m[3] for m in minutes) / total if total else None
+    if aggregation == "max":
+        return max(m[2] for m in minutes)
+    if aggregation == "min":
+        return min(m[1] for m in minutes)
+    if aggregation == "sum":
+        return sum(m[0] * m[3] for m in minutes)
+    if aggregation == "count":
+        return float(total)
+    return minutes[-1][0]  # last: the last minute's average
+
+
+def _expected_keys(deployment_id, role, worker_id, per_worker) -> list[tuple]:
+    if worker_id is not None:
+        worker = Worker.objects.filter(pk=worker_id).values_list("deployment_id", "role").first()
+        return [(worker[0], worker[1], worker_id)] if worker else []
+    if deployment_id is None:
+        return []
+    if not per_worker:
+        return [(deployment_id, role, None)] if role is not None else []
+    workers = Worker.objects.filter(deployment_id=deployment_id, status__in=SCRAPED_STATUSES)
+    if role is not None:
+        workers = workers.filter(role=role)
+    return [(deployment_id, r, wid) for wid, r in workers.values_list("id", "role")]
+
+
+def latest_pool_values(*, deployment_ids, metrics, window_s: float, now: float) -> dict[tuple[int, str, str], float]:
+    """(deployment id, role, metric) → the newest pool-aggregate value in (now - window_s, now], for many
+    deployments and metrics in one query (the autoscaler evaluates every pool in one pass). Silent series are
+    absent."""
+    rows = (Sample.objects.filter(deployment_id__in=deployment_ids, worker_id__isnull=True,
+                                  metric__in=[METRIC_IDS[name] for name in metrics], ts__gt=now - window_s,
+                                  ts__lte=now)
+            .order_by("ts").values_list("deployment_id", "role", "metric", "value"))
+    latest: dict[tuple[int, str, str], float] = {}
+    for deployment_id, role, metric, value in rows:
+        latest[(deployment_id, role, METRIC_NAMES[metric])] = value  # ordered by ts: the newest wins
+    return latest
+
+
+# --- points over a range -------------------------------------------------------------------------------------------
+
 @dataclass(frozen=True, slots=True)
 class SeriesQuery:
+    """Which series of one deployment, over which range, at which step.
+
+    `role`: None for every role, a role, or a tuple of roles. `worker`: None for the pool aggregates, "all" for
+    every worker, a worker id, or a tuple of worker ids. The tuples are exact index prefixes (role IN (...),
+    worker_id IN (...)): the deployment page reads ~20 series every refresh, each a few index range scans rather
+    than a scan of every series of the metric.
+    """
+
     metric: str
     deployment_id: int
-    role: str | None
-    worker: int | str | None  # None: pool aggregates; "all": every worker; an id: that worker
+    role: str | tuple[str, ...] | None
+    worker: int | str | tuple[int, ...] | None
     start: float
     end: float
     step: float
@@ -44,28 +224,45 @@ def source_for(query: SeriesQuery, now: float) -> str:
 
 
 def query_series(query: SeriesQuery, *, now: float) -> tuple[str, list[dict]]:
-    """(source, [{"deployment_id", "role", "worker_id", "points": [[ts, value], ...]}]); each point is the mean of
-    the samples in [ts, ts + step) (rollups weighted by their sample count)."""
-    scope = {"deployment_id": query.deployment_id}
-    if query.role is not None:
-        scope["role"] = query.role
-    if query.worker is None:
-        scope["worker_id__isnull"] = True
-    elif query.worker == "all":
-        scope["worker_id__isnull"] = False
-    else:
-        scope["worker_id"] = query.worker
+    """(source, [{"deployment_id", "role", "worker_id", "points": [[ts, value], ...]}]), one entry per series that
+    has samples in [start, end); each point is the mean of the samples in [ts, ts + step) (rollups weighted by
+    their sample count)."""
     source = source_for(query, now)
-    series = read_bucketed(scope=scope, metric=query.metric, start=query.start, end=query.end, step=query.step,
-                           source=source)
+    scope = _scope(query)
+    if scope is None:
+        return source, []
+    series = _read_bucketed(scope=scope, metric=query.metric, start=query.start, end=query.end, step=query.step,
+                            source=source)
     for item in series:
         item["deployment_id"] = query.deployment_id
     return source, series
 
 
-def read_bucketed(*, scope: dict, metric: str, start: float, end: float, step: float, source: str) -> list[dict]:
-    """[{"role", "worker_id", "points"}] of the series matching `scope` (ORM filters without metric and time), one
-    point per bucket [start + i·step, start + (i+1)·step) that has samples.
+def _scope(query: SeriesQuery) -> dict | None:
+    """The ORM filters of the query's series (without metric and time); None when an empty tuple selects none."""
+    scope: dict = {"deployment_id": query.deployment_id}
+    if isinstance(query.role, tuple):
+        if not query.role:
+            return None
+        scope["role__in"] = query.role
+    elif query.role is not None:
+        scope["role"] = query.role
+    if query.worker is None:
+        scope["worker_id__isnull"] = True
+    elif query.worker == "all":
+        scope["worker_id__isnull"] = False
+    elif isinstance(query.worker, tuple):
+        if not query.worker:
+            return None
+        scope["worker_id__in"] = query.worker
+    else:
+        scope["worker_id"] = query.worker
+    return scope
+
+
+def _read_bucketed(*, scope: dict, metric: str, start: float, end: float, step: float, source: str) -> list[dict]:
+    """[{"role", "worker_id", "points"}] of the series matching `scope`, one point per bucket
+    [start + i·step, start + (i+1)·step) that has samples.
 
     The database groups the buckets: the dashboard reads ~20 series every 5 s, and fetching a day of samples into
     Python costs ~0.4 s where grouping returns at most ~300 rows a series.

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection, transaction
 
-from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, PoolAggregate
+from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRAPED_STATUSES, PoolAggregate
 from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
 from controlplane.observability.models import Sample, ScrapeState
 from controlplane.observability.scraper import Fetched, Target, scrape
-from controlplane.observability.selectors import SCRAPED_STATUSES
 
 
 @dataclass(frozen=True, slots=True)

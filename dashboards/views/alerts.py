@@ -10,40 +10,34 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from controlplane.alerting.models import Alert, AlertRule, AlertState, Silence
+from controlplane.alerting.models import Alert, AlertState
 from controlplane.alerting.services.rules import rule_create, rule_update
 from controlplane.alerting.services.silences import active_silences, silence_create, silence_expire, silence_for
 from controlplane.errors import ControlPlaneError
-from controlplane.selectors import MAX_ID
 from dashboards.access import admin_for_writes, operator_required, viewer_required
 from dashboards.forms import RuleForm, SilenceForm
+from dashboards.selectors import alert_get, alerts_in_state, rule_get, rule_list, silence_get
 from dashboards.views.common import page, safe_next
 
 RESOLVED_WINDOW = timedelta(hours=24)
 MAX_ROWS = 100
 
 
-def _alerts(state, **filters):
-    return Alert.objects.filter(state=state, **filters).select_related("rule", "deployment", "worker")
-
-
 @viewer_required
 def alerts_page(request):
     now = timezone.now()
-    filters = {}
     deployment = (request.GET.get("deployment") or "").strip()[:63]
-    if deployment:
-        filters["deployment__name"] = deployment
     silences = list(active_silences(now=now).select_related("created_by"))
-    firing = list(_alerts(AlertState.FIRING, **filters).order_by("-fired_at")[:MAX_ROWS])
-    pending = list(_alerts(AlertState.PENDING, **filters).order_by("-active_at")[:MAX_ROWS])
+    firing = list(alerts_in_state(AlertState.FIRING, deployment_name=deployment).order_by("-fired_at")[:MAX_ROWS])
+    pending = list(alerts_in_state(AlertState.PENDING, deployment_name=deployment)
+                   .order_by("-active_at")[:MAX_ROWS])
     for alert in firing + pending:
         alert.silenced_by = silence_for({k: str(v) for k, v in alert.labels.items()}, now=now, silences=silences)
-    resolved = list(_alerts(AlertState.RESOLVED, resolved_at__gte=now - RESOLVED_WINDOW, **filters)
-                    .order_by("-resolved_at")[:MAX_ROWS])
+    resolved = list(alerts_in_state(AlertState.RESOLVED, deployment_name=deployment,
+                                    resolved_since=now - RESOLVED_WINDOW).order_by("-resolved_at")[:MAX_ROWS])
     return page(request, "dashboards/alerts.html", {
         "firing": firing, "pending": pending, "resolved": resolved, "silences": silences,
-        "rules": list(AlertRule.objects.select_related("deployment").order_by("name")),
+        "rules": rule_list(),
         "silence_form": SilenceForm(), "deployment_filter": deployment,
     })
 
@@ -57,7 +51,7 @@ def silence_matchers(alert: Alert) -> list[dict]:
 @require_POST
 @operator_required
 def silence_create_view(request, alert_id: int):
-    alert = Alert.objects.filter(pk=alert_id).select_related("rule").first() if alert_id <= MAX_ID else None
+    alert = alert_get(alert_id)
     if alert is None:
         raise Http404(f"alert {alert_id} does not exist")
     back = safe_next(request, reverse("dashboards:alerts"))
@@ -82,7 +76,7 @@ def silence_create_view(request, alert_id: int):
 @require_POST
 @operator_required
 def silence_expire_view(request, silence_id: int):
-    silence = Silence.objects.filter(pk=silence_id).first() if silence_id <= MAX_ID else None
+    silence = silence_get(silence_id)
     if silence is None:
         raise Http404(f"silence {silence_id} does not exist")
     silence_expire(silence=silence, actor=request.user)
@@ -96,8 +90,7 @@ def rule_edit_view(request, rule_id: int | None = None):
     """Create (no id) or edit an alert rule. Viewers and operators see the form read-only; admins save it."""
     rule = None
     if rule_id is not None:
-        rule = AlertRule.objects.filter(pk=rule_id).select_related("deployment").first() if rule_id <= MAX_ID \
-            else None
+        rule = rule_get(rule_id)
         if rule is None:
             raise Http404(f"alert rule {rule_id} does not exist")
     if request.method == "POST":

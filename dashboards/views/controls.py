@@ -11,10 +11,10 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from controlplane.autoscaling.settings import autoscaling_update
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.autoscaling_settings import autoscaling_update
 from controlplane.selectors import MAX_ID, revision_get, revision_list, worker_get
 from controlplane.services import deployment_rollback, pool_scale, pool_scale_by, worker_drain, worker_restart
 from dashboards.access import operator_required

@@ -1,16 +1,15 @@
 """The audit log (actions) and a deployment's revision history."""
 from __future__ import annotations
 
-from collections import Counter
 from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
 
-from controlplane.models import Action, ActionKind, ActionStatus, ActorType, Deployment, Worker
-from controlplane.models.workers import LIVE_STATUSES
+from controlplane.models import ActionKind, ActionStatus, ActorType
 from controlplane.selectors import action_list, revision_list
 from dashboards.access import viewer_required
 from dashboards.diff import revision_diff
+from dashboards.selectors import action_deployment_names, running_revisions
 from dashboards.views.common import page
 from dashboards.views.pages import get_deployment_or_404
 
@@ -37,9 +36,7 @@ def actions_page(request):
     query = urlencode({key: value for key, value in filters.items() if value})
     return page(request, "dashboards/actions.html", {
         "page_obj": page_obj, "filters": filters, "query": query,
-        "deployments": list(Deployment.objects.order_by("name").values_list("name", flat=True))
-        + sorted(set(Action.objects.filter(deployment__isnull=True).exclude(deployment_name="")
-                     .values_list("deployment_name", flat=True))),
+        "deployments": action_deployment_names(),
         "kinds": ActionKind.values, "actor_types": ActorType.values, "statuses": ActionStatus.values,
     })
 
@@ -54,8 +51,7 @@ def revisions_page(request, name: str):
     (?a=&b=; by default the previous revision against the current one)."""
     deployment = get_deployment_or_404(name)
     revisions = list(revision_list(deployment))  # newest first
-    running = Counter(Worker.objects.filter(deployment=deployment, status__in=LIVE_STATUSES,
-                                            revision__isnull=False).values_list("revision__number", flat=True))
+    running = running_revisions(deployment)
     by_number = {r.number: r for r in revisions}
     current = deployment.current_revision
     a, b = _number(request.GET.get("a")), _number(request.GET.get("b"))

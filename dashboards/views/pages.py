@@ -7,21 +7,18 @@ from datetime import timedelta
 from django.http import Http404, JsonResponse
 from django.utils import timezone
 
-from controlplane.alerting.models import Alert, AlertState
 from controlplane.errors import ControlPlaneError
-from controlplane.models import Action, Worker
 from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
-from controlplane.observability.models import AutoscalingPolicy
 from controlplane.selectors import deployment_get, deployment_rollout_in_progress
 from dashboards.access import viewer_required
 from dashboards.fleet import fleet_rows, node_rows
 from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_range
+from dashboards.selectors import active_alerts, deployment_workers, pool_policies, recent_actions
 from dashboards.views.common import page
 
 # Stopped workers stay in the table this long, so that what just happened (a drain, a replaced worker) is visible.
 RECENTLY_STOPPED = timedelta(minutes=15)
 NUM_RECENT_ACTIONS = 8
-ROLE_ORDER = {"prefill": 0, "decode": 1, "colocated": 2, "gateway": 3}
 
 
 def get_deployment_or_404(name: str):
@@ -36,23 +33,14 @@ def overview(request):
     return page(request, "dashboards/overview.html", {"rows": fleet_rows(), "nodes": node_rows()})
 
 
-def workers_of(deployment) -> list[Worker]:
-    since = timezone.now() - RECENTLY_STOPPED
-    workers = (Worker.objects.filter(deployment=deployment).select_related("node", "revision")
-               .exclude(status=WorkerStatus.STOPPED, stopped_at__lt=since)
-               .exclude(status=WorkerStatus.STOPPED, stopped_at__isnull=True))
-    # The order a request flows through: prefill, decode (or colocated), then the gateway.
-    return sorted(workers, key=lambda w: (ROLE_ORDER.get(w.role, 9), w.pk))
-
-
 def live_context(request, deployment) -> dict:
     """What the live part of the deployment page shows (refreshed every 5 s as an HTML fragment)."""
     pools = list(deployment.pools.all())
-    policies = {p.pool_id: p for p in AutoscalingPolicy.objects.filter(pool__deployment=deployment)}
+    policies = pool_policies(deployment)
     for pool in pools:
         pool.policy = policies.get(pool.pk)
-    workers = workers_of(deployment)
     now = timezone.now()
+    workers = deployment_workers(deployment, stopped_since=now - RECENTLY_STOPPED)
     for worker in workers:
         since = worker.ready_at or worker.started_at
         worker.uptime = (now - since) if since and worker.status in LIVE_STATUSES else None
@@ -65,9 +53,8 @@ def live_context(request, deployment) -> dict:
         worker.can_drain = worker.role != "gateway" and worker.status in (
             WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY)
     highlight = request.GET.get("action")
-    actions = list(Action.objects.filter(deployment=deployment).order_by("-created_at", "-id")[:NUM_RECENT_ACTIONS])
-    alerts = list(Alert.objects.filter(deployment=deployment, state__in=[AlertState.FIRING, AlertState.PENDING])
-                  .select_related("rule").order_by("state", "-active_at")[:20])
+    actions = recent_actions(deployment, limit=NUM_RECENT_ACTIONS)
+    alerts = active_alerts(deployment)
     return {"deployment": deployment, "pools": pools, "workers": workers, "actions": actions,
             "highlight_action": int(highlight) if highlight and highlight.isdigit() else None,
             "alerts": alerts, "rollout": deployment_rollout_in_progress(deployment)}

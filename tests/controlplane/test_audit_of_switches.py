@@ -7,8 +7,8 @@ import pytest
 from django.utils import timezone
 
 from controlplane.alerting.services.silences import silence_create, silence_expire
+from controlplane.autoscaling.settings import autoscaling_update
 from controlplane.models import Action, ActionStatus
-from controlplane.observability.autoscaling_settings import autoscaling_update
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""The autoscaler switch goes through the observability app's autoscaling_update (the API's PUT .../autoscaling)."""
+"""The autoscaler switch goes through the autoscaler's autoscaling_update (the API's PUT .../autoscaling)."""
 from __future__ import annotations
 
 import pytest

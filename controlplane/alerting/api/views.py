@@ -8,7 +8,6 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
-from controlplane.alerting.api.auth import BearerTokenAuthentication
 from controlplane.alerting.api.serializers import (AlertDetailSerializer, AlertFilter, AlertSerializer,
                                                    ChannelInput, ChannelSerializer, DeliveryFilter,
                                                    DeliverySerializer, RuleInput, RuleSerializer, SilenceInput,
@@ -18,7 +17,7 @@ from controlplane.alerting.services.channels import channel_create, channel_upda
 from controlplane.alerting.services.rules import rule_create, rule_delete, rule_update
 from controlplane.alerting.services.silences import silence_create, silence_expire
 from controlplane.api.views.base import ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, id_or_404
-from controlplane.auth import IsAdmin, IsOperator
+from controlplane.auth import BearerTokenAuthentication, IsAdmin, IsOperator
 from controlplane.errors import invalid, not_found
 
 

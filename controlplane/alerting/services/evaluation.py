@@ -48,7 +48,7 @@ def _fmt(value: float | None) -> str:
 def rule_observations(rule: AlertRule, *, now: datetime) -> list[Observation]:
     """The rule's current value for each instance in its scope (one per deployment and role, or per worker)."""
     from controlplane.models import Deployment
-    from controlplane.observability.selectors import metric_values
+    from controlplane.observability.series import metric_values
 
     if rule.deployment_id is not None:
         deployment_ids = [rule.deployment_id]

@@ -74,7 +74,7 @@ def validate_actions(actions, *, role: str, per_worker: bool) -> list[dict]:
 
 def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
     """Check a full rule (merged with `instance` for a partial update). Returns the cleaned fields."""
-    from controlplane.observability.selectors import AGGREGATIONS, METRICS
+    from controlplane.observability.series import AGGREGATIONS, METRICS
 
     merged = {}
     if instance is not None:

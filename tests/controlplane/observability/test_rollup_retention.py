@@ -5,7 +5,7 @@ from django.test import override_settings
 from controlplane.observability.catalog import METRIC_IDS
 from controlplane.observability.models import Rollup, Sample, ScrapeState
 from controlplane.observability.rollup import prune, rollup_pending
-from controlplane.observability.selectors import metric_values
+from controlplane.observability.series import metric_values
 
 MINUTE = 1_800_000_000 // 60 * 60  # a minute boundary
 QPS = METRIC_IDS["qps"]

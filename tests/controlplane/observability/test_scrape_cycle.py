@@ -5,7 +5,7 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.observability.catalog import METRIC_IDS
 from controlplane.observability.models import Sample, ScrapeState
-from controlplane.observability.selectors import metric_values
+from controlplane.observability.series import metric_values
 from controlplane.observability.store import scrape_cycle
 from inference.metrics import TandemMetrics
 from tests.controlplane.observability.servers import MetricsServers

@@ -1,28 +1,25 @@
-"""The periodic tasks (run in-process, one pass each): a cycle scrapes, stores, evaluates the autoscaler and records
-its durations for /metrics; the rollup task rolls up and prunes."""
+"""The periodic tasks (run in-process, one pass each): a cycle scrapes, stores and records its duration for
+/metrics; the rollup task rolls up and prunes."""
 from prometheus_client import CollectorRegistry
 
 from controlplane.observability.models import CycleKind, CycleStat, Sample
-from controlplane.observability.tasks import rollup_and_prune_task, run_cycle
+from controlplane.observability.tasks import rollup_and_prune_task, scrape_cycle_task
 from inference.metrics import TandemMetrics
 from tests.controlplane.observability.servers import MetricsServers
 
 
-def test_a_cycle_scrapes_evaluates_and_records_its_durations(deployment, make_worker):
+def test_a_cycle_scrapes_stores_and_records_its_duration(deployment, make_worker):
     servers = MetricsServers()
     try:
         metrics = TandemMetrics(role="prefill", model="tiny", registry=CollectorRegistry(), gpu=False)
         make_worker(deployment, "prefill", port=servers.serve_metrics(metrics))
-        deployment.autoscale_enabled = True
-        deployment.save()
-        result = run_cycle()
+        result = scrape_cycle_task()
     finally:
         servers.close()
-    assert (result["targets"], result["up"], result["num_scaled"]) == (1, 1, 0)
+    assert (result["targets"], result["up"]) == (1, 1)
     assert Sample.objects.count() == result["samples"] > 0
     scrape = CycleStat.objects.get(kind=CycleKind.SCRAPE)
     assert (scrape.count, scrape.last_targets, scrape.last_targets_up) == (1, 1, 1)
-    assert CycleStat.objects.get(kind=CycleKind.AUTOSCALE).count == 1
 
 
 def test_the_rollup_task_runs_on_an_empty_store(db):

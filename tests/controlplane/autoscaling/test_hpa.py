@@ -1,7 +1,7 @@
 """The autoscaler's arithmetic (HPA's algorithm), one evaluation at a time."""
 import pytest
 
-from controlplane.observability.hpa import Bounds, decide, recommend
+from controlplane.autoscaling.hpa import Bounds, decide, recommend
 
 WIDE = Bounds(min_replicas=1, max_replicas=20, max_step=20, step_base=2)
 

@@ -1,4 +1,5 @@
-"""Read and change a deployment's autoscaling settings (the API's GET/PUT /deployments/{name}/autoscaling)."""
+"""A deployment's autoscaling settings: its switch and each pool's policy, read (`autoscaling_view`) and changed
+(`autoscaling_update`) by the API's GET/PUT /deployments/{name}/autoscaling and the dashboard's switch."""
 from __future__ import annotations
 
 import time
@@ -8,9 +9,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.autoscaling.autoscaler import manual_pause, policy_for
 from controlplane.errors import invalid
-from controlplane.observability.autoscaler import manual_pause, policy_for
+from controlplane.models import ActionKind, ActionStatus
 from controlplane.observability.models import AutoscaleMetric, AutoscalingPolicy
+from controlplane.services.actions import action_create
 
 METRIC_CHOICES = AutoscaleMetric.choices
 
@@ -73,9 +76,6 @@ def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools:
 
 def _record(*, deployment, actor, enabled: bool | None, pools: dict) -> None:
     """The audit row: switching the autoscaler or changing a policy changes who sizes the pools."""
-    from controlplane.models import ActionKind, ActionStatus
-    from controlplane.services.actions import action_create
-
     parts = []
     if enabled is not None and enabled != deployment.autoscale_enabled:
         parts.append(f"autoscaler {'on' if enabled else 'off'}")

@@ -23,10 +23,13 @@ from datetime import datetime, timedelta, timezone as dt_timezone
 from django.conf import settings
 from django.db.models import Count
 
-from controlplane.models import ActorType
-from controlplane.observability.catalog import METRIC_IDS, METRIC_NAMES
-from controlplane.observability.hpa import Bounds, Decision, decide
-from controlplane.observability.models import AutoscaleMetric, AutoscalingPolicy, Sample
+from controlplane.autoscaling.hpa import Bounds, Decision, decide
+from controlplane.errors import ControlPlaneError
+from controlplane.models import Action, ActionKind, ActorType, Pool, Worker, WorkerStatus
+from controlplane.observability.models import AutoscaleMetric, AutoscalingPolicy
+from controlplane.observability.series import latest_pool_values
+from controlplane.services import pool_scale
+from controlplane.services.actions import Actor
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +72,10 @@ class Inputs:
 
 
 def load_inputs(pools, *, now: float) -> Inputs:
-    from controlplane.models import Action, ActionKind, Worker, WorkerStatus
-
     deployment_ids = {pool.deployment_id for pool in pools}
-    window = 3 * settings.TANDEM_SCRAPE_INTERVAL_S
-    wanted = {METRIC_IDS[name] for name in (*_OBSERVED, "qps")}
-    latest: dict[tuple[int, str, str], float] = {}
-    rows = (Sample.objects.filter(deployment_id__in=deployment_ids, worker_id__isnull=True, metric__in=wanted,
-                                  ts__gt=now - window, ts__lte=now)
-            .order_by("ts").values_list("deployment_id", "role", "metric", "value"))
-    for deployment_id, role, metric, value in rows:
-        latest[(deployment_id, role, METRIC_NAMES[metric])] = value  # ordered by ts: the newest wins
+    # The newest value of the last three scrapes: one missed scrape does not read as "no data".
+    latest = latest_pool_values(deployment_ids=deployment_ids, metrics=(*_OBSERVED, "qps"),
+                                window_s=3 * settings.TANDEM_SCRAPE_INTERVAL_S, now=now)
     ready = dict(Worker.objects.filter(pool__in=[p.pk for p in pools], status=WorkerStatus.READY)
                  .values("pool_id").annotate(n=Count("id")).values_list("pool_id", "n"))
     since = datetime.fromtimestamp(now, tz=dt_timezone.utc) - timedelta(
@@ -152,10 +148,6 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     3. observe the policy metric; 4. hpa.decide; 5. hold a scale-up while earlier new workers are not ready yet
     (their capacity is not in the metric yet; HPA likewise discounts unready pods); 6. scale via pool_scale.
     """
-    from controlplane.errors import ControlPlaneError
-    from controlplane.services import pool_scale
-    from controlplane.services.actions import Actor
-
     now_s = time.time() if now is None else now
     now_dt = datetime.fromtimestamp(now_s, tz=dt_timezone.utc)
     pools = list(pools)
@@ -225,7 +217,5 @@ def _policies_for(pools) -> dict[int, AutoscalingPolicy]:
 def autoscale_all(*, now: float | None = None) -> list[tuple[object, Decision | None]]:
     """Evaluate every pool of every deployment whose autoscaling is on. No transaction around the pass: pool_scale
     writes in its own short one (SQLite's write lock)."""
-    from controlplane.models import Pool
-
     return autoscale_pools(Pool.objects.filter(deployment__autoscale_enabled=True).select_related("deployment"),
                            now=now)

@@ -1,5 +1,5 @@
-"""dashboards.series.read_series (the page's narrowed scopes) gives the same points as the query API's
-query_series, from raw samples and from rollups."""
+"""query_series with named roles and worker ids (the deployment page's scopes) gives the same points as with every
+role and `worker="all"` (the query API's), from raw samples and from rollups."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,6 @@ import pytest
 from controlplane.observability.catalog import METRIC_IDS
 from controlplane.observability.models import Rollup, Sample
 from controlplane.observability.series import SeriesQuery, query_series
-from dashboards.series import Scope, read_series
 
 pytestmark = pytest.mark.django_db
 
@@ -32,20 +31,20 @@ def _normalise(series):
 
 
 @pytest.mark.parametrize("step", [5.0, 12.0, 60.0])
-def test_raw_buckets_match_query_series(deployment, make_worker, step):
+def test_named_roles_and_workers_read_the_same_raw_buckets(deployment, make_worker, step):
     a, b = make_worker(deployment, "decode"), make_worker(deployment, "prefill")
     _seed(deployment, [("decode", a.pk), ("prefill", b.pk)])
     start, end = NOW - 1800, NOW
-    for worker, scope in ((None, Scope(roles=("gateway", "decode", "prefill"))),
-                          ("all", Scope(roles=("decode", "prefill"), worker_ids=(a.pk, b.pk)))):
+    for worker, roles, named in ((None, ("gateway", "decode", "prefill"), None),
+                                 ("all", ("decode", "prefill"), (a.pk, b.pk))):
         _, expected = query_series(SeriesQuery(metric="qps", deployment_id=deployment.pk, role=None, worker=worker,
                                                start=start, end=end, step=step), now=NOW)
-        source, got = read_series(deployment_id=deployment.pk, metric="qps", scope=scope, start=start, end=end,
-                                  step=step, now=NOW)
+        source, got = query_series(SeriesQuery(metric="qps", deployment_id=deployment.pk, role=roles, worker=named,
+                                               start=start, end=end, step=step), now=NOW)
         assert source == "raw" and got and _normalise(got) == _normalise(expected)
 
 
-def test_rollup_buckets_are_weighted_like_query_series(deployment, make_worker):
+def test_named_roles_and_workers_read_the_same_weighted_rollup_buckets(deployment, make_worker):
     worker = make_worker(deployment, "decode")
     rows = []
     for minute in range(int((NOW - 86400) // 60) * 60, int(NOW // 60) * 60 - 600, 60):
@@ -57,12 +56,11 @@ def test_rollup_buckets_are_weighted_like_query_series(deployment, make_worker):
     Rollup.objects.bulk_create(rows)
     _seed(deployment, [("decode", worker.pk)])  # the newest minutes, not rolled up yet
     start, end, step = NOW - 86400, NOW, 288.0
-    for worker_scope, scope in ((None, Scope(roles=("gateway",))),
-                                ("all", Scope(roles=("decode",), worker_ids=(worker.pk,)))):
+    for worker_scope, roles, named in ((None, ("gateway",), None), ("all", ("decode",), (worker.pk,))):
         _, expected = query_series(SeriesQuery(metric="qps", deployment_id=deployment.pk, role=None,
                                                worker=worker_scope, start=start, end=end, step=step), now=NOW)
-        source, got = read_series(deployment_id=deployment.pk, metric="qps", scope=scope, start=start, end=end,
-                                  step=step, now=NOW)
+        source, got = query_series(SeriesQuery(metric="qps", deployment_id=deployment.pk, role=roles,
+                                               worker=named, start=start, end=end, step=step), now=NOW)
         if worker_scope is None:
             expected = [s for s in expected if s["role"] == "gateway"]
         assert source == "rollup" and _normalise(got) == _normalise(expected)
@@ -70,5 +68,6 @@ def test_rollup_buckets_are_weighted_like_query_series(deployment, make_worker):
 
 
 def test_an_empty_scope_reads_nothing(deployment):
-    assert read_series(deployment_id=deployment.pk, metric="qps", scope=Scope(roles=("decode",), worker_ids=()),
-                       start=NOW - 60, end=NOW, step=5, now=NOW) == ("raw", [])
+    for role, worker in ((("decode",), ()), ((), None)):
+        assert query_series(SeriesQuery(metric="qps", deployment_id=deployment.pk, role=role, worker=worker,
+                                        start=NOW - 60, end=NOW, step=5), now=NOW) == ("raw", [])

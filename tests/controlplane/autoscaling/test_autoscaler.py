@@ -4,8 +4,8 @@ import time
 
 import pytest
 
+from controlplane.autoscaling.autoscaler import autoscale_pool
 from controlplane.models import Action, ActorType, Pool
-from controlplane.observability.autoscaler import autoscale_pool
 from controlplane.observability.catalog import METRIC_IDS
 from controlplane.observability.models import AutoscalingPolicy, Sample
 from controlplane.services import pool_scale

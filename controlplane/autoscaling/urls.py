@@ -1,0 +1,9 @@
+"""Included at the project root by controlplane/urls.py: `path("", include("controlplane.autoscaling.urls"))`."""
+from django.urls import path
+
+from controlplane.autoscaling.api import AutoscalingView
+
+urlpatterns = [
+    path("api/v1/deployments/<str:name>/autoscaling", AutoscalingView.as_view(), name="deployment-autoscaling"),
+    path("api/v1/deployments/<str:name>/autoscaling/", AutoscalingView.as_view(schema=None)),
+]
