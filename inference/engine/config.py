@@ -5,6 +5,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from inference.checks import is_int
+
 ROLES = ("prefill", "decode", "colocated")
 DTYPES = ("float32", "bfloat16", "float16")
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
@@ -35,15 +37,12 @@ class Config:
             raise ValueError(f"device must be cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise ValueError(f"threads must be a positive integer or None, got {self.threads!r}")
         for name in ("kv_cache_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.max_model_len is not None and (not _is_int(self.max_model_len) or self.max_model_len < 2):
+        if self.max_model_len is not None and (not is_int(self.max_model_len) or self.max_model_len < 2):
             raise ValueError(f"max_model_len must be an integer >= 2 or None, got {self.max_model_len!r}")
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

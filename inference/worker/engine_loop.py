@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from inference.engine.sequence import SamplingParams
 from inference.metrics import TandemMetrics
+from inference.sampling_params import SamplingParams
 from inference.worker.detokenize import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
