@@ -6,6 +6,9 @@ Order of life:
 3. on SIGTERM/SIGINT: refuse new requests (503, /health "draining"), let open ones finish for --drain-timeout,
    abort the rest, stop the engine thread, exit 0.
 A model that fails to load makes the process exit 1 (a node agent sees a crash, not a zombie that answers 503).
+
+The role's routes (`colocated`, `prefill`, `decode`) are handed this server and call back into it for admission,
+body limits, tokenizing and jobs; `jobs` gets only the engine-loop health and the metrics it needs.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from inference.metrics import CONTENT_TYPE, TandemMetrics
-from inference.worker import jobs
+from inference.worker import colocated, decode, jobs, prefill
 from inference.worker.config import WorkerConfig
 from inference.worker.engine_loop import EngineLoop, LoopState, Submission
 from inference.worker.protocol import RequestError, error_response, parse_json
@@ -34,6 +37,7 @@ DRAIN_POLL_S = 0.05
 APP_MAX_BODY = 1 << 40
 FAULTS_ENV = "TANDEM_TEST_FAULTS"  # read here only: enables POST /debug/fault for the test suite
 LOAD_DELAY_ENV = "TANDEM_TEST_LOAD_DELAY_S"  # with FAULTS_ENV: hold the model load, so tests see "starting"
+ROLE_ROUTES = {"colocated": colocated.add_routes, "prefill": prefill.add_routes, "decode": decode.add_routes}
 
 
 class WorkerServer:
@@ -68,8 +72,6 @@ class WorkerServer:
     # -- the app ---------------------------------------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
-        from inference.worker import colocated, decode, prefill
-
         app = web.Application(client_max_size=APP_MAX_BODY, middlewares=[self._errors_middleware])
         app["server"] = self
         app.router.add_get("/health", self.health)
@@ -77,7 +79,7 @@ class WorkerServer:
         app.router.add_get("/info", self.info_view)
         if self.faults_enabled:
             app.router.add_post("/debug/fault", self.fault_view)
-        {"colocated": colocated, "prefill": prefill, "decode": decode}[self.config.role].add_routes(app, self)
+        ROLE_ROUTES[self.config.role](app, self)
         return app
 
     @web.middleware
@@ -179,7 +181,7 @@ class WorkerServer:
         if request_id in self.jobs:
             raise RequestError(f"request_id {request_id!r} is already in flight on this worker", status=409,
                                param="request_id", code="duplicate_request_id")
-        job = jobs.Job(request_id, arrival, self)
+        job = jobs.Job(request_id, arrival, health=self.health_status, metrics=self.metrics)
         self.jobs[request_id] = job
         return job
 
