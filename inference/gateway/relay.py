@@ -17,7 +17,8 @@ import aiohttp
 from inference import ndjson
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
-from inference.gateway.routing import Group, Role, Router, Worker, overloaded
+from inference.gateway.routing import Group, Router, Worker, overloaded
+from inference.roles import Role
 
 log = logging.getLogger("tandem.gateway.relay")
 

@@ -1,30 +1,28 @@
-"""The worker's command line, parsed into one validated Config (`python -m inference.worker --help`)."""
+"""The worker's command line, parsed into one validated WorkerConfig (`python -m inference.worker --help`).
+
+The engine's settings form the engine's own `Config`, checked there; `WorkerConfig` holds it and adds what the HTTP
+server needs. A bad value of either exits 2 with a message that names the flag.
+"""
 from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-ROLES = ("prefill", "decode", "colocated")
+from inference.engine.config import DTYPES, Config, ConfigError
+from inference.roles import Role
+
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+ENGINE_FIELDS = tuple(f.name for f in fields(Config))  # the flags that make the engine's Config
 
 
 @dataclass(slots=True)
 class WorkerConfig:
-    role: str
-    model: str
+    engine: Config
     port: int
     host: str = "127.0.0.1"
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int | None = None
-    kv_cache_bytes: int = 64 << 20
-    block_size: int = 16
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    max_model_len: int | None = None
     # Admission: at most max_num_seqs + max_queue requests in this worker (running, waiting, or received KV not yet
     # streamed); the next one gets 429 with Retry-After.
     max_queue: int = 256
@@ -38,30 +36,23 @@ class WorkerConfig:
     stall_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
-        if not (Path(self.model) / "config.json").is_file():
-            raise ValueError(f"--model must be a Hugging Face model folder (with config.json), got {self.model!r}")
         if not 0 <= self.port <= 65535:
-            raise ValueError(f"--port must be in 0..65535, got {self.port}")
-        for name in ("kv_cache_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_body_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+            raise ConfigError("port", f"must be in 0..65535, got {self.port}")
+        if self.max_body_bytes < 1:
+            raise ConfigError("max_body_bytes", f"must be >= 1, got {self.max_body_bytes}")
         if self.max_queue < 0:
-            raise ValueError(f"--max-queue must be >= 0, got {self.max_queue}")
+            raise ConfigError("max_queue", f"must be >= 0, got {self.max_queue}")
         for name in ("drain_timeout", "kv_push_timeout", "stream_claim_timeout", "stall_timeout"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(self, name)}")
+                raise ConfigError(name, f"must be > 0 seconds, got {getattr(self, name)}")
 
     @property
     def model_name(self) -> str:
-        return Path(self.model).resolve().name
+        return Path(self.engine.model).resolve().name
 
     @property
     def max_in_flight(self) -> int:
-        return self.max_num_seqs + self.max_queue
+        return self.engine.max_num_seqs + self.max_queue
 
 
 def parse_size(text: str) -> int:
@@ -76,12 +67,12 @@ def parse_size(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m inference.worker",
                                 description="A Tandem inference worker: prefill, decode or colocated.")
-    p.add_argument("--role", required=True, choices=ROLES)
+    p.add_argument("--role", required=True, choices=[role.value for role in Role])
     p.add_argument("--model", required=True, help="Hugging Face model folder")
     p.add_argument("--port", required=True, type=int)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--kv-cache-bytes", type=parse_size, default=64 << 20, help="KV pool size, e.g. 64M")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
@@ -104,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = vars(parser.parse_args(argv))
     try:
-        return WorkerConfig(**{k: v for k, v in vars(args).items()})
-    except ValueError as exc:
-        parser.error(str(exc))  # exits 2 with the usage line and the message
+        engine = Config(**{name: args.pop(name) for name in ENGINE_FIELDS})
+        return WorkerConfig(engine=engine, **args)
+    except ConfigError as exc:
+        parser.error(f"--{exc.field.replace('_', '-')} {exc.requirement}")  # exits 2 with the usage line
         raise  # unreachable; parser.error exits

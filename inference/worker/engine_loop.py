@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inference.metrics import TandemMetrics
+from inference.roles import Role
 from inference.sampling_params import SamplingParams
 from inference.worker.detokenize import IncrementalDetokenizer
 
@@ -76,7 +77,7 @@ class _Tracked:
 
 
 class EngineLoop:
-    def __init__(self, make_engine: Callable[[], object], metrics: TandemMetrics, *, role: str,
+    def __init__(self, make_engine: Callable[[], object], metrics: TandemMetrics, *, role: Role,
                  faults_enabled: bool = False):
         self.make_engine = make_engine
         self.metrics = metrics
@@ -257,9 +258,9 @@ class EngineLoop:
             self.engine.abort(sub.request_id)
             self._publish_stats()
         if token_ids:
-            is_handoff = self.role == "prefill" and finish_reason is None
+            is_handoff = self.role is Role.PREFILL and finish_reason is None
             sub.emit(Event("token", token_ids=token_ids, text=text, kv=out.kv if is_handoff else None,
-                           finish_reason=finish_reason if self.role == "prefill" else None,
+                           finish_reason=finish_reason if self.role is Role.PREFILL else None,
                            num_prompt_tokens=len(sub.prompt_token_ids),
                            num_completion_tokens=tracked.num_completion_tokens))
             if is_handoff:  # the engine forgot this request: its K/V now travels with the event
@@ -273,7 +274,7 @@ class EngineLoop:
             return
         self.metrics.count_success(finish_reason)
         self.metrics.e2e_request_latency.observe(now - sub.arrival)
-        if self.role != "prefill":
+        if self.role is not Role.PREFILL:
             sub.emit(Event("done", text=text if not token_ids else "", finish_reason=finish_reason,
                            num_prompt_tokens=len(sub.prompt_token_ids),
                            num_completion_tokens=tracked.num_completion_tokens))

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from inference.metrics import CONTENT_TYPE, TandemMetrics
+from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
 from inference.worker.config import WorkerConfig
 from inference.worker.engine_loop import EngineLoop, LoopState, Submission
@@ -37,15 +38,16 @@ DRAIN_POLL_S = 0.05
 APP_MAX_BODY = 1 << 40
 FAULTS_ENV = "TANDEM_TEST_FAULTS"  # read here only: enables POST /debug/fault for the test suite
 LOAD_DELAY_ENV = "TANDEM_TEST_LOAD_DELAY_S"  # with FAULTS_ENV: hold the model load, so tests see "starting"
-ROLE_ROUTES = {"colocated": colocated.add_routes, "prefill": prefill.add_routes, "decode": decode.add_routes}
+ROLE_ROUTES = {Role.COLOCATED: colocated.add_routes, Role.PREFILL: prefill.add_routes,
+               Role.DECODE: decode.add_routes}
 
 
 class WorkerServer:
     def __init__(self, config: WorkerConfig):
         self.config = config
-        self.metrics = TandemMetrics(role=config.role, model=config.model_name)
+        self.metrics = TandemMetrics(role=config.engine.role, model=config.model_name)
         self.faults_enabled = os.environ.get(FAULTS_ENV) == "1"
-        self.engine_loop = EngineLoop(self._make_engine, self.metrics, role=config.role,
+        self.engine_loop = EngineLoop(self._make_engine, self.metrics, role=config.engine.role,
                                       faults_enabled=self.faults_enabled)
         self.jobs: dict[str, jobs.Job] = {}
         self.draining = False
@@ -59,15 +61,11 @@ class WorkerServer:
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def _make_engine(self):
-        from inference.engine import Config, LLMEngine
+        from inference.engine import LLMEngine  # torch: on the engine thread, while /health answers "starting"
 
         if self.faults_enabled and os.environ.get(LOAD_DELAY_ENV):
             time.sleep(float(os.environ[LOAD_DELAY_ENV]))
-        c = self.config
-        return LLMEngine(Config(model=c.model, role=c.role, device=c.device, dtype=c.dtype, threads=c.threads,
-                                kv_cache_bytes=c.kv_cache_bytes, block_size=c.block_size,
-                                max_num_seqs=c.max_num_seqs, max_num_batched_tokens=c.max_num_batched_tokens,
-                                max_model_len=c.max_model_len))
+        return LLMEngine(self.config.engine)
 
     # -- the app ---------------------------------------------------------------------------------------------------
 
@@ -79,7 +77,7 @@ class WorkerServer:
         app.router.add_get("/info", self.info_view)
         if self.faults_enabled:
             app.router.add_post("/debug/fault", self.fault_view)
-        ROLE_ROUTES[self.config.role](app, self)
+        ROLE_ROUTES[self.config.engine.role](app, self)
         return app
 
     @web.middleware
@@ -106,7 +104,7 @@ class WorkerServer:
     async def health(self, request: web.Request) -> web.Response:
         status, reason = self.health_status()
         if status == "ok":
-            return web.json_response({"status": "ok", "role": self.config.role, "model": self.config.model_name,
+            return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
                                       "revision": self.config.revision})
         return web.json_response({"status": status, "reason": reason}, status=503)
 
@@ -238,8 +236,8 @@ class WorkerServer:
             return
         self.tokenizer = engine.tokenizer
         self.vocab_size = engine.model_runner.vocab_size
-        self.info = {"role": self.config.role, "model": self.config.model_name,
-                     "model_path": str(Path(self.config.model).resolve()), "revision": self.config.revision,
+        self.info = {"role": self.config.engine.role, "model": self.config.model_name,
+                     "model_path": str(Path(self.config.engine.model).resolve()), "revision": self.config.revision,
                      "max_model_len": engine.max_model_len, "kv_layout": dict(engine.kv_layout)}
         log.info("ready: %s", self.info)
 
@@ -274,7 +272,8 @@ async def serve(config: WorkerConfig) -> int:
         log.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
         await runner.cleanup()
         return 1
-    log.info("listening on http://%s:%s (role %s), loading %s", config.host, config.port, config.role, config.model)
+    log.info("listening on http://%s:%s (role %s), loading %s", config.host, config.port, config.engine.role,
+             config.engine.model)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.begin_drain)

@@ -36,7 +36,7 @@ def test_sizes_take_units(tiny_model_dir):
 
     config = parse_args(["--role", "decode", "--model", str(tiny_model_dir), "--port", "0",
                          "--kv-cache-bytes", "64M", "--max-body-bytes", "2KiB"])
-    assert (config.kv_cache_bytes, config.max_body_bytes) == (64 << 20, 2048)
+    assert (config.engine.kv_cache_bytes, config.max_body_bytes) == (64 << 20, 2048)
 
 
 def test_a_model_that_fails_to_load_exits_1_with_the_reason(tmp_path):
