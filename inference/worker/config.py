@@ -2,6 +2,9 @@
 
 The engine's settings form the engine's own `Config`, checked there; `WorkerConfig` holds it and adds what the HTTP
 server needs. A bad value of either exits 2 with a message that names the flag.
+
+`--enable-test-faults` is a test aid: it adds `POST /debug/fault`, which breaks the engine loop on demand. The control
+plane never passes it (it is not an engine setting a revision can carry), so no production worker serves that route.
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ class WorkerConfig:
     # /health says dead when the engine loop has not ticked for this long. Generous: one long CPU prefill step
     # (2048 tokens of a 135M model on one loaded core) takes seconds, and a false "dead" gets a worker replaced.
     stall_timeout: float = 30.0
+    # Test aids (see the module docstring): POST /debug/fault, and a pause before the model load so that tests see
+    # the "starting" state.
+    enable_test_faults: bool = False
+    test_load_delay: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -45,6 +52,10 @@ class WorkerConfig:
         for name in ("drain_timeout", "kv_push_timeout", "stream_claim_timeout", "stall_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, f"must be > 0 seconds, got {getattr(self, name)}")
+        if self.test_load_delay < 0:
+            raise ConfigError("test_load_delay", f"must be >= 0 seconds, got {self.test_load_delay}")
+        if self.test_load_delay and not self.enable_test_faults:
+            raise ConfigError("test_load_delay", "is a test aid: it needs --enable-test-faults")
 
     @property
     def model_name(self) -> str:
@@ -90,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode: seconds a received request waits for its stream before it is aborted")
     p.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds without an engine-loop tick before /health reports dead")
+    # Test aids: never for production; the control plane never passes them.
+    p.add_argument("--enable-test-faults", action="store_true",
+                   help="TEST AID, never in production: serve POST /debug/fault, which kills, fails or stalls the "
+                        "engine loop on demand (the test suite's fault injection)")
+    p.add_argument("--test-load-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="TEST AID, needs --enable-test-faults: wait this long before loading the model, so that "
+                        "tests see the 'starting' state")
     return p
 
 

@@ -112,7 +112,7 @@ class EngineLoop:
         self._commands.put(("abort", request_id))
 
     def inject_fault(self, kind: str) -> None:
-        """Tests only (TANDEM_TEST_FAULTS=1): "die" kills the thread, "step_error" makes the next step raise,
+        """Test aid (--enable-test-faults): "die" kills the thread, "step_error" makes the next step raise,
         "stall" blocks the loop for STALL_FAULT_S."""
         assert self.faults_enabled
         self._commands.put(("fault", kind))
@@ -156,7 +156,7 @@ class EngineLoop:
             try:
                 if self._fault == "step_error":
                     self._fault = None
-                    raise RuntimeError("injected step failure (TANDEM_TEST_FAULTS)")
+                    raise RuntimeError("injected step failure (--enable-test-faults)")
                 outputs = engine.step()
                 num_failures = 0
             except Exception as exc:
@@ -196,7 +196,7 @@ class EngineLoop:
 
     def _apply_fault(self, kind: str) -> None:
         if kind == "die":
-            raise RuntimeError("injected engine-loop death (TANDEM_TEST_FAULTS)")
+            raise RuntimeError("injected engine-loop death (--enable-test-faults)")
         if kind == "stall":
             time.sleep(STALL_FAULT_S)
         elif kind == "step_error":

@@ -9,12 +9,14 @@ A model that fails to load makes the process exit 1 (a node agent sees a crash, 
 
 The role's routes (`colocated`, `prefill`, `decode`) are handed this server and call back into it for admission,
 body limits, tokenizing and jobs; `jobs` gets only the engine-loop health and the metrics it needs.
+
+Test aid: with `--enable-test-faults` (never passed by the control plane) the worker also serves
+`POST /debug/fault {"kind": "die" | "step_error" | "stall"}`, which breaks its engine loop on demand.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import time
 import uuid
@@ -36,8 +38,6 @@ RETRY_AFTER_S = 1
 DRAIN_POLL_S = 0.05
 # aiohttp's own cap on request bodies; each route enforces its tighter limit while reading (see read_body).
 APP_MAX_BODY = 1 << 40
-FAULTS_ENV = "TANDEM_TEST_FAULTS"  # read here only: enables POST /debug/fault for the test suite
-LOAD_DELAY_ENV = "TANDEM_TEST_LOAD_DELAY_S"  # with FAULTS_ENV: hold the model load, so tests see "starting"
 ROLE_ROUTES = {Role.COLOCATED: colocated.add_routes, Role.PREFILL: prefill.add_routes,
                Role.DECODE: decode.add_routes}
 
@@ -46,9 +46,8 @@ class WorkerServer:
     def __init__(self, config: WorkerConfig):
         self.config = config
         self.metrics = TandemMetrics(role=config.engine.role, model=config.model_name)
-        self.faults_enabled = os.environ.get(FAULTS_ENV) == "1"
         self.engine_loop = EngineLoop(self._make_engine, self.metrics, role=config.engine.role,
-                                      faults_enabled=self.faults_enabled)
+                                      faults_enabled=config.enable_test_faults)
         self.jobs: dict[str, jobs.Job] = {}
         self.draining = False
         self.exit_code: int | None = None
@@ -63,8 +62,8 @@ class WorkerServer:
     def _make_engine(self):
         from inference.engine import LLMEngine  # torch: on the engine thread, while /health answers "starting"
 
-        if self.faults_enabled and os.environ.get(LOAD_DELAY_ENV):
-            time.sleep(float(os.environ[LOAD_DELAY_ENV]))
+        if self.config.test_load_delay:
+            time.sleep(self.config.test_load_delay)
         return LLMEngine(self.config.engine)
 
     # -- the app ---------------------------------------------------------------------------------------------------
@@ -75,7 +74,7 @@ class WorkerServer:
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_view)
         app.router.add_get("/info", self.info_view)
-        if self.faults_enabled:
+        if self.config.enable_test_faults:
             app.router.add_post("/debug/fault", self.fault_view)
         ROLE_ROUTES[self.config.engine.role](app, self)
         return app
@@ -134,6 +133,7 @@ class WorkerServer:
         return web.json_response({**self.info, "num_kv_blocks": stats.get("num_kv_blocks_total")})
 
     async def fault_view(self, request: web.Request) -> web.Response:
+        """Test aid (--enable-test-faults only): break the engine loop as the request's `kind` says."""
         body = parse_json(await self.read_body(request, self.config.max_body_bytes))
         kind = body.get("kind") if isinstance(body, dict) else None
         if kind not in ("die", "step_error", "stall"):

@@ -79,6 +79,8 @@ def test_unknown_routes_and_methods_answer_in_the_error_shape(worker):
     assert_openai_error(requests.get(f"{worker.url}/v1/generate", timeout=HTTP_TIMEOUT_S), 405)
     # A colocated worker has no decode routes.
     assert_openai_error(post(worker.url, "/v1/kv", data=b"x"), 404)
+    # Nor, without --enable-test-faults, the test suite's fault hook.
+    assert_openai_error(post(worker.url, "/debug/fault", json={"kind": "die"}), 404)
 
 
 def test_after_all_of_that_the_worker_is_healthy_and_serves(worker):
