@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.inference.worker_support import (
+from tests.inference.worker.support import (
     HTTP_TIMEOUT_S, assert_openai_error, generate, metric, start_worker, token_ids)
 
 pytestmark = pytest.mark.integration

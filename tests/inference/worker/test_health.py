@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from tests.inference.worker_support import HTTP_TIMEOUT_S, generate, metric, start_worker, token_ids
+from tests.inference.worker.support import HTTP_TIMEOUT_S, generate, metric, start_worker, token_ids
 from tests.procs import wait_http
 
 pytestmark = pytest.mark.integration
