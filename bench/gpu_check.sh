@@ -27,9 +27,9 @@ timeout 180 "$PY" -m inference.models prepare smollm2
 echo "== 1. engine greedy-equality tests"
 # -p no:django: these tests never touch the control plane, and a GPU host need not have its settings.
 timeout 180 "$PY" -m pytest -q -p no:django \
-    tests/inference/test_engine_greedy.py \
-    tests/inference/test_engine_continuous_batching.py \
-    tests/inference/test_engine_disaggregated.py
+    tests/inference/engine/test_greedy.py \
+    tests/inference/engine/test_continuous_batching.py \
+    tests/inference/engine/test_disaggregated.py
 
 echo "== 2. greedy equality on the GPU (float32)"
 timeout 240 "$PY" bench/decode_throughput.py --model tiny --device cuda --dtype float32 --concurrency 8,32 \

@@ -5,15 +5,25 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ROLES = ("prefill", "decode", "colocated")
+from inference.checks import is_int
+from inference.roles import Role
+
 DTYPES = ("float32", "bfloat16", "float16")
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+
+
+class ConfigError(ValueError):
+    """A bad setting. `field` names it, so that a front end can name it its own way (the worker: `--field-name`)."""
+
+    def __init__(self, field: str, requirement: str):
+        super().__init__(f"{field} {requirement}")
+        self.field, self.requirement = field, requirement
 
 
 @dataclass(slots=True)
 class Config:
     model: str | Path
-    role: str = "colocated"
+    role: Role = Role.COLOCATED
     device: str = "cpu"
     dtype: str = "float32"
     threads: int | None = None
@@ -27,23 +37,22 @@ class Config:
 
     def __post_init__(self) -> None:
         self.model = str(self.model)
-        if not Path(self.model).is_dir():
-            raise ValueError(f"model must be a local model folder, got {self.model!r}")
-        if self.role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if not (Path(self.model) / "config.json").is_file():
+            raise ConfigError("model", "must be a Hugging Face model folder (a local model folder with config.json), "
+                                       f"got {self.model!r}")
+        try:
+            self.role = Role(self.role)
+        except ValueError:
+            raise ConfigError("role", f"must be one of {', '.join(Role)}, got {self.role!r}") from None
         if not isinstance(self.device, str) or not _DEVICE_RE.match(self.device):
-            raise ValueError(f"device must be cpu, cuda or cuda:N, got {self.device!r}")
+            raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
-            raise ValueError(f"threads must be a positive integer or None, got {self.threads!r}")
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
+            raise ConfigError("threads", f"must be a positive integer or None, got {self.threads!r}")
         for name in ("kv_cache_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.max_model_len is not None and (not _is_int(self.max_model_len) or self.max_model_len < 2):
-            raise ValueError(f"max_model_len must be an integer >= 2 or None, got {self.max_model_len!r}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+            if not is_int(value) or value < 1:
+                raise ConfigError(name, f"must be a positive integer, got {value!r}")
+        if self.max_model_len is not None and (not is_int(self.max_model_len) or self.max_model_len < 2):
+            raise ConfigError("max_model_len", f"must be an integer >= 2 or None, got {self.max_model_len!r}")

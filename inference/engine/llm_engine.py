@@ -12,6 +12,7 @@ from inference.engine.config import Config
 from inference.engine.model_runner import ModelRunner
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import SamplingParams, Sequence
+from inference.roles import Role
 
 
 @dataclass(slots=True)
@@ -49,7 +50,7 @@ class LLMEngine:
     # -- requests -------------------------------------------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        if self.config.role == "decode":
+        if self.config.role is Role.DECODE:
             raise ValueError("a decode engine takes prefilled requests only (add_prefilled)")
         seq = self._new_sequence(request_id, prompt_token_ids, params)
         self._seqs[request_id] = seq
@@ -58,7 +59,7 @@ class LLMEngine:
     def add_prefilled(self, request_id: str, prompt_token_ids: list[int], first_token_id: int,
                       params: SamplingParams, k, v) -> None:
         """Decode role: continue a request whose prompt a prefill engine computed; k, v as StepOutput.kv."""
-        if self.config.role != "decode":
+        if self.config.role is not Role.DECODE:
             raise ValueError(f"add_prefilled needs role decode, this engine's role is {self.config.role}")
         seq = self._new_sequence(request_id, prompt_token_ids, params)
         self._check_token_id(first_token_id, "first_token_id")
@@ -103,7 +104,7 @@ class LLMEngine:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Offline helper (colocated role): run the prompts to completion, return each one's completion token ids."""
-        if self.config.role != "colocated":
+        if self.config.role is not Role.COLOCATED:
             raise ValueError("generate needs a colocated engine")
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):

@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM
 from inference.engine.config import Config
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
+from inference.roles import Role
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Architectures whose decoder layer is Llama's (pre-norm, RoPE, GQA attention, gated MLP) under the same module names.
@@ -85,7 +86,7 @@ class ModelRunner:
             hidden = hidden.index_select(0, last_indices)  # [B, hidden]
         logits = self.model.lm_head(self.model.model.norm(hidden)).float()  # [B, V]
         token_ids = self.sampler(logits, seqs)
-        if is_prefill and self.config.role == "prefill":
+        if is_prefill and self.config.role is Role.PREFILL:
             self._export_kv(seqs)
         return token_ids
 

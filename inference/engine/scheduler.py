@@ -18,12 +18,13 @@ from collections import deque
 
 from inference.engine.block_manager import BlockManager
 from inference.engine.sequence import Sequence, SequenceStatus
+from inference.roles import Role
 
 
 class Scheduler:
-    def __init__(self, *, role: str, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+    def __init__(self, *, role: Role, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, eos_token_ids: frozenset[int]):
-        self.role = role
+        self.role = Role(role)
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -48,11 +49,11 @@ class Scheduler:
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Return the sequences of the next step and whether it is a prefill step (([], False) when idle)."""
-        if self.role == "decode":
+        if self.role is Role.DECODE:
             self._admit_prefilled()
             return self._schedule_decode(), False
         prefill = self._schedule_prefill()
-        if prefill or self.role == "prefill":
+        if prefill or self.role is Role.PREFILL:
             return prefill, True
         return self._schedule_decode(), False
 
@@ -68,7 +69,7 @@ class Scheduler:
             seq.append_token(token_id)
             self.num_generation_tokens += 1
             seq.finish_reason = self.finish_reason(seq)
-            if seq.finish_reason is not None or self.role == "prefill":
+            if seq.finish_reason is not None or self.role is Role.PREFILL:
                 self._finish(seq)
                 num_finished += 1
         if num_finished:
@@ -139,7 +140,7 @@ class Scheduler:
         return scheduled
 
     def _preempt(self, seq: Sequence) -> None:
-        assert self.role == "colocated", "decode reserves its blocks up front; prefill never decodes"
+        assert self.role is Role.COLOCATED, "decode reserves its blocks up front; prefill never decodes"
         self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)

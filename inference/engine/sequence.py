@@ -1,43 +1,19 @@
-"""A request inside the engine: its tokens, sampling parameters, state and KV blocks. Never imports torch."""
+"""A request inside the engine: its tokens, sampling parameters, state and KV blocks. Never imports torch.
+
+`SamplingParams` is defined (and validated) in `inference.sampling_params`, which the worker and the gateway share.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
+
+from inference.sampling_params import SamplingParams
 
 
 class SequenceStatus(Enum):
     WAITING = auto()
     RUNNING = auto()
     FINISHED = auto()
-
-
-@dataclass(slots=True, frozen=True)
-class SamplingParams:
-    max_tokens: int = 16
-    temperature: float = 0.0  # 0: greedy
-    top_p: float = 1.0
-    top_k: int = 0  # 0: no top-k filter
-    seed: int | None = None
-    ignore_eos: bool = False
-
-    def __post_init__(self) -> None:
-        if not _is_int(self.max_tokens) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not _is_number(self.temperature) or not 0.0 <= self.temperature <= 100.0:
-            raise ValueError(f"temperature must be a number in [0, 100], got {self.temperature!r}")
-        if not _is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
-        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**63):
-            raise ValueError(f"seed must be null or an integer in [0, 2^63), got {self.seed!r}")
-        if not isinstance(self.ignore_eos, bool):
-            raise ValueError(f"ignore_eos must be a boolean, got {self.ignore_eos!r}")
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature == 0.0
 
 
 class Sequence:
@@ -89,10 +65,3 @@ class Sequence:
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # rejects NaN

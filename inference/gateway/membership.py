@@ -13,6 +13,7 @@ import aiohttp
 
 from inference.gateway.config import Config, Mode
 from inference.gateway.routing import Router
+from inference.roles import Role
 
 log = logging.getLogger("tandem.gateway.membership")
 
@@ -20,8 +21,8 @@ log = logging.getLogger("tandem.gateway.membership")
 def apply_static(config: Config, router: Router) -> None:
     mode = config.static_mode
     assert mode is not None
-    group = {"revision": None, "prefill": config.prefill_urls, "decode": config.decode_urls,
-             "colocated": config.colocated_urls}
+    group = {"revision": None, Role.PREFILL: config.prefill_urls, Role.DECODE: config.decode_urls,
+             Role.COLOCATED: config.colocated_urls}
     router.set_groups(mode, [group])
 
 
@@ -46,7 +47,7 @@ def parse_endpoints(body: object) -> tuple[Mode, list[dict]]:
         revision = group.get("revision")
         if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool)):
             raise MembershipError(f"revision {revision!r} is not an integer")
-        for role in ("prefill", "decode", "colocated"):
+        for role in Role:
             urls = group.get(role) or []
             if not isinstance(urls, list) or not all(isinstance(u, str) and u.startswith(("http://", "https://"))
                                                      for u in urls):

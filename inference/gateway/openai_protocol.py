@@ -7,14 +7,16 @@ come back from it (and are relayed unchanged).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from enum import Enum
 
-# Completions default to 16 tokens, as OpenAI's legacy endpoint does; chat has no OpenAI default that the gateway
-# can compute without the tokenizer, so it uses the same bound rather than the whole context.
-DEFAULT_MAX_TOKENS = 16  # /v1/completions' documented default; chat runs to the end of the context
-MAX_STOP_SEQUENCES = 16
+from inference.checks import is_int, json_type
+from inference.sampling_params import DEFAULT_MAX_TOKENS, SamplingError, parse_sampling, sampling_fields
+
+# /v1/completions defaults to DEFAULT_MAX_TOKENS (16), as OpenAI's legacy endpoint does; chat runs to the end of the
+# context, which only the worker that tokenized the prompt knows.
+OPENAI_DEFAULT_TEMPERATURE = 1.0  # the worker's default is 0 (greedy)
+OPENAI_MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; the engine would take up to 100
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
@@ -55,51 +57,7 @@ class GenerationRequest:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Field checks. bool is a subclass of int in Python, so every integer check excludes it explicitly.
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
-
-
-def json_type(value) -> str:
-    """The JSON name of a value's type, for error messages a non-Python client understands."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
-
-
-def _optional_int(body: dict, name: str, *, minimum: int | None = None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not _is_int(value):
-        raise invalid(f"'{name}' must be an integer, got {json_type(value)}", name, "invalid_type")
-    if minimum is not None and value < minimum:
-        raise invalid(f"'{name}' must be at least {minimum}, got {value}", name, "invalid_value")
-    return value
-
-
-def _optional_number(body: dict, name: str, default: float, low: float, high: float, *,
-                     low_inclusive: bool = True) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not _is_number(value):
-        raise invalid(f"'{name}' must be a number, got {json_type(value)}", name, "invalid_type")
-    too_low = value < low if low_inclusive else value <= low
-    if too_low or value > high:
-        bound = "[" if low_inclusive else "("
-        raise invalid(f"'{name}' must be in {bound}{low}, {high}], got {value}", name, "invalid_value")
-    return float(value)
-
+# Field checks: the sampling fields go through inference.sampling_params, which the worker and the engine share.
 
 def _optional_bool(body: dict, name: str, default: bool) -> bool:
     value = body.get(name)
@@ -110,27 +68,13 @@ def _optional_bool(body: dict, name: str, default: bool) -> bool:
     return value
 
 
-def _stop(body: dict) -> list[str]:
-    value = body.get("stop")
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise invalid("'stop' must be a string or a list of strings", "stop", "invalid_type")
-    if len(value) > MAX_STOP_SEQUENCES:
-        raise invalid(f"'stop' may hold at most {MAX_STOP_SEQUENCES} sequences, got {len(value)}", "stop",
-                      "invalid_value")
-    return [s for s in value if s]
-
-
 def _check_unsupported(body: dict) -> None:
     """Reject what the gateway cannot honour rather than silently answering something else."""
     n = body.get("n")
-    if n is not None and (not _is_int(n) or n != 1):
+    if n is not None and (not is_int(n) or n != 1):
         raise invalid(f"only n=1 is supported, got {n!r}", "n", "unsupported_value")
     best_of = body.get("best_of")
-    if best_of is not None and (not _is_int(best_of) or best_of != 1):
+    if best_of is not None and (not is_int(best_of) or best_of != 1):
         raise invalid(f"only best_of=1 is supported, got {best_of!r}", "best_of", "unsupported_value")
     if body.get("echo"):
         raise invalid("'echo' is not supported", "echo", "unsupported_value")
@@ -153,10 +97,10 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
         raise ApiError(404, f"The model '{model}' does not exist; this gateway serves '{served_model_name}'",
                        param="model", code="model_not_found")
     _check_unsupported(body)
-    max_tokens = None
+    max_tokens_name, max_tokens = max_tokens_names[0], None
     for name in max_tokens_names:  # the first present wins: max_completion_tokens supersedes max_tokens in chat
-        max_tokens = _optional_int(body, name, minimum=1)
-        if max_tokens is not None:
+        if body.get(name) is not None:
+            max_tokens_name, max_tokens = name, body[name]
             break
     stream = _optional_bool(body, "stream", False)
     stream_options = body.get("stream_options")
@@ -168,21 +112,28 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
             raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options",
                           "invalid_value")
         include_usage = _optional_bool(stream_options, "include_usage", False)
-    seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise invalid(f"'seed' must be an integer, got {json_type(seed)}", "seed", "invalid_type")
-    top_k = _optional_int(body, "top_k", minimum=-1)
-    worker_body = {
-        # None asks the worker for the rest of the context: only it knows the prompt's length in tokens.
+    top_k, stop = body.get("top_k"), body.get("stop")
+    fields = {  # OpenAI's conventions, mapped onto the worker's sampling fields
         "max_tokens": max_tokens if max_tokens is not None else default_max_tokens,
-        "temperature": _optional_number(body, "temperature", 1.0, 0.0, 2.0),
-        "top_p": _optional_number(body, "top_p", 1.0, 0.0, 1.0, low_inclusive=False),
-        # -1 is vLLM's spelling of "no top-k"; the worker protocol spells it 0.
-        "top_k": 0 if top_k in (None, -1) else top_k,
-        "seed": seed,
-        "stop": _stop(body),
-        "ignore_eos": _optional_bool(body, "ignore_eos", False),
+        "temperature": body["temperature"] if body.get("temperature") is not None else OPENAI_DEFAULT_TEMPERATURE,
+        "top_p": body.get("top_p"),
+        "top_k": 0 if is_int(top_k) and top_k == -1 else top_k,  # -1 is vLLM's spelling of "no top-k"
+        "seed": body.get("seed"),
+        # OpenAI ignores empty stop strings; the worker refuses them.
+        "stop": [s for s in stop if s != ""] if isinstance(stop, list) else (None if stop == "" else stop),
+        "ignore_eos": False if body.get("ignore_eos") is None else body["ignore_eos"],
     }
+    try:
+        params, stop = parse_sampling(fields, allow_null_max_tokens=True)
+    except SamplingError as exc:
+        param = max_tokens_name if exc.param == "max_tokens" else exc.param
+        raise invalid(f"'{param}' {exc.requirement}", param, exc.code) from None
+    if params.temperature > OPENAI_MAX_TEMPERATURE:
+        raise invalid(f"'temperature' must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {body['temperature']}",
+                      "temperature", "invalid_value")
+    worker_body = sampling_fields(params, stop)
+    # None asks the worker for the rest of the context: only it knows the prompt's length in tokens.
+    worker_body["max_tokens"] = fields["max_tokens"]
     return worker_body, stream, include_usage
 
 

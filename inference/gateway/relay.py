@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from inference import ndjson
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
-from inference.gateway.routing import Group, Role, Router, Worker, overloaded
+from inference.gateway.routing import Group, Router, Worker, overloaded
+from inference.roles import Role
 
 log = logging.getLogger("tandem.gateway.relay")
 
@@ -54,14 +56,6 @@ class Finish:
     reason: str | None
     prompt_tokens: int
     completion_tokens: int
-
-
-async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict]:
-    """The NDJSON objects of a worker stream."""
-    async for line in resp.content:
-        line = line.strip()
-        if line:
-            yield json.loads(line)
 
 
 async def _error_text(resp: aiohttp.ClientResponse) -> str:
@@ -221,7 +215,7 @@ class Relay:
             resp = await self.session.post(worker.url + "/v1/generate", data=payload, headers=JSON_HEADERS)
             if resp.status != 200:
                 await self._classify(resp, worker, excluded)
-            events = _events(resp)
+            events = ndjson.read(resp.content)
             prompt_tokens, pending, num_tokens, finish = await self._read_until_first_token(events, worker, excluded)
         except TRANSPORT_ERRORS as exc:
             release()
@@ -324,6 +318,6 @@ class Relay:
         if resp.status != 200:
             raise StreamBroken("decode_stream", f"decode {decode.url} answered HTTP {resp.status} for the "
                                                 f"token stream: {await _error_text(resp)}")
-        async for event in _events(resp):
+        async for event in ndjson.read(resp.content):
             if event.get("type") != "start":
                 yield event

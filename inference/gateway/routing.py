@@ -16,14 +16,9 @@ import aiohttp
 
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
+from inference.roles import Role
 
 log = logging.getLogger("tandem.gateway.routing")
-
-
-class Role(str, Enum):
-    PREFILL = "prefill"
-    DECODE = "decode"
-    COLOCATED = "colocated"
 
 
 class WorkerState(Enum):

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)  # before the heavy imports below: a bad flag fails in a blink
     from inference.worker.server import serve
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {config.role}[%(process)d] %(levelname)s "
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {config.engine.role}[%(process)d] %(levelname)s "
                                                    "%(name)s: %(message)s")
     return asyncio.run(serve(config))
 

@@ -5,13 +5,13 @@ import time
 
 from aiohttp import web
 
-from inference.worker.jobs import ndjson, stream_events
+from inference.worker.jobs import stream_job
 from inference.worker.protocol import parse_generate, parse_json
-
-NDJSON_TYPE = "application/x-ndjson"
 
 
 def add_routes(app: web.Application, server) -> None:
+    """`server` is the WorkerServer: admission, body limits, tokenizer, and the jobs it opens and closes."""
+
     async def generate(request: web.Request) -> web.StreamResponse:
         arrival = time.monotonic()
         server.check_admission()
@@ -23,13 +23,7 @@ def add_routes(app: web.Application, server) -> None:
         try:
             server.submit(job, prompt_ids, req.params, req.stop)
             await job.wait_admitted()
-            response = web.StreamResponse(headers={"Content-Type": NDJSON_TYPE, "Cache-Control": "no-cache"})
-            await response.prepare(request)
-            await response.write(ndjson({"type": "start", "request_id": job.request_id,
-                                         "prompt_tokens": len(prompt_ids)}))
-            await stream_events(response, job)
-            await response.write_eof()
-            return response
+            return await stream_job(request, job)
         finally:
             # Normal end, client gone (CancelledError / ConnectionResetError) or error: the engine frees its blocks.
             server.close_job(job)

@@ -1,30 +1,31 @@
-"""The worker's command line, parsed into one validated Config (`python -m inference.worker --help`)."""
+"""The worker's command line, parsed into one validated WorkerConfig (`python -m inference.worker --help`).
+
+The engine's settings form the engine's own `Config`, checked there; `WorkerConfig` holds it and adds what the HTTP
+server needs. A bad value of either exits 2 with a message that names the flag.
+
+`--enable-test-faults` is a test aid: it adds `POST /debug/fault`, which breaks the engine loop on demand. The control
+plane never passes it (it is not an engine setting a revision can carry), so no production worker serves that route.
+"""
 from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-ROLES = ("prefill", "decode", "colocated")
+from inference.engine.config import DTYPES, Config, ConfigError
+from inference.roles import Role
+
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+ENGINE_FIELDS = tuple(f.name for f in fields(Config))  # the flags that make the engine's Config
 
 
 @dataclass(slots=True)
 class WorkerConfig:
-    role: str
-    model: str
+    engine: Config
     port: int
     host: str = "127.0.0.1"
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int | None = None
-    kv_cache_bytes: int = 64 << 20
-    block_size: int = 16
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    max_model_len: int | None = None
     # Admission: at most max_num_seqs + max_queue requests in this worker (running, waiting, or received KV not yet
     # streamed); the next one gets 429 with Retry-After.
     max_queue: int = 256
@@ -36,32 +37,33 @@ class WorkerConfig:
     # /health says dead when the engine loop has not ticked for this long. Generous: one long CPU prefill step
     # (2048 tokens of a 135M model on one loaded core) takes seconds, and a false "dead" gets a worker replaced.
     stall_timeout: float = 30.0
+    # Test aids (see the module docstring): POST /debug/fault, and a pause before the model load so that tests see
+    # the "starting" state.
+    enable_test_faults: bool = False
+    test_load_delay: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
-        if not (Path(self.model) / "config.json").is_file():
-            raise ValueError(f"--model must be a Hugging Face model folder (with config.json), got {self.model!r}")
         if not 0 <= self.port <= 65535:
-            raise ValueError(f"--port must be in 0..65535, got {self.port}")
-        for name in ("kv_cache_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_body_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+            raise ConfigError("port", f"must be in 0..65535, got {self.port}")
+        if self.max_body_bytes < 1:
+            raise ConfigError("max_body_bytes", f"must be >= 1, got {self.max_body_bytes}")
         if self.max_queue < 0:
-            raise ValueError(f"--max-queue must be >= 0, got {self.max_queue}")
+            raise ConfigError("max_queue", f"must be >= 0, got {self.max_queue}")
         for name in ("drain_timeout", "kv_push_timeout", "stream_claim_timeout", "stall_timeout"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(self, name)}")
+                raise ConfigError(name, f"must be > 0 seconds, got {getattr(self, name)}")
+        if self.test_load_delay < 0:
+            raise ConfigError("test_load_delay", f"must be >= 0 seconds, got {self.test_load_delay}")
+        if self.test_load_delay and not self.enable_test_faults:
+            raise ConfigError("test_load_delay", "is a test aid: it needs --enable-test-faults")
 
     @property
     def model_name(self) -> str:
-        return Path(self.model).resolve().name
+        return Path(self.engine.model).resolve().name
 
     @property
     def max_in_flight(self) -> int:
-        return self.max_num_seqs + self.max_queue
+        return self.engine.max_num_seqs + self.max_queue
 
 
 def parse_size(text: str) -> int:
@@ -76,12 +78,12 @@ def parse_size(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m inference.worker",
                                 description="A Tandem inference worker: prefill, decode or colocated.")
-    p.add_argument("--role", required=True, choices=ROLES)
+    p.add_argument("--role", required=True, choices=[role.value for role in Role])
     p.add_argument("--model", required=True, help="Hugging Face model folder")
     p.add_argument("--port", required=True, type=int)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--kv-cache-bytes", type=parse_size, default=64 << 20, help="KV pool size, e.g. 64M")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
@@ -99,14 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode: seconds a received request waits for its stream before it is aborted")
     p.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds without an engine-loop tick before /health reports dead")
+    # Test aids: never for production; the control plane never passes them.
+    p.add_argument("--enable-test-faults", action="store_true",
+                   help="TEST AID, never in production: serve POST /debug/fault, which kills, fails or stalls the "
+                        "engine loop on demand (the test suite's fault injection)")
+    p.add_argument("--test-load-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="TEST AID, needs --enable-test-faults: wait this long before loading the model, so that "
+                        "tests see the 'starting' state")
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = vars(parser.parse_args(argv))
     try:
-        return WorkerConfig(**{k: v for k, v in vars(args).items()})
-    except ValueError as exc:
-        parser.error(str(exc))  # exits 2 with the usage line and the message
+        engine = Config(**{name: args.pop(name) for name in ENGINE_FIELDS})
+        return WorkerConfig(engine=engine, **args)
+    except ConfigError as exc:
+        parser.error(f"--{exc.field.replace('_', '-')} {exc.requirement}")  # exits 2 with the usage line
         raise  # unreachable; parser.error exits

@@ -12,8 +12,7 @@ from functools import partial
 from aiohttp import web
 
 from inference.kv_wire import KVWireError, decode_payload
-from inference.worker.colocated import NDJSON_TYPE
-from inference.worker.jobs import ndjson, stream_events
+from inference.worker.jobs import stream_job
 from inference.worker.protocol import REQUEST_ID_RE, RequestError, check_fits, parse_sampling
 
 # Bytes of a KV payload beyond its tensors: the JSON header (prompt ids as decimal text) and safetensors framing.
@@ -30,6 +29,7 @@ def kv_body_limit(info: dict) -> int:
 
 
 def add_routes(app: web.Application, server) -> None:
+    """`server` is the WorkerServer: admission, body limits, and the jobs it opens and closes."""
     async def receive_kv(request: web.Request) -> web.Response:
         arrival = time.monotonic()
         server.check_admission()
@@ -58,7 +58,7 @@ def add_routes(app: web.Application, server) -> None:
             server.close_job(job)
             raise
         job.accepted = True
-        job.start_claim_timer(server.config.stream_claim_timeout)
+        job.start_claim_timer(server.config.stream_claim_timeout, partial(server.close_job, job, kind="timeout"))
         server.metrics.kv_transfer_bytes.inc(len(body))
         server.metrics.kv_transfer_seconds.observe(time.monotonic() - arrival)
         return web.json_response({"request_id": job.request_id, "accepted": True,
@@ -76,13 +76,7 @@ def add_routes(app: web.Application, server) -> None:
         job.claimed = True
         job.cancel_claim_timer()
         try:
-            response = web.StreamResponse(headers={"Content-Type": NDJSON_TYPE, "Cache-Control": "no-cache"})
-            await response.prepare(request)
-            await response.write(ndjson({"type": "start", "request_id": request_id,
-                                         "prompt_tokens": job.num_prompt_tokens}))
-            await stream_events(response, job)
-            await response.write_eof()
-            return response
+            return await stream_job(request, job)
         finally:
             server.close_job(job)
 

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from inference.engine.sequence import SamplingParams
 from inference.metrics import TandemMetrics
+from inference.roles import Role
+from inference.sampling_params import SamplingParams
 from inference.worker.detokenize import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class _Tracked:
 
 
 class EngineLoop:
-    def __init__(self, make_engine: Callable[[], object], metrics: TandemMetrics, *, role: str,
+    def __init__(self, make_engine: Callable[[], object], metrics: TandemMetrics, *, role: Role,
                  faults_enabled: bool = False):
         self.make_engine = make_engine
         self.metrics = metrics
@@ -111,7 +112,7 @@ class EngineLoop:
         self._commands.put(("abort", request_id))
 
     def inject_fault(self, kind: str) -> None:
-        """Tests only (TANDEM_TEST_FAULTS=1): "die" kills the thread, "step_error" makes the next step raise,
+        """Test aid (--enable-test-faults): "die" kills the thread, "step_error" makes the next step raise,
         "stall" blocks the loop for STALL_FAULT_S."""
         assert self.faults_enabled
         self._commands.put(("fault", kind))
@@ -155,7 +156,7 @@ class EngineLoop:
             try:
                 if self._fault == "step_error":
                     self._fault = None
-                    raise RuntimeError("injected step failure (TANDEM_TEST_FAULTS)")
+                    raise RuntimeError("injected step failure (--enable-test-faults)")
                 outputs = engine.step()
                 num_failures = 0
             except Exception as exc:
@@ -195,7 +196,7 @@ class EngineLoop:
 
     def _apply_fault(self, kind: str) -> None:
         if kind == "die":
-            raise RuntimeError("injected engine-loop death (TANDEM_TEST_FAULTS)")
+            raise RuntimeError("injected engine-loop death (--enable-test-faults)")
         if kind == "stall":
             time.sleep(STALL_FAULT_S)
         elif kind == "step_error":
@@ -257,9 +258,9 @@ class EngineLoop:
             self.engine.abort(sub.request_id)
             self._publish_stats()
         if token_ids:
-            is_handoff = self.role == "prefill" and finish_reason is None
+            is_handoff = self.role is Role.PREFILL and finish_reason is None
             sub.emit(Event("token", token_ids=token_ids, text=text, kv=out.kv if is_handoff else None,
-                           finish_reason=finish_reason if self.role == "prefill" else None,
+                           finish_reason=finish_reason if self.role is Role.PREFILL else None,
                            num_prompt_tokens=len(sub.prompt_token_ids),
                            num_completion_tokens=tracked.num_completion_tokens))
             if is_handoff:  # the engine forgot this request: its K/V now travels with the event
@@ -273,7 +274,7 @@ class EngineLoop:
             return
         self.metrics.count_success(finish_reason)
         self.metrics.e2e_request_latency.observe(now - sub.arrival)
-        if self.role != "prefill":
+        if self.role is not Role.PREFILL:
             sub.emit(Event("done", text=text if not token_ids else "", finish_reason=finish_reason,
                            num_prompt_tokens=len(sub.prompt_token_ids),
                            num_completion_tokens=tracked.num_completion_tokens))

@@ -1,20 +1,20 @@
-"""One open request on the asyncio side: the mailbox the engine thread writes events into.
+"""One open request on the asyncio side: the mailbox the engine thread writes events into, and its NDJSON stream.
 
-Waiting for the next event never waits blindly: every JOB_POLL_S the job checks that the engine loop is still alive
-and ticking, and turns a dead or stuck loop into an error event, so no handler hangs on a loop that will never answer.
+Waiting for the next event never waits blindly: every JOB_POLL_S the job asks `health` (the server's view of the
+engine loop) and turns a dead or stuck loop into an error event, so no handler hangs on a loop that will never answer.
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from aiohttp import web
+
+from inference import ndjson
+from inference.metrics import TandemMetrics
 from inference.worker.engine_loop import Event
 from inference.worker.protocol import RequestError
-
-if TYPE_CHECKING:
-    from inference.worker.server import WorkerServer
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +22,12 @@ JOB_POLL_S = 1.0
 
 
 class Job:
-    def __init__(self, request_id: str, arrival: float, server: WorkerServer):
+    def __init__(self, request_id: str, arrival: float, *, health: Callable[[], tuple[str, str]],
+                 metrics: TandemMetrics):
         self.request_id = request_id
         self.arrival = arrival
-        self.server = server
+        self.health = health  # () -> (status, reason), as /health reports it
+        self.metrics = metrics
         self.loop = asyncio.get_running_loop()
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.submitted = False  # handed to the engine thread (so closing it early must abort it there)
@@ -34,6 +36,7 @@ class Job:
         self.claimed = False  # decode role: someone streams it
         self.num_prompt_tokens = 0
         self._claim_timer: asyncio.TimerHandle | None = None
+        self._on_unclaimed: Callable[[], None] | None = None
 
     def emit_threadsafe(self, event: Event) -> None:
         """Called on the engine thread."""
@@ -51,11 +54,11 @@ class Job:
             try:
                 event = await asyncio.wait_for(self.events.get(), JOB_POLL_S)
             except TimeoutError:
-                status, reason = self.server.health_status()
+                status, reason = self.health()
                 if status in ("ok", "draining"):
                     continue
                 event = Event("error", message=f"the engine stopped answering ({status}: {reason})", kind="engine")
-                self.server.metrics.count_error("engine")
+                self.metrics.count_error("engine")
             if event.type in ("done", "error", "rejected") or (event.type == "token" and (
                     event.kv is not None or event.finish_reason is not None)):
                 self.finished = True
@@ -74,7 +77,9 @@ class Job:
 
     # -- decode role: a received request waits for its stream ------------------------------------------------------
 
-    def start_claim_timer(self, timeout: float) -> None:
+    def start_claim_timer(self, timeout: float, on_unclaimed: Callable[[], None]) -> None:
+        """Call `on_unclaimed` (it aborts the request) unless someone claims the stream within `timeout`."""
+        self._on_unclaimed = on_unclaimed
         self._claim_timer = self.loop.call_later(timeout, self._unclaimed)
 
     def cancel_claim_timer(self) -> None:
@@ -86,27 +91,33 @@ class Job:
         if self.claimed:
             return
         log.warning("%s: nobody streamed it within the claim timeout; aborting", self.request_id)
-        self.server.close_job(self, kind="timeout")
+        self._on_unclaimed()
 
 
-def ndjson(obj: dict) -> bytes:
-    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+async def stream_job(request: web.Request, job: Job) -> web.StreamResponse:
+    """Answer with the job's events as NDJSON: "start", then tokens, until "done" or "error"."""
+    response = web.StreamResponse(headers={"Content-Type": ndjson.CONTENT_TYPE, "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    await response.write(ndjson.encode({"type": "start", "request_id": job.request_id,
+                                        "prompt_tokens": job.num_prompt_tokens}))
+    await _write_events(response, job)
+    await response.write_eof()
+    return response
 
 
-async def stream_events(response, job: Job) -> None:
-    """Write a job's token events as NDJSON until done or error (the caller already wrote "start")."""
+async def _write_events(response: web.StreamResponse, job: Job) -> None:
     while True:
         event = await job.next_event()
         if event.type == "token":
-            await response.write(ndjson({"type": "token", "token_ids": event.token_ids, "text": event.text}))
+            await response.write(ndjson.encode({"type": "token", "token_ids": event.token_ids, "text": event.text}))
             continue
         if event.type == "done":
             if event.text:  # held-back text released at the finish, with no token of its own
-                await response.write(ndjson({"type": "token", "token_ids": [], "text": event.text}))
-            await response.write(ndjson({"type": "done", "finish_reason": event.finish_reason,
-                                         "prompt_tokens": job.num_prompt_tokens or event.num_prompt_tokens,
-                                         "completion_tokens": event.num_completion_tokens}))
+                await response.write(ndjson.encode({"type": "token", "token_ids": [], "text": event.text}))
+            await response.write(ndjson.encode({"type": "done", "finish_reason": event.finish_reason,
+                                                "prompt_tokens": job.num_prompt_tokens or event.num_prompt_tokens,
+                                                "completion_tokens": event.num_completion_tokens}))
             return
         message = event.message or "the request failed"
-        await response.write(ndjson({"type": "error", "message": message, "kind": event.kind or "engine"}))
+        await response.write(ndjson.encode({"type": "error", "message": message, "kind": event.kind or "engine"}))
         return

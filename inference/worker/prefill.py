@@ -18,6 +18,7 @@ KV_CONTENT_TYPE = "application/octet-stream"
 
 
 def add_routes(app: web.Application, server) -> None:
+    """`server` is the WorkerServer: admission, body limits, tokenizer, and the jobs it opens and closes."""
     async def client_session(app: web.Application):
         # One pooled session for all pushes; per-push timeouts are set on each call.
         app["kv_session"] = aiohttp.ClientSession()

@@ -1,7 +1,8 @@
 """The worker's request bodies and error answers (docs/contracts.md, "Worker HTTP API").
 
 Everything a client sends is checked here, at the edge, with an OpenAI-shaped error that names the parameter:
-`{"error": {"message", "type", "param", "code"}}`. Nothing past this module sees an unchecked value.
+`{"error": {"message", "type", "param", "code"}}` (sampling fields by `inference.sampling_params`, which the gateway
+and the engine share). Nothing past this module sees an unchecked value.
 """
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from inference.engine.sequence import SamplingParams
+from inference import sampling_params
+from inference.checks import json_type
+from inference.sampling_params import SamplingError, SamplingParams, sampling_fields
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # it travels in URL paths (/v1/stream/{request_id})
-MAX_STOP_STRINGS = 16
-MAX_STOP_LEN = 256
 MAX_MESSAGES = 1024
 
 
@@ -66,12 +67,7 @@ class GenerateRequest:
 
     def sampling_header(self) -> dict:
         """The `sampling` object of the KV header: the same fields as the request body."""
-        return sampling_dict(self.params, self.stop)
-
-
-def sampling_dict(params: SamplingParams, stop: list[str]) -> dict:
-    return {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
-            "top_k": params.top_k, "seed": params.seed, "ignore_eos": params.ignore_eos, "stop": list(stop)}
+        return sampling_fields(self.params, self.stop)
 
 
 def parse_json(raw: bytes):
@@ -85,7 +81,7 @@ def parse_json(raw: bytes):
 
 def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
     if not isinstance(body, dict):
-        raise RequestError(f"request body must be a JSON object, got {_json_type(body)}")
+        raise RequestError(f"request body must be a JSON object, got {json_type(body)}")
     request_id = body.get("request_id")
     if request_id is not None and (not isinstance(request_id, str) or not REQUEST_ID_RE.match(request_id)):
         raise RequestError("request_id must be 1-128 characters of A-Z a-z 0-9 . _ : -", param="request_id")
@@ -94,7 +90,7 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
         raise RequestError("give exactly one of 'prompt' and 'messages'", param="prompt")
     if prompt is not None:
         if not isinstance(prompt, str):
-            raise RequestError(f"prompt must be a string, got {_json_type(prompt)}", param="prompt")
+            raise RequestError(f"prompt must be a string, got {json_type(prompt)}", param="prompt")
         if not prompt:
             raise RequestError("prompt must not be empty", param="prompt")
     else:
@@ -115,37 +111,10 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
 
 def parse_sampling(body: dict, allow_null_max_tokens: bool = False) -> tuple[SamplingParams, list[str]]:
     """Sampling fields of a request body or of a KV header's `sampling` object; absent fields take defaults."""
-    max_tokens = body.get("max_tokens", 16)
-    if max_tokens is None and allow_null_max_tokens:
-        max_tokens = 1  # a placeholder the caller replaces once the prompt length is known (fit_to_context)
-    if not _is_int(max_tokens) or max_tokens < 1:
-        raise RequestError(f"max_tokens must be an integer >= 1, got {max_tokens!r}", param="max_tokens")
-    temperature = body.get("temperature", 0.0)
-    if temperature is None:
-        temperature = 0.0
-    if not _is_number(temperature) or not 0.0 <= temperature <= 100.0:
-        raise RequestError(f"temperature must be a number in [0, 100], got {temperature!r}", param="temperature")
-    top_p = body.get("top_p", 1.0)
-    top_p = 1.0 if top_p is None else top_p
-    if not _is_number(top_p) or not 0.0 < top_p <= 1.0:
-        raise RequestError(f"top_p must be a number in (0, 1], got {top_p!r}", param="top_p")
-    top_k = body.get("top_k", 0)
-    top_k = 0 if top_k is None else top_k
-    if not _is_int(top_k) or top_k < 0:
-        raise RequestError(f"top_k must be an integer >= 0, got {top_k!r}", param="top_k")
-    seed = body.get("seed")
-    if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
-        raise RequestError(f"seed must be null or an integer in [0, 2^63), got {seed!r}", param="seed")
-    ignore_eos = body.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool):
-        raise RequestError(f"ignore_eos must be a boolean, got {ignore_eos!r}", param="ignore_eos")
-    stop = _parse_stop(body.get("stop"))
     try:
-        params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p),
-                                top_k=top_k, seed=seed, ignore_eos=ignore_eos)
-    except ValueError as exc:  # the engine's own checks, should they be stricter than ours
-        raise RequestError(str(exc)) from None
-    return params, stop
+        return sampling_params.parse_sampling(body, allow_null_max_tokens=allow_null_max_tokens)
+    except SamplingError as exc:
+        raise RequestError(str(exc), param=exc.param) from None
 
 
 def check_fits(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
@@ -168,30 +137,3 @@ def _parse_messages(messages) -> list[dict]:
                                param=f"messages[{i}]")
         out.append({"role": m["role"], "content": m["content"]})
     return out
-
-
-def _parse_stop(stop) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise RequestError("stop must be a string or a list of strings", param="stop")
-    if len(stop) > MAX_STOP_STRINGS:
-        raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings", param="stop")
-    if any(not s or len(s) > MAX_STOP_LEN for s in stop):
-        raise RequestError(f"stop strings must be 1-{MAX_STOP_LEN} characters", param="stop")
-    return stop
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # NaN != NaN
-
-
-def _json_type(value) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number")

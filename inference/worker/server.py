@@ -6,12 +6,17 @@ Order of life:
 3. on SIGTERM/SIGINT: refuse new requests (503, /health "draining"), let open ones finish for --drain-timeout,
    abort the rest, stop the engine thread, exit 0.
 A model that fails to load makes the process exit 1 (a node agent sees a crash, not a zombie that answers 503).
+
+The role's routes (`colocated`, `prefill`, `decode`) are handed this server and call back into it for admission,
+body limits, tokenizing and jobs; `jobs` gets only the engine-loop health and the metrics it needs.
+
+Test aid: with `--enable-test-faults` (never passed by the control plane) the worker also serves
+`POST /debug/fault {"kind": "die" | "step_error" | "stall"}`, which breaks its engine loop on demand.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import time
 import uuid
@@ -21,7 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from inference.metrics import CONTENT_TYPE, TandemMetrics
-from inference.worker import jobs
+from inference.roles import Role
+from inference.worker import colocated, decode, jobs, prefill
 from inference.worker.config import WorkerConfig
 from inference.worker.engine_loop import EngineLoop, LoopState, Submission
 from inference.worker.protocol import RequestError, error_response, parse_json
@@ -32,17 +38,16 @@ RETRY_AFTER_S = 1
 DRAIN_POLL_S = 0.05
 # aiohttp's own cap on request bodies; each route enforces its tighter limit while reading (see read_body).
 APP_MAX_BODY = 1 << 40
-FAULTS_ENV = "TANDEM_TEST_FAULTS"  # read here only: enables POST /debug/fault for the test suite
-LOAD_DELAY_ENV = "TANDEM_TEST_LOAD_DELAY_S"  # with FAULTS_ENV: hold the model load, so tests see "starting"
+ROLE_ROUTES = {Role.COLOCATED: colocated.add_routes, Role.PREFILL: prefill.add_routes,
+               Role.DECODE: decode.add_routes}
 
 
 class WorkerServer:
     def __init__(self, config: WorkerConfig):
         self.config = config
-        self.metrics = TandemMetrics(role=config.role, model=config.model_name)
-        self.faults_enabled = os.environ.get(FAULTS_ENV) == "1"
-        self.engine_loop = EngineLoop(self._make_engine, self.metrics, role=config.role,
-                                      faults_enabled=self.faults_enabled)
+        self.metrics = TandemMetrics(role=config.engine.role, model=config.model_name)
+        self.engine_loop = EngineLoop(self._make_engine, self.metrics, role=config.engine.role,
+                                      faults_enabled=config.enable_test_faults)
         self.jobs: dict[str, jobs.Job] = {}
         self.draining = False
         self.exit_code: int | None = None
@@ -55,29 +60,23 @@ class WorkerServer:
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def _make_engine(self):
-        from inference.engine import Config, LLMEngine
+        from inference.engine import LLMEngine  # torch: on the engine thread, while /health answers "starting"
 
-        if self.faults_enabled and os.environ.get(LOAD_DELAY_ENV):
-            time.sleep(float(os.environ[LOAD_DELAY_ENV]))
-        c = self.config
-        return LLMEngine(Config(model=c.model, role=c.role, device=c.device, dtype=c.dtype, threads=c.threads,
-                                kv_cache_bytes=c.kv_cache_bytes, block_size=c.block_size,
-                                max_num_seqs=c.max_num_seqs, max_num_batched_tokens=c.max_num_batched_tokens,
-                                max_model_len=c.max_model_len))
+        if self.config.test_load_delay:
+            time.sleep(self.config.test_load_delay)
+        return LLMEngine(self.config.engine)
 
     # -- the app ---------------------------------------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
-        from inference.worker import colocated, decode, prefill
-
         app = web.Application(client_max_size=APP_MAX_BODY, middlewares=[self._errors_middleware])
         app["server"] = self
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_view)
         app.router.add_get("/info", self.info_view)
-        if self.faults_enabled:
+        if self.config.enable_test_faults:
             app.router.add_post("/debug/fault", self.fault_view)
-        {"colocated": colocated, "prefill": prefill, "decode": decode}[self.config.role].add_routes(app, self)
+        ROLE_ROUTES[self.config.engine.role](app, self)
         return app
 
     @web.middleware
@@ -104,7 +103,7 @@ class WorkerServer:
     async def health(self, request: web.Request) -> web.Response:
         status, reason = self.health_status()
         if status == "ok":
-            return web.json_response({"status": "ok", "role": self.config.role, "model": self.config.model_name,
+            return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
                                       "revision": self.config.revision})
         return web.json_response({"status": status, "reason": reason}, status=503)
 
@@ -134,6 +133,7 @@ class WorkerServer:
         return web.json_response({**self.info, "num_kv_blocks": stats.get("num_kv_blocks_total")})
 
     async def fault_view(self, request: web.Request) -> web.Response:
+        """Test aid (--enable-test-faults only): break the engine loop as the request's `kind` says."""
         body = parse_json(await self.read_body(request, self.config.max_body_bytes))
         kind = body.get("kind") if isinstance(body, dict) else None
         if kind not in ("die", "step_error", "stall"):
@@ -179,7 +179,7 @@ class WorkerServer:
         if request_id in self.jobs:
             raise RequestError(f"request_id {request_id!r} is already in flight on this worker", status=409,
                                param="request_id", code="duplicate_request_id")
-        job = jobs.Job(request_id, arrival, self)
+        job = jobs.Job(request_id, arrival, health=self.health_status, metrics=self.metrics)
         self.jobs[request_id] = job
         return job
 
@@ -236,8 +236,8 @@ class WorkerServer:
             return
         self.tokenizer = engine.tokenizer
         self.vocab_size = engine.model_runner.vocab_size
-        self.info = {"role": self.config.role, "model": self.config.model_name,
-                     "model_path": str(Path(self.config.model).resolve()), "revision": self.config.revision,
+        self.info = {"role": self.config.engine.role, "model": self.config.model_name,
+                     "model_path": str(Path(self.config.engine.model).resolve()), "revision": self.config.revision,
                      "max_model_len": engine.max_model_len, "kv_layout": dict(engine.kv_layout)}
         log.info("ready: %s", self.info)
 
@@ -272,7 +272,8 @@ async def serve(config: WorkerConfig) -> int:
         log.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
         await runner.cleanup()
         return 1
-    log.info("listening on http://%s:%s (role %s), loading %s", config.host, config.port, config.role, config.model)
+    log.info("listening on http://%s:%s (role %s), loading %s", config.host, config.port, config.engine.role,
+             config.engine.model)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.begin_drain)

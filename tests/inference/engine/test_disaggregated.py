@@ -4,7 +4,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine_support import hf_greedy, random_prompts
+from tests.inference.engine.support import hf_greedy, random_prompts
 
 PROMPT_LENGTHS = [3, 9, 16, 17, 31, 64, 120, 200]
 NUM_NEW_TOKENS = 16

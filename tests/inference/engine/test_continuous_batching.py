@@ -1,7 +1,7 @@
 """Requests join a running batch between steps and still decode exactly as Hugging Face does."""
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine_support import hf_greedy, hf_model, random_prompts  # noqa: F401  (fixture)
+from tests.inference.engine.support import hf_greedy, random_prompts
 
 
 def collect(outputs, tokens):

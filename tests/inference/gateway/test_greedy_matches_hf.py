@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.inference.gateway_helpers import PLAIN_FLEET, complete, hf_greedy_texts, shared_workers, sse_events, \
+from tests.inference.gateway.support import PLAIN_FLEET, complete, hf_greedy_texts, shared_workers, sse_events, \
     start_gateway, stop_all
 
 pytestmark = pytest.mark.integration

@@ -54,15 +54,14 @@ def shared_workers(request, tmp_path_factory, key: str, specs: list[tuple[str, s
 
 
 # One worker that holds at most one request (--max-num-seqs 1 --max-queue 0) and takes test-only faults
-# (TANDEM_TEST_FAULTS enables its POST /debug/fault). Shared by the modules that need either; restarted if killed.
+# (--enable-test-faults serves its POST /debug/fault). Shared by the modules that need either; restarted if killed.
 FAULTY_FLEET = [("colocated-faulty", "colocated")]
-FAULTY_ARGS = ["--max-num-seqs", "1", "--max-queue", "0"]
-FAULTY_ENV = {"TANDEM_TEST_FAULTS": "1"}
+FAULTY_ARGS = ["--max-num-seqs", "1", "--max-queue", "0", "--enable-test-faults"]
 
 
 def faulty_worker(request, tmp_path_factory, model_dir: Path) -> Proc:
-    return shared_workers(request, tmp_path_factory, "faulty", FAULTY_FLEET, model_dir, FAULTY_ARGS,
-                          FAULTY_ENV)["colocated-faulty"]
+    return shared_workers(request, tmp_path_factory, "faulty", FAULTY_FLEET, model_dir,
+                          FAULTY_ARGS)["colocated-faulty"]
 
 
 def start_gateway(name: str, args: list[str], log_dir: Path, *, wait_ready: bool = True) -> Proc:

@@ -6,7 +6,7 @@ import json
 import pytest
 import requests
 
-from tests.inference.gateway_helpers import PLAIN_FLEET, shared_workers, start_gateway
+from tests.inference.gateway.support import PLAIN_FLEET, shared_workers, start_gateway
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,7 @@ def test_a_body_over_the_limit_is_413(gateway_url):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_context_overflow_comes_back_from_the_worker_naming_both_numbers(gateway_url, stream):
-    # --max-model-len 512 (gateway_helpers.WORKER_ARGS): 300 words is about 300+ tokens, plus 400 to generate.
+    # --max-model-len 512 (support.WORKER_ARGS): 300 words is about 300+ tokens, plus 400 to generate.
     body = {"model": "tandem", "prompt": "word " * 300, "max_tokens": 400, "stream": stream}
     error = _error(_post(gateway_url, "/v1/completions", body), 400)
     assert "512" in error["message"] and "400" in error["message"]

@@ -4,7 +4,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine_support import random_prompts
+from tests.inference.engine.support import random_prompts
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from safetensors.torch import save as st_save
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from inference.kv_wire import KVPayload, encode_payload
-from tests.inference.worker_support import (
+from tests.inference.worker.support import (
     HTTP_TIMEOUT_S, assert_openai_error, metric, read_stream, start_worker, token_ids)
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ import time
 import pytest
 import requests
 
-from tests.inference.gateway_helpers import complete, faulty_worker, start_gateway
+from tests.inference.gateway.support import complete, faulty_worker, start_gateway
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tests.inference.gateway_helpers import complete, faulty_worker, start_gateway, stop_all
+from tests.inference.gateway.support import complete, faulty_worker, start_gateway, stop_all
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine_support import hf_greedy, hf_model, random_prompts  # noqa: F401  (fixture)
+from tests.inference.engine.support import hf_greedy, random_prompts
 
 PROMPT_LENGTHS = [3, 7, 15, 16, 17, 33, 90, 200]  # around block edges (16) and beyond the budget's share
 NUM_NEW_TOKENS = 20

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.inference.worker_support import (
+from tests.inference.worker.support import (
     HTTP_TIMEOUT_S, assert_openai_error, generate, metric, start_worker, token_ids)
 
 pytestmark = pytest.mark.integration
@@ -79,6 +79,8 @@ def test_unknown_routes_and_methods_answer_in_the_error_shape(worker):
     assert_openai_error(requests.get(f"{worker.url}/v1/generate", timeout=HTTP_TIMEOUT_S), 405)
     # A colocated worker has no decode routes.
     assert_openai_error(post(worker.url, "/v1/kv", data=b"x"), 404)
+    # Nor, without --enable-test-faults, the test suite's fault hook.
+    assert_openai_error(post(worker.url, "/debug/fault", json={"kind": "die"}), 404)
 
 
 def test_after_all_of_that_the_worker_is_healthy_and_serves(worker):

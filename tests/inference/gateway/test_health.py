@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import requests
 
-from tests.inference.gateway_helpers import complete, start_gateway
+from tests.inference.gateway.support import complete, start_gateway
 from tests.procs import free_port
 
 

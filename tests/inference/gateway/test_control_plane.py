@@ -13,7 +13,7 @@ import pytest
 import requests
 from aiohttp import web
 
-from tests.inference.gateway_helpers import PLAIN_FLEET, complete, shared_workers, start_gateway
+from tests.inference.gateway.support import PLAIN_FLEET, complete, shared_workers, start_gateway
 from tests.procs import free_port
 
 pytestmark = pytest.mark.integration

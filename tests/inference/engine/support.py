@@ -1,9 +1,7 @@
 """What the engine tests hold the engine to: Hugging Face's own greedy `generate` on the same tiny model."""
 from __future__ import annotations
 
-import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 
 def random_prompts(lengths, seed=0):
@@ -15,8 +13,3 @@ def hf_greedy(model, prompt, num_new_tokens):
     out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                          do_sample=False, max_new_tokens=num_new_tokens)
     return out[0, len(prompt):].tolist()
-
-
-@pytest.fixture(scope="module")
-def hf_model(tiny_model_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()

@@ -7,7 +7,7 @@ import signal
 import pytest
 import requests
 
-from tests.inference.worker_support import HTTP_TIMEOUT_S, START_TIMEOUT_S, assert_openai_error, start_worker
+from tests.inference.worker.support import HTTP_TIMEOUT_S, START_TIMEOUT_S, assert_openai_error, start_worker
 from tests.procs import wait_http
 
 pytestmark = pytest.mark.integration

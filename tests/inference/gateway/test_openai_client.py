@@ -4,7 +4,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.inference.gateway_helpers import PLAIN_FLEET, shared_workers, start_gateway
+from tests.inference.gateway.support import PLAIN_FLEET, shared_workers, start_gateway
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """/health is 200 only while the model is loaded and the engine loop ticks; an engine failure fails its requests only.
 
-Faults are injected through POST /debug/fault, which exists only when TANDEM_TEST_FAULTS=1.
+Faults are injected through POST /debug/fault, which exists only with --enable-test-faults (a test aid).
 """
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ import time
 import pytest
 import requests
 
-from tests.inference.worker_support import HTTP_TIMEOUT_S, generate, metric, start_worker, token_ids
+from tests.inference.worker.support import HTTP_TIMEOUT_S, generate, metric, start_worker, token_ids
 from tests.procs import wait_http
 
 pytestmark = pytest.mark.integration
 
-FAULT_ENV = {"TANDEM_TEST_FAULTS": "1", "TANDEM_TEST_LOAD_DELAY_S": "2"}
+FAULT_ARGS = ["--enable-test-faults", "--test-load-delay", "2"]  # the load delay lets a test see "starting"
 
 
 @pytest.fixture(scope="module")
 def worker(tiny_model_dir, tmp_path_factory):
     proc = start_worker("colocated", "colocated", tiny_model_dir, tmp_path_factory.mktemp("logs"),
-                        "--stall-timeout", "1", env=FAULT_ENV, wait=False)
+                        "--stall-timeout", "1", *FAULT_ARGS, wait=False)
     yield proc
     proc.stop()
 

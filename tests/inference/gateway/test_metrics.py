@@ -6,7 +6,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.inference.gateway_helpers import PLAIN_FLEET, complete, shared_workers, sse_events, start_gateway
+from tests.inference.gateway.support import PLAIN_FLEET, complete, shared_workers, sse_events, start_gateway
 
 pytestmark = pytest.mark.integration
 

@@ -24,6 +24,7 @@ def run_worker(*args: str) -> subprocess.CompletedProcess:
     (["--role", "decode", "--model", "{model}", "--port", "1", "--drain-timeout", "-1"], "--drain-timeout"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--dtype", "int3"], "--dtype"),
     (["--model", "{model}", "--port", "1"], "--role"),
+    (["--role", "decode", "--model", "{model}", "--port", "1", "--test-load-delay", "2"], "--enable-test-faults"),
 ])
 def test_a_bad_flag_exits_2_naming_it(tiny_model_dir, args, fragment):
     result = run_worker(*(a.replace("{model}", str(tiny_model_dir)) for a in args))
@@ -36,7 +37,15 @@ def test_sizes_take_units(tiny_model_dir):
 
     config = parse_args(["--role", "decode", "--model", str(tiny_model_dir), "--port", "0",
                          "--kv-cache-bytes", "64M", "--max-body-bytes", "2KiB"])
-    assert (config.kv_cache_bytes, config.max_body_bytes) == (64 << 20, 2048)
+    assert (config.engine.kv_cache_bytes, config.max_body_bytes) == (64 << 20, 2048)
+
+
+def test_the_test_fault_hook_is_off_unless_its_flag_is_given(tiny_model_dir):
+    from inference.worker.config import parse_args
+
+    argv = ["--role", "colocated", "--model", str(tiny_model_dir), "--port", "0"]
+    assert not parse_args(argv).enable_test_faults
+    assert parse_args([*argv, "--enable-test-faults"]).enable_test_faults
 
 
 def test_a_model_that_fails_to_load_exits_1_with_the_reason(tmp_path):

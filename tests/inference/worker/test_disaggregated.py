@@ -10,7 +10,7 @@ import requests
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.inference.worker_support import (
+from tests.inference.worker.support import (
     HTTP_TIMEOUT_S, assert_openai_error, generate, metric, read_stream, start_worker, text, token_ids)
 from tests.procs import free_port, wait_http
 

@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from tests.inference.worker_support import (
+from tests.inference.worker.support import (
     HTTP_TIMEOUT_S, generate, metric, start_worker, token_ids)
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 import pytest
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine_support import hf_greedy, hf_model, random_prompts  # noqa: F401  (fixture)
+from tests.inference.engine.support import hf_greedy, random_prompts
 
 BLOCK_SIZE = 16
 NUM_NEW_TOKENS = 20

@@ -1,0 +1,101 @@
+"""Sampling parameters and their one validation, shared by the engine, the worker protocol and the gateway.
+
+Every field is checked here, once. Each edge turns a `SamplingError` into its own answer: the worker and the gateway
+into a 400 naming `param`, the engine into the ValueError it is. A JSON body's sampling fields (a worker request, the
+`sampling` object of a KV header, an OpenAI request the gateway has mapped) go through `parse_sampling`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from inference.checks import is_int, is_number
+
+DEFAULT_MAX_TOKENS = 16
+MAX_STOP_STRINGS = 16
+MAX_STOP_LEN = 256
+
+
+class SamplingError(ValueError):
+    """A bad sampling field: `param` names it, `code` says whether its type or its value is wrong."""
+
+    def __init__(self, param: str, requirement: str, code: str = "invalid_value"):
+        super().__init__(f"{param} {requirement}")
+        self.param, self.requirement, self.code = param, requirement, code
+
+
+@dataclass(slots=True, frozen=True)
+class SamplingParams:
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k filter
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
+            raise _error("max_tokens", "must be an integer >= 1", self.max_tokens, type_ok=is_int(self.max_tokens))
+        if not is_number(self.temperature) or not 0.0 <= self.temperature <= 100.0:
+            raise _error("temperature", "must be a number in [0, 100]", self.temperature,
+                         type_ok=is_number(self.temperature))
+        if not is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
+            raise _error("top_p", "must be a number in (0, 1]", self.top_p, type_ok=is_number(self.top_p))
+        if not is_int(self.top_k) or self.top_k < 0:
+            raise _error("top_k", "must be an integer >= 0", self.top_k, type_ok=is_int(self.top_k))
+        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < 2**63):
+            raise _error("seed", "must be null or an integer in [0, 2^63)", self.seed, type_ok=is_int(self.seed))
+        if not isinstance(self.ignore_eos, bool):
+            raise _error("ignore_eos", "must be a boolean", self.ignore_eos, type_ok=False)
+        # An integer temperature or top_p (JSON's 1) is stored as the float it means; frozen, hence object.__setattr__.
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _error(param: str, requirement: str, value, *, type_ok: bool) -> SamplingError:
+    return SamplingError(param, f"{requirement}, got {value!r}", code="invalid_value" if type_ok else "invalid_type")
+
+
+def parse_stop(stop) -> list[str]:
+    """null, one string, or a list of strings -> a list of 1-MAX_STOP_LEN character strings."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise SamplingError("stop", "must be a string or a list of strings", code="invalid_type")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise SamplingError("stop", f"may hold at most {MAX_STOP_STRINGS} strings, got {len(stop)}")
+    if any(not s or len(s) > MAX_STOP_LEN for s in stop):
+        raise SamplingError("stop", f"strings must be 1-{MAX_STOP_LEN} characters")
+    return stop
+
+
+def parse_sampling(body: Mapping, *, allow_null_max_tokens: bool = False) -> tuple[SamplingParams, list[str]]:
+    """The sampling fields of a JSON body; absent fields (and a null temperature, top_p or top_k) take defaults.
+
+    With `allow_null_max_tokens`, a null max_tokens stands for "up to the end of the context", which only the worker
+    that tokenized the prompt can resolve: the params then carry a placeholder of 1 that the caller replaces.
+    """
+    max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
+    if max_tokens is None and allow_null_max_tokens:
+        max_tokens = 1
+
+    def or_default(name: str, default):
+        value = body.get(name)
+        return default if value is None else value
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=or_default("temperature", 0.0),
+                            top_p=or_default("top_p", 1.0), top_k=or_default("top_k", 0), seed=body.get("seed"),
+                            ignore_eos=body.get("ignore_eos", False))
+    return params, parse_stop(body.get("stop"))
+
+
+def sampling_fields(params: SamplingParams, stop: list[str]) -> dict:
+    """The JSON form `parse_sampling` reads: a worker request's sampling fields, a KV header's `sampling` object."""
+    return {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+            "top_k": params.top_k, "seed": params.seed, "ignore_eos": params.ignore_eos, "stop": list(stop)}
