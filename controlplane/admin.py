@@ -3,7 +3,9 @@ every change of desired state goes through the services (API, dashboard), so tha
 action row and followed by a reconcile — an admin form would do none of that."""
 from django.contrib import admin
 
-from controlplane.models import Action, Deployment, Node, Pool, Revision, Worker
+from rest_framework.authtoken.models import TokenProxy
+
+from controlplane.models import Action, ApiToken, Deployment, Node, Pool, Revision, Worker
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -65,3 +67,22 @@ class ActionAdmin(ReadOnlyAdmin):
     list_display = ("id", "created_at", "kind", "deployment_name", "actor_type", "actor", "status")
     list_filter = ("kind", "status", "actor_type")
     search_fields = ("deployment_name", "actor", "reason")
+
+
+# Keys are stored hashed: DRF's token admin (plain keys) goes; tokens are issued by `manage.py tandem_token`, which
+# shows the key once, and revoked here by deleting them.
+if admin.site.is_registered(TokenProxy):
+    admin.site.unregister(TokenProxy)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "name", "user", "created_at")
+    search_fields = ("user__username", "name", "prefix")
+    readonly_fields = ("user", "name", "prefix", "key_hash", "created_at")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -4,20 +4,23 @@ Roles are Django groups `viewer` < `operator` < `admin` (a superuser is admin). 
 also scales, restarts, drains and rolls back; admin also creates and deletes deployments and revisions, and manages
 users and tokens (Django admin, `manage.py tandem_token`).
 
-Tokens are DRF's authtoken keys. Besides the REST API's own `Authorization: Token <token>` (DRF's
-TokenAuthentication), `token_for` accepts `Authorization: Bearer <token>`, which Prometheus (`authorization`,
-`bearer_token`) and Alertmanager (`http_config.authorization`) send. It serves the Alertmanager receiver (through
-BearerTokenAuthentication) and the control plane's /metrics alike.
+Tokens are stored hashed (controlplane.services.tokens). `token_for` is the one reader: it accepts the REST API's
+`Authorization: Token <token>` and `Authorization: Bearer <token>`, which Prometheus (`authorization`,
+`bearer_token`) and Alertmanager (`http_config.authorization`) send, and it throttles clients that keep presenting
+bad tokens. It serves the REST API, the Alertmanager receiver and the control plane's /metrics alike.
 """
 from __future__ import annotations
 
 import enum
-import hmac
 
+from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
-from rest_framework.authtoken.models import Token
 from rest_framework.permissions import BasePermission
+from rest_framework.throttling import SimpleRateThrottle
+
+from controlplane.models import ApiToken
+from controlplane.services.tokens import key_hash
 
 
 class Role(enum.IntEnum):
@@ -107,40 +110,86 @@ class IsAdmin(_HasRole):
 TOKEN_SCHEMES = (b"bearer", b"token")
 
 
-def token_for(request) -> Token | None:
+class FailedTokenThrottle(SimpleRateThrottle):
+    """Failed token lookups per client address (TANDEM_FAILED_TOKEN_RATE, e.g. 20/min): past the rate, every
+    request of that client that presents a token is answered 429 until the window has passed, so keys cannot be
+    guessed at the speed of the network. Only failures count: a client with a good token is never slowed down."""
+
+    scope = "failed_token"
+
+    def get_rate(self):
+        return settings.TANDEM_FAILED_TOKEN_RATE
+
+    def get_cache_key(self, request, view=None):
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def blocked(self, request) -> float | None:
+        """Seconds to wait when this client is over the rate, else None. Records nothing."""
+        self.key = self.get_cache_key(request)
+        self.history = self.cache.get(self.key, [])
+        self.now = self.timer()
+        while self.history and self.history[-1] <= self.now - self.duration:
+            self.history.pop()
+        return self.wait() if len(self.history) >= self.num_requests else None
+
+    def record(self, request) -> None:
+        self.blocked(request)
+        self.throttle_success()
+
+
+def token_for(request) -> ApiToken | None:
     """The token of an active user that `request` presents as `Authorization: Bearer <token>` or
     `Authorization: Token <token>`; None without such a header (another scheme, or none).
 
-    Raises AuthenticationFailed for a malformed header or a token of no active user. The presented token is
-    compared in constant time with every active user's token, without stopping at a match, rather than looked up by
-    key: the time taken says nothing about how much of a guessed token was right.
+    Raises AuthenticationFailed for a malformed header or a key of no active user, and Throttled while the client
+    has failed too often (FailedTokenThrottle). Keys are looked up by their SHA-256 (controlplane.services.tokens).
     """
     header = authentication.get_authorization_header(request).split()
     if not header or header[0].lower() not in TOKEN_SCHEMES:
         return None
+    throttle = FailedTokenThrottle()
+    wait = throttle.blocked(request)
+    if wait is not None:
+        raise exceptions.Throttled(wait, detail="too many requests with an invalid token from this address")
     if len(header) != 2:
+        throttle.record(request)
         raise exceptions.AuthenticationFailed("Authorization must be 'Bearer <token>' or 'Token <token>'")
     presented = header[1]
-    if not presented.isascii():
-        raise exceptions.AuthenticationFailed("the token must be ASCII")
-    found = None
-    for key, user_id in Token.objects.filter(user__is_active=True).values_list("key", "user_id"):
-        if hmac.compare_digest(key.encode(), presented):
-            found = user_id
-    if found is None:
-        raise exceptions.AuthenticationFailed("invalid token")
-    return Token.objects.select_related("user").get(user_id=found)
+    token = None
+    if presented.isascii():
+        token = (ApiToken.objects.select_related("user")
+                 .filter(key_hash=key_hash(presented.decode()), user__is_active=True).first())
+    if token is None:
+        throttle.record(request)
+        raise exceptions.AuthenticationFailed("Invalid token.")
+    return token
 
 
-class BearerTokenAuthentication(authentication.BaseAuthentication):
-    """DRF authentication by `token_for`: `Bearer <token>` (what Alertmanager sends) or `Token <token>`."""
+class TokenAuthentication(authentication.BaseAuthentication):
+    """DRF authentication by `token_for`: `Token <token>` (the REST API's scheme) or `Bearer <token>`."""
 
     def authenticate(self, request):
         token = token_for(request)
         return None if token is None else (token.user, token)
 
     def authenticate_header(self, request) -> str:
+        return "Token"
+
+
+class BearerTokenAuthentication(TokenAuthentication):
+    """The same, announcing `Bearer` in a 401 (what Alertmanager and Prometheus send)."""
+
+    def authenticate_header(self, request) -> str:
         return 'Bearer realm="api"'
+
+
+class TokenScheme(OpenApiAuthenticationExtension):
+    target_class = "controlplane.auth.TokenAuthentication"
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "`Token <key>` (or `Bearer <key>`): an API token from `manage.py tandem_token`."}
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

@@ -206,7 +206,7 @@ if not DEBUG:
 REST_FRAMEWORK = {
     # Token first: DRF answers 401 with WWW-Authenticate from the first authenticator, so anonymous gets 401.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "controlplane.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.auth.IsViewer"],
@@ -220,6 +220,12 @@ REST_FRAMEWORK = {
                                "controlplane.api.parsers.MultiPartParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# Clients that keep presenting invalid tokens are answered 429 past this rate (per client address; DRF's rate
+# syntax: N/s, N/min, N/hour). Counted in CACHES, which TANDEM_CACHE_URL points at Redis for several web processes.
+TANDEM_FAILED_TOKEN_RATE = env_str("TANDEM_FAILED_TOKEN_RATE", "20/min")
+_cache_url = env_str("TANDEM_CACHE_URL")
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
+          if _cache_url else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tandem control plane API",
     "DESCRIPTION": (

@@ -29,20 +29,21 @@ def _worker_flags() -> set[str]:
     return {opt for action in build_parser()._actions for opt in action.option_strings if opt.startswith("--")}
 
 
-def gateway_token() -> str:
-    """The API token gateways use to read their membership; the service user is created on first use."""
+def gateway_token(deployment_name: str) -> str:
+    """A new API token for the gateway of a deployment to read its membership (tokens are stored hashed, so each
+    gateway start gets its own, and the previous one of that deployment is revoked). The service user is created
+    on first use."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
     from controlplane.auth import Role, set_role
+    from controlplane.services.tokens import token_issue
 
     user, created = get_user_model().objects.get_or_create(username=GATEWAY_USERNAME)
     if created:
         user.set_unusable_password()
         user.save(update_fields=["password"])
         set_role(user, Role.VIEWER)
-    token, _ = Token.objects.get_or_create(user=user)
-    return token.key
+    return token_issue(user=user, name=f"gateway {deployment_name}", replace=True)
 
 
 def log_path_for(worker: Worker) -> Path:
@@ -107,7 +108,7 @@ def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
     env["OMP_NUM_THREADS"] = str(threads or 1)
     env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
     if worker.role == WorkerRole.GATEWAY:
-        env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token()
+        env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token(worker.deployment.name)
     if gpu_index is not None:
         # The process sees only its GPU (as cuda:0), so `--device cuda` lands on the one picked for it.
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)

@@ -3,11 +3,12 @@
 from .actions import Action, ActionKind, ActionStatus, ActorType
 from .deployments import Deployment, DeploymentMode, Pool, PoolRole, Revision
 from .nodes import Node
+from .tokens import ApiToken
 from .workers import Worker, WorkerRole, WorkerStatus
 
 __all__ = [
     "Action", "ActionKind", "ActionStatus", "ActorType",
     "Deployment", "DeploymentMode", "Pool", "PoolRole", "Revision",
-    "Node",
+    "Node", "ApiToken",
     "Worker", "WorkerRole", "WorkerStatus",
 ]

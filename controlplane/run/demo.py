@@ -49,8 +49,9 @@ class AdminLogin:
 
 def admin_ensure() -> AdminLogin:
     """The superuser `admin`: password from TANDEM_ADMIN_PASSWORD, else generated on first run and shown once
-    (only its hash is stored). Returns its API token too."""
-    from rest_framework.authtoken.models import Token
+    (only its hash is stored). Returns a new API token too (tokens are stored hashed: each run issues one and
+    revokes the previous run's)."""
+    from controlplane.services.tokens import token_issue
 
     User = get_user_model()
     wanted = settings.TANDEM_ADMIN_PASSWORD
@@ -67,8 +68,8 @@ def admin_ensure() -> AdminLogin:
         if not (user.is_staff and user.is_superuser):
             user.is_staff = user.is_superuser = True
         user.save()
-        token, _ = Token.objects.get_or_create(user=user)
-    return AdminLogin(ADMIN_USERNAME, password, token.key, generated, from_env=bool(wanted))
+        key = token_issue(user=user, name="make run", replace=True)
+    return AdminLogin(ADMIN_USERNAME, password, key, generated, from_env=bool(wanted))
 
 
 def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:

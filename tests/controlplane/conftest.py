@@ -11,6 +11,17 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    """The cache counts failed token lookups per client address (all tests share 127.0.0.1): each test starts
+    with none."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
 @pytest.fixture
 def make_user(db):
     from django.contrib.auth import get_user_model
@@ -51,14 +62,14 @@ def outsider(make_user):
 @pytest.fixture
 def api_for(db):
     """api_for(user) → an APIClient sending `Authorization: Token <key>` for that user (None: anonymous)."""
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from controlplane.services.tokens import token_issue
 
     def make(user) -> APIClient:
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token_issue(user=user, name='test')}")
         return client
 
     return make

@@ -29,6 +29,17 @@ def test_a_deployment_cannot_be_changed_in_the_admin(superuser_client, deploymen
     assert deployment.name == "demo"
 
 
-def test_users_and_tokens_are_managed_in_the_admin(superuser_client):
+def test_users_and_tokens_are_managed_in_the_admin(superuser_client, operator):
+    from controlplane.models import ApiToken
+    from controlplane.services.tokens import token_issue
+
     assert superuser_client.get("/admin/auth/user/add/").status_code == 200
-    assert superuser_client.get("/admin/authtoken/tokenproxy/").status_code == 200
+    key = token_issue(user=operator, name="cli")
+    listing = superuser_client.get("/admin/controlplane/apitoken/")
+    assert listing.status_code == 200 and key[:6] in listing.content.decode() and key not in listing.content.decode()
+    # Keys are shown once, by tandem_token: the admin revokes, it never issues (and DRF's plain-key admin is gone).
+    assert superuser_client.get("/admin/controlplane/apitoken/add/").status_code == 403
+    assert superuser_client.get("/admin/authtoken/tokenproxy/").status_code == 404
+    token = ApiToken.objects.get()
+    superuser_client.post(f"/admin/controlplane/apitoken/{token.pk}/delete/", {"post": "yes"})
+    assert not ApiToken.objects.exists()

@@ -1,46 +1,76 @@
-"""controlplane.auth.token_for, the one reader of API tokens besides DRF's own: `Bearer <token>` and
-`Token <token>` name an active user's token; anything else is no token or a refusal."""
+"""controlplane.auth.token_for, the one reader of API tokens: `Bearer <token>` and `Token <token>` name an active
+user's token, looked up by its hash; anything else is no token or a refusal; a client that keeps failing is
+throttled (429) while good tokens keep working."""
 from __future__ import annotations
 
 import pytest
 from django.test import RequestFactory
-from rest_framework.authtoken.models import Token
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 
-from controlplane.auth import BearerTokenAuthentication, token_for
+from controlplane.auth import BearerTokenAuthentication, TokenAuthentication, token_for
+from controlplane.services.tokens import token_issue
 
 pytestmark = pytest.mark.django_db
 
 
-def request_with(header: str | None):
+def request_with(header: str | None, address: str = "192.0.2.1"):
     extra = {} if header is None else {"HTTP_AUTHORIZATION": header}
-    return RequestFactory().get("/", **extra)
+    return RequestFactory().get("/", REMOTE_ADDR=address, **extra)
 
 
 def test_both_schemes_name_the_users_token(operator):
-    key = Token.objects.create(user=operator).key
+    key = token_issue(user=operator, name="t")
     for scheme in ("Bearer", "bearer", "Token"):
         assert token_for(request_with(f"{scheme} {key}")).user == operator
-    user, token = BearerTokenAuthentication().authenticate(request_with(f"Bearer {key}"))
-    assert (user, token.key) == (operator, key)
+    for authentication in (TokenAuthentication(), BearerTokenAuthentication()):
+        user, token = authentication.authenticate(request_with(f"Bearer {key}"))
+        assert (user, token.prefix) == (operator, key[:6])
 
 
 def test_no_header_or_another_scheme_is_no_token(operator):
-    Token.objects.create(user=operator)
+    token_issue(user=operator, name="t")
     assert token_for(request_with(None)) is None
     assert token_for(request_with("Basic b3A6cGFzcw==")) is None
 
 
 @pytest.mark.parametrize("header", ["Bearer", "Bearer a b", "Bearer " + "0" * 40, "Token caf\u00e9"])
 def test_a_malformed_header_or_an_unknown_token_is_refused(operator, header):
-    Token.objects.create(user=operator)
+    token_issue(user=operator, name="t")
     with pytest.raises(AuthenticationFailed):
         token_for(request_with(header))
 
 
 def test_the_token_of_an_inactive_user_is_refused(operator):
-    key = Token.objects.create(user=operator).key
+    key = token_issue(user=operator, name="t")
     operator.is_active = False
     operator.save()
     with pytest.raises(AuthenticationFailed):
         token_for(request_with(f"Bearer {key}"))
+
+
+def test_a_client_that_keeps_guessing_is_throttled_and_others_are_not(operator, settings):
+    settings.TANDEM_FAILED_TOKEN_RATE = "5/min"
+    key = token_issue(user=operator, name="t")
+    for _ in range(5):
+        with pytest.raises(AuthenticationFailed):
+            token_for(request_with("Token wrong-guess"))
+    assert token_for(request_with(f"Token {key}", address="192.0.2.9")).user == operator  # another client
+    with pytest.raises(Throttled) as throttled:
+        token_for(request_with(f"Token {key}"))  # this client, even with a good key, until the window passes
+    assert 0 < throttled.value.wait <= 60
+
+
+def test_good_tokens_are_never_counted(operator, settings):
+    settings.TANDEM_FAILED_TOKEN_RATE = "2/min"
+    key = token_issue(user=operator, name="t")
+    for _ in range(10):
+        assert token_for(request_with(f"Token {key}")).user == operator
+
+
+def test_the_api_answers_a_throttled_client_429_with_retry_after(api_for, operator, client, settings):
+    settings.TANDEM_FAILED_TOKEN_RATE = "3/min"
+    for _ in range(3):
+        assert client.get("/api/v1/deployments/", HTTP_AUTHORIZATION="Token nope").status_code == 401
+    response = client.get("/api/v1/deployments/", HTTP_AUTHORIZATION="Token nope")
+    assert response.status_code == 429 and int(response["Retry-After"]) > 0
+    assert response.json()["error"]["message"].startswith("too many requests with an invalid token")

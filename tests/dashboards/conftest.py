@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.controlplane.conftest import (  # noqa: E402,F401  (fixtures shared with the control plane's tests)
-    admin, deployment, make_deployment, make_user, make_worker, model_dir, node, operator, outsider,
+    admin, deployment, fresh_cache, make_deployment, make_user, make_worker, model_dir, node, operator, outsider,
     second_revision, viewer,
 )
 

@@ -1,5 +1,6 @@
 """`manage.py tandem_token USERNAME --role viewer|operator|admin`: create the user if needed, give it exactly that
-role and print its API token — only the token on stdout, so that scripts can capture it:
+role and print a new API token — only the token on stdout, so that scripts can capture it. Tokens are stored
+hashed: this is the only time the key is shown. `--rotate` revokes the user's other tokens.
 
     TOKEN=$(python manage.py tandem_token ci-bot --role operator)
     curl -H "Authorization: Token $TOKEN" http://127.0.0.1:8000/api/v1/deployments/
@@ -9,18 +10,18 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
 from controlplane.auth import ROLE_GROUPS, Role, set_role
+from controlplane.services.tokens import token_issue, token_revoke_all
 
 
 class Command(BaseCommand):
-    help = "Create or update an API user with a role and print its token (stdout: the token only)."
+    help = "Create or update an API user with a role and print a new token (stdout: the token only)."
 
     def add_arguments(self, parser):
         parser.add_argument("username")
         parser.add_argument("--role", required=True, choices=ROLE_GROUPS)
-        parser.add_argument("--rotate", action="store_true", help="replace an existing token with a new one")
+        parser.add_argument("--rotate", action="store_true", help="revoke the user's other tokens")
 
     def handle(self, *args, username: str, role: str, rotate: bool, **options):
         User = get_user_model()
@@ -41,7 +42,7 @@ class Command(BaseCommand):
                 raise CommandError(f"user {username!r} is inactive; reactivate it in the admin first")
             set_role(user, Role.parse(role))
             if rotate:
-                Token.objects.filter(user=user).delete()
-            token, _ = Token.objects.get_or_create(user=user)
+                token_revoke_all(user=user)
+            key = token_issue(user=user, name="cli")
         self.stderr.write(f"{'created' if created else 'updated'} user {username!r} with role {role}")
-        self.stdout.write(token.key)
+        self.stdout.write(key)

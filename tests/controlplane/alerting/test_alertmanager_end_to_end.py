@@ -49,11 +49,11 @@ def wait(predicate, timeout_s: float, what: str):
 
 @pytest.fixture
 def alertmanager(tmp_path, live_server, operator):
-    from rest_framework.authtoken.models import Token
+    from controlplane.services.tokens import token_issue
 
-    token, _ = Token.objects.get_or_create(user=operator)
     config = tmp_path / "alertmanager.yml"
-    config.write_text(CONFIG.format(url=f"{live_server.url}/api/v1/webhooks/alertmanager", token=token.key))
+    config.write_text(CONFIG.format(url=f"{live_server.url}/api/v1/webhooks/alertmanager",
+                                    token=token_issue(user=operator, name="alertmanager")))
     port = free_port()
     log = open(tmp_path / "alertmanager.log", "w")
     proc = subprocess.Popen([ALERTMANAGER, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",

@@ -29,11 +29,10 @@ PAYLOAD = {
 
 
 def bearer(api_for, user):
-    from rest_framework.authtoken.models import Token
+    from controlplane.services.tokens import token_issue
 
     client = api_for(None)
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_issue(user=user, name='alertmanager')}")
     return client
 
 

@@ -1,7 +1,7 @@
 """The control plane's own /metrics: viewer token as Bearer or Token, cycle durations, targets up, actions."""
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from rest_framework.authtoken.models import Token
+from controlplane.services.tokens import token_issue
 
 from controlplane.observability.models import CycleKind
 from controlplane.observability.telemetry import observe_evaluation, record_cycle
@@ -14,7 +14,7 @@ def samples(text):
 
 @pytest.fixture
 def token(viewer):
-    return Token.objects.create(user=viewer).key
+    return token_issue(user=viewer, name="prometheus")
 
 
 def test_prometheus_reads_durations_targets_and_actions_with_a_bearer_token(client, token, deployment):
@@ -51,5 +51,5 @@ def test_anonymous_bad_tokens_and_outsiders_are_refused(client, outsider):
     assert response.status_code == 401 and response["WWW-Authenticate"].startswith("Bearer")
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer not-a-token").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Basic abc").status_code == 401
-    key = Token.objects.create(user=outsider).key
+    key = token_issue(user=outsider, name="prometheus")
     assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 403
