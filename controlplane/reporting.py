@@ -21,6 +21,6 @@ def mask_url_password(text: str, mask: str = SafeExceptionReporterFilter.cleanse
 class CredentialFilter(SafeExceptionReporterFilter):
     def cleanse_setting(self, key, value):
         value = super().cleanse_setting(key, value)
-        if isinstance(value, str):
-            return mask_url_password(value, self.cleansed_substitute)
+        if isinstance(value, str):  # str() too: a lazy setting value passes isinstance but is no str for re
+            return mask_url_password(str(value), self.cleansed_substitute)
         return value

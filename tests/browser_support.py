@@ -40,6 +40,11 @@ def page(chromium):
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.js_errors = errors
+    # What the Content-Security-Policy refused (Chromium reports each refusal as a console error).
+    violations: list[str] = []
+    page.on("console", lambda message: violations.append(message.text)
+            if message.type == "error" and "Content Security Policy" in message.text else None)
+    page.csp_violations = violations
     try:
         yield page
     finally:
