@@ -396,5 +396,10 @@ TANDEM_ALERT_EVAL_INTERVAL_S = env_int("TANDEM_ALERT_EVAL_INTERVAL_S", 5, minimu
 TANDEM_WEBHOOK_TIMEOUT_S = env_int("TANDEM_WEBHOOK_TIMEOUT_S", 5, minimum=1, maximum=60)
 TANDEM_WEBHOOK_MAX_ATTEMPTS = env_int("TANDEM_WEBHOOK_MAX_ATTEMPTS", 3, minimum=1, maximum=10)
 TANDEM_WEBHOOK_BACKOFF_MS = env_int("TANDEM_WEBHOOK_BACKOFF_MS", 1000, minimum=0)
+# Channel URLs that name or resolve to loopback, link-local, private or other non-public addresses are refused
+# (the control plane must not be made to call its own network's services); set to 1 for receivers on such networks.
+TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
+# The most alerts one Alertmanager delivery may carry; more are ignored, and the response says how many.
+TANDEM_ALERTMANAGER_MAX_ALERTS = env_int("TANDEM_ALERTMANAGER_MAX_ALERTS", 100, minimum=1, maximum=10_000)
 # Ended alerts (with their transitions) and finished deliveries are pruned after this many days.
 TANDEM_ALERT_HISTORY_DAYS = env_int("TANDEM_ALERT_HISTORY_DAYS", 30, minimum=1)

@@ -2,6 +2,9 @@
 Prometheus export and the Alertmanager receiver. Views validate input, call a service, serialize output."""
 from __future__ import annotations
 
+import logging
+
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import renderers, serializers, status
 from rest_framework.negotiation import BaseContentNegotiation
@@ -13,12 +16,16 @@ from controlplane.alerting.api.serializers import (AlertDetailSerializer, AlertF
                                                    DeliverySerializer, RuleInput, RuleSerializer, SilenceInput,
                                                    SilenceSerializer)
 from controlplane.alerting.models import Alert, AlertRule, Channel, Delivery, Silence
+from controlplane.alerting.services.alertmanager import alert_apply
 from controlplane.alerting.services.channels import channel_create, channel_update
 from controlplane.alerting.services.rules import rule_create, rule_delete, rule_update
 from controlplane.alerting.services.silences import silence_create, silence_expire
+from controlplane.alerting.webhooks.inbound import parse_payload
 from controlplane.api.views.base import ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, id_or_404
 from controlplane.auth import BearerTokenAuthentication, IsAdmin, IsOperator
 from controlplane.errors import invalid, not_found
+
+log = logging.getLogger(__name__)
 
 
 class Page(PageNumberPagination):
@@ -241,6 +248,8 @@ class DeliveryListView(AdminView):
 
 class AlertmanagerResult(serializers.Serializer):
     results = serializers.ListField(child=serializers.DictField())
+    num_ignored = serializers.IntegerField(required=False)
+    detail = serializers.CharField(required=False)
 
 
 class AlertmanagerWebhookView(ApiView):
@@ -256,9 +265,14 @@ class AlertmanagerWebhookView(ApiView):
                                "`tandem_action` (scale_up|scale_down|restart|rollback|notify) and "
                                "`tandem_scale_step`. Re-delivery makes no second action. Operator (Bearer token).")
     def post(self, request):
-        from controlplane.alerting.services.alertmanager import alert_apply
-        from controlplane.alerting.webhooks.inbound import parse_payload
-
         payload = parse_payload(request.data)
-        results = [alert_apply(payload, alert, user=request.user) for alert in payload.alerts]
-        return Response({"results": results})
+        limit = settings.TANDEM_ALERTMANAGER_MAX_ALERTS
+        results = [alert_apply(payload, alert, user=request.user) for alert in payload.alerts[:limit]]
+        body = {"results": results}
+        if len(payload.alerts) > limit:
+            # Acknowledged (a retry would carry the same alerts): the response and the log say what was skipped.
+            body["num_ignored"] = len(payload.alerts) - limit
+            body["detail"] = (f"only the first {limit} of {len(payload.alerts)} alerts were processed "
+                              "(TANDEM_ALERTMANAGER_MAX_ALERTS); group alerts in Alertmanager to send fewer")
+            log.warning("Alertmanager delivery %r: %s", payload.group_key, body["detail"])
+        return Response(body)

@@ -5,12 +5,16 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.alerting.models import Channel
+from controlplane.alerting.webhooks.transport import destination_refused
 from controlplane.errors import conflict, invalid
 
 
 def _check_url(url: str) -> None:
     if not url.startswith(("http://", "https://")):
         raise invalid("url must be an http:// or https:// URL", field="url")
+    refused = destination_refused(url)
+    if refused is not None:
+        raise invalid(f"url: {refused}", field="url")
 
 
 def channel_create(*, name: str, kind: str, url: str, secrets: list[str], enabled: bool = True) -> Channel:

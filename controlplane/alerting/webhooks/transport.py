@@ -1,7 +1,18 @@
-"""Outgoing HTTP: one POST with a timeout, and errors that say whether trying again can help."""
+"""Outgoing HTTP: one POST with a timeout, and errors that say whether trying again can help.
+
+A destination on a loopback, link-local, private or otherwise non-public address is refused (checked when a
+channel is saved and again before each POST, since a name can be made to resolve elsewhere later) unless
+TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS is on: an admin's channel URL must not turn the control plane into a client
+of its own network's services.
+"""
 from __future__ import annotations
 
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
 import requests
+from django.conf import settings
 
 
 class TransportError(Exception):
@@ -19,8 +30,45 @@ class TransportError(Exception):
 TRANSIENT_4XX = {408, 429}
 
 
+def _not_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def destination_refused(url: str, *, resolve: bool = True) -> str | None:
+    """Why `url` may not be called (a sentence), or None. A name that does not resolve is not refused here: the
+    POST will fail on its own, and be checked again then."""
+    if settings.TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS:
+        return None
+    host = urlsplit(url).hostname or ""
+    try:
+        addresses = [host] if _is_ip(host) else (
+            [info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)] if resolve else [])
+    except (OSError, UnicodeError):
+        return None
+    for address in addresses:
+        if _not_public(address):
+            what = f"{host} is" if address == host else f"{host} resolves to {address},"
+            return (f"{what} a loopback, link-local or private address: refused unless "
+                    "TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS=1")
+    return None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return True
+
+
 def post(url: str, body: bytes, *, headers: dict[str, str], timeout_s: float) -> int:
     """POST `body`; returns the 2xx status code or raises TransportError."""
+    refused = destination_refused(url)
+    if refused is not None:
+        raise TransportError(f"destination refused: {refused}", permanent=True)
     try:
         response = requests.post(url, data=body, headers=headers, timeout=timeout_s, allow_redirects=False)
     except requests.Timeout:

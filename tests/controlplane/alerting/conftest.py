@@ -24,6 +24,12 @@ def at():
 
 
 @pytest.fixture(autouse=True)
+def _receivers_on_loopback(settings):
+    # The test receivers listen on 127.0.0.1, which production refuses (test_webhook_destinations.py covers that).
+    settings.TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+
+
+@pytest.fixture(autouse=True)
 def _recent_raw_retention(settings):
     # T0 is a fixed instant; the selectors pick raw samples vs rollups by age against the wall clock, so keep the
     # raw window wide enough that T0 always reads raw samples.

@@ -143,3 +143,20 @@ def test_a_worker_or_step_that_is_not_ascii_digits_is_rejected_not_a_500(deploym
     [result] = response.json()["results"]
     assert result["outcome"] == "rejected" and detail in result["detail"], result
     assert not Action.objects.filter(kind__in=["scale", "restart"]).exists()
+
+
+def test_a_delivery_with_more_alerts_than_the_cap_processes_the_first_and_says_so(deployment, api_for, operator,
+                                                                                  settings):
+    from controlplane.models import Pool
+
+    settings.TANDEM_ALERTMANAGER_MAX_ALERTS = 2
+    body = copy.deepcopy(PAYLOAD)
+    alert = body["alerts"][0]
+    body["alerts"] = [{**alert, "fingerprint": f"f{index}", "annotations": {"tandem_action": "scale_up"}}
+                      for index in range(5)]
+    response = bearer(api_for, operator).post(URL, body, format="json")
+    assert response.status_code == 200
+    data = response.json()
+    assert len(data["results"]) == 2 and data["num_ignored"] == 3
+    assert "only the first 2 of 5 alerts were processed" in data["detail"]
+    assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 3
