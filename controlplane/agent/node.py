@@ -91,7 +91,7 @@ def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
         if worker.status in (WorkerStatus.STARTING, WorkerStatus.READY) and not alive:
             failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid,
                                            exit_code=exit_codes.get(worker.pid, processes.exit_code(worker.pid)),
-                                           log_tail=processes.log_tail(worker.log_path, 8))
+                                           log_tail=processes.log_tail(worker.log_path, 40))
             if worker_failure_record(failure=failure):
                 outcome["exited"].append(worker.id)
         elif worker.status == WorkerStatus.DRAINING and not alive:

@@ -13,6 +13,7 @@ are counted from the audit log (system restart actions of that worker), not from
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -37,7 +38,8 @@ class WorkerFailure:
     worker_id: int
     pid: int | None  # the process the report is about; None: no process was started
     from_statuses: tuple[str, ...]  # the statuses the row may still have for the report to apply
-    reason: str
+    reason: str  # one line: what happened, and the line of its log that says why
+    log_tail: str = ""  # the end of its log, progress bars removed (kept on the action row, not in the reason)
 
     @classmethod
     def exited(cls, *, worker_id: int, pid: int, exit_code: int | None, log_tail: str = "") -> "WorkerFailure":
@@ -48,13 +50,35 @@ class WorkerFailure:
             how = f"exit code {exit_code}"
         else:
             how = f"signal {-exit_code}"
+        tail = clean_log(log_tail)
+        why = telling_line(tail)
         return cls(worker_id, pid, (WorkerStatus.STARTING, WorkerStatus.READY),
-                   f"process exited ({how})\n{log_tail}".strip())
+                   f"process exited ({how})" + (f": {why}" if why else ""), tail)
 
     @classmethod
     def not_started(cls, *, worker_id: int, detail: str) -> "WorkerFailure":
         """A claimed start (`starting`) whose process could not be spawned."""
         return cls(worker_id, None, (WorkerStatus.STARTING,), detail)
+
+
+_PROGRESS_BAR = re.compile(r"\d+%\|.*\|")  # tqdm: " 45%|████▌     | 9/20 [00:01<00:01, 8.1it/s]"
+_TELLING = re.compile(r"(Error|Exception|error:|Killed|Traceback|Errno)")
+MAX_REASON_CHARS = 300
+
+
+def clean_log(text: str) -> str:
+    """A log tail without progress bars: each line as its last carriage-return redraw left it, bar lines dropped."""
+    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in text.splitlines()]
+    return "\n".join(line for line in lines if line and not _PROGRESS_BAR.search(line))
+
+
+def telling_line(tail: str) -> str:
+    """The line of a log tail that says why a process died: the last one naming an error, else the last one."""
+    lines = tail.splitlines()
+    for line in reversed(lines):
+        if _TELLING.search(line) and not line.lstrip().startswith("File "):
+            return line.strip()[:MAX_REASON_CHARS]
+    return lines[-1].strip()[:MAX_REASON_CHARS] if lines else ""
 
 
 def backoff_seconds(num_recent_restarts: int) -> int:
@@ -101,7 +125,8 @@ def worker_failure_record(*, failure: WorkerFailure) -> str | None:
             worker_actions_finish(worker_id=worker.id, kind=ActionKind.RESTART, succeeded=False, error=message)
             action_create(kind=ActionKind.FAIL, actor=SUPERVISOR, deployment=worker.deployment, worker=worker,
                           reason=message, status=ActionStatus.SUCCEEDED,
-                          params={"role": worker.role, "pid": failure.pid, "num_restarts_in_window": num_recent})
+                          params={"role": worker.role, "pid": failure.pid, "num_restarts_in_window": num_recent,
+                                  "log_tail": failure.log_tail})
             log.error("worker %s (%s) failed: %s", worker.id, worker.role, message)
             return "fail"
         delay = backoff_seconds(num_recent)
@@ -112,7 +137,7 @@ def worker_failure_record(*, failure: WorkerFailure) -> str | None:
         action_create(kind=ActionKind.RESTART, actor=SUPERVISOR, deployment=worker.deployment, worker=worker,
                       reason=failure.reason, status=ActionStatus.RUNNING,
                       params={"role": worker.role, "pid": failure.pid, "backoff_s": delay,
-                              "restart_count": worker.restart_count + 1})
+                              "restart_count": worker.restart_count + 1, "log_tail": failure.log_tail})
         deployment_id = worker.deployment_id
         # Beat's periodic reconcile would also get there; this makes the restart happen right after the backoff.
         transaction.on_commit(lambda: task_send(RECONCILE_DEPLOYMENT, args=(deployment_id,),

@@ -73,3 +73,31 @@ def test_restarts_older_than_the_window_do_not_count(deployment, make_worker, se
         created_at=timezone.now() - timedelta(seconds=settings.TANDEM_RESTART_WINDOW_S + 1))
     Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
     assert _fail(worker, "dead") == "restart"
+
+
+LOG_WITH_BARS = (
+    "Loading weights:   0%|          | 0/30 [00:00<?, ?it/s]\rLoading weights:  50%|█████     | 15/30 [00:01<00:01]"
+    "\rLoading weights: 100%|██████████| 30/30 [00:02<00:00, 14.2it/s]\n"
+    "Traceback (most recent call last):\n"
+    '  File "/srv/inference/worker/__main__.py", line 20, in <module>\n'
+    "    server.run()\n"
+    "OSError: [Errno 98] Address already in use\n"
+)
+
+
+def test_an_exit_reason_is_one_line_naming_the_error_and_the_log_tail_is_kept_apart(deployment, make_worker, sent):
+    worker = make_worker(deployment, "decode")
+    failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid, exit_code=1, log_tail=LOG_WITH_BARS)
+    assert failure.reason == "process exited (exit code 1): OSError: [Errno 98] Address already in use"
+    assert "%|" not in failure.log_tail and failure.log_tail.startswith("Traceback")
+    assert worker_failure_record(failure=failure) == "restart"
+    worker.refresh_from_db()
+    assert worker.last_error == failure.reason
+    action = Action.objects.get(kind="restart", worker=worker)
+    assert action.reason == failure.reason and action.params["log_tail"] == failure.log_tail
+
+
+def test_a_signal_without_a_log_says_just_that(deployment, make_worker, sent):
+    worker = make_worker(deployment, "decode")
+    failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid, exit_code=-9, log_tail="")
+    assert failure.reason == "process exited (signal 9)" and failure.log_tail == ""
