@@ -2,8 +2,14 @@
 
 The heartbeat (every TANDEM_HEARTBEAT_INTERVAL_S) refreshes Node.last_seen_at, which placement reads, and checks
 every process this node should be running. A dead one is reported at once (controlplane.services.restarts decides:
-restart with backoff, or give up), so the control plane does not wait for N failed health checks; a process whose row says it should not run (stopped, failed,
-pending for a restart) is stopped. The rows are the truth; the heartbeat makes the host agree with them.
+restart with backoff, or give up), so the control plane does not wait for N failed health checks; a process whose
+row says it should not run (stopped, failed, pending for a restart) is stopped. The rows are the truth; the
+heartbeat makes the host agree with them.
+
+Local repair, as a kubelet restarts containers: once a restart's backoff has passed, the heartbeat starts the
+worker itself instead of waiting for the start message, and reports it ready when its /health answers. Both need
+only the database, so a worker that dies while the broker (or the control worker) is away is back within seconds;
+reconcile's own start message, when it comes, finds the row already claimed.
 """
 from __future__ import annotations
 
@@ -11,17 +17,22 @@ import logging
 import socket
 import threading
 
+import requests
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
 from controlplane.agent import launch, processes
 from controlplane.agent.gpus import discover_gpus
+from controlplane.agent.workers import worker_start
 from controlplane.models import Node, Worker, WorkerStatus
-from controlplane.services.restarts import WorkerFailure, worker_failure_record
+from controlplane.models.workers import health_answer_ok
+from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 
 log = logging.getLogger(__name__)
 
+# A local /health probe: the worker is on this host, so a slow answer means it is still loading.
+PROBE_TIMEOUT_S = 1.0
 # Pids being stopped by a background thread right now, so that a slow stop is not started twice.
 _stopping: set[int] = set()
 _stopping_lock = threading.Lock()
@@ -79,8 +90,8 @@ def node_adopt(*, node: Node) -> dict[str, list[int]]:
 
 
 def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
-    """One heartbeat: last_seen_at, then every process of this node checked against its row."""
-    outcome: dict[str, list[int]] = {"exited": [], "stopped": [], "stale": []}
+    """One heartbeat: last_seen_at, every process of this node checked against its row, then local repair."""
+    outcome: dict[str, list[int]] = {"exited": [], "stopped": [], "stale": [], "restarted": [], "ready": []}
     Node.objects.filter(id=node.id).update(last_seen_at=timezone.now())
     # Exit codes of our children that ended since the last beat (reaping also keeps zombies from piling up).
     exit_codes = processes.reap()
@@ -106,7 +117,28 @@ def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
             elif worker.status != WorkerStatus.PENDING:
                 # Confirmed dead: forget the pid, so later heartbeats skip this history row.
                 Worker.objects.filter(id=worker.id, status=worker.status, pid=worker.pid).update(pid=None)
+    _repair(node, outcome)
     return outcome
+
+
+def _repair(node: Node, outcome: dict[str, list[int]]) -> None:
+    """Start this node's workers whose restart is due, and report the starting ones that answer /health."""
+    now = timezone.now()
+    due = Worker.objects.filter(node=node, status=WorkerStatus.PENDING, next_restart_at__isnull=False,
+                                next_restart_at__lte=now).values_list("id", flat=True)
+    for worker_id in due:
+        if worker_start(worker_id=worker_id, node_name=node.name) == "started":
+            outcome["restarted"].append(worker_id)
+    starting = Worker.objects.filter(node=node, status=WorkerStatus.STARTING, pid__isnull=False,
+                                     port__isnull=False).only("id", "pid", "role", "host", "port")
+    for worker in starting:
+        try:
+            answer = requests.get(f"{worker.url}/health", timeout=PROBE_TIMEOUT_S)
+        except requests.RequestException:
+            continue  # still loading: the health checker's startup timeout judges a start that never answers
+        if health_answer_ok(worker.role, answer.status_code) and worker_ready_record(worker_id=worker.id,
+                                                                                    pid=worker.pid):
+            outcome["ready"].append(worker.id)
 
 
 def _stop_in_background(worker_id: int, handle: processes.ProcessHandle, *, then_status) -> None:

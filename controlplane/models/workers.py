@@ -24,6 +24,12 @@ class WorkerStatus(models.TextChoices):
 LIVE_STATUSES = (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.DRAINING)
 
 
+def health_answer_ok(role: str, status_code: int) -> bool:
+    """Whether a worker's GET /health answer means its process is up. A gateway counts as up as soon as it answers
+    at all: it says 503 until its pools have ready workers, which is not its own failure."""
+    return status_code == 200 or (role == WorkerRole.GATEWAY and status_code == 503)
+
+
 class Worker(models.Model):
     """One process (a prefill, decode or colocated worker, or a gateway) on a node. Desired vs live is reconciled."""
 

@@ -19,10 +19,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.models import Worker, WorkerRole, WorkerStatus
-from controlplane.models import ActionKind
-from controlplane.services.actions import worker_actions_finish
-from controlplane.services.restarts import WorkerFailure, worker_failure_record
+from controlplane.models import Worker, WorkerStatus
+from controlplane.models.workers import health_answer_ok
+from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ def probe(worker: Worker, timeout_s: float) -> Probe:
         response = requests.get(url, timeout=timeout_s)
     except requests.RequestException as exc:
         return Probe(worker.id, worker.pid, False, f"GET {url}: {type(exc).__name__}")
-    if response.status_code == 200 or (worker.role == WorkerRole.GATEWAY and response.status_code == 503):
+    if health_answer_ok(worker.role, response.status_code):
         return Probe(worker.id, worker.pid, True, "")
     return Probe(worker.id, worker.pid, False, f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
 
@@ -68,11 +67,8 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
 def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
     now = timezone.now()
     if result.ok:
-        if Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING, pid=result.pid).update(
-                status=WorkerStatus.READY, ready_at=now, last_health_at=now, consecutive_health_failures=0):
-            worker_actions_finish(worker_id=worker.id, kind=ActionKind.RESTART, succeeded=True)
+        if worker_ready_record(worker_id=worker.id, pid=result.pid):
             outcome["ready"].append(worker.id)
-            log.info("worker %s (%s) is ready", worker.id, worker.role)
         else:
             Worker.objects.filter(id=worker.id, status=WorkerStatus.READY, pid=result.pid).update(
                 last_health_at=now, consecutive_health_failures=0)

@@ -1,9 +1,13 @@
-"""The heartbeat refreshes the node's last_seen_at, records a dead process at once (restart with backoff), and
-stops a process whose row says it should not run."""
+"""The heartbeat refreshes the node's last_seen_at, records a dead process at once (restart with backoff), stops a
+process whose row says it should not run, and repairs locally: it starts a worker whose restart is due and reports
+a starting one ready when its /health answers, with no broker message."""
 from __future__ import annotations
 
 import signal
 import time
+from datetime import timedelta
+
+from django.utils import timezone
 
 from controlplane.agent import launch, processes
 from controlplane.agent.node import node_heartbeat
@@ -43,7 +47,8 @@ def test_a_killed_worker_is_recorded_at_once_with_its_signal(deployment, online_
 def test_a_live_worker_is_left_alone(deployment, online_node, fake_worker_argv, cleanup_processes):
     worker = _started(deployment, online_node, cleanup_processes)
     Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
-    assert node_heartbeat(node=online_node) == {"exited": [], "stopped": [], "stale": []}
+    assert node_heartbeat(node=online_node) == {"exited": [], "stopped": [], "stale": [], "restarted": [],
+                                                 "ready": []}
     assert processes.is_alive(launch.handle_of(worker))
 
 
@@ -52,3 +57,48 @@ def test_a_process_of_a_stopped_row_is_stopped(deployment, online_node, fake_wor
     Worker.objects.filter(id=worker.id).update(status=WorkerStatus.STOPPED)
     assert node_heartbeat(node=online_node)["stale"] == [worker.id]
     assert processes.wait_exit(launch.handle_of(worker), 15)
+
+
+def _wait(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_a_killed_worker_is_started_again_and_reported_ready_by_its_own_agent(deployment, online_node,
+                                                                             fake_worker_argv, cleanup_processes,
+                                                                             sent):
+    worker = _started(deployment, online_node, cleanup_processes)
+    Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
+    processes.signal_group(launch.handle_of(worker), signal.SIGKILL)
+    assert processes.wait_exit(launch.handle_of(worker), 5)
+    assert node_heartbeat(node=online_node)["exited"] == [worker.id]
+    # The backoff has passed and no start message came (the broker is away: `sent` swallows every message).
+    Worker.objects.filter(id=worker.id).update(next_restart_at=timezone.now() - timedelta(seconds=1))
+    assert node_heartbeat(node=online_node)["restarted"] == [worker.id]
+    worker.refresh_from_db()
+    cleanup_processes.append(launch.handle_of(worker))
+    assert worker.status == WorkerStatus.STARTING and processes.is_alive(launch.handle_of(worker))
+    _wait(lambda: node_heartbeat(node=online_node)["ready"] == [worker.id])
+    worker.refresh_from_db()
+    assert worker.status == WorkerStatus.READY
+    restart = Action.objects.get(kind="restart", worker=worker)
+    assert restart.status == "succeeded" and restart.actor_type == "system"
+    assert not [m for m in sent if m[0] == "agent_start_worker"]
+
+
+def test_a_restart_whose_backoff_has_not_passed_is_left_for_later(deployment, online_node, fake_worker_argv,
+                                                                  cleanup_processes, sent):
+    worker = _started(deployment, online_node, cleanup_processes)
+    Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
+    processes.signal_group(launch.handle_of(worker), signal.SIGKILL)
+    assert processes.wait_exit(launch.handle_of(worker), 5)
+    node_heartbeat(node=online_node)
+    # Its backoff still runs: the next beats leave it pending.
+    Worker.objects.filter(id=worker.id).update(next_restart_at=timezone.now() + timedelta(seconds=60))
+    assert node_heartbeat(node=online_node)["restarted"] == []
+    assert Worker.objects.get(id=worker.id).status == WorkerStatus.PENDING
