@@ -5,11 +5,15 @@ queue that runs them: controlplane/supervision/tasks.py (`control`), controlplan
 and each app's own tasks.py. Beat runs reconcile_all and check_health every TANDEM_RECONCILE_INTERVAL_S; each beat message
 expires after one interval, so a control worker that was down does not wake up to a backlog of stale passes.
 """
+import logging
 import os
+import threading
 
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+log = logging.getLogger(__name__)
 
 app = Celery("tandem")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -47,14 +51,49 @@ def _schedule(sender, **kwargs):
     }
 
 
-def task_send(name: str, *, args: tuple = (), queue: str | None = None, countdown: float | None = None) -> None:
+def task_send(name: str, *, args: tuple = (), queue: str | None = None, countdown: float | None = None) -> bool:
     """Enqueue a registered task by its name, for code that must not import the task's module (an import loop:
     services enqueue reconcile, whose module imports services). The task object is looked up in the registry, so
     eager mode and tests that patch `apply_async` behave as with a direct call. Task modules are registered when
-    Django starts (each AppConfig.ready imports its tasks)."""
+    Django starts (each AppConfig.ready imports its tasks).
+
+    Publishing waits at most TANDEM_BROKER_TIMEOUT_S: a broker that accepts the connection and then stops
+    answering would otherwise hold the caller (a web request) for minutes. Callers send after their change is
+    committed, so a message that is late or lost costs a delay, not the change: reconcile runs from beat and picks
+    it up. Returns whether the broker took the message in time; errors are raised as before.
+    """
+    from django.conf import settings
+
+    task = app.tasks[name]
     options = {}
     if queue is not None:
         options["queue"] = queue
     if countdown is not None:
         options["countdown"] = countdown
-    app.tasks[name].apply_async(args=args, **options)
+    if app.conf.task_always_eager:
+        task.apply_async(args=args, **options)  # runs here and now: nothing to wait for
+        return True
+    outcome: list[BaseException | None] = []
+    abandoned = threading.Event()
+
+    def publish() -> None:
+        try:
+            task.apply_async(args=args, **options)
+        except BaseException as exc:  # handed to the caller below, or logged if it has stopped waiting
+            outcome.append(exc)
+            if abandoned.is_set():
+                log.warning("publishing %s failed late: %r", name, exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=publish, name=f"publish-{name.rpartition('.')[2]}", daemon=True)
+    thread.start()
+    thread.join(settings.TANDEM_BROKER_TIMEOUT_S)
+    if not outcome:
+        abandoned.set()
+        log.warning("the broker did not take %s within %s s; the change is committed and reconcile will pick it up",
+                    name, settings.TANDEM_BROKER_TIMEOUT_S)
+        return False
+    if outcome[0] is not None:
+        raise outcome[0]
+    return True

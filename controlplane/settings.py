@@ -303,6 +303,15 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+# A broker that stops answering must never hold a request: publishing waits at most this long (the change is
+# committed first; reconcile picks it up when the broker is back), and broker sockets give up after it.
+TANDEM_BROKER_TIMEOUT_S = env_int("TANDEM_BROKER_TIMEOUT_S", 2, minimum=1, maximum=60)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": TANDEM_BROKER_TIMEOUT_S,
+                                       "socket_connect_timeout": TANDEM_BROKER_TIMEOUT_S}
+CELERY_BROKER_CONNECTION_TIMEOUT = TANDEM_BROKER_TIMEOUT_S
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
+                                    "interval_max": 0.2}
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or "django-db"
 CELERY_RESULT_EXTENDED = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
