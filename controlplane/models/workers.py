@@ -45,6 +45,9 @@ class Worker(models.Model):
         "controlplane.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="workers"
     )
     gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    # An operator's restart or drain of a serving worker starts this one first and drains `replaces` once this one is
+    # ready (a surge), so that the pool never has fewer ready workers than it had. Counted in its pool's place.
+    replaces = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements")
     host = models.CharField(max_length=255, default="127.0.0.1")
     port = models.PositiveIntegerField(null=True, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)

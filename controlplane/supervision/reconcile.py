@@ -4,9 +4,14 @@ One pass, under a lock on the deployment row (PostgreSQL: SELECT ... FOR UPDATE;
 holds the write lock), so that two reconcilers never both create the missing worker:
 
 1. A `delete` action pending or running: drain every worker; once none runs, delete the deployment row.
-2. Operator actions on workers (restart, drain) that are pending: claim and carry them out.
+2. Operator actions on workers (restart, drain) that are pending: claim and carry them out. A ready worker of
+   the current revision is replaced by a surge (a new worker that `replaces` it starts first; the old one drains
+   once it is ready), so an operator's restart or drain never leaves the pool short; any other is restarted in
+   place or drained at once.
 3. Each pool: current-revision workers (pending, starting, ready, and failed ones, which keep their slot until an
-   operator restarts them) vs desired replicas: create the missing, drain the excess (newest, least ready first).
+   operator restarts them; a worker being replaced gives its slot to its replacement) vs desired replicas: create
+   the missing, drain the excess (newest, least ready first). A replaced worker is drained once its replacement
+   is ready.
 4. Rollout: workers of another revision are drained once every pool has its desired number of ready
    current-revision workers (the new group is complete, so the gateway switches to it); those that do not serve
    (pending, starting) are drained at once.
@@ -58,6 +63,7 @@ def reconcile_deployment(deployment_id: int) -> dict:
             pools = list(deployment.pools.all())
             for pool in pools:
                 _reconcile_pool(deployment, pool, summary)
+            _advance_replacements(deployment, summary)
             _advance_rollout(deployment, pools, summary)
         _reconcile_gateway(deployment, summary)
         _finish_actions(deployment)
@@ -95,10 +101,18 @@ def _new_worker(deployment: Deployment, *, role: str, pool: Pool | None, summary
     return worker
 
 
+def _being_replaced(pool: Pool) -> set[int]:
+    """Workers whose surge replacement is on its way or serving: their slot is the replacement's."""
+    return set(Worker.objects.filter(pool=pool, replaces__isnull=False, status__in=SERVING)
+               .values_list("replaces_id", flat=True))
+
+
 def _reconcile_pool(deployment: Deployment, pool: Pool, summary: dict) -> None:
     current = deployment.current_revision
-    slots = list(Worker.objects.filter(pool=pool, revision=current,
-                                       status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id"))
+    replaced = _being_replaced(pool)
+    slots = [w for w in Worker.objects.filter(pool=pool, revision=current,
+                                              status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id")
+             if w.id not in replaced]
     missing = pool.desired_replicas - len(slots)
     for _ in range(max(0, missing)):
         _new_worker(deployment, role=pool.role, pool=pool, revision=current, summary=summary)
@@ -108,6 +122,14 @@ def _reconcile_pool(deployment: Deployment, pool: Pool, summary: dict) -> None:
         excess = sorted(slots, key=lambda w: (rank[w.status], -w.id))[:-missing]
         for worker in excess:
             _drain(worker, f"scaled {pool.role} down to {pool.desired_replicas}", summary)
+
+
+def _advance_replacements(deployment: Deployment, summary: dict) -> None:
+    """Drain each worker whose surge replacement is ready."""
+    ready = Worker.objects.filter(deployment=deployment, replaces__isnull=False, status=WorkerStatus.READY,
+                                  replaces__status__in=SERVING).select_related("replaces")
+    for replacement in ready:
+        _drain(replacement.replaces, f"replaced by worker {replacement.id}", summary)
 
 
 def _advance_rollout(deployment: Deployment, pools: list[Pool], summary: dict) -> None:
@@ -142,23 +164,36 @@ def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
     pending = Action.objects.filter(deployment=deployment, status=ActionStatus.PENDING, worker__isnull=False,
                                     kind__in=(ActionKind.RESTART, ActionKind.DRAIN)).select_related("worker")
     for action in pending:
+        worker = action.worker
+        by = f"{action.kind} requested by {action.actor}: {action.reason}".strip(": ")
+        if _surges(deployment, worker):
+            # Start the replacement first; _advance_replacements drains this one once it is ready.
+            if _new_worker(deployment, role=worker.role, pool=worker.pool, revision=worker.revision,
+                           replaces=worker, last_error=by, summary=summary) is not None:
+                action_start(action_id=action.id)
+            continue  # no node for the replacement now: the action stays pending for the next pass
         if not action_start(action_id=action.id):
             continue
-        worker = action.worker
         if action.kind == ActionKind.DRAIN:
             if worker.status in (WorkerStatus.STOPPED, WorkerStatus.DRAINING):
                 if worker.status == WorkerStatus.STOPPED:
                     action_succeed(action_id=action.id, result={"worker_status": worker.status})
                 continue
-            _drain(worker, f"drain requested by {action.actor}: {action.reason}".strip(": "), summary)
+            _drain(worker, by, summary)
             continue
-        # restart: in place, like a supervised restart but without backoff; a failed worker gets its slot back.
+        # restart in place, like a supervised restart but without backoff; a failed worker gets its slot back.
         if worker.status not in (WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.FAILED,
                                  WorkerStatus.PENDING):
             action_fail(action_id=action.id, error=f"worker {worker.id} is {worker.status}: nothing to restart")
             continue
-        worker_back_to_pending(worker=worker, from_status=worker.status,
-                               reason=f"restart requested by {action.actor}: {action.reason}".strip(": "))
+        worker_back_to_pending(worker=worker, from_status=worker.status, reason=by)
+
+
+def _surges(deployment: Deployment, worker: Worker) -> bool:
+    """Whether an operator's restart or drain of `worker` starts a replacement first: a ready pool worker of the
+    current revision (a gateway owns its port; a worker of an older revision goes with its rollout)."""
+    return (worker.status == WorkerStatus.READY and worker.pool_id is not None
+            and worker.revision_id == deployment.current_revision_id)
 
 
 def _finish_actions(deployment: Deployment) -> None:
@@ -184,9 +219,21 @@ def _finish_actions(deployment: Deployment) -> None:
             action_succeed(action_id=action.id, result={"revision": current.number})
     _finish_scale_actions(deployment)
     for action in Action.objects.filter(deployment=deployment, status=ActionStatus.RUNNING,
-                                        kind=ActionKind.DRAIN, worker__isnull=False).select_related("worker"):
-        if action.worker.status in (WorkerStatus.STOPPED, WorkerStatus.FAILED):
-            action_succeed(action_id=action.id, result={"worker_status": action.worker.status})
+                                        kind__in=(ActionKind.DRAIN, ActionKind.RESTART),
+                                        worker__isnull=False).select_related("worker"):
+        replacement = (Worker.objects.filter(replaces=action.worker, created_at__gte=action.created_at)
+                       .order_by("-id").first())
+        if (replacement is not None and replacement.status in (WorkerStatus.FAILED, WorkerStatus.STOPPED)
+                and action.worker.status in SERVING):
+            # The replacement gave up (and its slot went back to the worker it was to replace, which serves on).
+            action_fail(action_id=action.id, error=f"its replacement, worker {replacement.id}, did not become "
+                                                   f"ready: {replacement.last_error}"[:2000])
+        elif action.worker.status in (WorkerStatus.STOPPED, WorkerStatus.FAILED) and (
+                action.kind == ActionKind.DRAIN or replacement is not None):
+            result = {"worker_status": action.worker.status}
+            if replacement is not None:
+                result["replacement"] = replacement.id
+            action_succeed(action_id=action.id, result=result)
 
 
 def _finish_scale_actions(deployment: Deployment) -> None:
