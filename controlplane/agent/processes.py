@@ -84,11 +84,30 @@ def spawn(argv: list[str], *, log_path: Path, marker: str | None, env: dict[str,
     with _children_lock:
         _children[popen.pid] = popen
     try:
-        create_time = psutil.Process(popen.pid).create_time()
+        proc = psutil.Process(popen.pid)
+        create_time = proc.create_time()
+        if marker is not None:
+            _wait_for_environment(proc)
     except psutil.NoSuchProcess:
         # It died (and may already be reaped) before we looked: a handle that is never alive.
         create_time = 0.0
     return ProcessHandle(pid=popen.pid, create_time=create_time, marker=marker)
+
+
+def _wait_for_environment(proc: psutil.Process, timeout_s: float = 10.0) -> None:
+    """Until the new program's environment is readable. Popen returns once exec has closed the child's
+    close-on-exec pipe, which the kernel does before it sets up the new environment: in between, /proc/<pid>/environ
+    reads as empty, and the marker check would take our own child for a stranger (seen on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if proc.environ():
+                return
+        except psutil.AccessDenied:
+            return
+        except psutil.ZombieProcess:
+            return
+        time.sleep(0.005)
 
 
 SECRET_FLAGS = ("--token",)
@@ -132,13 +151,17 @@ def _process(handle: ProcessHandle) -> psutil.Process | None:
         if abs(proc.create_time() - handle.create_time) > CREATE_TIME_TOLERANCE_S:
             return None  # the pid was recycled
         if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            exit_code(handle.pid)  # it exited since the reap above: reap it now, so no zombie stays behind
             return None
         if handle.marker is not None:
             try:
-                if proc.environ().get(MARKER_ENV) != handle.marker:
-                    return None
+                environ = proc.environ()
             except psutil.AccessDenied:
-                pass  # another user's process cannot be ours anyway; create_time already matched
+                environ = {}  # another user's process cannot be ours anyway; create_time already matched
+            # An empty environment is a process between exec and its set-up (see _wait_for_environment), which
+            # create_time already names; a different marker, or none in a set-up environment, is a stranger.
+            if environ and environ.get(MARKER_ENV) != handle.marker:
+                return None
         return proc
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
