@@ -14,9 +14,11 @@ reconcile's own start message, when it comes, finds the row already claimed.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 
+import psutil
 import requests
 from django.conf import settings
 from django.db import close_old_connections
@@ -38,14 +40,30 @@ _stopping: set[int] = set()
 _stopping_lock = threading.Lock()
 
 
-def node_register(*, name: str, address: str = "127.0.0.1") -> Node:
+def detected_labels(gpus: list[dict]) -> dict[str, str]:
+    """What this host is, as labels pools can select on."""
+    labels = {"cpu.count": str(os.cpu_count() or 1),
+              "memory_gib": str(round(psutil.virtual_memory().total / 2**30))}
+    if gpus:
+        labels.update({"gpu.model": gpus[0].get("name", ""), "gpu.count": str(len(gpus)),
+                       "gpu.memory_gib": str(round(gpus[0].get("memory_total_bytes", 0) / 2**30))})
+    else:
+        labels["gpu.count"] = "0"
+    return labels
+
+
+def node_register(*, name: str, address: str = "127.0.0.1", labels: dict[str, str] | None = None) -> Node:
+    """Register (or refresh) this node: address, GPUs, detected labels; `labels` (the agent's --label) are merged
+    into the ones operators set, winning for their keys."""
     node, _ = Node.objects.get_or_create(name=name, defaults={"queue": Node.queue_for(name)})
     node.hostname = socket.gethostname()
     node.address = address
     node.gpus = discover_gpus()
+    node.detected_labels = detected_labels(node.gpus)
+    node.labels = {**(node.labels or {}), **(labels or {})}
     node.last_seen_at = timezone.now()
-    node.save(update_fields=["hostname", "address", "gpus", "last_seen_at"])
-    log.info("node %s registered (%s, %d GPU(s))", name, node.hostname, len(node.gpus))
+    node.save(update_fields=["hostname", "address", "gpus", "detected_labels", "labels", "last_seen_at"])
+    log.info("node %s registered (%s, %d GPU(s), labels %s)", name, node.hostname, len(node.gpus), node.all_labels)
     return node
 
 

@@ -18,10 +18,13 @@ class ErrorSerializer(serializers.Serializer):
 class NodeSerializer(serializers.ModelSerializer):
     num_gpus = serializers.IntegerField(read_only=True)
     online = serializers.SerializerMethodField()
+    all_labels = serializers.DictField(child=serializers.CharField(), read_only=True,
+                                       help_text="detected_labels overlaid with labels: what pools select on")
 
     class Meta:
         model = Node
-        fields = ["name", "queue", "hostname", "address", "gpus", "num_gpus", "online", "last_seen_at", "created_at"]
+        fields = ["name", "queue", "hostname", "address", "gpus", "num_gpus", "labels", "detected_labels",
+                  "all_labels", "online", "last_seen_at", "created_at"]
 
     def get_online(self, node: Node) -> bool:
         return node.is_online()
@@ -29,10 +32,13 @@ class NodeSerializer(serializers.ModelSerializer):
 
 class PoolSerializer(serializers.ModelSerializer):
     ready_replicas = serializers.SerializerMethodField()
+    status = serializers.CharField(read_only=True, help_text="ok, or unschedulable (unschedulable_reason says why)")
 
     class Meta:
         model = Pool
-        fields = ["role", "desired_replicas", "min_replicas", "max_replicas", "ready_replicas"]
+        fields = ["role", "desired_replicas", "min_replicas", "max_replicas", "ready_replicas", "status",
+                  "unschedulable_reason", "node_selector", "gpus_per_worker", "threads_per_worker",
+                  "allow_gpu_sharing"]
 
     def get_ready_replicas(self, pool: Pool) -> int:
         num_ready = getattr(pool, "num_ready", None)

@@ -20,6 +20,7 @@ urlpatterns = [
     *verb("deployments/<str:name>/scale", operations.ScaleView, "deployment-scale"),
     *verb("deployments/<str:name>/rollback", operations.RollbackView, "deployment-rollback"),
     *verb("deployments/<str:name>/endpoints", operations.EndpointsView, "deployment-endpoints"),
+    *verb("deployments/<str:name>/pools/<str:role>", operations.PoolPlacementView, "pool-placement"),
     path("workers/", workers.WorkerListView.as_view(), name="worker-list"),
     path("workers/<int:worker_id>/", workers.WorkerDetailView.as_view(), name="worker-detail"),
     *verb("workers/<int:worker_id>/restart", workers.WorkerRestartView, "worker-restart"),

@@ -19,6 +19,9 @@ class ActionKind(models.TextChoices):
     FAIL = "fail"
     AUTOSCALE = "autoscale"  # the autoscaler switched on or off, or a pool's policy changed
     SILENCE = "silence"  # a silence created or expired
+    UNSCHEDULABLE = "unschedulable"  # a pool's worker found no node to run on (and why)
+    LABEL = "label"  # a node's labels changed
+    PLACEMENT = "placement"  # a pool's node selector or per-worker request changed
 
 
 class ActorType(models.TextChoices):

@@ -90,13 +90,24 @@ class Revision(models.Model):
 
 
 class Pool(models.Model):
-    """The workers of one role of a deployment: desired replicas within min..max."""
+    """The workers of one role of a deployment: desired replicas within min..max, placed on the nodes its selector
+    names with room for its per-worker request (supervision.placement)."""
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="pools")
     role = models.CharField(max_length=20, choices=PoolRole.choices)
     desired_replicas = models.PositiveIntegerField(default=1)
     min_replicas = models.PositiveIntegerField(default=1)
     max_replicas = models.PositiveIntegerField(default=8)
+    # Labels a node must carry, e.g. {"class": "compute"} for prefill, {"class": "bandwidth"} for decode.
+    node_selector = models.JSONField(default=dict, blank=True)
+    # What one worker takes of a node: GPUs (0: none needed) and CPU threads (0: not accounted).
+    gpus_per_worker = models.PositiveSmallIntegerField(default=0)
+    threads_per_worker = models.PositiveSmallIntegerField(default=0)
+    # Whether two workers may share one GPU (off: a GPU is the worker's own).
+    allow_gpu_sharing = models.BooleanField(default=False)
+    # Why reconcile could not place a worker of this pool on its last try ("" when it could): operators see it as
+    # the pool's status `unschedulable` in the API and the dashboard.
+    unschedulable_reason = models.TextField(blank=True)
 
     class Meta:
         ordering = ["deployment_id", "role"]
@@ -110,3 +121,7 @@ class Pool(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}/{self.role}"
+
+    @property
+    def status(self) -> str:
+        return "unschedulable" if self.unschedulable_reason else "ok"

@@ -17,6 +17,11 @@ class Node(models.Model):
     address = models.CharField(max_length=255, default="127.0.0.1")
     # [{"index": 0, "name": "NVIDIA H100", "memory_total_bytes": 85899345920}]; [] on a CPU-only host.
     gpus = models.JSONField(default=list, blank=True)
+    # What the agent found at registration: gpu.model, gpu.count, gpu.memory_gib, cpu.count, memory_gib.
+    detected_labels = models.JSONField(default=dict, blank=True)
+    # What operators set (the agent's --label, the API, the admin), e.g. {"class": "bandwidth"}; they win over
+    # detected labels of the same name. Pools select nodes by labels (Pool.node_selector).
+    labels = models.JSONField(default=dict, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -38,6 +43,15 @@ class Node(models.Model):
     @property
     def num_gpus(self) -> int:
         return len(self.gpus or [])
+
+    @property
+    def all_labels(self) -> dict[str, str]:
+        return {**(self.detected_labels or {}), **(self.labels or {})}
+
+    @property
+    def num_cpus(self) -> int | None:
+        value = (self.detected_labels or {}).get("cpu.count")
+        return int(value) if value is not None and str(value).isdigit() else None
 
     def is_online(self, *, within: timedelta = timedelta(seconds=30)) -> bool:
         return self.last_seen_at is not None and timezone.now() - self.last_seen_at <= within

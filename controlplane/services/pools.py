@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 from controlplane.errors import ControlPlaneError, conflict, invalid
-from controlplane.models import Action, ActionKind, Deployment, Pool
+from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Pool
 from controlplane.selectors import deployment_delete_pending
-from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
+from controlplane.services.actions import Actor, action_create, action_once, as_actor, enqueue_reconcile
 
 
 def pool_scale(*, deployment: Deployment, role: str, replicas: int, actor, reason: str = "",
@@ -86,3 +86,62 @@ def _scale(*, deployment: Deployment, role: str, target, actor, reason: str, ide
 
     return action_once(kind=ActionKind.SCALE, idempotency_key=idempotency_key, write=write,
                        request={"deployment": deployment.pk, "role": role, **request})
+
+
+def pool_schedulable_set(*, pool: Pool, reason: str, num_unplaced: int) -> bool:
+    """Record whether reconcile could place the pool's workers: `reason` says why not ("" once it could). A change
+    is an audit row (the supervisor as actor), so operators see when and why a pool became unschedulable and when it
+    recovered. Returns whether anything changed."""
+    num_updated = Pool.objects.filter(pk=pool.pk).exclude(unschedulable_reason=reason).update(
+        unschedulable_reason=reason)
+    pool.unschedulable_reason = reason
+    if not num_updated:
+        return False
+    deployment = pool.deployment
+    action_create(kind=ActionKind.UNSCHEDULABLE, actor=Actor.system("supervisor"), deployment=deployment,
+                  reason=f"{pool.role} pool: {reason}" if reason else f"{pool.role} pool: every worker placed again",
+                  status=ActionStatus.SUCCEEDED if not reason else ActionStatus.FAILED,
+                  params={"role": pool.role, "num_unplaced": num_unplaced, "desired": pool.desired_replicas},
+                  result={"reason": reason})
+    return True
+
+
+PLACEMENT_FIELDS = ("node_selector", "gpus_per_worker", "threads_per_worker", "allow_gpu_sharing")
+
+
+def pool_placement_set(*, deployment: Deployment, role: str, actor, reason: str = "", **changes) -> Action:
+    """Change where a pool's workers may run: node_selector (labels), gpus_per_worker, threads_per_worker,
+    allow_gpu_sharing. Running workers stay where they are; new ones (scale-ups, restarts) follow the new rule.
+    400 naming the bad field; returns the `placement` action (params: the old and new values)."""
+    from controlplane.services.nodes import validate_labels
+
+    actor = as_actor(actor)
+    unknown = sorted(set(changes) - set(PLACEMENT_FIELDS))
+    if unknown:
+        raise invalid(f"unknown placement fields {unknown} (known: {list(PLACEMENT_FIELDS)})", field=unknown[0])
+    if "node_selector" in changes:
+        changes["node_selector"] = validate_labels(changes["node_selector"], field="node_selector")
+    for field in ("gpus_per_worker", "threads_per_worker"):
+        if field in changes:
+            value = changes[field]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
+                raise invalid(f"{field} must be an integer 0..64, not {value!r}", field=field)
+    if "allow_gpu_sharing" in changes and not isinstance(changes["allow_gpu_sharing"], bool):
+        raise invalid("allow_gpu_sharing must be true or false", field="allow_gpu_sharing")
+
+    def write() -> Action:
+        pool = Pool.objects.select_for_update().filter(deployment=deployment, role=role).first()
+        if pool is None:
+            raise invalid(f"deployment {deployment.name!r} has no {role!r} pool", field="role")
+        before = {field: getattr(pool, field) for field in PLACEMENT_FIELDS}
+        for field, value in changes.items():
+            setattr(pool, field, value)
+        pool.save(update_fields=list(changes) or ["node_selector"])
+        action = action_create(kind=ActionKind.PLACEMENT, actor=actor, deployment=deployment, reason=reason,
+                               status=ActionStatus.SUCCEEDED,
+                               params={"role": role, "from": before,
+                                       "to": {field: getattr(pool, field) for field in PLACEMENT_FIELDS}})
+        enqueue_reconcile(deployment.pk)
+        return action
+
+    return action_once(kind=ActionKind.PLACEMENT, idempotency_key=None, write=write)

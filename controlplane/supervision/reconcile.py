@@ -33,9 +33,10 @@ from controlplane.models import (
     Action, ActionKind, ActionStatus, Deployment, Pool, Worker, WorkerRole, WorkerStatus,
 )
 from controlplane.services.actions import action_fail, action_start, action_succeed
+from controlplane.services.pools import pool_schedulable_set
 from controlplane.services.restarts import worker_back_to_pending
 from controlplane.supervision import dispatch
-from controlplane.supervision.placement import node_pick, online_nodes
+from controlplane.supervision.placement import node_pick, online_nodes, placement_for
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,15 @@ def _drain(worker: Worker, reason: str, summary: dict) -> None:
 
 
 def _new_worker(deployment: Deployment, *, role: str, pool: Pool | None, summary: dict, **fields) -> Worker | None:
-    node = fields.pop("node", None) or node_pick()
+    """A pending worker on the node placement picks; None (logged, and said on the pool) when none qualifies."""
+    node = fields.pop("node", None)
+    if node is None and pool is not None:
+        placement = placement_for(pool)
+        node = placement.node
+        if node is None:
+            summary.setdefault("unschedulable", {})[pool.role] = placement.reason
+            return None
+    node = node or node_pick()
     if node is None:
         log.warning("deployment %s: no online node for a %s worker; retrying on the next pass", deployment.name, role)
         return None
@@ -114,8 +123,17 @@ def _reconcile_pool(deployment: Deployment, pool: Pool, summary: dict) -> None:
                                               status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id")
              if w.id not in replaced]
     missing = pool.desired_replicas - len(slots)
-    for _ in range(max(0, missing)):
-        _new_worker(deployment, role=pool.role, pool=pool, revision=current, summary=summary)
+    placed_all = all(_new_worker(deployment, role=pool.role, pool=pool, revision=current, summary=summary)
+                     is not None for _ in range(max(0, missing)))  # stops at the first that finds no node
+    if not placed_all:
+        num_placed = (Worker.objects.filter(pool=pool, revision=current, status__in=(*SERVING, WorkerStatus.FAILED))
+                      .exclude(id__in=replaced).count())
+        num_unplaced = pool.desired_replicas - num_placed
+        pool_schedulable_set(pool=pool, num_unplaced=num_unplaced, reason=(
+            f"{num_unplaced} of {pool.desired_replicas} workers cannot be placed: "
+            f"{summary['unschedulable'][pool.role]}"))
+    elif pool.unschedulable_reason:
+        pool_schedulable_set(pool=pool, num_unplaced=0, reason="")
     if missing < 0:
         # Failed first (they serve nothing), then the least ready, newest first: ready old-timers keep serving.
         rank = {WorkerStatus.FAILED: 0, WorkerStatus.PENDING: 1, WorkerStatus.STARTING: 2, WorkerStatus.READY: 3}
@@ -276,9 +294,10 @@ def _send_due_starts(deployment: Deployment, summary: dict) -> None:
         if worker.next_restart_at is not None and worker.next_restart_at > now:
             continue
         if worker.node_id not in online_ids:
-            node = node_pick()
+            node = (placement_for(worker.pool, exclude_worker=worker.id).node if worker.pool_id is not None
+                    else node_pick())
             if node is None or (worker.pid is not None):
-                continue  # no agent up; or a stale process that only its own node can stop
+                continue  # no node for it; or a stale process that only its own node can stop
             Worker.objects.filter(id=worker.id, status=WorkerStatus.PENDING).update(node=node)
             worker.node = node
         num_claimed = Worker.objects.filter(id=worker.id, status=WorkerStatus.PENDING,

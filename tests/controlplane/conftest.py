@@ -146,7 +146,7 @@ def make_worker(db, node):
     from controlplane.models import Pool, Worker, WorkerRole
 
     def make(deployment, role: str = "decode", *, status: str = "ready", revision=None, port: int | None = None,
-             **fields) -> Worker:
+             node=node, **fields) -> Worker:
         pool = None if role == WorkerRole.GATEWAY else Pool.objects.get(deployment=deployment, role=role)
         if revision is None and role != WorkerRole.GATEWAY:
             revision = deployment.current_revision

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.response import Response
 
 from controlplane.api.serializers import NodeSerializer
-from controlplane.api.views.base import READ_ERRORS, ApiView
+from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView, WriteInputSerializer
 from controlplane.models import Node
 from controlplane.selectors import node_get
+from controlplane.services.nodes import node_labels_set
 
 
 class NodeListView(ApiView):
@@ -16,7 +18,22 @@ class NodeListView(ApiView):
         return Response(NodeSerializer(Node.objects.order_by("name"), many=True).data)
 
 
+class NodeLabelsInput(WriteInputSerializer):
+    labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
+
+
 class NodeDetailView(ApiView):
     @extend_schema(responses={200: NodeSerializer, **READ_ERRORS}, description="One node. Viewer.")
     def get(self, request, name: str):
         return Response(NodeSerializer(node_get(name)).data)
+
+    @extend_schema(request=NodeLabelsInput, responses={200: NodeSerializer, **ERRORS},
+                   description="Replace the labels operators set on the node (`{\"labels\": {\"class\": "
+                               "\"compute\"}}`); detected labels stay. Pools select nodes by labels. Admin.")
+    def patch(self, request, name: str):
+        node = node_get(name)
+        data = NodeLabelsInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        node = node_labels_set(node=node, labels=data.validated_data["labels"], actor=request.user,
+                               reason=data.validated_data["reason"])
+        return Response(NodeSerializer(node).data)

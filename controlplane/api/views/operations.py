@@ -11,6 +11,7 @@ from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView, W
 from controlplane.models import PoolRole
 from controlplane.selectors import MAX_ID, deployment_endpoints, deployment_get
 from controlplane.services import deployment_rollback, pool_scale
+from controlplane.services.pools import pool_placement_set
 
 
 def _answer(action, name: str) -> Response:
@@ -63,6 +64,31 @@ class RollbackView(ApiView):
         action = deployment_rollback(deployment=deployment, revision_number=data.validated_data["revision"],
                                      **write_kwargs(request, data.validated_data))
         return _answer(action, name)
+
+
+class PlacementInput(WriteInputSerializer):
+    node_selector = serializers.DictField(child=serializers.CharField(), required=False)
+    gpus_per_worker = serializers.IntegerField(required=False, min_value=0, max_value=64)
+    threads_per_worker = serializers.IntegerField(required=False, min_value=0, max_value=64)
+    allow_gpu_sharing = serializers.BooleanField(required=False)
+
+
+class PoolPlacementView(ApiView):
+    @extend_schema(request=PlacementInput, responses={200: DeploymentActionSerializer, **ERRORS},
+                   description="Where a pool's workers may run: `node_selector` (labels a node must carry), "
+                               "`gpus_per_worker`, `threads_per_worker` and `allow_gpu_sharing`. New workers follow "
+                               "it; a pool that cannot be placed shows status `unschedulable` with the reason. "
+                               "Admin.")
+    def patch(self, request, name: str, role: str):
+        deployment = deployment_get(name)
+        data = PlacementInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        changes = {field: value for field, value in data.validated_data.items()
+                   if field not in ("reason", "idempotency_key")}
+        action = pool_placement_set(deployment=deployment, role=role, actor=request.user,
+                                    reason=data.validated_data["reason"], **changes)
+        return Response({"action": ActionSerializer(action).data,
+                         "deployment": DeploymentSerializer(deployment_get(name)).data})
 
 
 class EndpointsView(ApiView):

@@ -17,20 +17,34 @@ class Command(BaseCommand):
         parser.add_argument("--address", default=None,
                             help="address other hosts reach this node's workers at (default: TANDEM_NODE_ADDRESS, "
                                  "'127.0.0.1': one host only)")
+        parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                            help="a label of this node that pools can select (repeatable), e.g. class=compute")
         parser.add_argument("--loglevel", default="INFO")
 
-    def handle(self, *args, name=None, address=None, loglevel="INFO", **options):
+    def handle(self, *args, name=None, address=None, loglevel="INFO", label=(), **options):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
         from controlplane.agent.node import Heartbeat, node_adopt, node_register
         from controlplane.celery import app
+        from controlplane.errors import ControlPlaneError
+        from controlplane.services.nodes import validate_labels
 
         name = name or settings.TANDEM_NODE_NAME
         if slugify(name) != name:
             raise CommandError(f"node name {name!r} must be a slug (lowercase letters, digits, '-')")
+        labels = {}
+        for item in label:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise CommandError(f"--label {item!r}: write KEY=VALUE, e.g. class=compute")
+            labels[key.strip()] = value.strip()
+        try:
+            labels = validate_labels(labels, field="--label")
+        except ControlPlaneError as exc:
+            raise CommandError(exc.message) from None
         runtime.node_name = name
-        node = node_register(name=name, address=address or settings.TANDEM_NODE_ADDRESS)
+        node = node_register(name=name, address=address or settings.TANDEM_NODE_ADDRESS, labels=labels)
         node_adopt(node=node)
         heartbeat = Heartbeat(node, settings.TANDEM_HEARTBEAT_INTERVAL_S)
         heartbeat.start()

@@ -27,7 +27,9 @@ def test_create_makes_revision_one_its_pools_and_a_create_action(admin_api, mode
     assert body["deployment"]["gateway_url"] == f"http://127.0.0.1:{port}"
     pools = {p["role"]: p for p in body["deployment"]["pools"]}
     assert pools["decode"] == {"role": "decode", "desired_replicas": 2, "min_replicas": 1, "max_replicas": 4,
-                               "ready_replicas": 0}
+                               "ready_replicas": 0, "status": "ok", "unschedulable_reason": "",
+                               "node_selector": {}, "gpus_per_worker": 0, "threads_per_worker": 0,
+                               "allow_gpu_sharing": False}
     assert pools["prefill"]["desired_replicas"] == 1 and pools["prefill"]["max_replicas"] == 8
     revision = Revision.objects.get(deployment__name="chat")
     assert (revision.number, revision.dtype, revision.engine_settings) == (1, "bfloat16",
