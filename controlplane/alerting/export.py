@@ -27,6 +27,8 @@ GAUGES = {
     "gpu_power_watts": ("tandem_gpu_power_watts", "sum"),
     "resident_memory_bytes": ("process_resident_memory_bytes", "sum"),
     "up": ("up", "avg"),
+    # The control plane's own /metrics (labels deployment and role), not a worker's.
+    "unschedulable_replicas": ("tandem_pool_unschedulable_replicas", "sum"),
 }
 COUNTERS = {
     "prompt_tokens_per_second": "tandem_prompt_tokens_total",

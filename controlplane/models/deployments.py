@@ -108,6 +108,7 @@ class Pool(models.Model):
     # Why reconcile could not place a worker of this pool on its last try ("" when it could): operators see it as
     # the pool's status `unschedulable` in the API and the dashboard.
     unschedulable_reason = models.TextField(blank=True)
+    unschedulable_replicas = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["deployment_id", "role"]

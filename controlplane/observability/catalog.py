@@ -55,6 +55,8 @@ _CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
     "cpu_usage_ratio": (23, PoolAggregate.MEAN, "cores"),
     "resident_memory_bytes": (24, PoolAggregate.SUM, "bytes"),
     "up": (25, PoolAggregate.MEAN, "ratio"),
+    # Written by the control plane itself (not scraped): workers of a pool that no node can take.
+    "unschedulable_replicas": (26, PoolAggregate.SUM, "workers"),
 }
 
 METRICS: tuple[str, ...] = tuple(_CATALOG)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection, transaction
 
+from controlplane.models import Pool
 from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRAPED_STATUSES, PoolAggregate
 from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
 from controlplane.observability.models import Sample, ScrapeState
@@ -86,6 +87,9 @@ def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
         values = _pool_values(pools.get(key, []))
         values["up"] = sum(ups) / len(ups)
         rows.extend(_rows(ts, key[0], key[1], None, values))
+    # The control plane's own view of each pool: how many of its workers no node can take (an alert rule's input).
+    for deployment_id, role, num in Pool.objects.values_list("deployment_id", "role", "unschedulable_replicas"):
+        rows.append((ts, deployment_id, role, None, METRIC_IDS["unschedulable_replicas"], float(num)))
     with transaction.atomic():
         _insert_samples(rows)
         ScrapeState.objects.bulk_create(

@@ -80,6 +80,7 @@ class ControlPlaneCollector(Collector):
         yield last
         yield targets
         yield self._actions()
+        yield self._unschedulable()
         deliveries = self._deliveries()
         if deliveries is not None:
             yield deliveries
@@ -92,6 +93,16 @@ class ControlPlaneCollector(Collector):
         rows = Action.objects.values_list("kind", "actor_type", "status").annotate(n=Count("id")).order_by()
         for kind, actor_type, status, n in rows:
             family.add_metric([kind, actor_type, status], float(n))
+        return family
+
+    def _unschedulable(self):
+        from controlplane.models import Pool
+
+        family = GaugeMetricFamily("tandem_pool_unschedulable_replicas", "Workers of a pool that no node can take "
+                                   "(its selector and per-worker request fit no online node).",
+                                   labels=["deployment", "role"])
+        for deployment, role, num in Pool.objects.values_list("deployment__name", "role", "unschedulable_replicas"):
+            family.add_metric([deployment, role], float(num))
         return family
 
     def _deliveries(self):

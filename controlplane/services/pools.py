@@ -93,8 +93,8 @@ def pool_schedulable_set(*, pool: Pool, reason: str, num_unplaced: int) -> bool:
     is an audit row (the supervisor as actor), so operators see when and why a pool became unschedulable and when it
     recovered. Returns whether anything changed."""
     num_updated = Pool.objects.filter(pk=pool.pk).exclude(unschedulable_reason=reason).update(
-        unschedulable_reason=reason)
-    pool.unschedulable_reason = reason
+        unschedulable_reason=reason, unschedulable_replicas=num_unplaced)
+    pool.unschedulable_reason, pool.unschedulable_replicas = reason, num_unplaced
     if not num_updated:
         return False
     deployment = pool.deployment

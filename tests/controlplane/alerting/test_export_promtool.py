@@ -25,7 +25,7 @@ def test_promtool_accepts_the_exported_default_and_custom_rules(deployment, make
     path.write_text(text)
     check = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 9 rules found" in check.stdout
+    assert "SUCCESS: 10 rules found" in check.stdout
 
     rules = {r["labels"]["tandem_rule"]: r for r in yaml.safe_load(text)["groups"][0]["rules"]}
     assert rules["demo:p99-latency"]["expr"] == (
