@@ -4,7 +4,7 @@
    the demo model (TANDEM_DEMO_MODEL: smollm2 or tiny), ensure the admin user and the `demo` deployment (1 prefill,
    1 decode, gateway on TANDEM_GATEWAY_PORT, moved there when the setting changed).
 2. Start and supervise web (runserver), one Celery control worker, Celery beat and the node agent; a child that dies
-   is restarted with backoff.
+   is restarted with backoff, and each restart is an action row (actor system "tandem_run").
 3. Once the gateway's /health says it can serve (no test requests: they would count as client errors): print the
    dashboard URL, an API token and curl examples; send demo requests (TANDEM_DEMO_LOAD=0 turns them off). A demo
    worker that restarts or fails meanwhile is reported as it happens.
@@ -90,7 +90,8 @@ class Command(BaseCommand):
         waiter.start()
         try:
             while not stop_requested.wait(0.5):
-                stack.poll()
+                for name in stack.poll():
+                    self._record_restart(stack, name)
                 if load is None and settings.TANDEM_DEMO_LOAD and getattr(self, "ready", False):
                     load = demo.DemoLoad(gateway_url, report=self.out)
                     load.start()
@@ -113,6 +114,17 @@ class Command(BaseCommand):
             port_check(port, **kwargs)
         except PortBusy as busy:
             raise CommandError(str(busy)) from None
+
+    def _record_restart(self, stack: Stack, name: str) -> None:
+        """The audit-log row of a restart of one of make run's own processes (shown on the actions page)."""
+        from controlplane.run.audit import stack_restart_record
+
+        child = stack.children[name]
+        try:
+            stack_restart_record(process=name, exit_code=child.exits[-1] if child.exits else None,
+                                 num_restarts=child.num_restarts, log_path=str(child.log_path))
+        except Exception as exc:  # the database may be what failed; the supervisor must go on either way
+            self.out(f"warning: the restart of {name} could not be recorded in the audit log: {exc}")
 
     def _wait_ready(self, *, gateway_url, started, admin, stop_requested, watch) -> None:
         from controlplane.run import demo
