@@ -61,6 +61,8 @@ def value_at(metric_id: int, series_index: int, ts: float) -> float:
 
 
 def create_fleet(var_dir: Path, num_workers: int, gpu: bool):
+    from datetime import timedelta
+
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
@@ -83,6 +85,9 @@ def create_fleet(var_dir: Path, num_workers: int, gpu: bool):
                                    replicas={"prefill": half, "decode": num_workers - half},
                                    max_replicas={"prefill": 16, "decode": 16}).deployment
     now = timezone.now()
+    # The seeded day of samples is the deployment's life: charts never start before a deployment was created.
+    deployment.created_at = now - timedelta(seconds=DAY_S + 600)
+    deployment.__class__.objects.filter(pk=deployment.pk).update(created_at=deployment.created_at)
     workers = []
     for index in range(num_workers):
         role = "prefill" if index < half else "decode"

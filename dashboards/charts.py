@@ -10,13 +10,20 @@ chart means "zero" or "no data".
 """
 from __future__ import annotations
 
+import re
+import zlib
 from dataclasses import dataclass, field
 
 MAX_POINTS = 500
 FEW_POINTS = 20
-# Status-neutral palette; the same worker or role keeps its colour across charts (index by name order).
+# Status-neutral palette. A series' colour comes from what it is (colour_for), never from its position among the
+# series drawn now: a worker keeps its colour when others come and go, in every chart and every refresh.
 PALETTE = ("#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#dc2626", "#4b5563",
            "#ca8a04")
+ROLE_COLOURS = {"prefill": PALETTE[0], "decode": PALETTE[1], "colocated": PALETTE[2], "gateway": PALETTE[3]}
+_WORKER_GROUP = re.compile(r"#(\d+)$")
+GIB = 2 ** 30
+MIB = 2 ** 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +36,45 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class Axis:
-    unit: str  # "seconds" | "ratio" | "bytes" | "per_second" | "count" | "cores"
+    unit: str  # "seconds" | "ratio" | "bytes" | "tokens_per_second" | "requests_per_second" | "requests" | "cores"
     title: str = ""
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """How a unit is drawn: values are multiplied by `factor` and shown with `label`, after each tick when it is
+    short (ms, s, %, GiB), else as the axis title (tokens/s); hovers always carry it."""
+
+    factor: float
+    label: str
+    on_ticks: bool
+    digits: str  # d3 format of a hovered value
+
+
+def unit_scale(unit: str, max_value: float) -> Scale:
+    """The scale of a chart whose largest value is `max_value` (in base units: seconds, ratio, bytes)."""
+    if unit == "seconds":
+        return Scale(1000.0, "ms", True, ",.1f") if max_value < 1 else Scale(1.0, "s", True, ",.2f")
+    if unit == "ratio":
+        return Scale(100.0, "%", True, ".1f")
+    if unit == "bytes":
+        return Scale(1 / GIB, "GiB", True, ",.2f") if max_value >= GIB else Scale(1 / MIB, "MiB", True, ",.0f")
+    labels = {"tokens_per_second": "tokens/s", "requests_per_second": "req/s", "requests": "requests",
+              "cores": "cores"}
+    return Scale(1.0, labels.get(unit, ""), False, ",.2f")
+
+
+def colour_for(group: str) -> str:
+    """A worker's series ("decode#17") by its id, a pool's ("decode#" or "decode") by its role, anything else by a
+    stable hash of its name."""
+    worker = _WORKER_GROUP.search(group)
+    if worker:
+        return PALETTE[int(worker.group(1)) % len(PALETTE)]
+    role = group.rstrip("#")
+    if role in ROLE_COLOURS:
+        return ROLE_COLOURS[role]
+    return PALETTE[zlib.crc32(group.encode()) % len(PALETTE)]
 
 
 def downsample(points: list, max_points: int = MAX_POINTS) -> list:
@@ -58,24 +101,20 @@ def _ms(ts: float) -> int:
     return int(ts * 1000)
 
 
-def _axis_layout(axis: Axis) -> dict:
-    layout: dict = {"title": {"text": axis.title} if axis.title else None, "rangemode": "tozero",
-                    "gridcolor": "#e5e7eb", "zeroline": False, "automargin": True}
-    if axis.unit == "seconds":
-        layout["ticksuffix"] = " s"
-    elif axis.unit == "ratio":
-        layout["tickformat"] = ".2~%"
-    elif axis.unit == "bytes":
-        layout["tickformat"] = ".3~s"
-        layout["ticksuffix"] = "B"
+def _axis_layout(axis: Axis, scale: Scale) -> dict:
+    title = axis.title or ("" if scale.on_ticks else scale.label)
+    layout: dict = {"title": {"text": title} if title else None, "rangemode": "tozero",
+                    "gridcolor": "#e5e7eb", "zeroline": False, "automargin": True, "tickformat": "~s"
+                    if scale.label in ("tokens/s", "req/s") else None}
+    if scale.on_ticks:
+        layout["ticksuffix"] = scale.label if scale.label == "%" else f" {scale.label}"
     layout.update(axis.extra)
     return {key: value for key, value in layout.items() if value is not None}
 
 
-def _hover(unit: str) -> str:
-    formats = {"seconds": "%{y:.3f} s", "ratio": "%{y:.1%}", "bytes": "%{y:.3s}B", "per_second": "%{y:.2f}/s",
-               "cores": "%{y:.2f} cores"}
-    return "%{fullData.name}: " + formats.get(unit, "%{y:.2f}") + "<br>%{x}<extra></extra>"
+def _hover(scale: Scale) -> str:
+    unit = scale.label if scale.label == "%" else f" {scale.label}" if scale.label else ""
+    return "%{fullData.name}: %{y:" + scale.digits + "}" + unit + "<br>%{x}<extra></extra>"
 
 
 def _base_layout(title: str, *, x_range: tuple[float, float] | None) -> dict:
@@ -104,11 +143,12 @@ def line_figure(title: str, series: list[Series], axis: Axis, *, x_range: tuple[
                 empty_reason: str = "", max_points: int = MAX_POINTS) -> dict:
     """A time-series line chart; series without points are left out. With no points at all it is
     `empty_figure(empty_reason)`, so the reason is drawn where the lines would be."""
+    drawn = [(item, downsample(item.points, max_points)) for item in series if item.points]
+    if not drawn:
+        return empty_figure(title, empty_reason or "no data in this time range", x_range=x_range)
+    scale = unit_scale(axis.unit, max(abs(p[1]) for _, points in drawn for p in points))
     traces = []
-    colours: dict[str, str] = {}
-    for item in (s for s in series if s.points):
-        colour = colours.setdefault(item.group or item.name, PALETTE[len(colours) % len(PALETTE)])
-        points = downsample(item.points, max_points)
+    for item, points in drawn:
         traces.append({
             "type": "scatter",
             # A line needs two points: a series that just started (or a sparse one) also gets markers.
@@ -116,14 +156,12 @@ def line_figure(title: str, series: list[Series], axis: Axis, *, x_range: tuple[
             "marker": {"size": 4},
             "name": item.name,
             "x": [_ms(p[0]) for p in points],
-            "y": [p[1] for p in points],
-            "line": {"width": 1.6, "color": colour, "dash": item.dash},
-            "hovertemplate": _hover(axis.unit),
+            "y": [p[1] * scale.factor for p in points],
+            "line": {"width": 1.6, "color": colour_for(item.group or item.name), "dash": item.dash},
+            "hovertemplate": _hover(scale),
         })
-    if not traces:
-        return empty_figure(title, empty_reason or "no data in this time range", x_range=x_range)
     layout = _base_layout(title, x_range=x_range)
-    layout["yaxis"] = _axis_layout(axis)
+    layout["yaxis"] = _axis_layout(axis, scale)
     return {"data": traces, "layout": layout}
 
 

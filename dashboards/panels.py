@@ -19,7 +19,10 @@ from controlplane.observability.series import SeriesQuery, auto_step, query_seri
 from dashboards.charts import Axis, Series, line_figure
 
 RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
-DEFAULT_RANGE = "1h"
+# A fresh `make run` has minutes of data: an hour-wide default would squeeze them into a corner.
+DEFAULT_RANGE = "15m"
+# A range starts when the deployment was created (nothing can come before), but is never narrower than this.
+MIN_RANGE_S = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +50,12 @@ LATENCY_PANELS = (
           (Line("e2e_p50_seconds", "P50", "dot"), Line("e2e_p99_seconds", "P99"))),
 )
 TRAFFIC_PANELS = (
-    Panel("qps", "Requests per second", "per_second", (Line("qps", "QPS"),)),
-    Panel("tokens", "Tokens per second", "per_second",
+    Panel("qps", "Requests per second", "requests_per_second", (Line("qps", "QPS"),)),
+    Panel("tokens", "Tokens per second", "tokens_per_second",
           (Line("prompt_tokens_per_second", "in"), Line("generation_tokens_per_second", "out", "dot"))),
     Panel("errors", "Error ratio", "ratio",
           (Line("error_ratio", "errors"), Line("server_error_ratio", "5xx", "dot"))),
-    Panel("requests", "Running and waiting requests", "count",
+    Panel("requests", "Running and waiting requests", "requests",
           (Line("requests_running", "running"), Line("requests_waiting", "waiting", "dot"))),
 )
 GPU_PANELS = (
@@ -97,10 +100,17 @@ def empty_reason(*, num_live_workers: int, has_samples: bool) -> str:
     return "no samples of this metric in this time range"
 
 
+def range_start(deployment, *, seconds: float, now: float) -> float:
+    """The start of a range of `seconds` ending now: never before the deployment was created, so that a young
+    deployment's charts span its life, unless that is shorter than MIN_RANGE_S."""
+    created = deployment.created_at.timestamp()
+    return max(now - seconds, min(created, now - MIN_RANGE_S))
+
+
 def chart_figures(deployment, *, range_key: str, now: float) -> dict:
     """{"range", "start", "end", "has_gpu", "figures": {panel key: figure}, "num_points": {key: n}}."""
     seconds = RANGES[range_key]
-    start, end = now - seconds, now
+    start, end = range_start(deployment, seconds=seconds, now=now), now
     step = auto_step(start, end)
     has_gpu = deployment_has_gpu(deployment)
     panels = panels_for(has_gpu=has_gpu)

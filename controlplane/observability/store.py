@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F, Q
 
 from controlplane.models import Pool
 from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRAPED_STATUSES, PoolAggregate
@@ -40,18 +41,35 @@ def scrape_targets() -> list[Target]:
     return [Target(wid, dep, role, f"http://{host}:{port}") for wid, dep, role, host, port in rows]
 
 
+def failed_targets() -> list[Target]:
+    """Failed workers that still hold their slot: a gateway, or a pool worker of its deployment's current revision
+    (reconcile keeps both until an operator restarts, scales or replaces them). They have no process to scrape,
+    and they are down: each cycle records up=0 for them, so that "worker down" keeps firing until the worker is
+    ready again, stopped, or replaced by a rollout (a failed worker of an older revision holds no slot)."""
+    from controlplane.models import Worker, WorkerRole, WorkerStatus
+
+    rows = (Worker.objects.filter(status=WorkerStatus.FAILED)
+            .filter(Q(role=WorkerRole.GATEWAY) | Q(revision_id=F("deployment__current_revision_id")))
+            .values_list("id", "deployment_id", "role"))
+    return [Target(wid, dep, role, "") for wid, dep, role in rows]
+
+
 def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = None) -> CycleResult:
-    """1. scrape every target concurrently; 2. derive each target's series from its snapshots in the window;
-    3. aggregate per (deployment, role); 4. write samples and states in one short transaction."""
+    """1. scrape every target concurrently (failed workers count as targets that did not answer); 2. derive each
+    target's series from its snapshots in the window; 3. aggregate per (deployment, role); 4. write samples and
+    states in one short transaction."""
+    down: list[Target] = []
     if targets is None:
-        targets = scrape_targets()
+        targets, down = scrape_targets(), failed_targets()
     started = time.perf_counter()
     fetched = scrape(targets, timeout_s=settings.TANDEM_SCRAPE_TIMEOUT_S,
                      concurrency=settings.TANDEM_SCRAPE_CONCURRENCY)
+    fetched += [Fetched(target, None, "the worker failed: no process (supervision gave up restarting it)", 0.0)
+                for target in down]
     scraped = time.perf_counter()
     ts = time.time() if now is None else now
     num_samples, num_up = _store(fetched, ts)
-    return CycleResult(ts=ts, num_targets=len(targets), num_up=num_up, num_samples=num_samples,
+    return CycleResult(ts=ts, num_targets=len(fetched), num_up=num_up, num_samples=num_samples,
                        scrape_seconds=scraped - started, store_seconds=time.perf_counter() - scraped)
 
 

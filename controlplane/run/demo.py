@@ -15,6 +15,7 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,21 @@ def admin_ensure() -> AdminLogin:
     return AdminLogin(ADMIN_USERNAME, password, key, generated, from_env=bool(wanted))
 
 
+def demo_gateway_pids() -> set[int]:
+    """The processes of the demo's own gateway (a previous run that was killed leaves it running; the agent adopts
+    it again), which may hold the gateway port without it being "in use"."""
+    from controlplane.models import Worker, WorkerRole
+    from controlplane.models.workers import LIVE_STATUSES
+
+    return set(Worker.objects.filter(deployment__name=DEMO_NAME, role=WorkerRole.GATEWAY, status__in=LIVE_STATUSES,
+                                     pid__isnull=False).values_list("pid", flat=True))
+
+
 def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
-    """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service;
-    when it exists with another model (TANDEM_DEMO_MODEL changed), a new revision rolls it over. Returns
-    (deployment, what was done)."""
+    """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service.
+    When it exists: a changed TANDEM_DEMO_MODEL rolls it to a new revision, a changed TANDEM_GATEWAY_PORT moves its
+    gateway there, and its failed workers get a new try (a run is a fresh start: a gateway that crash-looped on a
+    busy port last time would otherwise keep its slot and never start). Returns (deployment, what was done)."""
     from controlplane.models import Deployment
     from controlplane.services.actions import Actor, enqueue_reconcile
     from controlplane.services.deployments import deployment_create
@@ -89,14 +101,76 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
             engine_settings={"threads": 1}, replicas={"prefill": 1, "decode": 1},
             gateway_port=settings.TANDEM_GATEWAY_PORT, actor=actor, reason="make run: the demo deployment")
         return action.deployment, "created"
+    done = []
+    if deployment.gateway_port != settings.TANDEM_GATEWAY_PORT:
+        previous = deployment.gateway_port
+        demo_gateway_move(deployment, port=settings.TANDEM_GATEWAY_PORT, actor=actor)
+        done.append(f"gateway moved from port {previous} to {deployment.gateway_port} (TANDEM_GATEWAY_PORT)")
+    revived = demo_failed_restart(deployment, actor=actor)
+    if revived:
+        done.append(f"failed workers restarted: {', '.join(revived)}")
     current = deployment.current_revision
     if current is not None and Path(current.model_path).resolve() != model_path.resolve():
         revision_create(deployment=deployment, actor=actor, model_path=str(model_path),
                         comment=f"make run: TANDEM_DEMO_MODEL={settings.TANDEM_DEMO_MODEL}",
                         reason="the demo model changed")
-        return deployment, f"new revision for model {model_path.name}"
-    enqueue_reconcile(deployment.id)
-    return deployment, "exists"
+        done.insert(0, f"new revision for model {model_path.name}")
+    else:
+        enqueue_reconcile(deployment.id)
+    return deployment, "; ".join(done) or "exists"
+
+
+def demo_gateway_move(deployment, *, port: int, actor):
+    """Move a deployment's gateway to `port`, recorded as a `restart` action of the gateway (the setting changed
+    while no service offers this verb; make run is its only caller).
+
+    The agent starts a gateway on its deployment's gateway_port, so a stopped gateway comes back on the new port
+    when reconcile creates the next one. One still running or failed (a previous run was killed, or its port was
+    busy) keeps its slot: it is restarted through worker_restart, which starts it on the new port.
+    Raises ControlPlaneError (409) when another deployment's gateway has that port.
+    """
+    from controlplane.errors import conflict
+    from controlplane.models import ActionKind, ActionStatus, Deployment, Worker, WorkerRole, WorkerStatus
+    from controlplane.services.actions import action_create, enqueue_reconcile
+    from controlplane.services.workers import worker_restart
+
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update(of=("self",)).get(pk=deployment.pk)
+        previous = locked.gateway_port
+        other = Deployment.objects.filter(gateway_port=port).exclude(pk=locked.pk).first()
+        if other is not None:
+            raise conflict(f"port {port} is the gateway port of deployment {other.name!r}; set TANDEM_GATEWAY_PORT "
+                           f"to another port (the demo's is {previous})", field="gateway_port")
+        Deployment.objects.filter(pk=locked.pk).update(gateway_port=port)
+        reason = f"TANDEM_GATEWAY_PORT changed: the demo's gateway moves from port {previous} to {port}"
+        action = action_create(kind=ActionKind.RESTART, actor=actor, deployment=locked, reason=reason,
+                               status=ActionStatus.SUCCEEDED,
+                               params={"role": WorkerRole.GATEWAY, "from_port": previous, "to_port": port})
+        running = Worker.objects.filter(deployment=locked, role=WorkerRole.GATEWAY, status__in=(
+            WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.FAILED))
+        for gateway in running:
+            worker_restart(worker=gateway, actor=actor, reason=reason)
+        enqueue_reconcile(locked.pk)
+    deployment.gateway_port = port
+    return action
+
+
+def demo_failed_restart(deployment, *, actor) -> list[str]:
+    """Restart (worker_restart) the demo's failed workers that keep a slot; returns them as 'gateway #5'."""
+    from controlplane.errors import ControlPlaneError
+    from controlplane.models import Worker, WorkerRole, WorkerStatus
+    from controlplane.services.workers import worker_restart
+
+    failed = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.FAILED)
+              .filter(Q(role=WorkerRole.GATEWAY) | Q(revision_id=deployment.current_revision_id)).order_by("id"))
+    revived = []
+    for worker in failed:
+        try:
+            worker_restart(worker=worker, actor=actor, reason="make run started again: a failed worker gets a new try")
+        except ControlPlaneError:
+            continue  # a restart of it is already pending
+        revived.append(f"{worker.role} #{worker.pk}")
+    return revived
 
 
 def completion(gateway_url: str, prompt: str, *, max_tokens: int = 16, timeout: float = 60.0) -> requests.Response:
@@ -104,17 +178,68 @@ def completion(gateway_url: str, prompt: str, *, max_tokens: int = 16, timeout: 
                          json={"model": DEMO_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.7})
 
 
-def gateway_wait(gateway_url: str, *, timeout_s: float, is_running=lambda: True) -> float:
-    """Wait until the gateway answers a completion with 200; returns the seconds waited. TimeoutError else."""
+class NotReady(Exception):
+    """The demo will not become ready without help; the message says what went wrong."""
+
+
+def gateway_ready(gateway_url: str) -> bool:
+    """The gateway's /health: 200 once its membership has a group of ready workers that can serve."""
+    try:
+        response = requests.get(f"{gateway_url}/health", timeout=2)
+        return response.status_code == 200 and response.json().get("status") == "ok"
+    except (requests.RequestException, ValueError):
+        return False
+
+
+def gateway_wait(gateway_url: str, *, timeout_s: float, is_running=lambda: True, check=lambda: None,
+                 interval_s: float = 0.5) -> float | None:
+    """Wait until the gateway says it can serve (gateway_ready): health, not traffic, so that the wait sends no
+    request that the gateway would count as an error. Returns the seconds waited, or None when `is_running()`
+    turned false (Ctrl-C). Raises TimeoutError after timeout_s, and whatever `check()` raises (NotReady: a worker
+    that failed) on the way."""
     started = time.monotonic()
-    while time.monotonic() - started < timeout_s and is_running():
-        try:
-            if completion(gateway_url, "Hello", max_tokens=4, timeout=30).status_code == 200:
-                return time.monotonic() - started
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"the demo gateway at {gateway_url} did not answer within {timeout_s:g} s")
+    while is_running():
+        if gateway_ready(gateway_url):
+            return time.monotonic() - started
+        check()
+        if time.monotonic() - started >= timeout_s:
+            raise TimeoutError(f"the demo gateway at {gateway_url} did not answer within {timeout_s:g} s")
+        time.sleep(interval_s)
+    return None
+
+
+def error_summary(last_error: str) -> str:
+    """A worker's last_error in one line: what happened and the last line of the log tail the agent attached
+    (for a crash, the exception: 'process exited (exit code 1): OSError: [Errno 98] ... address already in use')."""
+    lines = [line.strip() for line in (last_error or "").splitlines() if line.strip()]
+    if not lines:
+        return "no error recorded"
+    text = lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class DemoWatch:
+    """What happens to the demo's workers while make run waits for them, in lines for the terminal: each restart
+    (with the reason the agent reported) as it happens, and NotReady for a worker that failed since `since`."""
+
+    def __init__(self, deployment_id: int, *, since, report=print):
+        self.deployment_id, self.since, self.report = deployment_id, since, report
+        self._seen: dict[int, int] = {}
+
+    def __call__(self) -> None:
+        from controlplane.models import Worker, WorkerStatus
+
+        workers = Worker.objects.filter(deployment_id=self.deployment_id).exclude(status=WorkerStatus.STOPPED)
+        for worker in workers.order_by("id"):
+            first_line = error_summary(worker.last_error)
+            where = f"{worker.role} worker #{worker.pk}" + (f" (port {worker.port})" if worker.port else "")
+            log = f" (log: {worker.log_path})" if worker.log_path else ""
+            if worker.status == WorkerStatus.FAILED and worker.stopped_at and worker.stopped_at >= self.since:
+                raise NotReady(f"the demo's {where} failed: {first_line}{log}")
+            seen = self._seen.setdefault(worker.pk, worker.restart_count)
+            if worker.restart_count > seen:
+                self._seen[worker.pk] = worker.restart_count
+                self.report(f"the demo's {where} is restarting: {first_line}{log}")
 
 
 class DemoLoad(threading.Thread):

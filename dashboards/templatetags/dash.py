@@ -104,3 +104,87 @@ def ago(moment) -> str:
     from django.utils import timezone
 
     return f"{duration(timezone.now() - moment)} ago"
+
+
+def _seconds(value: float) -> str:
+    return seconds_ms(value) if value < 1 else f"{value:.2f} s"
+
+
+_UNIT_FORMATS = {
+    "seconds": _seconds,
+    "ratio": lambda v: f"{v * 100:.1f}%",
+    "bytes": bytes_h,
+    "tokens/second": lambda v: f"{v:,.1f} tokens/s",
+    "requests/second": lambda v: f"{v:,.2f} req/s",
+    "requests": lambda v: f"{v:,.1f} requests",
+    "cores": lambda v: f"{v:.2f} cores",
+    "celsius": lambda v: f"{v:.0f} °C",
+    "watts": lambda v: f"{v:,.0f} W",
+}
+
+
+def _unit_of(metric: str) -> str:
+    from controlplane.observability.catalog import UNITS
+
+    if metric in UNITS:
+        return UNITS[metric]
+    # Names outside the catalog (the autoscaler's per-worker request counts) follow the same suffixes.
+    for suffix, unit in (("_seconds", "seconds"), ("_ratio", "ratio"), ("_bytes", "bytes")):
+        if metric.endswith(suffix):
+            return unit
+    return "requests" if metric.startswith("requests_") else ""
+
+
+@register.filter
+def metric_value(value, metric: str) -> str:
+    """A value of a stored metric with its unit: '850 ms', '1.20 s', '12.5%', '1.5 GiB', '42.0 tokens/s'."""
+    if value is None or value == "":
+        return "–"
+    value = float(value)
+    if metric == "up":
+        return "down" if value == 0 else "up" if value == 1 else f"{value * 100:.0f}% up"
+    formatter = _UNIT_FORMATS.get(_unit_of(str(metric)))
+    return formatter(value) if formatter else f"{value:.3g}"
+
+
+@register.filter
+def alert_value(alert) -> str:
+    """An alert's value in its rule's unit; a relative rule's value is a ratio to the earlier level ('0.62×')."""
+    if alert.value is None:
+        return "–"
+    if alert.rule.compare_to_offset_s:
+        return f"{alert.value:.2f}×"
+    return metric_value(alert.value, alert.rule.metric)
+
+
+def _plain(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{key.replace('_', ' ')} {_plain(item)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_plain(item) for item in value)
+    return str(value)
+
+
+@register.filter
+def outcome(result) -> str:
+    """An action's result dict in words: 'revision #2', 'decode: 2 ready', 'superseded by action #12'."""
+    if not result:
+        return ""
+    if not isinstance(result, dict):
+        return _plain(result)
+    result = dict(result)
+    parts = []
+    if "role" in result and "num_ready" in result:
+        parts.append(f"{result.pop('role')}: {result.pop('num_ready')} ready")
+    if "revision" in result:
+        parts.append(f"revision #{result.pop('revision')}")
+    if "superseded_by" in result:
+        parts.append(f"superseded by action #{result.pop('superseded_by')}")
+    if "worker_status" in result:
+        parts.append(f"worker {result.pop('worker_status')}")
+    if "deliveries" in result:
+        deliveries = result.pop("deliveries") or []
+        parts.append(f"{len(deliveries)} deliver{'y' if len(deliveries) == 1 else 'ies'}"
+                     + (f" ({', '.join(f'#{d}' for d in deliveries)})" if deliveries else ""))
+    parts.extend(f"{key.replace('_', ' ')}: {_plain(value)}" for key, value in result.items())
+    return "; ".join(parts)

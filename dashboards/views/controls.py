@@ -116,7 +116,8 @@ def worker_drain_view(request, worker_id: int):
 
 
 def rollback_plan(deployment, target) -> dict:
-    """What a rollback to `target` replaces: the live workers of each pool that run another revision."""
+    """What a rollback to `target` starts (every pool's desired workers of `target`, all at once: see
+    supervision/reconcile.py) and replaces (the live workers of each pool that run another revision)."""
     replaced: dict[str, list[Worker]] = {}
     workers = (Worker.objects.filter(deployment=deployment, status__in=LIVE_STATUSES, revision__isnull=False)
                .exclude(revision=target).select_related("revision", "node").order_by("role", "id"))
@@ -124,7 +125,8 @@ def rollback_plan(deployment, target) -> dict:
         replaced.setdefault(worker.role, []).append(worker)
     pools = [{"role": pool.role, "desired": pool.desired_replicas, "workers": replaced.get(pool.role, [])}
              for pool in deployment.pools.all()]
-    return {"pools": pools, "num_replaced": sum(len(p["workers"]) for p in pools)}
+    return {"pools": pools, "num_replaced": sum(len(p["workers"]) for p in pools),
+            "num_started": sum(p["desired"] for p in pools)}
 
 
 @require_http_methods(["GET", "POST"])

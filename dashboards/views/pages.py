@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django.http import Http404, JsonResponse
 from django.utils import timezone
@@ -41,6 +42,12 @@ def live_context(request, deployment) -> dict:
         pool.policy = policies.get(pool.pk)
     now = timezone.now()
     workers = deployment_workers(deployment, stopped_since=now - RECENTLY_STOPPED)
+    # Stopped workers (replaced, drained, scaled away) are hidden unless asked for: after a few restarts of the
+    # stack or a rollout they would outnumber the live ones.
+    show_stopped = request.GET.get("stopped") == "1"
+    num_stopped = sum(1 for worker in workers if worker.status == WorkerStatus.STOPPED)
+    if not show_stopped:
+        workers = [worker for worker in workers if worker.status != WorkerStatus.STOPPED]
     for worker in workers:
         since = worker.ready_at or worker.started_at
         worker.uptime = (now - since) if since and worker.status in LIVE_STATUSES else None
@@ -53,10 +60,15 @@ def live_context(request, deployment) -> dict:
         worker.can_drain = worker.role != "gateway" and worker.status in (
             WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY)
     highlight = request.GET.get("action")
+    highlight = int(highlight) if highlight and highlight.isdigit() and len(highlight) < 10 else None
     actions = recent_actions(deployment, limit=NUM_RECENT_ACTIONS)
     alerts = active_alerts(deployment)
+    # The query the page's 5-second refresh of this fragment repeats, so that it shows what the page shows.
+    live_query = urlencode({key: value for key, value in (("action", highlight), ("stopped", show_stopped and 1))
+                            if value})
     return {"deployment": deployment, "pools": pools, "workers": workers, "actions": actions,
-            "highlight_action": int(highlight) if highlight and highlight.isdigit() else None,
+            "highlight_action": highlight, "show_stopped": show_stopped, "num_stopped": num_stopped,
+            "recently_stopped_minutes": int(RECENTLY_STOPPED.total_seconds() // 60), "live_query": live_query,
             "alerts": alerts, "rollout": deployment_rollout_in_progress(deployment)}
 
 

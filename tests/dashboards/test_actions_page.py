@@ -49,3 +49,16 @@ def test_unknown_filter_values_and_pages_do_not_break_the_page(client_for, viewe
     for query in ("kind=explode", "status=%00", "page=999", "page=abc", "deployment=" + "x" * 500):
         assert client.get(f"/actions/?{query}").status_code == 200, query
     assert Action.objects.count() >= 3
+
+
+def test_the_outcome_is_written_in_words_not_as_a_python_dict(client_for, viewer, deployment, operator):
+    from controlplane.services import action_succeed
+
+    scale = pool_scale(deployment=deployment, role="decode", replicas=2, actor=operator)
+    action_succeed(action_id=scale.pk, result={"role": "decode", "num_ready": 2})
+    later = pool_scale(deployment=deployment, role="prefill", replicas=2, actor=operator)
+    action_succeed(action_id=later.pk, result={"superseded_by": 12, "odd_detail": ["a", "b"]})
+    text = client_for(viewer).get("/actions/").content.decode()
+    assert "decode: 2 ready" in text
+    assert "superseded by action #12; odd detail: a, b" in text
+    assert "{" not in text.split('id="actions"')[1].split("</table>")[0]

@@ -130,3 +130,14 @@ def test_after_a_silence_the_page_returns_only_to_a_local_address(client_for, op
     response = client.post(f"/alerts/{alert.pk}/silence", {"duration_s": "900", "comment": "y",
                                                            "next": "/alerts/?deployment=demo"})
     assert response["Location"] == "/alerts/?deployment=demo"
+
+
+def test_alert_values_carry_the_unit_of_their_metric(client_for, viewer, rule, deployment):
+    now = timezone.now()
+    _alert(rule, "firing", fingerprint="a", fired_at=now)  # e2e P99 of 0.8 s
+    ratio_rule = AlertRule.objects.create(name="errors", deployment=deployment, role="gateway",
+                                          metric="error_ratio", comparison=">", threshold=0.01)
+    errors = _alert(ratio_rule, "firing", fingerprint="b", fired_at=now)
+    Alert.objects.filter(pk=errors.pk).update(value=0.125)
+    firing = client_for(viewer).get("/alerts/").content.decode().split('id="firing"')[1].split('id="pending"')[0]
+    assert '<td class="num">800 ms</td>' in firing and '<td class="num">12.5%</td>' in firing

@@ -50,22 +50,23 @@ def test_line_figure_is_a_valid_plotly_figure_with_one_trace_per_series_that_has
                                    Series("P99 prefill", [[now, 0.3]], group="prefill")], Axis("seconds"))
     colours = [trace["line"]["color"] for trace in grouped["data"]]
     assert colours[0] == colours[1] != colours[2]
-    assert figure["data"][0]["y"] == [0.2, 0.3]
-    assert figure["layout"]["yaxis"]["ticksuffix"] == " s"
+    assert figure["data"][0]["y"] == pytest.approx([200, 300])  # below a second: milliseconds
+    assert figure["layout"]["yaxis"]["ticksuffix"] == " ms"
     assert figure["data"][0]["x"][0] == 1_699_999_990_000  # epoch ms on a date axis: plotly reads it as UTC time
     assert figure["layout"]["xaxis"]["type"] == "date"
     assert num_points(figure) == 4
 
 
 def test_a_series_with_few_points_gets_markers_so_a_single_point_is_visible():
-    few = line_figure("QPS", [Series("QPS gateway", [[1.0, 2.0]])], Axis("per_second"))
-    many = line_figure("QPS", [Series("QPS gateway", [[float(i), 2.0] for i in range(100)])], Axis("per_second"))
+    few = line_figure("QPS", [Series("QPS gateway", [[1.0, 2.0]])], Axis("requests_per_second"))
+    many = line_figure("QPS", [Series("QPS gateway", [[float(i), 2.0] for i in range(100)])],
+                       Axis("requests_per_second"))
     assert few["data"][0]["mode"] == "lines+markers" and many["data"][0]["mode"] == "lines"
 
 
 def test_line_figure_downsamples_each_trace_to_the_limit():
     points = [[float(i), 1.0] for i in range(5000)]
-    figure = line_figure("QPS", [Series("QPS gateway", points)], Axis("per_second"))
+    figure = line_figure("QPS", [Series("QPS gateway", points)], Axis("requests_per_second"))
     assert len(figure["data"][0]["x"]) == MAX_POINTS
 
 
@@ -77,9 +78,48 @@ def test_a_figure_without_points_says_why_it_is_empty():
     assert figure["layout"]["annotations"][0]["text"] == "no workers: scale a pool up to start one"
 
 
-def test_ratio_and_bytes_axes_format_their_ticks():
-    ratio = line_figure("Errors", [Series("e", [[1.0, 0.5]])], Axis("ratio"))
-    size = line_figure("Memory", [Series("m", [[1.0, 2e9]])], Axis("bytes"))
-    assert ratio["layout"]["yaxis"]["tickformat"] == ".2~%"
-    assert size["layout"]["yaxis"]["ticksuffix"] == "B"
+def _unit(figure) -> tuple[list, str, str, str]:
+    """(y values, tick suffix, axis title, hover template) of a one-trace figure."""
+    yaxis = figure["layout"]["yaxis"]
+    return (figure["data"][0]["y"], yaxis.get("ticksuffix", ""), yaxis.get("title", {}).get("text", ""),
+            figure["data"][0]["hovertemplate"])
+
+
+@pytest.mark.parametrize("unit, value, y, suffix, title, hover", [
+    ("seconds", 0.25, 250, " ms", "", "%{y:,.1f} ms"),
+    ("seconds", 1.5, 1.5, " s", "", "%{y:,.2f} s"),
+    ("ratio", 0.125, 12.5, "%", "", "%{y:.1f}%"),
+    ("bytes", 3 * 2**30, 3, " GiB", "", "%{y:,.2f} GiB"),
+    ("bytes", 300 * 2**20, 300, " MiB", "", "%{y:,.0f} MiB"),
+    ("tokens_per_second", 42.0, 42, "", "tokens/s", "%{y:,.2f} tokens/s"),
+    ("requests_per_second", 2.0, 2, "", "req/s", "%{y:,.2f} req/s"),
+    ("requests", 3.0, 3, "", "requests", "%{y:,.2f} requests"),
+    ("cores", 0.9, 0.9, "", "cores", "%{y:,.2f} cores"),
+])
+def test_values_carry_their_unit_on_the_axis_and_in_the_hover(unit, value, y, suffix, title, hover):
+    figure = line_figure("x", [Series("s", [[1.0, value]])], Axis(unit))
+    go.Figure(figure)
+    values, tick_suffix, axis_title, template = _unit(figure)
+    assert values == [pytest.approx(y)] and tick_suffix == suffix and axis_title == title
+    assert template == "%{fullData.name}: " + hover + "<br>%{x}<extra></extra>"
+
+
+def test_a_worker_keeps_its_colour_when_other_workers_come_and_go():
+    def colours(worker_ids):
+        series = [Series(f"decode #{wid}", [[1.0, 0.5]], group=f"decode#{wid}") for wid in worker_ids]
+        figure = line_figure("KV", series, Axis("ratio"))
+        return {trace["name"]: trace["line"]["color"] for trace in figure["data"]}
+
+    before = colours([3, 4, 5])
+    after = colours([4, 5, 6])  # worker 3 was replaced by worker 6: 4 and 5 moved up a place
+    assert after["decode #4"] == before["decode #4"] and after["decode #5"] == before["decode #5"]
+    assert len(set(before.values())) == 3
+
+
+def test_a_pool_series_has_its_role_colour_in_every_chart():
+    first = line_figure("TTFT", [Series("P99 gateway", [[1.0, 0.2]], group="gateway#"),
+                                 Series("P99 prefill", [[1.0, 0.1]], group="prefill#")], Axis("seconds"))
+    second = line_figure("QPS", [Series("QPS prefill", [[1.0, 2.0]], group="prefill#")], Axis("requests_per_second"))
+    assert first["data"][1]["line"]["color"] == second["data"][0]["line"]["color"]
+    assert first["data"][0]["line"]["color"] != first["data"][1]["line"]["color"]
     go.Figure(empty_figure("x", "why"))

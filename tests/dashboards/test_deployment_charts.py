@@ -18,8 +18,18 @@ def _points(figure):
     return sum(len(trace["x"]) for trace in figure["data"])
 
 
+def _created_ago(deployment, seconds: float) -> None:
+    from datetime import timedelta
+
+    from controlplane.models import Deployment
+
+    deployment.created_at -= timedelta(seconds=seconds)
+    Deployment.objects.filter(pk=deployment.pk).update(created_at=deployment.created_at)
+
+
 def test_latency_charts_draw_p50_and_p99_of_each_role_from_the_stored_series(
         client_for, viewer, deployment, make_worker, seed_samples):
+    _created_ago(deployment, 3600)
     make_worker(deployment, "decode")
     seed_samples(deployment, "ttft_p99_seconds", [0.2, 0.3, 0.25], role="gateway")
     seed_samples(deployment, "ttft_p50_seconds", [0.1, 0.1, 0.12], role="gateway")
@@ -29,8 +39,29 @@ def test_latency_charts_draw_p50_and_p99_of_each_role_from_the_stored_series(
     names = sorted(trace["name"] for trace in ttft["data"])
     assert names == ["P50 gateway", "P99 gateway", "P99 prefill"]
     p99 = next(t for t in ttft["data"] if t["name"] == "P99 gateway")
-    assert p99["y"] == pytest.approx([0.2, 0.3, 0.25])
+    assert p99["y"] == pytest.approx([200, 300, 250])  # below a second: drawn in milliseconds
+    assert p99["hovertemplate"].startswith("%{fullData.name}: %{y:,.1f} ms")
+    assert ttft["layout"]["yaxis"]["ticksuffix"] == " ms"
     assert data["range"] == "15m" and data["end"] - data["start"] == 900
+
+
+def test_the_default_range_is_fifteen_minutes_or_the_life_of_a_younger_deployment(client_for, viewer,
+                                                                                  deployment):
+    client = client_for(viewer)
+    _created_ago(deployment, 300)
+    data = _charts(client)
+    assert data["range"] == "15m"
+    # A 5-minute-old deployment: its charts span its 5 minutes, not 15 (or an hour) of which most is empty.
+    assert data["start"] == pytest.approx(deployment.created_at.timestamp(), abs=1)
+    assert data["figures"]["ttft"]["layout"]["xaxis"]["range"][0] == pytest.approx(data["start"] * 1000, abs=1000)
+    _created_ago(deployment, 3600)  # an older one: the full 15 minutes
+    data = _charts(client)
+    assert data["end"] - data["start"] == pytest.approx(900, abs=1)
+
+
+def test_a_just_created_deployment_still_gets_a_two_minute_wide_range(client_for, viewer, deployment):
+    data = _charts(client_for(viewer))
+    assert data["end"] - data["start"] == pytest.approx(120, abs=1)
 
 
 def test_per_worker_charts_draw_one_line_per_worker(client_for, viewer, deployment, make_worker, seed_samples):
@@ -84,8 +115,8 @@ def test_a_day_of_5_second_samples_is_drawn_with_at_most_500_points_per_trace(cl
     assert qps and all(0 < len(trace["x"]) <= 500 for trace in qps)
 
 
-def test_an_unknown_range_falls_back_to_one_hour(client_for, viewer, deployment):
-    assert _charts(client_for(viewer), "?range=1y")["range"] == "1h"
+def test_an_unknown_range_falls_back_to_fifteen_minutes(client_for, viewer, deployment):
+    assert _charts(client_for(viewer), "?range=1y")["range"] == "15m"
 
 
 def test_the_page_loads_plotly_from_this_server_never_a_cdn(client_for, viewer, deployment):

@@ -62,3 +62,9 @@ def test_nodes_list_their_gpus_or_say_they_have_none(client_for, viewer, node):
 def test_an_empty_fleet_says_how_to_start(client_for, viewer):
     text = client_for(viewer).get("/").content.decode()
     assert "No deployments yet" in text and "No node agent has registered yet" in text
+
+
+def test_tokens_per_second_carry_their_unit(client_for, viewer, deployment, make_worker, seed_samples):
+    make_worker(deployment, "decode")
+    seed_samples(deployment, "generation_tokens_per_second", [123.4], role="gateway")
+    assert "123.4 tokens/s" in _row(client_for(viewer).get("/").content.decode(), "demo")

@@ -21,6 +21,19 @@ def test_the_confirmation_lists_the_workers_to_replace_and_the_diff(client_for, 
     assert not Action.objects.filter(kind="rollback").exists()  # nothing happens before the confirmation
 
 
+def test_the_confirmation_says_the_new_workers_start_together_and_the_old_drain_once_all_are_ready(
+        client_for, operator, deployment, second_revision, make_worker):
+    make_worker(deployment, "prefill")
+    make_worker(deployment, "decode")
+    html = " ".join(client_for(operator).get("/deployments/demo/rollback/1/").content.decode().split())
+    # supervision/reconcile.py creates every missing current-revision worker in one pass and drains the old ones
+    # once the new group is complete: nothing happens one worker at a time.
+    assert "one at a time" not in html
+    assert "starts all 2 of its workers at once, in every pool" in html
+    assert "until every pool has its desired number of ready #1 workers" in html
+    assert "the old workers are drained and stopped together" in html
+
+
 def test_confirming_rolls_back_and_records_the_action(client_for, operator, deployment, second_revision):
     response = client_for(operator).post("/deployments/demo/rollback/1/", {"reason": "p99 regression"},
                                          follow=True)

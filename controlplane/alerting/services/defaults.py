@@ -3,9 +3,11 @@ disable them like any other. Named `<deployment>:<key>`, marked with `default_ke
 
 Deployment-level conditions (latency, errors, QPS) read the gateway's series: its client-side view is what users
 see. GPU conditions read each pool. "Worker down" reads `up` per worker: the scraper stores up=0 for a failed
-scrape, so `max(up[30s]) < 1` means no scrape of that worker succeeded for 30 s. A worker without any sample (not
-scraped yet, or stopped) is no data and does not fire: restarting it is not this rule's business. "Unschedulable"
-reads the control plane's own count of a pool's workers that no node can take.
+scrape, and for a worker supervision left `failed` while it keeps its slot (observability.store.failed_targets),
+so `max(up[30s]) < 1` means no scrape of that worker succeeded for 30 s, and a failed worker keeps the alert firing
+until it is ready again, stopped or replaced. A worker without any sample (not scraped yet, or stopped) is no data
+and does not fire: restarting it is not this rule's business. "Unschedulable" reads the control plane's own count
+of a pool's workers that no node can take.
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ DEFAULT_RULES: tuple[dict, ...] = (
     {"key": "worker-down", "metric": "up", "role": "", "per_worker": True, "aggregation": "max", "window_s": 30,
      "comparison": "<", "threshold": 1, "for_s": 30, "severity": "critical",
      "actions": [{"type": "restart"}, NOTIFY_ALL],
-     "summary": "worker {{ $labels.worker }} ({{ $labels.role }}) of {{ $labels.deployment }} answers no scrape"},
+     "summary": "worker {{ $labels.worker }} ({{ $labels.role }}) of {{ $labels.deployment }} is down: it failed or "
+                "answers no scrape"},
     {"key": "unschedulable", "metric": "unschedulable_replicas", "role": "", "aggregation": "min", "window_s": 30,
      "comparison": ">", "threshold": 0, "for_s": 30, "severity": "warning", "actions": [NOTIFY_ALL],
      "summary": "{{ $value }} workers of the {{ $labels.role }} pool of {{ $labels.deployment }} cannot be placed "

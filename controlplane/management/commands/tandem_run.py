@@ -1,11 +1,13 @@
 """`make run` = `python manage.py tandem_run`: everything on this machine, in one foreground command.
 
-1. Prepare the demo model (TANDEM_DEMO_MODEL: smollm2 or tiny), migrate, ensure the admin user and the `demo`
-   deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT).
+1. Check the web and gateway ports (every run: a busy one is a clear error naming its holder), migrate, prepare
+   the demo model (TANDEM_DEMO_MODEL: smollm2 or tiny), ensure the admin user and the `demo` deployment (1 prefill,
+   1 decode, gateway on TANDEM_GATEWAY_PORT, moved there when the setting changed).
 2. Start and supervise web (runserver), one Celery control worker, Celery beat and the node agent; a child that dies
-   is restarted with backoff.
-3. Once the gateway answers: print the dashboard URL, an API token and curl examples; send demo requests
-   (TANDEM_DEMO_LOAD=0 turns them off).
+   is restarted with backoff, and each restart is an action row (actor system "tandem_run").
+3. Once the gateway's /health says it can serve (no test requests: they would count as client errors): print the
+   dashboard URL, an API token and curl examples; send demo requests (TANDEM_DEMO_LOAD=0 turns them off). A demo
+   worker that restarts or fails meanwhile is reported as it happens.
 4. Ctrl-C or SIGTERM: stop beat, the control worker and the agent, then the worker and gateway processes of this
    node (controlplane.run.shutdown), then web.
 """
@@ -13,26 +15,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.utils import timezone
 
+from controlplane.errors import ControlPlaneError
+from controlplane.run.ports import PortBusy, port_check
 from controlplane.run.stack import Stack, child_specs
 
 READY_TIMEOUT_S = 600
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class Command(BaseCommand):
@@ -47,23 +43,26 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def handle(self, *args, embedded_beat: bool = False, **options):
-        from controlplane.models import Deployment
         from controlplane.run import demo
         from controlplane.run.shutdown import node_processes_stop
 
-        started = time.monotonic()
-        if not _port_free(settings.TANDEM_WEB_PORT):
-            raise CommandError(f"port {settings.TANDEM_WEB_PORT} is in use (another `make run`?); "
-                               "stop it or set TANDEM_WEB_PORT")
+        started, started_at = time.monotonic(), timezone.now()
+        web_port, gateway_port = settings.TANDEM_WEB_PORT, settings.TANDEM_GATEWAY_PORT
+        if web_port == gateway_port:
+            raise CommandError(f"TANDEM_WEB_PORT and TANDEM_GATEWAY_PORT are both {web_port}; set them apart")
+        # Every run, before anything starts: a busy port is one clear line now, not a gateway that crash-loops
+        # into `failed` behind a silent wait.
+        self._port_check(web_port, what="the web server's", setting="TANDEM_WEB_PORT", avoid=(gateway_port,))
+        call_command("migrate", interactive=False, verbosity=0)
+        self._port_check(gateway_port, what="the demo gateway's", setting="TANDEM_GATEWAY_PORT",
+                         own_pids=demo.demo_gateway_pids(), avoid=(web_port,))
         self.out(f"preparing the demo model ({settings.TANDEM_DEMO_MODEL}) ...")
         model_path = demo.model_prepare(settings.TANDEM_DEMO_MODEL)
-        call_command("migrate", interactive=False, verbosity=0)
         admin = demo.admin_ensure()
-        if not Deployment.objects.filter(name=demo.DEMO_NAME).exists() and not _port_free(
-                settings.TANDEM_GATEWAY_PORT):
-            raise CommandError(f"port {settings.TANDEM_GATEWAY_PORT} (the demo gateway's) is in use; "
-                               "stop what listens there or set TANDEM_GATEWAY_PORT")
-        deployment, what = demo.demo_deployment_ensure(model_path)
+        try:
+            deployment, what = demo.demo_deployment_ensure(model_path)
+        except ControlPlaneError as error:
+            raise CommandError(error.message) from None
         gateway_url = f"http://127.0.0.1:{deployment.gateway_port}"
         self.out(f"demo deployment: {what} (model {model_path.name}, gateway port {deployment.gateway_port})")
 
@@ -85,12 +84,14 @@ class Command(BaseCommand):
         stack.start()
         self.out(f"started {', '.join(stack.children)} (logs in {log_dir}); waiting for the demo gateway ...")
         load = None
+        watch = demo.DemoWatch(deployment.pk, since=started_at, report=self.out)
         waiter = threading.Thread(target=self._wait_ready, name="ready", daemon=True, kwargs=dict(
-            gateway_url=gateway_url, started=started, admin=admin, stop_requested=stop_requested))
+            gateway_url=gateway_url, started=started, admin=admin, stop_requested=stop_requested, watch=watch))
         waiter.start()
         try:
             while not stop_requested.wait(0.5):
-                stack.poll()
+                for name in stack.poll():
+                    self._record_restart(stack, name)
                 if load is None and settings.TANDEM_DEMO_LOAD and getattr(self, "ready", False):
                     load = demo.DemoLoad(gateway_url, report=self.out)
                     load.start()
@@ -108,16 +109,45 @@ class Command(BaseCommand):
             self.out(f"stopped in {time.monotonic() - stopping:.1f} s (Celery and agent {celery_s:.1f} s, "
                      f"{len(outcomes)} worker and gateway processes {workers_s:.1f} s). Bye.")
 
-    def _wait_ready(self, *, gateway_url, started, admin, stop_requested) -> None:
+    def _port_check(self, port: int, **kwargs) -> None:
+        try:
+            port_check(port, **kwargs)
+        except PortBusy as busy:
+            raise CommandError(str(busy)) from None
+
+    def _record_restart(self, stack: Stack, name: str) -> None:
+        """The audit-log row of a restart of one of make run's own processes (shown on the actions page)."""
+        from controlplane.run.audit import stack_restart_record
+
+        child = stack.children[name]
+        try:
+            stack_restart_record(process=name, exit_code=child.exits[-1] if child.exits else None,
+                                 num_restarts=child.num_restarts, log_path=str(child.log_path))
+        except Exception as exc:  # the database may be what failed; the supervisor must go on either way
+            self.out(f"warning: the restart of {name} could not be recorded in the audit log: {exc}")
+
+    def _wait_ready(self, *, gateway_url, started, admin, stop_requested, watch) -> None:
         from controlplane.run import demo
 
+        def is_running() -> bool:
+            return not stop_requested.is_set()
+
         try:
-            demo.gateway_wait(gateway_url, timeout_s=READY_TIMEOUT_S, is_running=lambda: not stop_requested.is_set())
+            try:
+                waited = demo.gateway_wait(gateway_url, timeout_s=READY_TIMEOUT_S, is_running=is_running,
+                                           check=watch)
+            except demo.NotReady as problem:
+                self.out(f"error: {problem}\n  The rest keeps running: the dashboard shows the worker, and its "
+                         "Restart button (or a fix and another `make run`) tries again. Ctrl-C stops everything.")
+                left = max(1.0, READY_TIMEOUT_S - (time.monotonic() - started))
+                waited = demo.gateway_wait(gateway_url, timeout_s=left, is_running=is_running)
         except TimeoutError as exc:
             self.out(f"warning: {exc}; see the logs in {settings.TANDEM_LOG_DIR}")
             return
-        if stop_requested.is_set():
-            return
+        finally:
+            connection.close()  # this thread's own database connection
+        if waited is None or stop_requested.is_set():
+            return  # Ctrl-C while waiting: nothing went wrong, nothing to say
         self.ready = True
         web = f"http://127.0.0.1:{settings.TANDEM_WEB_PORT}"
         if admin.password and admin.generated:
@@ -126,7 +156,7 @@ class Command(BaseCommand):
             login = f"user {admin.username}, password from TANDEM_ADMIN_PASSWORD"
         else:
             login = f"user {admin.username}, password shown on the first run; set TANDEM_ADMIN_PASSWORD to reset it"
-        body = '{"model": "demo", "prompt": "The capital of France is", "max_tokens": 16}'
+        body = '{"model": "demo", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}'
         self.out("\n".join([
             f"Tandem is ready in {time.monotonic() - started:.1f} s.",
             f"  dashboard  {web}/  ({login})",

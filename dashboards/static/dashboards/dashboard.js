@@ -91,10 +91,21 @@
       Array.prototype.forEach.call(document.querySelectorAll(".segmented a"), function (a) {
         a.classList.toggle("active", a === link);
       });
-      history.replaceState(null, "", "?range=" + encodeURIComponent(range));
+      var params = new URLSearchParams(location.search);
+      params.set("range", range);
+      history.replaceState(null, "", "?" + params.toString());
       busy = false;
       tick();
     });
+  });
+
+  // Links that reload the page with another option (showing stopped workers) keep the chosen time range.
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest ? event.target.closest("a[data-keep-range]") : null;
+    if (!link) { return; }
+    var url = new URL(link.href);
+    url.searchParams.set("range", range);
+    link.href = url.toString();
   });
 
   // The buttons' forms post the chosen time range, so the page comes back to it after the action.

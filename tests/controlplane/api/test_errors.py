@@ -75,10 +75,13 @@ def test_malformed_json_is_400_saying_so(operator_api, deployment):
     assert "JSON parse error" in response.json()["error"]["message"]
 
 
-def test_unknown_fields_are_ignored(operator_api, deployment):
+def test_unknown_fields_are_refused_with_their_names(operator_api, deployment):
+    # A misspelt or invented field is a client that believes it asked for something it did not get.
     response = operator_api.post("/api/v1/deployments/demo/scale",
                                  {"role": "decode", "replicas": 2, "colour": "blue"}, format="json")
-    assert response.status_code == 202
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"colour": [
+        "unknown field; this request accepts idempotency_key, reason, replicas, role"]}
 
 
 def test_an_unsupported_media_type_is_415(operator_api, deployment):

@@ -74,3 +74,18 @@ def test_it_refuses_a_revision_that_is_not_a_positive_integer(operator_api, depl
     response = rollback(operator_api, {"revision": revision})
     assert response.status_code == 400
     assert "revision" in response.json()["error"]["fields"]
+
+
+def test_it_refuses_an_unknown_field_instead_of_rolling_back_somewhere_else(operator_api, admin, deployment,
+                                                                           second_revision):
+    from controlplane.services import action_succeed, revision_create
+
+    action_succeed(action_id=revision_create(deployment=deployment, actor=admin, comment="three").pk)
+    # `to_revision` is what the action reports, not what the request takes: ignored, it would roll back to 2.
+    response = rollback(operator_api, {"to_revision": 1})
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert "to_revision" in error["fields"] and "unknown field" in error["message"]
+    assert "revision" in error["message"]  # it names the fields the request does accept
+    assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 3
+    assert not Action.objects.filter(kind="rollback").exists()

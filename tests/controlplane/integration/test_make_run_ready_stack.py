@@ -1,0 +1,74 @@
+"""A `make run` that reached "ready": its wait sent no request the gateway counts as an error (it asked /health),
+the first real request works, and a restart of one of its own processes is an action on the actions page."""
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import psutil
+import pytest
+import requests
+
+from tests.controlplane.integration.make_run import PASSWORD, MakeRun
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from tests.conftest import MODELS_DIR
+    from inference.models.tiny import prepare_tiny
+
+    run = MakeRun(tmp_path_factory.mktemp("make-run"), prepare_tiny(MODELS_DIR / "tiny"))
+    try:
+        run.start()
+        run.token = re.search(r"API token\s+([0-9a-f]{40})", run.wait_output("Tandem is ready in")).group(1)
+        yield run
+    finally:
+        run.stop()
+
+
+def _errors(gateway_url: str) -> dict[str, float]:
+    text = requests.get(f"{gateway_url}/metrics", timeout=10).text
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("tandem_request_errors_total{")}
+
+
+def test_the_startup_wait_leaves_no_errors_and_the_first_request_works(run):
+    assert all(value == 0 for value in _errors(run.gateway_url).values()), _errors(run.gateway_url)
+    response = requests.post(f"{run.gateway_url}/v1/completions", timeout=60,
+                             json={"model": "demo", "prompt": "The capital of France is", "max_tokens": 4,
+                                   "temperature": 0})
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] >= 1
+    assert all(value == 0 for value in _errors(run.gateway_url).values()), _errors(run.gateway_url)
+
+
+def test_a_restart_of_its_own_beat_is_an_action_on_the_actions_page(run):
+    beat = next(child for child in psutil.Process(run.proc.pid).children()
+                if "beat" in child.cmdline() and "worker" not in child.cmdline())
+    beat.send_signal(signal.SIGKILL)
+
+    deadline = time.monotonic() + 90
+    while True:
+        actions = run.api("GET", "actions/", run.token, params={"actor": "tandem_run", "kind": "restart"}).json()
+        restarts = [a for a in actions["results"] if a["params"].get("process") == "beat"]
+        if restarts:
+            break
+        assert time.monotonic() < deadline, f"no restart action for beat:\n{run.output()}"
+        time.sleep(0.5)
+    action = restarts[0]
+    assert (action["actor_type"], action["status"], action["deployment"]) == ("system", "succeeded", "")
+    assert action["params"]["exit_code"] == -9 and action["params"]["num_restarts"] == 1
+    assert "beat process exited (signal 9 (SIGKILL)) and was started again" in action["reason"]
+
+    session = requests.Session()
+    login = session.get(f"{run.web_url}/accounts/login/", timeout=15)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+    signed_in = session.post(f"{run.web_url}/accounts/login/", timeout=15, headers={"Referer": login.url},
+                             data={"username": "admin", "password": PASSWORD, "csrfmiddlewaretoken": csrf})
+    assert signed_in.ok and "/accounts/login/" not in signed_in.url
+    page = session.get(f"{run.web_url}/actions/", params={"actor": "tandem_run"}, timeout=15).text
+    row = re.search(rf'<tr data-action="{action["id"]}">(.*?)</tr>', page, re.S).group(1)
+    assert "restart" in row and "beat" in row and "signal 9 (SIGKILL)" in row
