@@ -50,6 +50,8 @@ def deployment_health(*, pools: list, num_firing: int, is_deleting: bool) -> tup
             problems.append(f"{pool.role}: no ready worker of {pool.desired_replicas}")
         elif pool.num_ready < pool.desired_replicas:
             problems.append(f"{pool.role}: {pool.num_ready} of {pool.desired_replicas} ready")
+        if getattr(pool, "unschedulable_reason", ""):
+            problems.append(f"{pool.role} unschedulable: {pool.unschedulable_reason}")
     if num_firing:
         problems.append(f"{num_firing} alert{'s' if num_firing != 1 else ''} firing")
     if down:
