@@ -11,6 +11,7 @@ from controlplane.models import Action, ActionKind, ActionStatus, Deployment, De
 from controlplane.models.deployments import ROLES_BY_MODE
 from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
+from controlplane.services.pools import validate_placement
 from controlplane.services.validation import (validate_dtype, validate_engine_settings, validate_model_path,
                                               validate_name, validate_port, validate_replica_bounds)
 
@@ -63,10 +64,26 @@ def _pool_specs(mode: str, replicas: dict | None, min_replicas: dict | None,
     return specs
 
 
+def _placement_into(specs: list[dict], placement: dict | None, mode: str) -> None:
+    """Each role's placement (pools.validate_placement) onto its pool spec; 400 for a role the mode has not."""
+    if placement is None:
+        return
+    if not isinstance(placement, dict):
+        raise invalid("placement must be an object of role → placement", field="placement")
+    roles = [spec["role"] for spec in specs]
+    stray = sorted(set(placement) - set(roles))
+    if stray:
+        raise invalid(f"placement names roles {stray} that a {mode} deployment does not have (it has {roles})",
+                      field="placement")
+    for spec in specs:
+        if spec["role"] in placement:
+            spec.update(validate_placement(placement[spec["role"]], field=f"placement.{spec['role']}"))
+
+
 def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = "float32",
                       engine_settings: dict | None = None, replicas: dict | None = None,
                       min_replicas: dict | None = None, max_replicas: dict | None = None,
-                      gateway_port: int | None = None, actor, reason: str = "",
+                      gateway_port: int | None = None, placement: dict | None = None, actor, reason: str = "",
                       idempotency_key: str | None = None) -> Action:
     """Create a deployment with revision 1, its pools and a `create` action; reconcile starts its workers.
 
@@ -84,6 +101,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = "fl
     dtype = validate_dtype(dtype)
     engine_settings = validate_engine_settings(engine_settings)
     specs = _pool_specs(mode, replicas, min_replicas, max_replicas)
+    _placement_into(specs, placement, mode)
     if gateway_port is not None:
         validate_port(gateway_port)
         if gateway_port == settings.TANDEM_WEB_PORT:

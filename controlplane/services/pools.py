@@ -109,25 +109,36 @@ def pool_schedulable_set(*, pool: Pool, reason: str, num_unplaced: int) -> bool:
 PLACEMENT_FIELDS = ("node_selector", "gpus_per_worker", "threads_per_worker", "allow_gpu_sharing")
 
 
+def validate_placement(changes: dict, *, field: str = "placement") -> dict:
+    """{node_selector, gpus_per_worker, threads_per_worker, allow_gpu_sharing} (any of them) → the same, checked;
+    400 naming the bad field."""
+    from controlplane.services.nodes import validate_labels
+
+    if not isinstance(changes, dict):
+        raise invalid(f"{field} must be an object", field=field)
+    changes = dict(changes)
+    unknown = sorted(set(changes) - set(PLACEMENT_FIELDS))
+    if unknown:
+        raise invalid(f"unknown placement fields {unknown} (known: {list(PLACEMENT_FIELDS)})",
+                      field=f"{field}.{unknown[0]}" if field != "placement" else unknown[0])
+    if "node_selector" in changes:
+        changes["node_selector"] = validate_labels(changes["node_selector"], field="node_selector")
+    for name in ("gpus_per_worker", "threads_per_worker"):
+        if name in changes:
+            value = changes[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
+                raise invalid(f"{name} must be an integer 0..64, not {value!r}", field=name)
+    if "allow_gpu_sharing" in changes and not isinstance(changes["allow_gpu_sharing"], bool):
+        raise invalid("allow_gpu_sharing must be true or false", field="allow_gpu_sharing")
+    return changes
+
+
 def pool_placement_set(*, deployment: Deployment, role: str, actor, reason: str = "", **changes) -> Action:
     """Change where a pool's workers may run: node_selector (labels), gpus_per_worker, threads_per_worker,
     allow_gpu_sharing. Running workers stay where they are; new ones (scale-ups, restarts) follow the new rule.
     400 naming the bad field; returns the `placement` action (params: the old and new values)."""
-    from controlplane.services.nodes import validate_labels
-
     actor = as_actor(actor)
-    unknown = sorted(set(changes) - set(PLACEMENT_FIELDS))
-    if unknown:
-        raise invalid(f"unknown placement fields {unknown} (known: {list(PLACEMENT_FIELDS)})", field=unknown[0])
-    if "node_selector" in changes:
-        changes["node_selector"] = validate_labels(changes["node_selector"], field="node_selector")
-    for field in ("gpus_per_worker", "threads_per_worker"):
-        if field in changes:
-            value = changes[field]
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
-                raise invalid(f"{field} must be an integer 0..64, not {value!r}", field=field)
-    if "allow_gpu_sharing" in changes and not isinstance(changes["allow_gpu_sharing"], bool):
-        raise invalid("allow_gpu_sharing must be true or false", field="allow_gpu_sharing")
+    changes = validate_placement(changes)
 
     def write() -> Action:
         pool = Pool.objects.select_for_update().filter(deployment=deployment, role=role).first()

@@ -38,6 +38,11 @@ class DeploymentCreateInput(WriteInputSerializer):
         required=False, allow_null=True, default=None, min_value=1024, max_value=65535,
         help_text=f"Default: the first port from TANDEM_GATEWAY_PORT ({settings.TANDEM_GATEWAY_PORT}) up that no "
                   "other deployment uses and is free on the web host.")
+    placement = serializers.DictField(
+        child=serializers.DictField(), required=False, allow_null=True, default=None,
+        help_text="Per role: node_selector (labels), gpus_per_worker, threads_per_worker, allow_gpu_sharing, e.g. "
+                  "{\"prefill\": {\"node_selector\": {\"class\": \"compute\"}}, \"decode\": "
+                  "{\"node_selector\": {\"class\": \"bandwidth\"}, \"gpus_per_worker\": 1}}.")
 
 
 class DeploymentListView(ApiView):

@@ -68,3 +68,25 @@ def test_bad_placement_input_is_a_400(admin_api, deployment, body, field):
 def test_operators_cannot_change_placement(operator_api, deployment):
     response = operator_api.patch("/api/v1/deployments/demo/pools/decode", {"gpus_per_worker": 1}, format="json")
     assert response.status_code == 403
+
+
+def test_placement_can_be_given_when_the_deployment_is_created(admin_api, model_dir):
+    response = admin_api.post("/api/v1/deployments/", {
+        "name": "placed", "mode": "disaggregated", "model_path": str(model_dir),
+        "placement": {"decode": {"node_selector": {"class": "bandwidth"}, "gpus_per_worker": 1}}}, format="json")
+    assert response.status_code == 202, response.content
+    pools = {p["role"]: p for p in response.json()["deployment"]["pools"]}
+    assert pools["decode"]["node_selector"] == {"class": "bandwidth"} and pools["decode"]["gpus_per_worker"] == 1
+    assert pools["prefill"]["node_selector"] == {}
+
+
+@pytest.mark.parametrize("placement,message", [
+    ({"colocated": {}}, "placement names roles ['colocated']"),
+    ({"decode": {"gpus": 1}}, "unknown placement fields ['gpus']"),
+])
+def test_bad_placement_at_creation_is_a_400_and_creates_nothing(admin_api, model_dir, placement, message):
+    response = admin_api.post("/api/v1/deployments/", {"name": "placed", "mode": "disaggregated",
+                                                       "model_path": str(model_dir), "placement": placement},
+                              format="json")
+    assert response.status_code == 400 and message in response.json()["error"]["message"]
+    assert admin_api.get("/api/v1/deployments/placed/").status_code == 404
