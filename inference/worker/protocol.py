@@ -6,14 +6,13 @@ and the engine share). Nothing past this module sees an unchecked value.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from inference import sampling_params
+from inference import json_body, sampling_params
 from inference.checks import json_type
 from inference.sampling_params import SamplingError, SamplingParams, sampling_fields
 
@@ -71,10 +70,14 @@ class GenerateRequest:
 
 
 def parse_json(raw: bytes):
+    """Parsed JSON, or 400: not JSON, nested deeper than json_body.MAX_JSON_DEPTH, or text that is not valid Unicode
+    (a lone surrogate makes the tokenizer raise), naming the field."""
     if not raw:
         raise RequestError("request body is empty; expected a JSON object")
     try:
-        return json.loads(raw)
+        return json_body.loads(raw)
+    except json_body.JSONBodyError as exc:
+        raise RequestError(exc.message, param=exc.param, code=exc.code) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise RequestError(f"request body is not valid JSON: {exc}") from None
 
