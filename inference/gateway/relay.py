@@ -3,6 +3,10 @@
 `Relay.start` returns only once the request's first token is in hand (or it finished without one), so that
 everything that can still be retried or answered with a clean HTTP status happens before the client sees a byte.
 After that, `TokenStream.deltas` relays the rest; a failure there can only end the stream with an error.
+
+Which failures take a worker out of rotation: only a connection that fails (refused, reset, timed out) or, through
+the router's probes, a failed /health. A worker's error answer to one request (a 5xx, an error event) excludes it
+from that request's retry only: one bad request must not lock everyone else out of a healthy worker.
 """
 from __future__ import annotations
 
@@ -193,9 +197,10 @@ class Relay:
         if 400 <= resp.status < 500:
             headers = {"Retry-After": resp.headers["Retry-After"]} if "Retry-After" in resp.headers else {}
             raise WorkerRejected(resp.status, await resp.read(), resp.content_type, headers)
+        # The worker answered, so it is up: this request failed there, and another worker may take it (the
+        # worker stays in rotation; /health decides whether it is sick).
         excluded.add(worker.url)
         reason = f"HTTP {resp.status} {await _error_text(resp)}"
-        self.router.mark_down(worker, reason)
         raise AttemptFailed("worker_error", f"{worker.role.value} worker {worker.url} answered {reason}")
 
     def _transport_failed(self, worker: Worker, excluded: set[str], exc: BaseException) -> AttemptFailed:

@@ -24,7 +24,7 @@ log = logging.getLogger("tandem.gateway.routing")
 class WorkerState(Enum):
     UNKNOWN = "unknown"  # listed, not probed yet: not in rotation
     READY = "ready"
-    DOWN = "down"        # failed a probe or a request: out of rotation until a probe says it is healthy again
+    DOWN = "down"        # failed a probe or a connection: out of rotation until a probe says it is healthy again
 
 
 @dataclass(slots=True, eq=False)
@@ -160,6 +160,8 @@ class Router:
         return best
 
     def mark_down(self, worker: Worker, reason: str) -> None:
+        """Out of rotation until a probe finds it healthy: for a connection that failed, never for one request's
+        error answer (which would let any client that can make a worker fail lock everyone out of it)."""
         if worker.state is not WorkerState.DOWN:
             log.warning("%s %s out of rotation: %s", worker.role.value, worker.url, reason)
         worker.state = WorkerState.DOWN
