@@ -90,7 +90,7 @@ def _deep_header(reference) -> bytes:
 
 @pytest.mark.parametrize("case", ["garbage", "truncated", "wrong_shape", "wrong_dtype", "wrong_layout",
                                   "wrong_revision", "out_of_vocab", "too_long", "bad_sampling", "no_header",
-                                  "bad_request_id", "deep_header"])
+                                  "bad_request_id", "deep_header", "bad_resumed_count"])
 def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, reference, case):
     good = encode_payload(good_payload(reference, f"bad-{case}"))
     num_tokens = len(reference["ids"])
@@ -112,6 +112,8 @@ def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, referenc
         "no_header": lambda: (st_save({"k": reference["k"], "v": reference["v"]}), "no 'tandem' metadata"),
         "bad_request_id": lambda: (encode_payload(good_payload(reference, "has spaces/and slashes")), "request_id"),
         "deep_header": lambda: (_deep_header(reference), "deeper than 32 levels"),
+        "bad_resumed_count": lambda: (encode_payload(good_payload(
+            reference, "x", extra={"num_resumed_tokens": num_tokens})), "num_resumed_tokens"),
     }[case]()
     assert_openai_error(post_kv(decode.url, data), 400, fragment)
     assert requests.get(f"{decode.url}/health", timeout=HTTP_TIMEOUT_S).status_code == 200
