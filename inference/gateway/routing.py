@@ -131,6 +131,13 @@ class Router:
         raise ApiError(503, f"no ready worker group: {self.unavailable_reason()}", type="service_unavailable",
                        code="no_ready_workers", headers={"Retry-After": "1"})
 
+    def complete_group(self, revision: int | None) -> Group | None:
+        """The group of `revision` while it has every stage ready (a request that moves stays in its revision)."""
+        for group in self.groups:
+            if group.revision == revision and group.is_complete:
+                return group
+        return None
+
     def unavailable_reason(self) -> str:
         if not self.groups:
             return self.membership_error or "no workers configured"
