@@ -137,3 +137,18 @@ def worker_states(gateway_url: str) -> dict[str, tuple[str, int]]:
     health = requests.get(gateway_url + "/health", timeout=10).json()
     return {w["url"]: (w["state"], w["outstanding"]) for group in health["groups"]
             for role in ("prefill", "decode", "colocated") for w in group.get(role, [])}
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+# Requests any anonymous client can send that once made a worker answer 500 (a lone UTF-16 surrogate reached its
+# tokenizer) or the gateway answer 500 (json.loads recursed 5,000 levels deep): (name, path, raw body).
+HOSTILE_REQUESTS = [
+    ("surrogate_prompt", "/v1/completions", b'{"model": "tandem", "prompt": "hello \\ud800 world", "max_tokens": 4}'),
+    ("surrogate_chat", "/v1/chat/completions",
+     b'{"model": "tandem", "messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 4}'),
+    ("deep_prompt", "/v1/completions", b'{"model": "tandem", "max_tokens": 4, "prompt": ' + _nested(5000) + b"}"),
+    ("deep_chat", "/v1/chat/completions", b'{"model": "tandem", "messages": ' + _nested(5000) + b"}"),
+]
