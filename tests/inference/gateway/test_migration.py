@@ -36,16 +36,15 @@ def fleet(request, tiny_model_dir, tmp_path_factory):
         tiny_model_dir, log_dir, ["--enable-test-faults"])))
     decode_urls = f"{workers['decode-1'].url},{workers['decode-2'].url}"
     colocated_urls = f"{workers['colocated-1'].url},{workers['colocated-2'].url}"
-    gateways = {
-        "disaggregated": start_gateway("gateway-disaggregated", ["--prefill", shared["prefill"].url,
-                                                                 "--decode", decode_urls], log_dir),
-        "colocated": start_gateway("gateway-colocated", ["--colocated", colocated_urls], log_dir),
-        "no-migration": start_gateway("gateway-no-migration", ["--colocated", colocated_urls,
-                                                               "--max-migrations", "0"], log_dir),
-    }
-    state = {"workers": workers, "gateways": gateways}
-    yield state
-    stop_all([*state["gateways"].values(), *state["workers"].values()])
+    state = {"workers": workers, "gateways": {}}
+    try:
+        for name, flags in [("disaggregated", ["--prefill", shared["prefill"].url, "--decode", decode_urls]),
+                            ("colocated", ["--colocated", colocated_urls]),
+                            ("no-migration", ["--colocated", colocated_urls, "--max-migrations", "0"])]:
+            state["gateways"][name] = start_gateway(f"gateway-{name}", flags, log_dir)
+        yield state
+    finally:  # workers killed and restarted by the tests are in `state` too
+        stop_all([*state["gateways"].values(), *state["workers"].values()])
 
 
 @pytest.fixture

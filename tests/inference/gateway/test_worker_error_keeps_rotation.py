@@ -20,11 +20,14 @@ def fleet(request, tiny_model_dir, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("gateway-worker-error")
     # This module's own prefill worker: its POST /debug/fault makes its next engine step fail (answered 503).
     (prefill,) = start_workers([("prefill-faulty", "prefill")], tiny_model_dir, log_dir, ["--enable-test-faults"])
-    # Probes every 60 s: a worker ejected by the failed request would stay out for the whole test.
-    gateway = start_gateway("gateway", ["--prefill", prefill.url, "--decode", shared["decode"].url,
-                                        "--health-interval", "60"], log_dir)
-    yield gateway, prefill
-    stop_all([gateway, prefill])
+    procs = [prefill]
+    try:
+        # Probes every 60 s: a worker ejected by the failed request would stay out for the whole test.
+        procs.append(start_gateway("gateway", ["--prefill", prefill.url, "--decode", shared["decode"].url,
+                                               "--health-interval", "60"], log_dir))
+        yield procs[1], prefill
+    finally:
+        stop_all(procs)
 
 
 def test_a_prefill_worker_that_fails_one_request_keeps_serving_the_next(fleet):
