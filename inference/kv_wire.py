@@ -19,6 +19,8 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from inference import json_body
+
 METADATA_KEY = "tandem"
 HEADER_LEN_BYTES = 8  # safetensors: little-endian u64 header length, then the JSON header, then tensor bytes
 # A header can only be this big for an absurd prompt; a larger length field means garbage, not a big request.
@@ -123,7 +125,9 @@ def _read_metadata(data: bytes) -> dict:
         raise KVWireError(f"safetensors header length {header_len} does not fit the {len(data)}-byte payload "
                           "(truncated or not safetensors)")
     try:
-        st_header = json.loads(data[HEADER_LEN_BYTES:HEADER_LEN_BYTES + header_len])
+        st_header = json_body.loads(data[HEADER_LEN_BYTES:HEADER_LEN_BYTES + header_len])
+    except json_body.JSONBodyError as exc:
+        raise KVWireError(f"safetensors header: {exc}") from None
     except (UnicodeDecodeError, ValueError):
         raise KVWireError("safetensors header is not valid JSON (corrupt payload)") from None
     if not isinstance(st_header, dict):
@@ -133,7 +137,9 @@ def _read_metadata(data: bytes) -> dict:
     if not isinstance(raw, str):
         raise KVWireError(f"payload has no {METADATA_KEY!r} metadata header")
     try:
-        header = json.loads(raw)
+        header = json_body.loads(raw)
+    except json_body.JSONBodyError as exc:
+        raise KVWireError(f"{METADATA_KEY!r} metadata: {exc}") from None
     except ValueError:
         raise KVWireError(f"{METADATA_KEY!r} metadata is not valid JSON") from None
     if not isinstance(header, dict):

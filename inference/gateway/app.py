@@ -1,7 +1,8 @@
 """The gateway's HTTP surface: OpenAI routes, SSE relay, /health, /metrics.
 
 Each generation request: validate (4xx before any worker is touched) → `Relay.start` (up to the first token, with
-its one retry) → stream SSE chunks or collect one JSON answer. Client-side latencies are measured here, since this
+its one retry) → stream SSE chunks or collect one JSON answer (the stream moves to another worker pair if its worker
+dies; only when it cannot does the client see an error). Client-side latencies are measured here, since this
 is where the client's bytes leave.
 """
 from __future__ import annotations
@@ -21,8 +22,9 @@ from inference.gateway.openai_protocol import (
     SSE_DONE, ApiError, ChunkEncoder, Endpoint, GenerationRequest, completion_response, parse_chat,
     parse_completion, parse_json_object, sse_error,
 )
-from inference.gateway.relay import Relay, StreamBroken, TokenStream, WorkerRejected
+from inference.gateway.relay import Relay, WorkerRejected
 from inference.gateway.routing import Router
+from inference.gateway.token_stream import StreamBroken, TokenStream
 from inference.metrics import CONTENT_TYPE
 
 log = logging.getLogger("tandem.gateway")
@@ -59,7 +61,8 @@ class Gateway:
                                         sock_connect=self.config.connect_timeout,
                                         sock_read=self.config.request_timeout)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
-        self.relay = Relay(self.config, self.router, self.session, on_retry=self.metrics.count_retry)
+        self.relay = Relay(self.config, self.router, self.session, on_retry=self.metrics.count_retry,
+                           on_migration=self.metrics.count_migration)
         if self.membership is None:
             apply_static(self.config, self.router)
         else:

@@ -38,6 +38,8 @@ class Config:
     health_timeout: float = 1.0
     membership_interval: float = 2.0
     connect_timeout: float = 2.0
+    # How many times one request may move to another worker pair when its worker dies mid-stream (token_stream.py).
+    max_migrations: int = 2
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -57,6 +59,8 @@ class Config:
             raise ValueError("--max-body-bytes must be at least 1024")
         if self.max_outstanding_per_worker < 1:
             raise ValueError("--max-outstanding-per-worker must be at least 1")
+        if self.max_migrations < 0:
+            raise ValueError("--max-migrations must be at least 0")
         for name in ("request_timeout", "health_interval", "health_timeout", "membership_interval", "connect_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
@@ -96,6 +100,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--health-timeout", type=float, default=1.0)
     parser.add_argument("--membership-interval", type=float, default=2.0, help="seconds between control-plane polls")
     parser.add_argument("--connect-timeout", type=float, default=2.0)
+    parser.add_argument("--max-migrations", type=int, default=2,
+                        help="times one request may move to another worker pair when its worker dies mid-stream "
+                             "(0: never; the stream then ends with an error event)")
     args = parser.parse_args(argv)
     try:
         return Config(
@@ -107,6 +114,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             request_timeout=args.request_timeout, max_outstanding_per_worker=args.max_outstanding_per_worker,
             health_interval=args.health_interval, health_timeout=args.health_timeout,
             membership_interval=args.membership_interval, connect_timeout=args.connect_timeout,
+            max_migrations=args.max_migrations,
         )
     except ValueError as exc:
         parser.error(str(exc))

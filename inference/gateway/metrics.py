@@ -35,7 +35,13 @@ class GatewayMetrics(TandemMetrics):
         self._retries = Counter("tandem_gateway_retries", "Requests whose first try failed before the first token "
                                 "and were retried on another worker (when one was ready), by what failed.",
                                 (*BASE_LABELS, "kind"), registry=self.registry)
+        self._migrations = Counter("tandem_request_migrations", "Requests moved to another worker pair mid-stream "
+                                   "because their worker went away, by what broke the stream.",
+                                   (*BASE_LABELS, "reason"), registry=self.registry)
         self.registry.register(RouterCollector(router, model))
 
     def count_retry(self, kind: str) -> None:
         self._retries.labels(role=self.role, model=self.model, kind=kind).inc()
+
+    def count_migration(self, reason: str) -> None:
+        self._migrations.labels(role=self.role, model=self.model, reason=reason).inc()

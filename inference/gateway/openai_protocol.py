@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 
+from inference import json_body
 from inference.checks import is_int, json_type
 from inference.sampling_params import DEFAULT_MAX_TOKENS, SamplingError, parse_sampling, sampling_fields
 
@@ -138,8 +139,12 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
 
 
 def parse_json_object(raw: bytes) -> dict:
+    """The body as a dict; 400 for what is not JSON, nests too deep, or holds text that is not valid Unicode (a lone
+    surrogate would reach a worker's tokenizer and fail there), naming the field."""
     try:
-        body = json.loads(raw)
+        body = json_body.loads(raw)
+    except json_body.JSONBodyError as exc:
+        raise invalid(exc.message, exc.param, exc.code) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise invalid(f"the body is not valid JSON: {exc}", None, "invalid_json") from None
     if not isinstance(body, dict):

@@ -2,15 +2,18 @@
 
 `Relay.start` returns only once the request's first token is in hand (or it finished without one), so that
 everything that can still be retried or answered with a clean HTTP status happens before the client sees a byte.
-After that, `TokenStream.deltas` relays the rest; a failure there can only end the stream with an error.
+After that, `TokenStream.deltas` relays the rest; when the worker streaming it dies, the stream moves the request to
+another worker pair of the same revision through `Relay._resume` (token_stream.py).
+
+Which failures take a worker out of rotation: only a connection that fails (refused, reset, timed out) or, through
+the router's probes, a failed /health. A worker's error answer to one request (a 5xx, an error event) excludes it
+from that request's retry only: one bad request must not lock everyone else out of a healthy worker.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import aiohttp
 
@@ -18,13 +21,13 @@ from inference import ndjson
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
 from inference.gateway.routing import Group, Router, Worker, overloaded
+from inference.gateway.token_stream import TRANSPORT_ERRORS, Finish, Leg, StreamBroken, TokenStream
 from inference.roles import Role
 
 log = logging.getLogger("tandem.gateway.relay")
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 NUM_ATTEMPTS = 2  # the first try and one retry on another worker
-TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 class WorkerRejected(Exception):
@@ -43,21 +46,6 @@ class AttemptFailed(Exception):
         self.kind, self.message, self.retry_after = kind, message, retry_after
 
 
-class StreamBroken(Exception):
-    """The request failed after its first token was sent: nothing can be retried."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind, self.message = kind, message
-
-
-@dataclass(slots=True)
-class Finish:
-    reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-
-
 async def _error_text(resp: aiohttp.ClientResponse) -> str:
     try:
         return (await resp.text())[:300]
@@ -65,91 +53,47 @@ async def _error_text(resp: aiohttp.ClientResponse) -> str:
         return ""
 
 
-class TokenStream:
-    """The tokens of one request after `Relay.start`: the ones already in hand, then the worker stream.
-
-    `close` releases the workers' outstanding counts and the upstream connections: a finished stream's connection
-    goes back to the pool (keep-alive); an unfinished one is closed, which tells the worker that the client went away
-    (it aborts the request and frees its KV blocks).
-    """
-
-    def __init__(self, prompt_tokens: int, pending: list[str], num_tokens: int, finish: Finish | None,
-                 upstream: AsyncIterator[dict] | None, releases: list,
-                 responses: list[aiohttp.ClientResponse], on_disconnect=None) -> None:
-        self.prompt_tokens = prompt_tokens
-        self.finish = finish
-        self._pending = pending
-        self._num_tokens = num_tokens
-        self._upstream = upstream
-        self._releases = releases
-        self._responses = responses
-        self._on_disconnect = on_disconnect  # the worker dropped the connection: take it out of rotation
-
-    async def deltas(self) -> AsyncIterator[tuple[str, int]]:
-        """(text delta, number of tokens) per token event. The text may be empty while a multi-byte character is
-        incomplete; the number is 0 for text a worker releases at the finish with no token of its own.
-        Raises StreamBroken when the worker fails or the stream ends without `done`."""
-        for pending in self._pending:
-            yield pending
-        self._pending = []
-        if self.finish is not None or self._upstream is None:
-            return
-        try:
-            async for event in self._upstream:
-                kind = event.get("type")
-                if kind == "token":
-                    num_tokens = len(event.get("token_ids") or ())
-                    self._num_tokens += num_tokens
-                    yield event.get("text") or "", num_tokens
-                elif kind == "done":
-                    # The worker that finished counts every generated token, the prefill's first one included.
-                    completion_tokens = event.get("completion_tokens")
-                    if not isinstance(completion_tokens, int):
-                        completion_tokens = self._num_tokens
-                    self.finish = Finish(event.get("finish_reason"), self.prompt_tokens, completion_tokens)
-                    return
-                elif kind == "error":
-                    raise StreamBroken(str(event.get("kind") or "worker"), str(event.get("message")))
-        except TRANSPORT_ERRORS as exc:
-            reason = f"the worker stream broke: {type(exc).__name__}: {exc}"
-            if self._on_disconnect is not None:
-                self._on_disconnect(reason)
-            raise StreamBroken("worker_disconnected", reason) from None
-        except ValueError as exc:
-            raise StreamBroken("bad_worker_answer", f"the worker sent a line that is not JSON: {exc}") from None
-        raise StreamBroken("worker_disconnected", "the worker closed the stream before it finished")
-
-    async def close(self) -> None:
-        releases, self._releases = self._releases, []
-        for release in releases:
-            release()
-        if self._upstream is not None:
-            upstream, self._upstream = self._upstream, None
-            await upstream.aclose()
-        responses, self._responses = self._responses, []
-        for resp in responses:
-            if self.finish is not None:
-                resp.release()
-            else:
-                resp.close()
-
-
 class Relay:
-    def __init__(self, config: Config, router: Router, session: aiohttp.ClientSession, on_retry=None) -> None:
+    def __init__(self, config: Config, router: Router, session: aiohttp.ClientSession, on_retry=None,
+                 on_migration=None) -> None:
         self.config = config
         self.router = router
         self.session = session
         self.on_retry = on_retry or (lambda kind: None)
+        self.on_migration = on_migration or (lambda reason: None)
 
     async def start(self, request_id: str, body: dict) -> TokenStream:
+        """Run the request up to its first token in the newest complete group (503 when there is none); the stream
+        it returns may move the request inside that group's revision later."""
+        group = self.router.serving_group()
+        leg = await self._first_leg(group, request_id, body, set())
+
+        async def resume(token_ids: list[int], avoid: set[str], number: int) -> Leg:
+            return await self._resume(group.revision, f"{request_id}-m{number}", body, token_ids, avoid)
+        return TokenStream(leg, resume=resume, max_migrations=self.config.max_migrations,
+                           on_migration=self.on_migration)
+
+    async def _resume(self, revision: int | None, request_id: str, body: dict, token_ids: list[int],
+                      avoid: set[str]) -> Leg:
+        """A new leg for a request whose worker died after it relayed `token_ids`: the same body plus those tokens,
+        on ready workers of the same revision other than `avoid`; StreamBroken when there are none or they fail."""
+        group = self.router.complete_group(revision)
+        if group is None:
+            raise StreamBroken("no_ready_workers", f"no ready worker pair of revision {revision} is left")
+        try:
+            return await self._first_leg(group, request_id, {**body, "resume_token_ids": token_ids}, avoid)
+        except ApiError as exc:
+            raise StreamBroken(exc.code or "upstream_error", exc.message) from None
+        except WorkerRejected as exc:
+            raise StreamBroken("worker_rejected", f"a worker refused to continue it: HTTP {exc.status} "
+                                                  f"{exc.body[:300].decode(errors='replace')}") from None
+
+    async def _first_leg(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
         """Run the request up to its first token, retrying once on another worker.
 
-        1. Pick the newest complete group (503 when there is none).
-        2. Try the path of its mode; a failure before the first token excludes the worker that failed.
-        3. Retry once inside the same group; if that fails too, answer the last failure.
+        1. Try the path of the group's mode; a failure before the first token excludes the worker that failed.
+        2. Retry once inside the same group; if that fails too, answer the last failure.
         """
-        group = self.router.serving_group()
-        excluded: set[str] = set()
         failure: AttemptFailed | None = None
         for attempt in range(NUM_ATTEMPTS):
             attempt_id = request_id if attempt == 0 else f"{request_id}-retry{attempt}"
@@ -193,9 +137,10 @@ class Relay:
         if 400 <= resp.status < 500:
             headers = {"Retry-After": resp.headers["Retry-After"]} if "Retry-After" in resp.headers else {}
             raise WorkerRejected(resp.status, await resp.read(), resp.content_type, headers)
+        # The worker answered, so it is up: this request failed there, and another worker may take it (the
+        # worker stays in rotation; /health decides whether it is sick).
         excluded.add(worker.url)
         reason = f"HTTP {resp.status} {await _error_text(resp)}"
-        self.router.mark_down(worker, reason)
         raise AttemptFailed("worker_error", f"{worker.role.value} worker {worker.url} answered {reason}")
 
     def _transport_failed(self, worker: Worker, excluded: set[str], exc: BaseException) -> AttemptFailed:
@@ -206,7 +151,7 @@ class Relay:
 
     # -- colocated ----------------------------------------------------------------------------------------------------
 
-    async def _start_colocated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> TokenStream:
+    async def _start_colocated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
         worker = self.router.pick(group, Role.COLOCATED, excluded)
         release = self._acquire(worker)
         resp = None
@@ -216,7 +161,7 @@ class Relay:
             if resp.status != 200:
                 await self._classify(resp, worker, excluded)
             events = ndjson.read(resp.content)
-            prompt_tokens, pending, num_tokens, finish = await self._read_until_first_token(events, worker, excluded)
+            prompt_tokens, pending, finish = await self._read_until_first_token(events, worker, excluded)
         except TRANSPORT_ERRORS as exc:
             release()
             if resp is not None:
@@ -227,8 +172,8 @@ class Relay:
             if resp is not None:
                 resp.close()
             raise
-        return TokenStream(prompt_tokens, pending, num_tokens, finish, events if finish is None else None, [release],
-                           [resp], lambda reason: self.router.mark_down(worker, reason))
+        return Leg(prompt_tokens, pending, finish, events if finish is None else None, [release], [resp], worker.url,
+                   lambda reason: self.router.mark_down(worker, reason))
 
     async def _read_until_first_token(self, events: AsyncIterator[dict], worker: Worker, excluded: set[str]):
         prompt_tokens = 0
@@ -238,12 +183,11 @@ class Relay:
                 if kind == "start":
                     prompt_tokens = int(event.get("prompt_tokens") or 0)
                 elif kind == "token":
-                    num_tokens = len(event.get("token_ids") or ())
-                    return prompt_tokens, [(event.get("text") or "", num_tokens)], num_tokens, None
+                    return prompt_tokens, [(event.get("text") or "", list(event.get("token_ids") or ()))], None
                 elif kind == "done":
                     finish = Finish(event.get("finish_reason"), int(event.get("prompt_tokens") or prompt_tokens),
                                     int(event.get("completion_tokens") or 0))
-                    return finish.prompt_tokens, [], 0, finish
+                    return finish.prompt_tokens, [], finish
                 elif kind == "error":
                     excluded.add(worker.url)
                     raise AttemptFailed(str(event.get("kind") or "worker_error"),
@@ -256,8 +200,7 @@ class Relay:
 
     # -- disaggregated ------------------------------------------------------------------------------------------------
 
-    async def _start_disaggregated(self, group: Group, request_id: str, body: dict,
-                                   excluded: set[str]) -> TokenStream:
+    async def _start_disaggregated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
         prefill = self.router.pick(group, Role.PREFILL, excluded)
         decode = self.router.pick(group, Role.DECODE, excluded)
         release_prefill = self._acquire(prefill)
@@ -283,14 +226,17 @@ class Relay:
         finally:
             release_prefill()
 
+        first_token_id = result.get("first_token_id")
+        # None: a resumed request whose earlier tokens already ended it (the prefill worker only flushed its text).
+        pending = [(result.get("text") or "", [] if first_token_id is None else [first_token_id])]
         if result.get("finished"):
             release_decode()
-            finish = Finish(result.get("finish_reason"), prompt_tokens, 1)
-            return TokenStream(prompt_tokens, [(result.get("text") or "", 1)], 1, finish, None, [], [])
+            num_resumed = len(body.get("resume_token_ids") or ())
+            finish = Finish(result.get("finish_reason"), prompt_tokens, num_resumed + len(pending[0][1]))
+            return Leg(prompt_tokens, pending, finish, streamed_by=prefill.url)
         responses: list[aiohttp.ClientResponse] = []
-        return TokenStream(prompt_tokens, [(result.get("text") or "", 1)], 1, None,
-                           self._decode_events(decode, request_id, responses), [release_decode], responses,
-                           lambda reason: self.router.mark_down(decode, reason))
+        return Leg(prompt_tokens, pending, None, self._decode_events(decode, request_id, responses), [release_decode],
+                   responses, decode.url, lambda reason: self.router.mark_down(decode, reason))
 
     async def _kv_transfer_failed(self, resp: aiohttp.ClientResponse, prefill: Worker, decode: Worker,
                                   excluded: set[str]) -> None:
@@ -316,8 +262,9 @@ class Relay:
         resp = await self.session.get(f"{decode.url}/v1/stream/{request_id}")
         responses.append(resp)
         if resp.status != 200:
+            # It lost the request (restarted, or the stream came too late): another decode worker can take it.
             raise StreamBroken("decode_stream", f"decode {decode.url} answered HTTP {resp.status} for the "
-                                                f"token stream: {await _error_text(resp)}")
+                                                f"token stream: {await _error_text(resp)}", migratable=True)
         async for event in ndjson.read(resp.content):
             if event.get("type") != "start":
                 yield event

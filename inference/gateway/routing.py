@@ -24,7 +24,7 @@ log = logging.getLogger("tandem.gateway.routing")
 class WorkerState(Enum):
     UNKNOWN = "unknown"  # listed, not probed yet: not in rotation
     READY = "ready"
-    DOWN = "down"        # failed a probe or a request: out of rotation until a probe says it is healthy again
+    DOWN = "down"        # failed a probe or a connection: out of rotation until a probe says it is healthy again
 
 
 @dataclass(slots=True, eq=False)
@@ -131,6 +131,13 @@ class Router:
         raise ApiError(503, f"no ready worker group: {self.unavailable_reason()}", type="service_unavailable",
                        code="no_ready_workers", headers={"Retry-After": "1"})
 
+    def complete_group(self, revision: int | None) -> Group | None:
+        """The group of `revision` while it has every stage ready (a request that moves stays in its revision)."""
+        for group in self.groups:
+            if group.revision == revision and group.is_complete:
+                return group
+        return None
+
     def unavailable_reason(self) -> str:
         if not self.groups:
             return self.membership_error or "no workers configured"
@@ -160,6 +167,8 @@ class Router:
         return best
 
     def mark_down(self, worker: Worker, reason: str) -> None:
+        """Out of rotation until a probe finds it healthy: for a connection that failed, never for one request's
+        error answer (which would let any client that can make a worker fail lock everyone out of it)."""
         if worker.state is not WorkerState.DOWN:
             log.warning("%s %s out of rotation: %s", worker.role.value, worker.url, reason)
         worker.state = WorkerState.DOWN

@@ -11,6 +11,7 @@ from functools import partial
 
 from aiohttp import web
 
+from inference.checks import is_int
 from inference.kv_wire import KVWireError, decode_payload
 from inference.worker.jobs import stream_job
 from inference.worker.protocol import REQUEST_ID_RE, RequestError, check_fits, parse_sampling
@@ -42,7 +43,13 @@ def add_routes(app: web.Application, server) -> None:
         if not REQUEST_ID_RE.match(payload.request_id):
             raise RequestError("request_id must be 1-128 characters of A-Z a-z 0-9 . _ : -", param="request_id")
         params, stop = parse_sampling(payload.sampling)
-        num_prompt_tokens = len(payload.prompt_token_ids)
+        # A resumed request's prompt_token_ids end with the tokens it generated before (docs/contracts.md).
+        num_resumed = payload.extra.get("num_resumed_tokens", 0)
+        if not is_int(num_resumed) or not 0 <= num_resumed < len(payload.prompt_token_ids) \
+                or num_resumed >= params.max_tokens:
+            raise RequestError("header field 'num_resumed_tokens' must be an integer >= 0, below the number of "
+                               "prompt_token_ids and below max_tokens", code="bad_kv_payload")
+        num_prompt_tokens = len(payload.prompt_token_ids) - num_resumed
         check_fits(num_prompt_tokens, params.max_tokens, server.info["max_model_len"])
         bad = [t for t in (*payload.prompt_token_ids, payload.first_token_id) if t >= server.vocab_size]
         if bad:
@@ -51,7 +58,7 @@ def add_routes(app: web.Application, server) -> None:
         job = server.open_job(payload.request_id, arrival)
         try:
             server.submit(job, payload.prompt_token_ids, params, stop, first_token_id=payload.first_token_id,
-                          kv=(payload.k, payload.v))
+                          kv=(payload.k, payload.v), num_resumed_tokens=num_resumed)
             del payload  # the engine thread holds the tensors now
             await job.wait_admitted()
         except BaseException:

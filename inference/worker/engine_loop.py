@@ -9,6 +9,11 @@ Liveness: the loop stamps `heartbeat` on every iteration; when idle it blocks on
 IDLE_WAIT_S, so the stamp stays fresh on an idle worker too. A step that raises fails the requests of the engine (the
 engine may be half-way through them) and the loop goes on; MAX_CONSECUTIVE_STEP_FAILURES in a row mean the engine
 is broken, and the thread dies: `/health` reports dead, and every request still open gets an error event.
+
+A resumed request (docs/contracts.md, `resume_token_ids`: the gateway continues a request whose worker died) carries
+the tokens generated before after its prompt. They are replayed through the detokenizer, so that it releases exactly
+the text the client has not received yet, and count against max_tokens and as completion tokens; a replay that
+already ends the request (a stop string, EOS, max_tokens) finishes it without the engine.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from inference.metrics import TandemMetrics
@@ -57,13 +62,19 @@ class Event:
 @dataclass(slots=True)
 class Submission:
     request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
+    prompt_token_ids: list[int]  # the prompt, then the num_resumed_tokens generated before (a resumed request)
+    params: SamplingParams  # max_tokens: the whole request's, resumed tokens included
     stop: list[str]
     emit: Callable[[Event], None]  # thread-safe
     arrival: float  # time.monotonic() when the HTTP request arrived
     first_token_id: int | None = None  # decode role: the prefill worker's first token, with its K/V
     kv: tuple | None = None
+    num_resumed_tokens: int = 0
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """The client's prompt: what usage reports, whatever was resumed."""
+        return len(self.prompt_token_ids) - self.num_resumed_tokens
 
 
 @dataclass(slots=True)
@@ -208,14 +219,20 @@ class EngineLoop:
         try:
             if sub.request_id in self._open:
                 raise ValueError(f"request_id {sub.request_id!r} is already running on this worker")
-            detok = IncrementalDetokenizer(engine.tokenizer, sub.prompt_token_ids, sub.stop)
+            detok = IncrementalDetokenizer(engine.tokenizer, sub.prompt_token_ids[:sub.num_prompt_tokens], sub.stop)
+            finish_reason = self._replay(detok, sub)
+            if finish_reason is not None:
+                self._finish_replayed(sub, detok, finish_reason)
+                return
+            # The engine's prompt holds the resumed tokens; its budget is what is left of the request's.
+            params = replace(sub.params, max_tokens=sub.params.max_tokens - sub.num_resumed_tokens)
             if sub.first_token_id is None:
-                engine.add_request(sub.request_id, sub.prompt_token_ids, sub.params)
+                engine.add_request(sub.request_id, sub.prompt_token_ids, params)
             else:
                 # Replay the prefill worker's first token through an identical detokenizer, so that this one
                 # releases exactly the text the prefill worker did not (and sees stop strings spanning it).
                 detok.add(sub.first_token_id)
-                engine.add_prefilled(sub.request_id, sub.prompt_token_ids, sub.first_token_id, sub.params, *sub.kv)
+                engine.add_prefilled(sub.request_id, sub.prompt_token_ids, sub.first_token_id, params, *sub.kv)
                 sub.kv = None  # the engine holds it now; drop our reference
         except ValueError as exc:
             sub.emit(Event("rejected", message=str(exc)))
@@ -226,12 +243,39 @@ class EngineLoop:
             self.metrics.count_error("engine")
             sub.emit(Event("error", message=f"the engine failed to admit the request: {exc}", kind="engine"))
             return
-        tracked = _Tracked(sub, detok)
+        tracked = _Tracked(sub, detok, num_completion_tokens=sub.num_resumed_tokens)
         if sub.first_token_id is not None:
-            tracked.num_completion_tokens, tracked.last_token_at = 1, time.monotonic()
+            tracked.num_completion_tokens += 1
+            tracked.last_token_at = time.monotonic()
         self._open[sub.request_id] = tracked
-        self.metrics.prompt_tokens.inc(len(sub.prompt_token_ids))
-        sub.emit(Event("admitted", num_prompt_tokens=len(sub.prompt_token_ids)))
+        self.metrics.prompt_tokens.inc(sub.num_prompt_tokens)
+        sub.emit(Event("admitted", num_prompt_tokens=sub.num_prompt_tokens))
+
+    def _replay(self, detok: IncrementalDetokenizer, sub: Submission) -> str | None:
+        """Feed a resumed request's earlier tokens to its detokenizer (their text was sent already); return the
+        finish reason if they already end the request, else None."""
+        resumed = sub.prompt_token_ids[sub.num_prompt_tokens:]
+        for token_id in resumed:
+            if detok.add(token_id).stopped:
+                return "stop"
+        if resumed and not sub.params.ignore_eos and resumed[-1] in self.engine.model_runner.eos_token_ids:
+            return "stop"
+        if resumed and len(resumed) >= sub.params.max_tokens:
+            return "length"
+        return None
+
+    def _finish_replayed(self, sub: Submission, detok: IncrementalDetokenizer, finish_reason: str) -> None:
+        """A resumed request whose old worker died between its last token and its finish: release what that worker
+        held back and finish, as it would have."""
+        text = detok.flush()
+        self.metrics.prompt_tokens.inc(sub.num_prompt_tokens)
+        self.metrics.count_success(finish_reason)
+        sub.emit(Event("admitted", num_prompt_tokens=sub.num_prompt_tokens))
+        counts = dict(num_prompt_tokens=sub.num_prompt_tokens, num_completion_tokens=sub.num_resumed_tokens)
+        if self.role is Role.PREFILL:  # the prefill handler answers "finished" with no first token
+            sub.emit(Event("token", token_ids=[], text=text, finish_reason=finish_reason, **counts))
+        else:
+            sub.emit(Event("done", text=text, finish_reason=finish_reason, **counts))
 
     def _deliver(self, out) -> None:
         tracked = self._open.get(out.request_id)
@@ -261,7 +305,7 @@ class EngineLoop:
             is_handoff = self.role is Role.PREFILL and finish_reason is None
             sub.emit(Event("token", token_ids=token_ids, text=text, kv=out.kv if is_handoff else None,
                            finish_reason=finish_reason if self.role is Role.PREFILL else None,
-                           num_prompt_tokens=len(sub.prompt_token_ids),
+                           num_prompt_tokens=sub.num_prompt_tokens,
                            num_completion_tokens=tracked.num_completion_tokens))
             if is_handoff:  # the engine forgot this request: its K/V now travels with the event
                 del self._open[sub.request_id]
@@ -276,7 +320,7 @@ class EngineLoop:
         self.metrics.e2e_request_latency.observe(now - sub.arrival)
         if self.role is not Role.PREFILL:
             sub.emit(Event("done", text=text if not token_ids else "", finish_reason=finish_reason,
-                           num_prompt_tokens=len(sub.prompt_token_ids),
+                           num_prompt_tokens=sub.num_prompt_tokens,
                            num_completion_tokens=tracked.num_completion_tokens))
 
     def _observe_tokens(self, tracked: _Tracked, num_tokens: int, now: float) -> None:

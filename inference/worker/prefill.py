@@ -33,24 +33,29 @@ def add_routes(app: web.Application, server) -> None:
         req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
                              need_decode_url=True)
         prompt_ids = await server.tokenize(req.prompt, req.messages)
-        req.fit_to_context(len(prompt_ids), server.info["max_model_len"])
+        req.fit_to_context(len(prompt_ids), server.info["max_model_len"], server.vocab_size)
+        num_resumed = len(req.resume_token_ids)
         job = server.open_job(req.request_id, arrival)
         try:
-            server.submit(job, prompt_ids, req.params, req.stop)
+            server.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed)
             await job.wait_admitted()
             event = await job.next_event()
             if event.type != "token":
                 raise RequestError(f"prefill failed: {event.message}", status=503, type="engine_error",
                                    code=event.kind or "engine", kind=event.kind or "engine", counted=True)
+            # No token: a resumed request whose earlier tokens already end it.
+            first_token_id = event.token_ids[0] if event.token_ids else None
             answer = {"request_id": job.request_id, "prompt_tokens": len(prompt_ids),
-                      "first_token_id": event.token_ids[0], "text": event.text,
+                      "first_token_id": first_token_id, "text": event.text,
                       "finished": event.finish_reason is not None, "finish_reason": event.finish_reason,
                       "kv_bytes": 0, "kv_transfer_seconds": 0.0}
             if event.finish_reason is None:
-                payload = KVPayload(request_id=job.request_id, prompt_token_ids=prompt_ids,
-                                    first_token_id=event.token_ids[0], sampling=req.sampling_header(),
+                # The KV covers the resumed tokens too; the header says how many of them the prompt's end holds.
+                payload = KVPayload(request_id=job.request_id, prompt_token_ids=prompt_ids + req.resume_token_ids,
+                                    first_token_id=first_token_id, sampling=req.sampling_header(),
                                     kv_layout=server.info["kv_layout"], revision=server.config.revision,
-                                    k=event.kv[0], v=event.kv[1])
+                                    k=event.kv[0], v=event.kv[1],
+                                    extra={"num_resumed_tokens": num_resumed} if num_resumed else {})
                 answer["kv_bytes"], answer["kv_transfer_seconds"] = await push_kv(
                     request.app["kv_session"], req.decode_url, payload, server)
                 server.metrics.count_success("handoff")

@@ -6,15 +6,14 @@ and the engine share). Nothing past this module sees an unchecked value.
 """
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from inference import sampling_params
-from inference.checks import json_type
+from inference import json_body, sampling_params
+from inference.checks import is_int, json_type
 from inference.sampling_params import SamplingError, SamplingParams, sampling_fields
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # it travels in URL paths (/v1/stream/{request_id})
@@ -58,12 +57,22 @@ class GenerateRequest:
     decode_url: str | None = None
     # max_tokens was null: generate up to the end of the context (OpenAI's chat default), known once tokenized.
     max_tokens_to_context: bool = False
+    # Tokens this request generated on a worker that died; the gateway sent them on (docs/contracts.md).
+    resume_token_ids: list[int] = field(default_factory=list)
 
-    def fit_to_context(self, num_prompt_tokens: int, max_model_len: int) -> None:
-        """Resolve a null max_tokens, then refuse a prompt that leaves no room (400 naming both numbers)."""
+    def fit_to_context(self, num_prompt_tokens: int, max_model_len: int, vocab_size: int) -> None:
+        """Resolve a null max_tokens, then refuse a prompt that leaves no room (400 naming both numbers) and resumed
+        tokens that this model cannot have generated for it."""
         if self.max_tokens_to_context:
             self.params = replace(self.params, max_tokens=max(1, max_model_len - num_prompt_tokens))
         check_fits(num_prompt_tokens, self.params.max_tokens, max_model_len)
+        num_resumed = len(self.resume_token_ids)
+        if num_resumed > self.params.max_tokens:
+            raise RequestError(f"resume_token_ids holds {num_resumed} tokens, more than max_tokens "
+                               f"({self.params.max_tokens})", param="resume_token_ids")
+        if any(t >= vocab_size for t in self.resume_token_ids):
+            raise RequestError(f"resume_token_ids must hold token ids below this model's vocabulary size of "
+                               f"{vocab_size}", param="resume_token_ids")
 
     def sampling_header(self) -> dict:
         """The `sampling` object of the KV header: the same fields as the request body."""
@@ -71,10 +80,14 @@ class GenerateRequest:
 
 
 def parse_json(raw: bytes):
+    """Parsed JSON, or 400: not JSON, nested deeper than json_body.MAX_JSON_DEPTH, or text that is not valid Unicode
+    (a lone surrogate makes the tokenizer raise), naming the field."""
     if not raw:
         raise RequestError("request body is empty; expected a JSON object")
     try:
-        return json.loads(raw)
+        return json_body.loads(raw)
+    except json_body.JSONBodyError as exc:
+        raise RequestError(exc.message, param=exc.param, code=exc.code) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise RequestError(f"request body is not valid JSON: {exc}") from None
 
@@ -96,6 +109,11 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
     else:
         messages = _parse_messages(messages)
     params, stop = parse_sampling(body, allow_null_max_tokens=True)
+    resume_token_ids = body.get("resume_token_ids")
+    if resume_token_ids is None:
+        resume_token_ids = []
+    elif not isinstance(resume_token_ids, list) or not all(is_int(t) and t >= 0 for t in resume_token_ids):
+        raise RequestError("resume_token_ids must be a list of token ids (integers >= 0)", param="resume_token_ids")
     decode_url = None
     if need_decode_url:
         decode_url = body.get("decode_url")
@@ -106,7 +124,7 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
         decode_url = decode_url.rstrip("/")
     return GenerateRequest(request_id=request_id, prompt=prompt, messages=messages, params=params, stop=stop,
                            max_tokens_to_context="max_tokens" in body and body["max_tokens"] is None,
-                           decode_url=decode_url)
+                           decode_url=decode_url, resume_token_ids=resume_token_ids)
 
 
 def parse_sampling(body: dict, allow_null_max_tokens: bool = False) -> tuple[SamplingParams, list[str]]:

@@ -184,9 +184,10 @@ class WorkerServer:
         return job
 
     def submit(self, job: jobs.Job, prompt_token_ids: list[int], params, stop: list[str], *,
-               first_token_id: int | None = None, kv: tuple | None = None) -> None:
+               first_token_id: int | None = None, kv: tuple | None = None, num_resumed_tokens: int = 0) -> None:
+        """`prompt_token_ids` ends with the `num_resumed_tokens` a resumed request generated before."""
         self.engine_loop.submit(Submission(job.request_id, prompt_token_ids, params, stop, job.emit_threadsafe,
-                                           job.arrival, first_token_id, kv))
+                                           job.arrival, first_token_id, kv, num_resumed_tokens))
         job.submitted = True
 
     def close_job(self, job: jobs.Job, *, kind: str = "client_disconnect") -> None:

@@ -120,3 +120,35 @@ def hf_greedy_texts(model_dir: Path, prompts: list[str], max_tokens: int) -> lis
             generated = out[0, input_ids.shape[1]:].tolist()
             texts.append(tokenizer.decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False))
     return texts
+
+
+def restart(proc: Proc) -> Proc:
+    """Start a stopped or killed worker again with the same arguments (same port, so a gateway with static URLs
+    takes it back once its probe finds it healthy); its log goes to a new file."""
+    proc.stop()
+    again = start(proc.name + "-again", list(proc.popen.args[1:]), proc.log_path.parent)
+    again.url = proc.url
+    wait_http(again, again.url + "/health", timeout=180)
+    return again
+
+
+def worker_states(gateway_url: str) -> dict[str, tuple[str, int]]:
+    """url -> (state, outstanding requests) of every worker, as the gateway's /health reports them."""
+    health = requests.get(gateway_url + "/health", timeout=10).json()
+    return {w["url"]: (w["state"], w["outstanding"]) for group in health["groups"]
+            for role in ("prefill", "decode", "colocated") for w in group.get(role, [])}
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+# Requests any anonymous client can send that once made a worker answer 500 (a lone UTF-16 surrogate reached its
+# tokenizer) or the gateway answer 500 (json.loads recursed 5,000 levels deep): (name, path, raw body).
+HOSTILE_REQUESTS = [
+    ("surrogate_prompt", "/v1/completions", b'{"model": "tandem", "prompt": "hello \\ud800 world", "max_tokens": 4}'),
+    ("surrogate_chat", "/v1/chat/completions",
+     b'{"model": "tandem", "messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 4}'),
+    ("deep_prompt", "/v1/completions", b'{"model": "tandem", "max_tokens": 4, "prompt": ' + _nested(5000) + b"}"),
+    ("deep_chat", "/v1/chat/completions", b'{"model": "tandem", "messages": ' + _nested(5000) + b"}"),
+]

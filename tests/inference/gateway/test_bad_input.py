@@ -128,6 +128,38 @@ def test_odd_bodies_are_4xx_never_5xx(gateway_url, raw):
         assert resp.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("path,raw,param", [
+    ("/v1/completions", b'{"model": "tandem", "prompt": "a\\ud800b"}', "prompt"),
+    ("/v1/completions", b'{"model": "tandem", "prompt": ["\\udc00"]}', "prompt[0]"),
+    ("/v1/completions", b'{"model": "tandem", "prompt": "hi", "stop": ["\\ud800"]}', "stop[0]"),
+    ("/v1/completions", b'{"model": "tandem", "prompt": "hi", "user": "\\ud800"}', "user"),
+    ("/v1/chat/completions", b'{"model": "tandem", "messages": [{"role": "user", "content": "\\udfff"}]}',
+     "messages[0].content"),
+    ("/v1/chat/completions",
+     b'{"model": "tandem", "messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}]}',
+     "messages[0].content[0].text"),
+])
+def test_text_with_a_lone_surrogate_is_400_naming_the_field(gateway_url, path, raw, param):
+    # It reached the worker's tokenizer, which raised: a 500 that took the worker out of rotation.
+    error = _error(_post(gateway_url, path, raw), 400)
+    assert (error["param"], error["code"]) == (param, "invalid_unicode")
+
+
+def test_an_escaped_emoji_is_text_like_any_other(gateway_url):
+    body = b'{"model": "tandem", "prompt": "\\ud83d\\ude00 and \\\\ud800 as plain text", "max_tokens": 2}'
+    resp = _post(gateway_url, "/v1/completions", body)
+    assert resp.status_code == 200, resp.text
+
+
+@pytest.mark.parametrize("depth", [33, 3000])
+def test_json_nested_deeper_than_32_levels_is_400(gateway_url, depth):
+    # 3,000 levels made json.loads raise RecursionError: a 500.
+    raw = b'{"model": "tandem", "prompt": "hi", "x": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        error = _error(_post(gateway_url, path, raw), 400)
+        assert error["code"] == "json_too_deep" and "32" in error["message"]
+
+
 def test_an_unknown_route_and_a_wrong_method_answer_openai_errors(gateway_url):
     assert _error(requests.get(gateway_url + "/v1/nothing", timeout=5), 404)["code"] == "not_found"
     _error(requests.get(gateway_url + "/v1/completions", timeout=5), 405)

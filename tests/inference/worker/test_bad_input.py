@@ -5,7 +5,7 @@ import pytest
 import requests
 
 from tests.inference.worker.support import (
-    HTTP_TIMEOUT_S, assert_openai_error, generate, metric, start_worker, token_ids)
+    HTTP_TIMEOUT_S, assert_openai_error, generate, metric, read_stream, start_worker, token_ids)
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +60,48 @@ def test_malformed_json_answers_400(worker, raw, fragment):
 def test_wrong_values_answer_400_naming_the_parameter(worker, body, param, fragment):
     error = assert_openai_error(post(worker.url, json=body), 400, fragment)
     assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("raw, param", [
+    (b'{"prompt": "a\\ud800b"}', "prompt"),
+    (b'{"messages": [{"role": "user", "content": "\\udfff"}]}', "messages[0].content"),
+    (b'{"messages": [{"role": "\\ud800", "content": "hi"}]}', "messages[0].role"),
+    (b'{"prompt": "hi", "stop": ["ok", "\\udbff"]}', "stop[1]"),
+    (b'{"prompt": "hi", "stop": "\xed\xa0\x80"}', "stop"),  # a surrogate encoded in the bytes themselves
+])
+def test_text_with_a_lone_surrogate_answers_400_naming_the_field(worker, raw, param):
+    # JSON can spell half a UTF-16 pair; the tokenizer raised on it (a 500) before.
+    error = assert_openai_error(post(worker.url, data=raw, headers={"Content-Type": "application/json"}), 400,
+                                "surrogate")
+    assert (error["param"], error["code"]) == (param, "invalid_unicode")
+
+
+@pytest.mark.parametrize("depth", [33, 1500])
+def test_json_nested_deeper_than_32_levels_answers_400(worker, depth):
+    # 1,500 levels made json.loads raise RecursionError (a 500); MAX_BODY keeps this body small enough.
+    raw = b'{"prompt": "hi", "x": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+    error = assert_openai_error(post(worker.url, data=raw, headers={"Content-Type": "application/json"}), 400,
+                                "deeper than 32 levels")
+    assert error["code"] == "json_too_deep"
+
+
+def test_the_prefill_route_refuses_them_alike(tiny_model_dir, tmp_path_factory):
+    prefill = start_worker("prefill", "prefill", tiny_model_dir, tmp_path_factory.mktemp("logs"))
+    try:
+        body = {"prompt": "a\ud800b", "decode_url": "http://127.0.0.1:9"}
+        error = assert_openai_error(post(prefill.url, "/v1/prefill", json=body), 400, "surrogate")
+        assert error["param"] == "prompt"
+        deep = b'{"prompt": "hi", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+        assert_openai_error(post(prefill.url, "/v1/prefill", data=deep), 400, "deeper than 32 levels")
+        assert metric(prefill.url, "tandem_request_errors_total", kind="internal") == 0
+    finally:
+        prefill.stop()
+
+
+def test_json_nested_32_levels_deep_is_served(worker):
+    raw = b'{"prompt": "hi", "max_tokens": 2, "x": ' + b"[" * 31 + b"]" * 31 + b"}"
+    with requests.post(f"{worker.url}/v1/generate", data=raw, stream=True, timeout=HTTP_TIMEOUT_S) as r:
+        assert len(token_ids(read_stream(r))) == 2
 
 
 def test_a_prompt_that_does_not_fit_names_both_numbers(worker):

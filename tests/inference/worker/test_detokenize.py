@@ -77,3 +77,26 @@ def test_a_stop_string_spanning_the_first_token_is_found_on_the_decode_worker(to
     stop = first_text[-1] + tokenizer.decode(ids[1:2])[:1]
     deltas, stopped = stream(tokenizer, ids[1:], ids[:1], stop=[stop], emitted_text=first_text)
     assert stopped and "".join(deltas) == ""
+
+
+
+@pytest.mark.parametrize("stop", [(), ("new lines",)])
+def test_a_resumed_request_replays_its_tokens_and_releases_only_the_rest_at_every_seam(tokenizer, stop):
+    # What a worker does with resume_token_ids: the text of the first k tokens was sent by a worker that died, also
+    # where k splits a multi-byte character or sits inside a held-back stop-string prefix.
+    prompt = tokenizer.encode("Q:")
+    ids = tokenizer.encode(TEXT)
+    whole, stopped = stream(tokenizer, ids, prompt, stop=stop)
+    num_tokens = len(whole) if stopped else len(ids)
+    for k in range(1, num_tokens):
+        died = IncrementalDetokenizer(tokenizer, prompt, stop)
+        sent = "".join(died.add(t).text for t in ids[:k])
+        resumed = IncrementalDetokenizer(tokenizer, prompt, stop)
+        for t in ids[:k]:
+            resumed.add(t)
+        rest = ""
+        for t in ids[k:num_tokens]:
+            rest += resumed.add(t).text
+        if not stopped:
+            rest += resumed.flush()
+        assert sent + rest == "".join(whole), k

@@ -81,9 +81,16 @@ def test_a_payload_built_from_hf_cache_decodes_to_hf_greedy_tokens(decode, refer
     assert [reference["first"], *token_ids(events)] == reference["greedy"]
 
 
+def _deep_header(reference) -> bytes:
+    """A payload whose `tandem` header nests 5,000 levels (json.loads raised RecursionError on it: a 500)."""
+    header = json.dumps(good_payload(reference, "deep").header())
+    deep = header[:-1] + ', "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    return st_save({"k": reference["k"], "v": reference["v"]}, metadata={"tandem": deep})
+
+
 @pytest.mark.parametrize("case", ["garbage", "truncated", "wrong_shape", "wrong_dtype", "wrong_layout",
                                   "wrong_revision", "out_of_vocab", "too_long", "bad_sampling", "no_header",
-                                  "bad_request_id"])
+                                  "bad_request_id", "deep_header", "bad_resumed_count"])
 def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, reference, case):
     good = encode_payload(good_payload(reference, f"bad-{case}"))
     num_tokens = len(reference["ids"])
@@ -104,6 +111,9 @@ def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, referenc
                                  "temperature"),
         "no_header": lambda: (st_save({"k": reference["k"], "v": reference["v"]}), "no 'tandem' metadata"),
         "bad_request_id": lambda: (encode_payload(good_payload(reference, "has spaces/and slashes")), "request_id"),
+        "deep_header": lambda: (_deep_header(reference), "deeper than 32 levels"),
+        "bad_resumed_count": lambda: (encode_payload(good_payload(
+            reference, "x", extra={"num_resumed_tokens": num_tokens})), "num_resumed_tokens"),
     }[case]()
     assert_openai_error(post_kv(decode.url, data), 400, fragment)
     assert requests.get(f"{decode.url}/health", timeout=HTTP_TIMEOUT_S).status_code == 200

@@ -1,0 +1,163 @@
+"""A request's tokens after its first one, relayed to the client, and moved to another worker when its worker dies.
+
+A request runs in legs. Its first leg is the worker (pair) `Relay.start` found; when the worker streaming it goes away
+mid-stream (the connection drops, the stream ends without `done`, a line is cut, the worker drains away), the stream
+asks `resume` for a new leg on another ready worker (pair) of the same revision, sending the prompt again with every
+token relayed so far (`resume_token_ids`, docs/contracts.md). The new worker prefills prompt + those tokens, replays
+them through its detokenizer and goes on from there: the client sees a pause, not an error, and no character is
+repeated or lost at the seam. Greedy requests continue token-identically (the same prefix gives the same argmax);
+a sampled request (temperature > 0) continues with fresh draws for its remaining tokens, so only greedy output is
+the same as an uninterrupted run's. A request moves at most --max-migrations times.
+
+Failures that may belong to the request rather than to the worker (an engine error, a timeout, a refusal) end the
+stream as before: moving them could carry the failure to the next worker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+log = logging.getLogger("tandem.gateway.relay")
+
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# Error events that mean "this worker is going away", not "this request failed": the request may move.
+WORKER_GONE_KINDS = frozenset({"drain"})
+
+
+class StreamBroken(Exception):
+    """The request failed after its first token was sent. `migratable`: its worker went away, another may go on."""
+
+    def __init__(self, kind: str, message: str, *, migratable: bool = False) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.migratable = kind, message, migratable
+
+
+@dataclass(slots=True)
+class Finish:
+    reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(slots=True, eq=False)
+class Leg:
+    """One worker (pair)'s part of a request: the tokens already in hand, then its worker stream.
+
+    `close` releases the workers' outstanding counts and the upstream connections: a finished leg's connection goes
+    back to the pool (keep-alive); an unfinished one is closed, which tells the worker that nobody listens any more
+    (it aborts the request and frees its KV blocks).
+    """
+
+    prompt_tokens: int
+    pending: list[tuple[str, list[int]]]  # (text, token ids) per token event already read
+    finish: Finish | None = None
+    upstream: AsyncIterator[dict] | None = None
+    releases: list[Callable[[], None]] = field(default_factory=list)
+    responses: list[aiohttp.ClientResponse] = field(default_factory=list)
+    streamed_by: str = ""  # the worker whose stream this is: excluded when the request moves on
+    on_disconnect: Callable[[str], None] | None = None  # the worker dropped the connection: out of rotation
+
+    async def close(self) -> None:
+        releases, self.releases = self.releases, []
+        for release in releases:
+            release()
+        if self.upstream is not None:
+            upstream, self.upstream = self.upstream, None
+            await upstream.aclose()
+        responses, self.responses = self.responses, []
+        for resp in responses:
+            if self.finish is not None:
+                resp.release()
+            else:
+                resp.close()
+
+
+# resume(token ids relayed so far, workers to avoid, migration number) -> the next leg, or StreamBroken
+Resume = Callable[[list[int], set[str], int], Awaitable[Leg]]
+
+
+class TokenStream:
+    def __init__(self, leg: Leg, *, resume: Resume | None = None, max_migrations: int = 0,
+                 on_migration: Callable[[str], None] | None = None) -> None:
+        self._leg = leg
+        self._resume = resume
+        self.max_migrations = max_migrations
+        self._on_migration = on_migration or (lambda reason: None)
+        self.token_ids: list[int] = []  # every token relayed to the client, over all legs
+        self.num_migrations = 0
+        self._avoid: set[str] = set()
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self._leg.prompt_tokens
+
+    @property
+    def finish(self) -> Finish | None:
+        return self._leg.finish
+
+    async def deltas(self) -> AsyncIterator[tuple[str, int]]:
+        """(text delta, number of tokens) per token event. The text may be empty while a multi-byte character is
+        incomplete; the number is 0 for text a worker releases at the finish with no token of its own.
+        Raises StreamBroken when the request fails and cannot (or may no more) move to another worker."""
+        while True:
+            try:
+                async for text, token_ids in self._leg_deltas(self._leg):
+                    self.token_ids.extend(token_ids)
+                    yield text, len(token_ids)
+                return
+            except StreamBroken as broken:
+                if not broken.migratable or self._resume is None or self.num_migrations >= self.max_migrations:
+                    raise
+                await self._migrate(broken)
+
+    async def _migrate(self, broken: StreamBroken) -> None:
+        log.warning("moving a request to another worker after %d tokens (%s): %s", len(self.token_ids),
+                    broken.kind, broken.message)
+        self._avoid.add(self._leg.streamed_by)
+        await self._leg.close()
+        try:
+            self._leg = await self._resume(list(self.token_ids), set(self._avoid), self.num_migrations + 1)
+        except StreamBroken as failed:
+            raise StreamBroken(broken.kind, f"{broken.message}; no other worker could continue it: "
+                                            f"{failed.message}") from None
+        self.num_migrations += 1
+        self._on_migration(broken.kind)
+
+    async def _leg_deltas(self, leg: Leg) -> AsyncIterator[tuple[str, list[int]]]:
+        pending, leg.pending = leg.pending, []
+        for item in pending:
+            yield item
+        if leg.finish is not None or leg.upstream is None:
+            return
+        try:
+            async for event in leg.upstream:
+                kind = event.get("type")
+                if kind == "token":
+                    yield event.get("text") or "", list(event.get("token_ids") or ())
+                elif kind == "done":
+                    # The worker that finished counts every generated token: the prefill's first one, and those of
+                    # earlier legs (it was sent them).
+                    completion_tokens = event.get("completion_tokens")
+                    if not isinstance(completion_tokens, int):
+                        completion_tokens = len(self.token_ids)
+                    leg.finish = Finish(event.get("finish_reason"), leg.prompt_tokens, completion_tokens)
+                    return
+                elif kind == "error":
+                    kind = str(event.get("kind") or "worker")
+                    raise StreamBroken(kind, str(event.get("message")), migratable=kind in WORKER_GONE_KINDS)
+        except TRANSPORT_ERRORS as exc:
+            reason = f"the worker stream broke: {type(exc).__name__}: {exc}"
+            if leg.on_disconnect is not None:
+                leg.on_disconnect(reason)
+            raise StreamBroken("worker_disconnected", reason, migratable=True) from None
+        except ValueError as exc:
+            raise StreamBroken("bad_worker_answer", f"the worker sent a line that is not JSON: {exc}",
+                               migratable=True) from None
+        raise StreamBroken("worker_disconnected", "the worker closed the stream before it finished", migratable=True)
+
+    async def close(self) -> None:
+        await self._leg.close()
