@@ -51,6 +51,23 @@ def _schedule(sender, **kwargs):
     }
 
 
+def schedule_on_control(entries: dict[str, tuple[str, float]]) -> None:
+    """Periodic tasks of an app, {beat entry name: (task name, interval s)}, on the control queue. Each message
+    expires after one interval: a control worker that was down wakes up to one fresh pass, not a backlog of stale
+    ones. Joined after this module's own schedule (on_after_configure), or at once if Celery is configured."""
+    def add(sender=None, **kwargs) -> None:
+        options = {"queue": CONTROL_QUEUE}
+        app.conf.beat_schedule = {**(app.conf.beat_schedule or {}), **{
+            name: {"task": task, "schedule": interval, "options": {**options, "expires": interval}}
+            for name, (task, interval) in entries.items()}}
+        app.conf.task_routes = {**(app.conf.task_routes or {}),
+                                **{task: options for task, _ in entries.values()}}
+
+    if app.configured:
+        add()
+    app.on_after_configure.connect(add, weak=False)
+
+
 def task_send(name: str, *, args: tuple = (), queue: str | None = None, countdown: float | None = None) -> bool:
     """Enqueue a registered task by its name, for code that must not import the task's module (an import loop:
     services enqueue reconcile, whose module imports services). The task object is looked up in the registry, so

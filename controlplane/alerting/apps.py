@@ -22,30 +22,15 @@ class AlertingConfig(AppConfig):
 
 
 def _schedule_evaluation() -> None:
-    """Add the evaluation pass to Celery beat. controlplane/celery.py assigns beat_schedule wholesale when Celery
-    configures itself, so this runs after that (on_after_configure) or at once if Celery is already configured."""
-    from controlplane.celery import app
+    """The evaluation pass every TANDEM_ALERT_EVAL_INTERVAL_S (a pass that waited longer is stale: the next one is
+    already due), lost deliveries sent again every minute, history pruned every hour."""
+    from django.conf import settings
 
-    def add(sender=None, **kwargs):
-        from django.conf import settings
+    from controlplane.celery import schedule_on_control
 
-        interval = float(settings.TANDEM_ALERT_EVAL_INTERVAL_S)
-        schedule = dict(app.conf.beat_schedule or {})
-        schedule["alerting-evaluate"] = {
-            "task": "controlplane.alerting.tasks.evaluate_rules_task", "schedule": interval,
-            # A pass that waited longer than one interval is stale: the next one is already due.
-            "options": {"queue": "control", "expires": interval},
-        }
-        schedule["alerting-resend-lost-deliveries"] = {
-            "task": "controlplane.alerting.tasks.deliveries_sweep_task", "schedule": 60.0,
-            "options": {"queue": "control", "expires": 60.0},
-        }
-        schedule["alerting-prune-history"] = {
-            "task": "controlplane.alerting.tasks.history_prune_task", "schedule": 3600.0,
-            "options": {"queue": "control", "expires": 3600.0},
-        }
-        app.conf.beat_schedule = schedule
-
-    if app.configured:
-        add()
-    app.on_after_configure.connect(add, weak=False)
+    schedule_on_control({
+        "alerting-evaluate": ("controlplane.alerting.tasks.evaluate_rules_task",
+                              float(settings.TANDEM_ALERT_EVAL_INTERVAL_S)),
+        "alerting-resend-lost-deliveries": ("controlplane.alerting.tasks.deliveries_sweep_task", 60.0),
+        "alerting-prune-history": ("controlplane.alerting.tasks.history_prune_task", 3600.0),
+    })

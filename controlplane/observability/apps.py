@@ -10,25 +10,11 @@ class ObservabilityConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Our beat entries join the Celery app's schedule once it is configured (controlplane/celery.py assigns its
-        # own schedule in on_after_configure; on_after_finalize comes later, so the update is not overwritten).
-        from controlplane.celery import app
+        from django.conf import settings
 
-        app.on_after_finalize.connect(_schedule, weak=False)
+        from controlplane.celery import schedule_on_control
 
-
-def _schedule(sender, **kwargs) -> None:
-    from django.conf import settings
-
-    interval = float(settings.TANDEM_SCRAPE_INTERVAL_S)
-    queue = {"queue": "control"}
-    sender.conf.beat_schedule.update({
-        # Each message expires after one interval: a control worker that was down wakes up to one fresh cycle,
-        # not a backlog of stale ones.
-        "observability-scrape": {"task": "observability.scrape_cycle", "schedule": interval,
-                                 "options": {**queue, "expires": interval}},
-        "observability-rollup": {"task": "observability.rollup_and_prune", "schedule": 60.0,
-                                 "options": {**queue, "expires": 60.0}},
-    })
-    sender.conf.task_routes = {**(sender.conf.task_routes or {}),
-                               "observability.scrape_cycle": queue, "observability.rollup_and_prune": queue}
+        schedule_on_control({
+            "observability-scrape": ("observability.scrape_cycle", float(settings.TANDEM_SCRAPE_INTERVAL_S)),
+            "observability-rollup": ("observability.rollup_and_prune", 60.0),
+        })
