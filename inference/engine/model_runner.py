@@ -211,6 +211,14 @@ class _PrefillAttention:
 
 
 class _DecodeAttention:
+    """One new token per sequence against its cached context, with the query heads that share a KV head grouped.
+
+    A decode query is one position, so the G = Hq / Hkv query heads of one KV head can stand as G query positions of
+    that head ([B, Hkv, G, D], no causal mask) instead of asking SDPA to broadcast K/V (enable_gqa). Same result; on
+    CPU the grouped form is ~10% faster in float32 and 6x faster in bfloat16, where SDPA's GQA path with a mask falls
+    off its fast kernel (measured at 16 sequences of ~200 tokens, SmolLM2's 9 query / 3 KV heads).
+    """
+
     def __init__(self, runner: ModelRunner, block_tables: torch.Tensor, mask: torch.Tensor):
         self.runner = runner
         self.block_tables = block_tables  # [B, M]
@@ -225,9 +233,10 @@ class _DecodeAttention:
         flat_tables = self.block_tables.view(-1)  # [B * M]
         keys = r.k_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)  # [B, Hkv, S, D]
         values = r.v_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=self.mask, scale=scale,
-                                           enable_gqa=True)  # [B, Hq, 1, D]
-        return o.squeeze(2)
+        # Query head h reads KV head h // G (Hugging Face's repeat_kv order), so the grouping is a plain view.
+        grouped = q.view(num_seqs, r.num_kv_heads, r.num_heads // r.num_kv_heads, r.head_dim)  # [B, Hkv, G, D]
+        o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=self.mask, scale=scale)  # [B, Hkv, G, D]
+        return o.view(num_seqs, r.num_heads, r.head_dim)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
