@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from inference.engine.config import Config
+from inference.engine.precision import TORCH_DTYPES, resolve_dtype
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
 from inference.roles import Role
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Architectures whose decoder layer is Llama's (pre-norm, RoPE, GQA attention, gated MLP) under the same module names.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -29,7 +29,11 @@ class ModelRunner:
         self.device = torch.device(config.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {config.device} was asked for, but this torch build or host has no CUDA")
-        self.dtype = TORCH_DTYPES[config.dtype]
+        # The dtype that runs: config.dtype, with "auto" resolved from the model's config (model, KV cache and the
+        # KV handoff all use it).
+        self.dtype_name = resolve_dtype(config.dtype, config.model, self.device,
+                                        allow_slow_float16=config.allow_slow_float16)
+        self.dtype = TORCH_DTYPES[self.dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)
         hf = self.model.config
         self.vocab_size: int = hf.vocab_size
@@ -58,7 +62,7 @@ class ModelRunner:
     @property
     def kv_layout(self) -> dict:
         return {"num_layers": self.num_layers, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim,
-                "dtype": self.config.dtype, "block_size": self.block_size}
+                "dtype": self.dtype_name, "block_size": self.block_size}
 
     def validate_kv(self, k, v, num_prompt_tokens: int) -> None:
         """Raise ValueError unless k and v are this engine's K/V for a prompt of `num_prompt_tokens` tokens."""
@@ -71,7 +75,7 @@ class ModelRunner:
                                  "([num_layers, num_prompt_tokens, num_kv_heads, head_dim])")
             if tensor.dtype != self.dtype:
                 raise ValueError(f"{name} has dtype {str(tensor.dtype).removeprefix('torch.')}, "
-                                 f"expected {self.config.dtype}")
+                                 f"expected {self.dtype_name}")
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int]:
