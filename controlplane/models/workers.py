@@ -52,6 +52,9 @@ class Worker(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
     last_health_at = models.DateTimeField(null=True, blank=True)
+    # The dtype the process says it runs (its /health, read by the health check): the revision's dtype with "auto"
+    # resolved. Blank until its first healthy answer; a restarted process reports it again.
+    dtype = models.CharField(max_length=20, blank=True)
     # Exponential backoff: the next start is not attempted before this.
     next_restart_at = models.DateTimeField(null=True, blank=True)
     restart_window_started_at = models.DateTimeField(null=True, blank=True)
