@@ -1,7 +1,8 @@
 """Health: probe /health of every starting and ready process at once, and act on the answers.
 
 - starting → ready on the first 200 (a gateway counts as up as soon as it answers at all: it says 503 until its
-  pools have ready workers, which is not its own failure);
+  pools have ready workers, which is not its own failure); a worker's 200 also says the dtype it runs, kept on its
+  row for the pages and the API;
 - starting that is not healthy within TANDEM_STARTUP_TIMEOUT_S → restart;
 - ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (reported to controlplane.services.restarts).
 
@@ -33,6 +34,7 @@ class Probe:
     pid: int | None
     ok: bool
     detail: str
+    dtype: str = ""  # what a healthy worker says it runs ("auto" resolved); blank for gateways and old workers
 
 
 def probe(worker: Worker, timeout_s: float) -> Probe:
@@ -42,8 +44,18 @@ def probe(worker: Worker, timeout_s: float) -> Probe:
     except requests.RequestException as exc:
         return Probe(worker.id, worker.pid, False, f"GET {url}: {type(exc).__name__}")
     if response.status_code == 200 or (worker.role == WorkerRole.GATEWAY and response.status_code == 503):
-        return Probe(worker.id, worker.pid, True, "")
+        return Probe(worker.id, worker.pid, True, "", dtype=_dtype_of(response))
     return Probe(worker.id, worker.pid, False, f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
+
+
+def _dtype_of(response: requests.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    dtype = body.get("dtype") if isinstance(body, dict) else None
+    # Stored in a 20-character column and shown on pages: anything else is not a dtype.
+    return dtype if isinstance(dtype, str) and dtype.isidentifier() and len(dtype) <= 20 else ""
 
 
 def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
@@ -68,14 +80,16 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
 def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
     now = timezone.now()
     if result.ok:
+        reported = {"dtype": result.dtype} if result.dtype else {}
         if Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING, pid=result.pid).update(
-                status=WorkerStatus.READY, ready_at=now, last_health_at=now, consecutive_health_failures=0):
+                status=WorkerStatus.READY, ready_at=now, last_health_at=now, consecutive_health_failures=0,
+                **reported):
             worker_actions_finish(worker_id=worker.id, kind=ActionKind.RESTART, succeeded=True)
             outcome["ready"].append(worker.id)
             log.info("worker %s (%s) is ready", worker.id, worker.role)
         else:
             Worker.objects.filter(id=worker.id, status=WorkerStatus.READY, pid=result.pid).update(
-                last_health_at=now, consecutive_health_failures=0)
+                last_health_at=now, consecutive_health_failures=0, **reported)
         return
     if worker.status == WorkerStatus.STARTING:
         started = worker.started_at or worker.created_at
