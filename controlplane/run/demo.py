@@ -72,8 +72,10 @@ def admin_ensure() -> AdminLogin:
 
 
 def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
-    """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service;
-    when it exists with another model (TANDEM_DEMO_MODEL changed), a new revision rolls it over. Returns
+    """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service,
+    serving its model in the model's own dtype (`auto`: bfloat16 for SmolLM2, float32 for the tiny model). When it
+    exists with another model (TANDEM_DEMO_MODEL changed), or with a fixed dtype that an earlier `make run` wrote
+    (float32, before `auto` existed), a new revision rolls it over; a dtype an operator chose stays. Returns
     (deployment, what was done)."""
     from controlplane.models import Deployment
     from controlplane.services.actions import Actor, enqueue_reconcile
@@ -84,16 +86,24 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
     deployment = Deployment.objects.select_related("current_revision").filter(name=DEMO_NAME).first()
     if deployment is None:
         action = deployment_create(
-            name=DEMO_NAME, mode="disaggregated", model_path=str(model_path), dtype="float32",
+            name=DEMO_NAME, mode="disaggregated", model_path=str(model_path), dtype="auto",
             engine_settings={"threads": 1}, replicas={"prefill": 1, "decode": 1},
             gateway_port=settings.TANDEM_GATEWAY_PORT, actor=actor, reason="make run: the demo deployment")
         return action.deployment, "created"
     current = deployment.current_revision
+    # A revision without a user was written by make run itself; one with a user is an operator's choice.
+    made_by_make_run = current is not None and current.created_by_id is None
     if current is not None and Path(current.model_path).resolve() != model_path.resolve():
         revision_create(deployment=deployment, actor=actor, model_path=str(model_path),
+                        dtype="auto" if made_by_make_run else None,
                         comment=f"make run: TANDEM_DEMO_MODEL={settings.TANDEM_DEMO_MODEL}",
                         reason="the demo model changed")
         return deployment, f"new revision for model {model_path.name}"
+    if made_by_make_run and current.dtype != "auto":
+        revision_create(deployment=deployment, actor=actor, dtype="auto",
+                        comment="make run: the demo serves its model in the model's own dtype",
+                        reason=f"the demo's dtype was make run's earlier fixed {current.dtype}")
+        return deployment, f"new revision with dtype auto (was {current.dtype})"
     enqueue_reconcile(deployment.id)
     return deployment, "exists"
 
