@@ -29,7 +29,7 @@ from bench.common import Timer, bootstrap, emit, environment, model_dir, random_
 METHODS = ("engine", "static", "hf_generate", "generate_batch", "generate_batch_warm")
 BASELINES = METHODS[1:]
 # One timed run is seconds for these (one-by-one generate; a cold generate_batch that is mostly setup); the others
-# are best-of --repeats, since on a shared machine the best run is the one least disturbed.
+# are best-of --repeats rounds (see timed_rounds), since on a shared machine the best run is the one least disturbed.
 SINGLE_RUN = ("hf_generate", "generate_batch")
 GOALS = {"engine_vs_static": 0.9, "engine_vs_hf_generate": 6.0, "engine_vs_generate_batch": 4.0}
 # The engine in a 2-byte dtype against itself in float32 (--dtype bfloat16 --vs-dtype float32): half the bytes of
@@ -98,12 +98,23 @@ def engine_runner(engine, num_new_tokens: int):
     return lambda prompts: engine.generate(prompts, params)
 
 
-def timed(fn, prompts, device: str, repeats: int) -> tuple[float, list[list[int]]]:
-    best, outputs = float("inf"), []
-    for _ in range(repeats):
-        with Timer(device) as t:
-            outputs = fn(prompts)
-        best = min(best, t.seconds)
+def timed_rounds(runners: dict, batches: dict, device: str, repeats: int, errors: dict, where: str,
+                 ) -> tuple[dict[str, float], dict[str, list[list[int]]]]:
+    """Best seconds and outputs of each method, timed in rounds (every method once per round, SINGLE_RUN methods in
+    the first only), so that a busy spell on a shared machine slows all methods alike instead of whichever ran then."""
+    best: dict[str, float] = {}
+    outputs: dict[str, list[list[int]]] = {}
+    for round_index in range(repeats):
+        for m, fn in runners.items():
+            if (round_index and m in SINGLE_RUN) or f"{m}@{where}" in errors:
+                continue
+            try:
+                with Timer(device) as t:
+                    outputs[m] = fn(batches[m])
+            except Exception as exc:
+                errors[f"{m}@{where}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            best[m] = min(best.get(m, float("inf")), t.seconds)
     return best, outputs
 
 
@@ -148,20 +159,16 @@ def run(args) -> dict:
     results = {}
     for conc in args.concurrency:
         prompts = random_prompts(conc, args.prompt_tokens, vocab, seed=conc)
-        row, outputs = {}, {}
-        for m in methods:
-            batch = prompts[:args.sequential_requests] if m == "hf_generate" else prompts
-            try:
-                repeats = 1 if m in SINGLE_RUN else args.repeats
-                seconds, outputs[m] = timed(runners[m], batch, args.device, repeats)
-            except Exception as exc:
-                errors[f"{m}@{conc}"] = f"{type(exc).__name__}: {exc}"
-                continue
+        row = {}
+        batches = {m: prompts[:args.sequential_requests] if m == "hf_generate" else prompts for m in methods}
+        best, outputs = timed_rounds({m: runners[m] for m in methods}, batches, args.device, args.repeats, errors,
+                                     str(conc))
+        for m, seconds in best.items():
             num_tokens = sum(len(o) for o in outputs[m])
             row[f"{m}_tok_s"] = round(num_tokens / seconds, 1)
             row[f"{m}_seconds"] = round(seconds, 3)
-            if num_tokens != len(batch) * n:
-                errors[f"{m}@{conc}"] = f"generated {num_tokens} tokens, expected {len(batch) * n}"
+            if num_tokens != len(batches[m]) * n:
+                errors[f"{m}@{conc}"] = f"generated {num_tokens} tokens, expected {len(batches[m]) * n}"
         for base in (*BASELINES, *list(engines)[1:]):
             row[f"engine_vs_{base}"] = ratio(row.get("engine_tok_s"), row.get(f"{base}_tok_s"))
         if "static" in outputs:  # greedy agreement with the plain batched forward (fp32: expect 1.0)
