@@ -59,6 +59,6 @@ for path in sys.argv[1:]:
     for conc, row in doc["results"].items():
         figures = ", ".join(f"{k}={v}" for k, v in row.items() if k.endswith("_tok_s") or k.startswith("engine_vs"))
         print(f"  {conc:>2} concurrent: {figures}")
-    print(f"  goals at 32: {doc['goals_at_32']}")
+    print(f"  goals at {doc['goals_at']}: {doc['goals']}")
 PY
 echo "gpu_check: done; JSON in $OUT/gpu-$STAMP-*.json"

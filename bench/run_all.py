@@ -30,9 +30,14 @@ def plan(args) -> dict[str, list[str]]:
                    # One CPU thread does ~25 tok/s on SmolLM2: the cold generate_batch and bs32 would take minutes.
                    ["--concurrency", "1,8", "--methods", "engine,static,hf_generate", "--sequential-requests", "1",
                     "--repeats", "1"])
+    # SmolLM2's own dtype (bfloat16) against float32, engine and static loop in one run (~2 min on one CPU thread).
+    smol_dtype = ["--dtype", "bfloat16", "--vs-dtype", "float32", "--concurrency", "1,16", "--goals-at", "16",
+                  "--methods", "engine,static", "--repeats", "1" if not on_gpu else "2"]
     return {
         "decode_tiny": ["decode_throughput.py", "--model", "tiny", *dev],
         "decode_smollm2": ["decode_throughput.py", "--model", "smollm2", *dev, *smol_decode],
+        "decode_smollm2_bf16_vs_fp32": ["decode_throughput.py", "--model", "smollm2", "--device", args.device,
+                                        *smol_dtype],
         "kv_handoff_tiny": ["kv_handoff.py", "--model", "tiny", *dev],
         "kv_handoff_smollm2": ["kv_handoff.py", "--model", "smollm2", *dev, "--repeats", "3"],
         "gateway": ["gateway_overhead.py", "--model", "tiny", "--requests", "200"],
@@ -65,12 +70,12 @@ def summary(results: dict) -> dict:
     for name, doc in results.items():
         if not isinstance(doc, dict):
             continue
-        for key, ok in (doc.get("goals_at_32") or doc.get("goals") or {}).items():
+        for key, ok in (doc.get("goals") or {}).items():
             goals[f"{name}.{key}"] = ok
         if name.startswith("decode"):
             for conc, row in doc.get("results", {}).items():
                 for key in ("engine_tok_s", "static_tok_s", "engine_vs_static", "engine_vs_hf_generate",
-                            "engine_vs_generate_batch", "engine_vs_generate_batch_warm"):
+                            "engine_vs_generate_batch", "engine_vs_generate_batch_warm", "engine_vs_engine_float32"):
                     if row.get(key) is not None:
                         figures[f"{name}@{conc}.{key}"] = row[key]
         elif name.startswith("kv_handoff"):

@@ -69,7 +69,8 @@ def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None)
     """Parse and check a payload against the receiver's kv_layout (and revision, when both sides have one).
 
     1. The safetensors header: length field, JSON, our `tandem` metadata and its fields with their types.
-    2. The layout: every LAYOUT_KEYS field equal to ours; the revisions equal when both are set.
+    2. The layout: the dtype (first, naming both), then every LAYOUT_KEYS field equal to ours; the revisions equal
+       when both are set.
     3. The tensors: exactly `k` and `v`, loaded by safetensors (which bounds-checks every offset), with our dtype and
        the shape [num_layers, len(prompt_token_ids), num_kv_heads, head_dim].
     """
@@ -88,6 +89,12 @@ def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None)
     their_layout = _field(header, "kv_layout", dict)
     their_revision = header.get("revision")
 
+    if their_layout.get("dtype") != kv_layout.get("dtype"):
+        # Checked first and by name: a float32 prefill must never feed a bfloat16 decode (or the reverse), and the
+        # operator needs both dtypes to see which worker runs the other one.
+        raise KVWireError(f"KV dtype mismatch: the payload's KV cache is {their_layout.get('dtype')!r} (the prefill "
+                          f"worker's dtype), this decode worker runs {kv_layout.get('dtype')!r}; a prefill and a "
+                          "decode worker must run the same dtype")
     for key in LAYOUT_KEYS:
         if their_layout.get(key) != kv_layout.get(key):
             raise KVWireError(f"KV layout mismatch on {key}: payload has {their_layout.get(key)!r}, "

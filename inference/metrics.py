@@ -8,7 +8,8 @@ Types:
 - histograms: tandem_time_to_first_token_seconds, tandem_inter_token_latency_seconds,
   tandem_e2e_request_latency_seconds, tandem_kv_transfer_seconds (a histogram rather than a summary so that
   quantiles can be aggregated across workers)
-- gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio
+- gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio, and on workers the info
+  metric tandem_worker_info{dtype, dtype_requested, revision} = 1 once the model is loaded
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
   tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind}
 - GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`).
@@ -91,6 +92,9 @@ class TandemMetrics:
         self.kv_transfer_bytes = counter(
             "tandem_kv_transfer_bytes_total", "KV cache payload bytes sent (prefill) or received (decode).")
 
+        self._worker_info = Gauge("tandem_worker_info", "Always 1 on a loaded worker; its labels say what it runs.",
+                                  (*BASE_LABELS, "dtype", "dtype_requested", "revision"), registry=r)
+
         self._success = Counter("tandem_request_success", "Requests that finished normally.",
                                 (*BASE_LABELS, "finished_reason"), registry=r)
         self._errors = Counter("tandem_request_errors", "Requests that failed, by kind.",
@@ -102,6 +106,12 @@ class TandemMetrics:
 
             self.gpu_collector = NvmlCollector(role=role, model=model)
             r.register(self.gpu_collector)
+
+    def set_worker_info(self, *, dtype: str, dtype_requested: str, revision: str) -> None:
+        """Publish what the loaded worker runs (dtype after `auto` is resolved, and what was asked), Prometheus'
+        info-metric idiom: a gauge of 1 whose labels carry the facts."""
+        self._worker_info.labels(role=self.role, model=self.model, dtype=dtype, dtype_requested=dtype_requested,
+                                 revision=revision).set(1)
 
     def count_success(self, finished_reason: str) -> None:
         self._success.labels(role=self.role, model=self.model, finished_reason=finished_reason).inc()

@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("authtoken", "0004_alter_tokenproxy_options"),
-        ('controlplane', '0004_action_request_fingerprint'),
+        ('controlplane', '0005_revision_dtype_auto_worker_dtype'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -65,7 +65,9 @@ class Revision(models.Model):
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="revisions")
     number = models.PositiveIntegerField()
     model_path = models.CharField(max_length=1024)
-    dtype = models.CharField(max_length=20, default="float32")
+    # "auto" (the model config's own dtype, resolved by each worker at load), "float32", "bfloat16" or "float16".
+    # Revisions written before "auto" existed keep their explicit float32.
+    dtype = models.CharField(max_length=20, default="auto")
     # Passed to the workers: device, threads, kv_cache_bytes, block_size, max_num_seqs, max_queue, ...
     engine_settings = models.JSONField(default=dict, blank=True)
     comment = models.TextField(blank=True)

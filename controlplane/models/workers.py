@@ -30,6 +30,17 @@ def health_answer_ok(role: str, status_code: int) -> bool:
     return status_code == 200 or (role == WorkerRole.GATEWAY and status_code == 503)
 
 
+def health_answer_dtype(response) -> str:
+    """The dtype a worker's /health answer says it runs ("auto" resolved), "" when it says none (a gateway)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    dtype = body.get("dtype") if isinstance(body, dict) else None
+    # Stored in a 20-character column and shown on pages: anything else is not a dtype.
+    return dtype if isinstance(dtype, str) and dtype.isidentifier() and len(dtype) <= 20 else ""
+
+
 class Worker(models.Model):
     """One process (a prefill, decode or colocated worker, or a gateway) on a node. Desired vs live is reconciled."""
 
@@ -61,6 +72,9 @@ class Worker(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
     last_health_at = models.DateTimeField(null=True, blank=True)
+    # The dtype the process says it runs (its /health, read by the health check): the revision's dtype with "auto"
+    # resolved. Blank until its first healthy answer; a restarted process reports it again.
+    dtype = models.CharField(max_length=20, blank=True)
     # Exponential backoff: the next start is not attempted before this.
     next_restart_at = models.DateTimeField(null=True, blank=True)
     restart_window_started_at = models.DateTimeField(null=True, blank=True)

@@ -84,10 +84,12 @@ def demo_gateway_pids() -> set[int]:
 
 
 def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
-    """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service.
-    When it exists: a changed TANDEM_DEMO_MODEL rolls it to a new revision, a changed TANDEM_GATEWAY_PORT moves its
-    gateway there, and its failed workers get a new try (a run is a fresh start: a gateway that crash-looped on a
-    busy port last time would otherwise keep its slot and never start). Returns (deployment, what was done)."""
+    """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service,
+    serving its model in the model's own dtype (`auto`: bfloat16 for SmolLM2, float32 for the tiny model). When it
+    exists: a changed TANDEM_DEMO_MODEL, or a fixed dtype that an earlier `make run` wrote (float32, before `auto`
+    existed), rolls it to a new revision (a dtype an operator chose stays); a changed TANDEM_GATEWAY_PORT moves its
+    gateway there; and its failed workers get a new try (a run is a fresh start: a gateway that crash-looped on a busy
+    port last time would otherwise keep its slot and never start). Returns (deployment, what was done)."""
     from controlplane.models import Deployment
     from controlplane.services.actions import Actor, enqueue_reconcile
     from controlplane.services.deployments import deployment_create
@@ -97,7 +99,7 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
     deployment = Deployment.objects.select_related("current_revision").filter(name=DEMO_NAME).first()
     if deployment is None:
         action = deployment_create(
-            name=DEMO_NAME, mode="disaggregated", model_path=str(model_path), dtype="float32",
+            name=DEMO_NAME, mode="disaggregated", model_path=str(model_path), dtype="auto",
             engine_settings={"threads": 1}, replicas={"prefill": 1, "decode": 1},
             gateway_port=settings.TANDEM_GATEWAY_PORT, actor=actor, reason="make run: the demo deployment")
         return action.deployment, "created"
@@ -110,11 +112,19 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
     if revived:
         done.append(f"failed workers restarted: {', '.join(revived)}")
     current = deployment.current_revision
+    # A revision without a user was written by make run itself; one with a user is an operator's choice.
+    made_by_make_run = current is not None and current.created_by_id is None
     if current is not None and Path(current.model_path).resolve() != model_path.resolve():
         revision_create(deployment=deployment, actor=actor, model_path=str(model_path),
+                        dtype="auto" if made_by_make_run else None,
                         comment=f"make run: TANDEM_DEMO_MODEL={settings.TANDEM_DEMO_MODEL}",
                         reason="the demo model changed")
         done.insert(0, f"new revision for model {model_path.name}")
+    elif made_by_make_run and current.dtype != "auto":
+        revision_create(deployment=deployment, actor=actor, dtype="auto",
+                        comment="make run: the demo serves its model in the model's own dtype",
+                        reason=f"the demo's dtype was make run's earlier fixed {current.dtype}")
+        done.insert(0, f"new revision with dtype auto (was {current.dtype})")
     else:
         enqueue_reconcile(deployment.id)
     return deployment, "; ".join(done) or "exists"

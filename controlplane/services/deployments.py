@@ -12,8 +12,9 @@ from controlplane.models.deployments import ROLES_BY_MODE
 from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 from controlplane.services.pools import validate_placement
-from controlplane.services.validation import (validate_dtype, validate_engine_settings, validate_model_path,
-                                              validate_name, validate_port, validate_replica_bounds)
+from controlplane.services.validation import (DEFAULT_DTYPE, validate_dtype, validate_engine_settings,
+                                              validate_model_path, validate_name, validate_port,
+                                              validate_replica_bounds)
 
 DEFAULT_REPLICAS = 1
 
@@ -80,7 +81,7 @@ def _placement_into(specs: list[dict], placement: dict | None, mode: str) -> Non
             spec.update(validate_placement(placement[spec["role"]], field=f"placement.{spec['role']}"))
 
 
-def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = "float32",
+def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEFAULT_DTYPE,
                       engine_settings: dict | None = None, replicas: dict | None = None,
                       min_replicas: dict | None = None, max_replicas: dict | None = None,
                       gateway_port: int | None = None, placement: dict | None = None, actor, reason: str = "",

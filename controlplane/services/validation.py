@@ -8,9 +8,13 @@ from pathlib import Path
 from django.conf import settings
 
 from controlplane.errors import invalid
+from inference.engine.config import DTYPES as ENGINE_DTYPES
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-DTYPES = ("float32", "float16", "bfloat16")
+# "auto": the model config's own dtype, resolved by each worker when it loads the model (float32 where the config
+# names none). The same choices as the worker's --dtype.
+DTYPES = ENGINE_DTYPES
+DEFAULT_DTYPE = "auto"
 DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d{1,2}|auto)$")
 # The largest KV pool one worker may ask for: 4 TiB is beyond any single host; past it a value is a typo.
 MAX_KV_CACHE_BYTES = 4 << 40
@@ -25,7 +29,9 @@ _INT_SETTINGS = {
     "max_queue": (1, 1 << 20),
     "threads": (1, 1024),
 }
-ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, "device"]))
+# key -> what it means, for the boolean engine settings (worker flags without a value).
+_BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16"}
+ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, "device"]))
 
 
 def each_object(items: list, *, field: str):
@@ -91,6 +97,10 @@ def validate_engine_settings(engine_settings) -> dict:
             if not isinstance(value, str) or not DEVICE_RE.match(value):
                 raise invalid(f"engine_settings.device {value!r} must be cpu, cuda, cuda:N or auto",
                               field="engine_settings.device")
+        elif key in _BOOL_SETTINGS:
+            if not isinstance(value, bool):
+                raise invalid(f"engine_settings.{key} must be true or false, not {value!r}",
+                              field=f"engine_settings.{key}")
         else:
             low, high = _INT_SETTINGS[key]
             # bool is an int in Python; true is never a meant number of anything.

@@ -8,7 +8,8 @@ from pathlib import Path
 from inference.checks import is_int
 from inference.roles import Role
 
-DTYPES = ("float32", "bfloat16", "float16")
+# "auto": the model config's own dtype, resolved when the model loads (inference/engine/precision.py).
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 
@@ -25,7 +26,9 @@ class Config:
     model: str | Path
     role: Role = Role.COLOCATED
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: str = "auto"
+    # float16 on a CPU without fast float16 is refused unless this is set (see precision.py).
+    allow_slow_float16: bool = False
     threads: int | None = None
     kv_cache_bytes: int = 64 << 20
     block_size: int = 16
@@ -48,6 +51,8 @@ class Config:
             raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.allow_slow_float16, bool):
+            raise ConfigError("allow_slow_float16", f"must be true or false, got {self.allow_slow_float16!r}")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise ConfigError("threads", f"must be a positive integer or None, got {self.threads!r}")
         for name in ("kv_cache_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens"):

@@ -38,6 +38,7 @@ class LLMEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
         self.max_model_len = self.model_runner.max_model_len
         self.kv_layout = self.model_runner.kv_layout
+        self.dtype: str = self.model_runner.dtype_name  # what runs: config.dtype with "auto" resolved
         self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size)
         self.scheduler = Scheduler(role=config.role, block_manager=self.block_manager,
                                    max_num_seqs=config.max_num_seqs,

@@ -35,6 +35,7 @@ class Worker:
     reason: str = "not probed yet"
     num_outstanding: int = 0
     last_picked: int = 0
+    dtype: str | None = None  # what the worker's /health says it runs; None until a probe answers ok
 
     @property
     def is_ready(self) -> bool:
@@ -77,7 +78,7 @@ class Group:
     def describe(self) -> dict:
         return {"revision": self.revision, "mode": self.mode.value, **{
             role.value: [{"url": w.url, "state": w.state.value, "reason": w.reason if not w.is_ready else None,
-                          "outstanding": w.num_outstanding} for w in self.workers(role)]
+                          "outstanding": w.num_outstanding, "dtype": w.dtype} for w in self.workers(role)]
             for role in self.roles}}
 
 
@@ -194,6 +195,8 @@ class Router:
                 if role is not None and role != worker.role.value:
                     self.mark_down(worker, f"is a {role} worker, listed as {worker.role.value}")
                     return
+                dtype = body.get("dtype")
+                worker.dtype = dtype if isinstance(dtype, str) else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return

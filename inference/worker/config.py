@@ -83,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", required=True, type=int)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="auto (default): the model config's dtype, float32 where it names none")
+    p.add_argument("--allow-slow-float16", action="store_true",
+                   help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--kv-cache-bytes", type=parse_size, default=64 << 20, help="KV pool size, e.g. 64M")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")

@@ -22,9 +22,12 @@ HEADER_SLACK_BYTES = 1 << 20
 
 
 def kv_body_limit(info: dict) -> int:
-    """The largest payload a request that fits this model can need: a bigger body is refused before it is read."""
+    """The largest payload a request that fits this model can need: a bigger body is refused before it is read.
+
+    Counted at 4 bytes an element whatever this worker's dtype, so that a payload from a prefill worker of a wider
+    dtype reaches the header check and its 400 that names both dtypes, not a bare 413."""
     layout = info["kv_layout"]
-    itemsize = {"float32": 4, "bfloat16": 2, "float16": 2}[layout["dtype"]]
+    itemsize = 4  # the widest dtype a worker runs (float32)
     per_token = 2 * layout["num_layers"] * layout["num_kv_heads"] * layout["head_dim"] * itemsize
     return info["max_model_len"] * (per_token + HEADER_BYTES_PER_TOKEN) + HEADER_SLACK_BYTES
 

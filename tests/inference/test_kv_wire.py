@@ -61,12 +61,19 @@ def test_it_rejects_a_truncated_payload():
             decode_payload(data[:cut], kv_layout=LAYOUT)
 
 
-@pytest.mark.parametrize("key, value", [("num_layers", 3), ("num_kv_heads", 4), ("head_dim", 16),
-                                        ("dtype", "bfloat16")])
+@pytest.mark.parametrize("key, value", [("num_layers", 3), ("num_kv_heads", 4), ("head_dim", 16)])
 def test_it_rejects_a_layout_mismatch_naming_the_field(key, value):
     data = encode_payload(payload(kv_layout={**LAYOUT, key: value}))
     with pytest.raises(KVWireError, match=f"mismatch on {key}"):
         decode_payload(data, kv_layout=LAYOUT)
+
+
+def test_it_rejects_kv_of_another_dtype_naming_both_dtypes():
+    sent = payload(kv_layout={**LAYOUT, "dtype": "bfloat16"})
+    sent.k, sent.v = sent.k.bfloat16(), sent.v.bfloat16()
+    with pytest.raises(KVWireError, match="KV dtype mismatch: the payload's KV cache is 'bfloat16' .* this decode "
+                                          "worker runs 'float32'"):
+        decode_payload(encode_payload(sent), kv_layout=LAYOUT)
 
 
 def test_it_rejects_tensors_whose_shape_disagrees_with_the_prompt_length():

@@ -11,7 +11,7 @@ from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView, WriteInput
 from controlplane.models import DeploymentMode, Revision
 from controlplane.selectors import deployment_get, deployment_list, revision_list
 from controlplane.services import deployment_create, deployment_delete, revision_create
-from controlplane.services.validation import DTYPES
+from controlplane.services.validation import DEFAULT_DTYPE, DTYPES
 
 
 def _replica_map(help_text: str) -> serializers.DictField:
@@ -26,11 +26,15 @@ class DeploymentCreateInput(WriteInputSerializer):
         max_length=1024,
         help_text="A Hugging Face model folder (with config.json) that exists on the web host; node agents must "
                   "see it at the same path (same host, or a shared mount). Relative paths are from the repository.")
-    dtype = serializers.ChoiceField(choices=DTYPES, default="float32")
+    dtype = serializers.ChoiceField(
+        choices=DTYPES, default=DEFAULT_DTYPE,
+        help_text="auto (default): the model config's own dtype, resolved by each worker when it loads (float32 "
+                  "where the config names none). float16 on a CPU without fast float16 is refused by the worker "
+                  "unless engine_settings.allow_slow_float16 is true.")
     engine_settings = serializers.DictField(
         required=False, allow_null=True, default=None,
         help_text="device (cpu|cuda|cuda:N|auto), threads, kv_cache_bytes, block_size, max_num_seqs, "
-                  "max_num_batched_tokens, max_model_len, max_queue (integers > 0).")
+                  "max_num_batched_tokens, max_model_len, max_queue (integers > 0), allow_slow_float16 (boolean).")
     replicas = _replica_map("Desired workers per role, e.g. {\"prefill\": 1, \"decode\": 2}; default 1 each.")
     min_replicas = _replica_map("Per role; default 1 (0 when 0 replicas are asked).")
     max_replicas = _replica_map("Per role; default 8.")

@@ -37,6 +37,13 @@ def test_create_makes_revision_one_its_pools_and_a_create_action(admin_api, mode
     assert revision.model_path == str(model_dir.resolve())
 
 
+def test_the_dtype_defaults_to_auto_the_model_configs_own(admin_api, model_dir):
+    assert create(admin_api, model_dir).status_code == 202
+    assert Revision.objects.get(deployment__name="chat").dtype == "auto"
+    response = create(admin_api, model_dir, name="bad", dtype="int4")
+    assert response.status_code == 400 and "dtype" in response.content.decode()
+
+
 def test_a_colocated_deployment_has_one_colocated_pool(admin_api, model_dir):
     response = create(admin_api, model_dir, mode="colocated")
     assert response.status_code == 202

@@ -7,8 +7,8 @@ from controlplane.models import Action
 
 pytestmark = pytest.mark.django_db
 
-FIELDS = {"id", "deployment", "role", "status", "pid", "host", "port", "url", "node", "revision", "restart_count",
-          "last_error", "created_at", "started_at", "ready_at"}
+FIELDS = {"id", "deployment", "role", "status", "pid", "host", "port", "url", "node", "revision", "dtype",
+          "restart_count", "last_error", "created_at", "started_at", "ready_at"}
 
 
 @pytest.fixture
@@ -16,7 +16,7 @@ def workers(deployment, make_worker, make_deployment):
     other = make_deployment("other", mode="colocated")
     return {
         "prefill": make_worker(deployment, "prefill", status="ready"),
-        "decode": make_worker(deployment, "decode", status="ready"),
+        "decode": make_worker(deployment, "decode", status="ready", dtype="bfloat16"),
         "decode_failed": make_worker(deployment, "decode", status="failed", last_error="exit 1", restart_count=5),
         "gateway": make_worker(deployment, "gateway", status="ready"),
         "other": make_worker(other, "colocated", status="starting"),
@@ -33,6 +33,7 @@ def test_the_list_has_the_documented_fields(viewer_api, workers):
     decode = next(w for w in listed if w["id"] == workers["decode"].pk)
     assert FIELDS <= set(decode)
     assert decode["deployment"] == "demo" and decode["node"] == "local" and decode["revision"] == 1
+    assert decode["dtype"] == "bfloat16"  # what the worker reported running (its revision asks for auto)
     assert decode["url"] == f"http://127.0.0.1:{workers['decode'].port}"
     gateway = next(w for w in listed if w["role"] == "gateway")
     assert gateway["revision"] is None

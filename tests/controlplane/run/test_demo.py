@@ -68,3 +68,36 @@ def test_a_changed_demo_model_rolls_the_demo_to_a_new_revision(db, tmp_path, set
     deployment.refresh_from_db()
     assert what == "new revision for model smollm2-135m"
     assert deployment.current_revision.number == 2 and deployment.current_revision.model_path.endswith("smollm2-135m")
+
+
+def test_the_demo_serves_its_model_in_the_models_own_dtype(db, tmp_path, settings):
+    from tests.procs import free_port
+
+    settings.TANDEM_GATEWAY_PORT = free_port()
+    deployment, _ = demo_deployment_ensure(_model(tmp_path, "smollm2-135m"))
+    assert deployment.current_revision.dtype == "auto"
+
+
+def test_a_demo_that_an_earlier_make_run_pinned_to_float32_rolls_to_auto_but_an_operators_choice_stays(
+        db, tmp_path, settings, admin):
+    from controlplane.models import Action
+    from controlplane.services import action_succeed, deployment_create, revision_create
+    from controlplane.services.actions import Actor
+    from tests.procs import free_port
+
+    settings.TANDEM_GATEWAY_PORT = free_port()
+    model = _model(tmp_path, "smollm2-135m")
+    # What make run wrote before dtype auto existed.
+    deployment_create(name="demo", mode="disaggregated", model_path=str(model), dtype="float32",
+                      replicas={"prefill": 1, "decode": 1}, gateway_port=settings.TANDEM_GATEWAY_PORT,
+                      actor=Actor.system("tandem_run"))
+    deployment, what = demo_deployment_ensure(model)
+    deployment.refresh_from_db()
+    assert what == "new revision with dtype auto (was float32)"
+    assert (deployment.current_revision.number, deployment.current_revision.dtype) == (2, "auto")
+
+    action_succeed(action_id=Action.objects.get(kind="revision").pk)  # the rollout finished
+    revision_create(deployment=deployment, actor=admin, dtype="float32", comment="the operator wants float32")
+    deployment, what = demo_deployment_ensure(model)
+    deployment.refresh_from_db()
+    assert what == "exists" and deployment.current_revision.dtype == "float32"

@@ -16,7 +16,7 @@ def test_a_revision_cannot_be_changed_once_saved(deployment):
     revision.dtype = "float16"
     with pytest.raises(RevisionImmutableError):
         revision.save()
-    assert Revision.objects.get(pk=revision.pk).dtype == "float32"
+    assert Revision.objects.get(pk=revision.pk).dtype == "auto"
 
 
 def test_a_new_revision_is_numbered_after_the_highest(deployment, admin):
@@ -26,6 +26,15 @@ def test_a_new_revision_is_numbered_after_the_highest(deployment, admin):
     assert action.params["revision"] == 3
     deployment.refresh_from_db()
     assert (deployment.current_revision.number, deployment.current_revision.dtype) == (3, "float16")
+
+
+def test_a_deployment_runs_its_model_in_the_model_dtype_unless_told_and_a_choice_stays(make_deployment, admin):
+    assert make_deployment("own").current_revision.dtype == "auto"
+    pinned = make_deployment("pinned", dtype="float32")
+    action_succeed(action_id=revision_create(deployment=pinned, actor=admin, comment="more threads",
+                                             engine_settings={"threads": 2}).pk)
+    pinned.refresh_from_db()
+    assert (pinned.current_revision.number, pinned.current_revision.dtype) == (2, "float32")
 
 
 def test_a_new_revision_validates_its_model_path(deployment, admin, tmp_path):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.errors import ControlPlaneError
-from controlplane.services.validation import (validate_engine_settings, validate_model_path, validate_name,
-                                              validate_replica_bounds)
+from controlplane.services.validation import (validate_dtype, validate_engine_settings, validate_model_path,
+                                              validate_name, validate_replica_bounds)
 
 
 @pytest.mark.parametrize("path", ["", "   ", "/tmp/a\x00b", None, 42])
@@ -22,7 +22,8 @@ def test_a_model_path_too_long_for_the_filesystem_is_refused_cleanly(tmp_path):
 
 
 def test_engine_settings_keep_valid_values_as_given():
-    settings = {"device": "cuda:1", "threads": 4, "kv_cache_bytes": 1 << 30, "block_size": 16, "max_num_seqs": 32}
+    settings = {"device": "cuda:1", "threads": 4, "kv_cache_bytes": 1 << 30, "block_size": 16, "max_num_seqs": 32,
+                "allow_slow_float16": True}
     assert validate_engine_settings(settings) == settings
     assert validate_engine_settings(None) == {}
 
@@ -42,3 +43,21 @@ def test_min_above_max_is_refused_with_both_numbers():
     with pytest.raises(ControlPlaneError) as err:
         validate_replica_bounds("decode", replicas=2, min_replicas=5, max_replicas=3)
     assert "min_replicas (5) for decode is above max_replicas (3)" in err.value.message
+
+
+@pytest.mark.parametrize("value", [1, "true", None])
+def test_allow_slow_float16_must_be_a_boolean(value):
+    with pytest.raises(ControlPlaneError) as err:
+        validate_engine_settings({"allow_slow_float16": value})
+    assert err.value.extra["field"] == "engine_settings.allow_slow_float16"
+
+
+@pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16", "float16"])
+def test_the_dtypes_are_the_workers_own(dtype):
+    assert validate_dtype(dtype) == dtype
+
+
+def test_an_unknown_dtype_is_refused_listing_the_choices():
+    with pytest.raises(ControlPlaneError) as err:
+        validate_dtype("int4")
+    assert err.value.message == "dtype 'int4' is not one of auto, float32, bfloat16, float16"

@@ -2,6 +2,7 @@
 restart it; a starting worker gets its startup deadline; a gateway that answers 503 (no ready pool yet) is up."""
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,11 +16,12 @@ from controlplane.supervision.health import check_health
 
 @pytest.fixture
 def health_server():
-    """A /health endpoint whose status code the test sets (server.code)."""
+    """A /health endpoint whose status code the test sets (server.code), and the fields of its 200 (server.extra)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            body = b'{"status": "ok"}' if self.server.code == 200 else b'{"status": "starting"}'
+            body = (json.dumps({"status": "ok", **self.server.extra}).encode() if self.server.code == 200
+                    else b'{"status": "starting"}')
             self.send_response(self.server.code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -31,6 +33,7 @@ def health_server():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.code = 200
+    server.extra = {}  # more fields of the 200 answer
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -104,3 +107,15 @@ def test_overlapping_passes_count_one_failure_once(deployment, make_worker, heal
     _apply(worker, failed, {"failing": [], "restarted": [], "ready": []}, started)  # the same period, again
     worker.refresh_from_db()
     assert worker.consecutive_health_failures == 1
+
+
+def test_the_dtype_a_worker_reports_is_kept_on_its_row(deployment, make_worker, health_server):
+    worker = make_worker(deployment, "decode", status=WorkerStatus.STARTING, port=health_server.server_port,
+                         started_at=timezone.now())
+    assert deployment.current_revision.dtype == "auto" and worker.dtype == ""
+    health_server.extra = {"dtype": "bfloat16"}
+    check_health()
+    assert Worker.objects.get(id=worker.id).dtype == "bfloat16"
+    health_server.extra = {"dtype": "<script>"}  # not a dtype: the last good answer stays
+    check_health()
+    assert Worker.objects.get(id=worker.id).dtype == "bfloat16"

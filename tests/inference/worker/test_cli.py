@@ -57,3 +57,25 @@ def test_a_model_that_fails_to_load_exits_1_with_the_reason(tmp_path):
     result = run_worker("--role", "colocated", "--model", str(broken), "--port", str(free_port()))
     assert result.returncode == 1
     assert "loading the model failed" in result.stderr
+
+
+def test_dtype_defaults_to_auto_and_float16_on_a_slow_cpu_can_be_forced(tiny_model_dir):
+    from inference.worker.config import parse_args
+
+    argv = ["--role", "colocated", "--model", str(tiny_model_dir), "--port", "0"]
+    assert parse_args(argv).engine.dtype == "auto" and not parse_args(argv).engine.allow_slow_float16
+    forced = parse_args([*argv, "--dtype", "float16", "--allow-slow-float16"]).engine
+    assert (forced.dtype, forced.allow_slow_float16) == ("float16", True)
+
+
+def test_float16_on_a_cpu_without_fast_float16_exits_1_naming_the_alternatives(tiny_model_dir):
+    from inference.engine.precision import cpu_has_fast_float16
+    from tests.procs import free_port
+
+    if cpu_has_fast_float16():
+        pytest.skip("this CPU has fast float16: the worker runs it")
+    result = run_worker("--role", "colocated", "--model", str(tiny_model_dir), "--port", str(free_port()),
+                        "--dtype", "float16")
+    assert result.returncode == 1
+    assert "dtype float16 would crawl on this CPU" in result.stderr, result.stderr
+    assert "Use dtype bfloat16" in result.stderr and "--allow-slow-float16" in result.stderr

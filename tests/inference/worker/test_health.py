@@ -54,7 +54,8 @@ def test_it_answers_503_starting_while_the_model_loads_then_200(worker):
     assert body["reason"]
     assert health(worker.url).status_code == 503
     wait_http(worker, f"{worker.url}/health", timeout=120)
-    assert health(worker.url).json() == {"status": "ok", "role": "colocated", "model": "tiny", "revision": None}
+    assert health(worker.url).json() == {"status": "ok", "role": "colocated", "model": "tiny", "revision": None,
+                                        "dtype": "float32"}
 
 
 def test_an_engine_step_error_fails_the_open_request_and_the_worker_goes_on(worker):

@@ -1,0 +1,77 @@
+"""Workers say which dtype they run (/info, /health, tandem_worker_info), and the KV handoff never crosses dtypes:
+a float32 prefill worker's KV is refused by a bfloat16 decode worker with a 400 naming both, which stays healthy."""
+from __future__ import annotations
+
+import pytest
+import requests
+
+from tests.inference.worker.support import (
+    HTTP_TIMEOUT_S, assert_openai_error, metric, read_stream, start_worker, token_ids)
+from tests.procs import wait_http
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "The quick brown fox jumps over"
+
+
+@pytest.fixture(scope="module")
+def workers(tiny_model_dir, tmp_path_factory):
+    """The tiny model (saved in float32): a prefill worker on auto (float32), a prefill and a decode worker in
+    bfloat16."""
+    log_dir = tmp_path_factory.mktemp("logs")
+    started = {}
+    try:
+        started["prefill_auto"] = start_worker("prefill-auto", "prefill", tiny_model_dir, log_dir, wait=False)
+        for name, role in (("prefill_bf16", "prefill"), ("decode_bf16", "decode")):
+            started[name] = start_worker(name, role, tiny_model_dir, log_dir, "--dtype", "bfloat16", wait=False)
+        for proc in started.values():
+            wait_http(proc, proc.url + "/health", timeout=120)
+        yield started
+    finally:
+        for proc in started.values():
+            proc.stop()
+
+
+def _get(url: str, path: str) -> dict:
+    r = requests.get(url + path, timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_info_and_health_say_what_runs_and_what_was_asked(workers):
+    auto = _get(workers["prefill_auto"].url, "/info")
+    assert (auto["dtype"], auto["dtype_requested"], auto["kv_layout"]["dtype"]) == ("float32", "auto", "float32")
+    bf16 = _get(workers["decode_bf16"].url, "/info")
+    assert (bf16["dtype"], bf16["dtype_requested"], bf16["kv_layout"]["dtype"]) == ("bfloat16", "bfloat16",
+                                                                                    "bfloat16")
+    assert _get(workers["decode_bf16"].url, "/health")["dtype"] == "bfloat16"
+    assert _get(workers["prefill_auto"].url, "/health")["dtype"] == "float32"
+
+
+def test_the_info_metric_carries_the_dtype(workers):
+    url = workers["prefill_auto"].url
+    assert metric(url, "tandem_worker_info", dtype="float32", dtype_requested="auto", role="prefill") == 1
+    assert metric(url, "tandem_worker_info", dtype="bfloat16") == 0
+
+
+def test_a_float32_prefill_never_feeds_a_bfloat16_decode(workers):
+    decode = workers["decode_bf16"].url
+    r = requests.post(f"{workers['prefill_auto'].url}/v1/prefill", timeout=HTTP_TIMEOUT_S,
+                      json={"request_id": "cross-1", "prompt": PROMPT, "max_tokens": 6, "decode_url": decode})
+    error = assert_openai_error(r, 502, "HTTP 400", "KV dtype mismatch", "'float32'", "'bfloat16'")
+    assert error["code"] == "decode_rejected"
+    assert _get(decode, "/health")["status"] == "ok"
+    assert metric(decode, "tandem_requests_running") == 0 and metric(decode, "tandem_kv_cache_usage_ratio") == 0
+    assert metric(decode, "tandem_request_errors_total", kind="invalid_request") >= 1
+    assert_openai_error(requests.get(f"{decode}/v1/stream/cross-1", timeout=HTTP_TIMEOUT_S), 404)
+
+
+def test_the_decode_worker_still_takes_kv_of_its_own_dtype(workers):
+    decode = workers["decode_bf16"].url
+    r = requests.post(f"{workers['prefill_bf16'].url}/v1/prefill", timeout=HTTP_TIMEOUT_S,
+                      json={"request_id": "same-1", "prompt": PROMPT, "max_tokens": 6, "decode_url": decode})
+    assert r.status_code == 200, r.text
+    with requests.get(f"{decode}/v1/stream/same-1", stream=True, timeout=HTTP_TIMEOUT_S) as s:
+        events = read_stream(s)
+    assert len([r.json()["first_token_id"], *token_ids(events)]) == 6
+    assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "length"
