@@ -240,7 +240,9 @@ class _DecodeAttention:
         # Query head h reads KV head h // G (Hugging Face's repeat_kv order), so the grouping is a plain view.
         grouped = q.view(num_seqs, r.num_kv_heads, r.num_heads // r.num_kv_heads, r.head_dim)  # [B, Hkv, G, D]
         o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=self.mask, scale=scale)  # [B, Hkv, G, D]
-        return o.view(num_seqs, r.num_heads, r.head_dim)
+        # reshape, not view: CUDA's float32 SDPA kernels may hand back a non-contiguous [B, Hkv, G, D] (seen on an
+        # H200: "view size is not compatible with input tensor's size and stride").
+        return o.reshape(num_seqs, r.num_heads, r.head_dim)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

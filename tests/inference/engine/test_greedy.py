@@ -56,3 +56,25 @@ def test_bfloat16_engine_picks_hugging_faces_top_token_within_bfloat16_precision
         chosen = logits.gather(1, torch.tensor(output).unsqueeze(1)).squeeze(1)  # [n]
         shortfall = logits.max(dim=1).values - chosen
         assert shortfall.max().item() <= 1.0, f"picked tokens fall short of the top logit by {shortfall.tolist()}"
+
+
+def test_decode_attention_accepts_a_non_contiguous_result_as_cuda_kernels_give_one(tiny_model_dir, hf_model,
+                                                                                    monkeypatch):
+    """CUDA's float32 SDPA kernels may return a non-contiguous [B, Hkv, G, D] (seen on an H200); the CPU never
+    does, so the CUDA kernel's layout is stood in for here: the same values, transposed twice."""
+    import torch.nn.functional as F
+
+    from inference.engine import model_runner
+
+    sdpa = F.scaled_dot_product_attention
+
+    def non_contiguous(*args, **kwargs):
+        out = sdpa(*args, **kwargs)  # [B, Hkv, G, D]
+        return out.transpose(1, 2).contiguous().transpose(1, 2)  # same values, strides of a [B, G, Hkv, D] buffer
+
+    monkeypatch.setattr(model_runner.F, "scaled_dot_product_attention", non_contiguous)
+    engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=8 << 20))
+    prompts = random_prompts([5, 17, 40], seed=3)
+    outputs = engine.generate(prompts, SamplingParams(max_tokens=6))
+    for prompt, output in zip(prompts, outputs):
+        assert output == hf_greedy(hf_model, prompt, 6)
