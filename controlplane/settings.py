@@ -14,50 +14,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from controlplane.env import env_bool, env_int, env_list, env_str
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-def env_str(name: str, default: str | None = None, environ=os.environ) -> str | None:
-    return environ.get(name, default)
-
-
-def env_bool(name: str, default: bool, environ=os.environ) -> bool:
-    raw = environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
-
-
-def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None,
-            environ=os.environ) -> int:
-    raw = environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name}={value} is below its minimum {minimum}")
-    if maximum is not None and value > maximum:
-        raise ImproperlyConfigured(f"{name}={value} is above its maximum {maximum}")
-    return value
-
-
-def env_list(name: str, default: list[str], environ=os.environ) -> list[str]:
-    raw = environ.get(name)
-    if raw is None:
-        return default
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
 
 def _secret_key(debug: bool, var_dir: Path) -> str:
     """From SECRET_KEY; in DEBUG only, generated once into var/secret_key so sessions survive restarts."""
