@@ -96,3 +96,16 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def emit(doc: dict) -> None:
     print(json.dumps(doc, indent=2, sort_keys=False))
+
+
+def setup_django(var_dir: str, database_url: str | None) -> None:
+    """For the control-plane benchmarks: Django on a fresh TANDEM_VAR_DIR (or DATABASE_URL), migrated."""
+    os.environ["TANDEM_VAR_DIR"] = var_dir
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)

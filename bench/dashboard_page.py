@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import emit, environment  # noqa: E402
+from bench.common import emit, environment, setup_django  # noqa: E402
 
 GOAL_MS = 300.0
 STEP_S = 5.0
@@ -40,18 +40,6 @@ def parse_args(argv=None):
     p.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=True,
                    help="give the node a GPU (GPU panels) or not (CPU panels)")
     return p.parse_args(argv)
-
-
-def setup_django(var_dir: str, database_url: str | None) -> None:
-    os.environ["TANDEM_VAR_DIR"] = var_dir
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    if database_url:
-        os.environ["DATABASE_URL"] = database_url
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
 
 
 def value_at(metric_id: int, series_index: int, ts: float) -> float:

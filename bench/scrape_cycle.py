@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import emit, environment  # noqa: E402
+from bench.common import emit, environment, setup_django  # noqa: E402
 
 GOAL_S = 2.0
 TARGETS_PER_DEPLOYMENT = 10  # 1 gateway, 3 prefill, 6 decode
@@ -74,18 +74,6 @@ def parse_args(argv=None):
     p.add_argument("--database-url", default=None, help="default: SQLite in a temporary folder")
     p.add_argument("--skip-query", action="store_true", help="skip the 24 h dashboard read")
     return p.parse_args(argv)
-
-
-def setup_django(var_dir: str, database_url: str | None) -> None:
-    os.environ["TANDEM_VAR_DIR"] = var_dir
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    if database_url:
-        os.environ["DATABASE_URL"] = database_url
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
 
 
 def start_server(port: int) -> subprocess.Popen:
