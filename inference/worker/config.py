@@ -68,7 +68,11 @@ class WorkerConfig:
 
 def parse_kv_cache_bytes(text: str) -> int | str:
     """'auto' or a size (parse_size)."""
-    return "auto" if text.strip().lower() == "auto" else parse_size(text)
+    if text.strip().lower() == "auto":
+        return "auto"
+    if not _SIZE_RE.match(text):
+        raise argparse.ArgumentTypeError(f"not a size or auto: {text!r} (use e.g. auto, 67108864, 64M, 1GiB)")
+    return parse_size(text)
 
 
 def parse_size(text: str) -> int:
