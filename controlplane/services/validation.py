@@ -8,6 +8,7 @@ from pathlib import Path
 from django.conf import settings
 
 from controlplane.errors import invalid
+from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -29,9 +30,14 @@ _INT_SETTINGS = {
     "max_queue": (1, 1 << 20),
     "threads": (1, 1024),
 }
+# Integer settings that also take "auto": the worker chooses (kv_cache_bytes: a share of the memory free once the
+# model is loaded, the worker's default).
+_AUTO_SETTINGS = {"kv_cache_bytes"}
 # key -> what it means, for the boolean engine settings (worker flags without a value).
 _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16"}
-ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, "device"]))
+# key -> (exclusive minimum, maximum) for the fractional engine settings.
+_FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
+ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, "device"]))
 
 
 def each_object(items: list, *, field: str):
@@ -101,11 +107,19 @@ def validate_engine_settings(engine_settings) -> dict:
             if not isinstance(value, bool):
                 raise invalid(f"engine_settings.{key} must be true or false, not {value!r}",
                               field=f"engine_settings.{key}")
+        elif key in _FRACTION_SETTINGS:
+            low, high = _FRACTION_SETTINGS[key]
+            if not is_number(value) or not low < value <= high:
+                raise invalid(f"engine_settings.{key} must be a number above {low} and at most {high}, not "
+                              f"{value!r}", field=f"engine_settings.{key}")
+        elif key in _AUTO_SETTINGS and value == "auto":
+            pass
         else:
             low, high = _INT_SETTINGS[key]
             # bool is an int in Python; true is never a meant number of anything.
             if isinstance(value, bool) or not isinstance(value, int):
-                raise invalid(f"engine_settings.{key} must be an integer, not {value!r}",
+                either = " or auto" if key in _AUTO_SETTINGS else ""
+                raise invalid(f"engine_settings.{key} must be an integer{either}, not {value!r}",
                               field=f"engine_settings.{key}")
             if not low <= value <= high:
                 raise invalid(f"engine_settings.{key}={value} is outside {low}..{high}", field=f"engine_settings.{key}")

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from inference.checks import is_int
+from inference.checks import is_int, is_number
 from inference.roles import Role
 
 # "auto": the model config's own dtype, resolved when the model loads (inference/engine/precision.py).
@@ -30,7 +30,10 @@ class Config:
     # float16 on a CPU without fast float16 is refused unless this is set (see precision.py).
     allow_slow_float16: bool = False
     threads: int | None = None
-    kv_cache_bytes: int = 64 << 20
+    # The KV pool: bytes, or "auto": kv_memory_fraction of the memory free once the weights are loaded, clamped to
+    # hold one full context (where memory allows) and no more than max_num_seqs of them (see kv_sizing.py).
+    kv_cache_bytes: int | str = "auto"
+    kv_memory_fraction: float | None = None  # None: 0.2 of available RAM on CPU, 0.8 of free GPU memory on CUDA
     block_size: int = 16
     max_num_seqs: int = 64
     # The prefill token budget: the most prompt tokens one prefill step computes. One prompt longer than this still
@@ -55,7 +58,13 @@ class Config:
             raise ConfigError("allow_slow_float16", f"must be true or false, got {self.allow_slow_float16!r}")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise ConfigError("threads", f"must be a positive integer or None, got {self.threads!r}")
-        for name in ("kv_cache_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+        if self.kv_cache_bytes != "auto" and (not is_int(self.kv_cache_bytes) or self.kv_cache_bytes < 1):
+            raise ConfigError("kv_cache_bytes", f"must be a positive integer or auto, got {self.kv_cache_bytes!r}")
+        if self.kv_memory_fraction is not None and (not is_number(self.kv_memory_fraction)
+                                                    or not 0 < self.kv_memory_fraction <= 1):
+            raise ConfigError("kv_memory_fraction", f"must be a number in (0, 1] or None, got "
+                                                    f"{self.kv_memory_fraction!r}")
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ConfigError(name, f"must be a positive integer, got {value!r}")

@@ -36,7 +36,9 @@ class LLMEngine:
         self.config = config
         self.model_runner = ModelRunner(config)
         self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
+        # The context a request can have: the model's (or config.max_model_len), or less where the KV pool holds less.
         self.max_model_len = self.model_runner.max_model_len
+        self.configured_max_model_len = self.model_runner.configured_max_model_len
         self.kv_layout = self.model_runner.kv_layout
         self.dtype: str = self.model_runner.dtype_name  # what runs: config.dtype with "auto" resolved
         self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size)
@@ -144,14 +146,14 @@ class LLMEngine:
         for token_id in prompt_token_ids:
             self._check_token_id(token_id, "prompt_token_ids")
         num_prompt_tokens = len(prompt_token_ids)
+        # max_model_len is at most what the pool holds, so a sequence that passes fits the whole pool at its longest
+        # (else it would wait, or be preempted, forever).
         if num_prompt_tokens + params.max_tokens > self.max_model_len:
+            pool = (f", all that its KV pool of {self.block_manager.num_blocks} blocks holds"
+                    if self.max_model_len < self.configured_max_model_len else "")
             raise ValueError(f"prompt_tokens ({num_prompt_tokens}) + max_tokens ({params.max_tokens}) = "
-                             f"{num_prompt_tokens + params.max_tokens} exceeds max_model_len ({self.max_model_len})")
-        # A sequence at its longest must fit the whole pool, or it would wait (or be preempted) forever.
-        num_blocks_needed = self.block_manager.num_blocks_for(num_prompt_tokens + params.max_tokens - 1)
-        if num_blocks_needed > self.block_manager.num_blocks:
-            raise ValueError(f"prompt_tokens ({num_prompt_tokens}) + max_tokens ({params.max_tokens}) need "
-                             f"{num_blocks_needed} KV blocks, the engine has only {self.block_manager.num_blocks}")
+                             f"{num_prompt_tokens + params.max_tokens} exceeds max_model_len ({self.max_model_len}"
+                             f"{pool})")
         return Sequence(request_id, list(prompt_token_ids), params)
 
     def _check_token_id(self, token_id: object, name: str) -> None:

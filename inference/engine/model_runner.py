@@ -7,11 +7,15 @@ tensor, addressed by slot = block_id * block_size + offset.
 """
 from __future__ import annotations
 
+import logging
+
+import psutil
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from inference.engine.config import Config
+from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.precision import TORCH_DTYPES, resolve_dtype
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
@@ -19,6 +23,8 @@ from inference.roles import Role
 
 # Architectures whose decoder layer is Llama's (pre-norm, RoPE, GQA attention, gated MLP) under the same module names.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+log = logging.getLogger(__name__)
 
 
 class ModelRunner:
@@ -42,22 +48,46 @@ class ModelRunner:
         self.num_kv_heads: int = getattr(hf, "num_key_value_heads", None) or self.num_heads
         self.head_dim: int = getattr(hf, "head_dim", None) or hf.hidden_size // self.num_heads
         self.block_size = config.block_size
-        self.max_model_len = resolve_max_model_len(hf, config.max_model_len)
+        # What the model (or --max-model-len) allows; max_model_len below is what the KV pool also holds.
+        self.configured_max_model_len = resolve_max_model_len(hf, config.max_model_len)
         self.eos_token_ids = eos_token_ids(self.model)
 
         # 2 (K and V) x layers x block_size tokens x kv heads x head_dim elements per block.
         self.num_bytes_per_block = (2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim
                                     * self.dtype.itemsize)
-        self.num_blocks = config.kv_cache_bytes // self.num_bytes_per_block
+        self.num_blocks = self._choose_num_blocks()
         if self.num_blocks < 1:
             raise ValueError(f"kv_cache_bytes={config.kv_cache_bytes} holds no KV block: one block of "
                              f"{self.block_size} tokens takes {self.num_bytes_per_block} bytes for this model")
+        # A request longer than the pool could never run, so the context the engine offers is what the pool holds.
+        self.max_model_len = min(self.configured_max_model_len, self.num_blocks * self.block_size)
+        if self.max_model_len < self.configured_max_model_len:
+            log.warning("the KV pool holds %d tokens, less than max_model_len %d: this engine serves a context of %d",
+                        self.num_blocks * self.block_size, self.configured_max_model_len, self.max_model_len)
         # Zeros, not empty: decode attention reads (and masks out) unused slots, and masked garbage that happens to be
         # NaN would still poison the softmax.
         shape = (self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)  # [L, N, bs, Hkv, D]
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)  # [L, N, bs, Hkv, D]
         self.sampler = Sampler(self.device)
+
+    def _choose_num_blocks(self) -> int:
+        """Explicit kv_cache_bytes as given; "auto" from the memory free now that the weights are loaded."""
+        config = self.config
+        if config.kv_cache_bytes != "auto":
+            return config.kv_cache_bytes // self.num_bytes_per_block
+        if self.device.type == "cuda":
+            num_free_bytes = torch.cuda.mem_get_info(self.device)[0]
+        else:
+            num_free_bytes = psutil.virtual_memory().available
+        choice = choose_num_blocks(
+            num_free_bytes=num_free_bytes, fraction=config.kv_memory_fraction or default_fraction(self.device.type),
+            num_bytes_per_block=self.num_bytes_per_block, block_size=self.block_size,
+            max_model_len=self.configured_max_model_len, max_num_seqs=config.max_num_seqs)
+        log.info("KV pool (auto): %d blocks of %d tokens = %.1f MiB (%s; %.2f of %.1f MiB free on %s)",
+                 choice.num_blocks, self.block_size, choice.num_blocks * self.num_bytes_per_block / (1 << 20),
+                 choice.reason, choice.fraction, num_free_bytes / (1 << 20), self.device.type)
+        return choice.num_blocks
 
     @property
     def kv_layout(self) -> dict:

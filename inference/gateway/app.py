@@ -81,18 +81,22 @@ class Gateway:
     async def models(self, request: web.Request) -> web.Response:
         """OpenAI's model list, plus what serves the model: each listed worker with the dtype it runs (from its
         health probe), and `dtype`, the one dtype of the serving group's ready workers (None while there is no
-        serving group, or while its workers disagree, which the KV handoff refuses)."""
+        serving group, or while its workers disagree, which the KV handoff refuses). `max_model_len` is the context
+        every ready serving worker holds (the smallest of theirs): a longer request finishes with "length"."""
         workers = [{"role": w.role.value, "revision": group.revision, "url": w.url, "state": w.state.value,
-                    "dtype": w.dtype} for group in self.router.groups for role in group.roles
-                   for w in group.workers(role)]
+                    "dtype": w.dtype, "max_model_len": w.max_model_len}
+                   for group in self.router.groups for role in group.roles for w in group.workers(role)]
         try:
             serving = self.router.serving_group()
-            dtypes = {w.dtype for role in serving.roles for w in serving.workers(role) if w.is_ready}
+            ready = [w for role in serving.roles for w in serving.workers(role) if w.is_ready]
         except ApiError:
-            dtypes = set()
+            ready = []
+        dtypes = {w.dtype for w in ready}
+        lens = [w.max_model_len for w in ready if w.max_model_len is not None]
         return web.json_response({"object": "list", "data": [
             {"id": self.model, "object": "model", "created": self.created, "owned_by": "tandem",
-             "dtype": dtypes.pop() if len(dtypes) == 1 else None, "workers": workers}]})
+             "dtype": dtypes.pop() if len(dtypes) == 1 else None, "max_model_len": min(lens) if lens else None,
+             "workers": workers}]})
 
     async def health(self, request: web.Request) -> web.Response:
         groups = [g.describe() for g in self.router.groups]

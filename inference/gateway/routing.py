@@ -14,6 +14,7 @@ from enum import Enum
 
 import aiohttp
 
+from inference.checks import is_int
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
 from inference.roles import Role
@@ -36,6 +37,7 @@ class Worker:
     num_outstanding: int = 0
     last_picked: int = 0
     dtype: str | None = None  # what the worker's /health says it runs; None until a probe answers ok
+    max_model_len: int | None = None  # the context its /health says it serves (its KV pool may hold less than the model)
 
     @property
     def is_ready(self) -> bool:
@@ -197,6 +199,8 @@ class Router:
                     return
                 dtype = body.get("dtype")
                 worker.dtype = dtype if isinstance(dtype, str) else None
+                max_model_len = body.get("max_model_len")
+                worker.max_model_len = max_model_len if is_int(max_model_len) else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return

@@ -18,7 +18,7 @@ def add_routes(app: web.Application, server) -> None:
         req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
                              need_decode_url=False)
         prompt_ids = await server.tokenize(req.prompt, req.messages)
-        req.fit_to_context(len(prompt_ids), server.info["max_model_len"], server.vocab_size)
+        req.fit_to_context(len(prompt_ids), server.info, server.vocab_size)
         job = server.open_job(req.request_id, arrival)
         try:
             server.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop,

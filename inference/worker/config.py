@@ -66,6 +66,15 @@ class WorkerConfig:
         return self.engine.max_num_seqs + self.max_queue
 
 
+def parse_kv_cache_bytes(text: str) -> int | str:
+    """'auto' or a size (parse_size)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    if not _SIZE_RE.match(text):
+        raise argparse.ArgumentTypeError(f"not a size or auto: {text!r} (use e.g. auto, 67108864, 64M, 1GiB)")
+    return parse_size(text)
+
+
 def parse_size(text: str) -> int:
     """'67108864', '64M', '64MiB', '1g' -> bytes."""
     m = _SIZE_RE.match(text)
@@ -88,7 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-slow-float16", action="store_true",
                    help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--kv-cache-bytes", type=parse_size, default=64 << 20, help="KV pool size, e.g. 64M")
+    p.add_argument("--kv-cache-bytes", type=parse_kv_cache_bytes, default="auto",
+                   help="KV pool size, e.g. 64M, or auto (default): --kv-memory-fraction of the memory free after "
+                        "the weights load, at least one full context where memory allows, at most --max-num-seqs "
+                        "of them")
+    p.add_argument("--kv-memory-fraction", type=float, default=None,
+                   help="for --kv-cache-bytes auto: the share of free memory for the KV pool (default 0.2 of "
+                        "available RAM on CPU, 0.8 of free GPU memory on CUDA)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="largest running batch")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="prefill token budget per step")

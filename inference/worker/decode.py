@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from functools import partial
 
 from aiohttp import web
@@ -14,7 +15,7 @@ from aiohttp import web
 from inference.checks import is_int
 from inference.kv_wire import KVWireError, decode_payload
 from inference.worker.jobs import stream_job
-from inference.worker.protocol import REQUEST_ID_RE, RequestError, check_fits, parse_sampling
+from inference.worker.protocol import REQUEST_ID_RE, RequestError, fit_max_tokens, parse_sampling
 
 # Bytes of a KV payload beyond its tensors: the JSON header (prompt ids as decimal text) and safetensors framing.
 HEADER_BYTES_PER_TOKEN = 16
@@ -53,7 +54,10 @@ def add_routes(app: web.Application, server) -> None:
             raise RequestError("header field 'num_resumed_tokens' must be an integer >= 0, below the number of "
                                "prompt_token_ids and below max_tokens", code="bad_kv_payload")
         num_prompt_tokens = len(payload.prompt_token_ids) - num_resumed
-        check_fits(num_prompt_tokens, params.max_tokens, server.info["max_model_len"])
+        params = replace(params, max_tokens=fit_max_tokens(num_prompt_tokens, params.max_tokens, server.info))
+        if num_resumed >= params.max_tokens:  # only where the prefill worker's pool held more than this one's
+            raise RequestError(f"the {num_resumed} resumed tokens fill this worker's context of "
+                               f"{server.info['max_model_len']} tokens", code="context_length_exceeded")
         bad = [t for t in (*payload.prompt_token_ids, payload.first_token_id) if t >= server.vocab_size]
         if bad:
             raise RequestError(f"token id {bad[0]} is outside this model's vocabulary of {server.vocab_size}",

@@ -60,12 +60,14 @@ class GenerateRequest:
     # Tokens this request generated on a worker that died; the gateway sent them on (docs/contracts.md).
     resume_token_ids: list[int] = field(default_factory=list)
 
-    def fit_to_context(self, num_prompt_tokens: int, max_model_len: int, vocab_size: int) -> None:
-        """Resolve a null max_tokens, then refuse a prompt that leaves no room (400 naming both numbers) and resumed
-        tokens that this model cannot have generated for it."""
+    def fit_to_context(self, num_prompt_tokens: int, context: dict, vocab_size: int) -> None:
+        """Resolve a null max_tokens and cap it to what this worker's KV pool holds (see fit_max_tokens), then refuse
+        resumed tokens that this model cannot have generated for it. `context`: the worker's info."""
         if self.max_tokens_to_context:
-            self.params = replace(self.params, max_tokens=max(1, max_model_len - num_prompt_tokens))
-        check_fits(num_prompt_tokens, self.params.max_tokens, max_model_len)
+            max_tokens = max(1, context["configured_max_model_len"] - num_prompt_tokens)
+        else:
+            max_tokens = self.params.max_tokens
+        self.params = replace(self.params, max_tokens=fit_max_tokens(num_prompt_tokens, max_tokens, context))
         num_resumed = len(self.resume_token_ids)
         if num_resumed > self.params.max_tokens:
             raise RequestError(f"resume_token_ids holds {num_resumed} tokens, more than max_tokens "
@@ -135,12 +137,28 @@ def parse_sampling(body: dict, allow_null_max_tokens: bool = False) -> tuple[Sam
         raise RequestError(str(exc), param=exc.param) from None
 
 
-def check_fits(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
-    if num_prompt_tokens + max_tokens > max_model_len:
+def fit_max_tokens(num_prompt_tokens: int, max_tokens: int, context: dict) -> int:
+    """max_tokens capped to what fits this worker, or 400 naming the numbers. `context` (the worker's info) holds
+    `configured_max_model_len`, the model's context (or --max-model-len), and `max_model_len`, what the KV pool holds
+    of it.
+
+    1. A request that asks for more than the model's context is the limit itself: 400, as OpenAI answers.
+    2. A prompt that alone fills what the pool holds can never run: 400 naming both numbers.
+    3. Otherwise the pool, not the request, is the limit: max_tokens shrinks so that prompt + max_tokens fits, and the
+       request ends with finish_reason "length" there. A decode worker's reservation then always fits an empty pool.
+    """
+    configured, pool = context["configured_max_model_len"], context["max_model_len"]
+    if num_prompt_tokens + max_tokens > configured:
         raise RequestError(
-            f"this model's maximum context length is {max_model_len} tokens; the prompt has {num_prompt_tokens} "
+            f"this model's maximum context length is {configured} tokens; the prompt has {num_prompt_tokens} "
             f"tokens and max_tokens is {max_tokens} ({num_prompt_tokens + max_tokens} in all)",
             param="max_tokens", code="context_length_exceeded")
+    if num_prompt_tokens >= pool:
+        raise RequestError(
+            f"the prompt has {num_prompt_tokens} tokens, but this worker's KV pool holds a context of {pool} tokens "
+            f"(prompt and at least one generated token): shorten the prompt to at most {pool - 1} tokens",
+            param="prompt", code="context_length_exceeded")
+    return min(max_tokens, pool - num_prompt_tokens)
 
 
 def _parse_messages(messages) -> list[dict]:

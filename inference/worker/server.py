@@ -104,7 +104,8 @@ class WorkerServer:
         status, reason = self.health_status()
         if status == "ok":
             return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
-                                      "revision": self.config.revision, "dtype": self.info["dtype"]})
+                                      "revision": self.config.revision, "dtype": self.info["dtype"],
+                                      "max_model_len": self.info["max_model_len"]})
         return web.json_response({"status": status, "reason": reason}, status=503)
 
     def health_status(self) -> tuple[str, str]:
@@ -240,7 +241,10 @@ class WorkerServer:
         self.info = {"role": self.config.engine.role, "model": self.config.model_name,
                      "model_path": str(Path(self.config.engine.model).resolve()), "revision": self.config.revision,
                      "dtype": engine.dtype, "dtype_requested": self.config.engine.dtype,
-                     "max_model_len": engine.max_model_len, "kv_layout": dict(engine.kv_layout)}
+                     # max_model_len: the context a request can have here, at most what the KV pool holds.
+                     "max_model_len": engine.max_model_len,
+                     "configured_max_model_len": engine.configured_max_model_len,
+                     "kv_layout": dict(engine.kv_layout)}
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=self.config.engine.dtype,
                                      revision=self.config.revision or "")
         log.info("ready: %s", self.info)

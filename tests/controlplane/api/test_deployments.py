@@ -91,7 +91,7 @@ def test_a_model_folder_without_config_json_is_400(admin_api, tmp_path):
 
 @pytest.mark.parametrize("engine_settings,fragment", [
     ({"kv_cache_bytes": 0}, "engine_settings.kv_cache_bytes=0 is outside"),
-    ({"kv_cache_bytes": "64MB"}, "engine_settings.kv_cache_bytes must be an integer"),
+    ({"kv_cache_bytes": "64MB"}, "engine_settings.kv_cache_bytes must be an integer or auto"),
     ({"threads": True}, "engine_settings.threads must be an integer"),
     ({"device": "tpu"}, "engine_settings.device"),
     ({"colour": "blue"}, "unknown keys ['colour']"),

@@ -28,6 +28,24 @@ def test_engine_settings_keep_valid_values_as_given():
     assert validate_engine_settings(None) == {}
 
 
+def test_kv_cache_bytes_may_be_auto_and_the_fraction_a_share():
+    settings = {"kv_cache_bytes": "auto", "kv_memory_fraction": 0.5}
+    assert validate_engine_settings(settings) == settings
+
+
+@pytest.mark.parametrize("settings, field", [
+    ({"kv_cache_bytes": "automatic"}, "engine_settings.kv_cache_bytes"),
+    ({"kv_memory_fraction": 0}, "engine_settings.kv_memory_fraction"),
+    ({"kv_memory_fraction": 1.5}, "engine_settings.kv_memory_fraction"),
+    ({"kv_memory_fraction": "0.5"}, "engine_settings.kv_memory_fraction"),
+    ({"kv_memory_fraction": True}, "engine_settings.kv_memory_fraction"),
+])
+def test_bad_kv_settings_are_refused(settings, field):
+    with pytest.raises(ControlPlaneError) as err:
+        validate_engine_settings(settings)
+    assert err.value.extra["field"] == field
+
+
 @pytest.mark.parametrize("value", [[], "x", 1])
 def test_engine_settings_must_be_an_object(value):
     with pytest.raises(ControlPlaneError):

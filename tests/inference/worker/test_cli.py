@@ -20,6 +20,8 @@ def run_worker(*args: str) -> subprocess.CompletedProcess:
     (["--role", "decode", "--model", "{model}", "--port", "http"], "--port"),
     (["--role", "decode", "--model", "{model}", "--port", "70000"], "--port must be in 0..65535"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--kv-cache-bytes", "lots"], "not a size"),
+    (["--role", "decode", "--model", "{model}", "--port", "1", "--kv-memory-fraction", "1.5"],
+     "--kv-memory-fraction must be a number in (0, 1]"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--max-num-seqs", "0"], "--max-num-seqs"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--drain-timeout", "-1"], "--drain-timeout"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--dtype", "int3"], "--dtype"),
@@ -38,6 +40,15 @@ def test_sizes_take_units(tiny_model_dir):
     config = parse_args(["--role", "decode", "--model", str(tiny_model_dir), "--port", "0",
                          "--kv-cache-bytes", "64M", "--max-body-bytes", "2KiB"])
     assert (config.engine.kv_cache_bytes, config.max_body_bytes) == (64 << 20, 2048)
+
+
+def test_the_kv_pool_defaults_to_auto(tiny_model_dir):
+    from inference.worker.config import parse_args
+
+    argv = ["--role", "decode", "--model", str(tiny_model_dir), "--port", "0"]
+    assert (parse_args(argv).engine.kv_cache_bytes, parse_args(argv).engine.kv_memory_fraction) == ("auto", None)
+    config = parse_args([*argv, "--kv-cache-bytes", "auto", "--kv-memory-fraction", "0.5"]).engine
+    assert (config.kv_cache_bytes, config.kv_memory_fraction) == ("auto", 0.5)
 
 
 def test_the_test_fault_hook_is_off_unless_its_flag_is_given(tiny_model_dir):

@@ -55,7 +55,7 @@ def test_it_answers_503_starting_while_the_model_loads_then_200(worker):
     assert health(worker.url).status_code == 503
     wait_http(worker, f"{worker.url}/health", timeout=120)
     assert health(worker.url).json() == {"status": "ok", "role": "colocated", "model": "tiny", "revision": None,
-                                        "dtype": "float32"}
+                                        "dtype": "float32", "max_model_len": 1024}
 
 
 def test_an_engine_step_error_fails_the_open_request_and_the_worker_goes_on(worker):
