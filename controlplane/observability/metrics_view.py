@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from controlplane.auth import Role, has_role, token_for
 from controlplane.observability.telemetry import REGISTRY
@@ -27,7 +27,13 @@ def _token_user(request):
 
 @require_GET
 def metrics(request):
-    user = _token_user(request) if "Authorization" in request.headers else request.user
+    try:
+        user = _token_user(request) if "Authorization" in request.headers else request.user
+    except Throttled as throttled:
+        # A client that kept presenting bad tokens: the same 429 the API gives it.
+        response = HttpResponse(f"429: {throttled.detail}\n", status=429, content_type="text/plain")
+        response["Retry-After"] = str(int(throttled.wait or 1))
+        return response
     if user is None or not user.is_authenticated:
         response = HttpResponse("401: send Authorization: Bearer <token> of a viewer (or higher)\n", status=401,
                                 content_type="text/plain")

@@ -184,12 +184,14 @@ def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
     for action in pending:
         worker = action.worker
         by = f"{action.kind} requested by {action.actor}: {action.reason}".strip(": ")
-        if _surges(deployment, worker):
-            # Start the replacement first; _advance_replacements drains this one once it is ready.
-            if _new_worker(deployment, role=worker.role, pool=worker.pool, revision=worker.revision,
-                           replaces=worker, last_error=by, summary=summary) is not None:
-                action_start(action_id=action.id)
-            continue  # no node for the replacement now: the action stays pending for the next pass
+        if _surges(deployment, worker) and _new_worker(deployment, role=worker.role, pool=worker.pool,
+                                                       revision=worker.revision, replaces=worker, last_error=by,
+                                                       summary=summary) is not None:
+            # The replacement starts first; _advance_replacements drains this one once it is ready.
+            action_start(action_id=action.id)
+            continue
+        # Not surging (not a ready current worker), or no room beside it for a replacement (a GPU per worker on a
+        # full node): carried out in place.
         if not action_start(action_id=action.id):
             continue
         if action.kind == ActionKind.DRAIN:

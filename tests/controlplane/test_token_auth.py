@@ -74,3 +74,11 @@ def test_the_api_answers_a_throttled_client_429_with_retry_after(api_for, operat
     response = client.get("/api/v1/deployments/", HTTP_AUTHORIZATION="Token nope")
     assert response.status_code == 429 and int(response["Retry-After"]) > 0
     assert response.json()["error"]["message"].startswith("too many requests with an invalid token")
+
+
+def test_metrics_answers_a_throttled_client_429_too(viewer, client, settings):
+    settings.TANDEM_FAILED_TOKEN_RATE = "2/min"
+    for _ in range(2):
+        assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope")
+    assert response.status_code == 429 and int(response["Retry-After"]) > 0

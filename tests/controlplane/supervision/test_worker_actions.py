@@ -103,3 +103,22 @@ def test_a_drain_starts_the_replacement_first_and_succeeds_once_the_old_worker_s
     reconcile(deployment)
     action.refresh_from_db()
     assert action.status == ActionStatus.SUCCEEDED
+
+
+def test_a_restart_with_no_room_for_a_replacement_beside_it_is_in_place(deployment, online_node, make_worker,
+                                                                         admin, sent, reconcile):
+    from controlplane.models import Pool
+    from controlplane.services import worker_restart
+
+    online_node.gpus = [{"index": 0, "name": "NVIDIA H200", "memory_total_bytes": 141 << 30}]
+    online_node.save(update_fields=["gpus"])
+    Pool.objects.filter(deployment=deployment, role="decode").update(gpus_per_worker=1)
+    make_worker(deployment, "prefill")
+    make_worker(deployment, "gateway")
+    worker = make_worker(deployment, "decode")  # holds the node's only GPU
+    action = worker_restart(worker=worker, actor=admin, reason="stuck")
+    summary = reconcile(deployment)
+    worker.refresh_from_db()
+    action.refresh_from_db()
+    assert summary["created"] == [] and worker.status == WorkerStatus.PENDING and worker.restart_count == 1
+    assert action.status == ActionStatus.RUNNING and ("agent_start_worker", (worker.id,), "node.local") in sent
