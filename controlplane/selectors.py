@@ -124,4 +124,5 @@ def deployment_endpoints(deployment: Deployment) -> dict:
         "model": deployment.name,
         "mode": deployment.mode,
         "groups": [groups[number] for number in sorted(groups, reverse=True)],
+        "sampling_defaults": dict(deployment.sampling_defaults or {}),
     }

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from inference.checks import is_int, is_number
 
 DEFAULT_MAX_TOKENS = 16
+OPENAI_MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; the engine would take up to 100
+# The fields a deployment may give defaults for: the gateway fills them into a request that leaves them out.
+SAMPLING_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "max_tokens")
 MAX_STOP_STRINGS = 16
 MAX_STOP_LEN = 256
 
@@ -93,6 +96,23 @@ def parse_sampling(body: Mapping, *, allow_null_max_tokens: bool = False) -> tup
                             top_p=or_default("top_p", 1.0), top_k=or_default("top_k", 0), seed=body.get("seed"),
                             ignore_eos=body.get("ignore_eos", False))
     return params, parse_stop(body.get("stop"))
+
+
+def check_sampling_defaults(defaults: Mapping) -> dict:
+    """Sampling defaults (a subset of SAMPLING_DEFAULT_FIELDS; null means unset) checked by the rules a request's
+    own fields meet at the gateway, so that a default can never make a request invalid. top_k -1 (vLLM's "no
+    top-k") is stored as 0. Raises SamplingError naming the field."""
+    unknown = sorted(set(defaults) - set(SAMPLING_DEFAULT_FIELDS))
+    if unknown:
+        raise SamplingError(unknown[0], f"is not a sampling default; allowed: {', '.join(SAMPLING_DEFAULT_FIELDS)}",
+                            code="unknown_parameter")
+    cleaned = {name: value for name, value in defaults.items() if value is not None}
+    if is_int(cleaned.get("top_k")) and cleaned["top_k"] == -1:
+        cleaned["top_k"] = 0
+    params = SamplingParams(**cleaned)  # raises SamplingError naming the field
+    if params.temperature > OPENAI_MAX_TEMPERATURE:
+        raise SamplingError("temperature", f"must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {cleaned['temperature']}")
+    return {name: getattr(params, name) for name in SAMPLING_DEFAULT_FIELDS if name in cleaned}
 
 
 def sampling_fields(params: SamplingParams, stop: list[str]) -> dict:

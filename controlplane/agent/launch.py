@@ -1,7 +1,9 @@
 """What the node agent runs for a Worker row: the command line, its environment, where it logs.
 
 Workers: `python -m inference.worker --role R --model DIR --port P --revision N --dtype D` plus the revision's
-engine settings as flags (`--key value`; a boolean setting is `--key` alone when true). D may be `auto`: the
+engine settings for role R (its common part overridden by R's part) as flags (`--key value`; a boolean setting is
+`--key` alone when true). Threads: the engine setting `threads` where the revision sets it, else the pool's
+`threads_per_worker` (what placement reserves for the worker), else 1. D may be `auto`: the
 worker resolves it from the model's config when it loads. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
 with the `tandem-gateway` service user's token (viewer: it only reads /endpoints) in its environment
 (TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
@@ -51,6 +53,17 @@ def log_path_for(worker: Worker) -> Path:
     return settings.TANDEM_LOG_DIR / f"{worker.deployment.name}-{worker.role}-{worker.id}.log"
 
 
+def settings_for(worker: Worker) -> dict:
+    """The engine settings this worker runs with: its revision's common part overridden by its role's part; threads
+    from the pool's `threads_per_worker` where the revision sets none (placement reserved that many for it)."""
+    if worker.revision is None:
+        return {}
+    engine_settings = worker.revision.settings_for(worker.role)
+    if "threads" not in engine_settings and worker.pool_id is not None and worker.pool.threads_per_worker:
+        engine_settings["threads"] = worker.pool.threads_per_worker
+    return engine_settings
+
+
 def argv_for(worker: Worker, port: int) -> list[str]:
     if worker.role == WorkerRole.GATEWAY:
         return processes.python_argv(
@@ -63,7 +76,7 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         "--host", worker.host, "--revision", str(revision.number), "--dtype", revision.dtype,
     )
     known = _worker_flags()
-    engine_settings = dict(revision.engine_settings or {})
+    engine_settings = settings_for(worker)
     if engine_settings.get("device") == "auto":
         # "auto" is resolved where the hardware is known: the node's GPUs (NVML at agent start), else the CPU.
         engine_settings["device"] = "cuda" if worker.node and worker.node.gpus else "cpu"
@@ -89,7 +102,7 @@ def gpu_pick(worker: Worker) -> int | None:
     None on a CPU node, for `cpu`, and for an explicit `cuda:N` (the revision chose; nothing to pin)."""
     from controlplane.models import WorkerStatus
 
-    device = str((worker.revision.engine_settings or {}).get("device", "cpu")) if worker.revision else "cpu"
+    device = str(settings_for(worker).get("device", "cpu"))
     gpus = [gpu["index"] for gpu in (worker.node.gpus or []) if "index" in gpu]
     if device not in ("cuda", "auto") or not gpus:
         return None
@@ -105,7 +118,7 @@ def gpu_pick(worker: Worker) -> int | None:
 def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
     # Each worker process gets the threads its revision asks for (else one): several share a host's cores.
-    threads = (worker.revision.engine_settings or {}).get("threads") if worker.revision else None
+    threads = settings_for(worker).get("threads")
     env["OMP_NUM_THREADS"] = str(threads or 1)
     env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
     if worker.role == WorkerRole.GATEWAY:

@@ -58,7 +58,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Deployment
         fields = ["name", "mode", "current_revision", "gateway_port", "gateway_url", "gateway_node", "pools",
-                  "autoscale_enabled", "deleting", "created_at", "created_by"]
+                  "autoscale_enabled", "sampling_defaults", "deleting", "created_at", "created_by"]
 
     def get_gateway_url(self, deployment: Deployment) -> str | None:
         if deployment.gateway_port is None:
@@ -90,6 +90,20 @@ class RevisionSerializer(serializers.ModelSerializer):
         if current_id is None:
             current_id = revision.deployment.current_revision_id
         return revision.pk == current_id
+
+
+class RevisionChangeSerializer(serializers.Serializer):
+    field = serializers.CharField(help_text="model_path, dtype or <part>.<key>, the part common or a role")
+    before = serializers.CharField(help_text="\"\" when not set")
+    after = serializers.CharField(help_text="\"\" when not set")
+    kind = serializers.ChoiceField(choices=["added", "removed", "changed"])
+    text = serializers.CharField()
+
+
+# "from" is a Python keyword, so the class is built from a dict of its fields.
+RevisionDiffSerializer = type("RevisionDiffSerializer", (serializers.Serializer,), {
+    "from": serializers.IntegerField(), "to": serializers.IntegerField(),
+    "changes": RevisionChangeSerializer(many=True)})
 
 
 class WorkerSerializer(serializers.ModelSerializer):
@@ -137,8 +151,17 @@ class EndpointGroupSerializer(serializers.Serializer):
     colocated = serializers.ListField(child=serializers.URLField())
 
 
+class SamplingDefaultsSerializer(serializers.Serializer):
+    temperature = serializers.FloatField(required=False)
+    top_p = serializers.FloatField(required=False)
+    top_k = serializers.IntegerField(required=False)
+    max_tokens = serializers.IntegerField(required=False)
+
+
 class EndpointsSerializer(serializers.Serializer):
     deployment = serializers.CharField()
     model = serializers.CharField()
     mode = serializers.CharField()
     groups = EndpointGroupSerializer(many=True)
+    sampling_defaults = SamplingDefaultsSerializer(help_text="what the gateway fills into a request that leaves a "
+                                                             "field out")

@@ -17,6 +17,7 @@ urlpatterns = [
     path("deployments/", deployments.DeploymentListView.as_view(), name="deployment-list"),
     path("deployments/<str:name>/", deployments.DeploymentDetailView.as_view(), name="deployment-detail"),
     path("deployments/<str:name>/revisions/", deployments.RevisionListView.as_view(), name="revision-list"),
+    *verb("deployments/<str:name>/revisions/diff", deployments.RevisionDiffView, "revision-diff"),
     *verb("deployments/<str:name>/scale", operations.ScaleView, "deployment-scale"),
     *verb("deployments/<str:name>/rollback", operations.RollbackView, "deployment-rollback"),
     *verb("deployments/<str:name>/endpoints", operations.EndpointsView, "deployment-endpoints"),

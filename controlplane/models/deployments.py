@@ -39,6 +39,9 @@ class Deployment(models.Model):
     )
     # The autoscaler acts on this deployment's pools only while this is on.
     autoscale_enabled = models.BooleanField(default=False)
+    # What the gateway fills into a request that leaves a field out: any of temperature, top_p, top_k, max_tokens
+    # (inference.sampling_params.check_sampling_defaults). A request's own values always win.
+    sampling_defaults = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -55,6 +58,21 @@ class Deployment(models.Model):
         return tuple(str(role) for role in ROLES_BY_MODE[DeploymentMode(self.mode)])
 
 
+def engine_settings_parts(engine_settings: dict | None) -> dict:
+    """{"common": {...}, <role>: {...}}. A dict without parts is the flat shape stored before per-role parts
+    existed (migration 0009 moves those into common): all of it is common."""
+    engine_settings = engine_settings or {}
+    if "common" not in engine_settings and not set(engine_settings) & set(PoolRole.values):
+        return {"common": dict(engine_settings)}
+    return {part: dict(values or {}) for part, values in engine_settings.items()}
+
+
+def engine_settings_for_role(engine_settings: dict | None, role: str) -> dict:
+    """What a worker of `role` runs with: common overridden by `role`'s part."""
+    parts = engine_settings_parts(engine_settings)
+    return {**parts.get("common", {}), **parts.get(role, {})}
+
+
 class RevisionImmutableError(Exception):
     pass
 
@@ -68,7 +86,9 @@ class Revision(models.Model):
     # "auto" (the model config's own dtype, resolved by each worker at load), "float32", "bfloat16" or "float16".
     # Revisions written before "auto" existed keep their explicit float32.
     dtype = models.CharField(max_length=20, default="auto")
-    # Passed to the workers: device, threads, kv_cache_bytes, block_size, max_num_seqs, max_queue, ...
+    # Passed to the workers as flags: {"common": {...}, "prefill": {...}, "decode": {...}} (or "colocated"); a
+    # role's part overrides common for that role's workers (`settings_for`). Keys: device, threads,
+    # kv_cache_bytes, block_size, max_num_seqs, max_queue, ... (controlplane.services.validation).
     engine_settings = models.JSONField(default=dict, blank=True)
     comment = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -84,6 +104,10 @@ class Revision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}#{self.number}"
+
+    def settings_for(self, role: str) -> dict:
+        """The engine settings a worker of `role` runs with: common, overridden by the role's part."""
+        return engine_settings_for_role(self.engine_settings, role)
 
     def save(self, *args, **kwargs):
         if self.pk is not None and not self._state.adding:

@@ -12,9 +12,9 @@ from controlplane.models.deployments import ROLES_BY_MODE
 from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 from controlplane.services.pools import validate_placement
-from controlplane.services.validation import (DEFAULT_DTYPE, validate_dtype, validate_engine_settings,
+from controlplane.services.validation import (DEFAULT_DTYPE, revision_dtype, validate_engine_settings,
                                               validate_model_path, validate_name, validate_port,
-                                              validate_replica_bounds)
+                                              validate_replica_bounds, validate_sampling_defaults)
 
 DEFAULT_REPLICAS = 1
 
@@ -81,14 +81,16 @@ def _placement_into(specs: list[dict], placement: dict | None, mode: str) -> Non
             spec.update(validate_placement(placement[spec["role"]], field=f"placement.{spec['role']}"))
 
 
-def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEFAULT_DTYPE,
-                      engine_settings: dict | None = None, replicas: dict | None = None,
+def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | None = None,
+                      engine_settings: dict | None = None, sampling_defaults: dict | None = None,
+                      replicas: dict | None = None,
                       min_replicas: dict | None = None, max_replicas: dict | None = None,
                       gateway_port: int | None = None, placement: dict | None = None, actor, reason: str = "",
                       idempotency_key: str | None = None) -> Action:
     """Create a deployment with revision 1, its pools and a `create` action; reconcile starts its workers.
 
-    1. Validate name, mode, model folder, dtype, engine settings and per-role replicas within min..max
+    1. Validate name, mode, model folder, dtype (the field or engine_settings.common.dtype; default auto), engine
+       settings (common and the mode's roles), sampling defaults and per-role replicas within min..max
        (defaults: 1 replica, min 1 (0 if 0 replicas are asked), max 8).
     2. Pick the gateway port (given, else the first free from TANDEM_GATEWAY_PORT up).
     3. Insert deployment, revision 1 (current), pools and the action in one transaction; reconcile after commit.
@@ -99,8 +101,10 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
     if mode not in DeploymentMode.values:
         raise invalid(f"mode {mode!r} is not one of {', '.join(DeploymentMode.values)}", field="mode")
     model_path = validate_model_path(model_path)
-    dtype = validate_dtype(dtype)
-    engine_settings = validate_engine_settings(engine_settings)
+    engine_settings = validate_engine_settings(
+        engine_settings, roles=tuple(str(role) for role in ROLES_BY_MODE[DeploymentMode(mode)]))
+    dtype = revision_dtype(dtype, engine_settings) or DEFAULT_DTYPE
+    sampling_defaults = validate_sampling_defaults(sampling_defaults)
     specs = _pool_specs(mode, replicas, min_replicas, max_replicas)
     _placement_into(specs, placement, mode)
     if gateway_port is not None:
@@ -118,7 +122,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
         else:
             port = gateway_port
         deployment = Deployment.objects.create(name=name, mode=mode, gateway_port=port,
-                                               created_by=actor.user)
+                                               sampling_defaults=sampling_defaults, created_by=actor.user)
         revision = Revision.objects.create(deployment=deployment, number=1, model_path=model_path,
                                            dtype=dtype, engine_settings=engine_settings,
                                            comment="initial revision", created_by=actor.user)
@@ -128,7 +132,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
         action = action_create(
             kind=ActionKind.CREATE, actor=actor, deployment=deployment, reason=reason,
             params={"mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
-                    "pools": specs, "gateway_port": port, "revision": 1},
+                    "sampling_defaults": sampling_defaults, "pools": specs, "gateway_port": port, "revision": 1},
             idempotency_key=idempotency_key)
         enqueue_reconcile(deployment.pk)
         return action
@@ -136,10 +140,33 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
     try:
         return action_once(kind=ActionKind.CREATE, idempotency_key=idempotency_key, write=write, request={
             "name": name, "mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
-            "pools": specs, "gateway_port": gateway_port})
+            "sampling_defaults": sampling_defaults, "pools": specs, "gateway_port": gateway_port})
     except IntegrityError:
         # Two creates raced past the checks above: the unique name or port decided.
         raise conflict(f"deployment {name!r} or its gateway port was taken at the same time; try again") from None
+
+
+def deployment_sampling_defaults_set(*, deployment: Deployment, sampling_defaults: dict, actor, reason: str = "",
+                                     idempotency_key: str | None = None) -> Action:
+    """Replace a deployment's sampling defaults (operator). The gateway picks them up at its next membership poll;
+    no worker restarts. 400 naming the bad field; returns the `sampling` action (params: from and to)."""
+    actor = as_actor(actor)
+    sampling_defaults = validate_sampling_defaults(sampling_defaults)
+
+    def write() -> Action:
+        nonlocal deployment  # re-read under the lock
+        deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if deployment_delete_pending(deployment) is not None:
+            raise conflict(f"deployment {deployment.name!r} is being deleted")
+        before = dict(deployment.sampling_defaults or {})
+        deployment.sampling_defaults = sampling_defaults
+        deployment.save(update_fields=["sampling_defaults"])
+        return action_create(kind=ActionKind.SAMPLING, actor=actor, deployment=deployment, reason=reason,
+                             status=ActionStatus.SUCCEEDED, params={"from": before, "to": sampling_defaults},
+                             idempotency_key=idempotency_key)
+
+    return action_once(kind=ActionKind.SAMPLING, idempotency_key=idempotency_key, write=write, request={
+        "deployment": deployment.pk, "sampling_defaults": sampling_defaults})
 
 
 def deployment_delete(*, deployment: Deployment, actor, reason: str = "",

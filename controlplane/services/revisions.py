@@ -8,7 +8,7 @@ from controlplane.errors import conflict, invalid
 from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Revision
 from controlplane.selectors import deployment_delete_pending, deployment_rollout_in_progress
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
-from controlplane.services.validation import validate_dtype, validate_engine_settings, validate_model_path
+from controlplane.services.validation import revision_dtype, validate_engine_settings, validate_model_path
 
 
 def _lock_for_rollout(deployment: Deployment) -> Deployment:
@@ -30,17 +30,19 @@ def revision_create(*, deployment: Deployment, actor, model_path: str | None = N
                     idempotency_key: str | None = None) -> Action:
     """Create the next revision (fields not given are copied from the current one) and make it current.
 
-    `engine_settings`, when given, replaces the current settings as a whole. The `revision` action is `running`
+    `engine_settings`, when given, replaces the current settings as a whole: common and per-role parts (a flat dict
+    is common), only the deployment's roles; `common.dtype` stands for `dtype`. The `revision` action is `running`
     until reconcile has replaced every worker of an older revision, then it succeeds. Returns the Action
     (action.params["revision"] is the new number).
     """
     actor = as_actor(actor)
     if model_path is not None:
         model_path = validate_model_path(model_path)
-    if dtype is not None:
-        dtype = validate_dtype(dtype)
     if engine_settings is not None:
-        engine_settings = validate_engine_settings(engine_settings)
+        engine_settings = validate_engine_settings(engine_settings, roles=deployment.roles)
+        dtype = revision_dtype(dtype, engine_settings)
+    elif dtype is not None:
+        dtype = revision_dtype(dtype, {"common": {}})
 
     def write() -> Action:
         nonlocal deployment  # re-read under the lock

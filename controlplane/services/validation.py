@@ -8,8 +8,10 @@ from pathlib import Path
 from django.conf import settings
 
 from controlplane.errors import invalid
+from controlplane.models import PoolRole
 from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
+from inference.sampling_params import SamplingError, check_sampling_defaults
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # "auto": the model config's own dtype, resolved by each worker when it loads the model (float32 where the config
@@ -38,6 +40,12 @@ _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without
 # key -> (exclusive minimum, maximum) for the fractional engine settings.
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, "device"]))
+# Keys of the common part only: a revision's fields, which every worker of the revision must share (a prefill and a
+# decode worker of different dtypes cannot hand over a KV cache).
+_COMMON_ONLY = ("dtype",)
+# Revision.engine_settings is {"common": {...}, <role>: {...}}: a role's part overrides common for its workers.
+COMMON = "common"
+ALL_ROLES = tuple(PoolRole.values)
 
 
 def each_object(items: list, *, field: str):
@@ -88,43 +96,106 @@ def validate_model_path(model_path) -> str:
     return str(path.resolve())
 
 
-def validate_engine_settings(engine_settings) -> dict:
-    if engine_settings is None:
+def _setting_value(key: str, value, *, where: str):
+    """One engine setting of one part (`where` is "common" or a role), checked; 400 naming part and key."""
+    name, field = f"{where}.{key}", f"engine_settings.{where}.{key}"
+    if key == "device":
+        if not isinstance(value, str) or not DEVICE_RE.match(value):
+            raise invalid(f"{name} {value!r} must be cpu, cuda, cuda:N or auto", field=field)
+    elif key in _BOOL_SETTINGS:
+        if not isinstance(value, bool):
+            raise invalid(f"{name} must be true or false, not {value!r}", field=field)
+    elif key in _FRACTION_SETTINGS:
+        low, high = _FRACTION_SETTINGS[key]
+        if not is_number(value) or not low < value <= high:
+            raise invalid(f"{name} must be a number above {low} and at most {high}, not {value!r}", field=field)
+    elif key in _AUTO_SETTINGS and value == "auto":
+        pass
+    else:
+        low, high = _INT_SETTINGS[key]
+        either = " or auto" if key in _AUTO_SETTINGS else ""
+        # bool is an int in Python; true is never a meant number of anything.
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise invalid(f"{name} must be a positive integer{either} (at most {high}), not {value!r}", field=field)
+    return value
+
+
+def _settings_part(part, *, where: str) -> dict:
+    if part is None:
         return {}
+    if not isinstance(part, dict):
+        raise invalid(f"engine_settings.{where} must be an object of engine settings", field=f"engine_settings.{where}")
+    allowed = [*ENGINE_SETTING_KEYS, *(_COMMON_ONLY if where == COMMON else ())]
+    for key in part:
+        if key in _COMMON_ONLY and where != COMMON:
+            raise invalid(f"{where}.{key} cannot differ by role: prefill and decode workers of one revision must "
+                          f"agree on it for the KV handoff; set it in common (or as the revision's {key})",
+                          field=f"engine_settings.{where}.{key}")
+        if key not in allowed:
+            raise invalid(f"{where}.{key} is not an engine setting; allowed: {', '.join(sorted(allowed))}",
+                          field=f"engine_settings.{where}.{key}")
+    return {key: value if key in _COMMON_ONLY else _setting_value(key, value, where=where)
+            for key, value in part.items()}
+
+
+def validate_engine_settings(engine_settings, *, roles: tuple[str, ...] = ALL_ROLES) -> dict:
+    """Engine settings → `{"common": {...}, <role>: {...}}` (a role part only where it has keys), checked.
+
+    A role's part overrides common for that role's workers. `roles` are the deployment's (its mode's): a part for
+    another role is a 400 naming it. A flat dict of settings (the shape before per-role parts) is read as common.
+    `dtype` may be given in common only; the caller moves it to the revision's dtype (`revision_dtype`).
+    """
+    if engine_settings is None:
+        return {COMMON: {}}
     if not isinstance(engine_settings, dict):
         raise invalid("engine_settings must be an object", field="engine_settings")
-    unknown = sorted(set(engine_settings) - set(ENGINE_SETTING_KEYS))
-    if unknown:
-        raise invalid(f"engine_settings has unknown keys {unknown}; allowed: {list(ENGINE_SETTING_KEYS)}",
-                      field="engine_settings")
-    cleaned = {}
-    for key, value in engine_settings.items():
-        if key == "device":
-            if not isinstance(value, str) or not DEVICE_RE.match(value):
-                raise invalid(f"engine_settings.device {value!r} must be cpu, cuda, cuda:N or auto",
-                              field="engine_settings.device")
-        elif key in _BOOL_SETTINGS:
-            if not isinstance(value, bool):
-                raise invalid(f"engine_settings.{key} must be true or false, not {value!r}",
-                              field=f"engine_settings.{key}")
-        elif key in _FRACTION_SETTINGS:
-            low, high = _FRACTION_SETTINGS[key]
-            if not is_number(value) or not low < value <= high:
-                raise invalid(f"engine_settings.{key} must be a number above {low} and at most {high}, not "
-                              f"{value!r}", field=f"engine_settings.{key}")
-        elif key in _AUTO_SETTINGS and value == "auto":
-            pass
-        else:
-            low, high = _INT_SETTINGS[key]
-            # bool is an int in Python; true is never a meant number of anything.
-            if isinstance(value, bool) or not isinstance(value, int):
-                either = " or auto" if key in _AUTO_SETTINGS else ""
-                raise invalid(f"engine_settings.{key} must be an integer{either}, not {value!r}",
-                              field=f"engine_settings.{key}")
-            if not low <= value <= high:
-                raise invalid(f"engine_settings.{key}={value} is outside {low}..{high}", field=f"engine_settings.{key}")
-        cleaned[key] = value
+    parts = set(engine_settings) & {COMMON, *ALL_ROLES}
+    if not parts:
+        engine_settings = {COMMON: engine_settings}
+    else:
+        flat = sorted(set(engine_settings) - parts)
+        if flat:
+            raise invalid(f"engine_settings mixes settings {flat} with per-role parts {sorted(parts)}: put shared "
+                          "settings in common", field=f"engine_settings.{flat[0]}")
+    cleaned = {COMMON: _settings_part(engine_settings.get(COMMON), where=COMMON)}
+    for role in ALL_ROLES:
+        if role not in engine_settings:
+            continue
+        if role not in roles:
+            raise invalid(f"engine_settings.{role}: this deployment has no {role} workers (its roles: "
+                          f"{', '.join(roles)})", field=f"engine_settings.{role}")
+        part = _settings_part(engine_settings[role], where=role)
+        if part:
+            cleaned[role] = part
     return cleaned
+
+
+def revision_dtype(dtype: str | None, engine_settings: dict) -> str | None:
+    """The revision's dtype from the `dtype` field and/or `engine_settings.common.dtype` (removed from it here):
+    the field stays the one place a revision's dtype is stored. Both given and different is a 400. None: neither."""
+    common_dtype = engine_settings[COMMON].pop("dtype", None)
+    if common_dtype is not None:
+        if common_dtype not in DTYPES:
+            raise invalid(f"common.dtype {common_dtype!r} is not one of {', '.join(DTYPES)}",
+                          field="engine_settings.common.dtype")
+        if dtype is not None and dtype != common_dtype:
+            raise invalid(f"dtype {dtype!r} and common.dtype {common_dtype!r} disagree: give one of them",
+                          field="engine_settings.common.dtype")
+        return common_dtype
+    return validate_dtype(dtype) if dtype is not None else None
+
+
+def validate_sampling_defaults(defaults) -> dict:
+    """A deployment's sampling defaults (temperature, top_p, top_k, max_tokens; a null leaves one unset), checked
+    by the gateway's own rules for a request's fields, so that a default never makes a request invalid."""
+    if defaults is None:
+        return {}
+    if not isinstance(defaults, dict):
+        raise invalid("sampling_defaults must be an object", field="sampling_defaults")
+    try:
+        return check_sampling_defaults(defaults)
+    except SamplingError as exc:
+        raise invalid(f"sampling_defaults.{exc}", field=f"sampling_defaults.{exc.param}") from None
 
 
 def validate_port(port, *, field: str = "gateway_port") -> int:

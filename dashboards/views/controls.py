@@ -15,10 +15,10 @@ from controlplane.autoscaling.settings import autoscaling_update
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Worker
 from controlplane.models.workers import LIVE_STATUSES
+from controlplane.revision_diff import revision_diff
 from controlplane.selectors import MAX_ID, revision_get, revision_list, worker_get
 from controlplane.services import deployment_rollback, pool_scale, pool_scale_by, worker_drain, worker_restart
 from dashboards.access import operator_required
-from dashboards.diff import revision_diff
 from dashboards.panels import RANGES
 from dashboards.views.common import page, posted_key
 from dashboards.views.pages import get_deployment_or_404

@@ -6,9 +6,9 @@ from urllib.parse import urlencode
 from django.core.paginator import Paginator
 
 from controlplane.models import ActionKind, ActionStatus, ActorType
+from controlplane.revision_diff import revision_diff
 from controlplane.selectors import action_list, revision_list
 from dashboards.access import viewer_required
-from dashboards.diff import revision_diff
 from dashboards.selectors import action_deployment_names, running_revisions
 from dashboards.views.common import page
 from dashboards.views.pages import get_deployment_or_404

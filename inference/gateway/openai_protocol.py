@@ -12,12 +12,12 @@ from enum import Enum
 
 from inference import json_body
 from inference.checks import is_int, json_type
-from inference.sampling_params import DEFAULT_MAX_TOKENS, SamplingError, parse_sampling, sampling_fields
+from inference.sampling_params import (DEFAULT_MAX_TOKENS, OPENAI_MAX_TEMPERATURE, SamplingError, parse_sampling,
+                                       sampling_fields)
 
 # /v1/completions defaults to DEFAULT_MAX_TOKENS (16), as OpenAI's legacy endpoint does; chat runs to the end of the
 # context, which only the worker that tokenized the prompt knows.
 OPENAI_DEFAULT_TEMPERATURE = 1.0  # the worker's default is 0 (greedy)
-OPENAI_MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; the engine would take up to 100
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 

@@ -244,6 +244,9 @@ class WorkerServer:
                      # max_model_len: the context a request can have here, at most what the KV pool holds.
                      "max_model_len": engine.max_model_len,
                      "configured_max_model_len": engine.configured_max_model_len,
+                     # The batch limits it runs with: a revision's per-role settings, as this worker got them.
+                     "max_num_seqs": self.config.engine.max_num_seqs,
+                     "max_num_batched_tokens": self.config.engine.max_num_batched_tokens,
                      "kv_layout": dict(engine.kv_layout)}
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=self.config.engine.dtype,
                                      revision=self.config.revision or "")

@@ -32,8 +32,8 @@ def test_create_makes_revision_one_its_pools_and_a_create_action(admin_api, mode
                                "allow_gpu_sharing": False}
     assert pools["prefill"]["desired_replicas"] == 1 and pools["prefill"]["max_replicas"] == 8
     revision = Revision.objects.get(deployment__name="chat")
-    assert (revision.number, revision.dtype, revision.engine_settings) == (1, "bfloat16",
-                                                                          {"threads": 2, "kv_cache_bytes": 1 << 26})
+    assert (revision.number, revision.dtype, revision.engine_settings) == (
+        1, "bfloat16", {"common": {"threads": 2, "kv_cache_bytes": 1 << 26}})  # a flat dict is read as common
     assert revision.model_path == str(model_dir.resolve())
 
 
@@ -90,11 +90,13 @@ def test_a_model_folder_without_config_json_is_400(admin_api, tmp_path):
 
 
 @pytest.mark.parametrize("engine_settings,fragment", [
-    ({"kv_cache_bytes": 0}, "engine_settings.kv_cache_bytes=0 is outside"),
-    ({"kv_cache_bytes": "64MB"}, "engine_settings.kv_cache_bytes must be an integer or auto"),
-    ({"threads": True}, "engine_settings.threads must be an integer"),
-    ({"device": "tpu"}, "engine_settings.device"),
-    ({"colour": "blue"}, "unknown keys ['colour']"),
+    ({"kv_cache_bytes": 0}, "common.kv_cache_bytes must be a positive integer or auto"),
+    ({"kv_cache_bytes": "64MB"}, "common.kv_cache_bytes must be a positive integer or auto"),
+    ({"threads": True}, "common.threads must be a positive integer"),
+    ({"device": "tpu"}, "common.device"),
+    ({"colour": "blue"}, "common.colour is not an engine setting; allowed: "),
+    ({"decode": {"max_num_seqs": 0}}, "decode.max_num_seqs must be a positive integer"),
+    ({"prefill": {"max_num_seq": 8}}, "prefill.max_num_seq is not an engine setting; allowed: "),
 ])
 def test_bad_engine_settings_are_400_naming_the_key(admin_api, model_dir, engine_settings, fragment):
     response = create(admin_api, model_dir, engine_settings=engine_settings)
@@ -147,7 +149,7 @@ def test_a_deployment_being_deleted_refuses_scaling(admin_api, operator_api, dep
 def test_revisions_list_newest_first_and_mark_the_current_one(viewer_api, deployment, second_revision):
     revisions = viewer_api.get("/api/v1/deployments/demo/revisions/").json()
     assert [(r["number"], r["is_current"]) for r in revisions] == [(2, True), (1, False)]
-    assert revisions[0]["engine_settings"] == {"threads": 2}
+    assert revisions[0]["engine_settings"] == {"common": {"threads": 2}}
 
 
 def test_creating_a_revision_copies_what_is_not_given_and_makes_it_current(admin_api, deployment):
@@ -157,7 +159,7 @@ def test_creating_a_revision_copies_what_is_not_given_and_makes_it_current(admin
     body = response.json()
     assert body["action"]["kind"] == "revision" and body["action"]["status"] == "running"
     assert body["revision"]["number"] == 2 and body["revision"]["is_current"] is True
-    assert body["revision"]["engine_settings"] == {"max_num_seqs": 8}
+    assert body["revision"]["engine_settings"] == {"common": {"max_num_seqs": 8}}
     assert body["revision"]["model_path"] == deployment.current_revision.model_path
     assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 2
 

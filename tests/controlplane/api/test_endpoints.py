@@ -24,6 +24,7 @@ def test_only_ready_workers_are_listed_grouped_by_revision_newest_first(viewer_a
             {"revision": 2, "prefill": [new_prefill.url], "decode": [], "colocated": []},
             {"revision": 1, "prefill": [old_prefill.url], "decode": [old_decode.url], "colocated": []},
         ],
+        "sampling_defaults": {},
     }
 
 

@@ -24,21 +24,21 @@ def test_a_model_path_too_long_for_the_filesystem_is_refused_cleanly(tmp_path):
 def test_engine_settings_keep_valid_values_as_given():
     settings = {"device": "cuda:1", "threads": 4, "kv_cache_bytes": 1 << 30, "block_size": 16, "max_num_seqs": 32,
                 "allow_slow_float16": True}
-    assert validate_engine_settings(settings) == settings
-    assert validate_engine_settings(None) == {}
+    assert validate_engine_settings(settings) == {"common": settings}
+    assert validate_engine_settings(None) == {"common": {}}
 
 
 def test_kv_cache_bytes_may_be_auto_and_the_fraction_a_share():
     settings = {"kv_cache_bytes": "auto", "kv_memory_fraction": 0.5}
-    assert validate_engine_settings(settings) == settings
+    assert validate_engine_settings(settings) == {"common": settings}
 
 
 @pytest.mark.parametrize("settings, field", [
-    ({"kv_cache_bytes": "automatic"}, "engine_settings.kv_cache_bytes"),
-    ({"kv_memory_fraction": 0}, "engine_settings.kv_memory_fraction"),
-    ({"kv_memory_fraction": 1.5}, "engine_settings.kv_memory_fraction"),
-    ({"kv_memory_fraction": "0.5"}, "engine_settings.kv_memory_fraction"),
-    ({"kv_memory_fraction": True}, "engine_settings.kv_memory_fraction"),
+    ({"kv_cache_bytes": "automatic"}, "engine_settings.common.kv_cache_bytes"),
+    ({"kv_memory_fraction": 0}, "engine_settings.common.kv_memory_fraction"),
+    ({"kv_memory_fraction": 1.5}, "engine_settings.common.kv_memory_fraction"),
+    ({"kv_memory_fraction": "0.5"}, "engine_settings.common.kv_memory_fraction"),
+    ({"kv_memory_fraction": True}, "engine_settings.common.kv_memory_fraction"),
 ])
 def test_bad_kv_settings_are_refused(settings, field):
     with pytest.raises(ControlPlaneError) as err:
@@ -67,7 +67,7 @@ def test_min_above_max_is_refused_with_both_numbers():
 def test_allow_slow_float16_must_be_a_boolean(value):
     with pytest.raises(ControlPlaneError) as err:
         validate_engine_settings({"allow_slow_float16": value})
-    assert err.value.extra["field"] == "engine_settings.allow_slow_float16"
+    assert err.value.extra["field"] == "engine_settings.common.allow_slow_float16"
 
 
 @pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16", "float16"])
