@@ -76,13 +76,19 @@ class Gateway:
         if self.session is not None:
             await self.session.close()
 
+    @property
+    def sampling_defaults(self) -> dict:
+        """What fills a field a request leaves out: the deployment's (polled) or the --default-* flags."""
+        return self.membership.sampling_defaults if self.membership is not None else self.config.sampling_defaults
+
     # -- plain routes -------------------------------------------------------------------------------------------------
 
     async def models(self, request: web.Request) -> web.Response:
         """OpenAI's model list, plus what serves the model: each listed worker with the dtype it runs (from its
         health probe), and `dtype`, the one dtype of the serving group's ready workers (None while there is no
         serving group, or while its workers disagree, which the KV handoff refuses). `max_model_len` is the context
-        every ready serving worker holds (the smallest of theirs): a longer request finishes with "length"."""
+        every ready serving worker holds (the smallest of theirs): a longer request finishes with "length".
+        `sampling_defaults`: what the gateway fills into a request that leaves a field out."""
         workers = [{"role": w.role.value, "revision": group.revision, "url": w.url, "state": w.state.value,
                     "dtype": w.dtype, "max_model_len": w.max_model_len}
                    for group in self.router.groups for role in group.roles for w in group.workers(role)]
@@ -96,7 +102,7 @@ class Gateway:
         return web.json_response({"object": "list", "data": [
             {"id": self.model, "object": "model", "created": self.created, "owned_by": "tandem",
              "dtype": dtypes.pop() if len(dtypes) == 1 else None, "max_model_len": min(lens) if lens else None,
-             "workers": workers}]})
+             "sampling_defaults": dict(self.sampling_defaults), "workers": workers}]})
 
     async def health(self, request: web.Request) -> web.Response:
         groups = [g.describe() for g in self.router.groups]
@@ -135,7 +141,7 @@ class Gateway:
         try:
             body = parse_json_object(await self._read_body(request))
             parse = parse_chat if endpoint is Endpoint.CHAT else parse_completion
-            gen = parse(body, self.model)
+            gen = parse(body, self.model, self.sampling_defaults)
         except ApiError as error:
             # The codes are a fixed set (invalid_json, invalid_type, model_not_found, ...): a bounded label.
             self.metrics.count_error(error.code or "invalid_request")

@@ -7,6 +7,8 @@ import argparse
 from dataclasses import dataclass, field
 from enum import Enum
 
+from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
+
 
 class Mode(str, Enum):
     DISAGGREGATED = "disaggregated"
@@ -40,6 +42,9 @@ class Config:
     connect_timeout: float = 2.0
     # How many times one request may move to another worker pair when its worker dies mid-stream (token_stream.py).
     max_migrations: int = 2
+    # Filled into a request that leaves them out (temperature, top_p, top_k, max_tokens). With --control-plane the
+    # deployment's, from each membership poll, instead.
+    sampling_defaults: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -64,6 +69,13 @@ class Config:
         for name in ("request_timeout", "health_interval", "health_timeout", "membership_interval", "connect_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
+        if self.sampling_defaults and self.control_plane_url:
+            raise ValueError("--default-* sampling flags are for a static gateway: with --control-plane the "
+                             "deployment's sampling_defaults apply")
+        try:
+            self.sampling_defaults = check_sampling_defaults(self.sampling_defaults)
+        except SamplingError as exc:
+            raise ValueError(f"--default-{exc.param.replace('_', '-')}: {exc.requirement}") from None
         if self.served_model_name is None:
             self.served_model_name = self.deployment or "tandem"
         if self.control_plane_url:
@@ -103,7 +115,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--max-migrations", type=int, default=2,
                         help="times one request may move to another worker pair when its worker dies mid-stream "
                              "(0: never; the stream then ends with an error event)")
+    for name, kind in (("temperature", float), ("top_p", float), ("top_k", int), ("max_tokens", int)):
+        parser.add_argument(f"--default-{name.replace('_', '-')}", dest=f"default_{name}", type=kind, default=None,
+                            help=f"{name} for a request that leaves it out (a static gateway's sampling default)")
     args = parser.parse_args(argv)
+    sampling_defaults = {name: getattr(args, f"default_{name}") for name in SAMPLING_DEFAULT_FIELDS
+                         if getattr(args, f"default_{name}") is not None}
     try:
         return Config(
             port=args.port, host=args.host,
@@ -114,7 +131,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             request_timeout=args.request_timeout, max_outstanding_per_worker=args.max_outstanding_per_worker,
             health_interval=args.health_interval, health_timeout=args.health_timeout,
             membership_interval=args.membership_interval, connect_timeout=args.connect_timeout,
-            max_migrations=args.max_migrations,
+            max_migrations=args.max_migrations, sampling_defaults=sampling_defaults,
         )
     except ValueError as exc:
         parser.error(str(exc))

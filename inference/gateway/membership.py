@@ -14,6 +14,7 @@ import aiohttp
 from inference.gateway.config import Config, Mode
 from inference.gateway.routing import Router
 from inference.roles import Role
+from inference.sampling_params import SamplingError, check_sampling_defaults
 
 log = logging.getLogger("tandem.gateway.membership")
 
@@ -55,6 +56,17 @@ def parse_endpoints(body: object) -> tuple[Mode, list[dict]]:
     return mode, groups
 
 
+def parse_sampling_defaults(body: dict) -> dict:
+    """The deployment's sampling defaults from the same answer (absent: none), checked as the control plane does."""
+    defaults = body.get("sampling_defaults") or {}
+    if not isinstance(defaults, dict):
+        raise MembershipError("'sampling_defaults' is not an object")
+    try:
+        return check_sampling_defaults(defaults)
+    except SamplingError as exc:
+        raise MembershipError(f"sampling_defaults: {exc}") from None
+
+
 class ControlPlaneMembership:
     def __init__(self, config: Config, router: Router) -> None:
         self.config = config
@@ -63,6 +75,7 @@ class ControlPlaneMembership:
         self.headers = {"Authorization": f"Token {config.token}"}
         self.num_polls_failed = 0
         self.last_error: str | None = None
+        self.sampling_defaults: dict = {}
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:
         timeout = aiohttp.ClientTimeout(total=max(self.config.membership_interval, 5.0),
@@ -72,7 +85,9 @@ class ControlPlaneMembership:
                 if resp.status != 200:
                     text = (await resp.text())[:200]
                     raise MembershipError(f"HTTP {resp.status}: {text}")
-                mode, groups = parse_endpoints(await resp.json(content_type=None))
+                body = await resp.json(content_type=None)
+                mode, groups = parse_endpoints(body)
+                sampling_defaults = parse_sampling_defaults(body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, MembershipError) as exc:
             self.num_polls_failed += 1
             error = f"control plane {self.url}: {type(exc).__name__}: {exc}"
@@ -86,6 +101,7 @@ class ControlPlaneMembership:
             log.info("control plane %s answers again", self.url)
         self.last_error = None
         self.router.set_groups(mode, groups)
+        self.sampling_defaults = sampling_defaults
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         while True:

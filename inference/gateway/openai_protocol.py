@@ -7,8 +7,10 @@ come back from it (and are relayed unchanged).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 
 from inference import json_body
 from inference.checks import is_int, json_type
@@ -88,7 +90,9 @@ def _check_unsupported(body: dict) -> None:
 
 
 def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...],
-            default_max_tokens: int | None) -> tuple[dict, bool, bool]:
+            default_max_tokens: int | None, defaults: Mapping) -> tuple[dict, bool, bool]:
+    """The sampling fields, OpenAI's conventions mapped onto the worker's. `defaults` (the deployment's sampling
+    defaults) fill a field the request leaves out or sends as null; a value the request gives always wins."""
     model = body.get("model")
     if model is None:
         raise invalid("you must provide a 'model' parameter", "model", "missing_required_parameter")
@@ -113,11 +117,18 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
             raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options",
                           "invalid_value")
         include_usage = _optional_bool(stream_options, "include_usage", False)
+    if max_tokens is None:
+        max_tokens = defaults.get("max_tokens", default_max_tokens)
+    temperature = body.get("temperature")
+    if temperature is None:
+        temperature = defaults.get("temperature", OPENAI_DEFAULT_TEMPERATURE)
     top_k, stop = body.get("top_k"), body.get("stop")
+    if top_k is None:
+        top_k = defaults.get("top_k")
     fields = {  # OpenAI's conventions, mapped onto the worker's sampling fields
-        "max_tokens": max_tokens if max_tokens is not None else default_max_tokens,
-        "temperature": body["temperature"] if body.get("temperature") is not None else OPENAI_DEFAULT_TEMPERATURE,
-        "top_p": body.get("top_p"),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": body["top_p"] if body.get("top_p") is not None else defaults.get("top_p"),
         "top_k": 0 if is_int(top_k) and top_k == -1 else top_k,  # -1 is vLLM's spelling of "no top-k"
         "seed": body.get("seed"),
         # OpenAI ignores empty stop strings; the worker refuses them.
@@ -130,7 +141,7 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
         param = max_tokens_name if exc.param == "max_tokens" else exc.param
         raise invalid(f"'{param}' {exc.requirement}", param, exc.code) from None
     if params.temperature > OPENAI_MAX_TEMPERATURE:
-        raise invalid(f"'temperature' must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {body['temperature']}",
+        raise invalid(f"'temperature' must be in [0, {OPENAI_MAX_TEMPERATURE:g}], got {temperature}",
                       "temperature", "invalid_value")
     worker_body = sampling_fields(params, stop)
     # None asks the worker for the rest of the context: only it knows the prompt's length in tokens.
@@ -152,7 +163,7 @@ def parse_json_object(raw: bytes) -> dict:
     return body
 
 
-def parse_completion(body: dict, served_model_name: str) -> GenerationRequest:
+def parse_completion(body: dict, served_model_name: str, defaults: Mapping = MappingProxyType({})) -> GenerationRequest:
     prompt = body.get("prompt")
     if prompt is None:
         raise invalid("you must provide a 'prompt' parameter", "prompt", "missing_required_parameter")
@@ -165,7 +176,8 @@ def parse_completion(body: dict, served_model_name: str) -> GenerationRequest:
         raise invalid(f"'prompt' must be a string, got {json_type(prompt)}", "prompt", "invalid_type")
     if not prompt:
         raise invalid("'prompt' must not be empty", "prompt", "invalid_value")
-    worker_body, stream, include_usage = _common(body, served_model_name, ("max_tokens",), DEFAULT_MAX_TOKENS)
+    worker_body, stream, include_usage = _common(body, served_model_name, ("max_tokens",), DEFAULT_MAX_TOKENS,
+                                                 defaults)
     worker_body["prompt"] = prompt
     worker_body["messages"] = None
     return GenerationRequest(Endpoint.COMPLETIONS, worker_body, stream, include_usage)
@@ -191,7 +203,7 @@ def _message_content(message: dict, index: int) -> str:
     return "\n".join(texts)
 
 
-def parse_chat(body: dict, served_model_name: str) -> GenerationRequest:
+def parse_chat(body: dict, served_model_name: str, defaults: Mapping = MappingProxyType({})) -> GenerationRequest:
     messages = body.get("messages")
     if messages is None:
         raise invalid("you must provide a 'messages' parameter", "messages", "missing_required_parameter")
@@ -210,7 +222,8 @@ def parse_chat(body: dict, served_model_name: str) -> GenerationRequest:
         worker_messages.append({"role": role, "content": _message_content(message, i)})
     if not any(m["content"] for m in worker_messages):
         raise invalid("'messages' must hold some text", "messages", "invalid_value")
-    worker_body, stream, include_usage = _common(body, served_model_name, ("max_completion_tokens", "max_tokens"), None)
+    worker_body, stream, include_usage = _common(body, served_model_name, ("max_completion_tokens", "max_tokens"), None,
+                                                 defaults)
     worker_body["prompt"] = None
     worker_body["messages"] = worker_messages
     return GenerationRequest(Endpoint.CHAT, worker_body, stream, include_usage)
