@@ -9,7 +9,9 @@ from django.http import Http404, JsonResponse
 from django.utils import timezone
 
 from controlplane.errors import ControlPlaneError
+from controlplane.models.deployments import engine_settings_parts
 from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
+from controlplane.revision_diff import PART_ORDER
 from controlplane.selectors import deployment_get, deployment_rollout_in_progress
 from dashboards.access import viewer_required
 from dashboards.fleet import fleet_rows, node_rows
@@ -76,8 +78,11 @@ def live_context(request, deployment) -> dict:
 def deployment_detail(request, name: str):
     deployment = get_deployment_or_404(name)
     context = live_context(request, deployment)
+    revision = deployment.current_revision
+    parts = engine_settings_parts(revision.engine_settings if revision else {})
     context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES),
-                   has_gpu=deployment_has_gpu(deployment))
+                   has_gpu=deployment_has_gpu(deployment),
+                   engine_parts=[(part, parts[part]) for part in PART_ORDER if parts.get(part)])
     return page(request, "dashboards/deployment.html", context)
 
 

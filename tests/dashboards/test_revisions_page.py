@@ -24,7 +24,7 @@ def test_it_marks_the_current_revision_and_counts_the_workers_of_each(client_for
 
 def test_it_shows_what_changed_between_two_revisions(client_for, viewer, deployment, second_revision):
     text = html.unescape(client_for(viewer).get("/deployments/demo/revisions/?a=1&b=2").content.decode())
-    assert "engine_settings.threads" in text
+    assert "common.threads" in text
     diff = text.split('id="compare"')[1]
     assert re.search(r'class="after">2<', diff)
 
@@ -42,5 +42,5 @@ def test_after_a_rollback_to_the_first_revision_it_compares_the_rolled_back_one_
     text = html.unescape(client_for(viewer).get("/deployments/demo/revisions/").content.decode())
     diff = text.split('id="compare"')[1]
     assert "nothing to compare" not in diff
-    assert "engine_settings.threads" in diff
+    assert "common.threads" in diff
     assert re.search(r'<option value="2" selected>', diff.split('name="b"')[0])

@@ -17,7 +17,7 @@ def test_the_confirmation_lists_the_workers_to_replace_and_the_diff(client_for, 
     assert "Roll back" in html and "revision #1" in html
     assert "Workers that will be replaced (2)" in html
     assert f"#{prefill.pk} ready · rev #2" in html and f"#{decode.pk} ready · rev #2" in html
-    assert "engine_settings.threads" in html  # revision 2 set threads=2
+    assert "common.threads" in html  # revision 2 set threads=2
     assert not Action.objects.filter(kind="rollback").exists()  # nothing happens before the confirmation
 
 
