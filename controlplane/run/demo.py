@@ -20,6 +20,10 @@ from django.db.models import Q
 log = logging.getLogger(__name__)
 
 DEMO_NAME = "demo"
+# Greedy: a small instruct model sampled at OpenAI's default temperature 1 rambles; greedy it answers sensibly.
+# max_tokens bounds a chat request that names none (else it runs to the end of the context, slow on a CPU when a
+# greedy answer repeats itself).
+DEMO_SAMPLING_DEFAULTS = {"temperature": 0.0, "max_tokens": 256}
 ADMIN_USERNAME = "admin"
 MODEL_FOLDERS = {"tiny": "tiny", "smollm2": "smollm2-135m"}
 DEMO_PROMPTS = [
@@ -85,14 +89,15 @@ def demo_gateway_pids() -> set[int]:
 
 def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
     """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service,
-    serving its model in the model's own dtype (`auto`: bfloat16 for SmolLM2, float32 for the tiny model). When it
+    serving its model in the model's own dtype (`auto`: bfloat16 for SmolLM2, float32 for the tiny model), with
+    greedy sampling defaults (DEMO_SAMPLING_DEFAULTS) so that SmolLM2 answers sensibly out of the box. When it
     exists: a changed TANDEM_DEMO_MODEL, or a fixed dtype that an earlier `make run` wrote (float32, before `auto`
     existed), rolls it to a new revision (a dtype an operator chose stays); a changed TANDEM_GATEWAY_PORT moves its
     gateway there; and its failed workers get a new try (a run is a fresh start: a gateway that crash-looped on a busy
     port last time would otherwise keep its slot and never start). Returns (deployment, what was done)."""
-    from controlplane.models import Deployment
+    from controlplane.models import ActionKind, Deployment
     from controlplane.services.actions import Actor, enqueue_reconcile
-    from controlplane.services.deployments import deployment_create
+    from controlplane.services.deployments import deployment_create, deployment_sampling_defaults_set
     from controlplane.services.revisions import revision_create
 
     actor = Actor.system("tandem_run")
@@ -100,10 +105,17 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
     if deployment is None:
         action = deployment_create(
             name=DEMO_NAME, mode="disaggregated", model_path=str(model_path), dtype="auto",
-            engine_settings={"threads": 1}, replicas={"prefill": 1, "decode": 1},
+            engine_settings={"threads": 1}, sampling_defaults=DEMO_SAMPLING_DEFAULTS,
+            replicas={"prefill": 1, "decode": 1},
             gateway_port=settings.TANDEM_GATEWAY_PORT, actor=actor, reason="make run: the demo deployment")
         return action.deployment, "created"
     done = []
+    if not deployment.sampling_defaults and not deployment.actions.filter(kind=ActionKind.SAMPLING).exists():
+        # A demo created before sampling defaults existed; one whose defaults an operator set (or cleared) keeps
+        # them.
+        deployment_sampling_defaults_set(deployment=deployment, sampling_defaults=DEMO_SAMPLING_DEFAULTS,
+                                         actor=actor, reason="make run: greedy sampling defaults for the demo")
+        done.append("greedy sampling defaults set")
     if deployment.gateway_port != settings.TANDEM_GATEWAY_PORT:
         previous = deployment.gateway_port
         demo_gateway_move(deployment, port=settings.TANDEM_GATEWAY_PORT, actor=actor)

@@ -89,8 +89,8 @@ def test_a_demo_that_an_earlier_make_run_pinned_to_float32_rolls_to_auto_but_an_
     model = _model(tmp_path, "smollm2-135m")
     # What make run wrote before dtype auto existed.
     deployment_create(name="demo", mode="disaggregated", model_path=str(model), dtype="float32",
-                      replicas={"prefill": 1, "decode": 1}, gateway_port=settings.TANDEM_GATEWAY_PORT,
-                      actor=Actor.system("tandem_run"))
+                      sampling_defaults={"temperature": 0.0}, replicas={"prefill": 1, "decode": 1},
+                      gateway_port=settings.TANDEM_GATEWAY_PORT, actor=Actor.system("tandem_run"))
     deployment, what = demo_deployment_ensure(model)
     deployment.refresh_from_db()
     assert what == "new revision with dtype auto (was float32)"
@@ -101,3 +101,28 @@ def test_a_demo_that_an_earlier_make_run_pinned_to_float32_rolls_to_auto_but_an_
     deployment, what = demo_deployment_ensure(model)
     deployment.refresh_from_db()
     assert what == "exists" and deployment.current_revision.dtype == "float32"
+
+
+def test_the_demo_answers_greedily_by_default(db, tmp_path, settings):
+    from tests.procs import free_port
+
+    settings.TANDEM_GATEWAY_PORT = free_port()
+    deployment, _ = demo_deployment_ensure(_model(tmp_path, "smollm2-135m"))
+    assert deployment.sampling_defaults == {"temperature": 0.0, "max_tokens": 256}
+
+
+def test_a_demo_of_before_sampling_defaults_gets_them_once_and_an_operators_choice_stays(db, tmp_path, settings,
+                                                                                        operator):
+    from controlplane.services import deployment_sampling_defaults_set
+    from tests.procs import free_port
+
+    settings.TANDEM_GATEWAY_PORT = free_port()
+    model = _model(tmp_path, "tiny")
+    deployment, _ = demo_deployment_ensure(model)
+    Deployment.objects.filter(pk=deployment.pk).update(sampling_defaults={})  # as a demo made before they existed
+    deployment, what = demo_deployment_ensure(model)
+    assert what == "greedy sampling defaults set"
+    assert Deployment.objects.get(pk=deployment.pk).sampling_defaults == {"temperature": 0.0, "max_tokens": 256}
+    deployment_sampling_defaults_set(deployment=deployment, sampling_defaults={}, actor=operator)
+    assert demo_deployment_ensure(model)[1] == "exists"
+    assert Deployment.objects.get(pk=deployment.pk).sampling_defaults == {}
