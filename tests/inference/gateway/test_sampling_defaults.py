@@ -69,12 +69,16 @@ def test_models_shows_them(static_gateway):
     assert model["sampling_defaults"] == {"temperature": 0.0, "max_tokens": 6}
 
 
-def test_a_bad_default_flag_is_a_usage_error_naming_it():
+def test_a_bad_default_flag_is_a_usage_error_naming_it_and_the_control_plane_owns_them():
     result = subprocess.run([sys.executable, "-m", "inference.gateway", "--port", "0", "--colocated",
                              "http://127.0.0.1:1", "--default-top-p", "1.5"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--default-top-p: must be a number in (0, 1]" in result.stderr
+    both = subprocess.run([sys.executable, "-m", "inference.gateway", "--port", "0", "--control-plane",
+                           "http://127.0.0.1:1", "--deployment", "demo", "--token", "t", "--default-temperature", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert both.returncode == 2 and "with --control-plane the deployment's sampling_defaults apply" in both.stderr
 
 
 def test_the_control_planes_defaults_apply_from_the_next_poll(workers, tmp_path_factory):
