@@ -22,6 +22,7 @@ class ActionKind(models.TextChoices):
     UNSCHEDULABLE = "unschedulable"  # a pool's worker found no node to run on (and why)
     LABEL = "label"  # a node's labels changed
     PLACEMENT = "placement"  # a pool's node selector or per-worker request changed
+    OBJECTIVES = "objectives"  # a deployment's latency objectives (and the thresholds that follow them) changed
 
 
 class ActorType(models.TextChoices):

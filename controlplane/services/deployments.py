@@ -11,6 +11,7 @@ from controlplane.models import Action, ActionKind, ActionStatus, Deployment, De
 from controlplane.models.deployments import ROLES_BY_MODE
 from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
+from controlplane.services.objectives import objectives_merge, validate_objectives
 from controlplane.services.pools import validate_placement
 from controlplane.services.validation import (DEFAULT_DTYPE, validate_dtype, validate_engine_settings,
                                               validate_model_path, validate_name, validate_port,
@@ -84,12 +85,13 @@ def _placement_into(specs: list[dict], placement: dict | None, mode: str) -> Non
 def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEFAULT_DTYPE,
                       engine_settings: dict | None = None, replicas: dict | None = None,
                       min_replicas: dict | None = None, max_replicas: dict | None = None,
-                      gateway_port: int | None = None, placement: dict | None = None, actor, reason: str = "",
+                      gateway_port: int | None = None, placement: dict | None = None,
+                      objectives: dict | None = None, actor, reason: str = "",
                       idempotency_key: str | None = None) -> Action:
     """Create a deployment with revision 1, its pools and a `create` action; reconcile starts its workers.
 
-    1. Validate name, mode, model folder, dtype, engine settings and per-role replicas within min..max
-       (defaults: 1 replica, min 1 (0 if 0 replicas are asked), max 8).
+    1. Validate name, mode, model folder, dtype, engine settings, per-role replicas within min..max
+       (defaults: 1 replica, min 1 (0 if 0 replicas are asked), max 8) and objectives (defaults where not given).
     2. Pick the gateway port (given, else the first free from TANDEM_GATEWAY_PORT up).
     3. Insert deployment, revision 1 (current), pools and the action in one transaction; reconcile after commit.
     Returns the `create` Action (action.deployment is the new deployment).
@@ -103,6 +105,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
     engine_settings = validate_engine_settings(engine_settings)
     specs = _pool_specs(mode, replicas, min_replicas, max_replicas)
     _placement_into(specs, placement, mode)
+    objectives = objectives_merge(None, validate_objectives(objectives))
     if gateway_port is not None:
         validate_port(gateway_port)
         if gateway_port == settings.TANDEM_WEB_PORT:
@@ -117,7 +120,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
             raise conflict(f"gateway_port {gateway_port} is used by another deployment", field="gateway_port")
         else:
             port = gateway_port
-        deployment = Deployment.objects.create(name=name, mode=mode, gateway_port=port,
+        deployment = Deployment.objects.create(name=name, mode=mode, gateway_port=port, objectives=objectives,
                                                created_by=actor.user)
         revision = Revision.objects.create(deployment=deployment, number=1, model_path=model_path,
                                            dtype=dtype, engine_settings=engine_settings,
@@ -128,7 +131,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
         action = action_create(
             kind=ActionKind.CREATE, actor=actor, deployment=deployment, reason=reason,
             params={"mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
-                    "pools": specs, "gateway_port": port, "revision": 1},
+                    "pools": specs, "gateway_port": port, "revision": 1, "objectives": objectives},
             idempotency_key=idempotency_key)
         enqueue_reconcile(deployment.pk)
         return action
@@ -136,7 +139,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str = DEF
     try:
         return action_once(kind=ActionKind.CREATE, idempotency_key=idempotency_key, write=write, request={
             "name": name, "mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
-            "pools": specs, "gateway_port": gateway_port})
+            "pools": specs, "gateway_port": gateway_port, "objectives": objectives})
     except IntegrityError:
         # Two creates raced past the checks above: the unique name or port decided.
         raise conflict(f"deployment {name!r} or its gateway port was taken at the same time; try again") from None

@@ -7,16 +7,27 @@ from rest_framework.response import Response
 
 from controlplane.api.serializers import (ActionSerializer, DeploymentActionSerializer, DeploymentSerializer,
                                           RevisionActionSerializer, RevisionSerializer)
-from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView, WriteInputSerializer, write_kwargs
+from controlplane.api.views.base import (ERRORS, OPERATE, READ_ERRORS, ApiView, WriteInputSerializer,
+                                         write_kwargs)
+from controlplane.errors import invalid
 from controlplane.models import DeploymentMode, Revision
 from controlplane.selectors import deployment_get, deployment_list, revision_list
-from controlplane.services import deployment_create, deployment_delete, revision_create
+from controlplane.services import deployment_create, deployment_delete, deployment_objectives_set, revision_create
 from controlplane.services.validation import DEFAULT_DTYPE, DTYPES
 
 
 def _replica_map(help_text: str) -> serializers.DictField:
     return serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=1_000_000), required=False,
                                  allow_null=True, default=None, help_text=help_text)
+
+
+def _objectives_field() -> serializers.DictField:
+    # Checked by the service (validate_objectives), whose 400 names the objective: objectives.ttft_p99_seconds.
+    return serializers.DictField(
+        required=False, allow_null=True, default=None,
+        help_text="P99 latency objectives in seconds: ttft_p99_seconds (prefill stage), itl_p99_seconds (decode "
+                  "stage), e2e_p99_seconds (as clients see it). Defaults 10, 1 and 60, which a CPU demo meets. "
+                  "The default alert rules of each stage take them as thresholds.")
 
 
 class DeploymentCreateInput(WriteInputSerializer):
@@ -48,6 +59,11 @@ class DeploymentCreateInput(WriteInputSerializer):
         help_text="Per role: node_selector (labels), gpus_per_worker, threads_per_worker, allow_gpu_sharing, e.g. "
                   "{\"prefill\": {\"node_selector\": {\"class\": \"compute\"}}, \"decode\": "
                   "{\"node_selector\": {\"class\": \"bandwidth\"}, \"gpus_per_worker\": 1}}.")
+    objectives = _objectives_field()
+
+
+class DeploymentPatchInput(WriteInputSerializer):
+    objectives = _objectives_field()
 
 
 class DeploymentListView(ApiView):
@@ -74,9 +90,30 @@ class DeploymentListView(ApiView):
 
 
 class DeploymentDetailView(ApiView):
+    def get_permissions(self):
+        # Objectives are an operator's setting; deleting stays an admin's.
+        if self.request.method == "PATCH":
+            return [OPERATE()]
+        return super().get_permissions()
+
     @extend_schema(responses={200: DeploymentSerializer, **READ_ERRORS}, description="One deployment. Viewer.")
     def get(self, request, name: str):
         return Response(DeploymentSerializer(deployment_get(name)).data)
+
+    @extend_schema(request=DeploymentPatchInput, responses={200: DeploymentActionSerializer, **ERRORS},
+                   description="Change some of the deployment's latency `objectives` (the others keep their "
+                               "values); the default stage rules' thresholds follow. 200 with the `objectives` "
+                               "action. Operator.")
+    def patch(self, request, name: str):
+        deployment = deployment_get(name)
+        data = DeploymentPatchInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        if data.validated_data["objectives"] is None:
+            raise invalid("objectives is required: the one deployment setting a PATCH changes", field="objectives")
+        action = deployment_objectives_set(deployment=deployment, objectives=data.validated_data["objectives"],
+                                           **write_kwargs(request, data.validated_data))
+        return Response({"action": ActionSerializer(action).data,
+                         "deployment": DeploymentSerializer(deployment_get(name)).data})
 
     @extend_schema(request=WriteInputSerializer, responses={202: DeploymentActionSerializer, **ERRORS},
                    description="Delete a deployment: its pools go to 0, reconcile stops its workers and gateway, "
