@@ -15,6 +15,7 @@ from dashboards.access import viewer_required
 from dashboards.fleet import fleet_rows, node_rows
 from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_range
 from dashboards.selectors import active_alerts, deployment_workers, pool_policies, recent_actions
+from dashboards.stages import objectives_of, stage_charts, stage_values
 from dashboards.views.common import page
 
 # Stopped workers stay in the table this long, so that what just happened (a drain, a replaced worker) is visible.
@@ -76,8 +77,9 @@ def live_context(request, deployment) -> dict:
 def deployment_detail(request, name: str):
     deployment = get_deployment_or_404(name)
     context = live_context(request, deployment)
-    context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES),
-                   has_gpu=deployment_has_gpu(deployment))
+    has_gpu = deployment_has_gpu(deployment)
+    context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES), has_gpu=has_gpu,
+                   stage_columns=stage_values(deployment, has_gpu=has_gpu), objectives=objectives_of(deployment))
     return page(request, "dashboards/deployment.html", context)
 
 
@@ -92,7 +94,9 @@ def deployment_live(request, name: str):
 def deployment_charts(request, name: str):
     """The chart figures as JSON for `Plotly.react`: {"figures": {key: {"data", "layout"}}, "order": [...]}."""
     deployment = get_deployment_or_404(name)
-    data = chart_figures(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
+    range_key, now = parse_range(request.GET.get("range")), time.time()
+    data = chart_figures(deployment, range_key=range_key, now=now)
+    data["stages"] = stage_charts(deployment, range_key=range_key, now=now, reason=data.pop("empty_reason"))
     response = JsonResponse(data)
     response["Cache-Control"] = "no-store"
     return response
