@@ -20,10 +20,13 @@ from dashboards.charts import Axis, Series, empty_figure, line_figure
 from dashboards.panels import RANGES, Line, deployment_has_gpu, range_start
 
 VALUE_WINDOW_S = 60
-BATCH_ABSENT = ("no data yet: the workers export no tandem_batch_tokens_per_step histogram (tokens fed per engine "
-                "step), or took no step in this range")
-NO_GPU = ("no GPU on this host: workers export GPU temperature and memory fragmentation (torch reserved − "
-          "allocated) only on a GPU host")
+# Plotly draws an annotation on one line unless told: <br> keeps the reason inside a narrow chart.
+BATCH_ABSENT = ("no data yet: the workers export no<br>tandem_batch_tokens_per_step histogram<br>"
+                "(tokens fed per engine step), or took no step")
+NO_GPU = "no GPU on this host:<br>workers export these series<br>only on a GPU host"
+# An objective far above the measured P99 would flatten its line to the floor: below this share of the objective
+# the objective is named in the title instead of drawn.
+OBJECTIVE_DRAWN_ABOVE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +176,16 @@ def stage_charts(deployment, *, range_key: str, now: float, reason: str) -> dict
                 key = f"stage-{column['role']}-{indicator.key}"
                 series = _load(indicator, deployment=deployment, role=column["role"], workers=workers, start=start,
                                end=now, step=step, now=now, threads=threads)
+                title = indicator.title
                 if series and indicator.objective:
-                    series.append(Series("objective P99", [[start, objectives[indicator.objective]],
-                                                           [now, objectives[indicator.objective]]], "dash",
-                                         group="objective"))
-                figures[key] = line_figure(indicator.title, series, Axis(indicator.unit), x_range=(start, now),
+                    objective = objectives[indicator.objective]
+                    peak = max((p[1] for item in series for p in item.points), default=0.0)
+                    if peak >= OBJECTIVE_DRAWN_ABOVE * objective:
+                        series.append(Series("objective P99", [[start, objective], [now, objective]], "dash",
+                                             group="objective"))
+                    else:
+                        title = f"{title} · objective {objective:g} s, far above"
+                figures[key] = line_figure(title, series, Axis(indicator.unit), x_range=(start, now),
                                            empty_reason=indicator.empty or reason)
                 order.append(key)
         columns.append({"role": column["role"], "title": column["title"], "order": order,

@@ -129,3 +129,11 @@ def test_batch_tokens_per_step_says_no_data_yet_until_the_workers_export_it(clie
     figure = _stages(client_for(viewer))["figures"]["stage-prefill-batch"]
     assert [t["name"] for t in figure["data"]] == ["tokens prefill"]
     assert _value(_page(client_for(viewer)), "prefill:batch") == "128.0 tokens"
+
+
+def test_an_objective_far_above_the_measured_p99_is_named_instead_of_flattening_the_chart(client_for, viewer,
+                                                                                          deployment, seed_samples):
+    seed_samples(deployment, "ttft_p99_seconds", [0.2, 0.3], role="prefill")  # the default objective is 10 s
+    figure = _stages(client_for(viewer))["figures"]["stage-prefill-ttft"]
+    assert "objective P99" not in {t["name"] for t in figure["data"]}
+    assert "objective 10 s, far above" in figure["layout"]["title"]["text"]
