@@ -137,4 +137,4 @@ def chart_figures(deployment, *, range_key: str, now: float) -> dict:
                                       empty_reason=reason)
                for panel in panels}
     return {"range": range_key, "start": start, "end": end, "step": step, "has_gpu": has_gpu,
-            "figures": figures, "order": [panel.key for panel in panels], "empty_reason": reason}
+            "figures": figures, "order": [panel.key for panel in panels]}

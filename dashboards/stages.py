@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from controlplane.models import DeploymentMode, Worker
+from controlplane.models.workers import LIVE_STATUSES
 from controlplane.models.deployments import DEFAULT_OBJECTIVES
 from controlplane.observability.series import SeriesQuery, auto_step, metric_values, query_series
 from dashboards.charts import Axis, Series, empty_figure, line_figure
-from dashboards.panels import RANGES, Line, deployment_has_gpu, range_start
+from dashboards.panels import RANGES, Line, deployment_has_gpu, empty_reason, range_start
 
 VALUE_WINDOW_S = 60
 # Plotly draws an annotation on one line unless told: <br> keeps the reason inside a narrow chart.
@@ -155,10 +156,12 @@ def _load(indicator: Indicator, *, deployment, role, workers, start, end, step, 
     return series
 
 
-def stage_charts(deployment, *, range_key: str, now: float, reason: str) -> dict:
+def stage_charts(deployment, *, range_key: str, now: float) -> dict:
     """{"columns": [{"role", "title", "order": [chart keys], "values": [...]}], "figures": {key: figure},
     "health_order": [keys], "has_gpu"}. Chart keys are "stage-<role>-<indicator>" and "health-<indicator>".
-    `reason` is what an empty chart says when nothing more specific applies (panels.empty_reason)."""
+
+    1. Read every chart's series. 2. Say why an empty chart is empty (panels.empty_reason, unless the indicator has
+    its own reason). 3. Draw, with each latency chart's objective."""
     start = range_start(deployment, seconds=RANGES[range_key], now=now)
     step = auto_step(start, now)
     has_gpu = deployment_has_gpu(deployment)
@@ -167,38 +170,40 @@ def stage_charts(deployment, *, range_key: str, now: float, reason: str) -> dict
     since = datetime.fromtimestamp(start, tz=timezone.utc)
     workers = tuple(Worker.objects.filter(deployment=deployment).exclude(stopped_at__lt=since)
                     .values_list("id", flat=True))
-    figures: dict[str, dict] = {}
+    read = dict(deployment=deployment, workers=workers, start=start, end=now, step=step, now=now, threads=threads)
+    charts: list[tuple[str, Indicator, list[Series]]] = []
     columns = []
     for column in stage_values(deployment, has_gpu=has_gpu, now=now):
         order = []
         for stage in column["stages"]:
             for indicator in stage_indicators(stage, has_gpu=has_gpu):
                 key = f"stage-{column['role']}-{indicator.key}"
-                series = _load(indicator, deployment=deployment, role=column["role"], workers=workers, start=start,
-                               end=now, step=step, now=now, threads=threads)
-                title = indicator.title
-                if series and indicator.objective:
-                    objective = objectives[indicator.objective]
-                    peak = max((p[1] for item in series for p in item.points), default=0.0)
-                    if peak >= OBJECTIVE_DRAWN_ABOVE * objective:
-                        series.append(Series("objective P99", [[start, objective], [now, objective]], "dash",
-                                             group="objective"))
-                    else:
-                        title = f"{title} · objective {objective:g} s, far above"
-                figures[key] = line_figure(title, series, Axis(indicator.unit), x_range=(start, now),
-                                           empty_reason=indicator.empty or reason)
+                charts.append((key, indicator, _load(indicator, role=column["role"], **read)))
                 order.append(key)
         columns.append({"role": column["role"], "title": column["title"], "order": order,
                         "values": [{k: v for k, v in value.items() if k != "value"} for value in column["values"]]})
-    health_order = []
-    for indicator in GPU_HEALTH:
-        key = f"health-{indicator.key}"
-        if has_gpu:
-            series = _load(indicator, deployment=deployment, role=tuple(deployment.roles), workers=workers,
-                           start=start, end=now, step=step, now=now, threads=threads)
-            figures[key] = line_figure(indicator.title, series, Axis(indicator.unit), x_range=(start, now),
-                                       empty_reason=reason)
-        else:
-            figures[key] = empty_figure(indicator.title, NO_GPU, x_range=(start, now))
-        health_order.append(key)
-    return {"columns": columns, "figures": figures, "health_order": health_order, "has_gpu": has_gpu}
+    health = [(f"health-{indicator.key}", indicator,
+               _load(indicator, role=tuple(deployment.roles), **read) if has_gpu else [])
+              for indicator in GPU_HEALTH]
+    num_live = Worker.objects.filter(deployment=deployment, status__in=LIVE_STATUSES).count()
+    reason = empty_reason(num_live_workers=num_live,
+                          has_samples=any(s.points for _, _, series in charts + health for s in series))
+    figures: dict[str, dict] = {}
+    for key, indicator, series in charts:
+        title = indicator.title
+        if series and indicator.objective:
+            objective = objectives[indicator.objective]
+            peak = max((p[1] for item in series for p in item.points), default=0.0)
+            if peak >= OBJECTIVE_DRAWN_ABOVE * objective:
+                series = series + [Series("objective P99", [[start, objective], [now, objective]], "dash",
+                                          group="objective")]
+            else:
+                title = f"{title} · objective {objective:g} s, far above"
+        figures[key] = line_figure(title, series, Axis(indicator.unit), x_range=(start, now),
+                                   empty_reason=indicator.empty or reason)
+    for key, indicator, series in health:
+        figures[key] = (line_figure(indicator.title, series, Axis(indicator.unit), x_range=(start, now),
+                                    empty_reason=reason) if has_gpu
+                        else empty_figure(indicator.title, NO_GPU, x_range=(start, now)))
+    return {"columns": columns, "figures": figures, "health_order": [key for key, _, _ in health],
+            "has_gpu": has_gpu}

@@ -9,6 +9,7 @@ urlpatterns = [
     path("deployments/<slug:name>/", pages.deployment_detail, name="deployment"),
     path("deployments/<slug:name>/live", pages.deployment_live, name="deployment-live"),
     path("deployments/<slug:name>/charts.json", pages.deployment_charts, name="deployment-charts"),
+    path("deployments/<slug:name>/stages.json", pages.deployment_stages, name="deployment-stages"),
     path("deployments/<slug:name>/revisions/", history.revisions_page, name="revisions"),
     path("deployments/<slug:name>/pools/<slug:role>/scale", controls.pool_scale_view, name="pool-scale"),
     path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),

@@ -94,9 +94,18 @@ def deployment_live(request, name: str):
 def deployment_charts(request, name: str):
     """The chart figures as JSON for `Plotly.react`: {"figures": {key: {"data", "layout"}}, "order": [...]}."""
     deployment = get_deployment_or_404(name)
-    range_key, now = parse_range(request.GET.get("range")), time.time()
-    data = chart_figures(deployment, range_key=range_key, now=now)
-    data["stages"] = stage_charts(deployment, range_key=range_key, now=now, reason=data.pop("empty_reason"))
+    data = chart_figures(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
+    response = JsonResponse(data)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@viewer_required
+def deployment_stages(request, name: str):
+    """The stage columns' figures and current values as JSON ({"columns", "figures", "health_order", "has_gpu"}):
+    a request of its own, fetched beside charts.json, so that neither waits for the other's series reads."""
+    deployment = get_deployment_or_404(name)
+    data = stage_charts(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
     response = JsonResponse(data)
     response["Cache-Control"] = "no-store"
     return response

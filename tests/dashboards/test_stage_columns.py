@@ -17,9 +17,9 @@ def _page(client, name="demo") -> str:
 
 
 def _stages(client, name="demo") -> dict:
-    response = client.get(f"/deployments/{name}/charts.json?range=15m")
-    assert response.status_code == 200
-    return response.json()["stages"]
+    response = client.get(f"/deployments/{name}/stages.json?range=15m")
+    assert response.status_code == 200 and response["Cache-Control"] == "no-store"
+    return response.json()
 
 
 def _value(html: str, cell: str) -> str:

@@ -4,6 +4,7 @@
   "use strict";
   var REFRESH_MS = 5000;
   var chartsEl = document.getElementById("charts");
+  var stagesEl = document.getElementById("stage-columns");
   var liveEl = document.getElementById("live");
   var stateEl = document.getElementById("refresh-state");
   if (!chartsEl) { return; }
@@ -51,7 +52,8 @@
     });
   }
 
-  function drawStages(stages, wanted) {
+  function drawStages(stages) {
+    var wanted = {};
     // Each stage column gets its charts; its current values are rewritten in place.
     stages.columns.forEach(function (column) {
       draw(column.order, stages.figures, document.getElementById("stage-charts-" + column.role), wanted);
@@ -61,6 +63,14 @@
       });
     });
     draw(stages.health_order, stages.figures, document.getElementById("health-charts"), wanted);
+    drop(stagesEl.parentNode, wanted);
+  }
+
+  function drop(container, wanted) {
+    // A panel that is no longer part of the page (GPU ↔ CPU) goes away.
+    Array.prototype.forEach.call(container.querySelectorAll(".chart[data-chart]"), function (div) {
+      if (!wanted[div.dataset.chart]) { window.Plotly.purge(div); div.remove(); }
+    });
   }
 
   function drawCharts(payload) {
@@ -68,15 +78,16 @@
     if (loading) { loading.remove(); }
     var wanted = {};
     draw(payload.order, payload.figures, chartsEl, wanted);
-    if (payload.stages) { drawStages(payload.stages, wanted); }
-    // A panel that is no longer part of the page (GPU ↔ CPU) goes away.
-    Array.prototype.forEach.call(document.querySelectorAll(".chart[data-chart]"), function (div) {
-      if (!wanted[div.dataset.chart]) { window.Plotly.purge(div); div.remove(); }
-    });
+    drop(chartsEl, wanted);
   }
 
   function refreshCharts() {
     return get(chartsEl.dataset.url + "?range=" + encodeURIComponent(range), "application/json").then(drawCharts);
+  }
+
+  function refreshStages() {
+    if (!stagesEl) { return Promise.resolve(); }
+    return get(stagesEl.dataset.url + "?range=" + encodeURIComponent(range), "application/json").then(drawStages);
   }
 
   function editing() {
@@ -95,7 +106,7 @@
   function tick() {
     if (busy || document.hidden || !window.Plotly) { return; }
     busy = true;
-    Promise.all([refreshCharts(), refreshLive()]).then(function () {
+    Promise.all([refreshCharts(), refreshStages(), refreshLive()]).then(function () {
       setState("live: updated " + new Date().toLocaleTimeString(), false);
     }).catch(function (error) {
       setState("refresh failed (" + error.message + "): retrying every 5 s", true);
