@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 
 from controlplane.models import DeploymentMode, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.models.deployments import DEFAULT_OBJECTIVES
 from controlplane.observability.series import SeriesQuery, auto_step, metric_values, query_series
+from controlplane.services.objectives import objectives_merge
 from dashboards.charts import Axis, Series, empty_figure, line_figure
 from dashboards.panels import RANGES, Line, deployment_has_gpu, empty_reason, range_start
+from dashboards.templatetags.dash import metric_value
 
 VALUE_WINDOW_S = 60
 # Plotly draws an annotation on one line unless told: <br> keeps the reason inside a narrow chart.
@@ -103,8 +104,7 @@ def worker_threads(deployment) -> int:
 
 
 def objectives_of(deployment) -> dict[str, float]:
-    return {**DEFAULT_OBJECTIVES, **{k: v for k, v in (deployment.objectives or {}).items()
-                                     if k in DEFAULT_OBJECTIVES}}
+    return objectives_merge(deployment.objectives, {})
 
 
 def _value_of(indicator: Indicator) -> tuple[str, str]:
@@ -115,10 +115,8 @@ def _value_of(indicator: Indicator) -> tuple[str, str]:
 
 
 def stage_values(deployment, *, has_gpu: bool, now=None) -> list[dict]:
-    """Each column with its current values: [{"role", "title", "values": [{"key", "label", "metric", "value",
-    "unit"}]}], the pool aggregate's last value in the past minute (None: no data)."""
-    from dashboards.templatetags.dash import metric_value
-
+    """Each column with its current values: [{"role", "title", "stages", "values": [{"key", "label", "metric",
+    "value", "text"}]}], the pool aggregate's last value in the past minute (value None, text "–": no data)."""
     threads = worker_threads(deployment)
     columns = []
     for column in stage_columns(deployment):

@@ -14,6 +14,7 @@ urlpatterns = [
     path("deployments/<slug:name>/pools/<slug:role>/scale", controls.pool_scale_view, name="pool-scale"),
     path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),
     path("deployments/<slug:name>/autoscaling", controls.autoscaling_view, name="autoscaling"),
+    path("deployments/<slug:name>/objectives", controls.objectives_view, name="objectives"),
     path("workers/<int:worker_id>/restart", controls.worker_restart_view, name="worker-restart"),
     path("workers/<int:worker_id>/drain", controls.worker_drain_view, name="worker-drain"),
     path("actions/", history.actions_page, name="actions"),
