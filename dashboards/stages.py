@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from controlplane.models import DeploymentMode, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.series import SeriesQuery, auto_step, metric_values, query_series
+from controlplane.observability.series import SeriesQuery, as_unix, auto_step, latest_pool_values, query_series
 from controlplane.services.objectives import objectives_merge
 from dashboards.charts import Axis, Series, empty_figure, line_figure
 from dashboards.panels import RANGES, Line, deployment_has_gpu, empty_reason, range_start
@@ -114,27 +114,30 @@ def _value_of(indicator: Indicator) -> tuple[str, str]:
     return metric, unit
 
 
-def stage_values(deployment, *, has_gpu: bool, now=None) -> list[dict]:
+def stage_values(deployment, *, has_gpu: bool, now: float | None = None) -> list[dict]:
     """Each column with its current values: [{"role", "title", "stages", "values": [{"key", "label", "metric",
-    "value", "text"}]}], the pool aggregate's last value in the past minute (value None, text "–": no data)."""
+    "value", "text"}]}], the pool aggregate's newest value in the past minute (value None, text "–": no data), all
+    read in one query."""
+    now = as_unix(now)
     threads = worker_threads(deployment)
-    columns = []
-    for column in stage_columns(deployment):
+    columns = [{**column, "indicators": [indicator for stage in column["stages"]
+                                         for indicator in stage_indicators(stage, has_gpu=has_gpu)]}
+               for column in stage_columns(deployment)]
+    latest = latest_pool_values(deployment_ids=[deployment.pk], now=now, window_s=VALUE_WINDOW_S,
+                                metrics={_value_of(i)[0] for column in columns for i in column["indicators"]})
+    for column in columns:
         values = []
-        for stage in column["stages"]:
-            for indicator in stage_indicators(stage, has_gpu=has_gpu):
-                metric, unit = _value_of(indicator)
-                found = metric_values(metric=metric, deployment=deployment, role=column["role"],
-                                      aggregation="last", window_s=VALUE_WINDOW_S, now=now)
-                value = found[0].value if found else None
-                if value is not None and indicator.per_thread:
-                    value /= threads
-                text = metric_value(value, unit or metric)
-                if value is not None and indicator.objective:
-                    text += f" (objective {metric_value(objectives_of(deployment)[indicator.objective], metric)})"
-                values.append({"key": indicator.key, "label": indicator.title, "metric": metric, "value": value,
-                               "text": text})
-        columns.append({**column, "values": values})
+        for indicator in column.pop("indicators"):
+            metric, unit = _value_of(indicator)
+            value = latest.get((deployment.pk, column["role"], metric))
+            if value is not None and indicator.per_thread:
+                value /= threads
+            text = metric_value(value, unit or metric)
+            if value is not None and indicator.objective:
+                text += f" (objective {metric_value(objectives_of(deployment)[indicator.objective], metric)})"
+            values.append({"key": indicator.key, "label": indicator.title, "metric": metric, "value": value,
+                           "text": text})
+        column["values"] = values
     return columns
 
 
