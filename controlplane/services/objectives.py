@@ -28,11 +28,11 @@ def validate_objectives(value, *, field: str = "objectives") -> dict[str, float]
                       field=field)
     clean = {}
     for name, seconds in value.items():
-        where = f"{field}.{name}"
+        where = f"{field}.{str(name)[:64]}"
         if name not in DEFAULT_OBJECTIVES:
             raise invalid(f"{where} is not an objective; known: {', '.join(DEFAULT_OBJECTIVES)}", field=where)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-            raise invalid(f"{where} must be a number of seconds, not {seconds!r}", field=where)
+            raise invalid(f"{where} must be a number of seconds, not {repr(seconds)[:60]}", field=where)
         if not 0 < seconds <= MAX_OBJECTIVE_S:
             raise invalid(f"{where} must be more than 0 and at most {MAX_OBJECTIVE_S:g} seconds, not {seconds:g}",
                           field=where)
