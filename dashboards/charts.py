@@ -37,6 +37,7 @@ class Series:
 @dataclass(frozen=True, slots=True)
 class Axis:
     unit: str  # "seconds" | "ratio" | "bytes" | "tokens_per_second" | "requests_per_second" | "requests" | "cores"
+    # | "tokens" | "celsius"
     title: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -61,7 +62,7 @@ def unit_scale(unit: str, max_value: float) -> Scale:
     if unit == "bytes":
         return Scale(1 / GIB, "GiB", True, ",.2f") if max_value >= GIB else Scale(1 / MIB, "MiB", True, ",.0f")
     labels = {"tokens_per_second": "tokens/s", "requests_per_second": "req/s", "requests": "requests",
-              "cores": "cores"}
+              "cores": "cores", "tokens": "tokens", "celsius": "°C"}
     return Scale(1.0, labels.get(unit, ""), False, ",.2f")
 
 

@@ -82,3 +82,49 @@ class NvmlCollector(Collector):
                 except Exception as exc:
                     log.debug("NVML %s for GPU %d failed: %s", key, index, exc)
         yield from families.values()
+
+
+class TorchMemoryCollector(Collector):
+    """tandem_gpu_memory_fragmentation_bytes of the CUDA devices a worker computes on: memory torch's caching
+    allocator holds but no tensor uses (`memory_reserved - memory_allocated`). NVML sees the reserved memory as
+    used; this says how much of it is the allocator's slack, which a long-running decode worker grows as KV and
+    activation tensors of changing shapes come and go.
+
+    Labelled like the NVML series: `gpu` is the physical index where CUDA_VISIBLE_DEVICES names one (the node agent
+    gives each worker its GPU that way, visible as cuda:0), else torch's index. Nothing on a CPU device.
+    """
+
+    def __init__(self, *, role: str, model: str, devices: list[str], visible_devices: str | None = None):
+        self.role, self.model = role, model
+        self.indexes: list[int] = []
+        for device in devices:
+            kind, _, index = device.partition(":")
+            if kind == "cuda":
+                self.indexes.append(int(index) if index else 0)
+        visible = [part.strip() for part in (visible_devices or "").split(",") if part.strip()]
+        self.physical = visible if visible and all(part.isdigit() for part in visible) else None
+
+    def describe(self):
+        return []
+
+    def _label(self, index: int) -> str:
+        if self.physical is not None and index < len(self.physical):
+            return self.physical[index]
+        return str(index)
+
+    def collect(self):
+        if not self.indexes:
+            return
+        import torch  # only on a worker that computes on CUDA, where torch is loaded already
+
+        family = GaugeMetricFamily(
+            "tandem_gpu_memory_fragmentation_bytes",
+            "GPU memory reserved by torch's caching allocator but not allocated to a tensor.", labels=LABELS)
+        for index in self.indexes:
+            try:
+                slack = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+            except Exception as exc:  # a device that fell off the bus loses its series, not the scrape
+                log.debug("torch memory of GPU %d failed: %s", index, exc)
+                continue
+            family.add_metric([self.role, self.model, self._label(index)], float(max(slack, 0)))
+        yield family

@@ -12,7 +12,8 @@ Types:
   metric tandem_worker_info{dtype, dtype_requested, revision} = 1 once the model is loaded
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
   tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind}
-- GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`).
+- GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`), and
+  tandem_gpu_memory_fragmentation_bytes from torch once a worker computes on a CUDA device (`watch_devices`)
 
 prometheus_client's metric objects are thread-safe, so the engine-loop thread and the asyncio thread may both update.
 """
@@ -112,6 +113,15 @@ class TandemMetrics:
         info-metric idiom: a gauge of 1 whose labels carry the facts."""
         self._worker_info.labels(role=self.role, model=self.model, dtype=dtype, dtype_requested=dtype_requested,
                                  revision=revision).set(1)
+
+    def watch_devices(self, devices: list[str], *, visible_devices: str | None = None) -> None:
+        """Export torch's allocator slack of the CUDA devices among `devices` (called once the model is loaded, so
+        that a CPU worker never imports torch.cuda for it). `visible_devices` is the process' CUDA_VISIBLE_DEVICES."""
+        from inference.gpu import TorchMemoryCollector
+
+        if any(device.startswith("cuda") for device in devices):
+            self.registry.register(TorchMemoryCollector(role=self.role, model=self.model, devices=devices,
+                                                        visible_devices=visible_devices))
 
     def count_success(self, finished_reason: str) -> None:
         self._success.labels(role=self.role, model=self.model, finished_reason=finished_reason).inc()

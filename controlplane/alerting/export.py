@@ -26,6 +26,7 @@ GAUGES = {
     "gpu_temperature_celsius": ("tandem_gpu_temperature_celsius", "max"),
     "gpu_power_watts": ("tandem_gpu_power_watts", "sum"),
     "resident_memory_bytes": ("process_resident_memory_bytes", "sum"),
+    "gpu_memory_fragmentation_bytes": ("tandem_gpu_memory_fragmentation_bytes", "sum"),
     "up": ("up", "avg"),
     # The control plane's own /metrics (labels deployment and role), not a worker's.
     "unschedulable_replicas": ("tandem_pool_unschedulable_replicas", "sum"),
@@ -97,6 +98,9 @@ class _Query:
             return f"({self.sum_rate('tandem_request_errors_total', f'kind!~{_quote(client)}')} / {requests})"
         if metric in COUNTERS:
             return self.sum_rate(COUNTERS[metric])
+        if metric == "batch_tokens_per_step":
+            return (f"({self.sum_rate('tandem_batch_tokens_per_step_sum')} / "
+                    f"{self.sum_rate('tandem_batch_tokens_per_step_count')})")
         if metric == "gpu_memory_used_ratio":
             return (f"(sum by ({self.by}) ({self._gauge('tandem_gpu_memory_used_bytes', agg)}) / "
                     f"sum by ({self.by}) ({self._gauge('tandem_gpu_memory_total_bytes', agg)}))")

@@ -58,7 +58,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Deployment
         fields = ["name", "mode", "current_revision", "gateway_port", "gateway_url", "gateway_node", "pools",
-                  "autoscale_enabled", "sampling_defaults", "deleting", "created_at", "created_by"]
+                  "autoscale_enabled", "sampling_defaults", "objectives", "deleting", "created_at", "created_by"]
 
     def get_gateway_url(self, deployment: Deployment) -> str | None:
         if deployment.gateway_port is None:

@@ -23,6 +23,7 @@ class ActionKind(models.TextChoices):
     LABEL = "label"  # a node's labels changed
     PLACEMENT = "placement"  # a pool's node selector or per-worker request changed
     SAMPLING = "sampling"  # a deployment's sampling defaults changed
+    OBJECTIVES = "objectives"  # a deployment's latency objectives (and the thresholds that follow them) changed
 
 
 class ActorType(models.TextChoices):

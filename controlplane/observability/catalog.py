@@ -10,6 +10,7 @@ Pool aggregates (worker None) combine the workers of one (deployment, role) at t
 - rates and counts (qps, tokens/s, requests running/waiting, bytes, watts): sum over workers;
 - ratios of counters (error_ratio, server_error_ratio): from the summed counters;
 - utilisation-like ratios (kv cache, GPU utilisation, GPU memory ratio, CPU): mean over workers that report them;
+- batch tokens per step: summed token counts over summed step counts;
 - temperature: max; `up`: the fraction of the pool's targets that answered (1.0 all up, 0.0 all down).
 
 Per-GPU series aggregate per worker: max for utilisation and temperature, sum for memory bytes and watts, and the
@@ -57,6 +58,11 @@ _CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
     "up": (25, PoolAggregate.MEAN, "ratio"),
     # Written by the control plane itself (not scraped): workers of a pool that no node can take.
     "unschedulable_replicas": (26, PoolAggregate.SUM, "workers"),
+    # torch's reserved minus allocated GPU memory (workers on CUDA only).
+    "gpu_memory_fragmentation_bytes": (27, PoolAggregate.SUM, "bytes"),
+    # Mean tokens fed per engine step: rate(tandem_batch_tokens_per_step_sum) / rate(..._count), pooled from the
+    # summed counters like a ratio.
+    "batch_tokens_per_step": (28, PoolAggregate.COUNTER_RATIO, "tokens"),
 }
 
 METRICS: tuple[str, ...] = tuple(_CATALOG)

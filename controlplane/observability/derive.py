@@ -15,9 +15,11 @@ from controlplane.observability.catalog import HISTOGRAMS, QUANTILES
 from controlplane.observability.exposition import Reading
 from controlplane.observability.quantiles import bucket_increases, counter_increase, histogram_quantile, sum_buckets
 
-_RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "generation_tokens", "cpu_seconds")
+_RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "generation_tokens", "cpu_seconds",
+                  "batch_tokens", "batch_steps")
 _GAUGE_SERIES = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "gpu_utilization_ratio",
-                 "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts", "resident_memory_bytes")
+                 "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts", "resident_memory_bytes",
+                 "gpu_memory_fragmentation_bytes")
 
 
 def trim_snapshots(snapshots: list[dict], now: float, window_s: float) -> list[dict]:
@@ -88,6 +90,9 @@ def rate_series(inc: Increments) -> dict[str, float | None]:
         values["generation_tokens_per_second"] = counters["generation_tokens"] / span
     if "cpu_seconds" in counters:
         values["cpu_usage_ratio"] = counters["cpu_seconds"] / span
+    if counters.get("batch_steps"):
+        # No step in the window is no data, not 0 tokens per step.
+        values["batch_tokens_per_step"] = counters.get("batch_tokens", 0.0) / counters["batch_steps"]
     return values
 
 

@@ -35,6 +35,9 @@ _COUNTERS = {
     "tandem_generation_tokens_total": "generation_tokens",
     "tandem_request_success_total": "success",
     "process_cpu_seconds_total": "cpu_seconds",
+    # The histogram of tokens fed per engine step: only its sum and count are kept (the mean per step).
+    "tandem_batch_tokens_per_step_sum": "batch_tokens",
+    "tandem_batch_tokens_per_step_count": "batch_steps",
 }
 # Gauges → (key, how several label sets combine: GPUs of one worker).
 _GAUGES = {
@@ -46,6 +49,7 @@ _GAUGES = {
     "tandem_gpu_memory_total_bytes": ("gpu_memory_total_bytes", "sum"),
     "tandem_gpu_temperature_celsius": ("gpu_temperature_celsius", "max"),
     "tandem_gpu_power_watts": ("gpu_power_watts", "sum"),
+    "tandem_gpu_memory_fragmentation_bytes": ("gpu_memory_fragmentation_bytes", "sum"),
     "process_resident_memory_bytes": ("resident_memory_bytes", "sum"),
 }
 _ERRORS = "tandem_request_errors_total"

@@ -11,6 +11,7 @@ from controlplane.models import Action, ActionKind, ActionStatus, Deployment, De
 from controlplane.models.deployments import ROLES_BY_MODE
 from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
+from controlplane.services.objectives import objectives_merge, validate_objectives
 from controlplane.services.pools import validate_placement
 from controlplane.services.validation import (DEFAULT_DTYPE, revision_dtype, validate_engine_settings,
                                               validate_model_path, validate_name, validate_port,
@@ -85,13 +86,14 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
                       engine_settings: dict | None = None, sampling_defaults: dict | None = None,
                       replicas: dict | None = None,
                       min_replicas: dict | None = None, max_replicas: dict | None = None,
-                      gateway_port: int | None = None, placement: dict | None = None, actor, reason: str = "",
+                      gateway_port: int | None = None, placement: dict | None = None,
+                      objectives: dict | None = None, actor, reason: str = "",
                       idempotency_key: str | None = None) -> Action:
     """Create a deployment with revision 1, its pools and a `create` action; reconcile starts its workers.
 
     1. Validate name, mode, model folder, dtype (the field or engine_settings.common.dtype; default auto), engine
-       settings (common and the mode's roles), sampling defaults and per-role replicas within min..max
-       (defaults: 1 replica, min 1 (0 if 0 replicas are asked), max 8).
+       settings (common and the mode's roles), sampling defaults, per-role replicas within min..max
+       (defaults: 1 replica, min 1 (0 if 0 replicas are asked), max 8) and objectives (defaults where not given).
     2. Pick the gateway port (given, else the first free from TANDEM_GATEWAY_PORT up).
     3. Insert deployment, revision 1 (current), pools and the action in one transaction; reconcile after commit.
     Returns the `create` Action (action.deployment is the new deployment).
@@ -107,6 +109,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
     sampling_defaults = validate_sampling_defaults(sampling_defaults)
     specs = _pool_specs(mode, replicas, min_replicas, max_replicas)
     _placement_into(specs, placement, mode)
+    objectives = objectives_merge(None, validate_objectives(objectives))
     if gateway_port is not None:
         validate_port(gateway_port)
         if gateway_port == settings.TANDEM_WEB_PORT:
@@ -122,7 +125,8 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
         else:
             port = gateway_port
         deployment = Deployment.objects.create(name=name, mode=mode, gateway_port=port,
-                                               sampling_defaults=sampling_defaults, created_by=actor.user)
+                                               sampling_defaults=sampling_defaults, objectives=objectives,
+                                               created_by=actor.user)
         revision = Revision.objects.create(deployment=deployment, number=1, model_path=model_path,
                                            dtype=dtype, engine_settings=engine_settings,
                                            comment="initial revision", created_by=actor.user)
@@ -132,7 +136,8 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
         action = action_create(
             kind=ActionKind.CREATE, actor=actor, deployment=deployment, reason=reason,
             params={"mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
-                    "sampling_defaults": sampling_defaults, "pools": specs, "gateway_port": port, "revision": 1},
+                    "sampling_defaults": sampling_defaults, "pools": specs, "gateway_port": port, "revision": 1,
+                    "objectives": objectives},
             idempotency_key=idempotency_key)
         enqueue_reconcile(deployment.pk)
         return action
@@ -140,7 +145,8 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
     try:
         return action_once(kind=ActionKind.CREATE, idempotency_key=idempotency_key, write=write, request={
             "name": name, "mode": mode, "model_path": model_path, "dtype": dtype, "engine_settings": engine_settings,
-            "sampling_defaults": sampling_defaults, "pools": specs, "gateway_port": gateway_port})
+            "sampling_defaults": sampling_defaults, "pools": specs, "gateway_port": gateway_port,
+            "objectives": objectives})
     except IntegrityError:
         # Two creates raced past the checks above: the unique name or port decided.
         raise conflict(f"deployment {name!r} or its gateway port was taken at the same time; try again") from None

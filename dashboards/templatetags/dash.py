@@ -118,6 +118,7 @@ _UNIT_FORMATS = {
     "requests/second": lambda v: f"{v:,.2f} req/s",
     "requests": lambda v: f"{v:,.1f} requests",
     "cores": lambda v: f"{v:.2f} cores",
+    "tokens": lambda v: f"{v:,.1f} tokens",
     "celsius": lambda v: f"{v:.0f} °C",
     "watts": lambda v: f"{v:,.0f} W",
 }

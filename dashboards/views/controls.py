@@ -17,7 +17,9 @@ from controlplane.models import Worker
 from controlplane.models.workers import LIVE_STATUSES
 from controlplane.revision_diff import revision_diff
 from controlplane.selectors import MAX_ID, revision_get, revision_list, worker_get
-from controlplane.services import deployment_rollback, pool_scale, pool_scale_by, worker_drain, worker_restart
+from controlplane.models.deployments import DEFAULT_OBJECTIVES
+from controlplane.services import (deployment_objectives_set, deployment_rollback, pool_scale, pool_scale_by,
+                                   worker_drain, worker_restart)
 from dashboards.access import operator_required
 from dashboards.panels import RANGES
 from dashboards.views.common import page, posted_key
@@ -173,3 +175,29 @@ def autoscaling_view(request, name: str):
         return _back(request, name)
     messages.success(request, f"Autoscaler of {name} turned {enabled}.")
     return _back(request, name)
+
+
+@require_POST
+@operator_required
+def objectives_view(request, name: str):
+    """Change the deployment's latency objectives (the same service as PATCH /api/v1/deployments/{name}/): the
+    fields left empty keep their value; a bad one is a message naming it, and nothing changes."""
+    deployment = get_deployment_or_404(name)
+    changes = {}
+    for field in DEFAULT_OBJECTIVES:
+        raw = (request.POST.get(field) or "").strip()
+        if not raw:
+            continue
+        try:
+            changes[field] = float(raw)
+        except ValueError:
+            messages.error(request, f"objectives.{field} must be a number of seconds, not {raw[:40]!r}")
+            return _back(request, name)
+    try:
+        action = deployment_objectives_set(deployment=deployment, objectives=changes, actor=request.user,
+                                           reason=_reason(request, "objectives"))
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return _back(request, name)
+    _done(request, action, f"Objectives of {name} set")
+    return _back(request, name, action)

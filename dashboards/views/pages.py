@@ -17,6 +17,7 @@ from dashboards.access import viewer_required
 from dashboards.fleet import fleet_rows, node_rows
 from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_range
 from dashboards.selectors import active_alerts, deployment_workers, pool_policies, recent_actions
+from dashboards.stages import objectives_of, stage_charts, stage_values
 from dashboards.views.common import page
 
 # Stopped workers stay in the table this long, so that what just happened (a drain, a replaced worker) is visible.
@@ -80,9 +81,10 @@ def deployment_detail(request, name: str):
     context = live_context(request, deployment)
     revision = deployment.current_revision
     parts = engine_settings_parts(revision.engine_settings if revision else {})
-    context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES),
-                   has_gpu=deployment_has_gpu(deployment),
-                   engine_parts=[(part, parts[part]) for part in PART_ORDER if parts.get(part)])
+    has_gpu = deployment_has_gpu(deployment)
+    context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES), has_gpu=has_gpu,
+                   engine_parts=[(part, parts[part]) for part in PART_ORDER if parts.get(part)],
+                   stage_columns=stage_values(deployment, has_gpu=has_gpu), objectives=objectives_of(deployment))
     return page(request, "dashboards/deployment.html", context)
 
 
@@ -98,6 +100,17 @@ def deployment_charts(request, name: str):
     """The chart figures as JSON for `Plotly.react`: {"figures": {key: {"data", "layout"}}, "order": [...]}."""
     deployment = get_deployment_or_404(name)
     data = chart_figures(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
+    response = JsonResponse(data)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@viewer_required
+def deployment_stages(request, name: str):
+    """The stage columns' figures and current values as JSON ({"columns", "figures", "health_order", "has_gpu"}):
+    a request of its own, fetched beside charts.json, so that neither waits for the other's series reads."""
+    deployment = get_deployment_or_404(name)
+    data = stage_charts(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
     response = JsonResponse(data)
     response["Cache-Control"] = "no-store"
     return response

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 import uuid
@@ -250,6 +251,8 @@ class WorkerServer:
                      "kv_layout": dict(engine.kv_layout)}
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=self.config.engine.dtype,
                                      revision=self.config.revision or "")
+        self.metrics.watch_devices([str(engine.model_runner.device)],
+                                   visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
         log.info("ready: %s", self.info)
 
     def begin_drain(self) -> None:

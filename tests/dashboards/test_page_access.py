@@ -42,7 +42,7 @@ def pages(second_revision, deployment, make_worker):
 
 
 def test_anonymous_visitors_are_sent_to_the_login_page_from_every_page(client, pages):
-    for url in list(pages) + ["/deployments/demo/charts.json"]:
+    for url in list(pages) + ["/deployments/demo/charts.json", "/deployments/demo/stages.json"]:
         response = client.get(url)
         assert response.status_code == 302, url
         assert response["Location"].startswith(f"/accounts/login/?next={url}"), url
@@ -103,5 +103,5 @@ def test_every_button_form_carries_a_csrf_token(client_for, operator, pages):
 def test_an_unknown_deployment_is_a_404_not_a_500(client_for, viewer, db):
     client = client_for(viewer)
     for url in ("/deployments/nope/", "/deployments/nope/live", "/deployments/nope/charts.json",
-                "/deployments/nope/revisions/"):
+                "/deployments/nope/stages.json", "/deployments/nope/revisions/"):
         assert client.get(url).status_code == 404, url

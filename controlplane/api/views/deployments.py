@@ -8,12 +8,12 @@ from rest_framework.response import Response
 from controlplane.api.serializers import (ActionSerializer, DeploymentActionSerializer, DeploymentSerializer,
                                           RevisionActionSerializer, RevisionDiffSerializer, RevisionSerializer)
 from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView, WriteInputSerializer, write_kwargs
-from controlplane.models import DeploymentMode, Revision
 from controlplane.errors import invalid, not_found
+from controlplane.models import DeploymentMode, Revision
 from controlplane.revision_diff import revision_diff
 from controlplane.selectors import deployment_get, deployment_list, revision_get, revision_list
-from controlplane.services import (deployment_create, deployment_delete, deployment_sampling_defaults_set,
-                                   revision_create)
+from controlplane.services import (deployment_create, deployment_delete, deployment_objectives_set,
+                                   deployment_sampling_defaults_set, revision_create)
 from controlplane.services.validation import DEFAULT_DTYPE, DTYPES
 
 
@@ -31,6 +31,15 @@ SAMPLING_DEFAULTS_HELP = (
 def _replica_map(help_text: str) -> serializers.DictField:
     return serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=1_000_000), required=False,
                                  allow_null=True, default=None, help_text=help_text)
+
+
+def _objectives_field() -> serializers.DictField:
+    # Checked by the service (validate_objectives), whose 400 names the objective: objectives.ttft_p99_seconds.
+    return serializers.DictField(
+        required=False, allow_null=True, default=None,
+        help_text="P99 latency objectives in seconds: ttft_p99_seconds (prefill stage), itl_p99_seconds (decode "
+                  "stage), e2e_p99_seconds (as clients see it). Defaults 10, 1 and 60, which a CPU demo meets. "
+                  "The default alert rules of each stage take them as thresholds.")
 
 
 class DeploymentCreateInput(WriteInputSerializer):
@@ -62,6 +71,7 @@ class DeploymentCreateInput(WriteInputSerializer):
         help_text="Per role: node_selector (labels), gpus_per_worker, threads_per_worker, allow_gpu_sharing, e.g. "
                   "{\"prefill\": {\"node_selector\": {\"class\": \"compute\"}}, \"decode\": "
                   "{\"node_selector\": {\"class\": \"bandwidth\"}, \"gpus_per_worker\": 1}}.")
+    objectives = _objectives_field()
 
 
 class DeploymentListView(ApiView):
@@ -88,13 +98,15 @@ class DeploymentListView(ApiView):
 
 
 class DeploymentPatchInput(WriteInputSerializer):
-    sampling_defaults = serializers.DictField(allow_null=True, help_text="Replaces the current ones as a whole. "
+    sampling_defaults = serializers.DictField(required=False, allow_null=True, default=None,
+                                              help_text="Replaces the current ones as a whole. "
                                               + SAMPLING_DEFAULTS_HELP)
+    objectives = _objectives_field()
 
 
 class DeploymentDetailView(ApiView):
     def get_permissions(self):
-        # Changing sampling defaults is an operator's tuning; deleting the deployment stays an admin's.
+        # Sampling defaults and objectives are an operator's tuning; deleting the deployment stays an admin's.
         if self.request.method == "PATCH":
             return [OPERATE()]
         return super().get_permissions()
@@ -104,16 +116,27 @@ class DeploymentDetailView(ApiView):
         return Response(DeploymentSerializer(deployment_get(name)).data)
 
     @extend_schema(request=DeploymentPatchInput, responses={200: DeploymentActionSerializer, **ERRORS},
-                   description="Set the deployment's sampling defaults; its gateway applies them from its next "
-                               "membership poll, without restarting a worker. 200 with the `sampling` action. "
-                               "Operator.")
+                   description="Change one deployment setting per request: `sampling_defaults` (replaced as a "
+                               "whole; its gateway applies them from its next membership poll, without restarting "
+                               "a worker; the `sampling` action) or `objectives` (some of the latency objectives, "
+                               "the others keep their values; the default stage rules' thresholds follow; the "
+                               "`objectives` action). 200 with the action. Operator.")
     def patch(self, request, name: str):
         deployment = deployment_get(name)
         data = DeploymentPatchInput(data=request.data)
         data.is_valid(raise_exception=True)
-        action = deployment_sampling_defaults_set(deployment=deployment,
-                                                  sampling_defaults=data.validated_data["sampling_defaults"],
-                                                  **write_kwargs(request, data.validated_data))
+        sent = request.data if isinstance(request.data, dict) else {}
+        given = [key for key in ("sampling_defaults", "objectives") if key in sent]
+        if len(given) != 1:
+            raise invalid("a PATCH changes exactly one setting: give sampling_defaults or objectives"
+                          + (" (not both)" if given else ""), field="sampling_defaults" if not given else given[1])
+        if given == ["objectives"]:
+            action = deployment_objectives_set(deployment=deployment, objectives=data.validated_data["objectives"],
+                                               **write_kwargs(request, data.validated_data))
+        else:
+            action = deployment_sampling_defaults_set(deployment=deployment,
+                                                      sampling_defaults=data.validated_data["sampling_defaults"] or {},
+                                                      **write_kwargs(request, data.validated_data))
         return Response({"action": ActionSerializer(action).data,
                          "deployment": DeploymentSerializer(deployment_get(name)).data})
 

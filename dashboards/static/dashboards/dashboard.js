@@ -4,6 +4,7 @@
   "use strict";
   var REFRESH_MS = 5000;
   var chartsEl = document.getElementById("charts");
+  var stagesEl = document.getElementById("stage-columns");
   var liveEl = document.getElementById("live");
   var stateEl = document.getElementById("refresh-state");
   if (!chartsEl) { return; }
@@ -27,38 +28,66 @@
       });
   }
 
-  function chartDiv(key) {
+  function chartDiv(key, container) {
     var div = document.getElementById("chart-" + key);
     if (!div) {
       div = document.createElement("div");
       div.id = "chart-" + key;
       div.className = "chart";
       div.dataset.chart = key;
-      chartsEl.appendChild(div);
+      container.appendChild(div);
     }
     return div;
+  }
+
+  function draw(keys, figures, container, wanted) {
+    if (!container) { return; }
+    keys.forEach(function (key) {
+      wanted[key] = true;
+      var figure = figures[key];
+      var div = chartDiv(key, container);
+      var points = figure.data.reduce(function (n, trace) { return n + (trace.x ? trace.x.length : 0); }, 0);
+      div.dataset.points = String(points);
+      window.Plotly.react(div, figure.data, figure.layout, {displayModeBar: false, responsive: true});
+    });
+  }
+
+  function drawStages(stages) {
+    var wanted = {};
+    // Each stage column gets its charts; its current values are rewritten in place.
+    stages.columns.forEach(function (column) {
+      draw(column.order, stages.figures, document.getElementById("stage-charts-" + column.role), wanted);
+      column.values.forEach(function (item) {
+        var cell = document.querySelector('[data-stage-value="' + column.role + ":" + item.key + '"]');
+        if (cell) { cell.textContent = item.text; }
+      });
+    });
+    draw(stages.health_order, stages.figures, document.getElementById("health-charts"), wanted);
+    drop(stagesEl.parentNode, wanted);
+  }
+
+  function drop(container, wanted) {
+    // A panel that is no longer part of the page (GPU ↔ CPU) goes away.
+    Array.prototype.forEach.call(container.querySelectorAll(".chart[data-chart]"), function (div) {
+      if (!wanted[div.dataset.chart]) { window.Plotly.purge(div); div.remove(); }
+    });
   }
 
   function drawCharts(payload) {
     var loading = document.getElementById("charts-loading");
     if (loading) { loading.remove(); }
     var wanted = {};
-    payload.order.forEach(function (key) {
-      wanted[key] = true;
-      var figure = payload.figures[key];
-      var div = chartDiv(key);
-      var points = figure.data.reduce(function (n, trace) { return n + (trace.x ? trace.x.length : 0); }, 0);
-      div.dataset.points = String(points);
-      window.Plotly.react(div, figure.data, figure.layout, {displayModeBar: false, responsive: true});
-    });
-    // A panel that is no longer part of the page (GPU ↔ CPU) goes away.
-    Array.prototype.forEach.call(chartsEl.querySelectorAll(".chart"), function (div) {
-      if (!wanted[div.dataset.chart]) { window.Plotly.purge(div); div.remove(); }
-    });
+    draw(payload.order, payload.figures, chartsEl, wanted);
+    drop(chartsEl, wanted);
   }
 
   function refreshCharts() {
     return get(chartsEl.dataset.url + "?range=" + encodeURIComponent(range), "application/json").then(drawCharts);
+  }
+
+  function refreshStages() {
+    if (!stagesEl) { return Promise.resolve(); }
+    return get(stagesEl.dataset.url + "?range=" + encodeURIComponent(range), "application/json").then(drawStages);
   }
 
   function editing() {
@@ -77,7 +106,7 @@
   function tick() {
     if (busy || document.hidden || !window.Plotly) { return; }
     busy = true;
-    Promise.all([refreshCharts(), refreshLive()]).then(function () {
+    Promise.all([refreshCharts(), refreshStages(), refreshLive()]).then(function () {
       setState("live: updated " + new Date().toLocaleTimeString(), false);
     }).catch(function (error) {
       setState("refresh failed (" + error.message + "): retrying every 5 s", true);

@@ -6,9 +6,10 @@ def test_a_new_deployment_gets_the_default_rules(deployment):
 
     rules = {r.default_key: r for r in AlertRule.objects.filter(deployment=deployment)}
     assert set(rules) == {"p99-latency", "gpu-utilization", "gpu-memory", "error-ratio", "server-error-ratio",
-                          "qps-drop", "worker-down", "unschedulable"}
+                          "qps-drop", "worker-down", "unschedulable", "prefill-ttft", "decode-itl",
+                          "decode-tokens-drop", "kv-usage"}
     p99 = rules["p99-latency"]
-    assert (p99.metric, p99.role, p99.comparison, p99.threshold) == ("e2e_p99_seconds", "gateway", ">", 0.5)
+    assert (p99.metric, p99.role, p99.comparison, p99.threshold) == ("e2e_p99_seconds", "gateway", ">", 60.0)
     gpu = rules["gpu-utilization"]
     assert (gpu.metric, gpu.threshold, gpu.for_s) == ("gpu_utilization_ratio", 0.95, 300)
     assert {"type": "scale", "direction": "up", "step": 1} in gpu.actions
@@ -49,5 +50,5 @@ def test_a_second_deployment_gets_its_own_rules(deployment, make_deployment):
     from controlplane.alerting.models import AlertRule
 
     other = make_deployment("other", mode="colocated")
-    assert AlertRule.objects.filter(deployment=other).count() == 8
-    assert AlertRule.objects.filter(deployment=deployment).count() == 8
+    assert AlertRule.objects.filter(deployment=other).count() == 12
+    assert AlertRule.objects.filter(deployment=deployment).count() == 12
