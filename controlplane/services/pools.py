@@ -138,7 +138,6 @@ def validate_routing_weights(entries, *, field: str = "routing_weights") -> list
 def validate_placement(changes: dict, *, field: str = "placement") -> dict:
     """{node_selector, gpus_per_worker, threads_per_worker, allow_gpu_sharing, routing_weights} (any of them) → the
     same, checked; 400 naming the bad field."""
-
     if not isinstance(changes, dict):
         raise invalid(f"{field} must be an object", field=field)
     changes = dict(changes)
