@@ -109,16 +109,17 @@ def action_get(action_id: int) -> Action:
 
 def deployment_endpoints(deployment: Deployment) -> dict:
     """The gateway membership (docs/contracts.md "Control plane → gateway membership"): ready workers by revision,
-    newest revision first."""
+    newest revision first, each group with the routing weight of each of its workers (Pool.routing_weight)."""
     workers = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.READY, port__isnull=False,
                                      revision__isnull=False)
                .exclude(role=WorkerRole.GATEWAY)
-               .select_related("revision").order_by("id"))
+               .select_related("revision", "pool", "node").order_by("id"))
     groups: dict[int, dict] = {}
     for worker in workers:
         group = groups.setdefault(worker.revision.number, {"revision": worker.revision.number, "prefill": [],
-                                                           "decode": [], "colocated": []})
+                                                           "decode": [], "colocated": [], "weights": {}})
         group[worker.role].append(worker.url)
+        group["weights"][worker.url] = worker.pool.routing_weight(worker.node) if worker.pool else 1
     return {
         "deployment": deployment.name,
         "model": deployment.name,

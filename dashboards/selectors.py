@@ -23,7 +23,7 @@ ROLE_ORDER = {"prefill": 0, "decode": 1, "colocated": 2, "gateway": 3}
 def deployment_workers(deployment, *, stopped_since: datetime) -> list[Worker]:
     """The deployment's workers in request order, with those stopped since `stopped_since` (what just happened, a
     drain or a replaced worker, stays visible)."""
-    workers = (Worker.objects.filter(deployment=deployment).select_related("node", "revision")
+    workers = (Worker.objects.filter(deployment=deployment).select_related("node", "revision", "pool")
                .exclude(status=WorkerStatus.STOPPED, stopped_at__lt=stopped_since)
                .exclude(status=WorkerStatus.STOPPED, stopped_at__isnull=True))
     return sorted(workers, key=lambda w: (ROLE_ORDER.get(w.role, 9), w.pk))

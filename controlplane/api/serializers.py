@@ -38,7 +38,7 @@ class PoolSerializer(serializers.ModelSerializer):
         model = Pool
         fields = ["role", "desired_replicas", "min_replicas", "max_replicas", "ready_replicas", "status",
                   "unschedulable_reason", "node_selector", "gpus_per_worker", "threads_per_worker",
-                  "allow_gpu_sharing"]
+                  "allow_gpu_sharing", "routing_weights"]
 
     def get_ready_replicas(self, pool: Pool) -> int:
         num_ready = getattr(pool, "num_ready", None)
@@ -149,6 +149,7 @@ class EndpointGroupSerializer(serializers.Serializer):
     prefill = serializers.ListField(child=serializers.URLField())
     decode = serializers.ListField(child=serializers.URLField())
     colocated = serializers.ListField(child=serializers.URLField())
+    weights = serializers.DictField(child=serializers.FloatField(), help_text="worker URL → routing weight")
 
 
 class SamplingDefaultsSerializer(serializers.Serializer):

@@ -5,6 +5,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from inference.weights import DEFAULT_WEIGHT, WEIGHT_LABEL, parse_weight
+
 
 class DeploymentMode(models.TextChoices):
     DISAGGREGATED = "disaggregated"  # a prefill pool and a decode pool, KV cache handed between them
@@ -144,6 +146,9 @@ class Pool(models.Model):
     threads_per_worker = models.PositiveSmallIntegerField(default=0)
     # Whether two workers may share one GPU (off: a GPU is the worker's own).
     allow_gpu_sharing = models.BooleanField(default=False)
+    # How much of the role's traffic the gateway gives a worker, by the labels of its node: [{"selector": {"class":
+    # "compute"}, "weight": 3}, ...], the first entry whose selector the node matches wins (see routing_weight).
+    routing_weights = models.JSONField(default=list, blank=True)
     # Why reconcile could not place a worker of this pool on its last try ("" when it could): operators see it as
     # the pool's status `unschedulable` in the API and the dashboard.
     unschedulable_reason = models.TextField(blank=True)
@@ -165,3 +170,25 @@ class Pool(models.Model):
     @property
     def status(self) -> str:
         return "unschedulable" if self.unschedulable_reason else "ok"
+
+    def routing_weight(self, node) -> int | float:
+        """The gateway's weight for a worker of this pool on `node`: workers of one role and revision share a pool,
+        so what tells them apart is where they run.
+
+        1. The first routing_weights entry whose selector the node's labels match.
+        2. Else the node's `tandem.weight` label (checked when it is set; a value that is not a weight counts as
+           absent).
+        3. Else 1.
+        """
+        if node is None:
+            return DEFAULT_WEIGHT
+        for entry in self.routing_weights or []:
+            if node.matches(entry["selector"]):
+                return entry["weight"]
+        label = node.all_labels.get(WEIGHT_LABEL)
+        if label is not None:
+            try:
+                return parse_weight(str(label))
+            except ValueError:
+                pass
+        return DEFAULT_WEIGHT

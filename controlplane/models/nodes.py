@@ -48,6 +48,11 @@ class Node(models.Model):
     def all_labels(self) -> dict[str, str]:
         return {**(self.detected_labels or {}), **(self.labels or {})}
 
+    def matches(self, selector: dict) -> bool:
+        """Whether the node carries every label of `selector` (an empty selector matches every node)."""
+        labels = self.all_labels
+        return all(str(labels.get(key)) == str(value) for key, value in selector.items())
+
     @property
     def num_cpus(self) -> int | None:
         value = (self.detected_labels or {}).get("cpu.count")

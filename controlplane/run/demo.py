@@ -24,6 +24,10 @@ DEMO_NAME = "demo"
 # max_tokens bounds a chat request that names none (else it runs to the end of the context, slow on a CPU when a
 # greedy answer repeats itself).
 DEMO_SAMPLING_DEFAULTS = {"temperature": 0.0, "max_tokens": 256}
+# The demo stays one machine: make run's node agent labels this node so, and both demo pools select it, so that the
+# demo places its workers through node selectors as a fleet does (there: class=compute for prefill, class=bandwidth
+# for decode on separate hosts; a label has one value, so one host cannot be both classes).
+DEMO_NODE_LABELS = {"tandem.demo": "true"}
 ADMIN_USERNAME = "admin"
 MODEL_FOLDERS = {"tiny": "tiny", "smollm2": "smollm2-135m"}
 DEMO_PROMPTS = [
@@ -88,7 +92,8 @@ def demo_gateway_pids() -> set[int]:
 
 
 def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
-    """The `demo` deployment (1 prefill, 1 decode, gateway on TANDEM_GATEWAY_PORT), created through the service,
+    """The `demo` deployment (1 prefill, 1 decode, both on the node labelled DEMO_NODE_LABELS, gateway on
+    TANDEM_GATEWAY_PORT), created through the service,
     serving its model in the model's own dtype (`auto`: bfloat16 for SmolLM2, float32 for the tiny model), with
     greedy sampling defaults (DEMO_SAMPLING_DEFAULTS) so that SmolLM2 answers sensibly out of the box. When it
     exists: a changed TANDEM_DEMO_MODEL, or a fixed dtype that an earlier `make run` wrote (float32, before `auto`
@@ -107,6 +112,7 @@ def demo_deployment_ensure(model_path: Path) -> tuple[object, str]:
             name=DEMO_NAME, mode="disaggregated", model_path=str(model_path), dtype="auto",
             engine_settings={"threads": 1}, sampling_defaults=DEMO_SAMPLING_DEFAULTS,
             replicas={"prefill": 1, "decode": 1},
+            placement={role: {"node_selector": dict(DEMO_NODE_LABELS)} for role in ("prefill", "decode")},
             gateway_port=settings.TANDEM_GATEWAY_PORT, actor=actor, reason="make run: the demo deployment")
         return action.deployment, "created"
     done = []

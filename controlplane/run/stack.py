@@ -136,8 +136,9 @@ class Stack:
 
 
 def child_specs(*, web_port: int, node_name: str, var_dir, embedded_beat: bool = False,
-                python: str = sys.executable) -> list[ChildSpec]:
-    """web, control (+ beat) and the agent; the integration tests start the same children."""
+                node_labels: dict[str, str] | None = None, python: str = sys.executable) -> list[ChildSpec]:
+    """web, control (+ beat) and the agent (registering its node with `node_labels`, the agent's --label); the
+    integration tests start the same children."""
     manage = str(ROOT / "manage.py")
     celery = [python, "-m", "celery", "-A", "controlplane"]
     control = [*celery, "worker", "--queues", "control", "--pool", "threads", "--concurrency", "4",
@@ -151,5 +152,7 @@ def child_specs(*, web_port: int, node_name: str, var_dir, embedded_beat: bool =
     ]
     if not embedded_beat:
         specs.append(ChildSpec("beat", [*celery, "beat", "--schedule", beat_schedule, "--loglevel", "INFO"]))
-    specs.append(ChildSpec("agent", [python, manage, "tandem_agent", "--name", node_name], stop_deadline_s=20))
+    labels = [arg for key, value in (node_labels or {}).items() for arg in ("--label", f"{key}={value}")]
+    specs.append(ChildSpec("agent", [python, manage, "tandem_agent", "--name", node_name, *labels],
+                           stop_deadline_s=20))
     return specs

@@ -8,6 +8,7 @@ from django.db import transaction
 from controlplane.errors import invalid
 from controlplane.models import ActionKind, ActionStatus, Node
 from controlplane.services.actions import action_create, as_actor
+from inference.weights import WEIGHT_LABEL, parse_weight
 
 # Kubernetes' shape: an optional DNS-like prefix and a name; values short and plain.
 LABEL_KEY = re.compile(r"[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?")
@@ -28,6 +29,12 @@ def validate_labels(labels, *, field: str = "labels") -> dict[str, str]:
         if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
             raise invalid(f"{field}.{key} must be a string of letters, digits, '.', '_', '-' or spaces (at most 63), "
                           f"not {value!r}", field=f"{field}.{key}")
+        if key == WEIGHT_LABEL:
+            # The gateway's weight for this node's workers (Pool.routing_weight): refused now rather than ignored.
+            try:
+                parse_weight(value)
+            except ValueError as exc:
+                raise invalid(f"{field}.{key} (a routing weight) {exc}", field=f"{field}.{key}") from None
     return dict(labels)
 
 

@@ -7,6 +7,9 @@ from controlplane.errors import ControlPlaneError, conflict, invalid
 from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Pool
 from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import Actor, action_create, action_once, as_actor, enqueue_reconcile
+from controlplane.services.nodes import validate_labels
+from controlplane.services.validation import each_object
+from inference.weights import weight_problem
 
 
 def pool_scale(*, deployment: Deployment, role: str, replicas: int, actor, reason: str = "",
@@ -106,14 +109,35 @@ def pool_schedulable_set(*, pool: Pool, reason: str, num_unplaced: int) -> bool:
     return True
 
 
-PLACEMENT_FIELDS = ("node_selector", "gpus_per_worker", "threads_per_worker", "allow_gpu_sharing")
+PLACEMENT_FIELDS = ("node_selector", "gpus_per_worker", "threads_per_worker", "allow_gpu_sharing", "routing_weights")
+# More entries than any fleet has hardware classes is a mistake, not a configuration.
+MAX_ROUTING_WEIGHTS = 16
+
+
+def validate_routing_weights(entries, *, field: str = "routing_weights") -> list[dict]:
+    """[{"selector": {labels}, "weight": number}, ...] → the same, checked: at most MAX_ROUTING_WEIGHTS entries,
+    each a label selector ({} matches every node) and a weight above 0 and at most 100. 400 naming the entry."""
+    if not isinstance(entries, list):
+        raise invalid(f'{field} must be a list of {{"selector": {{label: value}}, "weight": number}} objects',
+                      field=field)
+    if len(entries) > MAX_ROUTING_WEIGHTS:
+        raise invalid(f"{field} takes at most {MAX_ROUTING_WEIGHTS} entries, not {len(entries)}", field=field)
+    cleaned = []
+    for where, entry in each_object(entries, field=field):
+        if set(entry) != {"selector", "weight"}:
+            raise invalid(f"{where} must have exactly the keys selector and weight, not {sorted(entry)}",
+                          field=where)
+        selector = validate_labels(entry["selector"], field=f"{where}.selector")
+        problem = weight_problem(entry["weight"])
+        if problem:
+            raise invalid(f"{where}.weight {problem}", field=f"{where}.weight")
+        cleaned.append({"selector": selector, "weight": entry["weight"]})
+    return cleaned
 
 
 def validate_placement(changes: dict, *, field: str = "placement") -> dict:
-    """{node_selector, gpus_per_worker, threads_per_worker, allow_gpu_sharing} (any of them) → the same, checked;
-    400 naming the bad field."""
-    from controlplane.services.nodes import validate_labels
-
+    """{node_selector, gpus_per_worker, threads_per_worker, allow_gpu_sharing, routing_weights} (any of them) → the
+    same, checked; 400 naming the bad field."""
     if not isinstance(changes, dict):
         raise invalid(f"{field} must be an object", field=field)
     changes = dict(changes)
@@ -130,12 +154,17 @@ def validate_placement(changes: dict, *, field: str = "placement") -> dict:
                 raise invalid(f"{name} must be an integer 0..64, not {value!r}", field=name)
     if "allow_gpu_sharing" in changes and not isinstance(changes["allow_gpu_sharing"], bool):
         raise invalid("allow_gpu_sharing must be true or false", field="allow_gpu_sharing")
+    if "routing_weights" in changes:
+        prefix = "" if field == "placement" else f"{field}."
+        changes["routing_weights"] = validate_routing_weights(changes["routing_weights"],
+                                                              field=f"{prefix}routing_weights")
     return changes
 
 
 def pool_placement_set(*, deployment: Deployment, role: str, actor, reason: str = "", **changes) -> Action:
     """Change where a pool's workers may run: node_selector (labels), gpus_per_worker, threads_per_worker,
-    allow_gpu_sharing. Running workers stay where they are; new ones (scale-ups, restarts) follow the new rule.
+    allow_gpu_sharing; and how the gateway weighs them by their node's labels (routing_weights, in the endpoints
+    answer at once). Running workers stay where they are; new ones (scale-ups, restarts) follow the new rule.
     400 naming the bad field; returns the `placement` action (params: the old and new values)."""
     actor = as_actor(actor)
     changes = validate_placement(changes)

@@ -44,11 +44,6 @@ def selector_text(selector: dict) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
 
 
-def _matches(node: Node, selector: dict) -> bool:
-    labels = node.all_labels
-    return all(str(labels.get(key)) == str(value) for key, value in selector.items())
-
-
 def _used(node: Node, *, exclude_worker: int | None) -> tuple[int, int]:
     """GPUs and CPU threads that the live workers on `node` hold by their pools' requests."""
     live = (Worker.objects.filter(node=node, status__in=ACTIVE_STATUSES, pool__isnull=False)
@@ -80,7 +75,7 @@ def placement_for(pool: Pool, *, exclude_worker: int | None = None) -> Placement
         num_live=Count("workers", filter=Q(workers__status__in=ACTIVE_STATUSES)),
         num_of_pool=Count("workers", filter=Q(workers__status__in=ACTIVE_STATUSES, workers__pool=pool))))
     what = f"matches {selector_text(selector)}" if selector else "is up"
-    matching = [node for node in nodes if _matches(node, selector)]
+    matching = [node for node in nodes if node.matches(selector)]
     if not matching:
         return Placement(None, f"no online node {what}" if nodes else "no node agent is online")
     fitting, lacks = [], set()

@@ -59,6 +59,8 @@ def live_context(request, deployment) -> dict:
             else None
         worker.gpu_label = (f"GPU {worker.gpu_index} · {gpu.get('name', '')}" if gpu
                             else f"GPU {worker.gpu_index}" if worker.gpu_index is not None else "CPU")
+        # What the endpoints answer gives the gateway for it (gateways have no pool and no weight).
+        worker.weight = worker.pool.routing_weight(worker.node) if worker.pool else None
         worker.can_restart = worker.status not in (WorkerStatus.STOPPED, WorkerStatus.DRAINING)
         worker.can_drain = worker.role != "gateway" and worker.status in (
             WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY)

@@ -84,13 +84,13 @@ class Gateway:
     # -- plain routes -------------------------------------------------------------------------------------------------
 
     async def models(self, request: web.Request) -> web.Response:
-        """OpenAI's model list, plus what serves the model: each listed worker with the dtype it runs (from its
-        health probe), and `dtype`, the one dtype of the serving group's ready workers (None while there is no
+        """OpenAI's model list, plus what serves the model: each listed worker with its routing weight and the dtype
+        it runs (from its health probe), and `dtype`, the one dtype of the serving group's ready workers (None while there is no
         serving group, or while its workers disagree, which the KV handoff refuses). `max_model_len` is the context
         every ready serving worker holds (the smallest of theirs): a longer request finishes with "length".
         `sampling_defaults`: what the gateway fills into a request that leaves a field out."""
         workers = [{"role": w.role.value, "revision": group.revision, "url": w.url, "state": w.state.value,
-                    "dtype": w.dtype, "max_model_len": w.max_model_len}
+                    "weight": w.weight, "dtype": w.dtype, "max_model_len": w.max_model_len}
                    for group in self.router.groups for role in group.roles for w in group.workers(role)]
         try:
             serving = self.router.serving_group()

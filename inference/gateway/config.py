@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
+from inference.weights import parse_weight, weight_problem
 
 
 class Mode(str, Enum):
@@ -21,6 +22,24 @@ def _split_urls(value: str | None) -> list[str]:
     return [url.strip().rstrip("/") for url in value.split(",") if url.strip()]
 
 
+def _split_weights(items: list[str] | None) -> dict[str, float]:
+    """--worker-weight URL=WEIGHT (repeatable) → {URL: weight}; ValueError naming the bad item."""
+    weights: dict[str, float] = {}
+    for item in items or []:
+        url, sep, text = item.rpartition("=")
+        url = url.strip().rstrip("/")
+        if not sep or not url:
+            raise ValueError(f"--worker-weight {item!r}: write URL=WEIGHT, e.g. http://127.0.0.1:8001=3")
+        try:
+            weight = parse_weight(text)
+        except ValueError as exc:
+            raise ValueError(f"--worker-weight {item!r}: the weight {exc}") from None
+        if url in weights:
+            raise ValueError(f"--worker-weight names {url} twice")
+        weights[url] = weight
+    return weights
+
+
 @dataclass(slots=True)
 class Config:
     port: int
@@ -28,6 +47,9 @@ class Config:
     prefill_urls: list[str] = field(default_factory=list)
     decode_urls: list[str] = field(default_factory=list)
     colocated_urls: list[str] = field(default_factory=list)
+    # Static mode: URL → routing weight (nginx's `weight=`); a listed worker not named here weighs 1. With
+    # --control-plane the membership carries the weights.
+    worker_weights: dict[str, float] = field(default_factory=dict)
     control_plane_url: str | None = None
     deployment: str | None = None
     token: str | None = None
@@ -60,6 +82,16 @@ class Config:
         for url in [*self.prefill_urls, *self.decode_urls, *self.colocated_urls, self.control_plane_url or "http://"]:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"worker and control-plane URLs must start with http:// or https://, got {url!r}")
+        listed = {*self.prefill_urls, *self.decode_urls, *self.colocated_urls}
+        for url, weight in self.worker_weights.items():
+            if self.control_plane_url:
+                raise ValueError("--worker-weight is for static workers; with --control-plane the weights come from "
+                                 "the control plane (pool routing_weights, node label tandem.weight)")
+            if url not in listed:
+                raise ValueError(f"--worker-weight {url}: not a worker given with --prefill, --decode or --colocated")
+            problem = weight_problem(weight)
+            if problem:
+                raise ValueError(f"--worker-weight {url}: the weight {problem}")
         if self.max_body_bytes < 1024:
             raise ValueError("--max-body-bytes must be at least 1024")
         if self.max_outstanding_per_worker < 1:
@@ -99,6 +131,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--prefill", help="comma-separated prefill worker URLs")
     parser.add_argument("--decode", help="comma-separated decode worker URLs")
     parser.add_argument("--colocated", help="comma-separated colocated worker URLs")
+    parser.add_argument("--worker-weight", action="append", metavar="URL=WEIGHT",
+                        help="a static worker's routing weight (repeatable; default 1), as nginx's weight=: the "
+                             "gateway picks the worker with the least (outstanding + 1) / weight, e.g. "
+                             "--worker-weight http://127.0.0.1:8001=3 (a number above 0, at most 100)")
     parser.add_argument("--control-plane", help="control plane base URL; membership is polled from it")
     parser.add_argument("--deployment", help="deployment name at the control plane")
     # The environment keeps the token out of `ps` (the node agent passes it so); --token is for a shell.
@@ -125,7 +161,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         return Config(
             port=args.port, host=args.host,
             prefill_urls=_split_urls(args.prefill), decode_urls=_split_urls(args.decode),
-            colocated_urls=_split_urls(args.colocated),
+            colocated_urls=_split_urls(args.colocated), worker_weights=_split_weights(args.worker_weight),
             control_plane_url=args.control_plane, deployment=args.deployment, token=args.token,
             served_model_name=args.served_model_name, max_body_bytes=args.max_body_bytes,
             request_timeout=args.request_timeout, max_outstanding_per_worker=args.max_outstanding_per_worker,

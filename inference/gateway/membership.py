@@ -15,6 +15,7 @@ from inference.gateway.config import Config, Mode
 from inference.gateway.routing import Router
 from inference.roles import Role
 from inference.sampling_params import SamplingError, check_sampling_defaults
+from inference.weights import weight_problem
 
 log = logging.getLogger("tandem.gateway.membership")
 
@@ -23,7 +24,7 @@ def apply_static(config: Config, router: Router) -> None:
     mode = config.static_mode
     assert mode is not None
     group = {"revision": None, Role.PREFILL: config.prefill_urls, Role.DECODE: config.decode_urls,
-             Role.COLOCATED: config.colocated_urls}
+             Role.COLOCATED: config.colocated_urls, "weights": config.worker_weights}
     router.set_groups(mode, [group])
 
 
@@ -53,6 +54,15 @@ def parse_endpoints(body: object) -> tuple[Mode, list[dict]]:
             if not isinstance(urls, list) or not all(isinstance(u, str) and u.startswith(("http://", "https://"))
                                                      for u in urls):
                 raise MembershipError(f"'{role}' of revision {revision} is not a list of http(s) URLs")
+        # Optional (a control plane that predates weights sends none: every worker weighs 1). URLs it names that the
+        # group does not list are ignored.
+        weights = group.get("weights") or {}
+        if not isinstance(weights, dict):
+            raise MembershipError(f"'weights' of revision {revision} is not an object of URL → weight")
+        for url, weight in weights.items():
+            problem = weight_problem(weight)
+            if problem:
+                raise MembershipError(f"the weight of {url} in revision {revision} {problem}")
     return mode, groups
 
 

@@ -10,7 +10,7 @@ from inference.gateway.routing import Router
 
 
 class RouterCollector(Collector):
-    """Per-worker health and load, read from the router at scrape time (nothing to keep in sync)."""
+    """Per-worker health, load and weight, read from the router at scrape time (nothing to keep in sync)."""
 
     def __init__(self, router: Router, model: str) -> None:
         self.router = router
@@ -21,12 +21,17 @@ class RouterCollector(Collector):
         up = GaugeMetricFamily("tandem_gateway_worker_up", "1 while the worker is in rotation.", labels=labels)
         outstanding = GaugeMetricFamily("tandem_gateway_worker_outstanding_requests",
                                         "Requests the gateway has in flight on the worker.", labels=labels)
+        weight = GaugeMetricFamily("tandem_gateway_worker_weight",
+                                   "The worker's routing weight: it is picked by least (outstanding + 1) / weight.",
+                                   labels=labels)
         for worker in self.router.workers:
             values = ["gateway", self.model, worker.url, worker.role.value]
             up.add_metric(values, 1.0 if worker.is_ready else 0.0)
             outstanding.add_metric(values, float(worker.num_outstanding))
+            weight.add_metric(values, float(worker.weight))
         yield up
         yield outstanding
+        yield weight
 
 
 class GatewayMetrics(TandemMetrics):

@@ -1,8 +1,12 @@
-"""Which worker serves a request: groups by revision, health probing, least-outstanding selection.
+"""Which worker serves a request: groups by revision, health probing, weighted least-outstanding selection.
 
 A request is served inside one group (one revision), because a prefill and a decode worker of different revisions
-may not share a KV layout or a tokenizer. Among the ready workers of a role, the one with the fewest outstanding
-requests wins; ties go to the one picked longest ago, so that an idle fleet still spreads load.
+may not share a KV layout or a tokenizer. Among the ready workers of a role, the one with the least
+(outstanding + 1) / weight wins, as nginx's least_conn with `weight=`; ties go to the one picked longest ago, so that
+an idle fleet still spreads load. The + 1 counts the request being placed: with nothing outstanding anywhere a bare
+outstanding / weight ties at 0 for every worker and the heavier one would not be preferred; with it, while requests
+pile up a weight-3 worker takes three for each one a weight-1 worker takes, and under steady load each holds
+outstanding requests in proportion to its weight.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from inference.checks import is_int
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
 from inference.roles import Role
+from inference.weights import DEFAULT_WEIGHT
 
 log = logging.getLogger("tandem.gateway.routing")
 
@@ -38,10 +43,16 @@ class Worker:
     last_picked: int = 0
     dtype: str | None = None  # what the worker's /health says it runs; None until a probe answers ok
     max_model_len: int | None = None  # the context its /health says it serves (its KV pool may hold less than the model)
+    weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
 
     @property
     def is_ready(self) -> bool:
         return self.state is WorkerState.READY
+
+    @property
+    def load(self) -> float:
+        """What pick minimises: outstanding requests, the one being placed included, per unit of weight."""
+        return (self.num_outstanding + 1) / self.weight
 
 
 @dataclass(slots=True)
@@ -80,7 +91,8 @@ class Group:
     def describe(self) -> dict:
         return {"revision": self.revision, "mode": self.mode.value, **{
             role.value: [{"url": w.url, "state": w.state.value, "reason": w.reason if not w.is_ready else None,
-                          "outstanding": w.num_outstanding, "dtype": w.dtype} for w in self.workers(role)]
+                          "outstanding": w.num_outstanding, "weight": w.weight, "dtype": w.dtype}
+                         for w in self.workers(role)]
             for role in self.roles}}
 
 
@@ -100,16 +112,19 @@ class Router:
     # -- membership ---------------------------------------------------------------------------------------------------
 
     def set_groups(self, mode: Mode, groups: list[dict]) -> None:
-        """Replace the membership. Workers already known keep their state and outstanding count; new ones wait for
-        their first probe, which is started right away."""
+        """Replace the membership. Workers already known keep their state and outstanding count and take the weight
+        the new membership gives (`weights`: URL → weight, default 1); new ones wait for their first probe, which is
+        started right away."""
         new_groups: list[Group] = []
         known: dict[tuple[Role, str], Worker] = {}
         for spec in groups:
             group = Group(revision=spec.get("revision"), mode=mode)
+            weights = {url.rstrip("/"): weight for url, weight in (spec.get("weights") or {}).items()}
             for role in group.roles:
                 for url in spec.get(role.value) or []:
                     key = (role, url.rstrip("/"))
                     worker = known.get(key) or self._workers.get(key) or Worker(url=key[1], role=role)
+                    worker.weight = weights.get(key[1], DEFAULT_WEIGHT)
                     known[key] = worker
                     group.workers(role).append(worker)
             new_groups.append(group)
@@ -151,8 +166,9 @@ class Router:
         return "; ".join(parts)
 
     def pick(self, group: Group, role: Role, exclude: set[str] = frozenset()) -> Worker:
-        """Least outstanding ready worker of `role` in `group`, skipping `exclude` (workers this request already
-        failed on). 429 when every candidate is at --max-outstanding-per-worker; 503 when none is ready."""
+        """The ready worker of `role` in `group` with the least (outstanding + 1) / weight, ties to the one picked
+        longest ago, skipping `exclude` (workers this request already failed on). 429 when every candidate is at
+        --max-outstanding-per-worker (a cap on each worker, whatever its weight); 503 when none is ready."""
         candidates = [w for w in group.workers(role) if w.is_ready and w.url not in exclude]
         if not candidates:
             raise ApiError(503, f"no ready {role.value} worker left to try", type="service_unavailable",
@@ -162,7 +178,7 @@ class Router:
         for worker in candidates:
             if worker.num_outstanding >= limit:
                 continue
-            if best is None or (worker.num_outstanding, worker.last_picked) < (best.num_outstanding, best.last_picked):
+            if best is None or (worker.load, worker.last_picked) < (best.load, best.last_picked):
                 best = worker
         if best is None:
             raise overloaded(f"every {role.value} worker has {limit} outstanding requests")

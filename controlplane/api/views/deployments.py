@@ -68,7 +68,8 @@ class DeploymentCreateInput(WriteInputSerializer):
                   "other deployment uses and is free on the web host.")
     placement = serializers.DictField(
         child=serializers.DictField(), required=False, allow_null=True, default=None,
-        help_text="Per role: node_selector (labels), gpus_per_worker, threads_per_worker, allow_gpu_sharing, e.g. "
+        help_text="Per role: node_selector (labels), gpus_per_worker, threads_per_worker, allow_gpu_sharing, "
+                  "routing_weights ([{\"selector\": {labels}, \"weight\": 3}]), e.g. "
                   "{\"prefill\": {\"node_selector\": {\"class\": \"compute\"}}, \"decode\": "
                   "{\"node_selector\": {\"class\": \"bandwidth\"}, \"gpus_per_worker\": 1}}.")
     objectives = _objectives_field()

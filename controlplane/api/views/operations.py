@@ -71,6 +71,11 @@ class PlacementInput(WriteInputSerializer):
     gpus_per_worker = serializers.IntegerField(required=False, min_value=0, max_value=64)
     threads_per_worker = serializers.IntegerField(required=False, min_value=0, max_value=64)
     allow_gpu_sharing = serializers.BooleanField(required=False)
+    # Checked by the service, whose messages name the entry (routing_weights[1].weight).
+    routing_weights = serializers.JSONField(
+        required=False, help_text="[{\"selector\": {\"class\": \"compute\"}, \"weight\": 3}, ...]: a worker's "
+                                  "gateway weight is that of the first entry its node's labels match, else the "
+                                  "node's tandem.weight label, else 1 (0 < weight <= 100).")
 
 
 class PoolPlacementView(ApiView):
@@ -78,7 +83,8 @@ class PoolPlacementView(ApiView):
                    description="Where a pool's workers may run: `node_selector` (labels a node must carry), "
                                "`gpus_per_worker`, `threads_per_worker` and `allow_gpu_sharing`. New workers follow "
                                "it; a pool that cannot be placed shows status `unschedulable` with the reason. "
-                               "Admin.")
+                               "`routing_weights` sets how the gateway weighs the pool's workers by their node's "
+                               "labels (the endpoints answer carries it at once). Admin.")
     def patch(self, request, name: str, role: str):
         deployment = deployment_get(name)
         data = PlacementInput(data=request.data)

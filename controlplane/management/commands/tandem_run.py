@@ -3,8 +3,9 @@
 1. Check the web and gateway ports (every run: a busy one is a clear error naming its holder), migrate, prepare
    the demo model (TANDEM_DEMO_MODEL: smollm2 or tiny), ensure the admin user and the `demo` deployment (1 prefill,
    1 decode, gateway on TANDEM_GATEWAY_PORT, moved there when the setting changed).
-2. Start and supervise web (runserver), one Celery control worker, Celery beat and the node agent; a child that dies
-   is restarted with backoff, and each restart is an action row (actor system "tandem_run").
+2. Start and supervise web (runserver), one Celery control worker, Celery beat and the node agent (which labels
+   this node tandem.demo=true, the label both demo pools select); a child that dies is restarted with backoff, and
+   each restart is an action row (actor system "tandem_run").
 3. Once the gateway's /health says it can serve (no test requests: they would count as client errors): print the
    dashboard URL, an API token and curl examples; send demo requests (TANDEM_DEMO_LOAD=0 turns them off). A demo
    worker that restarts or fails meanwhile is reported as it happens.
@@ -78,7 +79,8 @@ class Command(BaseCommand):
         log_dir = settings.TANDEM_LOG_DIR
 
         specs = child_specs(web_port=settings.TANDEM_WEB_PORT, node_name=settings.TANDEM_NODE_NAME,
-                            var_dir=settings.VAR_DIR, embedded_beat=embedded_beat)
+                            var_dir=settings.VAR_DIR, embedded_beat=embedded_beat,
+                            node_labels=demo.DEMO_NODE_LABELS)
         stack = Stack(specs, log_dir=log_dir, env=dict(os.environ),
                       cwd=settings.BASE_DIR, on_event=self.out)
         stack.start()

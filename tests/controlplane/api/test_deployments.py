@@ -29,7 +29,7 @@ def test_create_makes_revision_one_its_pools_and_a_create_action(admin_api, mode
     assert pools["decode"] == {"role": "decode", "desired_replicas": 2, "min_replicas": 1, "max_replicas": 4,
                                "ready_replicas": 0, "status": "ok", "unschedulable_reason": "",
                                "node_selector": {}, "gpus_per_worker": 0, "threads_per_worker": 0,
-                               "allow_gpu_sharing": False}
+                               "allow_gpu_sharing": False, "routing_weights": []}
     assert pools["prefill"]["desired_replicas"] == 1 and pools["prefill"]["max_replicas"] == 8
     revision = Revision.objects.get(deployment__name="chat")
     assert (revision.number, revision.dtype, revision.engine_settings) == (

@@ -21,8 +21,10 @@ def test_only_ready_workers_are_listed_grouped_by_revision_newest_first(viewer_a
     assert body == {
         "deployment": "demo", "model": "demo", "mode": "disaggregated",
         "groups": [
-            {"revision": 2, "prefill": [new_prefill.url], "decode": [], "colocated": []},
-            {"revision": 1, "prefill": [old_prefill.url], "decode": [old_decode.url], "colocated": []},
+            {"revision": 2, "prefill": [new_prefill.url], "decode": [], "colocated": [],
+             "weights": {new_prefill.url: 1}},
+            {"revision": 1, "prefill": [old_prefill.url], "decode": [old_decode.url], "colocated": [],
+             "weights": {old_prefill.url: 1, old_decode.url: 1}},
         ],
         "sampling_defaults": {},
     }
@@ -37,7 +39,8 @@ def test_colocated_workers_are_listed_under_colocated(viewer_api, make_deploymen
     worker = make_worker(chat, "colocated", status="ready")
     body = viewer_api.get("/api/v1/deployments/chat/endpoints").json()
     assert body["mode"] == "colocated"
-    assert body["groups"] == [{"revision": 1, "prefill": [], "decode": [], "colocated": [worker.url]}]
+    assert body["groups"] == [{"revision": 1, "prefill": [], "decode": [], "colocated": [worker.url],
+                               "weights": {worker.url: 1}}]
 
 
 def test_an_unknown_deployment_is_404(viewer_api, deployment):

@@ -2,11 +2,15 @@
 loads and process starts are the cost). Tests leave the deployment as they found it: 1 prefill, 1 decode, ready."""
 from __future__ import annotations
 
+import secrets
+import subprocess
+import sys
+
 import pytest
 import requests
 
 from tests.controlplane.integration.live import IsolatedServices, live_stack_start, live_stack_stop
-from tests.procs import free_port
+from tests.procs import ROOT, free_port
 
 DEPLOYMENT = "it-demo"
 
@@ -63,3 +67,31 @@ def deployment(live, tiny_model_dir):
     live.wait_for("the gateway to answer a completion",
                   lambda: completion(gateway_url, timeout=10).status_code == 200, timeout=150, interval=0.5)
     return gateway_url
+
+
+@pytest.fixture
+def second_node(live):
+    """A second agent on this machine, labelled class=bandwidth; the stack's own agent is labelled class=compute."""
+    name = f"it-b-{secrets.token_hex(2)}"
+    log = open(live.var_dir / "logs" / f"agent-{name}.log", "ab")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "tandem_agent", "--name", name,
+                             "--label", "class=bandwidth"], env=live.env, cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        live.wait_for(f"node {name} to register", lambda: live.api("GET", f"nodes/{name}/").status_code == 200,
+                      timeout=60)
+        assert live.api("PATCH", f"nodes/{live.node_name}/", json={"labels": {"class": "compute"}}).ok
+        yield name
+    finally:
+        subprocess.run([sys.executable, "-c", (
+            "import django; django.setup(); "
+            "from controlplane.run.shutdown import node_processes_stop as stop; "
+            f"stop(node_name={name!r}, reason='test agent stopped')")],
+            env={**live.env, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}, cwd=ROOT, timeout=60, check=False)
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        live.api("PATCH", f"nodes/{live.node_name}/", json={"labels": {}})

@@ -23,7 +23,8 @@ def test_a_deployment_created_through_the_api_serves_completions_through_its_gat
     endpoints = live.api("GET", f"deployments/{DEPLOYMENT}/endpoints").json()
     assert endpoints["groups"] == [{"revision": 1, "colocated": [],
                                     "prefill": [w["url"] for w in ready if w["role"] == "prefill"],
-                                    "decode": [w["url"] for w in ready if w["role"] == "decode"]}]
+                                    "decode": [w["url"] for w in ready if w["role"] == "decode"],
+                                    "weights": {w["url"]: 1 for w in ready}}]
     create, = live.actions(DEPLOYMENT, kind="create")
     assert create["actor"] == "it-admin"
 

@@ -3,45 +3,13 @@ selects class=compute and decode pool class=bandwidth gets each pool's worker on
 for a GPU that no node has is reported unschedulable (API status, reason, audit row) while the rest keeps serving."""
 from __future__ import annotations
 
-import secrets
-import subprocess
-import sys
-
 import pytest
 
 from tests.controlplane.integration.conftest import completion
-from tests.procs import ROOT, free_port
+from tests.procs import free_port
 
 pytestmark = pytest.mark.integration
 NAME = "it-placed"
-
-
-@pytest.fixture
-def second_node(live):
-    """A second agent on this machine, labelled class=bandwidth; the stack's own agent is labelled class=compute."""
-    name = f"it-b-{secrets.token_hex(2)}"
-    log = open(live.var_dir / "logs" / f"agent-{name}.log", "ab")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "tandem_agent", "--name", name,
-                             "--label", "class=bandwidth"], env=live.env, cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        live.wait_for(f"node {name} to register", lambda: live.api("GET", f"nodes/{name}/").status_code == 200,
-                      timeout=60)
-        assert live.api("PATCH", f"nodes/{live.node_name}/", json={"labels": {"class": "compute"}}).ok
-        yield name
-    finally:
-        subprocess.run([sys.executable, "-c", (
-            "import django; django.setup(); "
-            "from controlplane.run.shutdown import node_processes_stop as stop; "
-            f"stop(node_name={name!r}, reason='test agent stopped')")],
-            env={**live.env, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}, cwd=ROOT, timeout=60, check=False)
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        live.api("PATCH", f"nodes/{live.node_name}/", json={"labels": {}})
 
 
 def test_each_pool_runs_on_the_nodes_its_selector_names(live, deployment, tiny_model_dir, second_node):

@@ -126,3 +126,39 @@ def test_a_demo_of_before_sampling_defaults_gets_them_once_and_an_operators_choi
     deployment_sampling_defaults_set(deployment=deployment, sampling_defaults={}, actor=operator)
     assert demo_deployment_ensure(model)[1] == "exists"
     assert Deployment.objects.get(pk=deployment.pk).sampling_defaults == {}
+
+
+def test_the_demo_node_is_labelled_so_that_both_demo_pools_are_placed_on_it_by_their_selector(db, tmp_path, settings):
+    """make run's node agent registers this host with the label both demo pools select; a node without it gets no
+    demo worker (the demo places its workers through selectors, as a fleet does)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from controlplane.agent.node import node_register
+    from controlplane.models import Node
+    from controlplane.run.demo import DEMO_NODE_LABELS
+    from controlplane.run.stack import child_specs
+    from controlplane.supervision.placement import placement_for
+    from tests.procs import free_port
+
+    settings.TANDEM_GATEWAY_PORT = free_port()
+    deployment, _ = demo_deployment_ensure(_model(tmp_path, "tiny"))
+    pools = {pool.role: pool for pool in deployment.pools.all()}
+    assert {role: pool.node_selector for role, pool in pools.items()} == {"prefill": {"tandem.demo": "true"},
+                                                                         "decode": {"tandem.demo": "true"}}
+    # Another online node, unlabelled and emptier: the selector, not the spread, keeps the demo off it.
+    Node.objects.create(name="elsewhere", last_seen_at=timezone.now() + timedelta(minutes=5))
+
+    agent, = [spec for spec in child_specs(web_port=8000, node_name="local", var_dir=tmp_path,
+                                           node_labels=DEMO_NODE_LABELS) if spec.name == "agent"]
+    labels = dict(agent.argv[i + 1].split("=", 1) for i, arg in enumerate(agent.argv) if arg == "--label")
+    assert labels == {"tandem.demo": "true"}
+    node = node_register(name="local", labels=labels)  # what the agent does when it starts
+    for role in ("prefill", "decode"):
+        assert placement_for(pools[role]).node == node
+
+    node.labels = {}
+    node.save(update_fields=["labels"])
+    placement = placement_for(pools["decode"])
+    assert placement.node is None and placement.reason == "no online node matches tandem.demo=true"
