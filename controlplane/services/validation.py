@@ -10,6 +10,7 @@ from django.conf import settings
 from controlplane.errors import invalid
 from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
+from inference.engine.config import QUANTIZATIONS
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # "auto": the model config's own dtype, resolved by each worker when it loads the model (float32 where the config
@@ -37,7 +38,10 @@ _AUTO_SETTINGS = {"kv_cache_bytes"}
 _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16"}
 # key -> (exclusive minimum, maximum) for the fractional engine settings.
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
-ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, "device"]))
+# key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).
+_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS}
+ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
+                                    "device"]))
 
 
 def each_object(items: list, *, field: str):
@@ -103,6 +107,10 @@ def validate_engine_settings(engine_settings) -> dict:
             if not isinstance(value, str) or not DEVICE_RE.match(value):
                 raise invalid(f"engine_settings.device {value!r} must be cpu, cuda, cuda:N or auto",
                               field="engine_settings.device")
+        elif key in _CHOICE_SETTINGS:
+            if value not in _CHOICE_SETTINGS[key]:
+                raise invalid(f"engine_settings.{key} {value!r} is not one of {', '.join(_CHOICE_SETTINGS[key])}",
+                              field=f"engine_settings.{key}")
         elif key in _BOOL_SETTINGS:
             if not isinstance(value, bool):
                 raise invalid(f"engine_settings.{key} must be true or false, not {value!r}",

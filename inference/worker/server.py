@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
+from inference.engine.config import QUANTIZATION_NOTES
 from inference.metrics import CONTENT_TYPE, TandemMetrics
 from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
@@ -105,7 +106,9 @@ class WorkerServer:
         if status == "ok":
             return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
                                       "revision": self.config.revision, "dtype": self.info["dtype"],
-                                      "max_model_len": self.info["max_model_len"]})
+                                      "max_model_len": self.info["max_model_len"],
+                                      "quantization": self.info["quantization"],
+                                      "weight_bytes": self.info["weight_bytes"]})
         return web.json_response({"status": status, "reason": reason}, status=503)
 
     def health_status(self) -> tuple[str, str]:
@@ -244,9 +247,14 @@ class WorkerServer:
                      # max_model_len: the context a request can have here, at most what the KV pool holds.
                      "max_model_len": engine.max_model_len,
                      "configured_max_model_len": engine.configured_max_model_len,
-                     "kv_layout": dict(engine.kv_layout)}
+                     "kv_layout": dict(engine.kv_layout),
+                     "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
+                     "bit_identical": engine.quantization == "none"}
+        if engine.quantization in QUANTIZATION_NOTES:
+            self.info["note"] = QUANTIZATION_NOTES[engine.quantization]
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=self.config.engine.dtype,
-                                     revision=self.config.revision or "")
+                                     revision=self.config.revision or "", quantization=engine.quantization)
+        self.metrics.model_weight_bytes.set(engine.weight_bytes)
         log.info("ready: %s", self.info)
 
     def begin_drain(self) -> None:
