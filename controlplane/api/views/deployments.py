@@ -35,7 +35,8 @@ class DeploymentCreateInput(WriteInputSerializer):
         required=False, allow_null=True, default=None,
         help_text="device (cpu|cuda|cuda:N|auto), threads, kv_cache_bytes (or auto, the default), block_size, "
                   "max_num_seqs, max_num_batched_tokens, max_model_len, max_queue (integers > 0), kv_memory_fraction "
-                  "(0-1, for kv_cache_bytes auto), allow_slow_float16 (boolean).")
+                  "(0-1, for kv_cache_bytes auto), allow_slow_float16 (boolean), quantization (none|int8: int8 "
+                  "weights, about a quarter of the float32 weight memory, outputs not bit-identical).")
     replicas = _replica_map("Desired workers per role, e.g. {\"prefill\": 1, \"decode\": 2}; default 1 each.")
     min_replicas = _replica_map("Per role; default 1 (0 when 0 replicas are asked).")
     max_replicas = _replica_map("Per role; default 8.")
