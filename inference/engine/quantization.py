@@ -30,9 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inference.engine.precision import cpu_flags
+
 KERNELS = ("fbgemm", "weight_only")
 _INT8_MAX = 127
-REDUCE_RANGE = False
+# CPU flags of an int8 dot product that accumulates in 32 bits (as /proc/cpuinfo spells them). Without one, fbgemm
+# sums pairs of u8 x s8 products in 16 bits, which 8-bit activations can saturate; there it takes 7-bit activations
+# (reduce_range), at some cost in precision.
+VNNI_CPU_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
 CALIBRATION_TOKENS = 256
 SMOOTHING_ALPHA = 0.5
 
@@ -70,6 +75,7 @@ class FbgemmInt8Linear(nn.Module):
             qweight = torch._make_per_channel_quantized_tensor(
                 anchored, scale.double().cpu(), torch.zeros(self.out_features, dtype=torch.long), 0)
         self._packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.reduce_range = not (cpu_flags() & VNNI_CPU_FLAGS)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.register_buffer("anchors", torch.tensor([[-1.0, 1.0]]), persistent=False)
         # What fbgemm keeps for it: the int8 matrix (with the anchor columns), and per output channel a float32
@@ -81,12 +87,11 @@ class FbgemmInt8Linear(nn.Module):
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [..., K]  ->  [..., N] in x's dtype. reduce_range: 7-bit activations, so that fbgemm's int16
-        # accumulation of u8 x s8 pairs cannot saturate on CPUs without VNNI.
+        # x: [..., K]  ->  [..., N] in x's dtype
         flat = x.reshape(-1, self.in_features).float()  # [M, K]
         row_max = flat.abs().amax(dim=1, keepdim=True).clamp_(min=torch.finfo(torch.float32).tiny)  # [M, 1]
         anchored = torch.cat((flat / row_max, self.anchors.expand(flat.shape[0], 2)), dim=1)  # [M, K + 2]
-        y = torch.ops.quantized.linear_dynamic(anchored, self._packed, REDUCE_RANGE).mul_(row_max)  # [M, N]
+        y = torch.ops.quantized.linear_dynamic(anchored, self._packed, self.reduce_range).mul_(row_max)  # [M, N]
         if self.bias is not None:
             y += self.bias
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)

@@ -103,3 +103,16 @@ def test_an_unknown_kernel_is_refused(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with pytest.raises(ValueError, match="kernel must be one of fbgemm, weight_only"):
         quantize_model(model, kernel="int4")
+
+
+def test_without_vnni_fbgemm_takes_7_bit_activations_and_stays_close_and_batch_invariant(linear, monkeypatch):
+    from inference.engine import quantization
+
+    monkeypatch.setattr(quantization, "cpu_flags", lambda: frozenset({"avx2"}))
+    module = FbgemmInt8Linear.from_linear(linear)
+    assert module.reduce_range is True
+    x = torch.randn(6, 192)
+    x[2] *= 100
+    batched = module(x)
+    assert torch.equal(batched, torch.cat([module(x[i:i + 1]) for i in range(len(x))]))
+    assert _relative_error(batched, linear(x).detach()) < 0.03
