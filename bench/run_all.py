@@ -42,6 +42,8 @@ def plan(args) -> dict[str, list[str]]:
         "kv_handoff_smollm2": ["kv_handoff.py", "--model", "smollm2", *dev, "--repeats", "3"],
         "gateway": ["gateway_overhead.py", "--model", "tiny", "--requests", "200"],
         "weighted_routing": ["weighted_routing.py", "--model", "tiny"],
+        # Single-stream speed-ups on SmolLM2, CPU, one thread (~3 min): int8 weights against float32 and HF generate.
+        **({} if on_gpu else {"faster_tokens": ["faster_tokens.py"]}),
         # The control plane's benchmarks (written with the control plane): no model, no device.
         "scrape_cycle": ["scrape_cycle.py"],
         "alert_to_action": ["alert_to_action.py", "--trials", "2"],

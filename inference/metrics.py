@@ -9,7 +9,8 @@ Types:
   tandem_e2e_request_latency_seconds, tandem_kv_transfer_seconds (a histogram rather than a summary so that
   quantiles can be aggregated across workers)
 - gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio, and on workers the info
-  metric tandem_worker_info{dtype, dtype_requested, revision} = 1 once the model is loaded
+  metric tandem_worker_info{dtype, dtype_requested, revision, quantization} = 1 once the model is loaded, and
+  tandem_model_weight_bytes (what the loaded weights take, after any quantization)
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
   tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind}
 - GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`), and
@@ -94,7 +95,9 @@ class TandemMetrics:
             "tandem_kv_transfer_bytes_total", "KV cache payload bytes sent (prefill) or received (decode).")
 
         self._worker_info = Gauge("tandem_worker_info", "Always 1 on a loaded worker; its labels say what it runs.",
-                                  (*BASE_LABELS, "dtype", "dtype_requested", "revision"), registry=r)
+                                  (*BASE_LABELS, "dtype", "dtype_requested", "revision", "quantization"), registry=r)
+        self.model_weight_bytes = gauge("tandem_model_weight_bytes",
+                                        "Bytes the loaded model's weights take (after any quantization).")
 
         self._success = Counter("tandem_request_success", "Requests that finished normally.",
                                 (*BASE_LABELS, "finished_reason"), registry=r)
@@ -108,11 +111,11 @@ class TandemMetrics:
             self.gpu_collector = NvmlCollector(role=role, model=model)
             r.register(self.gpu_collector)
 
-    def set_worker_info(self, *, dtype: str, dtype_requested: str, revision: str) -> None:
-        """Publish what the loaded worker runs (dtype after `auto` is resolved, and what was asked), Prometheus'
-        info-metric idiom: a gauge of 1 whose labels carry the facts."""
+    def set_worker_info(self, *, dtype: str, dtype_requested: str, revision: str, quantization: str = "none") -> None:
+        """Publish what the loaded worker runs (dtype after `auto` is resolved, what was asked, its weights'
+        quantization), Prometheus' info-metric idiom: a gauge of 1 whose labels carry the facts."""
         self._worker_info.labels(role=self.role, model=self.model, dtype=dtype, dtype_requested=dtype_requested,
-                                 revision=revision).set(1)
+                                 revision=revision, quantization=quantization).set(1)
 
     def watch_devices(self, devices: list[str], *, visible_devices: str | None = None) -> None:
         """Export torch's allocator slack of the CUDA devices among `devices` (called once the model is loaded, so

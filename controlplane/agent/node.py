@@ -28,7 +28,7 @@ from controlplane.agent import launch, processes
 from controlplane.agent.gpus import discover_gpus
 from controlplane.agent.workers import worker_start
 from controlplane.models import Node, Worker, WorkerStatus
-from controlplane.models.workers import health_answer_dtype, health_answer_ok
+from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,8 @@ def _repair(node: Node, outcome: dict[str, list[int]]) -> None:
         except requests.RequestException:
             continue  # still loading: the health checker's startup timeout judges a start that never answers
         if health_answer_ok(worker.role, answer.status_code) and worker_ready_record(
-                worker_id=worker.id, pid=worker.pid, dtype=health_answer_dtype(answer)):
+                worker_id=worker.id, pid=worker.pid, dtype=health_answer_dtype(answer),
+                weights=health_answer_weights(answer)):
             outcome["ready"].append(worker.id)
 
 

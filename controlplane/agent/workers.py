@@ -50,7 +50,7 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
         log.info("worker %s: stopped its previous process %d (%s) before restarting", worker.id, stale.pid, outcome)
     num_claimed = Worker.objects.filter(id=worker.id, status=WorkerStatus.PENDING, pid=worker.pid).update(
         status=WorkerStatus.STARTING, pid=None, started_at=None, ready_at=None, consecutive_health_failures=0,
-        dtype="",  # the new process reports its own
+        dtype="", quantization="", weight_bytes=None,  # the new process reports its own
     )
     if num_claimed != 1:
         return "not-pending"  # another agent thread (a duplicate message) got there first

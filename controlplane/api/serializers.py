@@ -115,7 +115,7 @@ class WorkerSerializer(serializers.ModelSerializer):
     class Meta:
         model = Worker
         fields = ["id", "deployment", "role", "status", "pid", "host", "port", "url", "node", "gpu_index",
-                  "revision", "dtype", "restart_count", "last_error", "log_path", "created_at", "started_at",
+                  "revision", "dtype", "quantization", "weight_bytes", "restart_count", "last_error", "log_path", "created_at", "started_at",
                   "ready_at", "stopped_at", "last_health_at"]
 
 

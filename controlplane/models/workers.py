@@ -41,6 +41,25 @@ def health_answer_dtype(response) -> str:
     return dtype if isinstance(dtype, str) and dtype.isidentifier() and len(dtype) <= 20 else ""
 
 
+def health_answer_weights(response) -> dict:
+    """What a worker's /health answer says of its weights: {"quantization": ..., "weight_bytes": ...}, each only
+    when it says it (and it is well-formed); {} for a gateway or an older worker."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    if not isinstance(body, dict):
+        return {}
+    weights = {}
+    quantization, weight_bytes = body.get("quantization"), body.get("weight_bytes")
+    # Stored in a 10-character column and shown on pages: anything else is not a quantization.
+    if isinstance(quantization, str) and quantization.isidentifier() and len(quantization) <= 10:
+        weights["quantization"] = quantization
+    if isinstance(weight_bytes, int) and not isinstance(weight_bytes, bool) and 0 < weight_bytes < 1 << 62:
+        weights["weight_bytes"] = weight_bytes
+    return weights
+
+
 class Worker(models.Model):
     """One process (a prefill, decode or colocated worker, or a gateway) on a node. Desired vs live is reconciled."""
 
@@ -75,6 +94,10 @@ class Worker(models.Model):
     # The dtype the process says it runs (its /health, read by the health check): the revision's dtype with "auto"
     # resolved. Blank until its first healthy answer; a restarted process reports it again.
     dtype = models.CharField(max_length=20, blank=True)
+    # What the process says of its weights (its /health, like dtype): quantization ("none", "int8") and the bytes
+    # the loaded weights hold. Blank / null until its first healthy answer.
+    quantization = models.CharField(max_length=10, blank=True)
+    weight_bytes = models.BigIntegerField(null=True, blank=True)
     # Exponential backoff: the next start is not attempted before this.
     next_restart_at = models.DateTimeField(null=True, blank=True)
     restart_window_started_at = models.DateTimeField(null=True, blank=True)

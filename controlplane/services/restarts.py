@@ -97,12 +97,14 @@ def worker_back_to_pending(*, worker: Worker, from_status: str, reason: str,
     return num_updated == 1
 
 
-def worker_ready_record(*, worker_id: int, pid: int | None, dtype: str = "") -> bool:
-    """A starting worker's process (still `pid`) answered its health check: it is ready (running `dtype`, when it
-    said), and the restart that brought it back is done. Reported by the health checker or by the worker's own node
-    agent, whichever sees it first; False if the row had moved on (or the other one got there first)."""
+def worker_ready_record(*, worker_id: int, pid: int | None, dtype: str = "", weights: dict | None = None) -> bool:
+    """A starting worker's process (still `pid`) answered its health check: it is ready (running `dtype`, and with
+    the `weights` of health_answer_weights, when it said), and the restart that brought it back is done. Reported by
+    the health checker or by the worker's own node agent, whichever sees it first; False if the row had moved on
+    (or the other one got there first)."""
     now = timezone.now()
     reported = {"dtype": dtype} if dtype else {}
+    reported.update(weights or {})
     num_updated = Worker.objects.filter(id=worker_id, status=WorkerStatus.STARTING, pid=pid).update(
         status=WorkerStatus.READY, ready_at=now, last_health_at=now, consecutive_health_failures=0, **reported)
     if num_updated != 1:

@@ -1,8 +1,8 @@
 """Health: probe /health of every starting and ready process at once, and act on the answers.
 
 - starting → ready on the first 200 (a gateway counts as up as soon as it answers at all: it says 503 until its
-  pools have ready workers, which is not its own failure); a worker's 200 also says the dtype it runs, kept on its
-  row for the pages and the API;
+  pools have ready workers, which is not its own failure); a worker's 200 also says the dtype it runs and its
+  weights (quantization, bytes), kept on its row for the pages and the API;
 - starting that is not healthy within TANDEM_STARTUP_TIMEOUT_S → restart;
 - ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (reported to controlplane.services.restarts).
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import requests
@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.models import Worker, WorkerStatus
-from controlplane.models.workers import health_answer_dtype, health_answer_ok
+from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ class Probe:
     ok: bool
     detail: str
     dtype: str = ""  # what a healthy worker says it runs ("auto" resolved); blank for gateways and old workers
+    weights: dict = field(default_factory=dict)  # its quantization and weight_bytes (health_answer_weights)
 
 
 def probe(worker: Worker, timeout_s: float) -> Probe:
@@ -43,7 +44,8 @@ def probe(worker: Worker, timeout_s: float) -> Probe:
     except requests.RequestException as exc:
         return Probe(worker.id, worker.pid, False, f"GET {url}: {type(exc).__name__}")
     if health_answer_ok(worker.role, response.status_code):
-        return Probe(worker.id, worker.pid, True, "", dtype=health_answer_dtype(response))
+        return Probe(worker.id, worker.pid, True, "", dtype=health_answer_dtype(response),
+                     weights=health_answer_weights(response))
     return Probe(worker.id, worker.pid, False, f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
 
 
@@ -69,8 +71,8 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
 def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
     now = timezone.now()
     if result.ok:
-        reported = {"dtype": result.dtype} if result.dtype else {}
-        if worker_ready_record(worker_id=worker.id, pid=result.pid, dtype=result.dtype):
+        reported = {"dtype": result.dtype, **result.weights} if result.dtype else dict(result.weights)
+        if worker_ready_record(worker_id=worker.id, pid=result.pid, dtype=result.dtype, weights=result.weights):
             outcome["ready"].append(worker.id)
         else:
             Worker.objects.filter(id=worker.id, status=WorkerStatus.READY, pid=result.pid).update(

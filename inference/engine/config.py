@@ -10,6 +10,12 @@ from inference.roles import Role
 
 # "auto": the model config's own dtype, resolved when the model loads (inference/engine/precision.py).
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# "int8": the linear layers (attention projections, MLP, lm_head) and the embedding table in int8 with per-channel
+# scales (inference/engine/quantization.py); outputs are then not bit-identical to the model's own.
+QUANTIZATIONS = ("none", "int8")
+# What a worker says (/info) about the outputs of a quantized model.
+QUANTIZATION_NOTES = {"int8": "int8 weights: outputs are not bit-identical to the unquantized model (greedy tokens "
+                              "may part from its own after a near-tie)"}
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 
@@ -27,6 +33,7 @@ class Config:
     role: Role = Role.COLOCATED
     device: str = "cpu"
     dtype: str = "auto"
+    quantization: str = "none"
     # float16 on a CPU without fast float16 is refused unless this is set (see precision.py).
     allow_slow_float16: bool = False
     threads: int | None = None
@@ -54,6 +61,8 @@ class Config:
             raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ConfigError("quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}")
         if not isinstance(self.allow_slow_float16, bool):
             raise ConfigError("allow_slow_float16", f"must be true or false, got {self.allow_slow_float16!r}")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):

@@ -41,6 +41,8 @@ class LLMEngine:
         self.configured_max_model_len = self.model_runner.configured_max_model_len
         self.kv_layout = self.model_runner.kv_layout
         self.dtype: str = self.model_runner.dtype_name  # what runs: config.dtype with "auto" resolved
+        self.quantization: str = config.quantization
+        self.weight_bytes: int = self.model_runner.weight_bytes
         self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size)
         self.scheduler = Scheduler(role=config.role, block_manager=self.block_manager,
                                    max_num_seqs=config.max_num_seqs,

@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 from inference.engine.config import Config
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.precision import TORCH_DTYPES, resolve_dtype
+from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
 from inference.roles import Role
@@ -41,6 +42,10 @@ class ModelRunner:
                                         allow_slow_float16=config.allow_slow_float16)
         self.dtype = TORCH_DTYPES[self.dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)
+        if config.quantization == "int8":
+            quantize_model(self.model, kernel=default_kernel(self.device))
+        self.weight_bytes = weight_bytes(self.model)  # what the weights hold now, quantized or not
+        self.fused_qkv = hasattr(self.model.model.layers[0].self_attn, "qkv_proj")
         hf = self.model.config
         self.vocab_size: int = hf.vocab_size
         self.num_layers: int = hf.num_hidden_layers
@@ -181,9 +186,13 @@ class ModelRunner:
         for layer_id, layer in enumerate(model.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)  # [T, hidden]
-            q = attn.q_proj(h).view(num_tokens, h_q, d)  # [T, Hq, D]
-            k = attn.k_proj(h).view(num_tokens, h_kv, d)  # [T, Hkv, D]
-            v = attn.v_proj(h).view(num_tokens, h_kv, d)  # [T, Hkv, D]
+            if self.fused_qkv:  # int8: one projection for q, k and v (quantization.py)
+                q, k, v = attn.qkv_proj(h).split((h_q * d, h_kv * d, h_kv * d), dim=-1)
+                q, k, v = q.view(num_tokens, h_q, d), k.view(num_tokens, h_kv, d), v.view(num_tokens, h_kv, d)
+            else:
+                q = attn.q_proj(h).view(num_tokens, h_q, d)  # [T, Hq, D]
+                k = attn.k_proj(h).view(num_tokens, h_kv, d)  # [T, Hkv, D]
+                v = attn.v_proj(h).view(num_tokens, h_kv, d)  # [T, Hkv, D]
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             k_slots[layer_id].index_copy_(0, slot_mapping, k)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from inference.engine.config import DTYPES, Config, ConfigError
+from inference.engine.config import DTYPES, QUANTIZATIONS, Config, ConfigError
 from inference.roles import Role
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto (default): the model config's dtype, float32 where it names none")
+    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+                   help="none (default), or int8: linear layers and embeddings in int8 with per-channel scales "
+                        "(about a quarter of the float32 weight memory; outputs not bit-identical)")
     p.add_argument("--allow-slow-float16", action="store_true",
                    help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")

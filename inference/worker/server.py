@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
+from inference.engine.config import QUANTIZATION_NOTES
 from inference.metrics import CONTENT_TYPE, TandemMetrics
 from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
@@ -106,7 +107,9 @@ class WorkerServer:
         if status == "ok":
             return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
                                       "revision": self.config.revision, "dtype": self.info["dtype"],
-                                      "max_model_len": self.info["max_model_len"]})
+                                      "max_model_len": self.info["max_model_len"],
+                                      "quantization": self.info["quantization"],
+                                      "weight_bytes": self.info["weight_bytes"]})
         return web.json_response({"status": status, "reason": reason}, status=503)
 
     def health_status(self) -> tuple[str, str]:
@@ -248,9 +251,14 @@ class WorkerServer:
                      # The batch limits it runs with: a revision's per-role settings, as this worker got them.
                      "max_num_seqs": self.config.engine.max_num_seqs,
                      "max_num_batched_tokens": self.config.engine.max_num_batched_tokens,
-                     "kv_layout": dict(engine.kv_layout)}
+                     "kv_layout": dict(engine.kv_layout),
+                     "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
+                     "bit_identical": engine.quantization == "none"}
+        if engine.quantization in QUANTIZATION_NOTES:
+            self.info["note"] = QUANTIZATION_NOTES[engine.quantization]
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=self.config.engine.dtype,
-                                     revision=self.config.revision or "")
+                                     revision=self.config.revision or "", quantization=engine.quantization)
+        self.metrics.model_weight_bytes.set(engine.weight_bytes)
         self.metrics.watch_devices([str(engine.model_runner.device)],
                                    visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
         log.info("ready: %s", self.info)

@@ -42,7 +42,7 @@ def test_it_starts_the_child_in_its_own_session_with_the_marker(spawned):
 
 def test_it_writes_the_child_output_to_the_log_file(spawned, tmp_path):
     handle = spawned([sys.executable, "-c", "print('hello from the worker')"])
-    assert processes.wait_exit(handle, timeout=10)
+    assert processes.wait_exit(handle, timeout=60)
     log = (tmp_path / "logs" / "w.log").read_text()
     assert "starting:" in log and "hello from the worker" in log
     assert "hello from the worker" in processes.log_tail(tmp_path / "logs" / "w.log")
@@ -50,7 +50,7 @@ def test_it_writes_the_child_output_to_the_log_file(spawned, tmp_path):
 
 def test_it_reaps_an_exited_child_instead_of_calling_the_zombie_alive(spawned):
     handle = spawned([sys.executable, "-c", "import sys; sys.exit(3)"])
-    assert processes.wait_exit(handle, timeout=10)
+    assert processes.wait_exit(handle, timeout=60)
     assert not processes.is_alive(handle)
     with pytest.raises(ChildProcessError):  # already reaped: no zombie left behind
         os.waitpid(handle.pid, os.WNOHANG)
@@ -125,6 +125,6 @@ def test_free_port_is_bindable():
 
 def test_the_log_hides_the_gateway_token(spawned, tmp_path):
     handle = spawned([sys.executable, "-c", "pass", "--token", "s3cret-token"])
-    processes.wait_exit(handle, timeout=10)
+    processes.wait_exit(handle, timeout=60)
     log = (tmp_path / "logs" / "w.log").read_text()
     assert "s3cret-token" not in log and "--token ***" in log
