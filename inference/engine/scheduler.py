@@ -101,6 +101,7 @@ class Scheduler:
                 assert seq.num_cached_tokens < seq.num_tokens, f"{seq} completed its prefill but sampled nothing"
                 continue
             assert seq.num_cached_tokens == seq.num_tokens, f"{seq} sampled before its prefill completed"
+            seq.is_prefilling = False
             seq.append_token(token_id)
             self.num_generation_tokens += 1
             seq.finish_reason = self.finish_reason(seq)
@@ -157,6 +158,7 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             # The model runner places the received K/V of the prompt into these blocks before this step's forward.
             seq.num_cached_tokens = seq.num_prompt_tokens
+            seq.is_prefilling = False
             self.running.append(seq)
 
     def _schedule_chunks(self, budget: int) -> list[Sequence]:
@@ -214,6 +216,7 @@ class Scheduler:
         self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_scheduled_tokens = 0
+        seq.is_prefilling = True  # it starts over: every token it has is prefilled again
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 

@@ -21,7 +21,7 @@ class Sequence:
 
     `num_cached_tokens` counts the leading tokens whose K/V sit in this sequence's blocks; the last token of a running
     sequence is never cached yet (the next step feeds it). With chunked prefill a running sequence may be partly
-    prefilled (0 < num_cached_tokens < num_tokens - 1); `num_scheduled_tokens` is how many tokens after the cached
+    prefilled (`is_prefilling`, 0 < num_cached_tokens < num_tokens); `num_scheduled_tokens` is how many tokens after the cached
     ones the current step feeds (set by the scheduler: a whole prompt, a chunk of it, or 1 to decode). The engine's device code hangs opaque tensors on
     `kv_import` (decode role: K/V received from a prefill worker, to place into the blocks at admission) and
     `kv_export` (prefill role: K/V copied out after prefill); this module only carries them.
@@ -37,6 +37,9 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_cached_tokens = 0
         self.num_scheduled_tokens = 0
+        # Until a step samples from it: its tokens are prefilled (in one step or in chunks), not decoded. Set again
+        # when a preempted sequence starts over; a decode role's sequence arrives prefilled.
+        self.is_prefilling = True
         self.num_steps_starved = 0  # consecutive steps this sequence waited for prefill tokens and got none
         self.finish_reason: str | None = None
         self.kv_import: Any = None
@@ -65,12 +68,6 @@ class Sequence:
     @property
     def num_uncached_tokens(self) -> int:
         return len(self.token_ids) - self.num_cached_tokens
-
-    @property
-    def is_prefilling(self) -> bool:
-        """Whether the next tokens to feed are a prefill: more than the last token is uncached, or nothing is
-        cached at all (a fresh one-token prompt). Every token but the last in the cache: a decode."""
-        return self.num_cached_tokens == 0 or self.num_uncached_tokens > 1
 
     @property
     def samples_next_token(self) -> bool:
