@@ -22,7 +22,7 @@ def test_eight_concurrent_prompts_of_different_lengths_match_hugging_face(tiny_m
 
 
 def test_all_prompts_are_prefilled_in_one_step_and_decoded_in_one_batch(tiny_model_dir):
-    # A chunk budget that holds all 381 prompt tokens (the default 256 would spread them over two steps).
+    # A chunk budget that holds all 381 prompt tokens (the CPU default of 64 would spread them over six steps).
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=8 << 20, prefill_chunk_size=512))
     for i, prompt in enumerate(random_prompts(PROMPT_LENGTHS)):
         engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=3, ignore_eos=True))

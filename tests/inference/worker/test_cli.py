@@ -99,7 +99,7 @@ def test_chunked_prefill_is_on_unless_turned_off(tiny_model_dir):
 
     argv = ["--role", "colocated", "--model", str(tiny_model_dir), "--port", "0"]
     default = parse_args(argv).engine
-    assert (default.chunked_prefill, default.prefill_chunk_size) == (True, 256)
+    assert (default.chunked_prefill, default.prefill_chunk_size) == (True, 64)  # the CPU's default
     assert parse_args([*argv, "--no-chunked-prefill"]).engine.chunked_prefill is False
     config = parse_args([*argv, "--chunked-prefill", "--prefill-chunk-size", "64"]).engine
     assert (config.chunked_prefill, config.prefill_chunk_size) == (True, 64)
