@@ -41,6 +41,8 @@ def plan(args) -> dict[str, list[str]]:
         "kv_handoff_tiny": ["kv_handoff.py", "--model", "tiny", *dev],
         "kv_handoff_smollm2": ["kv_handoff.py", "--model", "smollm2", *dev, "--repeats", "3"],
         "gateway": ["gateway_overhead.py", "--model", "tiny", "--requests", "200"],
+        # Colocated, chunked and disaggregated on 2 threads each, SmolLM2 through the gateway (~10 min on a CPU).
+        "stage_split": ["stage_split.py", "--model", "smollm2", "--threads", "2"],
         # The control plane's benchmarks (written with the control plane): no model, no device.
         "scrape_cycle": ["scrape_cycle.py"],
         "alert_to_action": ["alert_to_action.py", "--trials", "2"],
@@ -85,6 +87,9 @@ def summary(results: dict) -> dict:
                 figures[f"{name}.worker_transfer_over_prefill"] = doc["workers"]["transfer_over_prefill"]
         elif name == "gateway":
             figures["gateway.added_p50_ms"] = doc["added_p50_ms"]
+        elif name == "stage_split":
+            for key, value in doc.get("ratios", {}).items():
+                figures[f"stage_split.{key}"] = value
     return {"figures": figures, "goals": goals}
 
 

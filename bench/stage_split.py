@@ -251,15 +251,19 @@ def start_mode(mode: str, path: Path, log_dir: Path, args) -> tuple[list, str]:
     return procs, gateway_url
 
 
-def wait_until_serving(url: str, text: str, deadline_s: float = 120.0) -> None:
+def wait_until_serving(url: str, text: str, deadline_s: float) -> None:
     """The gateway learns of its workers by health probes: a 503 until then is expected. Also warms them up."""
     import requests
 
     deadline = time.monotonic() + deadline_s
     last = None
     while time.monotonic() < deadline:
-        r = requests.post(f"{url}/v1/completions", json={"model": SERVED_NAME, "prompt": text, "max_tokens": 2},
-                          timeout=120)
+        try:
+            r = requests.post(f"{url}/v1/completions", json={"model": SERVED_NAME, "prompt": text, "max_tokens": 2},
+                              timeout=max(1.0, deadline - time.monotonic()))
+        except requests.RequestException as exc:
+            last = repr(exc)
+            continue
         if r.status_code == 200:
             return
         last = r.text[:300]
@@ -279,8 +283,9 @@ def run(args) -> dict:
         procs = []
         try:
             procs, url = start_mode(mode, path, log_dir, args)
-            wait_until_serving(url, texts["short"][0])
-            wait_until_serving(url, texts["long"][-1])  # the long path too (its first prefill is the slowest)
+            wait_until_serving(url, texts["short"][0], deadline_s=120)
+            # The long path too (a worker's first long prefill is its slowest); minutes on a loaded machine.
+            wait_until_serving(url, texts["long"][-1], deadline_s=600)
             results[mode] = {}
             for load in LOADS:
                 print(f"[stage_split] {mode} / {load} ...", file=sys.stderr, flush=True)

@@ -21,9 +21,11 @@ blocks and it starts over (recompute), like any other.
 
 Which prompts get the prefill budget: shortest remaining prefill first, with aging. Candidates (partly prefilled
 sequences and waiting ones) are ordered by their uncached tokens minus one step budget per step they waited in vain
-(`num_steps_starved`); each gets min(what it needs, what is left). So a 20-token prompt goes before the rest of a
-2,000-token one, which gets the remainder of every step; if short prompts ever fill whole steps, the long one's key
-falls by a budget per step until it leads: it waits at most about remaining / budget steps for a chunk. Admission
+(`num_steps_starved`); each gets min(what it needs, what is left), except that a partial chunk never follows a
+prompt that completes in the same step (it would only make that step, and so that prompt's first token, later). So
+a 20-token prompt goes before the rest of a 2,000-token one, in a step of its own size, and the long one gets the
+whole budget of the steps between; if short prompts ever take every step, the long one's key falls by a budget per
+step until it leads: it waits at most about remaining / budget steps for a chunk. Admission
 stops at the first candidate, in that order, that cannot get blocks, so aging also protects a long prompt from being
 overtaken forever when KV memory is short.
 """
@@ -169,8 +171,12 @@ class Scheduler:
         scheduled: list[Sequence] = []
         admitting = True
         for seq in candidates:
-            if budget <= 0:
+            num_tokens = min(seq.num_uncached_tokens, budget)
+            if num_tokens <= 0:
                 break
+            if num_tokens < seq.num_uncached_tokens and any(s.samples_next_token for s in scheduled):
+                # A partial chunk behind a prompt that completes here would only delay that prompt's first token.
+                continue
             if seq.status is SequenceStatus.WAITING:
                 admitting = (admitting and len(self.running) < self.max_num_seqs
                              and self.block_manager.can_allocate(seq.num_tokens))
@@ -180,8 +186,8 @@ class Scheduler:
                 self.block_manager.allocate(seq, seq.num_tokens)  # a preempted sequence recomputes its produced tokens
                 seq.status = SequenceStatus.RUNNING
                 self.running.append(seq)
-            seq.num_scheduled_tokens = min(seq.num_uncached_tokens, budget)
-            budget -= seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = num_tokens
+            budget -= num_tokens
             scheduled.append(seq)
         for seq in candidates:
             seq.num_steps_starved = 0 if seq.num_scheduled_tokens else seq.num_steps_starved + 1

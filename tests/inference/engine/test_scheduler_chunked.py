@@ -55,16 +55,18 @@ def test_a_short_prompt_goes_before_the_rest_of_a_long_one():
     sched.add(seq_of("long", 100))
     assert step(sched) == {"long": 16}
     sched.add(seq_of("short", 5))
-    assert step(sched) == {"short": 5, "long": 11}  # it arrived later, and still waits for no chunk of the long one
+    # It arrived later, and still waits for no chunk of the long one: a step of its own size.
+    assert step(sched) == {"short": 5}
     assert [s.request_id for s in sched.running] == ["long"]  # the prefill role hands the short one over at once
+    assert step(sched) == {"long": 16}
 
 
 def test_shortest_remaining_first_orders_the_candidates():
     sched = make(role="prefill", budget=10)
     for request_id, n in (("c", 9), ("a", 3), ("b", 6)):
         sched.add(seq_of(request_id, n))
-    assert step(sched) == {"a": 3, "b": 6, "c": 1}
-    assert step(sched) == {"c": 8}
+    assert step(sched) == {"a": 3, "b": 6}  # c would only get 1 token and make a and b wait for it
+    assert step(sched) == {"c": 9}
 
 
 def test_a_long_prompt_that_short_ones_keep_outbidding_ages_until_it_leads():
@@ -108,6 +110,15 @@ def test_a_partly_prefilled_sequence_is_preempted_and_starts_over():
     assert step(sched) == {"stream": 1}  # its 5th token needs a block: the newest, the long prompt, is preempted
     assert long_seq.status is SequenceStatus.WAITING and not long_seq.block_table
     assert long_seq.num_cached_tokens == 0 and long_seq.is_prefilling and sched.num_preemptions == 1
+
+
+def test_a_prompt_that_fits_still_joins_after_a_partial_chunk_is_left_out():
+    sched = make(role="prefill", budget=10)
+    for request_id, n in (("x", 2), ("p", 25), ("q", 7)):
+        sched.add(seq_of(request_id, n))
+    sched.waiting[1].num_steps_starved = 2  # p's key: 25 - 2 x 10 = 5, between x's (2) and q's (7)
+    assert step(sched) == {"x": 2, "q": 7}  # p would be cut to 8 tokens behind x: it waits, q still fits
+    assert step(sched) == {"p": 10}
 
 
 def test_the_step_budget_is_at_most_max_num_batched_tokens():
