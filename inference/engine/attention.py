@@ -57,8 +57,8 @@ class PrefillAttention:
         # its plain masked path: its GQA path with a mask falls off the fast CPU kernel (see DecodeAttention).
         keys = self.k_slots[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
         values = self.v_slots[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)
-        if num_groups > 1:
-            keys, values = keys.repeat_interleave(num_groups, 1), values.repeat_interleave(num_groups, 1)  # [1, Hq, S, D]
+        if num_groups > 1:  # -> [1, Hq, S, D]
+            keys, values = keys.repeat_interleave(num_groups, 1), values.repeat_interleave(num_groups, 1)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
 
 

@@ -21,10 +21,12 @@ class Sequence:
 
     `num_cached_tokens` counts the leading tokens whose K/V sit in this sequence's blocks; the last token of a running
     sequence is never cached yet (the next step feeds it). With chunked prefill a running sequence may be partly
-    prefilled (`is_prefilling`, 0 < num_cached_tokens < num_tokens); `num_scheduled_tokens` is how many tokens after the cached
-    ones the current step feeds (set by the scheduler: a whole prompt, a chunk of it, or 1 to decode). The engine's device code hangs opaque tensors on
-    `kv_import` (decode role: K/V received from a prefill worker, to place into the blocks at admission) and
-    `kv_export` (prefill role: K/V copied out after prefill); this module only carries them.
+    prefilled (`is_prefilling`, 0 < num_cached_tokens < num_tokens); `num_scheduled_tokens` is how many tokens after
+    the cached ones the current step feeds (set by the scheduler: a whole prompt, a chunk of it, or 1 to decode).
+
+    The engine's device code hangs opaque tensors on `kv_import` (decode role: K/V received from a prefill worker, to
+    place into the blocks at admission) and `kv_export` (prefill role: K/V copied out after prefill); this module
+    only carries them.
     """
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams):
