@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -223,10 +224,12 @@ def summarize(records: dict, seconds: float, args) -> dict:
 
 # -- processes ----------------------------------------------------------------------------------------------------
 
-def start_mode(mode: str, path: Path, log_dir: Path, args) -> tuple[list, str]:
+def start_mode(mode: str, path: Path, log_dir: Path, args, procs: list) -> str:
+    """Start the mode's workers and gateway (appended to `procs` as they start, so that a failure or a signal half
+    way still stops them); return the gateway's URL."""
     from tests.procs import free_port, start, wait_http
 
-    procs, urls = [], {}
+    urls = {}
     for role, share, chunked in MODES[mode]:
         port = free_port()
         threads = max(1, round(args.threads * share))
@@ -248,7 +251,7 @@ def start_mode(mode: str, path: Path, log_dir: Path, args) -> tuple[list, str]:
     procs.append(gateway)
     gateway_url = f"http://127.0.0.1:{gateway_port}"
     wait_http(gateway, f"{gateway_url}/v1/models", timeout=60)
-    return procs, gateway_url
+    return gateway_url
 
 
 def wait_until_serving(url: str, text: str, deadline_s: float) -> None:
@@ -280,9 +283,9 @@ def run(args) -> dict:
     results: dict[str, dict] = {}
     errors: dict[str, str] = {}
     for mode in args.modes:
-        procs = []
+        procs: list = []
         try:
-            procs, url = start_mode(mode, path, log_dir, args)
+            url = start_mode(mode, path, log_dir, args, procs)
             wait_until_serving(url, texts["short"][0], deadline_s=120)
             # The long path too (a worker's first long prefill is its slowest); minutes on a loaded machine.
             wait_until_serving(url, texts["long"][-1], deadline_s=600)
@@ -320,6 +323,8 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
+    # SIGTERM ends the run through the `finally` that stops this run's workers and gateways.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     doc = run(parse_args(argv))
     emit(doc)
     return 1 if doc["errors"] else 0
