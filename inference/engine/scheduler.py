@@ -25,9 +25,9 @@ sequences and waiting ones) are ordered by their uncached tokens minus one step 
 prompt that completes in the same step (it would only make that step, and so that prompt's first token, later). So
 a 20-token prompt goes before the rest of a 2,000-token one, in a step of its own size, and the long one gets the
 whole budget of the steps between; if short prompts ever take every step, the long one's key falls by a budget per
-step until it leads: it waits at most about remaining / budget steps for a chunk. Admission
-stops at the first candidate, in that order, that cannot get blocks, so aging also protects a long prompt from being
-overtaken forever when KV memory is short.
+step until it leads: it waits at most about remaining / budget steps for a chunk. Admission stops at the first
+candidate, in that order, that cannot get blocks, so aging also protects a long prompt from being overtaken forever
+when KV memory is short.
 """
 from __future__ import annotations
 
