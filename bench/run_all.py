@@ -44,6 +44,8 @@ def plan(args) -> dict[str, list[str]]:
         "weighted_routing": ["weighted_routing.py", "--model", "tiny"],
         # Single-stream speed-ups on SmolLM2, CPU, one thread (~3 min): int8 weights against float32 and HF generate.
         **({} if on_gpu else {"faster_tokens": ["faster_tokens.py"]}),
+        # Colocated, chunked and disaggregated on 2 threads each, SmolLM2 through the gateway (~10 min on a CPU).
+        "stage_split": ["stage_split.py", "--model", "smollm2", "--threads", "2"],
         # The control plane's benchmarks (written with the control plane): no model, no device.
         "scrape_cycle": ["scrape_cycle.py"],
         "alert_to_action": ["alert_to_action.py", "--trials", "2"],
@@ -88,6 +90,9 @@ def summary(results: dict) -> dict:
                 figures[f"{name}.worker_transfer_over_prefill"] = doc["workers"]["transfer_over_prefill"]
         elif name == "gateway":
             figures["gateway.added_p50_ms"] = doc["added_p50_ms"]
+        elif name == "stage_split":
+            for key, value in doc.get("ratios", {}).items():
+                figures[f"stage_split.{key}"] = value
     return {"figures": figures, "goals": goals}
 
 

@@ -6,7 +6,8 @@ that a scraper can merge the text of many processes without relabelling.
 
 Types:
 - histograms: tandem_time_to_first_token_seconds, tandem_inter_token_latency_seconds,
-  tandem_e2e_request_latency_seconds, tandem_kv_transfer_seconds (a histogram rather than a summary so that
+  tandem_e2e_request_latency_seconds, tandem_kv_transfer_seconds, tandem_batch_tokens_per_step (tokens one engine
+  step feeds the model, prefill and decode together: how full chunked prefill keeps its steps) (a histogram rather than a summary so that
   quantiles can be aggregated across workers)
 - gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio, and on workers the info
   metric tandem_worker_info{dtype, dtype_requested, revision, quantization} = 1 once the model is loaded, and
@@ -36,6 +37,7 @@ from prometheus_client import (
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+BATCH_TOKENS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 KV_TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -82,6 +84,10 @@ class TandemMetrics:
             "tandem_kv_transfer_seconds",
             "Seconds to move one request's KV cache (prefill: serialize + push; decode: receive + parse).",
             KV_TRANSFER_BUCKETS)
+
+        self.batch_tokens_per_step = histogram(
+            "tandem_batch_tokens_per_step",
+            "Tokens fed to the model in one engine step, prefill and decode tokens together.", BATCH_TOKENS_BUCKETS)
 
         self.requests_running = gauge("tandem_requests_running", "Requests in the running batch.")
         self.requests_waiting = gauge("tandem_requests_waiting", "Requests admitted but waiting to run.")

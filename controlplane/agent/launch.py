@@ -2,8 +2,9 @@
 
 Workers: `python -m inference.worker --role R --model DIR --port P --revision N --dtype D` plus the revision's
 engine settings for role R (its common part overridden by R's part) as flags (`--key value`; a boolean setting is
-`--key` alone when true). Threads: the engine setting `threads` where the revision sets it, else the pool's
-`threads_per_worker` (what placement reserves for the worker), else 1. D may be `auto`: the
+`--key` alone when true, and `--no-key` when false where the worker has that form, for settings on by default).
+Threads: the engine setting `threads` where the revision sets it, else the pool's `threads_per_worker` (what
+placement reserves for the worker), else 1. D may be `auto`: the
 worker resolves it from the model's config when it loads. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
 with the `tandem-gateway` service user's token (viewer: it only reads /endpoints) in its environment
 (TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
@@ -86,6 +87,9 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         flag = "--" + key.replace("_", "-")
         if flag not in known or flag in argv:
             log.warning("revision %s: engine setting %r is not a worker option; left out", revision.pk, key)
+            continue
+        if value is False and "--no-" + flag[2:] in known:
+            argv.append("--no-" + flag[2:])  # a setting that is on by default (chunked_prefill) is turned off
             continue
         if value is None or value is False:
             continue

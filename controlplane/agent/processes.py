@@ -164,6 +164,7 @@ def _process(handle: ProcessHandle) -> psutil.Process | None:
                 return None
         return proc
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        exit_code(handle.pid)  # it may have exited between the checks above (environ of a zombie): reap it
         return None
 
 

@@ -29,6 +29,7 @@ _INT_SETTINGS = {
     "block_size": (1, 1024),
     "max_num_seqs": (1, 65_536),
     "max_num_batched_tokens": (1, 1 << 24),
+    "prefill_chunk_size": (1, 1 << 24),
     "max_model_len": (1, 1 << 24),
     "max_queue": (1, 1 << 20),
     "threads": (1, 1024),
@@ -37,7 +38,8 @@ _INT_SETTINGS = {
 # model is loaded, the worker's default).
 _AUTO_SETTINGS = {"kv_cache_bytes"}
 # key -> what it means, for the boolean engine settings (worker flags without a value).
-_BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16"}
+_BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16",
+                  "chunked_prefill": "prefill long prompts in chunks (on unless false)"}
 # key -> (exclusive minimum, maximum) for the fractional engine settings.
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
 # key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).

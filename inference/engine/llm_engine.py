@@ -20,7 +20,8 @@ class StepOutput:
     """What one step produced for one request.
 
     On the prefill role every request yields exactly one StepOutput, with its first token and `kv` (K and V, each
-    [num_layers, num_prompt_tokens, num_kv_heads, head_dim], CPU); the engine forgets the request after it. `finished`
+    [num_layers, num_prompt_tokens, num_kv_heads, head_dim], CPU), once its whole prompt is prefilled (with chunked
+    prefill, after its last chunk); the engine forgets the request after it. `finished`
     is true there only when the first token already ends the request ("stop" or "length"), i.e. nothing is to be
     handed to a decode worker. An EOS token that ends a request is included in `new_token_ids`.
     """
@@ -47,10 +48,13 @@ class LLMEngine:
         self.scheduler = Scheduler(role=config.role, block_manager=self.block_manager,
                                    max_num_seqs=config.max_num_seqs,
                                    max_num_batched_tokens=config.max_num_batched_tokens,
-                                   max_model_len=self.max_model_len, eos_token_ids=self.model_runner.eos_token_ids)
+                                   max_model_len=self.max_model_len, eos_token_ids=self.model_runner.eos_token_ids,
+                                   chunked_prefill=config.chunked_prefill,
+                                   prefill_chunk_size=config.prefill_chunk_size)
         self._seqs: dict[str, Sequence] = {}  # unfinished requests by id
         self._pending_outputs: list[StepOutput] = []  # produced outside a step (aborts), returned by the next step
         self._generate_ids = count()
+        self.num_step_tokens = 0  # tokens the last step fed to the model, prefill and decode together (0: no forward)
 
     # -- requests -------------------------------------------------------------------------------------------------
 
@@ -92,11 +96,14 @@ class LLMEngine:
     def step(self) -> list[StepOutput]:
         outputs, self._pending_outputs = self._pending_outputs, []
         seqs, is_prefill = self.scheduler.schedule()
+        self.num_step_tokens = self.scheduler.num_batched_tokens
         if not seqs:
             return outputs
         token_ids = self.model_runner.run(seqs, is_prefill)
         self.scheduler.postprocess(seqs, token_ids, is_prefill)
         for seq, token_id in zip(seqs, token_ids):
+            if token_id is None:  # a prefill chunk short of the prompt's end: nothing to report yet
+                continue
             outputs.append(StepOutput(seq.request_id, [token_id], seq.finish_reason is not None, seq.finish_reason,
                                       seq.kv_export))
             seq.kv_export = None

@@ -11,9 +11,9 @@ import logging
 
 import psutil
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
+from inference.engine.attention import DecodeAttention, MixedAttention, PrefillAttention
 from inference.engine.config import Config
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.precision import TORCH_DTYPES, resolve_dtype
@@ -113,21 +113,35 @@ class ModelRunner:
                                  f"expected {self.dtype_name}")
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int]:
-        """One step: a prefill over the sequences' uncached tokens, or one decode token each. Returns sampled ids."""
+    def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
+        """One step: each sequence's scheduled tokens (a whole prompt, a prefill chunk, or its one decode token) in
+        one forward. A prefill step lists its prefill chunks first, then any decodes (a mixed chunked step).
+
+        Returns, per sequence, the sampled token id, or None for a chunk that does not reach the end of its tokens.
+        """
         if is_prefill:
-            input_ids, positions, slot_mapping, last_indices, attention = self._prepare_prefill(seqs)
+            num_prefill = sum(1 for seq in seqs if seq.is_prefilling)
+            assert all(seq.is_prefilling for seq in seqs[:num_prefill]), "prefill chunks come before decodes"
+            prefill, decode = seqs[:num_prefill], seqs[num_prefill:]
         else:
             self._import_kv(seqs)
-            input_ids, positions, slot_mapping, last_indices, attention = self._prepare_decode(seqs)
+            prefill, decode = [], seqs
+        input_ids, positions, slot_mapping, attention = self._prepare(prefill, decode)
         hidden = self._forward(input_ids, positions, slot_mapping, attention)  # [T, hidden]
-        if last_indices is not None:  # logits only for each sequence's last position
-            hidden = hidden.index_select(0, last_indices)  # [B, hidden]
-        logits = self.model.lm_head(self.model.model.norm(hidden)).float()  # [B, V]
-        token_ids = self.sampler(logits, seqs)
+        # Logits only at the last position of each sequence that samples (decodes, and chunks that end a prompt).
+        sampling = [seq for seq in seqs if seq.samples_next_token]
+        if len(sampling) != hidden.shape[0]:
+            last_rows, row = [], 0
+            for seq in seqs:
+                row += seq.num_scheduled_tokens
+                if seq.samples_next_token:
+                    last_rows.append(row - 1)
+            hidden = hidden.index_select(0, self._tensor(last_rows))  # [B, hidden]
+        token_ids = iter(self.sampler(self.model.lm_head(self.model.model.norm(hidden)).float(), sampling)
+                         if sampling else [])
         if is_prefill and self.config.role is Role.PREFILL:
-            self._export_kv(seqs)
-        return token_ids
+            self._export_kv([seq for seq in prefill if seq.samples_next_token])
+        return [next(token_ids) if seq.samples_next_token else None for seq in seqs]
 
     # -- inputs ---------------------------------------------------------------------------------------------------
 
@@ -138,26 +152,43 @@ class ModelRunner:
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
 
-    def _prepare_prefill(self, seqs: list[Sequence]):
-        """Pack the sequences' uncached tokens into one row; attention stays inside each sequence."""
-        input_ids, positions, slots, bounds = [], [], [], []
-        for seq in seqs:
-            start, end = seq.num_cached_tokens, seq.num_tokens
-            assert start == 0, "prefill always starts from an empty cache"
+    def _prepare(self, prefill: list[Sequence], decode: list[Sequence]):
+        """input_ids, positions, slot_mapping ([T] each) and the attention of a step: prefill chunks packed first,
+        then one row per decoding sequence."""
+        input_ids, positions, slots = [], [], []
+        bounds, contexts = [], []
+        for seq in prefill:
+            start, end = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_scheduled_tokens
             bounds.append((len(input_ids), len(input_ids) + end - start))
             input_ids += seq.token_ids[start:end]
             positions += range(start, end)
             slots += self._slots(seq, start, end)
-        last_indices = [end - 1 for _, end in bounds]
-        return (self._tensor(input_ids), self._tensor(positions), self._tensor(slots), self._tensor(last_indices),
-                _PrefillAttention(bounds))
+            contexts.append(None if start == 0 else self._chunk_context(seq, start, end))
+        num_prefill_tokens = len(input_ids)
+        for seq in decode:
+            # Its last token, at position num_tokens - 1, attending to all its cached tokens.
+            position = seq.num_tokens - 1
+            input_ids.append(seq.last_token_id)
+            positions.append(position)
+            slots += self._slots(seq, position, position + 1)
+        prefill_attention = PrefillAttention(self.k_cache, self.v_cache, bounds, contexts) if prefill else None
+        decode_attention = self._decode_attention(decode) if decode else None
+        if prefill_attention and decode_attention:
+            attention = MixedAttention(prefill_attention, decode_attention, num_prefill_tokens)
+        else:
+            attention = prefill_attention or decode_attention
+        return self._tensor(input_ids), self._tensor(positions), self._tensor(slots), attention
 
-    def _prepare_decode(self, seqs: list[Sequence]):
-        """One token per sequence: its last, at position num_tokens - 1, attending to all its cached tokens."""
+    def _chunk_context(self, seq: Sequence, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chunk at positions [start, end): the slots of positions [0, end) and its causal mask [1, 1, C, S]."""
+        keys = torch.arange(end, device=self.device)  # [S]
+        queries = torch.arange(start, end, device=self.device)  # [C]
+        mask = (keys.unsqueeze(0) <= queries.unsqueeze(1)).view(1, 1, end - start, end)
+        return self._tensor(self._slots(seq, 0, end)), mask
+
+    def _decode_attention(self, seqs: list[Sequence]) -> DecodeAttention:
         bs = self.block_size
         context_lens = [seq.num_tokens for seq in seqs]
-        positions = [n - 1 for n in context_lens]
-        slots = [seq.block_table[pos // bs] * bs + pos % bs for seq, pos in zip(seqs, positions)]
         # Every table is cut or padded to the blocks of the longest context; padding points at block 0, whose
         # contents are read but masked out (a decode-role table may be longer: it reserves the whole request).
         num_table_blocks = -(-max(context_lens) // bs)
@@ -165,10 +196,8 @@ class ModelRunner:
         context = self._tensor(context_lens)  # [B]
         span = torch.arange(num_table_blocks * bs, device=self.device)  # [S]
         mask = (span.unsqueeze(0) < context.unsqueeze(1))[:, None, None, :]  # [B, 1, 1, S]
-        attention = _DecodeAttention(self, self._tensor(tables).view(len(seqs), num_table_blocks), mask)
-        last_indices = None  # every row is a last position
-        return (self._tensor([seq.last_token_id for seq in seqs]), self._tensor(positions), self._tensor(slots),
-                last_indices, attention)
+        return DecodeAttention(self.k_cache, self.v_cache, self._tensor(tables).view(len(seqs), num_table_blocks),
+                               mask)
 
     # -- forward --------------------------------------------------------------------------------------------------
 
@@ -225,63 +254,6 @@ class ModelRunner:
             k_slots.index_copy_(1, slots, k.to(self.device, non_blocking=True))
             v_slots.index_copy_(1, slots, v.to(self.device, non_blocking=True))
             seq.kv_import = None
-
-
-class _PrefillAttention:
-    """Causal attention within each packed sequence: one SDPA call per sequence and layer.
-
-    A single call over the packed row with a block-diagonal mask would cost (sum of lengths)^2 instead of the sum of
-    squares (8x the attention work at 8 prompts of 256 tokens, and measured slower); the per-sequence calls are also
-    exactly Hugging Face's own causal path. (A varlen kernel, e.g. flash-attn on CUDA, would do both in one call.)
-    """
-
-    def __init__(self, bounds: list[tuple[int, int]]):
-        self.bounds = bounds  # [(start, end)] of each sequence in the packed row
-
-    def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-        # q: [T, Hq, D]; k, v: [T, Hkv, D]  ->  [T, Hq, D]
-        # 4-D inputs: with 3-D ones SDPA misses its fused CPU kernel (measured 6x slower at 1000 tokens).
-        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # [1, H, T, D]
-        if len(self.bounds) == 1:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)  # [1, Hq, T, D]
-            return o[0].transpose(0, 1)
-        out = torch.empty_like(q)  # [1, Hq, T, D]
-        for start, end in self.bounds:
-            out[:, :, start:end] = F.scaled_dot_product_attention(
-                q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], is_causal=True, scale=scale,
-                enable_gqa=True)
-        return out[0].transpose(0, 1)
-
-
-class _DecodeAttention:
-    """One new token per sequence against its cached context, with the query heads that share a KV head grouped.
-
-    A decode query is one position, so the G = Hq / Hkv query heads of one KV head can stand as G query positions of
-    that head ([B, Hkv, G, D], no causal mask) instead of asking SDPA to broadcast K/V (enable_gqa). Same result; on
-    CPU the grouped form is ~10% faster in float32 and 6x faster in bfloat16, where SDPA's GQA path with a mask falls
-    off its fast kernel (measured at 16 sequences of ~200 tokens, SmolLM2's 9 query / 3 KV heads).
-    """
-
-    def __init__(self, runner: ModelRunner, block_tables: torch.Tensor, mask: torch.Tensor):
-        self.runner = runner
-        self.block_tables = block_tables  # [B, M]
-        self.mask = mask  # [B, 1, 1, S], S = M * block_size
-
-    def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-        # q: [B, Hq, D] (k, v of this token are already in the cache)  ->  [B, Hq, D]
-        num_seqs, num_table_blocks = self.block_tables.shape
-        r = self.runner
-        context_shape = (num_seqs, num_table_blocks * r.block_size, r.num_kv_heads, r.head_dim)
-        # index_select over whole blocks: ~4x faster on CPU than advanced indexing with the [B, M] table.
-        flat_tables = self.block_tables.view(-1)  # [B * M]
-        keys = r.k_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)  # [B, Hkv, S, D]
-        values = r.v_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)
-        # Query head h reads KV head h // G (Hugging Face's repeat_kv order), so the grouping is a plain view.
-        grouped = q.view(num_seqs, r.num_kv_heads, r.num_heads // r.num_kv_heads, r.head_dim)  # [B, Hkv, G, D]
-        o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=self.mask, scale=scale)  # [B, Hkv, G, D]
-        # reshape, not view: CUDA's float32 SDPA kernels may hand back a non-contiguous [B, Hkv, G, D] (seen on an
-        # H200: "view size is not compatible with input tensor's size and stride").
-        return o.reshape(num_seqs, r.num_heads, r.head_dim)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

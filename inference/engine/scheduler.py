@@ -11,6 +11,23 @@ Per role:
   admitted only when blocks for its whole future (prompt + max_tokens) are free, reserved up front, so a running
   sequence never lacks a block and is never preempted. The price is admitting fewer sequences than lazy allocation
   would when many stop early; the gain is that no accepted request is ever lost or recomputed.
+
+Chunked prefill (colocated and prefill roles, `chunked_prefill=True`): a step feeds at most `step_token_budget`
+tokens. On colocated, every running sequence past its prefill decodes one token and the rest of the budget goes to
+prefill chunks, all in one forward (a mixed batch), so a long prompt no longer stalls the running streams for its
+whole prefill. A sequence holds blocks for all its tokens from its first chunk on and stays RUNNING while partly
+prefilled; only the chunk that reaches its last token samples. Preempting a partly prefilled sequence frees its
+blocks and it starts over (recompute), like any other.
+
+Which prompts get the prefill budget: shortest remaining prefill first, with aging. Candidates (partly prefilled
+sequences and waiting ones) are ordered by their uncached tokens minus one step budget per step they waited in vain
+(`num_steps_starved`); each gets min(what it needs, what is left), except that a partial chunk never follows a
+prompt that completes in the same step (it would only make that step, and so that prompt's first token, later). So
+a 20-token prompt goes before the rest of a 2,000-token one, in a step of its own size, and the long one gets the
+whole budget of the steps between; if short prompts ever take every step, the long one's key falls by a budget per
+step until it leads: it waits at most about remaining / budget steps for a chunk. Admission stops at the first
+candidate, in that order, that cannot get blocks, so aging also protects a long prompt from being overtaken forever
+when KV memory is short.
 """
 from __future__ import annotations
 
@@ -23,13 +40,18 @@ from inference.roles import Role
 
 class Scheduler:
     def __init__(self, *, role: Role, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int, eos_token_ids: frozenset[int]):
+                 max_model_len: int, eos_token_ids: frozenset[int], chunked_prefill: bool = False,
+                 prefill_chunk_size: int | None = None):
         self.role = Role(role)
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
+        self.chunked_prefill = chunked_prefill and self.role is not Role.DECODE
+        # Chunked mode: the most tokens one step feeds, decode and prefill tokens together.
+        self.step_token_budget = min(max_num_batched_tokens, prefill_chunk_size or max_num_batched_tokens)
+        self.num_batched_tokens = 0  # tokens the last scheduled step feeds (prefill and decode together)
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
         self.num_prefill_tokens_computed = 0
@@ -49,23 +71,39 @@ class Scheduler:
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Return the sequences of the next step and whether it is a prefill step (([], False) when idle)."""
+        seqs, is_prefill = self._schedule()
+        self.num_batched_tokens = sum(seq.num_scheduled_tokens for seq in seqs)
+        return seqs, is_prefill
+
+    def _schedule(self) -> tuple[list[Sequence], bool]:
         if self.role is Role.DECODE:
             self._admit_prefilled()
             return self._schedule_decode(), False
+        if self.chunked_prefill:
+            decode = self._schedule_decode() if self.role is Role.COLOCATED else []
+            prefill = self._schedule_chunks(self.step_token_budget - len(decode))
+            return prefill + decode, bool(prefill)  # prefill chunks first, then the decodes
         prefill = self._schedule_prefill()
         if prefill or self.role is Role.PREFILL:
             return prefill, True
         return self._schedule_decode(), False
 
-    def postprocess(self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool) -> None:
-        """Append each sequence's sampled token and finish those that are done."""
+    def postprocess(self, seqs: list[Sequence], token_ids: list[int | None], is_prefill: bool) -> None:
+        """Append each sequence's sampled token and finish those that are done. A partial prefill chunk samples
+        nothing (its token id is None): its tokens are cached, and the sequence waits for its next chunk."""
         assert len(seqs) == len(token_ids)
         num_finished = 0
         for seq, token_id in zip(seqs, token_ids):
-            if is_prefill:
-                self.num_prefill_tokens_computed += seq.num_tokens - seq.num_cached_tokens
-            # Every token fed in this step now has its K/V in the cache; the new one is fed by the next step.
-            seq.num_cached_tokens = seq.num_tokens
+            if seq.is_prefilling:
+                self.num_prefill_tokens_computed += seq.num_scheduled_tokens
+            # Every token fed in this step now has its K/V in the cache; a new one is fed by the next step.
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            if token_id is None:
+                assert seq.num_cached_tokens < seq.num_tokens, f"{seq} completed its prefill but sampled nothing"
+                continue
+            assert seq.num_cached_tokens == seq.num_tokens, f"{seq} sampled before its prefill completed"
+            seq.is_prefilling = False
             seq.append_token(token_id)
             self.num_generation_tokens += 1
             seq.finish_reason = self.finish_reason(seq)
@@ -105,6 +143,7 @@ class Scheduler:
             self.waiting.popleft()
             self.block_manager.allocate(seq, num_new_tokens)
             seq.status = SequenceStatus.RUNNING
+            seq.num_scheduled_tokens = num_new_tokens
             num_batched_tokens += num_new_tokens
             scheduled.append(seq)
             self.running.append(seq)  # on the prefill role, until postprocess finishes it
@@ -121,28 +160,69 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             # The model runner places the received K/V of the prompt into these blocks before this step's forward.
             seq.num_cached_tokens = seq.num_prompt_tokens
+            seq.is_prefilling = False
             self.running.append(seq)
 
-    def _schedule_decode(self) -> list[Sequence]:
+    def _schedule_chunks(self, budget: int) -> list[Sequence]:
+        """Give up to `budget` prefill tokens to partly prefilled and waiting sequences, shortest remaining first
+        with aging (see the module docstring). Returns them in that order, each with its num_scheduled_tokens."""
+        candidates = [seq for seq in self.running if seq.is_prefilling] + list(self.waiting)
+        candidates.sort(key=lambda seq: seq.num_uncached_tokens - seq.num_steps_starved * self.step_token_budget)
         scheduled: list[Sequence] = []
-        while self.running:
-            seq = self.running.popleft()
+        admitting = True
+        for seq in candidates:
+            num_tokens = min(seq.num_uncached_tokens, budget)
+            if num_tokens <= 0:
+                break
+            if num_tokens < seq.num_uncached_tokens and any(s.samples_next_token for s in scheduled):
+                # A partial chunk behind a prompt that completes here would only delay that prompt's first token.
+                continue
+            if seq.status is SequenceStatus.WAITING:
+                admitting = (admitting and len(self.running) < self.max_num_seqs
+                             and self.block_manager.can_allocate(seq.num_tokens))
+                if not admitting:
+                    continue
+                self.waiting.remove(seq)
+                self.block_manager.allocate(seq, seq.num_tokens)  # a preempted sequence recomputes its produced tokens
+                seq.status = SequenceStatus.RUNNING
+                self.running.append(seq)
+            seq.num_scheduled_tokens = num_tokens
+            budget -= num_tokens
+            scheduled.append(seq)
+        for seq in candidates:
+            seq.num_steps_starved = 0 if seq.num_scheduled_tokens else seq.num_steps_starved + 1
+        return scheduled
+
+    def _schedule_decode(self) -> list[Sequence]:
+        """One token for each running sequence past its prefill. When one lacks a block, the newest running
+        sequence (a partly prefilled one too) is preempted, down to the sequence itself."""
+        running = list(self.running)
+        scheduled: list[Sequence] = []
+        i = 0
+        while i < len(running):
+            seq = running[i]
+            if seq.is_prefilling:  # chunked mode: its next chunk is scheduled by _schedule_chunks
+                i += 1
+                continue
             while not self.block_manager.can_append(seq):
-                if self.running:
-                    self._preempt(self.running.pop())
-                else:
-                    self._preempt(seq)
+                victim = running.pop()  # never one before i: seq itself is still in the list
+                self._preempt(victim)
+                if victim is seq:
                     break
             else:
                 self.block_manager.may_append(seq)
+                seq.num_scheduled_tokens = 1
                 scheduled.append(seq)
-        self.running.extend(scheduled)
+                i += 1
+        self.running = deque(running)
         return scheduled
 
     def _preempt(self, seq: Sequence) -> None:
         assert self.role is Role.COLOCATED, "decode reserves its blocks up front; prefill never decodes"
         self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.WAITING
+        seq.num_scheduled_tokens = 0
+        seq.is_prefilling = True  # it starts over: every token it has is prefilled again
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 

@@ -20,9 +20,13 @@ class Sequence:
     """One request. `token_ids` holds the prompt followed by every sampled token.
 
     `num_cached_tokens` counts the leading tokens whose K/V sit in this sequence's blocks; the last token of a running
-    sequence is never cached yet (the next step feeds it). The engine's device code hangs opaque tensors on
-    `kv_import` (decode role: K/V received from a prefill worker, to place into the blocks at admission) and
-    `kv_export` (prefill role: K/V copied out after prefill); this module only carries them.
+    sequence is never cached yet (the next step feeds it). With chunked prefill a running sequence may be partly
+    prefilled (`is_prefilling`, 0 < num_cached_tokens < num_tokens); `num_scheduled_tokens` is how many tokens after
+    the cached ones the current step feeds (set by the scheduler: a whole prompt, a chunk of it, or 1 to decode).
+
+    The engine's device code hangs opaque tensors on `kv_import` (decode role: K/V received from a prefill worker, to
+    place into the blocks at admission) and `kv_export` (prefill role: K/V copied out after prefill); this module
+    only carries them.
     """
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams):
@@ -34,6 +38,11 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.block_table: list[int] = []
         self.num_cached_tokens = 0
+        self.num_scheduled_tokens = 0
+        # Until a step samples from it: its tokens are prefilled (in one step or in chunks), not decoded. Set again
+        # when a preempted sequence starts over; a decode role's sequence arrives prefilled.
+        self.is_prefilling = True
+        self.num_steps_starved = 0  # consecutive steps this sequence waited for prefill tokens and got none
         self.finish_reason: str | None = None
         self.kv_import: Any = None
         self.kv_export: Any = None
@@ -57,6 +66,15 @@ class Sequence:
     @property
     def last_token_id(self) -> int:
         return self.token_ids[-1]
+
+    @property
+    def num_uncached_tokens(self) -> int:
+        return len(self.token_ids) - self.num_cached_tokens
+
+    @property
+    def samples_next_token(self) -> bool:
+        """Whether this step's tokens reach the end of the sequence, so that the step samples its next token."""
+        return self.num_cached_tokens + self.num_scheduled_tokens == len(self.token_ids)
 
     @property
     def is_finished(self) -> bool:

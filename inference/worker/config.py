@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="largest running batch")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="prefill token budget per step")
+    p.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=True,
+                   help="prefill long prompts in chunks, interleaved with running decodes (colocated) and with other "
+                        "prompts, shortest first (prefill); on by default")
+    p.add_argument("--prefill-chunk-size", type=int, default=None,
+                   help="with --chunked-prefill: the most tokens one step feeds (decodes and prefill chunks "
+                        "together), at most --max-num-batched-tokens (default: 64 on a CPU, 512 on CUDA)")
     p.add_argument("--max-model-len", type=int, default=None, help="default: from the model config")
     p.add_argument("--max-queue", type=int, default=256,
                    help="requests admitted beyond --max-num-seqs before answering 429")

@@ -170,6 +170,8 @@ class EngineLoop:
                     raise RuntimeError("injected step failure (--enable-test-faults)")
                 outputs = engine.step()
                 num_failures = 0
+                if engine.num_step_tokens:
+                    self.metrics.batch_tokens_per_step.observe(engine.num_step_tokens)
             except Exception as exc:
                 num_failures += 1
                 log.exception("engine step failed (%d in a row)", num_failures)

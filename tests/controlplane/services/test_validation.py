@@ -64,10 +64,20 @@ def test_min_above_max_is_refused_with_both_numbers():
 
 
 @pytest.mark.parametrize("value", [1, "true", None])
-def test_allow_slow_float16_must_be_a_boolean(value):
+@pytest.mark.parametrize("key", ["allow_slow_float16", "chunked_prefill"])
+def test_boolean_settings_must_be_booleans(key, value):
     with pytest.raises(ControlPlaneError) as err:
-        validate_engine_settings({"allow_slow_float16": value})
-    assert err.value.extra["field"] == "engine_settings.common.allow_slow_float16"
+        validate_engine_settings({key: value})
+    assert err.value.extra["field"] == f"engine_settings.common.{key}"
+
+
+def test_chunked_prefill_and_its_chunk_size_are_engine_settings():
+    settings = {"chunked_prefill": False, "prefill_chunk_size": 512}
+    assert validate_engine_settings(settings) == {"common": settings}
+    assert validate_engine_settings({"prefill": settings}, roles=("prefill", "decode")) == {"common": {}, "prefill": settings}
+    with pytest.raises(ControlPlaneError) as err:
+        validate_engine_settings({"prefill_chunk_size": 0})
+    assert err.value.extra["field"] == "engine_settings.common.prefill_chunk_size"
 
 
 @pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16", "float16"])

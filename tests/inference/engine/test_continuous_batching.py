@@ -11,7 +11,8 @@ def collect(outputs, tokens):
 
 
 def test_a_request_added_mid_flight_joins_the_batch_and_matches_hugging_face(tiny_model_dir, hf_model):
-    engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=4 << 20))
+    # Unchunked: a prefill step of its own, then decodes (chunked mixed steps: test_chunked_prefill.py).
+    engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=4 << 20, chunked_prefill=False))
     early, late, later = random_prompts([10, 25, 5], seed=3)
     params = SamplingParams(max_tokens=12, ignore_eos=True)
     tokens: dict[str, list[int]] = {}

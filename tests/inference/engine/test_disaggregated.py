@@ -22,11 +22,18 @@ def decode_engine(tiny_model_dir):
 
 
 def prefill(engine, requests):
-    """requests: {id: (prompt, params)} -> {id: StepOutput} after one prefill step."""
+    """requests: {id: (prompt, params)} -> {id: StepOutput} once every prompt is prefilled (in chunks of the
+    engine's prefill_chunk_size, so over several steps when they add up to more)."""
     for request_id, (prompt, params) in requests.items():
         engine.add_request(request_id, prompt, params)
-    outputs = {out.request_id: out for out in engine.step()}
-    assert not engine.has_unfinished(), "the prefill role finishes every request after its prefill"
+    outputs = {}
+    for _ in range(100):
+        for out in engine.step():
+            assert out.request_id not in outputs, "the prefill role reports each request once"
+            outputs[out.request_id] = out
+        if not engine.has_unfinished():
+            break
+    assert outputs.keys() == requests.keys(), "the prefill role finishes every request after its prefill"
     return outputs
 
 

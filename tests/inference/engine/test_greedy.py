@@ -22,7 +22,8 @@ def test_eight_concurrent_prompts_of_different_lengths_match_hugging_face(tiny_m
 
 
 def test_all_prompts_are_prefilled_in_one_step_and_decoded_in_one_batch(tiny_model_dir):
-    engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=8 << 20))
+    # A chunk budget that holds all 381 prompt tokens (the CPU default of 64 would spread them over six steps).
+    engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=8 << 20, prefill_chunk_size=512))
     for i, prompt in enumerate(random_prompts(PROMPT_LENGTHS)):
         engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=3, ignore_eos=True))
     assert len(engine.step()) == len(PROMPT_LENGTHS)  # one packed prefill
@@ -64,7 +65,7 @@ def test_decode_attention_accepts_a_non_contiguous_result_as_cuda_kernels_give_o
     does, so the CUDA kernel's layout is stood in for here: the same values, transposed twice."""
     import torch.nn.functional as F
 
-    from inference.engine import model_runner
+    from inference.engine import attention
 
     sdpa = F.scaled_dot_product_attention
 
@@ -72,7 +73,7 @@ def test_decode_attention_accepts_a_non_contiguous_result_as_cuda_kernels_give_o
         out = sdpa(*args, **kwargs)  # [B, Hkv, G, D]
         return out.transpose(1, 2).contiguous().transpose(1, 2)  # same values, strides of a [B, G, Hkv, D] buffer
 
-    monkeypatch.setattr(model_runner.F, "scaled_dot_product_attention", non_contiguous)
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", non_contiguous)
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=8 << 20))
     prompts = random_prompts([5, 17, 40], seed=3)
     outputs = engine.generate(prompts, SamplingParams(max_tokens=6))

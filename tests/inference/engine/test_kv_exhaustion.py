@@ -56,9 +56,11 @@ def test_decode_requests_wait_for_their_reservation_and_all_complete_correctly(t
     first: dict[str, list[int]] = {}
     for i, prompt in enumerate(prompts):
         prefill.add_request(f"r{i}", prompt, params)
-    for out in prefill.step():
-        first[out.request_id] = out.new_token_ids
-        decode.add_prefilled(out.request_id, prompts[int(out.request_id[1:])], out.new_token_ids[0], params, *out.kv)
+    while prefill.has_unfinished():  # chunked prefill: over a few steps
+        for out in prefill.step():
+            first[out.request_id] = out.new_token_ids
+            decode.add_prefilled(out.request_id, prompts[int(out.request_id[1:])], out.new_token_ids[0], params,
+                                 *out.kv)
     tokens, max_waiting, _ = run(decode)
     for i, prompt in enumerate(prompts):
         assert first[f"r{i}"] + tokens[f"r{i}"] == hf_greedy(hf_model, prompt, NUM_NEW_TOKENS), f"r{i}"

@@ -30,6 +30,7 @@ def test_prefill_writes_the_same_keys_and_values_as_hugging_face_into_scattered_
     prompt = list(range(100, 111))  # 11 tokens over 3 blocks of 4
     seq = Sequence("r", prompt, SamplingParams())
     seq.block_table = [7, 2, 5]  # deliberately out of order: the runner must follow the table
+    seq.num_scheduled_tokens = len(prompt)  # what the scheduler sets: the whole prompt in this step
     runner.run([seq], is_prefill=True)
     hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with torch.inference_mode():

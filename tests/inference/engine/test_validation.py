@@ -14,6 +14,8 @@ from inference.engine import Config, LLMEngine, SamplingParams
     ({"max_num_batched_tokens": 1.5}, "max_num_batched_tokens"),
     ({"threads": 0}, "threads"),
     ({"max_model_len": 1}, "max_model_len"),
+    ({"chunked_prefill": "yes"}, "chunked_prefill must be true or false"),
+    ({"prefill_chunk_size": 0}, "prefill_chunk_size must be a positive integer"),
 ])
 def test_config_rejects_bad_values(tiny_model_dir, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -27,6 +29,12 @@ def test_config_rejects_a_model_path_that_is_not_a_folder(tmp_path):
 
 def test_config_accepts_cuda_devices_by_index(tiny_model_dir):
     assert Config(model=tiny_model_dir, device="cuda:1").device == "cuda:1"
+
+
+def test_the_prefill_chunk_size_defaults_by_device(tiny_model_dir):
+    assert Config(model=tiny_model_dir).prefill_chunk_size == 64
+    assert Config(model=tiny_model_dir, device="cuda").prefill_chunk_size == 512
+    assert Config(model=tiny_model_dir, prefill_chunk_size=100).prefill_chunk_size == 100
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,8 @@ def run_worker(*args: str) -> subprocess.CompletedProcess:
     (["--role", "decode", "--model", "{model}", "--port", "1", "--max-num-seqs", "0"], "--max-num-seqs"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--drain-timeout", "-1"], "--drain-timeout"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--dtype", "int3"], "--dtype"),
+    (["--role", "colocated", "--model", "{model}", "--port", "1", "--prefill-chunk-size", "0"],
+     "--prefill-chunk-size must be a positive integer"),
     (["--model", "{model}", "--port", "1"], "--role"),
     (["--role", "decode", "--model", "{model}", "--port", "1", "--test-load-delay", "2"], "--enable-test-faults"),
 ])
@@ -90,3 +92,14 @@ def test_float16_on_a_cpu_without_fast_float16_exits_1_naming_the_alternatives(t
     assert result.returncode == 1
     assert "dtype float16 would crawl on this CPU" in result.stderr, result.stderr
     assert "Use dtype bfloat16" in result.stderr and "--allow-slow-float16" in result.stderr
+
+
+def test_chunked_prefill_is_on_unless_turned_off(tiny_model_dir):
+    from inference.worker.config import parse_args
+
+    argv = ["--role", "colocated", "--model", str(tiny_model_dir), "--port", "0"]
+    default = parse_args(argv).engine
+    assert (default.chunked_prefill, default.prefill_chunk_size) == (True, 64)  # the CPU's default
+    assert parse_args([*argv, "--no-chunked-prefill"]).engine.chunked_prefill is False
+    config = parse_args([*argv, "--chunked-prefill", "--prefill-chunk-size", "64"]).engine
+    assert (config.chunked_prefill, config.prefill_chunk_size) == (True, 64)
