@@ -12,6 +12,8 @@ Types:
   metric tandem_worker_info{dtype, dtype_requested, revision} = 1 once the model is loaded
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
   tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind}
+- the gateway's per-request series (latency histograms, token counters, successes, errors) also carry `revision`,
+  the revision that served ("" before one was picked); a worker's are as listed
 - GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`), and
   tandem_gpu_memory_fragmentation_bytes from torch once a worker computes on a CUDA device (`watch_devices`)
 

@@ -195,8 +195,9 @@ class WorkerServer:
         if request_id in self.jobs:
             raise RequestError(f"request_id {request_id!r} is already in flight on this worker", status=409,
                                param="request_id", code="duplicate_request_id")
+        slow = self.config.fault is not None and self.config.fault.delay_s > 0
         job = jobs.Job(request_id, arrival, health=self.health_status, metrics=self.metrics,
-                       token_delay=self.test_fault_delay)
+                       token_delay=self.test_fault_delay if slow else None)
         self.jobs[request_id] = job
         return job
 
