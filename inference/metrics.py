@@ -14,6 +14,8 @@ Types:
   tandem_model_weight_bytes (what the loaded weights take, after any quantization)
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
   tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind}
+- the gateway's per-request series (latency histograms, token counters, successes, errors) also carry `revision`,
+  the revision that served ("" before one was picked); a worker's are as listed
 - GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`), and
   tandem_gpu_memory_fragmentation_bytes from torch once a worker computes on a CUDA device (`watch_devices`)
 
@@ -44,15 +46,38 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 BASE_LABELS = ("role", "model")
 
 
+class RequestSeries:
+    """What one request observes, bound to one set of label values (role, model and the request labels)."""
+
+    __slots__ = ("time_to_first_token", "inter_token_latency", "e2e_request_latency", "prompt_tokens",
+                 "generation_tokens", "_metrics", "_labels")
+
+    def __init__(self, metrics: "TandemMetrics", labels: dict[str, str]) -> None:
+        self._metrics, self._labels = metrics, labels
+        self.time_to_first_token = metrics._ttft.labels(**labels)
+        self.inter_token_latency = metrics._itl.labels(**labels)
+        self.e2e_request_latency = metrics._e2e.labels(**labels)
+        self.prompt_tokens = metrics._prompt_tokens.labels(**labels)
+        self.generation_tokens = metrics._generation_tokens.labels(**labels)
+
+    def count_success(self, finished_reason: str) -> None:
+        self._metrics._success.labels(**self._labels, finished_reason=finished_reason).inc()
+
+    def count_error(self, kind: str) -> None:
+        self._metrics._errors.labels(**self._labels, kind=kind).inc()
+
+
 class TandemMetrics:
     """All tandem_* series of one process, bound to its role and model.
 
     `role` is "prefill", "decode", "colocated" or "gateway"; `model` the model folder name (workers) or the served
     model name (gateway). `gpu=True` adds the NVML collector (absent series where NVML does not initialise).
+    `request_labels`: more labels on the per-request series (latencies, token counters, successes, errors), bound
+    per request with `requests(...)`; the gateway's is `revision`, the revision that served the request.
     """
 
     def __init__(self, *, role: str, model: str, registry: CollectorRegistry | None = None,
-                 process: bool = True, gpu: bool = True):
+                 process: bool = True, gpu: bool = True, request_labels: tuple[str, ...] = ()):
         # The *_created series double the scrape size and no dashboard or rule reads them (process-wide switch).
         disable_created_metrics()
         self.role, self.model = role, model
@@ -74,12 +99,33 @@ class TandemMetrics:
             # prometheus_client appends _total itself; pass the base name.
             return Counter(name.removesuffix("_total"), doc, BASE_LABELS, registry=r).labels(**labels)
 
-        self.time_to_first_token = histogram(
-            "tandem_time_to_first_token_seconds", "Seconds from request arrival to its first token.", TTFT_BUCKETS)
-        self.inter_token_latency = histogram(
-            "tandem_inter_token_latency_seconds", "Seconds between consecutive tokens of one request.", ITL_BUCKETS)
-        self.e2e_request_latency = histogram(
-            "tandem_e2e_request_latency_seconds", "Seconds from request arrival to its last token.", E2E_BUCKETS)
+        # The per-request series carry `request_labels` after role and model (the gateway's `revision`); `requests()`
+        # binds them. The attributes below are the series with every request label "" (a worker has none, so they are
+        # its only series).
+        request_label_names = (*BASE_LABELS, *request_labels)
+        self.request_labels = tuple(request_labels)
+        self._ttft = Histogram("tandem_time_to_first_token_seconds", "Seconds from request arrival to its first token.",
+                               request_label_names, buckets=TTFT_BUCKETS, registry=r)
+        self._itl = Histogram("tandem_inter_token_latency_seconds", "Seconds between consecutive tokens of one request.",
+                              request_label_names, buckets=ITL_BUCKETS, registry=r)
+        self._e2e = Histogram("tandem_e2e_request_latency_seconds", "Seconds from request arrival to its last token.",
+                              request_label_names, buckets=E2E_BUCKETS, registry=r)
+        self._prompt_tokens = Counter("tandem_prompt_tokens", "Prompt tokens of admitted requests.",
+                                      request_label_names, registry=r)
+        self._generation_tokens = Counter("tandem_generation_tokens", "Tokens generated and emitted.",
+                                          request_label_names, registry=r)
+        self._success = Counter("tandem_request_success", "Requests that finished normally.",
+                                (*request_label_names, "finished_reason"), registry=r)
+        self._errors = Counter("tandem_request_errors", "Requests that failed, by kind.",
+                               (*request_label_names, "kind"), registry=r)
+        self._request_series: dict[tuple[str, ...], RequestSeries] = {}
+        unlabelled = self.requests(**{name: "" for name in request_labels})
+        self.time_to_first_token = unlabelled.time_to_first_token
+        self.inter_token_latency = unlabelled.inter_token_latency
+        self.e2e_request_latency = unlabelled.e2e_request_latency
+        self.prompt_tokens = unlabelled.prompt_tokens
+        self.generation_tokens = unlabelled.generation_tokens
+        self._unlabelled = unlabelled
         self.kv_transfer_seconds = histogram(
             "tandem_kv_transfer_seconds",
             "Seconds to move one request's KV cache (prefill: serialize + push; decode: receive + parse).",
@@ -93,8 +139,6 @@ class TandemMetrics:
         self.requests_waiting = gauge("tandem_requests_waiting", "Requests admitted but waiting to run.")
         self.kv_cache_usage = gauge("tandem_kv_cache_usage_ratio", "Used KV cache blocks / total blocks (0..1).")
 
-        self.prompt_tokens = counter("tandem_prompt_tokens_total", "Prompt tokens of admitted requests.")
-        self.generation_tokens = counter("tandem_generation_tokens_total", "Tokens generated and emitted.")
         self.prefill_tokens_computed = counter(
             "tandem_prefill_tokens_computed_total", "Prompt tokens this process ran a prefill forward pass over.")
         self.kv_transfer_bytes = counter(
@@ -105,10 +149,6 @@ class TandemMetrics:
         self.model_weight_bytes = gauge("tandem_model_weight_bytes",
                                         "Bytes the loaded model's weights take (after any quantization).")
 
-        self._success = Counter("tandem_request_success", "Requests that finished normally.",
-                                (*BASE_LABELS, "finished_reason"), registry=r)
-        self._errors = Counter("tandem_request_errors", "Requests that failed, by kind.",
-                               (*BASE_LABELS, "kind"), registry=r)
 
         self.gpu_collector = None
         if gpu:
@@ -132,11 +172,20 @@ class TandemMetrics:
             self.registry.register(TorchMemoryCollector(role=self.role, model=self.model, devices=devices,
                                                         visible_devices=visible_devices))
 
+    def requests(self, **values: str) -> RequestSeries:
+        """The per-request series bound to these request-label values (all of `request_labels`, by name)."""
+        key = tuple(values[name] for name in self.request_labels)
+        series = self._request_series.get(key)
+        if series is None:
+            series = self._request_series[key] = RequestSeries(self, {"role": self.role, "model": self.model,
+                                                                     **values})
+        return series
+
     def count_success(self, finished_reason: str) -> None:
-        self._success.labels(role=self.role, model=self.model, finished_reason=finished_reason).inc()
+        self._unlabelled.count_success(finished_reason)
 
     def count_error(self, kind: str) -> None:
-        self._errors.labels(role=self.role, model=self.model, kind=kind).inc()
+        self._unlabelled.count_error(kind)
 
     def set_engine_stats(self, stats: dict) -> None:
         """Copy the engine's `stats()` dict into the gauges (called by the engine-loop thread after each step)."""

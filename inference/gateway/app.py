@@ -1,9 +1,11 @@
 """The gateway's HTTP surface: OpenAI routes, SSE relay, /health, /metrics.
 
-Each generation request: validate (4xx before any worker is touched) → `Relay.start` (up to the first token, with
+Each generation request: validate (4xx before any worker is touched) → pick the revision group (the newest complete
+one, or by traffic weight and variant key under a split, routing.py) → `Relay.start` (up to the first token, with
 its one retry) → stream SSE chunks or collect one JSON answer (the stream moves to another worker pair if its worker
 dies; only when it cannot does the client see an error). Client-side latencies are measured here, since this
-is where the client's bytes leave.
+is where the client's bytes leave, labelled with the revision that served. Every answer given after the group was
+picked says which one: `X-Tandem-Revision` and, when the membership names it, `X-Tandem-Variant`.
 """
 from __future__ import annotations
 
@@ -23,19 +25,30 @@ from inference.gateway.openai_protocol import (
     parse_completion, parse_json_object, sse_error,
 )
 from inference.gateway.relay import Relay, WorkerRejected
-from inference.gateway.routing import Router
+from inference.gateway.routing import Group, Router
 from inference.gateway.token_stream import StreamBroken, TokenStream
-from inference.metrics import CONTENT_TYPE
+from inference.metrics import CONTENT_TYPE, RequestSeries
 
 log = logging.getLogger("tandem.gateway")
 
 CONFIG_KEY = web.AppKey("config", Config)
 GATEWAY_KEY = web.AppKey("gateway", object)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+VARIANT_KEY_HEADER = "X-Tandem-Variant-Key"
 
 
-def error_response(error: ApiError) -> web.Response:
-    return web.json_response(error.body(), status=error.status, headers=error.headers)
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(error.body(), status=error.status, headers={**error.headers, **(headers or {})})
+
+
+def group_headers(group: Group) -> dict[str, str]:
+    """Which revision (and variant) served: the static group has no revision, so it says nothing."""
+    headers = {}
+    if group.revision is not None:
+        headers["X-Tandem-Revision"] = str(group.revision)
+    if group.variant is not None:
+        headers["X-Tandem-Variant"] = group.variant
+    return headers
 
 
 class Gateway:
@@ -146,27 +159,36 @@ class Gateway:
             # The codes are a fixed set (invalid_json, invalid_type, model_not_found, ...): a bounded label.
             self.metrics.count_error(error.code or "invalid_request")
             return error_response(error)
+        try:
+            # The header wins over the body's `user`: a client can pin its variant without touching its requests.
+            group = self.router.pick_group(request.headers.get(VARIANT_KEY_HEADER) or gen.user)
+        except ApiError as error:
+            self.metrics.count_error(error.code or "gateway")
+            return error_response(error)
+        series = self.metrics.requests(revision="" if group.revision is None else str(group.revision))
+        headers = group_headers(group)
         request_id = ("chatcmpl-" if endpoint is Endpoint.CHAT else "cmpl-") + uuid.uuid4().hex
         deadline = asyncio.get_running_loop().time() + self.config.request_timeout
         self._num_running += 1
         try:
             try:
                 async with asyncio.timeout_at(deadline):
-                    stream = await self.relay.start(request_id, gen.worker_body)
+                    stream = await self.relay.start(group, request_id, gen.worker_body)
             except ApiError as error:
-                self.metrics.count_error(error.code or "gateway")
-                return error_response(error)
+                series.count_error(error.code or "gateway")
+                return error_response(error, headers)
             except WorkerRejected as rejected:
-                self.metrics.count_error("worker_rejected")
+                series.count_error("worker_rejected")
                 return web.Response(status=rejected.status, body=rejected.body, headers={
-                    "Content-Type": rejected.content_type or "application/json", **rejected.headers})
+                    "Content-Type": rejected.content_type or "application/json", **rejected.headers, **headers})
             except TimeoutError:
-                self.metrics.count_error("timeout")
-                return error_response(self._timed_out("no first token"))
+                series.count_error("timeout")
+                return error_response(self._timed_out("no first token"), headers)
+            served = Served(series, headers, received, deadline)
             try:
                 if gen.stream:
-                    return await self._stream(request, gen, stream, request_id, received, deadline)
-                return await self._collect(gen, stream, request_id, received, deadline)
+                    return await self._stream(request, gen, stream, request_id, served)
+                return await self._collect(gen, stream, request_id, served)
             finally:
                 await stream.close()
         finally:
@@ -176,65 +198,48 @@ class Gateway:
         return ApiError(504, f"{what} within --request-timeout {self.config.request_timeout}s",
                         type="timeout_error", code="timeout")
 
-    def _observe_token(self, received: float, last: float | None) -> float:
-        """TTFT for the first token, inter-token latency for the others; returns now."""
-        now = time.perf_counter()
-        if last is None:
-            self.metrics.time_to_first_token.observe(now - received)
-        else:
-            self.metrics.inter_token_latency.observe(now - last)
-        return now
-
-    def _observe_finish(self, stream: TokenStream, received: float) -> None:
-        finish = stream.finish
-        self.metrics.e2e_request_latency.observe(time.perf_counter() - received)
-        self.metrics.prompt_tokens.inc(finish.prompt_tokens)
-        self.metrics.generation_tokens.inc(finish.completion_tokens)
-        self.metrics.count_success(finish.reason or "unknown")
-
     async def _collect(self, gen: GenerationRequest, stream: TokenStream, request_id: str,
-                       received: float, deadline: float) -> web.Response:
+                       served: Served) -> web.Response:
         texts = []
-        last = None
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(served.deadline):
                 async for text, num_tokens in stream.deltas():
                     texts.append(text)
                     if num_tokens:
-                        last = self._observe_token(received, last)
+                        served.observe_token()
         except TimeoutError:
-            self.metrics.count_error("timeout")
-            return error_response(self._timed_out("the request did not finish"))
+            served.series.count_error("timeout")
+            return error_response(self._timed_out("the request did not finish"), served.headers)
         except StreamBroken as exc:
-            self.metrics.count_error(exc.kind)
+            served.series.count_error(exc.kind)
             return error_response(ApiError(502, f"the request failed after it started: {exc.message}",
-                                           type="upstream_error", code=exc.kind))
-        self._observe_finish(stream, received)
+                                           type="upstream_error", code=exc.kind), served.headers)
+        served.observe_finish(stream)
         finish = stream.finish
         return web.json_response(completion_response(
             gen.endpoint, request_id, int(time.time()), self.model, "".join(texts), finish.reason,
-            finish.prompt_tokens, finish.completion_tokens))
+            finish.prompt_tokens, finish.completion_tokens), headers=served.headers)
 
     async def _stream(self, request: web.Request, gen: GenerationRequest, stream: TokenStream, request_id: str,
-                      received: float, deadline: float) -> web.StreamResponse:
-        response = web.StreamResponse(headers=SSE_HEADERS)
+                      served: Served) -> web.StreamResponse:
+        # The revision headers go on the response head: a streaming client reads them before the first chunk.
+        response = web.StreamResponse(headers={**SSE_HEADERS, **served.headers})
         encoder = ChunkEncoder(gen.endpoint, request_id, int(time.time()), self.model, gen.include_usage)
         try:
             await response.prepare(request)
-            last = None
             try:
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(served.deadline):
                     async for text, num_tokens in stream.deltas():
                         if text:
                             await response.write(encoder.text(text))
                         if num_tokens:
-                            last = self._observe_token(received, last)
+                            served.observe_token()
             except (StreamBroken, TimeoutError) as exc:
                 if isinstance(exc, TimeoutError):
                     # The overall deadline hit mid-stream: end the stream in-band rather than with a 504.
                     exc = StreamBroken("timeout", f"the request ran past --request-timeout "
                                                   f"{self.config.request_timeout}s")
-                self.metrics.count_error(exc.kind)
+                served.series.count_error(exc.kind)
                 await response.write_eof(sse_error(ApiError(
                     502, f"the request failed after it started: {exc.message}", type="upstream_error",
                     code=exc.kind)) + SSE_DONE)
@@ -244,11 +249,38 @@ class Gateway:
             if gen.include_usage:
                 tail += encoder.usage(stream.finish.prompt_tokens, stream.finish.completion_tokens)
             await response.write_eof(tail + SSE_DONE)
-            self._observe_finish(stream, received)
+            served.observe_finish(stream)
         except ConnectionResetError:
             # The client went away; closing the stream (in _generate) aborts the request on the worker.
-            self.metrics.count_error("client_disconnected")
+            served.series.count_error("client_disconnected")
         return response
+
+
+class Served:
+    """One request from its first token on: the revision's series it is measured into, its response headers, and its
+    client-side clock (arrival, the last token, the deadline)."""
+
+    __slots__ = ("series", "headers", "received", "deadline", "_last")
+
+    def __init__(self, series: RequestSeries, headers: dict[str, str], received: float, deadline: float) -> None:
+        self.series, self.headers, self.received, self.deadline = series, headers, received, deadline
+        self._last: float | None = None
+
+    def observe_token(self) -> None:
+        """TTFT for the first token, inter-token latency for the others."""
+        now = time.perf_counter()
+        if self._last is None:
+            self.series.time_to_first_token.observe(now - self.received)
+        else:
+            self.series.inter_token_latency.observe(now - self._last)
+        self._last = now
+
+    def observe_finish(self, stream: TokenStream) -> None:
+        finish = stream.finish
+        self.series.e2e_request_latency.observe(time.perf_counter() - self.received)
+        self.series.prompt_tokens.inc(finish.prompt_tokens)
+        self.series.generation_tokens.inc(finish.completion_tokens)
+        self.series.count_success(finish.reason or "unknown")
 
 
 @web.middleware

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 import aiohttp
 
 from inference.gateway.config import Config, Mode
+from inference.gateway.traffic_split import MAX_TRAFFIC_WEIGHT
 from inference.gateway.routing import Router
 from inference.roles import Role
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.weights import weight_problem
 
 log = logging.getLogger("tandem.gateway.membership")
+
+# A variant name goes into a response header (X-Tandem-Variant) and a log line: short, printable ASCII, no spaces.
+VARIANT_RE = re.compile(r"[\x21-\x7e]{1,32}")
 
 
 def apply_static(config: Config, router: Router) -> None:
@@ -63,7 +68,22 @@ def parse_endpoints(body: object) -> tuple[Mode, list[dict]]:
             problem = weight_problem(weight)
             if problem:
                 raise MembershipError(f"the weight of {url} in revision {revision} {problem}")
+        _check_split(group, revision)
     return mode, groups
+
+
+def _check_split(group: dict, revision: object) -> None:
+    """Optional `traffic_weight` (an integer 0..100) and `variant` (a short printable name) of a rollout's group."""
+    if "traffic_weight" in group and group["traffic_weight"] is not None:
+        weight = group["traffic_weight"]
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= MAX_TRAFFIC_WEIGHT:
+            raise MembershipError(f"'traffic_weight' of revision {revision} must be an integer in "
+                                  f"0..{MAX_TRAFFIC_WEIGHT}, not {weight!r}")
+    if "variant" in group and group["variant"] is not None:
+        variant = group["variant"]
+        if not isinstance(variant, str) or not VARIANT_RE.fullmatch(variant):
+            raise MembershipError(f"'variant' of revision {revision} must be 1-32 printable ASCII characters "
+                                  f"without spaces, not {variant!r}")
 
 
 def parse_sampling_defaults(body: dict) -> dict:

@@ -1,4 +1,5 @@
-"""The gateway's series: the shared tandem_* set with role="gateway" (what the client sees), plus routing state."""
+"""The gateway's series: the shared tandem_* set with role="gateway" (what the client sees, by `revision`), plus
+routing state."""
 from __future__ import annotations
 
 from prometheus_client import Counter
@@ -36,7 +37,9 @@ class RouterCollector(Collector):
 
 class GatewayMetrics(TandemMetrics):
     def __init__(self, *, model: str, router: Router) -> None:
-        super().__init__(role="gateway", model=model, gpu=False)
+        # Per-request series by the revision that served ("" for the static group and for requests refused before a
+        # group was picked), so that a canary and its stable revision are compared over the same window.
+        super().__init__(role="gateway", model=model, gpu=False, request_labels=("revision",))
         self._retries = Counter("tandem_gateway_retries", "Requests whose first try failed before the first token "
                                 "and were retried on another worker (when one was ready), by what failed.",
                                 (*BASE_LABELS, "kind"), registry=self.registry)

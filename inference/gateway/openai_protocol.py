@@ -57,6 +57,7 @@ class GenerationRequest:
     worker_body: dict
     stream: bool
     include_usage: bool
+    user: str | None = None  # OpenAI's end-user id: the sticky key of a traffic split (never sent to a worker)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -69,6 +70,15 @@ def _optional_bool(body: dict, name: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise invalid(f"'{name}' must be a boolean, got {json_type(value)}", name, "invalid_type")
     return value
+
+
+def _user(body: dict) -> str | None:
+    user = body.get("user")
+    if user is None:
+        return None
+    if not isinstance(user, str):
+        raise invalid(f"'user' must be a string, got {json_type(user)}", "user", "invalid_type")
+    return user or None
 
 
 def _check_unsupported(body: dict) -> None:
@@ -180,7 +190,7 @@ def parse_completion(body: dict, served_model_name: str, defaults: Mapping = Map
                                                  defaults)
     worker_body["prompt"] = prompt
     worker_body["messages"] = None
-    return GenerationRequest(Endpoint.COMPLETIONS, worker_body, stream, include_usage)
+    return GenerationRequest(Endpoint.COMPLETIONS, worker_body, stream, include_usage, _user(body))
 
 
 def _message_content(message: dict, index: int) -> str:
@@ -226,7 +236,7 @@ def parse_chat(body: dict, served_model_name: str, defaults: Mapping = MappingPr
                                                  defaults)
     worker_body["prompt"] = None
     worker_body["messages"] = worker_messages
-    return GenerationRequest(Endpoint.CHAT, worker_body, stream, include_usage)
+    return GenerationRequest(Endpoint.CHAT, worker_body, stream, include_usage, _user(body))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -62,10 +62,9 @@ class Relay:
         self.on_retry = on_retry or (lambda kind: None)
         self.on_migration = on_migration or (lambda reason: None)
 
-    async def start(self, request_id: str, body: dict) -> TokenStream:
-        """Run the request up to its first token in the newest complete group (503 when there is none); the stream
-        it returns may move the request inside that group's revision later."""
-        group = self.router.serving_group()
+    async def start(self, group: Group, request_id: str, body: dict) -> TokenStream:
+        """Run the request up to its first token in `group` (the router's `pick_group`); the stream it returns may
+        move the request inside that group's revision later."""
         leg = await self._first_leg(group, request_id, body, set())
 
         async def resume(token_ids: list[int], avoid: set[str], number: int) -> Leg:

@@ -7,18 +7,23 @@ an idle fleet still spreads load. The + 1 counts the request being placed: with 
 outstanding / weight ties at 0 for every worker and the heavier one would not be preferred; with it, while requests
 pile up a weight-3 worker takes three for each one a weight-1 worker takes, and under steady load each holds
 outstanding requests in proportion to its weight.
+
+Which group serves a request is the newest complete one, unless the membership splits traffic between groups
+(`traffic_weight`, a canary or A/B rollout): then traffic_split.py chooses.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
+import random
 from dataclasses import dataclass, field
 from enum import Enum
 
 import aiohttp
 
 from inference.checks import is_int
+from inference.gateway import traffic_split
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
 from inference.roles import Role
@@ -62,6 +67,8 @@ class Group:
     prefill: list[Worker] = field(default_factory=list)
     decode: list[Worker] = field(default_factory=list)
     colocated: list[Worker] = field(default_factory=list)
+    traffic_weight: int | None = None  # its share of traffic under a split; None: the membership gives none
+    variant: str | None = None         # what a rollout calls it ("stable", "canary", "a", "b"), for the response
 
     def workers(self, role: Role) -> list[Worker]:
         return {Role.PREFILL: self.prefill, Role.DECODE: self.decode, Role.COLOCATED: self.colocated}[role]
@@ -89,7 +96,8 @@ class Group:
         return not self.missing()
 
     def describe(self) -> dict:
-        return {"revision": self.revision, "mode": self.mode.value, **{
+        return {"revision": self.revision, "mode": self.mode.value, "traffic_weight": self.traffic_weight,
+                "variant": self.variant, **{
             role.value: [{"url": w.url, "state": w.state.value, "reason": w.reason if not w.is_ready else None,
                           "outstanding": w.num_outstanding, "weight": w.weight, "dtype": w.dtype}
                          for w in self.workers(role)]
@@ -101,8 +109,9 @@ def _revision_key(group: Group) -> tuple[bool, int]:
 
 
 class Router:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, rng: random.Random | None = None) -> None:
         self.config = config
+        self.rng = rng or random.Random()  # draws the group of an unsticky request under a traffic split
         self.groups: list[Group] = []          # newest revision first
         self.membership_error: str | None = "no membership yet"
         self._workers: dict[tuple[Role, str], Worker] = {}
@@ -118,7 +127,8 @@ class Router:
         new_groups: list[Group] = []
         known: dict[tuple[Role, str], Worker] = {}
         for spec in groups:
-            group = Group(revision=spec.get("revision"), mode=mode)
+            group = Group(revision=spec.get("revision"), mode=mode, traffic_weight=spec.get("traffic_weight"),
+                          variant=spec.get("variant"))
             weights = {url.rstrip("/"): weight for url, weight in (spec.get("weights") or {}).items()}
             for role in group.roles:
                 for url in spec.get(role.value) or []:
@@ -146,7 +156,20 @@ class Router:
         for group in self.groups:
             if group.is_complete:
                 return group
-        raise ApiError(503, f"no ready worker group: {self.unavailable_reason()}", type="service_unavailable",
+        raise self._no_group()
+
+    def pick_group(self, variant_key: str | None = None) -> Group:
+        """The group that serves a new request: under a traffic split the one traffic_split.choose picks (sticky to
+        `variant_key` when given), else the newest complete one; 503 naming what is missing when none is complete."""
+        if not traffic_split.is_split(self.groups):
+            return self.serving_group()
+        group = traffic_split.choose(self.groups, variant_key, self.rng)
+        if group is None:
+            raise self._no_group()
+        return group
+
+    def _no_group(self) -> ApiError:
+        return ApiError(503, f"no ready worker group: {self.unavailable_reason()}", type="service_unavailable",
                        code="no_ready_workers", headers={"Retry-After": "1"})
 
     def complete_group(self, revision: int | None) -> Group | None:

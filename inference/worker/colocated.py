@@ -14,6 +14,7 @@ def add_routes(app: web.Application, server) -> None:
 
     async def generate(request: web.Request) -> web.StreamResponse:
         arrival = time.monotonic()
+        server.check_test_fault()
         server.check_admission()
         req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
                              need_decode_url=False)

@@ -5,16 +5,21 @@ server needs. A bad value of either exits 2 with a message that names the flag.
 
 `--enable-test-faults` is a test aid: it adds `POST /debug/fault`, which breaks the engine loop on demand. The control
 plane never passes it (it is not an engine setting a revision can carry), so no production worker serves that route.
+
+`--test-fault error | slow:<seconds>` is another test aid, separate from that one (faults.py): the worker fails or
+crawls on every request while its health stays ok, as a bad canary revision would. The control plane passes it only
+for a revision whose engine settings carry `test_fault`, which it allows only under a test setting.
 """
 from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from inference.engine.config import DTYPES, QUANTIZATIONS, Config, ConfigError
 from inference.roles import Role
+from inference.worker.faults import TestFault
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -41,6 +46,8 @@ class WorkerConfig:
     # the "starting" state.
     enable_test_faults: bool = False
     test_load_delay: float = 0.0
+    test_fault: str | None = None  # "error" or "slow:<seconds>" (faults.py); parsed into `fault`
+    fault: TestFault | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -56,6 +63,11 @@ class WorkerConfig:
             raise ConfigError("test_load_delay", f"must be >= 0 seconds, got {self.test_load_delay}")
         if self.test_load_delay and not self.enable_test_faults:
             raise ConfigError("test_load_delay", "is a test aid: it needs --enable-test-faults")
+        if self.test_fault is not None:
+            try:
+                self.fault = TestFault.parse(self.test_fault)
+            except ValueError as exc:
+                raise ConfigError("test_fault", str(exc)) from None
 
     @property
     def model_name(self) -> str:
@@ -135,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-load-delay", type=float, default=0.0, metavar="SECONDS",
                    help="TEST AID, needs --enable-test-faults: wait this long before loading the model, so that "
                         "tests see the 'starting' state")
+    p.add_argument("--test-fault", default=None, metavar="error|slow:SECONDS",
+                   help="TEST AID, never in production: 'error' answers every generation request with HTTP 500; "
+                        "'slow:SECONDS' waits that long before each token. /health stays ok and shows test_fault")
     return p
 
 

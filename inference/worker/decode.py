@@ -37,6 +37,7 @@ def add_routes(app: web.Application, server) -> None:
     """`server` is the WorkerServer: admission, body limits, and the jobs it opens and closes."""
     async def receive_kv(request: web.Request) -> web.Response:
         arrival = time.monotonic()
+        server.check_test_fault()
         server.check_admission()
         body = await server.read_body(request, kv_body_limit(server.info))
         try:
@@ -80,6 +81,7 @@ def add_routes(app: web.Application, server) -> None:
 
     async def stream(request: web.Request) -> web.StreamResponse:
         request_id = request.match_info["request_id"]
+        server.check_test_fault()
         job = server.jobs.get(request_id)
         if job is None or not job.accepted:
             raise RequestError(f"no request {request_id!r} on this worker (never received, finished, or not "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -23,11 +23,12 @@ JOB_POLL_S = 1.0
 
 class Job:
     def __init__(self, request_id: str, arrival: float, *, health: Callable[[], tuple[str, str]],
-                 metrics: TandemMetrics):
+                 metrics: TandemMetrics, token_delay: Callable[[], Awaitable[None]] | None = None):
         self.request_id = request_id
         self.arrival = arrival
         self.health = health  # () -> (status, reason), as /health reports it
         self.metrics = metrics
+        self.token_delay = token_delay  # awaited before each token is sent (--test-fault slow)
         self.loop = asyncio.get_running_loop()
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.submitted = False  # handed to the engine thread (so closing it early must abort it there)
@@ -109,6 +110,8 @@ async def _write_events(response: web.StreamResponse, job: Job) -> None:
     while True:
         event = await job.next_event()
         if event.type == "token":
+            if job.token_delay is not None:
+                await job.token_delay()
             await response.write(ndjson.encode({"type": "token", "token_ids": event.token_ids, "text": event.text}))
             continue
         if event.type == "done":

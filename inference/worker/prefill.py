@@ -29,6 +29,7 @@ def add_routes(app: web.Application, server) -> None:
 
     async def prefill(request: web.Request) -> web.Response:
         arrival = time.monotonic()
+        server.check_test_fault()
         server.check_admission()
         req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
                              need_decode_url=True)
@@ -37,6 +38,7 @@ def add_routes(app: web.Application, server) -> None:
         num_resumed = len(req.resume_token_ids)
         job = server.open_job(req.request_id, arrival)
         try:
+            await server.test_fault_delay()  # --test-fault slow: the one step a prefill worker runs takes longer
             server.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed)
             await job.wait_admitted()
             event = await job.next_event()

@@ -11,7 +11,9 @@ The role's routes (`colocated`, `prefill`, `decode`) are handed this server and 
 body limits, tokenizing and jobs; `jobs` gets only the engine-loop health and the metrics it needs.
 
 Test aid: with `--enable-test-faults` (never passed by the control plane) the worker also serves
-`POST /debug/fault {"kind": "die" | "step_error" | "stall"}`, which breaks its engine loop on demand.
+`POST /debug/fault {"kind": "die" | "step_error" | "stall"}`, which breaks its engine loop on demand. With
+`--test-fault error | slow:<seconds>` (faults.py) every generation request fails or crawls, while /health stays ok
+and says `test_fault`.
 """
 from __future__ import annotations
 
@@ -104,13 +106,14 @@ class WorkerServer:
 
     async def health(self, request: web.Request) -> web.Response:
         status, reason = self.health_status()
+        fault = {"test_fault": self.config.test_fault} if self.config.fault else {}
         if status == "ok":
             return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
                                       "revision": self.config.revision, "dtype": self.info["dtype"],
                                       "max_model_len": self.info["max_model_len"],
                                       "quantization": self.info["quantization"],
-                                      "weight_bytes": self.info["weight_bytes"]})
-        return web.json_response({"status": status, "reason": reason}, status=503)
+                                      "weight_bytes": self.info["weight_bytes"], **fault})
+        return web.json_response({"status": status, "reason": reason, **fault}, status=503)
 
     def health_status(self) -> tuple[str, str]:
         el = self.engine_loop
@@ -148,6 +151,17 @@ class WorkerServer:
 
     # -- admission and requests ------------------------------------------------------------------------------------
 
+    def check_test_fault(self) -> None:
+        """--test-fault error: fail the request with a 500 before it touches the engine (faults.py)."""
+        if self.config.fault and self.config.fault.error:
+            raise RequestError("this worker runs with --test-fault error (a test aid): it fails every request",
+                               status=500, type="test_fault", code="test_fault", kind="test_fault")
+
+    async def test_fault_delay(self) -> None:
+        """--test-fault slow:<seconds>: wait before a token (or a prefill step) without holding up the event loop."""
+        if self.config.fault and self.config.fault.delay_s:
+            await asyncio.sleep(self.config.fault.delay_s)
+
     def check_admission(self) -> None:
         """503 while draining or not ready; 429 while the worker holds its admission limit of requests."""
         if self.draining:
@@ -184,7 +198,9 @@ class WorkerServer:
         if request_id in self.jobs:
             raise RequestError(f"request_id {request_id!r} is already in flight on this worker", status=409,
                                param="request_id", code="duplicate_request_id")
-        job = jobs.Job(request_id, arrival, health=self.health_status, metrics=self.metrics)
+        slow = self.config.fault is not None and self.config.fault.delay_s > 0
+        job = jobs.Job(request_id, arrival, health=self.health_status, metrics=self.metrics,
+                       token_delay=self.test_fault_delay if slow else None)
         self.jobs[request_id] = job
         return job
 
@@ -256,6 +272,8 @@ class WorkerServer:
                      "bit_identical": engine.quantization == "none"}
         if engine.quantization in QUANTIZATION_NOTES:
             self.info["note"] = QUANTIZATION_NOTES[engine.quantization]
+        if self.config.fault:
+            self.info["test_fault"] = self.config.test_fault
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=self.config.engine.dtype,
                                      revision=self.config.revision or "", quantization=engine.quantization)
         self.metrics.model_weight_bytes.set(engine.weight_bytes)

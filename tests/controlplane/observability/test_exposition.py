@@ -78,3 +78,29 @@ def test_every_gateway_client_error_code_is_a_client_kind():
         assert code in exposition.CLIENT_ERROR_KINDS
     for code in ("timeout", "no_ready_workers", "engine", "kv_transfer", "internal"):
         assert code not in exposition.CLIENT_ERROR_KINDS
+
+
+def test_the_gateways_series_by_revision_parse_and_sum_over_revisions():
+    # The gateway labels its per-request series with the revision that served ("" before a group was picked); the
+    # store keeps one series per target, so the revisions are summed as the label sets of one worker are.
+    from inference.gateway.config import Config
+    from inference.gateway.metrics import GatewayMetrics
+    from inference.gateway.routing import Router
+
+    metrics = GatewayMetrics(model="demo", router=Router(Config(port=0, colocated_urls=["http://127.0.0.1:1"])))
+    for revision, seconds in (("1", 0.02), ("2", 0.3), ("2", 7.0)):
+        series = metrics.requests(revision=revision)
+        series.time_to_first_token.observe(seconds)
+        series.prompt_tokens.inc(10)
+        series.count_success("stop")
+    metrics.requests(revision="2").count_error("worker_error")
+    metrics.count_error("invalid_json")  # refused before a group was picked: revision ""
+    text = metrics.render().decode()
+    assert 'tandem_request_success_total{finished_reason="stop",model="demo",revision="2",role="gateway"} 2.0' in text
+    assert 'tandem_request_errors_total{kind="invalid_json",model="demo",revision="",role="gateway"} 1.0' in text
+    fast = parse_exposition(text)
+    assert fast == parse_exposition(text + '# HELP x an escaped \\\\ help line\n')
+    assert fast.counters["success"] == 3.0 and fast.counters["prompt_tokens"] == 30.0
+    assert fast.counters["errors"] == 2.0 and fast.counters["server_errors"] == 1.0
+    ttft = dict(fast.histograms["ttft"])
+    assert ttft[0.025] == 1.0 and ttft[0.5] == 2.0 and ttft[math.inf] == 3.0

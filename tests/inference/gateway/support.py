@@ -1,30 +1,35 @@
 """Real worker and gateway processes for the gateway tests, and the Hugging Face reference they are held to."""
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import threading
+import time
 from pathlib import Path
 
 import requests
+from aiohttp import web
 
 from tests.procs import Proc, free_port, start, wait_http
 
 WORKER_ARGS = ["--threads", "1", "--kv-cache-bytes", "16M", "--max-model-len", "512"]
 
 
-def start_workers(specs: list[tuple[str, str]], model_dir: Path, log_dir: Path, extra: list[str] = (),
-                  env: dict | None = None) -> list[Proc]:
-    """Start one worker per (name, role) at once, then wait for all: model loads overlap."""
+def start_workers(specs: list[tuple], model_dir: Path, log_dir: Path, extra: list[str] = (),
+                  env: dict | None = None, timeout: float = 180) -> list[Proc]:
+    """Start one worker per (name, role) or (name, role, its own extra args) at once, then wait for all: model loads
+    overlap."""
     procs = []
-    for name, role in specs:
+    for name, role, *own in specs:
         port = free_port()
         proc = start(name, ["-m", "inference.worker", "--role", role, "--model", str(model_dir), "--port", str(port),
-                            *WORKER_ARGS, *extra], log_dir, env=env)
+                            *WORKER_ARGS, *extra, *(own[0] if own else ())], log_dir, env=env)
         proc.url = f"http://127.0.0.1:{port}"
         procs.append(proc)
     try:
         for proc in procs:
-            wait_http(proc, proc.url + "/health", timeout=180)
+            wait_http(proc, proc.url + "/health", timeout=timeout)
     except BaseException:
         stop_all(procs)
         raise
@@ -152,3 +157,59 @@ HOSTILE_REQUESTS = [
     ("deep_prompt", "/v1/completions", b'{"model": "tandem", "max_tokens": 4, "prompt": ' + _nested(5000) + b"}"),
     ("deep_chat", "/v1/chat/completions", b'{"model": "tandem", "messages": ' + _nested(5000) + b"}"),
 ]
+
+
+TOKEN = "s3cret-token"
+
+
+class ControlPlane:
+    """A stand-in control plane: a real HTTP server (on its own thread) speaking the documented endpoints contract.
+    Serves GET /api/v1/deployments/demo/endpoints from `self.endpoints`; 503 everything while `self.down`."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.endpoints: dict = {"deployment": "demo", "model": "demo", "mode": "colocated", "groups": []}
+        self.down = False
+        self.num_polls = 0
+        self.authorizations: set[str] = set()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    async def _endpoints(self, request: web.Request) -> web.Response:
+        self.num_polls += 1
+        self.authorizations.add(request.headers.get("Authorization", ""))
+        if self.down:
+            return web.json_response({"detail": "maintenance"}, status=503)
+        if request.headers.get("Authorization") != f"Token {TOKEN}":
+            return web.json_response({"detail": "Invalid token."}, status=401)
+        return web.json_response(self.endpoints)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_get("/api/v1/deployments/demo/endpoints", self._endpoints)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> None:
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def wait_polls(self, num: int, timeout: float = 15) -> None:
+        target = self.num_polls + num
+        deadline = time.monotonic() + timeout
+        while self.num_polls < target:
+            assert time.monotonic() < deadline, f"the gateway polled {self.num_polls} times, expected {target}"
+            time.sleep(0.05)

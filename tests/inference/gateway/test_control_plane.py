@@ -5,72 +5,16 @@ The control plane here is a small aiohttp server started by the test: a real HTT
 contract, whose answers the test changes between polls."""
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
 import requests
-from aiohttp import web
 
-from tests.inference.gateway.support import PLAIN_FLEET, complete, shared_workers, start_gateway
+from tests.inference.gateway.support import (PLAIN_FLEET, TOKEN, ControlPlane, complete, shared_workers,
+                                             start_gateway)
 from tests.procs import free_port
 
 pytestmark = pytest.mark.integration
-
-TOKEN = "s3cret-token"
-
-
-class ControlPlane:
-    """Serves GET /api/v1/deployments/demo/endpoints from `self.endpoints`; 503 everything while `self.down`."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.endpoints: dict = {"deployment": "demo", "model": "demo", "mode": "colocated", "groups": []}
-        self.down = False
-        self.num_polls = 0
-        self.authorizations: set[str] = set()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    async def _endpoints(self, request: web.Request) -> web.Response:
-        self.num_polls += 1
-        self.authorizations.add(request.headers.get("Authorization", ""))
-        if self.down:
-            return web.json_response({"detail": "maintenance"}, status=503)
-        if request.headers.get("Authorization") != f"Token {TOKEN}":
-            return web.json_response({"detail": "Invalid token."}, status=401)
-        return web.json_response(self.endpoints)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_get("/api/v1/deployments/demo/endpoints", self._endpoints)
-        self._runner = web.AppRunner(app)
-        self._loop.run_until_complete(self._runner.setup())
-        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
-        self._ready.set()
-        self._loop.run_forever()
-
-    def start(self) -> None:
-        self._thread.start()
-        assert self._ready.wait(10)
-
-    def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    def wait_polls(self, num: int, timeout: float = 15) -> None:
-        target = self.num_polls + num
-        deadline = time.monotonic() + timeout
-        while self.num_polls < target:
-            assert time.monotonic() < deadline, f"the gateway polled {self.num_polls} times, expected {target}"
-            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

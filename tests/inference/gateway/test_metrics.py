@@ -1,5 +1,5 @@
 """The gateway's /metrics is Prometheus text with the client-side latencies, token counts and errors,
-labelled role="gateway"."""
+labelled role="gateway" and, per request, revision (here "": a static gateway's group has no revision)."""
 from __future__ import annotations
 
 import pytest
@@ -28,7 +28,7 @@ def _samples(url: str) -> dict[tuple, float]:
 
 
 def _value(samples: dict, name: str, **labels) -> float:
-    key = (name, tuple(sorted({"role": "gateway", "model": "tiny", **labels}.items())))
+    key = (name, tuple(sorted({"role": "gateway", "model": "tiny", "revision": "", **labels}.items())))
     return samples.get(key, 0.0)
 
 
