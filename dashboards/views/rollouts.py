@@ -3,13 +3,13 @@ promote and abort ask for confirmation first (a GET shows what will happen, the 
 at once. The same services as the API's."""
 from __future__ import annotations
 
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.utils import timezone
 
 from controlplane.errors import ControlPlaneError
 from controlplane.rollouts.report import rollout_report
