@@ -80,8 +80,11 @@ class Rollout(models.Model):
     @property
     def weight(self) -> int:
         """The tried revision's share of traffic now (percent)."""
-        step = self.current_step
-        return int(step["weight"]) if step is not None and self.is_active else 0
+        if not self.is_active or not self.steps:
+            return 0
+        # Past the last step (between its end and the promotion that follows) the last weight holds.
+        step = self.current_step or self.steps[-1]
+        return int(step["weight"])
 
     def step_elapsed(self, now=None) -> float:
         """Seconds of the current step so far (paused time excluded)."""

@@ -36,9 +36,7 @@ def tried_replicas(pool, rollout: Rollout) -> int:
     """How many workers of the tried revision a pool runs beside its stable workers: its share of the pool's
     desired replicas at the step's weight, rounded up, at least 1 (a role without a worker cannot serve a request
     inside the revision). Stable keeps its full size until promotion, so an abort never leaves it short."""
-    step = rollout.current_step
-    weight = int(step["weight"]) if step is not None else 0
-    return max(1, math.ceil(pool.desired_replicas * weight / 100))
+    return max(1, math.ceil(pool.desired_replicas * rollout.weight / 100))
 
 
 def traffic_weights(deployment, revisions: set[int]) -> dict[int, int] | None:
