@@ -4,6 +4,7 @@ viewers read."""
 from __future__ import annotations
 
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -136,7 +137,7 @@ RolloutResumeView = _verb_view(rollout_resume, "resume", "Continue the step's ti
 
 
 class RolloutReportView(ApiView):
-    @extend_schema(responses={200: serializers.JSONField(), **READ_ERRORS},
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
                    description="The numbers per variant of each analysis run (an A/B experiment's report: counts, "
                                "P99s, error ratios, tokens per request and a significance note). Viewer.")
     def get(self, request, name: str, rollout_id: int):
