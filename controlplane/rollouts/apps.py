@@ -18,4 +18,5 @@ class RolloutsConfig(AppConfig):
         schedule_on_control({
             "rollouts-drive": ("controlplane.rollouts.tasks.drive_rollouts_task",
                                float(settings.TANDEM_ROLLOUT_INTERVAL_S)),
+            "rollouts-prune-revision-samples": ("controlplane.rollouts.tasks.prune_revision_samples_task", 60.0),
         })

@@ -31,7 +31,6 @@ from controlplane.rollouts.services import rollout_abort, rollout_complete, roll
 from controlplane.services.actions import Actor
 
 log = logging.getLogger(__name__)
-MAX_POINTS = 2000  # per analysis run: a 10-minute step evaluated every second stays well below
 
 
 def drive_rollouts(*, now=None) -> dict[int, str]:
@@ -167,11 +166,6 @@ def _analyse(rollout: Rollout, now) -> tuple[AnalysisRun, str]:
     else:
         verdict, failures = judge(stable, tried, rollout.analysis)
         fields.update(verdict=verdict, failures=failures)
-    point = {"t": now.timestamp(), **{f"{name}.{metric}": numbers.get(metric)
-                                      for name, numbers in ((stable_name, stable), (tried_name, tried))
-                                      for metric in ("ttft_p99_seconds", "itl_p99_seconds", "e2e_p99_seconds",
-                                                     "error_ratio", "requests")}}
-    fields["points"] = (run.points + [point])[-MAX_POINTS:]
     # Conditional on the evaluation it read: of two drivers evaluating at once, one writes.
     num_updated = AnalysisRun.objects.filter(pk=run.pk, evaluated_at=run.evaluated_at).update(**fields)
     if num_updated:

@@ -104,8 +104,8 @@ class Verdict(models.TextChoices):
 class AnalysisRun(models.Model):
     """One step's comparison of the tried revision with stable over the same window (or an A/B experiment's
     report). `baseline` holds the gateway's cumulative per-revision counters at the window's start, so the numbers
-    are exact increases over the window whichever process computes them; `metrics` the latest numbers per variant;
-    `points` one entry per evaluation, for the rollout page's overlaid charts."""
+    are exact increases over the window whichever process computes them; `metrics` the latest numbers per
+    variant."""
 
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="analysis_runs")
     step_index = models.PositiveIntegerField()
@@ -114,7 +114,6 @@ class AnalysisRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     baseline = models.JSONField(default=dict)
     metrics = models.JSONField(default=dict)
-    points = models.JSONField(default=list)
     failures = models.JSONField(default=list)  # the conditions that failed, each with its numbers
     significance = models.JSONField(default=dict)
     verdict = models.CharField(max_length=10, choices=Verdict.choices, default=Verdict.WAITING)
@@ -123,4 +122,26 @@ class AnalysisRun(models.Model):
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["rollout", "step_index"], name="one_analysis_run_per_step"),
+        ]
+
+
+class RevisionSample(models.Model):
+    """One value of one request series of a deployment's gateway, for the requests one revision served, at one
+    scrape: the gateway labels its request metrics with the serving revision, and the scrape cycle derives each
+    revision's series like a worker's (observability.store). Workers' own series need no such row: each is
+    attributed to a revision through its Worker row. Read by the rollout page's overlaid charts; pruned with raw
+    samples' retention (tasks.prune_revision_samples_task)."""
+
+    ts = models.FloatField()  # Unix seconds of the scrape
+    deployment_id = models.BigIntegerField()
+    revision = models.PositiveIntegerField()
+    metric = models.PositiveSmallIntegerField()  # observability.catalog.METRIC_IDS
+    value = models.FloatField()
+
+    class Meta:
+        indexes = [
+            # Read by the rollout page: one deployment's revisions over the rollout's time range.
+            models.Index(fields=["deployment_id", "revision", "metric", "ts"], name="revision_sample_series"),
+            # Read by retention pruning.
+            models.Index(fields=["ts"], name="revision_sample_ts"),
         ]

@@ -6,12 +6,15 @@ from __future__ import annotations
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect
 from django.urls import reverse
 
 from controlplane.errors import ControlPlaneError
+from controlplane.observability.catalog import METRIC_IDS
+from controlplane.rollouts.models import RevisionSample
 from controlplane.rollouts.report import rollout_report
 from controlplane.rollouts.selectors import rollout_get
 from controlplane.rollouts.services import rollout_abort, rollout_pause, rollout_promote, rollout_resume
@@ -22,7 +25,9 @@ from dashboards.views.pages import get_deployment_or_404
 VERBS = {"promote": rollout_promote, "abort": rollout_abort, "pause": rollout_pause, "resume": rollout_resume}
 CONFIRMED = ("promote", "abort")
 CHART_METRICS = (("e2e_p99_seconds", "P99 end-to-end (s)"), ("ttft_p99_seconds", "P99 time to first token (s)"),
-                 ("itl_p99_seconds", "P99 inter-token latency (s)"), ("error_ratio", "error ratio"))
+                 ("itl_p99_seconds", "P99 inter-token latency (s)"), ("error_ratio", "error ratio"),
+                 ("qps", "requests per second"))
+MAX_POINTS = 2000  # per series: a rollout of almost 3 hours at one scrape every 5 s
 
 
 def _rollout_or_404(deployment, rollout_id: int):
@@ -32,21 +37,28 @@ def _rollout_or_404(deployment, rollout_id: int):
         raise Http404(error.message) from None
 
 
-def rollout_figures(rollout) -> list[dict]:
-    """One Plotly figure per metric: stable's line solid, the tried revision's dashed, over every analysis run."""
-    stable_name, tried_name = rollout.variants
-    points = [point for run in rollout.analysis_runs.all() for point in run.points]
+def rollout_figures(rollout, *, now: datetime | None = None) -> list[dict]:
+    """One Plotly figure per metric over the rollout's life: the series the scraper stored per revision from the
+    gateway (rollouts.RevisionSample), stable's line solid, the tried revision's dashed."""
+    start = rollout.created_at.timestamp() - 60
+    end = (rollout.finished_at or now or datetime.now(tz=dt_timezone.utc)).timestamp() + 60
+    revisions = {rollout.stable_revision.number: (rollout.variants[0], "solid"),
+                 rollout.revision.number: (rollout.variants[1], "dash")}
+    rows = (RevisionSample.objects.filter(deployment_id=rollout.deployment_id, revision__in=list(revisions),
+                                          metric__in=[METRIC_IDS[m] for m, _ in CHART_METRICS], ts__gte=start,
+                                          ts__lte=end)
+            .order_by("ts").values_list("revision", "metric", "ts", "value"))
+    series: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for revision, metric, ts, value in rows.iterator():
+        series.setdefault((revision, metric), []).append((ts, value))
     figures = []
     for metric, title in CHART_METRICS:
         data = []
-        for name, dash in ((stable_name, "solid"), (tried_name, "dash")):
-            key = f"{name}.{metric}"
-            revision = rollout.stable_revision.number if name == stable_name else rollout.revision.number
-            data.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} (#{revision})",
-                         "x": [datetime.fromtimestamp(p["t"], tz=dt_timezone.utc).isoformat()
-                               for p in points if p.get(key) is not None],
-                         "y": [p[key] for p in points if p.get(key) is not None],
-                         "line": {"dash": dash}})
+        for revision, (name, dash) in revisions.items():
+            points = series.get((revision, METRIC_IDS[metric]), [])[-MAX_POINTS:]
+            data.append({"type": "scatter", "mode": "lines", "name": f"{name} (#{revision})",
+                         "x": [datetime.fromtimestamp(ts, tz=dt_timezone.utc).isoformat() for ts, _ in points],
+                         "y": [value for _, value in points], "line": {"dash": dash}})
         figures.append({"key": metric, "data": data, "layout": {
             "title": {"text": title}, "height": 260, "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
             "legend": {"orientation": "h"}}})
@@ -60,11 +72,14 @@ def rollout_page(request, name: str, rollout_id: int):
     step = rollout.current_step
     remaining = max(0.0, step["duration_s"] - rollout.step_elapsed()) if step and rollout.is_active else None
     stable_name, tried_name = rollout.variants
+    figures = rollout_figures(rollout)
     return page(request, "dashboards/rollout.html", {
         "deployment": deployment, "rollout": rollout, "step": step, "step_number": rollout.step_index + 1,
         "remaining_s": remaining, "timer_started": rollout.step_started_at is not None,
         "stable_name": stable_name, "tried_name": tried_name, "stable_weight": 100 - rollout.weight,
-        "report": rollout_report(rollout), "figures": rollout_figures(rollout),
+        "report": rollout_report(rollout), "figures": figures,
+        "has_points": any(trace["x"] for figure in figures for trace in figure["data"]),
+        "scrape_interval_s": settings.TANDEM_SCRAPE_INTERVAL_S,
     })
 
 

@@ -9,7 +9,10 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def canary(fleet, operator):
-    from controlplane.rollouts.models import AnalysisRun
+    import time
+
+    from controlplane.observability.catalog import METRIC_IDS
+    from controlplane.rollouts.models import RevisionSample
     from controlplane.rollouts.services import rollout_start
     from controlplane.services.revisions import revision_add
 
@@ -17,9 +20,11 @@ def canary(fleet, operator):
     revision_add(deployment=deployment, actor=operator, model_path=None, dtype=None, engine_settings=None)
     rollout = rollout_start(deployment=deployment, actor=operator, revision=3,
                             steps=[{"weight": 20, "duration_s": 600}])
-    AnalysisRun.objects.create(rollout=rollout, step_index=0, verdict="passing", points=[
-        {"t": 1_790_000_000.0 + 5 * i, "stable.e2e_p99_seconds": 0.5, "canary.e2e_p99_seconds": 0.6 + 0.01 * i}
-        for i in range(6)])
+    now = time.time()
+    RevisionSample.objects.bulk_create([
+        RevisionSample(ts=now + 5 * i, deployment_id=deployment.pk, revision=revision,
+                       metric=METRIC_IDS["e2e_p99_seconds"], value=value + 0.01 * i)
+        for i in range(6) for revision, value in ((2, 0.5), (3, 0.6))])
     return rollout
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
 from controlplane.models import WorkerRole
-from controlplane.rollouts.models import AnalysisRun, Rollout, RolloutStatus
+from controlplane.observability.catalog import METRIC_IDS
+from controlplane.rollouts.models import AnalysisRun, RevisionSample, Rollout, RolloutStatus
 
 
 @pytest.fixture
@@ -25,8 +27,14 @@ def canary(deployment, operator, make_worker):
     numbers = {"requests": 40, "errors": 0, "error_ratio": 0.0, "e2e_p99_seconds": 0.5}
     AnalysisRun.objects.create(
         rollout=rollout, step_index=0, verdict="passing",
-        metrics={"stable": numbers, "canary": {**numbers, "requests": 21, "e2e_p99_seconds": 0.55}},
-        points=[{"t": 1_790_000_000.0, "stable.e2e_p99_seconds": 0.5, "canary.e2e_p99_seconds": 0.55}])
+        metrics={"stable": numbers, "canary": {**numbers, "requests": 21, "e2e_p99_seconds": 0.55}})
+    # What the scrape cycle stores per revision from the gateway; one sample from before the rollout is left out.
+    now = time.time()
+    e2e = METRIC_IDS["e2e_p99_seconds"]
+    RevisionSample.objects.bulk_create([
+        RevisionSample(ts=now, deployment_id=deployment.pk, revision=1, metric=e2e, value=0.5),
+        RevisionSample(ts=now, deployment_id=deployment.pk, revision=2, metric=e2e, value=0.55),
+        RevisionSample(ts=now - 3600, deployment_id=deployment.pk, revision=1, metric=e2e, value=9.0)])
     return rollout
 
 

@@ -50,7 +50,6 @@ class Migration(migrations.Migration):
                 ('finished_at', models.DateTimeField(blank=True, null=True)),
                 ('baseline', models.JSONField(default=dict)),
                 ('metrics', models.JSONField(default=dict)),
-                ('points', models.JSONField(default=list)),
                 ('failures', models.JSONField(default=list)),
                 ('significance', models.JSONField(default=dict)),
                 ('verdict', models.CharField(choices=[('waiting', 'Waiting'), ('passing', 'Passing'), ('passed', 'Passed'), ('failed', 'Failed'), ('report', 'Report')], default='waiting', max_length=10)),
