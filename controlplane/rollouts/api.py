@@ -1,6 +1,7 @@
 """The rollouts API: POST/GET /api/v1/deployments/{name}/rollouts, GET .../rollouts/{id}, POST
 .../rollouts/{id}/promote|abort|pause|resume, GET .../rollouts/{id}/report and report.csv. Operators start and act;
-viewers read."""
+viewers read; a rollout that creates its revision (an object in `revision`) needs an admin, as POST .../revisions/
+does."""
 from __future__ import annotations
 
 from django.http import HttpResponse
@@ -16,7 +17,10 @@ from controlplane.rollouts.report import rollout_report, rollout_report_csv
 from controlplane.rollouts.selectors import rollout_get, rollout_list
 from controlplane.rollouts.services import (rollout_abort, rollout_pause, rollout_promote, rollout_resume,
                                             rollout_start)
+from controlplane.auth import Role, has_role
+from controlplane.errors import ControlPlaneError, invalid
 from controlplane.selectors import deployment_get
+from controlplane.services import deployment_rollback, revision_create
 
 
 class AnalysisRunOutput(serializers.Serializer):
@@ -61,7 +65,9 @@ class RolloutStartInput(WriteInputSerializer):
     revision = serializers.JSONField(help_text="An existing revision number other than the current one, or an "
                                                "object of new revision fields (model_path, dtype, "
                                                "engine_settings, comment; the rest copied from the current one).")
-    strategy = serializers.CharField(required=False, default=Strategy.CANARY, help_text="canary (default) or ab")
+    strategy = serializers.CharField(required=False, default=Strategy.ROLLING, help_text=(
+        "rolling (default: the revision replaces both pools at once, as POST .../revisions/ or .../rollback do; "
+        "202 with the action), canary or ab (201 with the rollout)"))
     steps = serializers.JSONField(required=False, default=None, help_text=(
         "Canary: [{\"weight\": 10, \"duration_s\": 60, \"analysis\": true}, ...]; the last step's end promotes. "
         "Default: 10% for 300 s, then 50% for 600 s, both analysed."))
@@ -70,6 +76,11 @@ class RolloutStartInput(WriteInputSerializer):
         "max_error_ratio_increase (0.005: error and 5xx ratios at most stable's + 0.5 points), interval_s (5)."))
     split = serializers.JSONField(required=False, default=None, help_text="A/B: B's share in percent (default 50).")
     duration_s = serializers.JSONField(required=False, default=None, help_text="A/B: how long the experiment runs.")
+
+
+class RollingOutput(serializers.Serializer):
+    strategy = serializers.CharField()
+    action = ActionSerializer()
 
 
 class RolloutListView(ApiView):
@@ -82,8 +93,9 @@ class RolloutListView(ApiView):
         rollouts = rollout_list(deployment).prefetch_related("analysis_runs")[:100]
         return Response(RolloutOutput(rollouts, many=True).data)
 
-    @extend_schema(request=RolloutStartInput, responses={201: RolloutOutput, **ERRORS},
-                   description="Start a canary or A/B rollout of a revision beside the current one. 400 naming the "
+    @extend_schema(request=RolloutStartInput, responses={201: RolloutOutput, 202: RollingOutput, **ERRORS},
+                   description="Start a canary or A/B rollout of a revision beside the current one (201), or a "
+                               "rolling replacement (the default strategy; 202 with its action). 400 naming the "
                                "bad field; 409 while another rollout (or a rolling replacement) runs. The same "
                                "idempotency key returns the same rollout. Operator.")
     def post(self, request, name: str):
@@ -91,10 +103,42 @@ class RolloutListView(ApiView):
         data = RolloutStartInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
+        if isinstance(values["revision"], dict) and not has_role(request.user, Role.ADMIN):
+            # As POST .../revisions/: a new revision names a model folder on the hosts, which admins choose.
+            raise ControlPlaneError("a new revision (an object in `revision`) needs the admin role; operators "
+                                    "roll out an existing revision by its number", status=403,
+                                    extra={"field": "revision"})
+        if values["strategy"] == Strategy.ROLLING:
+            return _rolling(request, deployment, values)
         rollout = rollout_start(deployment=deployment, revision=values["revision"], strategy=values["strategy"],
                                 steps=values["steps"], analysis=values["analysis"], split=values["split"],
                                 duration_s=values["duration_s"], **write_kwargs(request, values))
         return Response(RolloutOutput(rollout_get(deployment, rollout.pk)).data, status=status.HTTP_201_CREATED)
+
+
+_NOT_ROLLING = ("steps", "analysis", "split", "duration_s")
+
+
+def _rolling(request, deployment, values: dict) -> Response:
+    """strategy rolling: today's replacement of both pools, by the same services as POST .../revisions/ (a new
+    revision) and POST .../rollback (an existing one)."""
+    for field in _NOT_ROLLING:
+        if values[field] is not None:
+            raise invalid(f"{field} is for canary or ab rollouts; a rolling one replaces both pools at once",
+                          field=field)
+    revision, kwargs = values["revision"], write_kwargs(request, values)
+    if isinstance(revision, dict):
+        unknown = sorted(set(revision) - {"model_path", "dtype", "engine_settings", "comment"})
+        if unknown:
+            raise invalid(f"revision.{unknown[0]} is not a revision field", field=f"revision.{unknown[0]}")
+        action = revision_create(deployment=deployment, **revision, **kwargs)
+    elif isinstance(revision, int) and not isinstance(revision, bool):
+        action = deployment_rollback(deployment=deployment, revision_number=revision, **kwargs)
+    else:
+        raise invalid(f"revision must be a revision number or an object of new revision fields, not {revision!r}",
+                      field="revision")
+    return Response({"strategy": Strategy.ROLLING, "action": ActionSerializer(action).data},
+                    status=status.HTTP_202_ACCEPTED)
 
 
 class RolloutDetailView(ApiView):

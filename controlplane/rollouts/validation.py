@@ -54,8 +54,12 @@ def validate_steps(steps) -> list[dict]:
         analysis = step.get("analysis", True)
         if not isinstance(analysis, bool):
             raise invalid(f"{where}.analysis must be true or false", field=f"{where}.analysis")
+        weight = _number(step["weight"], field=f"{where}.weight", low=0, high=100, integer=True)
+        if weight == 0 and analysis:
+            raise invalid(f"{where}.analysis needs traffic to compare: a step of weight 0 cannot be analysed "
+                          "(set analysis false for a pause without traffic)", field=f"{where}.analysis")
         cleaned.append({
-            "weight": _number(step["weight"], field=f"{where}.weight", low=0, high=100, integer=True),
+            "weight": weight,
             "duration_s": _number(step["duration_s"], field=f"{where}.duration_s", low=1, high=MAX_STEP_S,
                                   integer=False),
             "analysis": analysis,

@@ -118,7 +118,7 @@ def test_a_canary_that_answers_errors_is_aborted_and_stable_clients_see_no_failu
     try:
         rollout = _start(live, {
             "revision": {"engine_settings": {**SETTINGS, "test_fault": "error"}, "comment": "broken canary"},
-            "steps": [{"weight": 50, "duration_s": 600}],
+            "strategy": "canary", "steps": [{"weight": 50, "duration_s": 600}],
             "analysis": {"min_requests": min_requests, "interval_s": interval_s}})
         tried = str(rollout["revision"])
         judged_from = live.wait_for(
@@ -182,7 +182,7 @@ def test_a_rollout_resumes_its_step_after_the_celery_worker_is_killed(live, depl
     stable = _current(live)
     _settle(live, stable)
     rollout = _start(live, {"revision": {"engine_settings": SETTINGS, "comment": "survives a restart"},
-                            "steps": [{"weight": 20, "duration_s": 10, "analysis": False},
+                            "strategy": "canary", "steps": [{"weight": 20, "duration_s": 10, "analysis": False},
                                       {"weight": 50, "duration_s": 10, "analysis": False}]})
     first = live.wait_for("step 1's timer to start",
                           lambda: (r := _rollout(live, rollout["id"]))["step_started_at"] and r, timeout=240)

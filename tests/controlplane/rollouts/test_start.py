@@ -64,6 +64,7 @@ def test_a_new_revision_or_rollback_is_a_409_while_a_rollout_runs(steady, operat
     ({"revision": 2, "steps": [{"weight": 10, "duration_s": 5, "pause": True}]}, "steps[0].pause"),
     ({"revision": 2, "analysis": {"max_latency_ratio": 0.5}}, "analysis.max_latency_ratio"),
     ({"revision": 2, "analysis": {"p42": 1}}, "analysis.p42"),
+    ({"revision": 2, "steps": [{"weight": 0, "duration_s": 5}]}, "steps[0].analysis"),
     ({"revision": 2, "strategy": "ab"}, "duration_s"),
     ({"revision": 2, "strategy": "ab", "duration_s": 60, "split": 100}, "split"),
     ({"revision": 2, "split": 50}, "split"),
