@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from controlplane.errors import not_found
-from controlplane.rollouts.models import ACTIVE_STATUSES, Rollout, Strategy
+from controlplane.rollouts.models import ACTIVE_STATUSES, Rollout, RolloutStatus, Strategy
 
 MAX_ID = 2**63 - 1
 
@@ -56,7 +56,10 @@ def traffic_weights(deployment, revisions: set[int]) -> dict[int, int] | None:
         weight = rollout.weight
         return {tried: weight, stable: 100 - weight}
     current = deployment.current_revision.number if deployment.current_revision_id else None
-    if current is not None and (revisions - {current}) & {tried, stable}:
+    # Only while the revision the rollout left current is still current (a later new revision or rollback is an
+    # ordinary rolling replacement again, whose groups need no weights).
+    left_current = tried if rollout.status == RolloutStatus.PROMOTED else stable
+    if current == left_current and (revisions - {current}) & {tried, stable}:
         return {current: 100}
     return None
 

@@ -72,3 +72,15 @@ def test_without_a_rollout_the_answer_has_no_traffic_weights(steady):
     groups = deployment_endpoints(steady)["groups"]
     assert [g["revision"] for g in groups] == [1]
     assert "traffic_weight" not in groups[0] and "variant" not in groups[0]
+
+
+def test_after_a_promotion_the_promoted_revision_gets_all_traffic_until_stable_is_gone(steady, operator,
+                                                                                       make_tried_ready):
+    rollout = rollout_start(deployment=steady, actor=operator, revision=2, steps=[{"weight": 10, "duration_s": 5}])
+    make_tried_ready(rollout)
+    rollout_promote(rollout=rollout, actor=operator)
+    steady.refresh_from_db()
+    groups = {g["revision"]: g["traffic_weight"] for g in deployment_endpoints(steady)["groups"]}
+    assert groups == {2: 100, 1: 0}
+    Worker.objects.filter(deployment=steady, revision__number=1).update(status=WorkerStatus.STOPPED)
+    assert "traffic_weight" not in deployment_endpoints(steady)["groups"][0]
