@@ -7,10 +7,11 @@ from controlplane.errors import not_found
 from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Revision, Worker, WorkerRole,
                                  WorkerStatus)
 from controlplane.models.actions import UNFINISHED_STATUSES
+from controlplane.rollouts.selectors import traffic_weights, variant_names
 
 # Ids are 64-bit: a bigger number in a URL or filter is not an id (and would overflow the database driver).
 MAX_ID = 2**63 - 1
-ROLLOUT_KINDS = (ActionKind.ROLLBACK, ActionKind.REVISION)
+ROLLOUT_KINDS = (ActionKind.ROLLBACK, ActionKind.REVISION, ActionKind.PROMOTE)
 
 
 def _could_be_name(name) -> bool:
@@ -57,7 +58,7 @@ def deployment_delete_pending(deployment: Deployment) -> Action | None:
 
 
 def deployment_rollout_in_progress(deployment: Deployment) -> Action | None:
-    """The unfinished rollback or new-revision rollout of a deployment, if any."""
+    """The unfinished rollback, new-revision rollout or promotion (its rolling replacement) of a deployment."""
     return (Action.objects.filter(deployment=deployment, kind__in=ROLLOUT_KINDS, status__in=UNFINISHED_STATUSES)
             .order_by("id").first())
 
@@ -109,7 +110,9 @@ def action_get(action_id: int) -> Action:
 
 def deployment_endpoints(deployment: Deployment) -> dict:
     """The gateway membership (docs/contracts.md "Control plane → gateway membership"): ready workers by revision,
-    newest revision first, each group with the routing weight of each of its workers (Pool.routing_weight)."""
+    newest revision first, each group with the routing weight of each of its workers (Pool.routing_weight). While a
+    canary or A/B rollout concerns the groups, each carries its `traffic_weight` (0-100) and `variant`
+    (rollouts.selectors.traffic_weights); otherwise neither key is there and the newest complete group serves."""
     workers = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.READY, port__isnull=False,
                                      revision__isnull=False)
                .exclude(role=WorkerRole.GATEWAY)
@@ -120,6 +123,13 @@ def deployment_endpoints(deployment: Deployment) -> dict:
                                                            "decode": [], "colocated": [], "weights": {}})
         group[worker.role].append(worker.url)
         group["weights"][worker.url] = worker.pool.routing_weight(worker.node) if worker.pool else 1
+    split = traffic_weights(deployment, set(groups)) if groups else None
+    if split is not None:
+        variants = variant_names(deployment)
+        for number, group in groups.items():
+            group["traffic_weight"] = split.get(number, 0)
+            if number in variants:
+                group["variant"] = variants[number]
     return {
         "deployment": deployment.name,
         "model": deployment.name,

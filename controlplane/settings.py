@@ -342,6 +342,13 @@ TANDEM_METRICS_RAW_RETENTION_S = env_int("TANDEM_METRICS_RAW_RETENTION_S", 6 * 3
 TANDEM_METRICS_ROLLUP_RETENTION_S = env_int("TANDEM_METRICS_ROLLUP_RETENTION_S", 14 * 86400, minimum=3600)
 INSTALLED_APPS += ["controlplane.observability.apps.ObservabilityConfig"]
 
+# --- rollouts (canary, A/B) -----------------------------------------------------------------------------------
+INSTALLED_APPS += ["controlplane.rollouts.apps.RolloutsConfig"]
+# How often the rollout driver steps every running rollout (Celery beat, control queue).
+TANDEM_ROLLOUT_INTERVAL_S = env_int("TANDEM_ROLLOUT_INTERVAL_S", 2, minimum=1)
+# A revision's `test_fault` engine setting (workers answer errors or run slow) is a test aid: refused unless on.
+TANDEM_ALLOW_TEST_FAULTS = env_bool("TANDEM_ALLOW_TEST_FAULTS", False)
+
 # --- autoscaling ------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.autoscaling.apps.AutoscalingConfig"]
 # The autoscaler (HPA's algorithm, evaluated every TANDEM_SCRAPE_INTERVAL_S): tolerance in percent, stabilisation

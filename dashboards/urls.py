@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboards.views import alerts, assets, controls, history, pages
+from dashboards.views import alerts, assets, controls, history, pages, rollouts
 
 app_name = "dashboards"
 
@@ -15,6 +15,9 @@ urlpatterns = [
     path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),
     path("deployments/<slug:name>/autoscaling", controls.autoscaling_view, name="autoscaling"),
     path("deployments/<slug:name>/objectives", controls.objectives_view, name="objectives"),
+    path("deployments/<slug:name>/rollouts/<int:rollout_id>/", rollouts.rollout_page, name="rollout"),
+    path("deployments/<slug:name>/rollouts/<int:rollout_id>/<slug:verb>", rollouts.rollout_verb_view,
+         name="rollout-verb"),
     path("workers/<int:worker_id>/restart", controls.worker_restart_view, name="worker-restart"),
     path("workers/<int:worker_id>/drain", controls.worker_drain_view, name="worker-drain"),
     path("actions/", history.actions_page, name="actions"),

@@ -83,6 +83,11 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         engine_settings["device"] = "cuda" if worker.node and worker.node.gpus else "cpu"
     # SIGTERM must finish draining before the agent's SIGKILL deadline.
     engine_settings.setdefault("drain_timeout", max(1, settings.TANDEM_STOP_DEADLINE_S - 2))
+    test_fault = engine_settings.pop("test_fault", None)
+    if test_fault is not None:
+        # A test aid, accepted by the API only while TANDEM_ALLOW_TEST_FAULTS is on: passed even to a worker that
+        # does not know the flag, which then refuses to start instead of silently serving without the fault.
+        argv += ["--test-fault", str(test_fault)]
     for key, value in sorted(engine_settings.items()):
         flag = "--" + key.replace("_", "-")
         if flag not in known or flag in argv:

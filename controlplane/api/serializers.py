@@ -150,6 +150,10 @@ class EndpointGroupSerializer(serializers.Serializer):
     decode = serializers.ListField(child=serializers.URLField())
     colocated = serializers.ListField(child=serializers.URLField())
     weights = serializers.DictField(child=serializers.FloatField(), help_text="worker URL → routing weight")
+    traffic_weight = serializers.IntegerField(
+        required=False, min_value=0, max_value=100,
+        help_text="only while a canary or A/B rollout concerns the groups: this group's share of requests (percent)")
+    variant = serializers.CharField(required=False, help_text="stable, canary, a or b (with traffic_weight)")
 
 
 class SamplingDefaultsSerializer(serializers.Serializer):

@@ -24,6 +24,9 @@ class ActionKind(models.TextChoices):
     PLACEMENT = "placement"  # a pool's node selector or per-worker request changed
     SAMPLING = "sampling"  # a deployment's sampling defaults changed
     OBJECTIVES = "objectives"  # a deployment's latency objectives (and the thresholds that follow them) changed
+    ROLLOUT = "rollout"  # a canary or A/B rollout started, paused, resumed, stepped or ended
+    PROMOTE = "promote"  # a rollout's revision made current: running until the old workers are replaced
+    ABORT = "abort"  # a rollout aborted (by its analysis or an operator): its revision's workers drain
 
 
 class ActorType(models.TextChoices):

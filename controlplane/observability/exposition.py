@@ -70,6 +70,9 @@ class Reading:
     counters: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
+    # The same counters and histograms split by a `revision` label (the gateway labels its request metrics with
+    # the revision that served): what canary analysis compares. Empty for a target without the label.
+    by_revision: dict[str, "Reading"] = field(default_factory=dict)
 
 
 def _relevant_lines(text: str) -> list[str]:
@@ -116,9 +119,17 @@ def parse_exposition(text: str) -> Reading:
     # Labelled counters have no sample until their first increment: absent means 0 for them.
     counters.update(success=0.0, errors=0.0, server_errors=0.0)
     buckets: dict[str, dict[float, float]] = {}
+    per_revision: dict[str, tuple[Reading, dict[str, dict[float, float]]]] = {}
     num_samples = 0
     for name, labels, value in _samples(text):
         num_samples += 1
+        revision = labels.get("revision")
+        if revision is not None and (name in _HISTOGRAM_BUCKETS or name in _COUNTERS or name == _ERRORS):
+            part = per_revision.get(revision)
+            if part is None:
+                part = per_revision[revision] = (Reading(counters={"success": 0.0, "errors": 0.0,
+                                                                   "server_errors": 0.0}), {})
+            _fold_request_sample(part[0].counters, part[1], name, labels, value)
         if name in _HISTOGRAM_BUCKETS:
             per_le = buckets.setdefault(_HISTOGRAM_BUCKETS[name], {})
             le = float(labels["le"])
@@ -142,4 +153,22 @@ def parse_exposition(text: str) -> Reading:
         # A 200 page without a single Tandem series (a proxy's HTML, another service on the port) is not up.
         raise ValueError("no tandem_* or process_* series in the text")
     reading.histograms = {key: sorted(per_le.items()) for key, per_le in buckets.items()}
+    for revision, (part, part_buckets) in per_revision.items():
+        part.histograms = {key: sorted(per_le.items()) for key, per_le in part_buckets.items()}
+        reading.by_revision[revision] = part
     return reading
+
+
+def _fold_request_sample(counters: dict, buckets: dict, name: str, labels: dict, value: float) -> None:
+    """Add one request-metric sample (histogram bucket, counter, errors) into a per-revision part."""
+    if name in _HISTOGRAM_BUCKETS:
+        per_le = buckets.setdefault(_HISTOGRAM_BUCKETS[name], {})
+        le = float(labels["le"])
+        per_le[le] = per_le.get(le, 0.0) + value
+    elif name in _COUNTERS:
+        key = _COUNTERS[name]
+        counters[key] = counters.get(key, 0.0) + value
+    else:
+        counters["errors"] += value
+        if labels.get("kind", "") not in CLIENT_ERROR_KINDS:
+            counters["server_errors"] += value

@@ -20,6 +20,7 @@ from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRA
 from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
 from controlplane.observability.models import Sample, ScrapeState
 from controlplane.observability.scraper import Fetched, Target, scrape
+from controlplane.rollouts.models import RevisionSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
     pools: dict[tuple[int, str], list[tuple[dict, Increments | None]]] = defaultdict(list)
     pool_up: dict[tuple[int, str], list[float]] = defaultdict(list)
     new_states: list[ScrapeState] = []
+    revision_rows: list[RevisionSample] = []
     num_up = 0
     for item in fetched:
         target = item.target
@@ -92,10 +94,14 @@ def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
             error = item.error
         else:
             num_up += 1
+            by_revision = (state or {}).get("rev") or {}
             state = state_append(state, item.reading, ts, window)
             values, inc = target_series(state, item.reading.gauges)
             pools[key].append((values, inc))
             error = ""
+            if item.reading.by_revision:
+                state["rev"] = _revision_states(by_revision, item.reading, ts, window)
+                revision_rows.extend(_revision_rows(ts, target.deployment_id, state["rev"]))
         pool_up[key].append(values["up"])
         rows.extend(_rows(ts, target.deployment_id, target.role, target.worker_id, values))
         new_states.append(ScrapeState(worker_id=target.worker_id, deployment_id=target.deployment_id,
@@ -110,10 +116,30 @@ def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
         rows.append((ts, deployment_id, role, None, METRIC_IDS["unschedulable_replicas"], float(num)))
     with transaction.atomic():
         _insert_samples(rows)
+        RevisionSample.objects.bulk_create(revision_rows, batch_size=500)
         ScrapeState.objects.bulk_create(
             new_states, batch_size=500, update_conflicts=True, unique_fields=["worker_id"],
             update_fields=["deployment_id", "role", "snapshots", "last_scrape_at", "last_up", "last_error"])
     return len(rows), num_up
+
+
+def _revision_states(previous: dict, reading, ts: float, window: float) -> dict:
+    """The per-revision rings of a gateway (its request metrics split by their `revision` label), each appended
+    like a target's own; a revision the gateway no longer reports is dropped."""
+    return {revision: state_append(previous.get(revision), part, ts, window)
+            for revision, part in reading.by_revision.items() if revision.isdigit() and len(revision) < 10}
+
+
+def _revision_rows(ts: float, deployment_id: int, states: dict) -> list[RevisionSample]:
+    """Rates, ratios and latency quantiles of each revision the gateway served (no gauges: a gateway's gauges are
+    not per revision)."""
+    rows = []
+    for revision, state in states.items():
+        values, _ = target_series(state, {})
+        rows.extend(RevisionSample(ts=ts, deployment_id=deployment_id, revision=int(revision),
+                                   metric=METRIC_IDS[name], value=value)
+                    for name, value in values.items() if name != "up" and value is not None)
+    return rows
 
 
 def _rows(ts, deployment_id, role, worker_id, values: dict) -> list[tuple]:

@@ -6,12 +6,13 @@ from django.db.models import Max
 
 from controlplane.errors import conflict, invalid
 from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Revision
+from controlplane.rollouts.selectors import rollout_active
 from controlplane.selectors import deployment_delete_pending, deployment_rollout_in_progress
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 from controlplane.services.validation import revision_dtype, validate_engine_settings, validate_model_path
 
 
-def _lock_for_rollout(deployment: Deployment) -> Deployment:
+def lock_for_rollout(deployment: Deployment) -> Deployment:
     """Lock the deployment row and refuse when it is being deleted or another rollout runs (409)."""
     deployment = (Deployment.objects.select_for_update(of=("self",)).select_related("current_revision")
                   .get(pk=deployment.pk))
@@ -22,7 +23,38 @@ def _lock_for_rollout(deployment: Deployment) -> Deployment:
         raise conflict(
             f"a {running.kind} of deployment {deployment.name!r} is still in progress (action {running.pk}); "
             "wait for it to finish", action_id=running.pk)
+    rollout = rollout_active(deployment)
+    if rollout is not None:
+        raise conflict(f"a {rollout.strategy} rollout of deployment {deployment.name!r} is {rollout.status} "
+                       f"(rollout {rollout.pk}); promote or abort it first", rollout_id=rollout.pk)
     return deployment
+
+
+def revision_fields_validate(deployment: Deployment, *, model_path, dtype, engine_settings) -> tuple:
+    """(model_path, dtype, engine_settings) checked (400 naming the field); None where not given."""
+    if model_path is not None:
+        model_path = validate_model_path(model_path)
+    if engine_settings is not None:
+        engine_settings = validate_engine_settings(engine_settings, roles=deployment.roles)
+        dtype = revision_dtype(dtype, engine_settings)
+    elif dtype is not None:
+        dtype = revision_dtype(dtype, {"common": {}})
+    return model_path, dtype, engine_settings
+
+
+def revision_add(*, deployment: Deployment, actor, model_path: str | None, dtype: str | None,
+                 engine_settings: dict | None, comment: str = "") -> Revision:
+    """The next revision, fields not given copied from the current one, checked by revision_fields_validate
+    first. Not made current: revision_create does that; a canary or A/B rollout runs it beside the current one.
+    Call inside the caller's transaction, with the deployment row locked."""
+    base = deployment.current_revision
+    number = (deployment.revisions.aggregate(n=Max("number"))["n"] or 0) + 1
+    return Revision.objects.create(
+        deployment=deployment, number=number,
+        model_path=model_path if model_path is not None else base.model_path,
+        dtype=dtype if dtype is not None else base.dtype,
+        engine_settings=engine_settings if engine_settings is not None else dict(base.engine_settings),
+        comment=comment or "", created_by=as_actor(actor).user)
 
 
 def revision_create(*, deployment: Deployment, actor, model_path: str | None = None, dtype: str | None = None,
@@ -36,26 +68,17 @@ def revision_create(*, deployment: Deployment, actor, model_path: str | None = N
     (action.params["revision"] is the new number).
     """
     actor = as_actor(actor)
-    if model_path is not None:
-        model_path = validate_model_path(model_path)
-    if engine_settings is not None:
-        engine_settings = validate_engine_settings(engine_settings, roles=deployment.roles)
-        dtype = revision_dtype(dtype, engine_settings)
-    elif dtype is not None:
-        dtype = revision_dtype(dtype, {"common": {}})
+    model_path, dtype, engine_settings = revision_fields_validate(
+        deployment, model_path=model_path, dtype=dtype, engine_settings=engine_settings)
 
     def write() -> Action:
         nonlocal deployment  # re-read under the lock
-        deployment = _lock_for_rollout(deployment)
+        deployment = lock_for_rollout(deployment)
         base = deployment.current_revision
         previous = base.number if base is not None else None
-        number = (deployment.revisions.aggregate(n=Max("number"))["n"] or 0) + 1
-        revision = Revision.objects.create(
-            deployment=deployment, number=number,
-            model_path=model_path if model_path is not None else base.model_path,
-            dtype=dtype if dtype is not None else base.dtype,
-            engine_settings=engine_settings if engine_settings is not None else dict(base.engine_settings),
-            comment=comment or "", created_by=actor.user)
+        revision = revision_add(deployment=deployment, actor=actor, model_path=model_path, dtype=dtype,
+                                engine_settings=engine_settings, comment=comment)
+        number = revision.number
         action = action_create(
             kind=ActionKind.REVISION, actor=actor, deployment=deployment, reason=reason or comment,
             params={"from_revision": previous, "to_revision": number, "revision": number,
@@ -85,7 +108,7 @@ def deployment_rollback(*, deployment: Deployment, actor, revision_number: int |
 
     def write() -> Action:
         nonlocal deployment  # re-read under the lock
-        deployment = _lock_for_rollout(deployment)
+        deployment = lock_for_rollout(deployment)
         current = deployment.current_revision
         current_number = current.number if current is not None else None
         if revision_number is None:

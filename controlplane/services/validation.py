@@ -44,8 +44,12 @@ _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
 # key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).
 _CHOICE_SETTINGS = {"quantization": QUANTIZATIONS}
+# A test aid (the worker's --test-fault): "error" answers every generate request with HTTP 500, "slow:<seconds>"
+# sleeps that long per decode step. Accepted only while settings.TANDEM_ALLOW_TEST_FAULTS is on.
+TEST_FAULT = "test_fault"
+TEST_FAULT_RE = re.compile(r"^(error|slow:\d{1,3}(\.\d{1,3})?)$")
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
-                                    "device"]))
+                                    "device", TEST_FAULT]))
 # Keys of the common part only: a revision's fields, which every worker of the revision must share (a prefill and a
 # decode worker of different dtypes cannot hand over a KV cache).
 _COMMON_ONLY = ("dtype",)
@@ -105,7 +109,13 @@ def validate_model_path(model_path) -> str:
 def _setting_value(key: str, value, *, where: str):
     """One engine setting of one part (`where` is "common" or a role), checked; 400 naming part and key."""
     name, field = f"{where}.{key}", f"engine_settings.{where}.{key}"
-    if key == "device":
+    if key == TEST_FAULT:
+        if not settings.TANDEM_ALLOW_TEST_FAULTS:
+            raise invalid(f"{name} is a test aid (workers that answer errors or run slow), accepted only when "
+                          "TANDEM_ALLOW_TEST_FAULTS is on", field=field)
+        if not isinstance(value, str) or not TEST_FAULT_RE.match(value):
+            raise invalid(f"{name} must be \"error\" or \"slow:<seconds>\", not {value!r}", field=field)
+    elif key == "device":
         if not isinstance(value, str) or not DEVICE_RE.match(value):
             raise invalid(f"{name} {value!r} must be cpu, cuda, cuda:N or auto", field=field)
     elif key in _CHOICE_SETTINGS:

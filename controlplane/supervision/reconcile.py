@@ -12,9 +12,10 @@ holds the write lock), so that two reconcilers never both create the missing wor
    operator restarts them; a worker being replaced gives its slot to its replacement) vs desired replicas: create
    the missing, drain the excess (newest, least ready first). A replaced worker is drained once its replacement
    is ready.
-4. Rollout: workers of another revision are drained once every pool has its desired number of ready
-   current-revision workers (the new group is complete, so the gateway switches to it); those that do not serve
-   (pending, starting) are drained at once.
+4. Rollout: while a canary or A/B rollout is active, each pool also keeps `tried_replicas` workers of the tried
+   revision beside the current ones (rollouts.selectors). Workers of any other revision are drained once every
+   pool has its desired number of ready current-revision workers (the new group is complete, so the gateway
+   switches to it); those that do not serve (pending, starting) are drained at once.
 5. Exactly one gateway worker.
 6. Finish the actions whose outcome is now known (create, rollback/revision, scale, drain).
 7. Hand every due pending worker to its node agent.
@@ -32,6 +33,7 @@ from django.utils import timezone
 from controlplane.models import (
     Action, ActionKind, ActionStatus, Deployment, Pool, Worker, WorkerRole, WorkerStatus,
 )
+from controlplane.rollouts.selectors import rollout_active, tried_replicas
 from controlplane.services.actions import action_fail, action_start, action_succeed
 from controlplane.services.pools import pool_schedulable_set
 from controlplane.services.restarts import worker_back_to_pending
@@ -62,10 +64,13 @@ def reconcile_deployment(deployment_id: int) -> dict:
         _carry_out_worker_actions(deployment, summary)
         if deployment.current_revision is not None:
             pools = list(deployment.pools.all())
+            rollout = rollout_active(deployment)
             for pool in pools:
                 _reconcile_pool(deployment, pool, summary)
+                if rollout is not None:
+                    _reconcile_tried(deployment, pool, rollout, summary)
             _advance_replacements(deployment, summary)
-            _advance_rollout(deployment, pools, summary)
+            _advance_rollout(deployment, pools, summary, keep=rollout.revision_id if rollout else None)
         _reconcile_gateway(deployment, summary)
         _finish_actions(deployment)
         _send_due_starts(deployment, summary)
@@ -142,6 +147,21 @@ def _reconcile_pool(deployment: Deployment, pool: Pool, summary: dict) -> None:
             _drain(worker, f"scaled {pool.role} down to {pool.desired_replicas}", summary)
 
 
+def _reconcile_tried(deployment: Deployment, pool: Pool, rollout, summary: dict) -> None:
+    """The tried revision's workers of one pool during a canary or A/B rollout: its `tried_replicas`, created or
+    drained like the current revision's (the excess least ready and newest first)."""
+    wanted = tried_replicas(pool, rollout)
+    slots = list(Worker.objects.filter(pool=pool, revision=rollout.revision,
+                                       status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id"))
+    for _ in range(wanted - len(slots)):
+        if _new_worker(deployment, role=pool.role, pool=pool, revision=rollout.revision, summary=summary) is None:
+            break
+    if len(slots) > wanted:
+        rank = {WorkerStatus.FAILED: 0, WorkerStatus.PENDING: 1, WorkerStatus.STARTING: 2, WorkerStatus.READY: 3}
+        for worker in sorted(slots, key=lambda w: (rank[w.status], -w.id))[:len(slots) - wanted]:
+            _drain(worker, f"rollout {rollout.pk} needs {wanted} {pool.role} workers", summary)
+
+
 def _advance_replacements(deployment: Deployment, summary: dict) -> None:
     """Drain each worker whose surge replacement is ready."""
     ready = Worker.objects.filter(deployment=deployment, replaces__isnull=False, status=WorkerStatus.READY,
@@ -150,10 +170,12 @@ def _advance_replacements(deployment: Deployment, summary: dict) -> None:
         _drain(replacement.replaces, f"replaced by worker {replacement.id}", summary)
 
 
-def _advance_rollout(deployment: Deployment, pools: list[Pool], summary: dict) -> None:
+def _advance_rollout(deployment: Deployment, pools: list[Pool], summary: dict, *, keep: int | None) -> None:
+    """Drain the workers of revisions other than the current one (and `keep`, an active rollout's tried one)."""
     current = deployment.current_revision
-    old = list(Worker.objects.filter(deployment=deployment, pool__isnull=False, status__in=SERVING)
-               .exclude(revision=current))
+    others = Worker.objects.filter(deployment=deployment, pool__isnull=False, status__in=SERVING).exclude(
+        revision=current)
+    old = list(others.exclude(revision_id=keep) if keep is not None else others)
     if not old:
         return
     new_group_complete = all(
@@ -220,7 +242,8 @@ def _finish_actions(deployment: Deployment) -> None:
     current = deployment.current_revision
     # A create finishes like a rollout: once every pool has its ready workers of the (first) revision.
     for action in Action.objects.filter(deployment=deployment, status__in=UNFINISHED,
-                                        kind__in=(ActionKind.CREATE, ActionKind.ROLLBACK, ActionKind.REVISION)):
+                                        kind__in=(ActionKind.CREATE, ActionKind.ROLLBACK, ActionKind.REVISION,
+                                                  ActionKind.PROMOTE)):
         if action.status == ActionStatus.PENDING:
             action_start(action_id=action.id)
         failed = Worker.objects.filter(deployment=deployment, revision=current, status=WorkerStatus.FAILED,

@@ -18,6 +18,9 @@ STATUS_CLASSES = {
     "healthy": "ok", "degraded": "warn", "down": "bad", "deleting": "muted", "scaled to zero": "muted",
     # severities
     "critical": "bad", "warning": "warn", "info": "muted",
+    # rollouts and their analysis runs
+    "paused": "warn", "promoted": "ok", "aborted": "bad", "completed": "ok", "passed": "ok", "passing": "ok",
+    "waiting": "busy", "report": "muted",
 }
 
 

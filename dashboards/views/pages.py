@@ -12,6 +12,7 @@ from controlplane.errors import ControlPlaneError
 from controlplane.models.deployments import engine_settings_parts
 from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
 from controlplane.revision_diff import PART_ORDER
+from controlplane.rollouts.selectors import rollout_active
 from controlplane.selectors import deployment_get, deployment_rollout_in_progress
 from dashboards.access import viewer_required
 from dashboards.fleet import fleet_rows, node_rows
@@ -74,7 +75,8 @@ def live_context(request, deployment) -> dict:
     return {"deployment": deployment, "pools": pools, "workers": workers, "actions": actions,
             "highlight_action": highlight, "show_stopped": show_stopped, "num_stopped": num_stopped,
             "recently_stopped_minutes": int(RECENTLY_STOPPED.total_seconds() // 60), "live_query": live_query,
-            "alerts": alerts, "rollout": deployment_rollout_in_progress(deployment)}
+            "alerts": alerts, "rollout": deployment_rollout_in_progress(deployment),
+            "canary": rollout_active(deployment)}
 
 
 @viewer_required

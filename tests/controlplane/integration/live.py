@@ -31,6 +31,9 @@ FAST_ENV = {
     "TANDEM_RESTART_BACKOFF_MAX_S": "4",
     "OMP_NUM_THREADS": "1",
     "PYTHONUNBUFFERED": "1",
+    # Rollouts: the driver every second, and revisions with a test_fault (workers that answer errors) accepted.
+    "TANDEM_ROLLOUT_INTERVAL_S": "1",
+    "TANDEM_ALLOW_TEST_FAULTS": "1",
 }
 
 

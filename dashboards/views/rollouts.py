@@ -1,0 +1,107 @@
+"""The rollout page (split, step and timer, overlaid per-revision charts, analysis results) and its buttons:
+promote and abort ask for confirmation first (a GET shows what will happen, the POST does it); pause and resume act
+at once. The same services as the API's."""
+from __future__ import annotations
+
+from datetime import datetime
+from datetime import timezone as dt_timezone
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import reverse
+
+from controlplane.errors import ControlPlaneError
+from controlplane.observability.catalog import METRIC_IDS
+from controlplane.rollouts.models import RevisionSample
+from controlplane.rollouts.report import rollout_report
+from controlplane.rollouts.selectors import rollout_get
+from controlplane.rollouts.services import rollout_abort, rollout_pause, rollout_promote, rollout_resume
+from dashboards.access import operator_required, viewer_required
+from dashboards.views.common import page, posted_key
+from dashboards.views.pages import get_deployment_or_404
+
+VERBS = {"promote": rollout_promote, "abort": rollout_abort, "pause": rollout_pause, "resume": rollout_resume}
+CONFIRMED = ("promote", "abort")
+CHART_METRICS = (("e2e_p99_seconds", "P99 end-to-end (s)"), ("ttft_p99_seconds", "P99 time to first token (s)"),
+                 ("itl_p99_seconds", "P99 inter-token latency (s)"), ("error_ratio", "error ratio"),
+                 ("qps", "requests per second"))
+MAX_POINTS = 2000  # per series: a rollout of almost 3 hours at one scrape every 5 s
+
+
+def _rollout_or_404(deployment, rollout_id: int):
+    try:
+        return rollout_get(deployment, rollout_id)
+    except ControlPlaneError as error:
+        raise Http404(error.message) from None
+
+
+def rollout_figures(rollout, *, now: datetime | None = None) -> list[dict]:
+    """One Plotly figure per metric over the rollout's life: the series the scraper stored per revision from the
+    gateway (rollouts.RevisionSample), stable's line solid, the tried revision's dashed."""
+    start = rollout.created_at.timestamp() - 60
+    end = (rollout.finished_at or now or datetime.now(tz=dt_timezone.utc)).timestamp() + 60
+    revisions = {rollout.stable_revision.number: (rollout.variants[0], "solid"),
+                 rollout.revision.number: (rollout.variants[1], "dash")}
+    rows = (RevisionSample.objects.filter(deployment_id=rollout.deployment_id, revision__in=list(revisions),
+                                          metric__in=[METRIC_IDS[m] for m, _ in CHART_METRICS], ts__gte=start,
+                                          ts__lte=end)
+            .order_by("ts").values_list("revision", "metric", "ts", "value"))
+    series: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for revision, metric, ts, value in rows.iterator():
+        series.setdefault((revision, metric), []).append((ts, value))
+    figures = []
+    for metric, title in CHART_METRICS:
+        data = []
+        for revision, (name, dash) in revisions.items():
+            points = series.get((revision, METRIC_IDS[metric]), [])[-MAX_POINTS:]
+            data.append({"type": "scatter", "mode": "lines", "name": f"{name} (#{revision})",
+                         "x": [datetime.fromtimestamp(ts, tz=dt_timezone.utc).isoformat() for ts, _ in points],
+                         "y": [value for _, value in points], "line": {"dash": dash}})
+        figures.append({"key": metric, "data": data, "layout": {
+            "title": {"text": title}, "height": 260, "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
+            "legend": {"orientation": "h"}}})
+    return figures
+
+
+@viewer_required
+def rollout_page(request, name: str, rollout_id: int):
+    deployment = get_deployment_or_404(name)
+    rollout = _rollout_or_404(deployment, rollout_id)
+    step = rollout.current_step
+    remaining = max(0.0, step["duration_s"] - rollout.step_elapsed()) if step and rollout.is_active else None
+    stable_name, tried_name = rollout.variants
+    figures = rollout_figures(rollout)
+    return page(request, "dashboards/rollout.html", {
+        "deployment": deployment, "rollout": rollout, "step": step, "step_number": rollout.step_index + 1,
+        "remaining_s": remaining, "timer_started": rollout.step_started_at is not None,
+        "stable_name": stable_name, "tried_name": tried_name, "stable_weight": 100 - rollout.weight,
+        "report": rollout_report(rollout), "figures": figures,
+        "has_points": any(trace["x"] for figure in figures for trace in figure["data"]),
+        "scrape_interval_s": settings.TANDEM_SCRAPE_INTERVAL_S,
+    })
+
+
+@operator_required
+def rollout_verb_view(request, name: str, rollout_id: int, verb: str):
+    """POST: the verb (promote and abort only from their confirmation page); GET of promote/abort: that page."""
+    if verb not in VERBS:
+        raise Http404(f"no such rollout action {verb!r}")
+    deployment = get_deployment_or_404(name)
+    rollout = _rollout_or_404(deployment, rollout_id)
+    here = reverse("dashboards:rollout", args=[name, rollout.pk])
+    if request.method != "POST":
+        if verb not in CONFIRMED:
+            return redirect(here)
+        return page(request, "dashboards/rollout_confirm.html", {"deployment": deployment, "rollout": rollout,
+                                                                 "verb": verb})
+    reason = (request.POST.get("reason") or "").strip()[:2000]
+    try:
+        action = VERBS[verb](rollout=rollout, actor=request.user, reason=f"dashboard: {reason or verb}",
+                             idempotency_key=posted_key(request))
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return redirect(here)
+    messages.success(request, f"Rollout {rollout.pk}: {verb} recorded as action #{action.pk}.")
+    return redirect(here)
