@@ -12,6 +12,7 @@ from controlplane.models import PoolRole
 from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
+from inference.worker.sim.profile import ProfileError, load_profile
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # "auto": the model config's own dtype, resolved by each worker when it loads the model (float32 where the config
@@ -39,7 +40,8 @@ _AUTO_SETTINGS = {"kv_cache_bytes"}
 _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16"}
 # key -> (exclusive minimum, maximum) for the fractional engine settings.
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
-ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, "device"]))
+# "simulate": a profile (a built-in name or a JSON file); the workers are simulated (inference.worker.sim).
+ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, "device", "simulate"]))
 # Keys of the common part only: a revision's fields, which every worker of the revision must share (a prefill and a
 # decode worker of different dtypes cannot hand over a KV cache).
 _COMMON_ONLY = ("dtype",)
@@ -102,6 +104,13 @@ def _setting_value(key: str, value, *, where: str):
     if key == "device":
         if not isinstance(value, str) or not DEVICE_RE.match(value):
             raise invalid(f"{name} {value!r} must be cpu, cuda, cuda:N or auto", field=field)
+    elif key == "simulate":
+        if not isinstance(value, str):
+            raise invalid(f"{name} must be a profile name or file, not {value!r}", field=field)
+        try:
+            load_profile(value)
+        except ProfileError as exc:
+            raise invalid(f"{name}: {exc}", field=field) from None
     elif key in _BOOL_SETTINGS:
         if not isinstance(value, bool):
             raise invalid(f"{name} must be true or false, not {value!r}", field=field)
