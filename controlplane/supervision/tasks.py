@@ -6,12 +6,15 @@ reconcile of one deployment right after every change (by name: controlplane.cele
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 from django.db import OperationalError
 
 from controlplane.celery import CHECK_HEALTH, RECONCILE_ALL, RECONCILE_DEPLOYMENT
 from controlplane.models import Deployment
+from controlplane.observability.models import CycleKind
+from controlplane.observability.telemetry import record_cycle
 from controlplane.supervision import health, reconcile
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,8 @@ def reconcile_deployment(deployment_id: int) -> dict:
 
 @shared_task(name=RECONCILE_ALL, **RETRY)
 def reconcile_all() -> int:
+    """Reconcile every deployment, timed for the control plane's /metrics."""
+    started = time.perf_counter()
     ids = list(Deployment.objects.values_list("id", flat=True))
     for deployment_id in ids:
         try:
@@ -37,9 +42,14 @@ def reconcile_all() -> int:
         except Exception:
             # One broken deployment must not stop the others from being reconciled.
             log.exception("reconcile of deployment %s failed", deployment_id)
+    record_cycle(CycleKind.RECONCILE, time.perf_counter() - started)
     return len(ids)
 
 
 @shared_task(name=CHECK_HEALTH, **RETRY)
 def check_health() -> dict:
-    return health.check_health()
+    """One health pass over every worker, timed for the control plane's /metrics."""
+    started = time.perf_counter()
+    result = health.check_health()
+    record_cycle(CycleKind.HEALTH, time.perf_counter() - started)
+    return result
