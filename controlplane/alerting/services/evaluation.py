@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -45,14 +46,15 @@ def _fmt(value: float | None) -> str:
     return "no data" if value is None else f"{value:.6g}"
 
 
-def rule_observations(rule: AlertRule, *, now: datetime) -> list[Observation]:
-    """The rule's current value for each instance in its scope (one per deployment and role, or per worker)."""
+def rule_observations(rule: AlertRule, *, now: datetime, deployment_ids: list[int] | None = None) -> list[Observation]:
+    """The rule's current value for each instance in its scope (one per deployment and role, or per worker).
+    `deployment_ids`: every deployment, when the caller has read them already."""
     from controlplane.models import Deployment
     from controlplane.observability.series import metric_values
 
     if rule.deployment_id is not None:
         deployment_ids = [rule.deployment_id]
-    else:
+    elif deployment_ids is None:
         # One read per deployment, so that per-worker reads also name silent workers of every deployment.
         deployment_ids = list(Deployment.objects.order_by("id").values_list("id", flat=True))
     what = f"{rule.aggregation}({rule.metric}[{rule.window_s}s])"
@@ -108,11 +110,19 @@ def evaluate_rules(*, now: datetime | None = None) -> EvaluationReport:
     started = time.monotonic()
     now = now or timezone.now()
     report = EvaluationReport()
+    from controlplane.models import Deployment
+
     silences = list(active_silences(now=now))
+    # Read once per pass, not once per rule: at hundreds of rules these two reads were most of a pass's queries.
+    deployment_ids = list(Deployment.objects.order_by("id").values_list("id", flat=True))
+    active_by_rule: dict[int, list[Alert]] = defaultdict(list)
+    for alert in Alert.objects.filter(state__in=ACTIVE_STATES, rule__enabled=True):
+        active_by_rule[alert.rule_id].append(alert)
     for rule in AlertRule.objects.filter(enabled=True).select_related("deployment").order_by("id"):
         report.num_rules += 1
         try:
-            rule_evaluate(rule, now=now, silences=silences, report=report)
+            rule_evaluate(rule, now=now, silences=silences, report=report, deployment_ids=deployment_ids,
+                          active=active_by_rule.get(rule.id, []))
         except Exception:
             log.exception("alert rule %r failed to evaluate", rule.name)
     _close_alerts_of_disabled_rules(now=now, silences=silences, report=report)
@@ -132,11 +142,17 @@ def _close_alerts_of_disabled_rules(*, now: datetime, silences: list, report: Ev
             report.num_actions += alert_notify_resolved(alert=alert, rule=alert.rule, now=now)
 
 
-def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: EvaluationReport) -> None:
+def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: EvaluationReport,
+                  deployment_ids: list[int] | None = None, active: list[Alert] | None = None) -> None:
     """1. Read the rule's observations. 2. Step each instance (and each active alert whose series vanished, as
-    "not holding"). 3. Act on firing alerts and notify resolved ones, unless silenced."""
-    observations = rule_observations(rule, now=now)
-    active = {a.fingerprint: a for a in Alert.objects.filter(rule=rule, state__in=ACTIVE_STATES)}
+    "not holding"). 3. Act on firing alerts and notify resolved ones, unless silenced.
+
+    `deployment_ids` (every deployment) and `active` (this rule's pending and firing alerts) may be read once for a
+    whole pass by the caller; each _step is conditional on the state it read, so a stale read is harmless."""
+    observations = rule_observations(rule, now=now, deployment_ids=deployment_ids)
+    if active is None:
+        active = Alert.objects.filter(rule=rule, state__in=ACTIVE_STATES)
+    active = {a.fingerprint: a for a in active}
     steps = []
     for obs in observations:
         labels = alert_labels(rule, obs)
