@@ -59,7 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--database-url", default="postgres://127.0.0.1:5432/tandem_sim",
                    help="dropped and created afresh (connects to database `test` on the same server to do so)")
     p.add_argument("--broker-url", default="redis://127.0.0.1:6379/11", help="flushed at start")
-    p.add_argument("--control-concurrency", type=int, default=4, help="threads of the Celery control worker")
+    p.add_argument("--control-concurrency", type=int, default=4, help="threads of each Celery control worker")
+    p.add_argument("--control-workers", type=int, default=2,
+                   help="Celery control worker processes (threads share one core; a process each uses more)")
     p.add_argument("--skip-page", action="store_true", help="skip seeding a day of data and the page timing")
     return p.parse_args(argv)
 
@@ -385,6 +387,10 @@ def main(argv=None) -> None:
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
     specs = child_specs(web_port=web_port, node_name="sim", var_dir=var_dir, embedded_beat=False)
     specs[1].argv[specs[1].argv.index("--concurrency") + 1] = str(args.control_concurrency)
+    for extra in range(1, args.control_workers):
+        argv = list(specs[1].argv)
+        argv[argv.index("--hostname") + 1] = f"control{extra}.sim@%h"
+        specs.insert(1 + extra, ChildSpec(f"control{extra}", argv, stop_deadline_s=20))
     specs[-1] = ChildSpec("agent", [sys.executable, str(ROOT / "manage.py"), "tandem_simfleet", "--nodes",
                                     str(args.nodes), "--hosts", str(args.hosts), "--prefix", "sim",
                                     "--concurrency", "16"], stop_deadline_s=30)
@@ -394,6 +400,7 @@ def main(argv=None) -> None:
     api = Api(web_url, token)
     names = [f"sim-{i:03d}" for i in range(args.deployments)]
     doc: dict = {"bench": "sim_fleet", "database": "postgresql", "broker": "redis", "interval_s": args.interval,
+                 "control_workers": args.control_workers, "control_threads_each": args.control_concurrency,
                  "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
                  "profile": args.profile, "window_s": args.window, "sizes": []}
     stack.start()
@@ -430,7 +437,7 @@ def main(argv=None) -> None:
         doc["machine"] = {"cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()}
         emit(doc)
     finally:
-        stack.stop(["agent", "beat", "control"])
+        stack.stop(["agent", "beat", *(name for name in stack.children if name.startswith("control"))])
         _stop_gateways(stack)
         stack.stop(["web"])
 
