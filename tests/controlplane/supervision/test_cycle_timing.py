@@ -5,8 +5,8 @@ from controlplane.supervision.tasks import check_health, reconcile_all
 
 
 def test_a_reconcile_pass_records_its_duration(deployment):
-    assert reconcile_all() >= 1
-    assert reconcile_all() >= 1
+    reconcile_all()
+    reconcile_all()
     stat = CycleStat.objects.get(kind=CycleKind.RECONCILE)
     assert stat.count == 2 and stat.last_seconds > 0 and stat.sum_seconds >= stat.last_seconds
 
