@@ -3,8 +3,8 @@
 The control plane's own processes run as `make run` starts them (web, a Celery control worker, beat), with the node
 agent replaced by a simulated fleet (`manage.py tandem_simfleet`: N nodes, each on its own `node.<name>` queue,
 workers hosted by simulated worker hosts). Deployments are created through the REST API with the engine setting
-`simulate`, each with its real gateway, an alert rule per worker and autoscaling on (ttft_p99 target: with no
-traffic it evaluates every pool and changes nothing). Then, for each fleet size (deployments scaled up through the
+`simulate`, each with its real gateway, its default alert rules plus one per worker, and autoscaling on (with no
+traffic it evaluates every pool; a day of down-stabilization keeps it from shrinking the idle pools). Then, for each fleet size (deployments scaled up through the
 API, same stack):
 
 - time until every worker is ready;
@@ -381,7 +381,10 @@ def main(argv=None) -> None:
            "TANDEM_VAR_DIR": str(var_dir), "TANDEM_WEB_PORT": str(web_port),
            "TANDEM_PUBLIC_URL": f"http://127.0.0.1:{web_port}", "TANDEM_RECONCILE_INTERVAL_S": interval,
            "TANDEM_SCRAPE_INTERVAL_S": interval, "TANDEM_ALERT_EVAL_INTERVAL_S": interval,
-           "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+           "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           # An idle pool reads as "shrink" (no traffic here): a day of down-stabilization keeps the fleet at its size
+           # while the autoscaler still evaluates every pool each cycle.
+           "TANDEM_AUTOSCALE_DOWN_STABILIZATION_S": "86400"}
     env.pop("CELERY_TASK_ALWAYS_EAGER", None)
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
