@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from controlplane.agent import launch, processes
+from controlplane.agent import launch, processes, runtime
 from controlplane.agent.gpus import discover_gpus
 from controlplane.agent.workers import worker_start
 from controlplane.models import Node, Worker, WorkerStatus
@@ -89,7 +89,7 @@ def node_adopt(*, node: Node) -> dict[str, list[int]]:
                     status=WorkerStatus.STOPPED, stopped_at=now)
                 outcome["stopped"].append(worker.id)
             continue
-        if processes.is_alive(handle):
+        if runtime.launcher.is_alive(handle):
             if worker.status == WorkerStatus.DRAINING:
                 _stop_in_background(worker.id, handle, then_status=WorkerStatus.STOPPED)
                 outcome["draining"].append(worker.id)
@@ -99,7 +99,7 @@ def node_adopt(*, node: Node) -> dict[str, list[int]]:
         num = Worker.objects.filter(id=worker.id, status=worker.status, pid=worker.pid).update(
             status=WorkerStatus.STOPPED, stopped_at=now,
             last_error=(f"process {worker.pid} was gone when node agent {node.name} started "
-                        f"(killed or host restarted)\n{processes.log_tail(worker.log_path, 5)}").strip(),
+                        f"(killed or host restarted)\n{runtime.launcher.log_tail(worker.log_path, 5)}").strip(),
         )
         if num:
             outcome["stopped"].append(worker.id)
@@ -112,15 +112,15 @@ def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
     outcome: dict[str, list[int]] = {"exited": [], "stopped": [], "stale": [], "restarted": [], "ready": []}
     Node.objects.filter(id=node.id).update(last_seen_at=timezone.now())
     # Exit codes of our children that ended since the last beat (reaping also keeps zombies from piling up).
-    exit_codes = processes.reap()
+    exit_codes = runtime.launcher.reap()
     rows = Worker.objects.filter(node=node, pid__isnull=False).exclude(started_at__isnull=True)
     for worker in rows.only("id", "pid", "status", "started_at", "log_path", "role"):
         handle = launch.handle_of(worker)
-        alive = processes.is_alive(handle)
+        alive = runtime.launcher.is_alive(handle)
         if worker.status in (WorkerStatus.STARTING, WorkerStatus.READY) and not alive:
             failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid,
-                                           exit_code=exit_codes.get(worker.pid, processes.exit_code(worker.pid)),
-                                           log_tail=processes.log_tail(worker.log_path, 40))
+                                           exit_code=exit_codes.get(worker.pid, runtime.launcher.exit_code(worker.pid)),
+                                           log_tail=runtime.launcher.log_tail(worker.log_path, 40))
             if worker_failure_record(failure=failure):
                 outcome["exited"].append(worker.id)
         elif worker.status == WorkerStatus.DRAINING and not alive:
@@ -168,7 +168,7 @@ def _stop_in_background(worker_id: int, handle: processes.ProcessHandle, *, then
 
     def run():
         try:
-            processes.stop(handle, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
+            runtime.launcher.stop(handle, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
             if then_status is not None:
                 Worker.objects.filter(id=worker_id, status=WorkerStatus.DRAINING).update(
                     status=then_status, stopped_at=timezone.now())

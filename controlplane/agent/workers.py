@@ -13,7 +13,7 @@ from datetime import datetime, timezone as dt_timezone
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.agent import launch, processes
+from controlplane.agent import launch, runtime
 from controlplane.models import Worker, WorkerStatus
 from controlplane.services.restarts import WorkerFailure, worker_failure_record
 
@@ -45,8 +45,8 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
     if worker.status != WorkerStatus.PENDING:
         return "not-pending"
     stale = launch.handle_of(worker)
-    if stale is not None and processes.is_alive(stale):
-        outcome = processes.stop(stale, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
+    if stale is not None and runtime.launcher.is_alive(stale):
+        outcome = runtime.launcher.stop(stale, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
         log.info("worker %s: stopped its previous process %d (%s) before restarting", worker.id, stale.pid, outcome)
     num_claimed = Worker.objects.filter(id=worker.id, status=WorkerStatus.PENDING, pid=worker.pid).update(
         status=WorkerStatus.STARTING, pid=None, started_at=None, ready_at=None, consecutive_health_failures=0,
@@ -55,12 +55,12 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
     if num_claimed != 1:
         return "not-pending"  # another agent thread (a duplicate message) got there first
 
-    port = worker.deployment.gateway_port if worker.role == "gateway" else processes.free_port(worker.host)
+    port = worker.deployment.gateway_port if worker.role == "gateway" else runtime.launcher.free_port(worker.host)
     log_path = launch.log_path_for(worker)
     try:
         gpu_index = launch.gpu_pick(worker)
         argv = launch.argv_for(worker, port)
-        handle = processes.spawn(argv, log_path=log_path, marker=str(worker.id),
+        handle = runtime.launcher.spawn(argv, log_path=log_path, marker=str(worker.id),
                                  env=launch.env_for(worker, gpu_index), cwd=settings.BASE_DIR)
     except Exception as exc:
         # Nothing runs: reported like a process that exited, so the restart policy (and its limit) applies.
@@ -78,7 +78,7 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
     if num_updated != 1:
         # The row was drained or deleted while we spawned: this process must not outlive it.
         log.info("worker %s changed while starting; stopping the new process %d", worker.id, handle.pid)
-        processes.stop(handle, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
+        runtime.launcher.stop(handle, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
         Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(
             status=WorkerStatus.STOPPED, stopped_at=timezone.now())
         return "cancelled"
@@ -102,12 +102,12 @@ def worker_stop(*, worker_id: int, node_name: str | None, deadline_s: float) -> 
         return "not-draining"  # already stopped or failed: nothing runs
     handle = launch.handle_of(worker)
     outcome = "gone"
-    if handle is not None and processes.is_alive(handle):
+    if handle is not None and runtime.launcher.is_alive(handle):
         if was_serving or worker.ready_at is not None:
             # The gateway polls membership every 2 s; new requests must have stopped arriving before SIGTERM
             # makes this worker answer 503.
             time.sleep(settings.TANDEM_DRAIN_GRACE_S)
-        outcome = processes.stop(handle, deadline_s=deadline_s)
+        outcome = runtime.launcher.stop(handle, deadline_s=deadline_s)
     Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(
         status=WorkerStatus.STOPPED, stopped_at=timezone.now(), next_restart_at=None,
         last_error=worker.last_error if outcome != "killed" else f"killed after {deadline_s:g} s without exiting",

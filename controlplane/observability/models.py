@@ -74,6 +74,8 @@ class CycleKind(models.TextChoices):
     AUTOSCALE = "autoscale"
     ALERT_EVALUATION = "alert_evaluation"
     ROLLUP = "rollup"
+    RECONCILE = "reconcile"
+    HEALTH = "health"
 
 
 class CycleStat(models.Model):

@@ -60,7 +60,7 @@ class ControlPlaneCollector(Collector):
     def collect(self):
         duration = HistogramMetricFamily(
             "tandem_controlplane_cycle_duration_seconds",
-            "Duration of the control plane's periodic work, by kind (scrape, autoscale, alert_evaluation, rollup).",
+            "Duration of the control plane's periodic work, by kind (scrape, autoscale, alert_evaluation, rollup, reconcile, health).",
             labels=["kind"])
         last = GaugeMetricFamily("tandem_controlplane_cycle_last_duration_seconds",
                                  "Duration of the latest cycle of each kind.", labels=["kind"])

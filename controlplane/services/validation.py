@@ -13,6 +13,7 @@ from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.engine.config import QUANTIZATIONS
+from inference.worker.sim.profile import ProfileError, load_profile
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # "auto": the model config's own dtype, resolved by each worker when it loads the model (float32 where the config
@@ -48,8 +49,9 @@ _CHOICE_SETTINGS = {"quantization": QUANTIZATIONS}
 # sleeps that long per decode step. Accepted only while settings.TANDEM_ALLOW_TEST_FAULTS is on.
 TEST_FAULT = "test_fault"
 TEST_FAULT_RE = re.compile(r"^(error|slow:\d{1,3}(\.\d{1,3})?)$")
+# "simulate": a profile (a built-in name or a JSON file); the workers are simulated (inference.worker.sim).
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
-                                    "device", TEST_FAULT]))
+                                    "device", "simulate", TEST_FAULT]))
 # Keys of the common part only: a revision's fields, which every worker of the revision must share (a prefill and a
 # decode worker of different dtypes cannot hand over a KV cache).
 _COMMON_ONLY = ("dtype",)
@@ -121,6 +123,13 @@ def _setting_value(key: str, value, *, where: str):
     elif key in _CHOICE_SETTINGS:
         if value not in _CHOICE_SETTINGS[key]:
             raise invalid(f"{name} {value!r} is not one of {', '.join(_CHOICE_SETTINGS[key])}", field=field)
+    elif key == "simulate":
+        if not isinstance(value, str):
+            raise invalid(f"{name} must be a profile name or file, not {value!r}", field=field)
+        try:
+            load_profile(value)
+        except ProfileError as exc:
+            raise invalid(f"{name}: {exc}", field=field) from None
     elif key in _BOOL_SETTINGS:
         if not isinstance(value, bool):
             raise invalid(f"{name} must be true or false, not {value!r}", field=field)

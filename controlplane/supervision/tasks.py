@@ -6,13 +6,17 @@ reconcile of one deployment right after every change (by name: controlplane.cele
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 from django.db import OperationalError
 
 from controlplane.celery import CHECK_HEALTH, RECONCILE_ALL, RECONCILE_DEPLOYMENT
 from controlplane.models import Deployment
+from controlplane.observability.models import CycleKind
+from controlplane.observability.telemetry import record_cycle
 from controlplane.supervision import health, reconcile
+from controlplane.supervision.at_rest import deployments_at_rest
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +32,36 @@ def reconcile_deployment(deployment_id: int) -> dict:
     return reconcile.reconcile_deployment(deployment_id)
 
 
+# A pass reconciles every deployment, even those at rest, at least this often: a safety net under the at-rest check.
+FULL_PASS_EVERY_S = 60.0
+_last_full_pass = [0.0]
+
+
 @shared_task(name=RECONCILE_ALL, **RETRY)
 def reconcile_all() -> int:
+    """Reconcile every deployment not at rest (supervision.at_rest; all of them once a FULL_PASS_EVERY_S), timed for
+    the control plane's /metrics. Returns how many were reconciled."""
+    started = time.perf_counter()
     ids = list(Deployment.objects.values_list("id", flat=True))
+    if time.monotonic() - _last_full_pass[0] < FULL_PASS_EVERY_S:
+        at_rest = deployments_at_rest(ids)
+        ids = [deployment_id for deployment_id in ids if deployment_id not in at_rest]
+    else:
+        _last_full_pass[0] = time.monotonic()
     for deployment_id in ids:
         try:
             reconcile.reconcile_deployment(deployment_id)
         except Exception:
             # One broken deployment must not stop the others from being reconciled.
             log.exception("reconcile of deployment %s failed", deployment_id)
+    record_cycle(CycleKind.RECONCILE, time.perf_counter() - started)
     return len(ids)
 
 
 @shared_task(name=CHECK_HEALTH, **RETRY)
 def check_health() -> dict:
-    return health.check_health()
+    """One health pass over every worker, timed for the control plane's /metrics."""
+    started = time.perf_counter()
+    result = health.check_health()
+    record_cycle(CycleKind.HEALTH, time.perf_counter() - started)
+    return result

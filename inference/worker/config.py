@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode: seconds a received request waits for its stream before it is aborted")
     p.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds without an engine-loop tick before /health reports dead")
+    p.add_argument("--simulate", metavar="PROFILE", default=None,
+                   help="run a simulated worker: no model, latencies from PROFILE (a JSON file or a built-in name "
+                        "such as tiny-cpu; docs/simulated-worker.md); --model then only names what it serves")
     # Test aids: never for production; the control plane never passes them.
     p.add_argument("--enable-test-faults", action="store_true",
                    help="TEST AID, never in production: serve POST /debug/fault, which kills, fails or stalls the "
@@ -156,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     parser = build_parser()
     args = vars(parser.parse_args(argv))
+    if args.pop("simulate"):
+        parser.error("--simulate makes a simulated worker: use inference.worker.__main__, not parse_args")
     try:
         engine = Config(**{name: args.pop(name) for name in ENGINE_FIELDS})
         return WorkerConfig(engine=engine, **args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -45,37 +46,76 @@ def _fmt(value: float | None) -> str:
     return "no data" if value is None else f"{value:.6g}"
 
 
-def rule_observations(rule: AlertRule, *, now: datetime) -> list[Observation]:
-    """The rule's current value for each instance in its scope (one per deployment and role, or per worker)."""
+def rule_observations(rule: AlertRule, *, now: datetime, deployment_ids: list[int] | None = None) -> list[Observation]:
+    """The rule's current value for each instance in its scope (one per deployment and role, or per worker).
+    `deployment_ids`: every deployment, when the caller has read them already."""
     from controlplane.models import Deployment
-    from controlplane.observability.series import metric_values
 
     if rule.deployment_id is not None:
         deployment_ids = [rule.deployment_id]
-    else:
-        # One read per deployment, so that per-worker reads also name silent workers of every deployment.
+    elif deployment_ids is None:
         deployment_ids = list(Deployment.objects.order_by("id").values_list("id", flat=True))
+    return read_observations(rule, now=now, deployment_ids=deployment_ids)
+
+
+def read_key(rule: AlertRule) -> tuple:
+    """Rules with the same key read the same series (of their own deployments): one read serves them all."""
+    return (rule.metric, rule.role or None, rule.aggregation, rule.window_s, rule.per_worker,
+            rule.compare_to_offset_s)
+
+
+def read_observations(rule: AlertRule, *, now: datetime, deployment_ids: list[int]) -> list[Observation]:
+    """What `rule`'s read (read_key) observes in these deployments, in one read: per deployment and role, or per
+    worker (silent workers of each deployment included, with no value)."""
+    from controlplane.observability.series import metric_values
+
+    if not deployment_ids:
+        return []
     what = f"{rule.aggregation}({rule.metric}[{rule.window_s}s])"
+    read = dict(metric=rule.metric, deployments=deployment_ids, role=rule.role or None, aggregation=rule.aggregation,
+                window_s=rule.window_s, now=now, per_worker=rule.per_worker)
+    current = metric_values(**read)
+    if rule.compare_to_offset_s:
+        earlier = {(v.deployment_id, v.role, v.worker_id): v.value
+                   for v in metric_values(**read, offset_s=rule.compare_to_offset_s)}
     observations = []
-    for deployment_id in deployment_ids:
-        read = dict(metric=rule.metric, deployment=deployment_id, role=rule.role or None,
-                    aggregation=rule.aggregation, window_s=rule.window_s, now=now, per_worker=rule.per_worker)
-        current = metric_values(**read)
+    for value in current:
         if rule.compare_to_offset_s:
-            earlier = {(v.role, v.worker_id): v.value for v in metric_values(**read, offset_s=rule.compare_to_offset_s)}
-        for value in current:
-            if rule.compare_to_offset_s:
-                reference = earlier.get((value.role, value.worker_id))
-                ratio = (value.value / reference) if value.value is not None and reference else None
-                detail = (f"{what} = {_fmt(value.value)}, {_fmt(reference)} {rule.compare_to_offset_s}s earlier: "
-                          f"ratio {_fmt(ratio)}")
-                observed = ratio
-            else:
-                observed = value.value
-                detail = f"{what} = {_fmt(value.value)}"
-            observations.append(Observation(value.deployment_id, value.deployment_name, value.role,
-                                            value.worker_id, observed, detail))
+            reference = earlier.get((value.deployment_id, value.role, value.worker_id))
+            ratio = (value.value / reference) if value.value is not None and reference else None
+            detail = (f"{what} = {_fmt(value.value)}, {_fmt(reference)} {rule.compare_to_offset_s}s earlier: "
+                      f"ratio {_fmt(ratio)}")
+            observed = ratio
+        else:
+            observed = value.value
+            detail = f"{what} = {_fmt(value.value)}"
+        observations.append(Observation(value.deployment_id, value.deployment_name, value.role,
+                                        value.worker_id, observed, detail))
     return observations
+
+
+def _observations_by_rule(rules: list[AlertRule], *, now: datetime, deployment_ids: list[int]) -> dict:
+    """rule id -> its observations, from one read per read_key instead of one per rule (a default rule set per
+    deployment makes hundreds of rules that read a handful of series). A group whose read fails is left out: its
+    rules read (and fail, logged) one by one."""
+    groups: dict[tuple, list[AlertRule]] = defaultdict(list)
+    for rule in rules:
+        groups[read_key(rule)].append(rule)
+    out: dict[int, list[Observation]] = {}
+    for group in groups.values():
+        scope = (deployment_ids if any(r.deployment_id is None for r in group)
+                 else sorted({r.deployment_id for r in group}))
+        try:
+            observations = read_observations(group[0], now=now, deployment_ids=scope)
+        except Exception:
+            log.exception("reading %s for %d alert rules failed", read_key(group[0]), len(group))
+            continue
+        by_deployment: dict[int, list[Observation]] = defaultdict(list)
+        for obs in observations:
+            by_deployment[obs.deployment_id].append(obs)
+        for rule in group:
+            out[rule.id] = observations if rule.deployment_id is None else by_deployment[rule.deployment_id]
+    return out
 
 
 def alert_labels(rule: AlertRule, obs: Observation) -> dict[str, str]:
@@ -108,11 +148,21 @@ def evaluate_rules(*, now: datetime | None = None) -> EvaluationReport:
     started = time.monotonic()
     now = now or timezone.now()
     report = EvaluationReport()
+    from controlplane.models import Deployment
+
     silences = list(active_silences(now=now))
-    for rule in AlertRule.objects.filter(enabled=True).select_related("deployment").order_by("id"):
+    # Read once per pass, not once per rule: at hundreds of rules these two reads were most of a pass's queries.
+    deployment_ids = list(Deployment.objects.order_by("id").values_list("id", flat=True))
+    active_by_rule: dict[int, list[Alert]] = defaultdict(list)
+    for alert in Alert.objects.filter(state__in=ACTIVE_STATES, rule__enabled=True):
+        active_by_rule[alert.rule_id].append(alert)
+    rules = list(AlertRule.objects.filter(enabled=True).select_related("deployment").order_by("id"))
+    observed = _observations_by_rule(rules, now=now, deployment_ids=deployment_ids)
+    for rule in rules:
         report.num_rules += 1
         try:
-            rule_evaluate(rule, now=now, silences=silences, report=report)
+            rule_evaluate(rule, now=now, silences=silences, report=report, deployment_ids=deployment_ids,
+                          active=active_by_rule.get(rule.id, []), observations=observed.get(rule.id))
         except Exception:
             log.exception("alert rule %r failed to evaluate", rule.name)
     _close_alerts_of_disabled_rules(now=now, silences=silences, report=report)
@@ -132,11 +182,20 @@ def _close_alerts_of_disabled_rules(*, now: datetime, silences: list, report: Ev
             report.num_actions += alert_notify_resolved(alert=alert, rule=alert.rule, now=now)
 
 
-def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: EvaluationReport) -> None:
+def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: EvaluationReport,
+                  deployment_ids: list[int] | None = None, active: list[Alert] | None = None,
+                  observations: list[Observation] | None = None) -> None:
     """1. Read the rule's observations. 2. Step each instance (and each active alert whose series vanished, as
-    "not holding"). 3. Act on firing alerts and notify resolved ones, unless silenced."""
-    observations = rule_observations(rule, now=now)
-    active = {a.fingerprint: a for a in Alert.objects.filter(rule=rule, state__in=ACTIVE_STATES)}
+    "not holding"). 3. Act on firing alerts and notify resolved ones, unless silenced.
+
+    `deployment_ids` (every deployment) and `active` (this rule's pending and firing alerts) may be read once for a
+    whole pass by the caller; each _step is conditional on the state it read, so a stale read is harmless.
+    `observations`: read for a whole pass too (_observations_by_rule)."""
+    if observations is None:
+        observations = rule_observations(rule, now=now, deployment_ids=deployment_ids)
+    if active is None:
+        active = Alert.objects.filter(rule=rule, state__in=ACTIVE_STATES)
+    active = {a.fingerprint: a for a in active}
     steps = []
     for obs in observations:
         labels = alert_labels(rule, obs)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from controlplane.run.stack import Stack, child_specs
+from controlplane.run.stack import ChildSpec, Stack, child_specs
 from tests.procs import ROOT, free_port
 
 # Fast loops: reconcile, health and heartbeat every second.
@@ -153,7 +153,10 @@ class LiveStack:
         raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})\n{self.logs()}")
 
 
-def live_stack_start(var_dir: Path, services: IsolatedServices, extra_env: dict | None = None) -> LiveStack:
+def live_stack_start(var_dir: Path, services: IsolatedServices, extra_env: dict | None = None, *,
+                     simulated_nodes: int = 0, simulated_hosts: int = 1) -> LiveStack:
+    """simulated_nodes: instead of one node agent, a simulated fleet (`manage.py tandem_simfleet`) of that many
+    nodes named <node_name>-000, -001, ...; `node_name` is then the fleet's prefix."""
     web_port = free_port()
     node_name = f"it-{secrets.token_hex(3)}"
     env = {**os.environ, **FAST_ENV, **services.env, "TANDEM_VAR_DIR": str(var_dir),
@@ -163,13 +166,18 @@ def live_stack_start(var_dir: Path, services: IsolatedServices, extra_env: dict 
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "it-admin", "--role", "admin").strip()
     specs = child_specs(web_port=web_port, node_name=node_name, var_dir=var_dir, embedded_beat=True)
+    if simulated_nodes:
+        specs[-1] = ChildSpec("agent", [sys.executable, str(ROOT / "manage.py"), "tandem_simfleet", "--nodes",
+                                        str(simulated_nodes), "--hosts", str(simulated_hosts), "--prefix", node_name],
+                              stop_deadline_s=20)
     stack = Stack(specs, log_dir=var_dir / "logs", env=env, cwd=ROOT, on_event=lambda m: print(m, file=sys.stderr))
     stack.start()
     live = LiveStack(stack=stack, env=env, var_dir=var_dir, web_url=f"http://127.0.0.1:{web_port}", token=token,
                      node_name=node_name)
     live.wait_for("the web server", lambda: requests.get(f"{live.web_url}/healthz", timeout=2).ok, timeout=60)
-    live.wait_for(f"node {node_name} to register",
-                  lambda: live.api("GET", f"nodes/{node_name}/").status_code == 200, timeout=60)
+    first_node = f"{node_name}-000" if simulated_nodes else node_name
+    live.wait_for(f"node {first_node} to register",
+                  lambda: live.api("GET", f"nodes/{first_node}/").status_code == 200, timeout=60)
     return live
 
 
@@ -179,6 +187,8 @@ def live_stack_stop(live: LiveStack) -> None:
     subprocess.run([sys.executable, "-c", (
         "import django; django.setup(); "
         "from controlplane.run.shutdown import node_processes_stop as stop; "
-        f"stop(node_name={live.node_name!r}, reason='integration stack stopped')")],
+        "from controlplane.models import Node; "
+        f"[stop(node_name=n, reason='integration stack stopped') for n in "
+        f"Node.objects.filter(name__startswith={live.node_name!r}).values_list('name', flat=True)]")],
         env={**live.env, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}, cwd=ROOT, timeout=60, check=False)
     live.stack.stop(["web"])

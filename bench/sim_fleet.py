@@ -1,0 +1,345 @@
+"""One control plane driving a simulated fleet on PostgreSQL + Redis: does every periodic pass keep a 5 s cycle?
+
+The control plane's own processes run as `make run` starts them (web, a Celery control worker, beat), with the node
+agent replaced by a simulated fleet (`manage.py tandem_simfleet`: N nodes, each on its own `node.<name>` queue,
+workers hosted by simulated worker hosts). Deployments are created through the REST API with the engine setting
+`simulate`, each with its real gateway, its default alert rules plus one per worker, and autoscaling on (with no
+traffic it evaluates every pool; a day of down-stabilization keeps it from shrinking the idle pools). Then, for each fleet size (deployments scaled up through the
+API, same stack):
+
+- time until every worker is ready;
+- a measurement window: per kind of periodic work (reconcile, health, scrape, alert_evaluation, autoscale) the
+  number of passes and their mean and slowest duration (the durations each pass records, read from the web
+  process's /metrics), and CPU seconds per process, which is where the cycle's time goes;
+- "keeps the cycle": every kind ran about once per interval (at least 80 % of the expected passes) and its slowest
+  pass fit in the interval.
+
+At the largest size: one pool scale (decode +2 of one deployment) timed until its workers are ready and in the
+gateway's membership; RSS of each control-plane process sampled over --duration seconds (flat or not); the deployment
+page and its 24 h charts over real HTTP after a day of series is written for one deployment (bench/dashboard_page's
+seeding). One JSON document is printed.
+
+    python bench/sim_fleet.py                                   # 250, 500, 1000 workers; 50 deployments; 100 nodes
+    python bench/sim_fleet.py --sizes 100 --deployments 10 --nodes 10 --window 30 --duration 60   # a quick look
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import ROOT, emit  # noqa: E402
+from bench.fleet_measure import control_processes, cpu_seconds, measure_page, rss_mib, sample_rss  # noqa: E402
+
+KINDS = ("reconcile", "health", "scrape", "alert_evaluation", "autoscale")
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # telemetry.DURATION_BUCKETS
+MIN_SHARE_OF_PASSES = 0.8
+SCALE_GOAL_S = 10.0
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="250,500,1000", help="fleet sizes (workers, gateways not counted), ascending")
+    p.add_argument("--deployments", type=int, default=50)
+    p.add_argument("--nodes", type=int, default=100)
+    p.add_argument("--hosts", type=int, default=4, help="simulated worker host processes")
+    p.add_argument("--interval", type=int, default=5, help="the cycle: reconcile, health, scrape, alerts, autoscale")
+    p.add_argument("--window", type=float, default=60.0, help="seconds measured at each size")
+    p.add_argument("--duration", type=float, default=600.0, help="seconds of RSS sampling at the largest size")
+    p.add_argument("--profile", default="tiny-cpu")
+    p.add_argument("--database-url", default="postgres://127.0.0.1:5432/tandem_sim",
+                   help="dropped and created afresh (connects to database `test` on the same server to do so)")
+    p.add_argument("--broker-url", default="redis://127.0.0.1:6379/11", help="flushed at start")
+    p.add_argument("--control-concurrency", type=int, default=4, help="threads of each Celery control worker")
+    p.add_argument("--control-workers", type=int, default=2,
+                   help="Celery control worker processes (threads share one core; a process each uses more)")
+    p.add_argument("--skip-page", action="store_true", help="skip seeding a day of data and the page timing")
+    return p.parse_args(argv)
+
+
+def _with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+def fresh_services(database_url: str, broker_url: str) -> None:
+    import psycopg
+    import redis
+
+    name = urlsplit(database_url).path.lstrip("/")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or name == "test":
+        raise SystemExit(f"--database-url must name a scratch database other than test, got {name!r}")
+    with psycopg.connect(_with_path(database_url, "/test"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    redis.Redis.from_url(broker_url).flushdb()
+
+
+def manage(env: dict, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode:
+        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+class Api:
+    def __init__(self, base: str, token: str):
+        import requests
+
+        self.base, self.session = base, requests.Session()
+        self.session.headers["Authorization"] = f"Token {token}"
+
+    def __call__(self, method: str, path: str, **kwargs):
+        kwargs.setdefault("timeout", 60)
+        return self.session.request(method, f"{self.base}/api/v1/{path}", **kwargs)
+
+    def ok(self, method: str, path: str, **kwargs) -> dict | list:
+        r = self(method, path, **kwargs)
+        if r.status_code >= 300:
+            raise SystemExit(f"{method} {path} answered {r.status_code}: {r.text[:500]}")
+        return r.json()
+
+
+def wait(what: str, predicate, timeout: float, interval: float = 1.0, poll=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        if poll is not None:
+            poll()
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
+        time.sleep(interval)
+
+
+def worker_counts(api: Api) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for w in api.ok("GET", "workers/", params={"status": "ready"}):
+        counts[w["role"]] = counts.get(w["role"], 0) + 1
+    return counts
+
+
+def cycle_stats(api: Api) -> dict[str, dict]:
+    """{kind: {"count", "sum", "buckets": {le: n}}} from the web process's /metrics."""
+    r = api.session.get(f"{api.base}/metrics", timeout=60)
+    r.raise_for_status()
+    text = r.text
+    stats: dict[str, dict] = {}
+    for line in text.splitlines():
+        m = re.match(r'tandem_controlplane_cycle_duration_seconds_(bucket|sum|count)\{(.*)\} (\S+)$', line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        stat = stats.setdefault(labels["kind"], {"count": 0.0, "sum": 0.0, "buckets": {}})
+        if m.group(1) == "bucket":
+            stat["buckets"][labels["le"]] = float(m.group(3))
+        else:
+            stat[m.group(1)] = float(m.group(3))
+    return stats
+
+
+def window_summary(before: dict, after: dict, seconds: float, interval: float) -> dict:
+    expected = seconds / interval
+    out = {}
+    for kind in KINDS:
+        a, b = after.get(kind), before.get(kind, {"count": 0.0, "sum": 0.0, "buckets": {}})
+        if a is None:
+            out[kind] = {"passes": 0, "expected_passes": round(expected, 1), "keeps_cycle": False}
+            continue
+        passes = a["count"] - b["count"]
+        mean = (a["sum"] - b["sum"]) / passes if passes else None
+        # The slowest pass lies in the first bucket whose count reaches all passes of the window.
+        slowest_le = None
+        for le in [*map(str, BUCKETS), "+Inf"]:
+            if a["buckets"].get(le, 0) - b["buckets"].get(le, 0) >= passes:
+                slowest_le = le
+                break
+        slowest = float("inf") if slowest_le == "+Inf" else float(slowest_le) if slowest_le else None
+        keeps = bool(passes) and passes >= MIN_SHARE_OF_PASSES * expected and slowest is not None \
+            and slowest <= interval
+        out[kind] = {"passes": int(passes), "expected_passes": round(expected, 1),
+                     "mean_s": round(mean, 4) if mean is not None else None,
+                     "slowest_at_most_s": slowest_le, "share_of_interval": round(mean / interval, 3) if mean else None,
+                     "keeps_cycle": keeps}
+    return out
+
+
+def measure_window(stack, api: Api, seconds: float, interval: float) -> dict:
+    procs = control_processes(stack)
+    before, cpu_before, started = cycle_stats(api), cpu_seconds(procs), time.monotonic()
+    deadline = started + seconds
+    while time.monotonic() < deadline:
+        stack.poll()
+        time.sleep(1.0)
+    elapsed = time.monotonic() - started
+    after, cpu_after = cycle_stats(api), cpu_seconds(procs)
+    kinds = window_summary(before, after, elapsed, interval)
+    cpu = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) / elapsed, 3) for name in cpu_after}
+    return {"window_s": round(elapsed, 1), "cycles": kinds,
+            "keeps_cycle": all(k["keeps_cycle"] for k in kinds.values()),
+            "cpu_cores_by_process": cpu, "rss_mib_by_process": rss_mib(procs),
+            "load_avg": os.getloadavg()}
+
+
+def deploy(api: Api, names: list[str], per_role: dict[str, int], model: str, profile: str) -> None:
+    for name in names:
+        port = free_port()
+        api.ok("POST", "deployments/", json={
+            "name": name, "mode": "disaggregated", "model_path": model, "engine_settings": {"simulate": profile},
+            "replicas": per_role, "min_replicas": {"prefill": 1, "decode": 1},
+            "max_replicas": {"prefill": 64, "decode": 64}, "gateway_port": port})
+        api.ok("POST", "alert-rules/", json={
+            "name": f"{name}-kv", "deployment": name, "role": "decode", "per_worker": True,
+            "metric": "kv_cache_usage_ratio", "comparison": ">", "threshold": 0.95, "for_s": 60})
+        api.ok("PUT", f"deployments/{name}/autoscaling", json={
+            "enabled": True, "pools": {"decode": {"enabled": True, "metric": "ttft_p99_seconds", "target": 1.0}}})
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scale_all(api: Api, names: list[str], per_role: dict[str, int]) -> None:
+    for name in names:
+        for role, replicas in per_role.items():
+            api.ok("POST", f"deployments/{name}/scale", json={"role": role, "replicas": replicas})
+
+
+def split(per_deployment: int) -> dict[str, int]:
+    return {"prefill": per_deployment // 2, "decode": per_deployment - per_deployment // 2}
+
+
+def measure_scale(api: Api, name: str, stack) -> dict:
+    """decode +2 of one deployment: seconds until the new workers are ready, and until its endpoints list them."""
+    before = [w for w in api.ok("GET", "workers/", params={"deployment": name, "role": "decode"})
+              if w["status"] == "ready"]
+    target = len(before) + 2
+    started = time.monotonic()
+    api.ok("POST", f"deployments/{name}/scale", json={"role": "decode", "replicas": target})
+    wait("the scaled pool to be ready", lambda: sum(
+        w["status"] == "ready" for w in api.ok("GET", "workers/", params={"deployment": name, "role": "decode"}))
+        >= target, timeout=120, interval=0.2, poll=stack.poll)
+    ready_s = time.monotonic() - started
+    wait("the endpoints to list them", lambda: len(
+        api.ok("GET", f"deployments/{name}/endpoints")["groups"][0]["decode"]) >= target, timeout=60, interval=0.2)
+    listed_s = time.monotonic() - started
+    api.ok("POST", f"deployments/{name}/scale", json={"role": "decode", "replicas": len(before)})
+    return {"deployment": name, "decode_from": len(before), "decode_to": target, "ready_s": round(ready_s, 2),
+            "in_membership_s": round(listed_s, 2), "goal_s": SCALE_GOAL_S, "meets_goal": listed_s <= SCALE_GOAL_S}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if sizes != sorted(sizes) or any(s < 2 * args.deployments for s in sizes):
+        raise SystemExit("--sizes must ascend and give each deployment at least 2 workers")
+    from controlplane.run.stack import ChildSpec, Stack, child_specs
+    from inference.models import DEFAULT_MODELS_DIR
+
+    model = str(DEFAULT_MODELS_DIR / "tiny")  # a model folder for validation: simulated workers never load it
+    fresh_services(args.database_url, args.broker_url)
+    var_dir = Path(tempfile.mkdtemp(prefix="tandem-simfleet-"))
+    web_port = free_port()
+    interval = str(args.interval)
+    env = {**os.environ, "DATABASE_URL": args.database_url, "CELERY_BROKER_URL": args.broker_url,
+           "TANDEM_VAR_DIR": str(var_dir), "TANDEM_WEB_PORT": str(web_port),
+           "TANDEM_PUBLIC_URL": f"http://127.0.0.1:{web_port}", "TANDEM_RECONCILE_INTERVAL_S": interval,
+           "TANDEM_SCRAPE_INTERVAL_S": interval, "TANDEM_ALERT_EVAL_INTERVAL_S": interval,
+           "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           # An idle pool reads as "shrink" (no traffic here): a day of down-stabilization keeps the fleet at its size
+           # while the autoscaler still evaluates every pool each cycle.
+           "TANDEM_AUTOSCALE_DOWN_STABILIZATION_S": "86400"}
+    env.pop("CELERY_TASK_ALWAYS_EAGER", None)
+    manage(env, "migrate", "--verbosity", "0")
+    token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
+    specs = child_specs(web_port=web_port, node_name="sim", var_dir=var_dir, embedded_beat=False)
+    specs[1].argv[specs[1].argv.index("--concurrency") + 1] = str(args.control_concurrency)
+    for extra in range(1, args.control_workers):
+        argv = list(specs[1].argv)
+        argv[argv.index("--hostname") + 1] = f"control{extra}.sim@%h"
+        specs.insert(1 + extra, ChildSpec(f"control{extra}", argv, stop_deadline_s=20))
+    specs[-1] = ChildSpec("agent", [sys.executable, str(ROOT / "manage.py"), "tandem_simfleet", "--nodes",
+                                    str(args.nodes), "--hosts", str(args.hosts), "--prefix", "sim",
+                                    "--concurrency", "16"], stop_deadline_s=30)
+    stack = Stack(specs, log_dir=var_dir / "logs", env=env, cwd=ROOT,
+                  on_event=lambda m: print(m, file=sys.stderr))
+    web_url = f"http://127.0.0.1:{web_port}"
+    api = Api(web_url, token)
+    names = [f"sim-{i:03d}" for i in range(args.deployments)]
+    doc: dict = {"bench": "sim_fleet", "database": "postgresql", "broker": "redis", "interval_s": args.interval,
+                 "control_workers": args.control_workers, "control_threads_each": args.control_concurrency,
+                 "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
+                 "profile": args.profile, "window_s": args.window, "sizes": []}
+    stack.start()
+    try:
+        import requests
+
+        wait("the web server", lambda: _ok(requests, web_url + "/healthz"), timeout=120, poll=stack.poll)
+        wait(f"{args.nodes} simulated nodes", lambda: len(api.ok("GET", "nodes/")) >= args.nodes, timeout=300,
+             poll=stack.poll)
+        for index, size in enumerate(sizes):
+            per_role = split(size // args.deployments)
+            started = time.monotonic()
+            if index == 0:
+                deploy(api, names, per_role, model, args.profile)
+            else:
+                scale_all(api, names, per_role)
+            want = size // args.deployments * args.deployments
+            wait(f"{want} ready workers", lambda: sum(v for k, v in worker_counts(api).items() if k != "gateway")
+                 >= want, timeout=1800, interval=2.0, poll=stack.poll)
+            ready_s = time.monotonic() - started
+            print(f"size {want}: ready in {ready_s:.0f} s; measuring {args.window:.0f} s", file=sys.stderr)
+            time.sleep(2 * args.interval)  # the passes of the start-up burst are done
+            entry = {"workers": want, "per_deployment": per_role, "all_ready_s": round(ready_s, 1),
+                     **measure_window(stack, api, args.window, args.interval)}
+            doc["sizes"].append(entry)
+            print(json.dumps({k: entry[k] for k in ("workers", "keeps_cycle", "cycles")}), file=sys.stderr)
+        doc["largest_fleet_keeping_cycle"] = max((e["workers"] for e in doc["sizes"] if e["keeps_cycle"]),
+                                                 default=None)
+        doc["pool_scale"] = measure_scale(api, names[0], stack)
+        print(f"pool scale: {doc['pool_scale']}", file=sys.stderr)
+        doc["rss"] = sample_rss(stack, args.duration)
+        if not args.skip_page:
+            doc["deployment_page"] = measure_page(env, web_url, names[0])
+        doc["machine"] = {"cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()}
+        emit(doc)
+    finally:
+        stack.stop(["agent", "beat", *(name for name in stack.children if name.startswith("control"))])
+        _stop_gateways(stack)
+        stack.stop(["web"])
+
+
+def _ok(requests, url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).ok
+    except requests.RequestException:
+        return False
+
+
+def _stop_gateways(stack) -> None:
+    """The fleet agent starts each deployment's gateway in its own session (as real workers are, to outlive it)."""
+    import signal
+
+    for proc in control_processes(stack).get("gateways", []):
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":
+    main()

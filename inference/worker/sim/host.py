@@ -1,0 +1,156 @@
+"""Many simulated workers in one process: `python -m inference.worker.sim.host --port P`.
+
+A thousand worker processes would need a thousand Python interpreters (some 40 MiB each); a simulated worker needs
+only its own port and an asyncio server, so one host process carries hundreds of them, each bound to its own
+host:port and scraped over real HTTP. A node agent drives the host through a small control API, as it would spawn
+and signal processes (controlplane.agent.simulated):
+
+- `POST /workers {"id": MARKER, "argv": [worker flags]}` starts a worker from the same flags as `python -m
+  inference.worker --simulate PROFILE ...`; answers {"id", "pid", "started_at", "port"} (pid: a virtual process id,
+  unique in this host), 400 naming a bad flag, 409 for an id already running, 503 when the port cannot be bound.
+- `DELETE /workers/{id}?drain_timeout=S` drains it as SIGTERM would and closes it; `?kill=1` closes it at once
+  (a crash, for tests); answers 202.
+- `GET /workers` lists the running ones and the exit codes of those that ended since (`exited`).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import logging
+import signal
+import time
+
+from aiohttp import web
+
+from inference.worker.config import build_parser
+from inference.worker.sim.profile import ProfileError
+from inference.worker.sim.server import SimWorker, sim_config_from_args
+
+log = logging.getLogger(__name__)
+
+PID_BASE = 1_000_000_000  # virtual pids: PID_BASE + host index * PID_SPAN + n, clear of real pids
+PID_SPAN = 10_000_000
+
+
+class SimHost:
+    def __init__(self, index: int):
+        self.index = index
+        self.workers: dict[str, tuple[int, float, SimWorker]] = {}  # id -> (pid, started_at, worker)
+        self.exited: dict[int, int] = {}  # virtual pid -> exit code, until listed once
+        self._next = 0
+
+    def build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/workers", self.list_workers)
+        app.router.add_post("/workers", self.start_worker)
+        app.router.add_delete("/workers/{id}", self.stop_worker)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "simulated": True, "index": self.index,
+                                  "num_workers": len(self.workers)})
+
+    async def list_workers(self, request: web.Request) -> web.Response:
+        exited, self.exited = self.exited, {}
+        return web.json_response({
+            "workers": [{"id": wid, "pid": pid, "started_at": started, "port": w.config.port, "role": w.config.role,
+                         "draining": w.draining} for wid, (pid, started, w) in self.workers.items()],
+            "exited": {str(pid): code for pid, code in exited.items()}})
+
+    async def start_worker(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error("body must be JSON: {id, argv}", 400)
+        wid, argv = body.get("id") if isinstance(body, dict) else None, body.get("argv") if isinstance(body, dict) \
+            else None
+        if not isinstance(wid, str) or not wid or not isinstance(argv, list) \
+                or not all(isinstance(a, str) for a in argv):
+            return _error("give id (a string) and argv (a list of strings)", 400)
+        if wid in self.workers:
+            return _error(f"worker {wid!r} is running here already", 409)
+        parser = build_parser()
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                args = vars(parser.parse_args(argv))
+            if not args["simulate"]:
+                return _error("argv lacks --simulate PROFILE: this host runs simulated workers only", 400)
+            config = sim_config_from_args(args)
+        except SystemExit:
+            return _error(f"bad worker flags: {stderr.getvalue().strip().splitlines()[-1:]}", 400)
+        except ProfileError as exc:
+            return _error(f"--simulate {exc}", 400)
+        worker = SimWorker(config, process_metrics=False)
+        try:
+            await worker.start()
+        except OSError as exc:
+            return _error(f"cannot listen on {config.host}:{config.port}: {exc}", 503)
+        self._next += 1
+        pid, started = PID_BASE + self.index * PID_SPAN + self._next, time.time()
+        self.workers[wid] = (pid, started, worker)
+        log.info("worker %s (%s, profile %s) on %s:%s as pid %d", wid, config.role, config.profile.name,
+                 config.host, config.port, pid)
+        return web.json_response({"id": wid, "pid": pid, "started_at": started, "port": config.port})
+
+    async def stop_worker(self, request: web.Request) -> web.Response:
+        wid = request.match_info["id"]
+        entry = self.workers.get(wid)
+        if entry is None:
+            return _error(f"no worker {wid!r} here", 404)
+        pid, _, worker = entry
+        kill = request.query.get("kill") in ("1", "true")
+        try:
+            drain_timeout = float(request.query.get("drain_timeout", worker.config.drain_timeout))
+        except ValueError:
+            return _error("drain_timeout must be a number of seconds", 400)
+        worker.config.drain_timeout = drain_timeout
+
+        async def stop() -> None:
+            await (worker.close() if kill else worker.drain_and_close())
+            if self.workers.get(wid, (None,))[0] == pid:
+                del self.workers[wid]
+                self.exited[pid] = -9 if kill else 0
+        if not worker.draining or kill:
+            asyncio.get_running_loop().create_task(stop())
+        return web.json_response({"id": wid, "stopping": True}, status=202)
+
+
+def _error(message: str, status: int) -> web.Response:
+    return web.json_response({"error": {"message": message}}, status=status)
+
+
+async def serve(host: str, port: int, index: int) -> int:
+    sim_host = SimHost(index)
+    runner = web.AppRunner(sim_host.build_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("simulated worker host %d listening on http://%s:%d", index, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await asyncio.gather(*(w.close() for _, _, w in sim_host.workers.values()), return_exceptions=True)
+    await runner.cleanup()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m inference.worker.sim.host",
+                                description="Host many simulated workers in one process (see the module doc).")
+    p.add_argument("--port", type=int, required=True, help="the control API's port")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--index", type=int, default=0, help="this host's number among several (keeps pids unique)")
+    args = p.parse_args(argv)
+    if not 0 <= args.index < 100:
+        p.error(f"--index must be in 0..99, got {args.index}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s simhost[%(process)d] %(levelname)s %(message)s")
+    return asyncio.run(serve(args.host, args.port, args.index))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Profiles: built-ins load, a JSON file loads, a bad one names its field; the latency model is the linear one the
+docs describe."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from inference.worker.sim.profile import BUILTIN, ProfileError, load_profile, parse_profile
+from tests.procs import ROOT
+
+
+def test_the_built_in_profiles_load():
+    for name in BUILTIN:
+        assert load_profile(name).name == name
+
+
+def test_a_profile_file_loads_and_computes_latencies(tmp_path):
+    data = json.loads(json.dumps(BUILTIN["tiny-cpu"]))
+    data["name"] = "mine"
+    data["roles"]["decode"]["decode_step_s"] = {"base": 0.01, "per_seq": 0.001, "per_context_token": 0.0001}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    profile = load_profile(str(path))
+    assert profile.name == "mine"
+    assert profile.role("decode").decode_step_seconds(4, 100) == pytest.approx(0.01 + 0.004 + 0.01)
+    assert profile.role("prefill").prefill_seconds(100) == pytest.approx(0.004 + 0.002)
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d["roles"]["decode"].pop("decode_step_s"), "roles.decode.decode_step_s"),
+    (lambda d: d["roles"]["prefill"]["prefill_s"].update(base=-1), "roles.prefill.prefill_s.base"),
+    (lambda d: d["roles"]["prefill"]["prefill_s"].update(per_seq=1), "unknown keys"),
+    (lambda d: d["kv_layout"].update(dtype="int8"), "kv_layout"),
+    (lambda d: d["roles"].update(router={}), "roles.router"),
+])
+def test_a_bad_profile_names_what_is_wrong(mutate, field):
+    data = json.loads(json.dumps(BUILTIN["tiny-cpu"]))
+    mutate(data)
+    with pytest.raises(ProfileError, match=field.replace(".", r"\.")):
+        parse_profile(data)
+
+
+def test_the_worker_refuses_an_unknown_profile_with_a_usage_error():
+    done = subprocess.run([sys.executable, "-m", "inference.worker", "--simulate", "nope", "--role", "decode",
+                           "--model", "m", "--port", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--simulate no profile 'nope'" in done.stderr
+
+
+def test_a_simulated_worker_never_imports_torch():
+    code = ("import sys; from inference.worker.sim.server import SimWorker; "
+            "from inference.worker.sim.host import main; print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
