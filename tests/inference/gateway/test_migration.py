@@ -18,7 +18,9 @@ from tests.inference.gateway.support import (
     PLAIN_FLEET, restart, shared_workers, start_gateway, start_workers, stop_all, worker_states)
 from tests.inference.worker.support import metric
 
-pytestmark = pytest.mark.integration
+# Module fixtures start six worker processes; on a loaded host that alone can take minutes (counted in the first
+# test's time), so give the module room beyond the 300 s default.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 TIMEOUT_S = 120
 PROMPTS = ["Once upon a time", "Permission is hereby granted", "The quick brown fox", "In the beginning",
