@@ -356,6 +356,10 @@ TANDEM_AUTOSCALE_MANUAL_PAUSE_S = env_int("TANDEM_AUTOSCALE_MANUAL_PAUSE_S", 600
 TANDEM_AUTOSCALE_TTFT_TARGET_MS = env_int("TANDEM_AUTOSCALE_TTFT_TARGET_MS", 1000, minimum=1)
 TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, minimum=1)
 
+# --- capacity ---------------------------------------------------------------------------------------------
+# Stage profiles, the capacity planner, per-pool schedules and predictive floors (controlplane/capacity/).
+INSTALLED_APPS += ["controlplane.capacity.apps.CapacityConfig"]
+
 # --- alerting ---------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]
 # How often Celery beat runs one evaluation pass over every enabled alert rule.

@@ -1,0 +1,17 @@
+"""Celery task of the capacity app (queue `control`): a profile run, a thin wrapper over profiles.job_run."""
+from __future__ import annotations
+
+from celery import shared_task
+
+from controlplane.capacity.profiles import PROFILE_TASK, job_fail, job_run
+
+
+@shared_task(name=PROFILE_TASK, ignore_result=True, acks_late=False)
+def profile_task(job_id: int) -> dict:
+    """Run one profile job; the job row carries progress and the outcome."""
+    try:
+        job = job_run(job_id)
+    except Exception as exc:  # the row must not stay "running" forever
+        job_fail(job_id, f"{type(exc).__name__}: {exc}")
+        raise
+    return {"job": job_id, "status": None if job is None else job.status}
