@@ -359,6 +359,8 @@ TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, 
 # --- capacity ---------------------------------------------------------------------------------------------
 # Stage profiles, the capacity planner, per-pool schedules and predictive floors (controlplane/capacity/).
 INSTALLED_APPS += ["controlplane.capacity.apps.CapacityConfig"]
+# How often live traffic adds points (from the scraped series) to the current revisions' profiles.
+TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S = env_int("TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S", 300, minimum=10)
 
 # --- alerting ---------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]

@@ -48,6 +48,7 @@ def job_data(job: ProfileJob) -> dict:
 class ProfileInput(StrictSerializer):
     quick = serializers.BooleanField(required=False, default=False)
     node_class = serializers.SlugField(required=False, max_length=63)
+    allow_shared_host = serializers.BooleanField(required=False, default=False)
 
 
 class ProfilesView(ApiView):

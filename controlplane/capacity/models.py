@@ -51,6 +51,7 @@ class ProfileJob(models.Model):
     revision = models.ForeignKey("controlplane.Revision", on_delete=models.CASCADE, related_name="profile_jobs")
     node_class = models.CharField(max_length=63, default="default")
     quick = models.BooleanField(default=False)
+    allow_shared_host = models.BooleanField(default=False)
     status = models.CharField(max_length=20, choices=ProfileJobStatus.choices, default=ProfileJobStatus.PENDING)
     progress = models.FloatField(default=0.0)  # 0..1
     step = models.CharField(max_length=200, blank=True)  # what it is measuring now

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from controlplane.agent.launch import argv_for, env_for
@@ -37,9 +37,11 @@ def node_class_of(deployment: Deployment, role: str) -> str:
 
 
 def profile_job_create(*, deployment: Deployment, actor_user=None, quick: bool = False,
-                       node_class: str | None = None, enqueue: bool = True) -> ProfileJob:
+                       node_class: str | None = None, enqueue: bool = True,
+                       allow_shared_host: bool = False) -> ProfileJob:
     """A pending profile job of the deployment's current revision, sent to the Celery worker after commit. 409 while
-    another job of the deployment is pending or running (two runs would measure each other's load)."""
+    another job of the deployment is pending or running (two runs would measure each other's load); 409 when its
+    serving workers run on this host and `allow_shared_host` is off (shared_host_check)."""
     from controlplane.celery import CONTROL_QUEUE, task_send
 
     revision = deployment.current_revision
@@ -49,6 +51,8 @@ def profile_job_create(*, deployment: Deployment, actor_user=None, quick: bool =
         raise invalid("quick must be true or false", field="quick")
     roles = ("colocated",) if deployment.mode == DeploymentMode.COLOCATED else ("prefill", "decode")
     node_class = node_class or node_class_of(deployment, roles[-1])
+    if not allow_shared_host:
+        shared_host_check(deployment)
     with transaction.atomic():
         busy = ProfileJob.objects.select_for_update().filter(
             deployment=deployment, status__in=(ProfileJobStatus.PENDING, ProfileJobStatus.RUNNING)).first()
@@ -56,10 +60,25 @@ def profile_job_create(*, deployment: Deployment, actor_user=None, quick: bool =
             raise conflict(f"profile job #{busy.pk} of {deployment.name!r} is still {busy.status}",
                            job=busy.pk)
         job = ProfileJob.objects.create(deployment=deployment, revision=revision, node_class=node_class,
-                                        quick=quick, requested_by=actor_user)
+                                        quick=quick, requested_by=actor_user,
+                                        allow_shared_host=allow_shared_host)
         if enqueue:
             transaction.on_commit(lambda: task_send(PROFILE_TASK, args=(job.pk,), queue=CONTROL_QUEUE))
     return job
+
+
+def shared_host_check(deployment: Deployment) -> None:
+    """Refuse (409) to profile on a host where this deployment's serving workers run: the profiling worker would
+    take their CPU or GPU and so disturb production traffic. "This host": a node named TANDEM_NODE_NAME or reached at
+    a loopback address."""
+    serving = Worker.objects.filter(deployment=deployment, status__in=("starting", "ready", "draining")) \
+        .exclude(role="gateway").filter(models.Q(node__name=settings.TANDEM_NODE_NAME)
+                                        | models.Q(node__address__in=("127.0.0.1", "localhost", "::1")))
+    num = serving.count()
+    if num:
+        raise conflict(f"deployment {deployment.name!r} serves from {num} worker(s) on this host; a profile run here "
+                       f"would compete with them and disturb production traffic. Run it on another host, or "
+                       f"allow it explicitly (allow_shared_host: true, --allow-shared-host)", num_serving=num)
 
 
 def _progress_writer(job: ProfileJob | None, echo):
@@ -171,6 +190,13 @@ def _fits(points: dict) -> dict:
     return fits
 
 
+def refit(points: dict) -> dict:
+    """Fits from synthetic points, plus the live decode points (a live P50 ITL is a step time); live prefill
+    points stay out (a live TTFT includes queueing)."""
+    return _fits({stage: [p for p in ps if p.get("source") != "live" or stage == "decode"]
+                  for stage, ps in points.items()})
+
+
 def profile_save(*, revision, node_class: str, role: str, points: dict, info: dict) -> Profile:
     """Store synthetic points (replacing the earlier synthetic ones, keeping live ones) and refit."""
     with transaction.atomic():
@@ -185,7 +211,7 @@ def profile_save(*, revision, node_class: str, role: str, points: dict, info: di
             if new or kept:
                 merged[stage] = list(new) + kept
         profile.points = merged
-        profile.fits = _fits({stage: [p for p in ps if p.get("source") != "live"] for stage, ps in merged.items()})
+        profile.fits = refit(merged)
         layout = info.get("kv_layout") or {}
         profile.kv_bytes_per_token = kv_bytes_per_token(layout) if layout else 0
         profile.max_num_seqs = int(info.get("max_num_seqs") or 0)
@@ -206,8 +232,8 @@ def job_start(job_id: int) -> ProfileJob | None:
     return ProfileJob.objects.select_related("deployment", "revision").get(pk=job_id)
 
 
-def job_run(job_id: int) -> ProfileJob | None:
-    """The Celery task's body: claim, run, record the outcome on the row."""
+def job_run(job_id: int, *, echo=None) -> ProfileJob | None:
+    """The Celery task's (and the command's) body: claim, run, record the outcome on the row."""
     job = job_start(job_id)
     if job is None:
         return None
@@ -215,7 +241,8 @@ def job_run(job_id: int) -> ProfileJob | None:
     if deployment.current_revision_id != job.revision_id:
         return job_fail(job_id, f"the deployment moved to another revision since the job was queued")
     try:
-        profiles = profile_run(deployment=deployment, quick=job.quick, node_class=job.node_class, job=job)
+        profiles = profile_run(deployment=deployment, quick=job.quick, node_class=job.node_class, job=job,
+                               echo=echo)
     except (ProfileError, ControlPlaneError, OSError, ValueError) as exc:
         return job_fail(job_id, str(getattr(exc, "message", exc)))
     ProfileJob.objects.filter(pk=job_id).update(status=ProfileJobStatus.SUCCEEDED, progress=1.0,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from controlplane.capacity.live import live_refine_all
 from controlplane.capacity.profiles import PROFILE_TASK, job_fail, job_run
 
 
@@ -15,3 +16,9 @@ def profile_task(job_id: int) -> dict:
         job_fail(job_id, f"{type(exc).__name__}: {exc}")
         raise
     return {"job": job_id, "status": None if job is None else job.status}
+
+
+@shared_task(name="capacity.live_refine", ignore_result=True)
+def live_refine_task() -> dict:
+    """Add live points from the scraped series to the current revisions' profiles (beat, every few minutes)."""
+    return {"points": live_refine_all()}
