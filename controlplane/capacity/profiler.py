@@ -11,7 +11,9 @@ answers of those requests also give the KV push time and bytes.
 from __future__ import annotations
 
 import asyncio
+import queue
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -181,7 +183,28 @@ class Driver:
 
 def drive(*, serving_url: str, decode_url: str | None, levels: Levels, progress: Progress,
           timeout: float = 300.0) -> dict:
-    return asyncio.run(Driver(serving_url=serving_url, decode_url=decode_url, timeout=timeout).run(levels, progress))
+    """Run the levels on an event loop in a thread of its own; `progress` is called in the caller's thread (it
+    writes the job row, and database calls do not belong on an event loop)."""
+    events: queue.Queue = queue.Queue()
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["points"] = asyncio.run(Driver(serving_url=serving_url, decode_url=decode_url, timeout=timeout)
+                                            .run(levels, lambda fraction, step: events.put((fraction, step))))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+        finally:
+            events.put(None)
+
+    thread = threading.Thread(target=run, name="profile-driver", daemon=True)
+    thread.start()
+    while (event := events.get()) is not None:
+        progress(*event)
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["points"]
 
 
 def wait_healthy(url: str, *, timeout: float, alive: Callable[[], bool]) -> dict:
