@@ -190,10 +190,11 @@ def forecast_rps(pool: Pool, *, now: datetime, lead_time_s: int, history_days: i
     if pool.deployment.mode == DeploymentMode.DISAGGREGATED and pool.role == "decode":
         entry_role = "prefill"  # decode pools count the requests the prefill pool hands them; same rate
     peaks = []
+    window = max(lead_time_s, 60)
     for day in range(1, history_days + 1):
-        start = now - timedelta(seconds=day * DAY_S)
+        # (now − day, now − day + lead]: what that day did over the next lead time (rollups, past raw retention).
         values = metric_values(metric="qps", deployment=pool.deployment_id, role=entry_role, aggregation="max",
-                               window_s=max(lead_time_s, 60), now=start + timedelta(seconds=max(lead_time_s, 60)))
+                               window_s=window, offset_s=day * DAY_S - window, now=now)
         if values and values[0].value is not None:
             peaks.append(values[0].value)
     if not peaks:
