@@ -63,7 +63,7 @@ def fit_prefill(points: list[dict]) -> PrefillCurve:
     latency = np.array([float(p["latency_s"]) for p in points])
     if len(set(tokens.tolist())) < 2:
         raise ValueError("a prefill fit needs points at 2 or more batch sizes")
-    scale = max(tokens.max(), 1.0)  # conditioning: T² of 4096 tokens is 1.7e7
+    scale = float(max(tokens.max(), 1.0))  # conditioning: T² of 4096 tokens is 1.7e7
     t = tokens / scale
     columns = [np.ones_like(t), t]
     if len(set(tokens.tolist())) >= 3:
@@ -80,7 +80,7 @@ def fit_decode(points: list[dict]) -> DecodeCurve:
     if len(set(batch.tolist())) < 2:
         raise ValueError("a decode fit needs points at 2 or more batch sizes")
     columns = [np.ones_like(batch), batch]
-    bl_scale = max((batch * context).max(), 1.0)
+    bl_scale = float(max((batch * context).max(), 1.0))
     if len(set(context.tolist())) >= 2:
         columns.append(batch * context / bl_scale)
     coef = _nonnegative_lstsq(columns, step) + [0.0]

@@ -170,9 +170,21 @@ def _headroom(run, traffic: Traffic, objectives: Objectives, *, steps: int = 6) 
     return round(low - 1.0, 3)
 
 
-def capacity_rps(run, traffic: Traffic, objectives: Objectives) -> float:
-    """Requests/s the sized replicas carry within the objectives (traffic's rate × (1 + headroom))."""
-    return traffic.requests_per_s * (1.0 + _headroom(run, traffic, objectives))
+def capacity_rps(run, traffic: Traffic, objectives: Objectives, *, steps: int = 7) -> float:
+    """Requests/s the sized replicas carry within the objectives: the rate doubled until they are missed, then
+    bisected (unbounded, unlike the plan's headroom, which stops at +300%)."""
+    low, high = 0.0, traffic.requests_per_s
+    while _meets(run(traffic.scaled(rate=high / traffic.requests_per_s)), objectives):
+        low, high = high, high * 2
+        if high > 1e6:
+            return high
+    for _ in range(steps):
+        middle = (low + high) / 2
+        if _meets(run(traffic.scaled(rate=middle / traffic.requests_per_s)), objectives):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def plan(*, models: dict[str, StageModel], traffic: Traffic, objectives: Objectives, prices: Prices,

@@ -183,7 +183,10 @@ def _fits(points: dict) -> dict:
         fits["prefill"] = fit_prefill(prefill).as_dict()
     if len({p["batch"] for p in decode}) >= 2:
         fits["decode"] = fit_decode(decode).as_dict()
-    transfers = [p for p in decode if p.get("kv_transfer_s") is not None and p.get("prompt_tokens")]
+    # A lone request's KV push: at higher concurrency the figure includes waiting for a busy decode worker, which
+    # the planner's simulation counts as decode queueing already.
+    transfers = [p for p in decode if p.get("kv_transfer_s") is not None and p.get("prompt_tokens")
+                 and p.get("batch") == 1]
     if transfers:
         fits["kv_transfer"] = {"seconds_per_token": sum(p["kv_transfer_s"] / p["prompt_tokens"] for p in transfers)
                                / len(transfers)}
