@@ -1,6 +1,6 @@
 """Fitted stage curves of a profile: how a step's latency grows with its load. Pure (numpy, no Django).
 
-    prefill step seconds (batch_tokens T)          = a + b·T + c·T²     (c: attention's quadratic term)
+    prefill step seconds (T tokens, prompts n_i)   = a + b·T + c·Σ n_i²  (c: attention, quadratic in each prompt)
     decode step seconds (batch B, mean context L)   = a + b·B + c·B·L   (c: reading every sequence's KV each step)
 
 Fitted by least squares with every coefficient kept ≥ 0 (a negative term would predict a faster step under more
@@ -19,8 +19,11 @@ class PrefillCurve:
     b: float
     c: float = 0.0
 
-    def step_seconds(self, batch_tokens: float) -> float:
-        return self.a + self.b * batch_tokens + self.c * batch_tokens * batch_tokens
+    def step_seconds(self, batch_tokens: float, sum_sq_tokens: float | None = None) -> float:
+        """A step over prompts of `batch_tokens` in all, whose lengths squared sum to `sum_sq_tokens` (None: one
+        prompt). Attention's cost is quadratic in each prompt's length, not in the batch's total."""
+        sum_sq = batch_tokens * batch_tokens if sum_sq_tokens is None else sum_sq_tokens
+        return self.a + self.b * batch_tokens + self.c * sum_sq
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -58,16 +61,18 @@ def _nonnegative_lstsq(columns: list[np.ndarray], y: np.ndarray) -> list[float]:
 
 
 def fit_prefill(points: list[dict]) -> PrefillCurve:
-    """points: [{"batch_tokens", "latency_s"}]. Needs at least 2 distinct batch sizes (ValueError otherwise)."""
+    """points: [{"prompt_tokens" n, "batch" k, "batch_tokens" k·n, "latency_s"}] (k prompts of n tokens at once:
+    Σ n_i² = k·n²). Needs at least 2 distinct batch sizes in tokens (ValueError otherwise)."""
     tokens = np.array([float(p["batch_tokens"]) for p in points])
+    sum_sq = np.array([float(p.get("batch", 1)) * float(p.get("prompt_tokens", p["batch_tokens"])) ** 2
+                       for p in points])
     latency = np.array([float(p["latency_s"]) for p in points])
     if len(set(tokens.tolist())) < 2:
         raise ValueError("a prefill fit needs points at 2 or more batch sizes")
-    scale = float(max(tokens.max(), 1.0))  # conditioning: T² of 4096 tokens is 1.7e7
-    t = tokens / scale
-    columns = [np.ones_like(t), t]
-    if len(set(tokens.tolist())) >= 3:
-        columns.append(t * t)
+    scale = float(max(tokens.max(), 1.0))  # conditioning: n² of 4096 tokens is 1.7e7
+    columns = [np.ones_like(tokens), tokens / scale]
+    if len({p.get("prompt_tokens", p["batch_tokens"]) for p in points}) >= 3:
+        columns.append(sum_sq / (scale * scale))
     coef = _nonnegative_lstsq(columns, latency) + [0.0]
     return PrefillCurve(a=coef[0], b=coef[1] / scale, c=coef[2] / (scale * scale))
 

@@ -185,7 +185,7 @@ class _Sim:
         batch = self.take_prompts(self.prefill_queue, self.model.max_num_seqs)
         if not batch:
             return
-        seconds = self.model.prefill.step_seconds(sum(r.prompt for r in batch))
+        seconds = self.model.prefill.step_seconds(sum(r.prompt for r in batch), sum(r.prompt ** 2 for r in batch))
         replica.step, replica.busy_until = ("prefill", batch), self.now + seconds
         replica.busy_s += seconds
         self.push(replica.busy_until, "prefill_done", i)
@@ -223,7 +223,8 @@ class _Sim:
             if batch:
                 for request in batch:
                     replica.kv_used += request.prompt + request.output
-                seconds = model.prefill.step_seconds(sum(r.prompt for r in batch))
+                seconds = model.prefill.step_seconds(sum(r.prompt for r in batch),
+                                                     sum(r.prompt ** 2 for r in batch))
                 replica.step, replica.busy_until = ("prefill", batch), self.now + seconds
                 replica.busy_s += seconds
                 self.push(replica.busy_until, "decode", i)

@@ -28,7 +28,8 @@ def profile_figures(profiles) -> dict:
             f = fits["prefill"]
             top = max(p["batch_tokens"] for p in prefill)
             xs = [round(top * i / 20) for i in range(21)]
-            figures["prefill"].append({"type": "scatter", "mode": "lines", "name": f"{label} fit",
+            # One prompt of x tokens (a batch of shorter prompts costs less: attention is per prompt).
+            figures["prefill"].append({"type": "scatter", "mode": "lines", "name": f"{label} fit, one prompt",
                                        "x": xs, "y": [(f["a"] + f["b"] * x + f["c"] * x * x) * 1000 for x in xs]})
         decode = points.get("decode") or []
         for source in ("synthetic", "live"):

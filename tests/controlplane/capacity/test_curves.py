@@ -4,17 +4,21 @@ import pytest
 from controlplane.capacity.curves import fit_decode, fit_prefill, kv_bytes_per_token
 
 
-def test_a_prefill_fit_recovers_linear_and_quadratic_terms():
-    points = [{"batch_tokens": t, "latency_s": 0.01 + 2e-4 * t + 1e-7 * t * t} for t in (16, 64, 256, 1024, 2048)]
+def test_a_prefill_fit_recovers_linear_and_per_prompt_quadratic_terms():
+    points = [{"prompt_tokens": n, "batch": k, "batch_tokens": k * n, "latency_s": 0.01 + 2e-4 * k * n + 1e-7 * k * n * n}
+              for n in (16, 256, 1024) for k in (1, 4)]
     fit = fit_prefill(points)
     assert fit.a == pytest.approx(0.01, rel=1e-6) and fit.b == pytest.approx(2e-4, rel=1e-6)
     assert fit.c == pytest.approx(1e-7, rel=1e-6)
     assert fit.step_seconds(512) == pytest.approx(0.01 + 2e-4 * 512 + 1e-7 * 512 * 512)
+    # Eight prompts of 64 cost far less attention than one of 512.
+    assert fit.step_seconds(512, 8 * 64 * 64) == pytest.approx(0.01 + 2e-4 * 512 + 1e-7 * 8 * 64 * 64)
 
 
 def test_a_term_that_fits_negative_is_dropped_not_kept():
     # Latency flat then falling slightly: an unconstrained fit would give a negative slope.
-    points = [{"batch_tokens": t, "latency_s": v} for t, v in ((10, 0.05), (100, 0.049), (1000, 0.048))]
+    points = [{"prompt_tokens": t, "batch": 1, "batch_tokens": t, "latency_s": v}
+              for t, v in ((10, 0.05), (100, 0.049), (1000, 0.048))]
     fit = fit_prefill(points)
     assert fit.a > 0 and fit.b >= 0 and fit.c >= 0
 
