@@ -7,7 +7,7 @@
    it: the plan must size each pool at one replica (a 2-core machine runs no more), and predicts P99s there.
 3. Validate at the planned load: the planned workers behind a real gateway, Poisson arrivals through
    /v1/completions (SSE), TTFT and ITL measured as the client sees them. Goal: the objectives are met, as predicted.
-4. Validate throughput: the same workers driven at 2 × the capacity (saturated), completed requests/s against the
+4. Validate throughput: the same workers driven at 8 × the capacity (saturated), completed requests/s against the
    simulation's at that rate. Goal: within 20%.
 
 JSON out (the baseline, the prediction, is computed in the same run from the same machine's profile).
@@ -76,9 +76,8 @@ def profile(layout: str, urls: dict, quick: bool) -> dict:
     """{"prefill", "decode"} (or {"colocated"}) StageModels measured on the running workers."""
     import requests
 
-    from controlplane.capacity.curves import fit_decode, fit_prefill
+    from controlplane.capacity.calibrate import kv_seconds_per_token, model_from_points
     from controlplane.capacity.profiler import Levels, drive
-    from controlplane.capacity.simulate import StageModel
 
     serving = urls.get("colocated") or urls["prefill"]
     decode_url = urls.get("decode")
@@ -88,13 +87,10 @@ def profile(layout: str, urls: dict, quick: bool) -> dict:
                    progress=lambda f, s: print(f"profile {f:4.0%} {s}", file=sys.stderr))
     # The KV push of a lone request: under concurrency the figure includes waiting for the busy decode worker,
     # which the simulation models as decode queueing already.
-    transfers = [p["kv_transfer_s"] / p["prompt_tokens"] for p in points["decode"]
-                 if p.get("kv_transfer_s") and p["batch"] == 1]
-    model = StageModel(prefill=fit_prefill(points["prefill"]), decode=fit_decode(points["decode"]),
-                       max_num_seqs=info["max_num_seqs"], max_batch_tokens=info["max_num_batched_tokens"],
-                       kv_capacity_tokens=info["num_kv_blocks"] * info["kv_layout"]["block_size"])
-    return {"model": model, "kv_s_per_token": sum(transfers) / len(transfers) if transfers else 0.0,
-            "points": points}
+    model = model_from_points(points, layout="colocated" if decode_url is None else "disaggregated",
+                              max_num_seqs=info["max_num_seqs"], max_batch_tokens=info["max_num_batched_tokens"],
+                              kv_capacity_tokens=info["num_kv_blocks"] * info["kv_layout"]["block_size"])
+    return {"model": model, "kv_s_per_token": kv_seconds_per_token(points), "points": points}
 
 
 async def drive_load(gateway_url: str, *, rate: float, num_requests: int, prompt_tokens: int, output_tokens: int,
@@ -184,8 +180,11 @@ def main(argv=None) -> dict:
         gateway, gateway_url = start_gateway(urls, log_dir)
         at_plan = asyncio.run(drive_load(gateway_url, rate=traffic.requests_per_s, num_requests=args.requests,
                                          prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens, seed=1))
-        overload = shape.scaled(rate=2 * capacity)
-        predicted_saturated = run_one(overload)
+        # Far past capacity, so that both the simulation and the workers run flat out: throughput is then what the
+        # replicas can do, not what was offered. The same number of requests on both sides.
+        overload = shape.scaled(rate=8 * capacity)
+        predicted_saturated = simulate(model, overload, layout=layout, prefill_replicas=1, decode_replicas=1,
+                                       num_requests=args.requests, seed=2)
         saturated = asyncio.run(drive_load(gateway_url, rate=overload.requests_per_s, num_requests=args.requests,
                                            prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
                                            seed=2))
@@ -198,7 +197,8 @@ def main(argv=None) -> dict:
     doc = {
         "bench": "capacity_validation", "model": args.model, "layout": layout, "environment": environment(),
         "profile": {"prefill": model.prefill.as_dict(), "decode": model.decode.as_dict(),
-                    "kv_transfer_s": model.kv_transfer_s, "num_points": {k: len(v) for k, v in
+                    "kv_transfer_s": model.kv_transfer_s, "request_overhead_s": model.request_overhead_s,
+                    "saturation_burst": measured["points"].get("saturation"), "num_points": {k: len(v) for k, v in
                                                                          measured["points"].items()}},
         "objectives": {"ttft_p99_s": objectives.ttft_p99_s, "itl_p99_s": objectives.itl_p99_s},
         "capacity_rps_one_replica_per_pool": capacity,

@@ -117,7 +117,8 @@ def plan_layout(layout: str, *, models: dict[str, StageModel], traffic: Traffic,
         # The KV transfer is the prefill side's cost; decode steps come from the decode profile.
         joint = StageModel(prefill=prefill_model.prefill, decode=model.decode, max_num_seqs=model.max_num_seqs,
                            max_batch_tokens=prefill_model.max_batch_tokens,
-                           kv_capacity_tokens=model.kv_capacity_tokens, kv_transfer_s=prefill_model.kv_transfer_s)
+                           kv_capacity_tokens=model.kv_capacity_tokens, kv_transfer_s=prefill_model.kv_transfer_s,
+                           request_overhead_s=model.request_overhead_s)
         # Prefill first with a decode pool that never holds anything up (it only gates ITL, not TTFT).
         num_prefill = _smallest(lambda n: _meets(simulate(joint, traffic, layout=layout, prefill_replicas=n,
                                                           decode_replicas=MAX_REPLICAS, **run_args),
@@ -211,7 +212,8 @@ def colocated_model(prefill: StageModel, decode: StageModel) -> StageModel:
     """A colocated worker of the same model and node class, from the disaggregated profiles: both curves, the decode
     batch limits, no KV push (used when the deployment has no colocated profile)."""
     return StageModel(prefill=prefill.prefill, decode=decode.decode, max_num_seqs=decode.max_num_seqs,
-                      max_batch_tokens=prefill.max_batch_tokens, kv_capacity_tokens=decode.kv_capacity_tokens)
+                      max_batch_tokens=prefill.max_batch_tokens, kv_capacity_tokens=decode.kv_capacity_tokens,
+                      request_overhead_s=decode.request_overhead_s)
 
 
 def nan_to_none(value):

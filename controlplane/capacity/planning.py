@@ -28,7 +28,8 @@ def stage_model(profile: Profile, *, traffic_prompt_tokens: float = 0.0) -> Stag
     return StageModel(prefill=prefill, decode=decode, max_num_seqs=profile.max_num_seqs or 64,
                       max_batch_tokens=profile.max_batch_tokens or 2048,
                       kv_capacity_tokens=profile.kv_capacity_tokens or (1 << 30),
-                      kv_transfer_s=kv_per_token * traffic_prompt_tokens)
+                      kv_transfer_s=kv_per_token * traffic_prompt_tokens,
+                      request_overhead_s=(fits.get("overhead") or {}).get("request_s", 0.0))
 
 
 def profiles_of(deployment: Deployment, node_class: str | None = None) -> dict[str, Profile]:

@@ -47,7 +47,12 @@ class Levels:
 
     @property
     def num_steps(self) -> int:
-        return len(self.prompt_tokens) * len(self.prefill_batches) + len(self.concurrency) * len(self.contexts)
+        return len(self.prompt_tokens) * len(self.prefill_batches) + len(self.concurrency) * len(self.contexts) + 1
+
+    @property
+    def burst(self) -> int:
+        """Requests of the saturation burst: twice the highest concurrency level."""
+        return 2 * max(self.concurrency)
 
 
 def prompt_of(num_tokens: int) -> str:
@@ -153,6 +158,16 @@ class Driver:
             point["kv_bytes"] = int(statistics.median(b for _, b in transfers))
         return point
 
+    async def burst_once(self, session, levels: Levels) -> dict:
+        """`burst` requests at once (short prompt, the levels' output length): how long the worker(s) take for them
+        all, which calibrates the per-request time outside the engine's steps."""
+        num_tokens = min(levels.contexts)
+        started = time.perf_counter()
+        point = await self.decode_once(session, num_tokens, levels.burst, levels.output_tokens)
+        return {"requests": levels.burst, "prompt_tokens": point["prompt_tokens"],
+                "output_tokens": levels.output_tokens + 1, "wall_s": time.perf_counter() - started,
+                "source": "synthetic"}
+
     async def run(self, levels: Levels, progress: Progress) -> dict:
         """{"prefill": [points], "decode": [points]}; progress(fraction, what) after each level."""
         points = {"prefill": [], "decode": []}
@@ -177,6 +192,8 @@ class Driver:
                     best = sorted(runs, key=lambda p: p["step_s"])[len(runs) // 2]
                     points["decode"].append(best)
                     done += 1
+            progress(done / levels.num_steps, f"saturation: {levels.burst} requests at once")
+            points["saturation"] = [await self.burst_once(session, levels)]
         progress(1.0, "measured")
         return points
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from controlplane.agent.launch import argv_for, env_for
 from controlplane.agent.processes import free_port
+from controlplane.capacity.calibrate import kv_seconds_per_token, model_from_points
 from controlplane.capacity.curves import fit_decode, fit_prefill, kv_bytes_per_token
 from controlplane.capacity.models import Profile, ProfileJob, ProfileJobStatus
 from controlplane.capacity.profiler import Levels, ProfileError, drive, wait_healthy
@@ -165,10 +166,19 @@ def profile_run(*, deployment: Deployment, quick: bool = False, node_class: str 
                        progress=lambda f, s: progress(0.05 + 0.9 * f, s))
     finally:
         started.close()
+    serving_info = infos[roles[-1]]
+    layout = serving_info.get("kv_layout") or {}
+    calibrated = model_from_points(points, layout="colocated" if colocated else "disaggregated",
+                                   max_num_seqs=int(serving_info["max_num_seqs"]),
+                                   max_batch_tokens=int(infos[roles[0]]["max_num_batched_tokens"]),
+                                   kv_capacity_tokens=int(serving_info["num_kv_blocks"])
+                                   * int(layout.get("block_size", 16)))
+    for burst in points.get("saturation", []):
+        burst["request_overhead_s"] = calibrated.request_overhead_s
     stored = []
     for role in roles:
         part = {"colocated": points, "prefill": {"prefill": points["prefill"]},
-                "decode": {"decode": points["decode"]}}[role]
+                "decode": {"decode": points["decode"], "saturation": points.get("saturation", [])}}[role]
         stored.append(profile_save(revision=revision, node_class=node_class, role=role, points=part,
                                    info=infos[role]))
     progress(1.0, f"stored {len(stored)} profile(s)")
@@ -183,13 +193,11 @@ def _fits(points: dict) -> dict:
         fits["prefill"] = fit_prefill(prefill).as_dict()
     if len({p["batch"] for p in decode}) >= 2:
         fits["decode"] = fit_decode(decode).as_dict()
-    # A lone request's KV push: at higher concurrency the figure includes waiting for a busy decode worker, which
-    # the planner's simulation counts as decode queueing already.
-    transfers = [p for p in decode if p.get("kv_transfer_s") is not None and p.get("prompt_tokens")
-                 and p.get("batch") == 1]
-    if transfers:
-        fits["kv_transfer"] = {"seconds_per_token": sum(p["kv_transfer_s"] / p["prompt_tokens"] for p in transfers)
-                               / len(transfers)}
+    if any(p.get("kv_transfer_s") is not None and p.get("batch") == 1 for p in decode):
+        fits["kv_transfer"] = {"seconds_per_token": kv_seconds_per_token(points)}
+    bursts = [p for p in points.get("saturation") or [] if p.get("request_overhead_s") is not None]
+    if bursts:
+        fits["overhead"] = {"request_s": bursts[-1]["request_overhead_s"]}
     return fits
 
 
@@ -208,7 +216,7 @@ def profile_save(*, revision, node_class: str, role: str, points: dict, info: di
         if profile is None:
             profile = Profile(revision=revision, node_class=node_class, role=role, points={})
         merged = {}
-        for stage in ("prefill", "decode"):
+        for stage in ("prefill", "decode", "saturation"):
             kept = [p for p in (profile.points or {}).get(stage, []) if p.get("source") == "live"]
             new = points.get(stage, [])
             if new or kept:

@@ -37,6 +37,10 @@ class StageModel:
     max_batch_tokens: int = 2048  # prefill token budget per step
     kv_capacity_tokens: int = 1 << 30  # KV slots of one replica
     kv_transfer_s: float = 0.0  # disaggregated: the KV push after prefill, per request
+    # Worker time per request outside the engine's steps (HTTP, tokenizing, receiving KV, streaming the tokens), which
+    # delays the engine loop on a busy host: charged to the step a request joins on a decode or colocated replica.
+    # Calibrated from a profile's saturation burst (calibrate_overhead).
+    request_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,23 +228,26 @@ class _Sim:
                 for request in batch:
                     replica.kv_used += request.prompt + request.output
                 seconds = model.prefill.step_seconds(sum(r.prompt for r in batch),
-                                                     sum(r.prompt ** 2 for r in batch))
+                                                     sum(r.prompt ** 2 for r in batch)) \
+                    + len(batch) * model.request_overhead_s
                 replica.step, replica.busy_until = ("prefill", batch), self.now + seconds
                 replica.busy_s += seconds
                 self.push(replica.busy_until, "decode", i)
                 return
-        else:
+        admitted = 0
+        if self.layout != "colocated":
             while replica.waiting and len(replica.running) < model.max_num_seqs and \
                     replica.kv_used + replica.waiting[0].prompt + replica.waiting[0].output <= model.kv_capacity_tokens:
                 request = replica.waiting.popleft()
                 replica.kv_used += request.prompt + request.output
                 replica.running.append(request)
                 replica.context_sum += request.prompt + 1
+                admitted += 1
         if not replica.running:
             replica.step = None
             return
         batch = len(replica.running)
-        seconds = model.decode.step_seconds(batch, replica.context_sum / batch)
+        seconds = model.decode.step_seconds(batch, replica.context_sum / batch) + admitted * model.request_overhead_s
         replica.step, replica.busy_until = ("decode", None), self.now + seconds
         replica.busy_s += seconds
         self.push(replica.busy_until, "decode", i)
@@ -317,3 +324,35 @@ def _stable(counted: list[_Request]) -> bool:
     if any(math.isnan(r.finished) for r in counted):
         return False
     return mean_e2e(counted[-fifth:]) <= 2.0 * mean_e2e(counted[:fifth]) + 1e-3
+
+
+def makespan(model: StageModel, *, layout: str, num_requests: int, prompt_tokens: int, output_tokens: int) -> float:
+    """Seconds until the last of `num_requests` identical requests sent at once has finished (one replica per
+    pool): the shape of a profile's saturation burst."""
+    requests = [_Request(arrival=0.0, prompt=prompt_tokens, output=output_tokens, index=i) for i in range(num_requests)]
+    _Sim(model, requests, layout=layout, prefill_replicas=1, decode_replicas=1).run()
+    return max(r.finished for r in requests)
+
+
+def calibrate_overhead(model: StageModel, *, layout: str, num_requests: int, prompt_tokens: int, output_tokens: int,
+                       wall_s: float, steps: int = 30) -> float:
+    """The per-request overhead that makes the simulated burst last as long as the measured one (bisection; 0 when
+    the fitted step times alone already account for it)."""
+    from dataclasses import replace
+
+    def span(overhead: float) -> float:
+        return makespan(replace(model, request_overhead_s=overhead), layout=layout, num_requests=num_requests,
+                        prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+
+    if span(0.0) >= wall_s:
+        return 0.0
+    low, high = 0.0, wall_s / max(1, num_requests)
+    while span(high) < wall_s:
+        high *= 2
+    for _ in range(steps):
+        middle = (low + high) / 2
+        if span(middle) < wall_s:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
