@@ -2,7 +2,8 @@
 
 1. Profile: start the layout's workers (tiny model by default; `--model smollm2`), drive them at the profiler's load
    levels (controlplane/capacity/profiler.py, as `tandem_profile` does) and fit the curves.
-2. Plan: objectives from the idle step times (TTFT P99 ≤ 4 × a lone prefill, ITL P99 ≤ 3 × a lone decode step),
+2. Plan: objectives from the idle times (TTFT P99 ≤ 4 × a lone prefill + KV push, ITL P99 ≤ 3 × (a lone decode
+   step + the per-request overhead)),
    then the rate one replica per pool carries within them (the planner's headroom search), and a plan for 60% of
    it: the plan must size each pool at one replica (a 2-core machine runs no more), and predicts P99s there.
 3. Validate at the planned load: the planned workers behind a real gateway, Poisson arrivals through
@@ -167,13 +168,17 @@ def main(argv=None) -> dict:
         model = replace(base, kv_transfer_s=measured["kv_s_per_token"] * args.prompt_tokens)
         models = {"prefill": model, "decode": model, "colocated": model}
         objectives = Objectives(ttft_p99_s=4 * (model.prefill.step_seconds(args.prompt_tokens) + model.kv_transfer_s),
-                                itl_p99_s=3 * model.decode.step_seconds(1, args.prompt_tokens + args.output_tokens))
+                                itl_p99_s=3 * (model.decode.step_seconds(1, args.prompt_tokens + args.output_tokens)
+                                               + model.request_overhead_s))
         shape = Traffic(1.0, args.prompt_tokens, args.output_tokens, 0.0, 0.0)
 
         def run_one(t: Traffic):
             return simulate(model, t, layout=layout, prefill_replicas=1, decode_replicas=1, num_requests=400)
 
         capacity = capacity_rps(run_one, shape, objectives)
+        print(f"profile: {model}; objectives {objectives}; capacity {capacity:.3g} requests/s", file=sys.stderr)
+        if capacity <= 0:
+            raise SystemExit("the objectives are not met at any rate by one replica per pool: see the profile above")
         traffic = shape.scaled(rate=0.6 * capacity)
         planned = plan_layout(layout, models=models, traffic=traffic, objectives=objectives, prices=Prices(),
                               num_requests=400)
