@@ -87,8 +87,8 @@ class PoolSchedule(models.Model):
 
 class PredictiveScaling(models.Model):
     """Predictive floors for one pool: the same hours of the last `history_days` days say how much traffic comes in
-    the next `lead_time_s`; the floor is that rate over what one replica carries (`requests_per_replica`, from the
-    profile when it was enabled, or given)."""
+    the next `lead_time_s`; the floor is that rate over what one replica carries (`requests_per_replica`, given,
+    or computed from the profile when it is enabled: planning.requests_per_replica)."""
 
     pool = models.OneToOneField("controlplane.Pool", on_delete=models.CASCADE, related_name="predictive")
     enabled = models.BooleanField(default=False)

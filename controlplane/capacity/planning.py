@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 
+from django.conf import settings
 from django.db import transaction
 
 from controlplane.capacity.curves import DecodeCurve, PrefillCurve
 from controlplane.capacity.models import Profile
-from controlplane.capacity.planner import LAYOUTS, Objectives, Prices, colocated_model, plan
-from controlplane.capacity.simulate import StageModel, Traffic
+from controlplane.capacity.planner import LAYOUTS, Objectives, Prices, capacity_rps, colocated_model, plan
+from controlplane.capacity.simulate import StageModel, Traffic, simulate
 from controlplane.errors import invalid
 from controlplane.models import Deployment, DeploymentMode, Pool
+from controlplane.observability.models import AutoscalingPolicy
 from controlplane.observability.series import metric_values
 from controlplane.services import pool_scale
 
@@ -79,7 +81,14 @@ def traffic_from_metrics(*, deployment: Deployment, hours: float, now=None) -> T
     def mean(metric: str, role: str) -> float | None:
         values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg", window_s=window,
                                now=now)
-        return values[0].value if values else None
+        value = values[0].value if values else None
+        if value is None and window > settings.TANDEM_METRICS_RAW_RETENTION_S:
+            # A window past raw retention reads the minute rollups only; a deployment younger than the first
+            # rollup still has its raw samples.
+            values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg",
+                                   window_s=settings.TANDEM_METRICS_RAW_RETENTION_S, now=now)
+            value = values[0].value if values else None
+        return value
 
     rate = mean("qps", entry)
     prompt_rate = mean("prompt_tokens_per_second", entry)
@@ -142,3 +151,40 @@ def plan_apply(*, deployment: Deployment, replicas: dict, actor, reason: str = "
     with transaction.atomic():
         return [pool_scale(deployment=deployment, role=role, replicas=n, actor=actor, reason=f"{reason} ({role})")
                 for role, n in sorted(replicas.items())]
+
+
+def requests_per_replica(*, pool: Pool, hours: float = 24.0, num_requests: int = 300) -> float:
+    """What one replica of `pool` carries within the autoscaler's targets (the pool's own policy target, the other
+    stage's default), from the current revision's profiles and the traffic shape of the last `hours`: the planner's
+    capacity search with one replica in this pool and the other pool never the bottleneck. 400 without a profile or
+    without traffic to take the shape from."""
+    deployment = pool.deployment
+    traffic = traffic_from_metrics(deployment=deployment, hours=hours)
+    models = models_for(deployment, traffic)
+    targets = {"ttft_p99_seconds": settings.TANDEM_AUTOSCALE_TTFT_TARGET_MS / 1000,
+               "itl_p99_seconds": settings.TANDEM_AUTOSCALE_ITL_TARGET_MS / 1000}
+    for policy in AutoscalingPolicy.objects.filter(pool__deployment=deployment):
+        if policy.metric in targets:
+            targets[policy.metric] = policy.target
+    objectives = Objectives(ttft_p99_s=targets["ttft_p99_seconds"], itl_p99_s=targets["itl_p99_seconds"])
+    if pool.role == "colocated":
+        def run(t):
+            return simulate(models["colocated"], t, layout="colocated", decode_replicas=1, num_requests=num_requests)
+    else:
+        joint = StageModel(prefill=models["prefill"].prefill, decode=models["decode"].decode,
+                           max_num_seqs=models["decode"].max_num_seqs,
+                           max_batch_tokens=models["prefill"].max_batch_tokens,
+                           kv_capacity_tokens=models["decode"].kv_capacity_tokens,
+                           kv_transfer_s=models["prefill"].kv_transfer_s,
+                           request_overhead_s=models["decode"].request_overhead_s)
+        many = 64  # the other pool never the bottleneck
+
+        def run(t):
+            return simulate(joint, t, layout="disaggregated", num_requests=num_requests,
+                            prefill_replicas=1 if pool.role == "prefill" else many,
+                            decode_replicas=1 if pool.role == "decode" else many)
+    rate = capacity_rps(run, traffic, objectives)
+    if rate <= 0:
+        raise invalid(f"one {pool.role} replica meets the autoscaler's targets at no rate of the observed traffic; "
+                      f"give requests_per_replica", field="requests_per_replica", role=pool.role)
+    return rate

@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from controlplane.capacity.models import PoolSchedule, PredictiveScaling
 from controlplane.capacity.windows import Window, WindowError
-from controlplane.errors import invalid, not_found
+from controlplane.capacity.planning import requests_per_replica as per_replica_capacity
+from controlplane.errors import ControlPlaneError, invalid, not_found
 from controlplane.models import ActionKind, ActionStatus, DeploymentMode, Pool
 from controlplane.observability.series import metric_values
 from controlplane.services.actions import action_create, as_actor
@@ -171,9 +172,13 @@ def predictive_set(*, pool: Pool, actor, enabled: bool | None = None, lead_time_
             if value is not None:
                 setattr(policy, field, float(value) if field == "requests_per_replica" else value)
         if policy.enabled and not policy.requests_per_replica:
-            raise invalid(f"predictive scaling of the {pool.role} pool needs requests_per_replica (what one replica "
-                          f"carries within the objectives; the capacity plan's per-replica rate)",
-                          field="requests_per_replica", role=pool.role)
+            # From the profile: what one replica carries within the autoscaler's targets at the observed traffic.
+            try:
+                policy.requests_per_replica = per_replica_capacity(pool=pool)
+            except ControlPlaneError as exc:
+                raise invalid(f"predictive scaling of the {pool.role} pool needs requests_per_replica (what one "
+                              f"replica carries within the objectives), and it cannot be computed: {exc.message}",
+                              field="requests_per_replica", role=pool.role) from None
         policy.updated_at = timezone.now()
         policy.save()
         after = {"enabled": policy.enabled, "lead_time_s": policy.lead_time_s, "history_days": policy.history_days,

@@ -88,3 +88,24 @@ def test_predictive_needs_a_per_replica_rate_and_a_sane_lead_time(deployment, op
         predictive_set(pool=pool, actor=operator, lead_time_s=-5)
     assert err.value.extra["field"] == "lead_time_s"
     assert not PredictiveScaling.objects.filter(enabled=True).exists()
+
+
+def test_enabled_without_a_rate_it_takes_one_from_the_profile_and_the_observed_traffic(deployment, operator):
+    import time
+
+    from controlplane.capacity.models import Profile
+
+    revision = deployment.current_revision
+    Profile.objects.create(revision=revision, role="prefill", max_num_seqs=32, max_batch_tokens=2048,
+                           kv_capacity_tokens=60_000, fits={"prefill": {"a": 0.01, "b": 2e-4, "c": 0.0}})
+    Profile.objects.create(revision=revision, role="decode", max_num_seqs=32, max_batch_tokens=2048,
+                           kv_capacity_tokens=60_000, fits={"decode": {"a": 0.01, "b": 5e-4, "c": 1e-7}})
+    now = time.time()
+    for metric, role, value in (("qps", "prefill", 2.0), ("prompt_tokens_per_second", "prefill", 400.0),
+                                ("generation_tokens_per_second", "decode", 100.0)):
+        Sample.objects.create(ts=now - 30, deployment_id=deployment.pk, role=role, worker_id=None,
+                              metric=METRIC_IDS[metric], value=value)
+    pool = Pool.objects.select_related("deployment").get(deployment=deployment, role="decode")
+    policy = predictive_set(pool=pool, actor=operator, enabled=True, lead_time_s=600)
+    # One decode replica at 200-token prompts and 50-token outputs within a 100 ms ITL: several requests/s.
+    assert 1.0 < policy.requests_per_replica < 1000
