@@ -51,7 +51,7 @@ def test_sliders_recompute_and_apply_scales_each_pool(page, live_server, login, 
     from controlplane.models import Action, Pool
 
     login(page, operator)
-    page.goto(f"{live_server.url}/deployments/demo/capacity/")
+    page.goto(f"{live_server.url}/deployments/demo/capacity/", timeout=WAIT_MS)
     wait_plan(page)
     page.evaluate("() => { document.getElementById('capacity').dataset.planState = 'stale'; }")
     page.fill("input[name=requests_per_s]", "5")
@@ -93,7 +93,7 @@ def test_dismissing_the_confirmation_applies_nothing(page, live_server, login, o
     from controlplane.models import Action
 
     login(page, operator)
-    page.goto(f"{live_server.url}/deployments/demo/capacity/")
+    page.goto(f"{live_server.url}/deployments/demo/capacity/", timeout=WAIT_MS)
     wait_plan(page)
     page.on("dialog", lambda dialog: dialog.dismiss())
     page.click("#plan-apply")
@@ -103,6 +103,6 @@ def test_dismissing_the_confirmation_applies_nothing(page, live_server, login, o
 
 def test_a_viewer_sees_the_plan_but_no_apply_button(page, live_server, login, viewer, profiled):
     login(page, viewer)
-    page.goto(f"{live_server.url}/deployments/demo/capacity/")
+    page.goto(f"{live_server.url}/deployments/demo/capacity/", timeout=WAIT_MS)
     assert set(wait_plan(page)) == {"disaggregated", "colocated"}
     assert page.locator("#plan-apply").count() == 0 and page.locator("#profile-start").count() == 0

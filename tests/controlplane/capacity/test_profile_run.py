@@ -27,7 +27,7 @@ def test_a_quick_profile_measures_both_stages_and_stores_them_per_role(tiny_depl
     assert any(step.startswith("decode: 4 sequences") for _, step in seen)
     prefill = Profile.objects.get(revision=tiny_deployment.current_revision, role="prefill")
     decode = Profile.objects.get(revision=tiny_deployment.current_revision, role="decode")
-    assert set(prefill.points) == {"prefill"} and set(decode.points) == {"decode"}
+    assert set(prefill.points) == {"prefill"} and set(decode.points) == {"decode", "saturation"}
     assert len(prefill.points["prefill"]) == 6  # 3 prompt lengths × batches of 1 and 4
     assert len(decode.points["decode"]) == 4  # 2 contexts × 1 and 4 sequences
     longest = max(prefill.points["prefill"], key=lambda p: p["batch_tokens"])
@@ -37,6 +37,9 @@ def test_a_quick_profile_measures_both_stages_and_stores_them_per_role(tiny_depl
     assert fit["a"] >= 0 and fit["b"] >= 0 and fit["b"] + fit["c"] > 0  # longer prompts cost more
     assert decode.fits["decode"]["a"] > 0
     assert "kv_transfer" in decode.fits  # the decode levels went through the prefill worker's KV push
+    [burst] = decode.points["saturation"]
+    assert burst["requests"] == 8 and burst["wall_s"] > 0  # twice the highest concurrency, at once
+    assert decode.fits["overhead"]["request_s"] == burst["request_overhead_s"] >= 0
     info = decode.info["kv_layout"]
     assert decode.kv_bytes_per_token == 2 * info["num_layers"] * info["num_kv_heads"] * info["head_dim"] * 4
     assert decode.max_num_seqs == decode.info["max_num_seqs"] and decode.kv_capacity_tokens > 0
