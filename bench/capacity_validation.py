@@ -51,7 +51,7 @@ def start_workers(layout: str, model: Path, log_dir: Path):
     for role in roles:
         port = free_port()
         proc = start(f"{role}-{port}", ["-m", "inference.worker", "--role", role, "--model", str(model), "--port",
-                                        str(port), "--threads", "1", "--dtype", "float32", "--kv-cache-bytes", "64M"],
+                                        str(port), "--threads", "1", "--dtype", "float32", "--kv-cache-bytes", "256M"],
                      log_dir, env={"OMP_NUM_THREADS": "1"})
         procs.append(proc)
         urls[role] = f"http://127.0.0.1:{port}"
@@ -67,8 +67,9 @@ def start_gateway(urls: dict, log_dir: Path):
     flags = []
     for role, url in urls.items():
         flags += [f"--{role}", url]
+    # A saturated phase queues requests for minutes on a slow model: the gateway must not give up on them.
     proc = start(f"gateway-{port}", ["-m", "inference.gateway", "--port", str(port), "--served-model-name", "bench",
-                                     *flags], log_dir)
+                                     "--request-timeout", "1800", *flags], log_dir)
     wait_http(proc, f"http://127.0.0.1:{port}/health", timeout=120)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -102,7 +103,7 @@ async def drive_load(gateway_url: str, *, rate: float, num_requests: int, prompt
     from controlplane.capacity.profiler import prompt_of
 
     rng = random.Random(seed)
-    ttfts, gaps, spans = [], [], []
+    ttfts, gaps, spans, errors = [], [], [], []
     started = time.perf_counter()
 
     async def one(session, delay: float) -> None:
@@ -113,8 +114,10 @@ async def drive_load(gateway_url: str, *, rate: float, num_requests: int, prompt
                 "temperature": 0, "ignore_eos": True, "stream": True}
         last = None
         async with session.post(f"{gateway_url}/v1/completions", json=body,
-                                timeout=aiohttp.ClientTimeout(total=600)) as response:
-            response.raise_for_status()
+                                timeout=aiohttp.ClientTimeout(total=1800)) as response:
+            if response.status != 200:
+                errors.append(f"HTTP {response.status}: {(await response.text())[:200]}")
+                return
             async for line in response.content:
                 line = line.strip()
                 if not line.startswith(b"data: {"):
@@ -139,7 +142,8 @@ async def drive_load(gateway_url: str, *, rate: float, num_requests: int, prompt
     span = max(end for _, end in counted) - counted[0][0]
     return {"ttft_p99_s": quantile(ttfts, 0.99), "itl_p99_s": quantile(gaps, 0.99),
             "ttft_p50_s": quantile(ttfts, 0.5), "itl_p50_s": quantile(gaps, 0.5),
-            "throughput_rps": len(counted) / span if span > 0 else None, "offered_rps": rate}
+            "throughput_rps": len(counted) / span if span > 0 else None, "offered_rps": rate,
+            "num_errors": len(errors), "first_error": errors[0] if errors else None}
 
 
 def quantile(values: list[float], q: float) -> float | None:
