@@ -363,6 +363,12 @@ TANDEM_AUTOSCALE_MANUAL_PAUSE_S = env_int("TANDEM_AUTOSCALE_MANUAL_PAUSE_S", 600
 TANDEM_AUTOSCALE_TTFT_TARGET_MS = env_int("TANDEM_AUTOSCALE_TTFT_TARGET_MS", 1000, minimum=1)
 TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, minimum=1)
 
+# --- capacity ---------------------------------------------------------------------------------------------
+# Stage profiles, the capacity planner, per-pool schedules and predictive floors (controlplane/capacity/).
+INSTALLED_APPS += ["controlplane.capacity.apps.CapacityConfig"]
+# How often live traffic adds points (from the scraped series) to the current revisions' profiles.
+TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S = env_int("TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S", 300, minimum=10)
+
 # --- alerting ---------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]
 # How often Celery beat runs one evaluation pass over every enabled alert rule.

@@ -10,6 +10,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("", include("controlplane.observability.urls")),  # /metrics, /api/v1/metrics/query
     path("", include("controlplane.autoscaling.urls")),  # /api/v1/deployments/{name}/autoscaling
+    path("", include("controlplane.capacity.urls")),  # profiles, the capacity planner, schedules, predictive
     path("api/v1/", include("controlplane.alerting.api.urls")),  # alert rules, alerts, silences, channels, webhooks
     path("api/v1/", include("controlplane.api.urls")),
     path("api/v1/", include("controlplane.rollouts.urls")),  # canary and A/B rollouts

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboards.views import alerts, assets, controls, history, pages, rollouts
+from dashboards.views import alerts, assets, capacity, controls, history, pages, rollouts
 
 app_name = "dashboards"
 
@@ -11,6 +11,7 @@ urlpatterns = [
     path("deployments/<slug:name>/charts.json", pages.deployment_charts, name="deployment-charts"),
     path("deployments/<slug:name>/stages.json", pages.deployment_stages, name="deployment-stages"),
     path("deployments/<slug:name>/revisions/", history.revisions_page, name="revisions"),
+    path("deployments/<slug:name>/capacity/", capacity.capacity_page, name="capacity"),
     path("deployments/<slug:name>/pools/<slug:role>/scale", controls.pool_scale_view, name="pool-scale"),
     path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),
     path("deployments/<slug:name>/autoscaling", controls.autoscaling_view, name="autoscaling"),

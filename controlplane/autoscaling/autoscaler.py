@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db.models import Count
 
 from controlplane.autoscaling.hpa import Bounds, Decision, decide
+from controlplane.capacity.scheduling import pool_bounds
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionKind, ActorType, Pool, Worker, WorkerStatus
 from controlplane.observability.models import AutoscaleMetric, AutoscalingPolicy
@@ -154,6 +155,9 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     policies = _policies_for(pools)
     active = [p for p in pools if p.deployment.autoscale_enabled and policies[p.pk].enabled]
     inputs = load_inputs(active, now=now_s) if active else None
+    # The floor and ceiling of each pool now: its own min..max narrowed by active schedules, raised by a
+    # predictive floor (controlplane.capacity.scheduling).
+    limits = pool_bounds(active, now=now_dt) if active else {}
     results, updates = [], []
     for pool in pools:
         policy = policies[pool.pk]
@@ -170,7 +174,8 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
             continue
         num_ready = inputs.ready.get(pool.pk, 0)
         current = pool.desired_replicas
-        bounds = Bounds(min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
+        limit = limits[pool.pk]
+        bounds = Bounds(min_replicas=limit.min_replicas, max_replicas=limit.max_replicas,
                         max_step=settings.TANDEM_AUTOSCALE_MAX_STEP,
                         step_base=_step_base(pool, current, inputs, now_dt))
         decision, history = decide(
@@ -183,6 +188,15 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
             decision = Decision(current, current, decision.raw,
                                 f"{decision.reason}; held: {num_ready} of {current} workers ready, waiting for "
                                 f"them before scaling up further")
+        if not limit.min_replicas <= decision.desired <= limit.max_replicas:
+            # No data (or a held step) leaves the size alone, but a schedule or predictive floor that moved must
+            # still be reached: the bounds win.
+            desired = min(max(decision.desired, limit.min_replicas), limit.max_replicas)
+            decision = Decision(current, desired, decision.raw,
+                                f"{decision.reason}; bounds {limit.min_replicas}..{limit.max_replicas} → {desired}")
+        if limit.why:
+            decision = Decision(decision.current, decision.desired, decision.raw,
+                                f"{decision.reason} [{limit.why}: {limit.min_replicas}..{limit.max_replicas}]")
         text = decision.reason
         if decision.changes:
             try:

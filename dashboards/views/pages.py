@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 from django.http import Http404, JsonResponse
 from django.utils import timezone
 
+from controlplane.capacity.scheduling import schedules_view
 from controlplane.errors import ControlPlaneError
 from controlplane.models.deployments import engine_settings_parts
 from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
@@ -85,6 +86,7 @@ def deployment_detail(request, name: str):
     context = live_context(request, deployment)
     revision = deployment.current_revision
     parts = engine_settings_parts(revision.engine_settings if revision else {})
+    context.update(schedules=[row for pool in deployment.pools.order_by("role") for row in schedules_view(pool)])
     has_gpu = deployment_has_gpu(deployment)
     context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES), has_gpu=has_gpu,
                    engine_parts=[(part, parts[part]) for part in PART_ORDER if parts.get(part)],

@@ -1,0 +1,190 @@
+"""The planner against the fleet: stage models from stored profiles, a traffic profile from the scraped series,
+a plan with what-if factors, and "apply" (one audited scale action per pool, through pool_scale)."""
+from __future__ import annotations
+
+import math
+
+from django.conf import settings
+from django.db import transaction
+
+from controlplane.capacity.curves import DecodeCurve, PrefillCurve
+from controlplane.capacity.models import Profile
+from controlplane.capacity.planner import LAYOUTS, Objectives, Prices, capacity_rps, colocated_model, plan
+from controlplane.capacity.simulate import StageModel, Traffic, simulate
+from controlplane.errors import invalid
+from controlplane.models import Deployment, DeploymentMode, Pool
+from controlplane.observability.models import AutoscalingPolicy
+from controlplane.observability.series import metric_values
+from controlplane.services import pool_scale
+
+MAX_HOURS = 24 * 7
+
+
+def stage_model(profile: Profile, *, traffic_prompt_tokens: float = 0.0) -> StageModel:
+    """A profile as the simulation's StageModel; a part the profile lacks is left at zero cost (the planner only
+    reads the part of the role it plans)."""
+    fits = profile.fits or {}
+    prefill = PrefillCurve(**fits["prefill"]) if "prefill" in fits else PrefillCurve(0.0, 0.0)
+    decode = DecodeCurve(**fits["decode"]) if "decode" in fits else DecodeCurve(0.0, 0.0)
+    kv_per_token = (fits.get("kv_transfer") or {}).get("seconds_per_token", 0.0)
+    return StageModel(prefill=prefill, decode=decode, max_num_seqs=profile.max_num_seqs or 64,
+                      max_batch_tokens=profile.max_batch_tokens or 2048,
+                      kv_capacity_tokens=profile.kv_capacity_tokens or (1 << 30),
+                      kv_transfer_s=kv_per_token * traffic_prompt_tokens,
+                      request_overhead_s=(fits.get("overhead") or {}).get("request_s", 0.0))
+
+
+def profiles_of(deployment: Deployment, node_class: str | None = None) -> dict[str, Profile]:
+    """The current revision's profiles by role (one node class: the given one, else the newest profiled)."""
+    qs = Profile.objects.filter(revision=deployment.current_revision_id).order_by("-updated_at")
+    if node_class:
+        qs = qs.filter(node_class=node_class)
+    profiles: dict[str, Profile] = {}
+    for profile in qs:
+        if node_class is None:
+            node_class = profile.node_class
+        if profile.node_class == node_class:
+            profiles.setdefault(profile.role, profile)
+    return profiles
+
+
+def models_for(deployment: Deployment, traffic: Traffic, node_class: str | None = None) -> dict[str, StageModel]:
+    """{"prefill", "decode", "colocated"} stage models: measured where profiled, and the other layout's derived
+    from them (a colocated worker from the prefill and decode curves; disaggregated pools from a colocated profile's
+    curves, with no KV push cost measured). 400 when the revision has no profile."""
+    profiles = profiles_of(deployment, node_class)
+    if not profiles:
+        raise invalid(f"deployment {deployment.name!r} has no profile of its current revision yet: run "
+                      f"`manage.py tandem_profile {deployment.name}` or POST its /profiles", field="deployment")
+    models = {role: stage_model(p, traffic_prompt_tokens=traffic.prompt_tokens_mean) for role, p in profiles.items()}
+    if "prefill" in models and "decode" in models:
+        models.setdefault("colocated", colocated_model(models["prefill"], models["decode"]))
+    elif "colocated" in models:
+        models.setdefault("prefill", models["colocated"])
+        models.setdefault("decode", models["colocated"])
+    else:
+        missing = sorted({"prefill", "decode"} - set(models))
+        raise invalid(f"the profile of {deployment.name!r} lacks the {missing[0]} role", field="deployment")
+    return models
+
+
+def traffic_from_metrics(*, deployment: Deployment, hours: float, now=None) -> Traffic:
+    """Mean request rate and prompt/output lengths of the last `hours` of the deployment's scraped series. 400 when
+    there was no traffic in that window."""
+    if not 0 < hours <= MAX_HOURS:
+        raise invalid(f"hours must be within 0..{MAX_HOURS}, not {hours}", field="traffic.hours")
+    colocated = deployment.mode == DeploymentMode.COLOCATED
+    entry = "colocated" if colocated else "prefill"
+    exit_ = "colocated" if colocated else "decode"
+    window = hours * 3600
+
+    def mean(metric: str, role: str) -> float | None:
+        values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg", window_s=window,
+                               now=now)
+        value = values[0].value if values else None
+        if value is None and window > settings.TANDEM_METRICS_RAW_RETENTION_S:
+            # A window past raw retention reads the minute rollups only; a deployment younger than the first
+            # rollup still has its raw samples.
+            values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg",
+                                   window_s=settings.TANDEM_METRICS_RAW_RETENTION_S, now=now)
+            value = values[0].value if values else None
+        return value
+
+    rate = mean("qps", entry)
+    prompt_rate = mean("prompt_tokens_per_second", entry)
+    output_rate = mean("generation_tokens_per_second", exit_)
+    if not rate or rate <= 0 or not prompt_rate or not output_rate:
+        raise invalid(f"no traffic of {deployment.name!r} in the last {hours:g} hours to plan from; enter a traffic "
+                      f"profile by hand", field="traffic.hours")
+    return Traffic(requests_per_s=rate, prompt_tokens_mean=max(1.0, prompt_rate / rate),
+                   output_tokens_mean=max(1.0, output_rate / rate))
+
+
+def plan_compute(*, deployment: Deployment, traffic: Traffic, objectives: Objectives, prices: Prices,
+                 what_if: dict | None = None, node_class: str | None = None, num_requests: int = 400) -> dict:
+    """The planner's answer for the deployment's profiles, after the what-if factors (traffic ×, prompt length ×,
+    output length ×) are applied to the traffic profile."""
+    what_if = what_if or {}
+    traffic = traffic.scaled(rate=what_if.get("traffic", 1.0), prompt=what_if.get("prompt_length", 1.0),
+                             output=what_if.get("output_length", 1.0))
+    models = models_for(deployment, traffic, node_class)
+    result = plan(models=models, traffic=traffic, objectives=objectives, prices=prices, layouts=LAYOUTS,
+                  num_requests=num_requests)
+    current = {pool.role: pool.desired_replicas for pool in deployment.pools.all()}
+    return {"deployment": deployment.name, "mode": deployment.mode,
+            "traffic": {"requests_per_s": traffic.requests_per_s, "prompt_tokens_mean": traffic.prompt_tokens_mean,
+                        "output_tokens_mean": traffic.output_tokens_mean},
+            "objectives": {"ttft_p99_s": objectives.ttft_p99_s, "itl_p99_s": objectives.itl_p99_s},
+            "current_replicas": current, **_clean(result)}
+
+
+def _clean(value):
+    """NaN (no sample) as null: JSON has no NaN."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
+
+def plan_apply(*, deployment: Deployment, replicas: dict, actor, reason: str = "") -> list:
+    """Scale each named pool to its planned replicas: one audited `scale` action per pool (pool_scale), all or
+    none. 400 naming the role for a pool the deployment does not have (a plan of the other layout) or a number
+    outside the pool's min..max."""
+    if not isinstance(replicas, dict) or not replicas:
+        raise invalid("replicas must be an object of role → replicas", field="replicas")
+    pools = {pool.role: pool for pool in Pool.objects.filter(deployment=deployment)}
+    for role, n in replicas.items():
+        if role not in pools:
+            raise invalid(f"deployment {deployment.name!r} runs {deployment.mode} pools ({sorted(pools)}), not a "
+                          f"{role!r} pool: apply the {deployment.mode} plan", field=f"replicas.{role}", role=role)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise invalid(f"replicas for {role} must be a non-negative integer, not {n!r}",
+                          field=f"replicas.{role}", role=role)
+        pool = pools[role]
+        if not pool.min_replicas <= n <= pool.max_replicas:
+            raise invalid(f"planned replicas for {role} ({n}) are outside the pool's min..max "
+                          f"({pool.min_replicas}..{pool.max_replicas})", field=f"replicas.{role}", role=role)
+    reason = reason or "capacity plan"
+    with transaction.atomic():
+        return [pool_scale(deployment=deployment, role=role, replicas=n, actor=actor, reason=f"{reason} ({role})")
+                for role, n in sorted(replicas.items())]
+
+
+def requests_per_replica(*, pool: Pool, hours: float = 24.0, num_requests: int = 300) -> float:
+    """What one replica of `pool` carries within the autoscaler's targets (the pool's own policy target, the other
+    stage's default), from the current revision's profiles and the traffic shape of the last `hours`: the planner's
+    capacity search with one replica in this pool and the other pool never the bottleneck. 400 without a profile or
+    without traffic to take the shape from."""
+    deployment = pool.deployment
+    traffic = traffic_from_metrics(deployment=deployment, hours=hours)
+    models = models_for(deployment, traffic)
+    targets = {"ttft_p99_seconds": settings.TANDEM_AUTOSCALE_TTFT_TARGET_MS / 1000,
+               "itl_p99_seconds": settings.TANDEM_AUTOSCALE_ITL_TARGET_MS / 1000}
+    for policy in AutoscalingPolicy.objects.filter(pool__deployment=deployment):
+        if policy.metric in targets:
+            targets[policy.metric] = policy.target
+    objectives = Objectives(ttft_p99_s=targets["ttft_p99_seconds"], itl_p99_s=targets["itl_p99_seconds"])
+    if pool.role == "colocated":
+        def run(t):
+            return simulate(models["colocated"], t, layout="colocated", decode_replicas=1, num_requests=num_requests)
+    else:
+        joint = StageModel(prefill=models["prefill"].prefill, decode=models["decode"].decode,
+                           max_num_seqs=models["decode"].max_num_seqs,
+                           max_batch_tokens=models["prefill"].max_batch_tokens,
+                           kv_capacity_tokens=models["decode"].kv_capacity_tokens,
+                           kv_transfer_s=models["prefill"].kv_transfer_s,
+                           request_overhead_s=models["decode"].request_overhead_s)
+        many = 64  # the other pool never the bottleneck
+
+        def run(t):
+            return simulate(joint, t, layout="disaggregated", num_requests=num_requests,
+                            prefill_replicas=1 if pool.role == "prefill" else many,
+                            decode_replicas=1 if pool.role == "decode" else many)
+    rate = capacity_rps(run, traffic, objectives)
+    if rate <= 0:
+        raise invalid(f"one {pool.role} replica meets the autoscaler's targets at no rate of the observed traffic; "
+                      f"give requests_per_replica", field="requests_per_replica", role=pool.role)
+    return rate

@@ -1,0 +1,24 @@
+"""Stored profiles in the simulated worker's profile format (format 1): decode terms one to one, prefill's
+per-prompt quadratic folded into per_token at the middle of the profiled lengths, real KV bytes per token."""
+import pytest
+
+from controlplane.capacity.export import profiles_export
+from controlplane.capacity.models import Profile
+
+
+def test_a_disaggregated_profile_exports_both_roles(deployment):
+    revision = deployment.current_revision
+    prefill = Profile.objects.create(
+        revision=revision, role="prefill", kv_bytes_per_token=4096, kv_capacity_tokens=1000,
+        info={"max_model_len": 2048}, fits={"prefill": {"a": 0.01, "b": 1e-4, "c": 1e-7}},
+        points={"prefill": [{"prompt_tokens": n, "batch": 1, "batch_tokens": n, "latency_s": 0.1,
+                             "source": "synthetic"} for n in (16, 256, 1024)]})
+    decode = Profile.objects.create(
+        revision=revision, role="decode", kv_bytes_per_token=4096, kv_capacity_tokens=1000,
+        info={"max_model_len": 1024}, fits={"decode": {"a": 0.02, "b": 0.001, "c": 2e-7}}, points={"decode": []})
+    data = profiles_export([prefill, decode])
+    assert data["format"] == 1 and data["name"] == "demo-r1-default" and data["max_model_len"] == 1024
+    assert data["roles"]["prefill"]["prefill_s"] == {"base": 0.01, "per_token": pytest.approx(1e-4 + 1e-7 * 256)}
+    assert data["roles"]["decode"]["decode_step_s"] == {"base": 0.02, "per_seq": 0.001, "per_context_token": 2e-7}
+    assert data["roles"]["decode"]["kv_cache_bytes"] == 4096 * 1000
+    assert set(data["kv_layout"]) == {"num_layers", "num_kv_heads", "head_dim", "dtype"}
