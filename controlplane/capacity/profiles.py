@@ -250,7 +250,7 @@ def job_run(job_id: int, *, echo=None) -> ProfileJob | None:
         return None
     deployment = job.deployment
     if deployment.current_revision_id != job.revision_id:
-        return job_fail(job_id, f"the deployment moved to another revision since the job was queued")
+        return job_fail(job_id, "the deployment moved to another revision since the job was queued")
     try:
         profiles = profile_run(deployment=deployment, quick=job.quick, node_class=job.node_class, job=job,
                                echo=echo)

@@ -300,7 +300,7 @@ def simulate(model: StageModel, traffic: Traffic, *, layout: str, prefill_replic
     counted = requests[len(requests) // 10:]
     start = counted[0].arrival
     done = [r for r in counted if not math.isnan(r.finished)]
-    horizon = max(r.finished for r in done) if done else end
+    horizon = max(r.finished for r in done) if done else start  # nothing finished: no throughput
     served_duration = max(horizon - start, 1e-9)
     ttfts = [(r.first_token - r.arrival, 1) for r in counted]
     gaps = sim.gaps

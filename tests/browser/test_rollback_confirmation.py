@@ -18,7 +18,7 @@ def test_rollback_asks_for_confirmation_then_rolls_back(page, live_server, login
     replaced = page.inner_text("#replaced")
     prefill, decode = fleet["workers"][0], fleet["workers"][1]
     assert f"#{prefill.pk} ready · rev #2" in replaced and f"#{decode.pk} ready · rev #2" in replaced
-    assert "engine_settings.threads" in page.inner_text("#confirm")
+    assert "common.threads" in page.inner_text("#confirm")  # the diff names the part (per-role settings)
     assert not Action.objects.filter(kind="rollback").exists()  # nothing happened yet
     screenshot(page, "rollback-confirm")
 

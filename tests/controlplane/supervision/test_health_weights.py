@@ -6,7 +6,7 @@ import pytest
 import requests
 from django.utils import timezone
 
-from controlplane.models import Worker, WorkerStatus
+from controlplane.models import WorkerStatus
 from controlplane.models.workers import health_answer_weights
 from controlplane.supervision.health import check_health
 from tests.inference.worker.support import start_worker
