@@ -4,7 +4,7 @@ gauge. Absent families give absent series ("no data yet"), never zeros."""
 from __future__ import annotations
 
 import pytest
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from controlplane.observability.derive import pool_increments, rate_series, state_append, target_series
 from controlplane.observability.exposition import parse_exposition
@@ -12,13 +12,11 @@ from inference.metrics import TandemMetrics
 
 
 class Worker:
-    """A worker's registry with the batch histogram as the engine loop exports it (labels role, model)."""
+    """A worker's registry, with the batch histogram the engine loop observes (labels role, model)."""
 
     def __init__(self, role="prefill"):
         self.metrics = TandemMetrics(role=role, model="tiny", registry=CollectorRegistry(), gpu=False)
-        self.batch = Histogram("tandem_batch_tokens_per_step", "Tokens fed to the model per engine step.",
-                               ("role", "model"), buckets=(1, 8, 64, 512, 4096),
-                               registry=self.metrics.registry).labels(role=role, model="tiny")
+        self.batch = self.metrics.batch_tokens_per_step  # what the engine loop observes after each step
         self.state = None
 
     def scrape(self, ts: float):
@@ -42,8 +40,10 @@ def test_a_window_without_steps_or_without_the_histogram_has_no_value():
     idle.batch.observe(10)
     idle.scrape(0.0)
     assert "batch_tokens_per_step" not in idle.scrape(5.0)[0]  # no step in the window: no data, not 0
-    plain = TandemMetrics(role="decode", model="tiny", registry=CollectorRegistry(), gpu=False)
-    assert "batch_tokens" not in parse_exposition(plain.render().decode()).counters  # a worker without it
+    # A worker of a version before the histogram: its exposition lacks the family.
+    plain = TandemMetrics(role="decode", model="tiny", registry=CollectorRegistry(), gpu=False).render().decode()
+    older = "\n".join(line for line in plain.splitlines() if "tandem_batch_tokens_per_step" not in line) + "\n"
+    assert "batch_tokens" not in parse_exposition(older).counters
 
 
 def test_the_pool_mean_weights_each_worker_by_its_steps():
