@@ -21,6 +21,7 @@ from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_r
 from dashboards.selectors import active_alerts, deployment_workers, pool_policies, recent_actions
 from dashboards.stages import objectives_of, stage_charts, stage_values
 from dashboards.views.common import page
+from inference.sampling_params import SAMPLING_DEFAULT_FIELDS
 
 # Stopped workers stay in the table this long, so that what just happened (a drain, a replaced worker) is visible.
 RECENTLY_STOPPED = timedelta(minutes=15)
@@ -87,9 +88,12 @@ def deployment_detail(request, name: str):
     revision = deployment.current_revision
     parts = engine_settings_parts(revision.engine_settings if revision else {})
     context.update(schedules=[row for pool in deployment.pools.order_by("role") for row in schedules_view(pool)])
+    # In the gateway's field order: a JSON column's key order is the database's (PostgreSQL's jsonb sorts them).
+    defaults = deployment.sampling_defaults or {}
+    context.update(sampling_defaults=[(key, defaults[key]) for key in SAMPLING_DEFAULT_FIELDS if key in defaults])
     has_gpu = deployment_has_gpu(deployment)
     context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES), has_gpu=has_gpu,
-                   engine_parts=[(part, parts[part]) for part in PART_ORDER if parts.get(part)],
+                   engine_parts=[(part, sorted(parts[part].items())) for part in PART_ORDER if parts.get(part)],
                    stage_columns=stage_values(deployment, has_gpu=has_gpu), objectives=objectives_of(deployment))
     return page(request, "dashboards/deployment.html", context)
 
