@@ -56,6 +56,11 @@ class Config:
     # 256 make every step ~2 s, which is what a stream would see (README, "Chunked prefill"). A GPU reads its weights
     # in about the time it computes a few hundred tokens, so its chunks can be far larger at the same step time.
     prefill_chunk_size: int | None = None
+    # Prefix caching (colocated and prefill roles; block_manager.py, prefix_cache.py): full KV blocks are keyed by
+    # their prefix and kept after a request ends while memory allows, so a later request that shares the prefix (a
+    # system prompt, a chat's history) computes only the rest. Outputs are unchanged. A decode worker receives its
+    # K/V from a prefill worker and computes no prompt: the setting does nothing there.
+    prefix_caching: bool = True
     max_model_len: int | None = None  # None: from the model config
 
     def __post_init__(self) -> None:
@@ -73,7 +78,7 @@ class Config:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
             raise ConfigError("quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}")
-        for name in ("allow_slow_float16", "chunked_prefill"):
+        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):

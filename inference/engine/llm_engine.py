@@ -44,7 +44,10 @@ class LLMEngine:
         self.dtype: str = self.model_runner.dtype_name  # what runs: config.dtype with "auto" resolved
         self.quantization: str = config.quantization
         self.weight_bytes: int = self.model_runner.weight_bytes
-        self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size)
+        # What runs: a decode engine computes no prompt, so it has no use for a prefix cache.
+        self.prefix_caching = config.prefix_caching and config.role is not Role.DECODE
+        self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size,
+                                          enable_prefix_caching=self.prefix_caching)
         self.scheduler = Scheduler(role=config.role, block_manager=self.block_manager,
                                    max_num_seqs=config.max_num_seqs,
                                    max_num_batched_tokens=config.max_num_batched_tokens,
@@ -139,7 +142,16 @@ class LLMEngine:
         return {"num_running": len(sched.running), "num_waiting": len(sched.waiting), "kv_usage": bm.usage,
                 "num_prefill_tokens_computed": sched.num_prefill_tokens_computed,
                 "num_generation_tokens": sched.num_generation_tokens, "num_preemptions": sched.num_preemptions,
-                "num_kv_blocks_total": bm.num_blocks, "num_kv_blocks_used": bm.num_used_blocks}
+                "num_kv_blocks_total": bm.num_blocks, "num_kv_blocks_used": bm.num_used_blocks,
+                **self.prefix_cache_stats()}
+
+    def prefix_cache_stats(self) -> dict:
+        """Prefix caching, since start: prompt tokens looked up at admission, those found cached (prefill they
+        skipped), and the blocks keyed now (in use or evictable). Zeros where prefix caching is off."""
+        cache = self.block_manager.prefix_cache
+        return {"prefix_cache_queried_tokens": cache.num_queried_tokens if cache else 0,
+                "prefix_cache_hit_tokens": cache.num_hit_tokens if cache else 0,
+                "prefix_cache_blocks": self.block_manager.num_cached_blocks}
 
     # -- validation at the edge -----------------------------------------------------------------------------------
 

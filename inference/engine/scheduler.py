@@ -99,6 +99,7 @@ class Scheduler:
             # Every token fed in this step now has its K/V in the cache; a new one is fed by the next step.
             seq.num_cached_tokens += seq.num_scheduled_tokens
             seq.num_scheduled_tokens = 0
+            self.block_manager.cache_full_blocks(seq)  # prefix caching: blocks this step filled
             if token_id is None:
                 assert seq.num_cached_tokens < seq.num_tokens, f"{seq} completed its prefill but sampled nothing"
                 continue
@@ -135,15 +136,16 @@ class Scheduler:
         num_batched_tokens = 0
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            num_new_tokens = seq.num_tokens  # a preempted sequence recomputes its produced tokens too
+            # A preempted sequence recomputes its produced tokens too; a cached prefix is not computed.
+            num_new_tokens = self._num_uncached(seq)
             over_budget = num_batched_tokens + num_new_tokens > self.max_num_batched_tokens
             # FIFO: the head of the queue is never overtaken, so a long prompt cannot starve behind short ones.
-            if (over_budget and scheduled) or not self.block_manager.can_allocate(num_new_tokens):
+            if (over_budget and scheduled) or not self.block_manager.can_allocate(seq.num_tokens, seq):
                 break
             self.waiting.popleft()
-            self.block_manager.allocate(seq, num_new_tokens)
+            self.block_manager.allocate(seq, seq.num_tokens)
             seq.status = SequenceStatus.RUNNING
-            seq.num_scheduled_tokens = num_new_tokens
+            seq.num_scheduled_tokens = num_new_tokens = seq.num_uncached_tokens
             num_batched_tokens += num_new_tokens
             scheduled.append(seq)
             self.running.append(seq)  # on the prefill role, until postprocess finishes it
@@ -167,31 +169,40 @@ class Scheduler:
         """Give up to `budget` prefill tokens to partly prefilled and waiting sequences, shortest remaining first
         with aging (see the module docstring). Returns them in that order, each with its num_scheduled_tokens."""
         candidates = [seq for seq in self.running if seq.is_prefilling] + list(self.waiting)
-        candidates.sort(key=lambda seq: seq.num_uncached_tokens - seq.num_steps_starved * self.step_token_budget)
+        uncached = {id(seq): self._num_uncached(seq) for seq in candidates}
+        candidates.sort(key=lambda seq: uncached[id(seq)] - seq.num_steps_starved * self.step_token_budget)
         scheduled: list[Sequence] = []
         admitting = True
         for seq in candidates:
-            num_tokens = min(seq.num_uncached_tokens, budget)
+            num_tokens = min(uncached[id(seq)], budget)
             if num_tokens <= 0:
                 break
-            if num_tokens < seq.num_uncached_tokens and any(s.samples_next_token for s in scheduled):
+            if num_tokens < uncached[id(seq)] and any(s.samples_next_token for s in scheduled):
                 # A partial chunk behind a prompt that completes here would only delay that prompt's first token.
                 continue
             if seq.status is SequenceStatus.WAITING:
                 admitting = (admitting and len(self.running) < self.max_num_seqs
-                             and self.block_manager.can_allocate(seq.num_tokens))
+                             and self.block_manager.can_allocate(seq.num_tokens, seq))
                 if not admitting:
                     continue
                 self.waiting.remove(seq)
                 self.block_manager.allocate(seq, seq.num_tokens)  # a preempted sequence recomputes its produced tokens
                 seq.status = SequenceStatus.RUNNING
                 self.running.append(seq)
+                # An eviction by an earlier admission of this step may have shortened its cached prefix.
+                num_tokens = min(seq.num_uncached_tokens, budget)
             seq.num_scheduled_tokens = num_tokens
             budget -= num_tokens
             scheduled.append(seq)
         for seq in candidates:
             seq.num_steps_starved = 0 if seq.num_scheduled_tokens else seq.num_steps_starved + 1
         return scheduled
+
+    def _num_uncached(self, seq: Sequence) -> int:
+        """The tokens `seq` has yet to prefill: for a waiting one, all but the cached prefix it would start from."""
+        if seq.status is SequenceStatus.WAITING:
+            return seq.num_tokens - self.block_manager.num_cached_prefix_tokens(seq)
+        return seq.num_uncached_tokens
 
     def _schedule_decode(self) -> list[Sequence]:
         """One token for each running sequence past its prefill. When one lacks a block, the newest running

@@ -39,6 +39,10 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_cached_tokens = 0
         self.num_scheduled_tokens = 0
+        # Prefix caching (prefix_cache.py): the keys of its full blocks, computed once; how many of its blocks the
+        # block manager has keyed.
+        self.block_hashes: list[bytes] = []
+        self.num_registered_blocks = 0
         # Until a step samples from it: its tokens are prefilled (in one step or in chunks), not decoded. Set again
         # when a preempted sequence starts over; a decode role's sequence arrives prefilled.
         self.is_prefilling = True
