@@ -11,9 +11,13 @@ Types:
   quantiles can be aggregated across workers)
 - gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio, and on workers the info
   metric tandem_worker_info{dtype, dtype_requested, revision, quantization} = 1 once the model is loaded, and
-  tandem_model_weight_bytes (what the loaded weights take, after any quantization)
+  tandem_model_weight_bytes (what the loaded weights take, after any quantization); prefix caching:
+  tandem_prefix_cache_blocks (KV blocks keyed by their prefix, in use or evictable) and tandem_prefix_cache_hit_ratio
+  (hit / queried tokens since the worker started; a dashboard over a window uses the counters' rates instead)
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
-  tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind}
+  tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind},
+  tandem_prefix_cache_queried_tokens_total (prompt tokens looked up in the prefix cache at admission) and
+  tandem_prefix_cache_hit_tokens_total (those found cached: prefill tokens saved)
 - the gateway's per-request series (latency histograms, token counters, successes, errors) also carry `revision`,
   the revision that served ("" before one was picked); a worker's are as listed
 - GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`), and
@@ -149,6 +153,17 @@ class TandemMetrics:
         self.model_weight_bytes = gauge("tandem_model_weight_bytes",
                                         "Bytes the loaded model's weights take (after any quantization).")
 
+        self.prefix_cache_queried_tokens = counter(
+            "tandem_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache at admission.")
+        self.prefix_cache_hit_tokens = counter(
+            "tandem_prefix_cache_hit_tokens_total",
+            "Prompt tokens found in the prefix cache at admission (prefill tokens saved).")
+        self.prefix_cache_hit_ratio = gauge("tandem_prefix_cache_hit_ratio",
+                                            "Prefix cache hit tokens / queried tokens since start (0..1).")
+        self.prefix_cache_blocks = gauge("tandem_prefix_cache_blocks",
+                                         "KV blocks keyed by their prefix (in use or evictable).")
+        self._prefix_cache_seen = {"queried": 0, "hit": 0}
+
 
         self.gpu_collector = None
         if gpu:
@@ -192,6 +207,15 @@ class TandemMetrics:
         self.requests_running.set(stats.get("num_running", 0))
         self.requests_waiting.set(stats.get("num_waiting", 0))
         self.kv_cache_usage.set(stats.get("kv_usage", 0.0))
+        # The engine counts since start; the counters advance by what is new.
+        seen = self._prefix_cache_seen
+        for key, counter in (("queried", self.prefix_cache_queried_tokens), ("hit", self.prefix_cache_hit_tokens)):
+            value = stats.get(f"prefix_cache_{key}_tokens", 0)
+            if value > seen[key]:
+                counter.inc(value - seen[key])
+                seen[key] = value
+        self.prefix_cache_hit_ratio.set(seen["hit"] / seen["queried"] if seen["queried"] else 0.0)
+        self.prefix_cache_blocks.set(stats.get("prefix_cache_blocks", 0))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this process (serve it with CONTENT_TYPE)."""

@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-chunk-size", type=int, default=None,
                    help="with --chunked-prefill: the most tokens one step feeds (decodes and prefill chunks "
                         "together), at most --max-num-batched-tokens (default: 64 on a CPU, 512 on CUDA)")
+    p.add_argument("--prefix-caching", dest="prefix_caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep full KV blocks keyed by their prefix after a request ends, so that later requests "
+                        "sharing it compute only the rest (colocated and prefill; a decode worker has no use for "
+                        "it); on by default")
     p.add_argument("--max-model-len", type=int, default=None, help="default: from the model config")
     p.add_argument("--max-queue", type=int, default=256,
                    help="requests admitted beyond --max-num-seqs before answering 429")

@@ -112,7 +112,8 @@ class WorkerServer:
                                       "revision": self.config.revision, "dtype": self.info["dtype"],
                                       "max_model_len": self.info["max_model_len"],
                                       "quantization": self.info["quantization"],
-                                      "weight_bytes": self.info["weight_bytes"], **fault})
+                                      "weight_bytes": self.info["weight_bytes"],
+                                      "prefix_caching": self.info["prefix_caching"], **fault})
         return web.json_response({"status": status, "reason": reason, **fault}, status=503)
 
     def health_status(self) -> tuple[str, str]:
@@ -138,7 +139,10 @@ class WorkerServer:
         if not self.info:
             raise RequestError("the model is still loading", status=503, type="unavailable", code="starting")
         stats = self.engine_loop.stats
-        return web.json_response({**self.info, "num_kv_blocks": stats.get("num_kv_blocks_total")})
+        return web.json_response({**self.info, "num_kv_blocks": stats.get("num_kv_blocks_total"),
+                                  "prefix_cache": {key.removeprefix("prefix_cache_"): stats.get(key, 0) for key in
+                                                   ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens",
+                                                    "prefix_cache_blocks")}})
 
     async def fault_view(self, request: web.Request) -> web.Response:
         """Test aid (--enable-test-faults only): break the engine loop as the request's `kind` says."""
@@ -269,7 +273,10 @@ class WorkerServer:
                      "max_num_batched_tokens": self.config.engine.max_num_batched_tokens,
                      "kv_layout": dict(engine.kv_layout),
                      "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
-                     "bit_identical": engine.quantization == "none"}
+                     "bit_identical": engine.quantization == "none",
+                     # What runs (off on a decode worker, whatever was asked): the gateway routes by prefix affinity
+                     # to workers that say true in /health.
+                     "prefix_caching": engine.prefix_caching}
         if engine.quantization in QUANTIZATION_NOTES:
             self.info["note"] = QUANTIZATION_NOTES[engine.quantization]
         if self.config.fault:
