@@ -7,6 +7,7 @@ import argparse
 from dataclasses import dataclass, field
 from enum import Enum
 
+from inference.gateway.prefix_affinity import DEFAULT_NUM_CHARS
 from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
 from inference.weights import parse_weight, weight_problem
 
@@ -64,6 +65,11 @@ class Config:
     connect_timeout: float = 2.0
     # How many times one request may move to another worker pair when its worker dies mid-stream (token_stream.py).
     max_migrations: int = 2
+    # Prefix affinity (prefix_affinity.py): route requests that begin alike to one worker where the workers report
+    # prefix caching; the key is the request's first `prefix_affinity_chars` characters (a chat's up to its first
+    # user message).
+    prefix_affinity: bool = True
+    prefix_affinity_chars: int = DEFAULT_NUM_CHARS
     # Filled into a request that leaves them out (temperature, top_p, top_k, max_tokens). With --control-plane the
     # deployment's, from each membership poll, instead.
     sampling_defaults: dict = field(default_factory=dict)
@@ -98,6 +104,8 @@ class Config:
             raise ValueError("--max-outstanding-per-worker must be at least 1")
         if self.max_migrations < 0:
             raise ValueError("--max-migrations must be at least 0")
+        if self.prefix_affinity_chars < 1:
+            raise ValueError("--prefix-affinity-chars must be at least 1")
         for name in ("request_timeout", "health_interval", "health_timeout", "membership_interval", "connect_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
@@ -154,6 +162,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     for name, kind in (("temperature", float), ("top_p", float), ("top_k", int), ("max_tokens", int)):
         parser.add_argument(f"--default-{name.replace('_', '-')}", dest=f"default_{name}", type=kind, default=None,
                             help=f"{name} for a request that leaves it out (a static gateway's sampling default)")
+    parser.add_argument("--prefix-affinity", action=argparse.BooleanOptionalAction, default=True,
+                        help="send requests that begin alike to the worker that has their prefix cached, within a "
+                             "bounded load (where the workers report prefix caching); on by default")
+    parser.add_argument("--prefix-affinity-chars", type=int, default=DEFAULT_NUM_CHARS,
+                        help="how many leading characters of a prompt (a chat: of its messages up to the first user "
+                             "message) make the affinity key")
     args = parser.parse_args(argv)
     sampling_defaults = {name: getattr(args, f"default_{name}") for name in SAMPLING_DEFAULT_FIELDS
                          if getattr(args, f"default_{name}") is not None}
@@ -168,6 +182,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             health_interval=args.health_interval, health_timeout=args.health_timeout,
             membership_interval=args.membership_interval, connect_timeout=args.connect_timeout,
             max_migrations=args.max_migrations, sampling_defaults=sampling_defaults,
+            prefix_affinity=args.prefix_affinity, prefix_affinity_chars=args.prefix_affinity_chars,
         )
     except ValueError as exc:
         parser.error(str(exc))

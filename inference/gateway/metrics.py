@@ -3,7 +3,7 @@ routing state."""
 from __future__ import annotations
 
 from prometheus_client import Counter
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from inference.metrics import BASE_LABELS, TandemMetrics
@@ -33,6 +33,18 @@ class RouterCollector(Collector):
         yield up
         yield outstanding
         yield weight
+        # Prefix affinity: requests sent to their key's home worker, or spilled past it because it was loaded above
+        # the bound (a stage without prefix caching, or a request without a key, is picked by load and counted in
+        # neither).
+        decisions = CounterMetricFamily("tandem_gateway_prefix_routing",
+                                        "Requests routed by prefix affinity, by stage and decision (affinity: the "
+                                        "key's home worker; spilled: a later one, the home being over the load bound).",
+                                        labels=["role", "model", "stage", "decision"])
+        for stage in ("prefill", "colocated"):
+            for decision in ("affinity", "spilled"):
+                decisions.add_metric(["gateway", self.model, stage, decision],
+                                     float(self.router.affinity_decisions.get((stage, decision), 0)))
+        yield decisions
 
 
 class GatewayMetrics(TandemMetrics):

@@ -20,6 +20,7 @@ import aiohttp
 from inference import ndjson
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
+from inference.gateway.prefix_affinity import affinity_key
 from inference.gateway.routing import Group, Router, Worker, overloaded
 from inference.gateway.token_stream import TRANSPORT_ERRORS, Finish, Leg, StreamBroken, TokenStream
 from inference.roles import Role
@@ -116,6 +117,9 @@ class Relay:
         raise ApiError(502, f"the request failed on the workers: {failure.message}", type="upstream_error",
                        code=failure.kind)
 
+    def _affinity_key(self, body: dict) -> str | None:
+        return affinity_key(body, self.config.prefix_affinity_chars) if self.config.prefix_affinity else None
+
     def _acquire(self, worker: Worker):
         worker.num_outstanding += 1
         released = False
@@ -151,7 +155,7 @@ class Relay:
     # -- colocated ----------------------------------------------------------------------------------------------------
 
     async def _start_colocated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
-        worker = self.router.pick(group, Role.COLOCATED, excluded)
+        worker = self.router.pick(group, Role.COLOCATED, excluded, key=self._affinity_key(body))
         release = self._acquire(worker)
         resp = None
         try:
@@ -200,7 +204,7 @@ class Relay:
     # -- disaggregated ------------------------------------------------------------------------------------------------
 
     async def _start_disaggregated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
-        prefill = self.router.pick(group, Role.PREFILL, excluded)
+        prefill = self.router.pick(group, Role.PREFILL, excluded, key=self._affinity_key(body))
         decode = self.router.pick(group, Role.DECODE, excluded)
         release_prefill = self._acquire(prefill)
         release_decode = self._acquire(decode)

@@ -8,6 +8,11 @@ outstanding / weight ties at 0 for every worker and the heavier one would not be
 pile up a weight-3 worker takes three for each one a weight-1 worker takes, and under steady load each holds
 outstanding requests in proportion to its weight.
 
+Prefix affinity (prefix_affinity.py): a request with an affinity key, on a stage whose ready workers all report
+prefix caching in /health, goes to the worker a consistent hash with bounded loads names, so that requests that
+begin alike find their prefix cached; `--no-prefix-affinity` turns it off. Decode workers compute no prompt: they
+are always picked by load.
+
 Which group serves a request is the newest complete one, unless the membership splits traffic between groups
 (`traffic_weight`, a canary or A/B rollout): then traffic_split.py chooses.
 """
@@ -25,6 +30,7 @@ import aiohttp
 from inference.checks import is_int
 from inference.gateway import traffic_split
 from inference.gateway.config import Config, Mode
+from inference.gateway.prefix_affinity import HashRing, bounded_pick
 from inference.gateway.openai_protocol import ApiError
 from inference.roles import Role
 from inference.weights import DEFAULT_WEIGHT
@@ -49,6 +55,7 @@ class Worker:
     dtype: str | None = None  # what the worker's /health says it runs; None until a probe answers ok
     max_model_len: int | None = None  # the context its /health says it serves (its KV pool may hold less than the model)
     weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
+    prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
 
     @property
     def is_ready(self) -> bool:
@@ -116,6 +123,10 @@ class Router:
         self.membership_error: str | None = "no membership yet"
         self._workers: dict[tuple[Role, str], Worker] = {}
         self._pick_counter = itertools.count(1)
+        self._rings: dict[tuple, HashRing] = {}  # by the (url, weight) of a stage's listed workers
+        # Prefix-affinity decisions by (stage, "affinity" | "spilled"): taken the key's home worker, or a later one
+        # on its ring because the home was loaded above the bound.
+        self.affinity_decisions: dict[tuple[str, str], int] = {}
         self._probe_wakeup = asyncio.Event()
 
     # -- membership ---------------------------------------------------------------------------------------------------
@@ -188,15 +199,26 @@ class Router:
             parts.append(f"{label}: " + ", ".join(group.missing()))
         return "; ".join(parts)
 
-    def pick(self, group: Group, role: Role, exclude: set[str] = frozenset()) -> Worker:
+    def pick(self, group: Group, role: Role, exclude: set[str] = frozenset(), key: str | None = None) -> Worker:
         """The ready worker of `role` in `group` with the least (outstanding + 1) / weight, ties to the one picked
-        longest ago, skipping `exclude` (workers this request already failed on). 429 when every candidate is at
-        --max-outstanding-per-worker (a cap on each worker, whatever its weight); 503 when none is ready."""
+        longest ago, skipping `exclude` (workers this request already failed on); with an affinity `key`, where
+        prefix affinity applies (module docstring), the one its bounded-load ring walk names. 429 when every
+        candidate is at --max-outstanding-per-worker (a cap on each worker, whatever its weight); 503 when none is
+        ready."""
         candidates = [w for w in group.workers(role) if w.is_ready and w.url not in exclude]
         if not candidates:
             raise ApiError(503, f"no ready {role.value} worker left to try", type="service_unavailable",
                            code="no_ready_workers", headers={"Retry-After": "1"})
         limit = self.config.max_outstanding_per_worker
+        if (key is not None and self.config.prefix_affinity and role is not Role.DECODE
+                and all(w.prefix_caching for w in candidates)):
+            members = group.workers(role)
+            worker, is_home = bounded_pick(self._ring(members), members, key, candidates, limit)
+            if worker is not None:
+                decision = (role.value, "affinity" if is_home else "spilled")
+                self.affinity_decisions[decision] = self.affinity_decisions.get(decision, 0) + 1
+                worker.last_picked = next(self._pick_counter)
+                return worker
         best = None
         for worker in candidates:
             if worker.num_outstanding >= limit:
@@ -207,6 +229,15 @@ class Router:
             raise overloaded(f"every {role.value} worker has {limit} outstanding requests")
         best.last_picked = next(self._pick_counter)
         return best
+
+    def _ring(self, workers: list[Worker]) -> HashRing:
+        members = tuple((w.url, w.weight) for w in workers)
+        ring = self._rings.get(members)
+        if ring is None:
+            if len(self._rings) > 64:  # memberships come and go: keep only recent rings
+                self._rings.clear()
+            ring = self._rings[members] = HashRing(members)
+        return ring
 
     def mark_down(self, worker: Worker, reason: str) -> None:
         """Out of rotation until a probe finds it healthy: for a connection that failed, never for one request's
@@ -240,6 +271,7 @@ class Router:
                 worker.dtype = dtype if isinstance(dtype, str) else None
                 max_model_len = body.get("max_model_len")
                 worker.max_model_len = max_model_len if is_int(max_model_len) else None
+                worker.prefix_caching = body.get("prefix_caching") is True
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return

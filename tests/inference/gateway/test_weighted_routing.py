@@ -32,7 +32,10 @@ def fleet(tiny_model_dir, tmp_path_factory):
     try:
         procs.append(start_gateway("gateway", ["--colocated", f"{heavy.url},{light.url}",
                                                "--worker-weight", f"{heavy.url}=3",
-                                               "--worker-weight", f"{light.url}=1"], log_dir))
+                                               "--worker-weight", f"{light.url}=1",
+                                               # Every request has the same prompt: under prefix affinity its home
+                                               # would take them all up to the bound. This tests the load rule.
+                                               "--no-prefix-affinity"], log_dir))
         yield procs[2], heavy, light
     finally:
         stop_all(procs)
