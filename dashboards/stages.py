@@ -25,6 +25,8 @@ VALUE_WINDOW_S = 60
 # Plotly draws an annotation on one line unless told: <br> keeps the reason inside a narrow chart.
 BATCH_ABSENT = ("no data yet: the workers export no<br>tandem_batch_tokens_per_step histogram<br>"
                 "(tokens fed per engine step), or took no step")
+PREFIX_ABSENT = ("no data yet: no prompt was admitted,<br>or the workers run without prefix caching<br>"
+                 "(tandem_prefix_cache_*_tokens_total)")
 NO_GPU = "no GPU on this host:<br>workers export these series<br>only on a GPU host"
 # An objective far above the measured P99 would flatten its line to the floor: below this share of the objective
 # the objective is named in the title instead of drawn.
@@ -64,6 +66,8 @@ def stage_indicators(stage: str, *, has_gpu: bool) -> tuple[Indicator, ...]:
             Indicator("queue", "Queue length (waiting requests)", "requests", (Line("requests_waiting", "waiting"),)),
             Indicator("batch", "Batch tokens per step (mean)", "tokens", (Line("batch_tokens_per_step", "tokens"),),
                       empty=BATCH_ABSENT),
+            Indicator("prefix_cache", "Prefix cache hit rate per worker (prompt tokens found cached)", "ratio",
+                      (Line("prefix_cache_hit_ratio", ""),), per_worker=True, empty=PREFIX_ABSENT),
             compute,
         )
     memory = (Indicator("memory", "GPU memory per worker", "bytes", (Line("gpu_memory_used_bytes", ""),),

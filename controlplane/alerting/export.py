@@ -35,6 +35,7 @@ COUNTERS = {
     "prompt_tokens_per_second": "tandem_prompt_tokens_total",
     "generation_tokens_per_second": "tandem_generation_tokens_total",
     "cpu_usage_ratio": "process_cpu_seconds_total",
+    "prefix_cache_hit_tokens_per_second": "tandem_prefix_cache_hit_tokens_total",
 }
 OVER_TIME = {"avg": "avg_over_time", "max": "max_over_time", "min": "min_over_time", "sum": "sum_over_time",
              "count": "count_over_time"}
@@ -101,6 +102,9 @@ class _Query:
         if metric == "batch_tokens_per_step":
             return (f"({self.sum_rate('tandem_batch_tokens_per_step_sum')} / "
                     f"{self.sum_rate('tandem_batch_tokens_per_step_count')})")
+        if metric == "prefix_cache_hit_ratio":
+            return (f"({self.sum_rate('tandem_prefix_cache_hit_tokens_total')} / "
+                    f"{self.sum_rate('tandem_prefix_cache_queried_tokens_total')})")
         if metric == "gpu_memory_used_ratio":
             return (f"(sum by ({self.by}) ({self._gauge('tandem_gpu_memory_used_bytes', agg)}) / "
                     f"sum by ({self.by}) ({self._gauge('tandem_gpu_memory_total_bytes', agg)}))")

@@ -63,6 +63,10 @@ _CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
     # Mean tokens fed per engine step: rate(tandem_batch_tokens_per_step_sum) / rate(..._count), pooled from the
     # summed counters like a ratio.
     "batch_tokens_per_step": (28, PoolAggregate.COUNTER_RATIO, "tokens"),
+    # Prefix caching: rate(hit tokens) / rate(queried tokens), pooled from the summed counters; and the prefill
+    # tokens it saved per second. (Ids from 40: other features take the next ids after 28.)
+    "prefix_cache_hit_ratio": (40, PoolAggregate.COUNTER_RATIO, "ratio"),
+    "prefix_cache_hit_tokens_per_second": (41, PoolAggregate.SUM, "tokens/second"),
 }
 
 METRICS: tuple[str, ...] = tuple(_CATALOG)

@@ -16,7 +16,7 @@ from controlplane.observability.exposition import Reading
 from controlplane.observability.quantiles import bucket_increases, counter_increase, histogram_quantile, sum_buckets
 
 _RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "generation_tokens", "cpu_seconds",
-                  "batch_tokens", "batch_steps")
+                  "batch_tokens", "batch_steps", "prefix_queried_tokens", "prefix_hit_tokens")
 _GAUGE_SERIES = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "gpu_utilization_ratio",
                  "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts", "resident_memory_bytes",
                  "gpu_memory_fragmentation_bytes")
@@ -93,6 +93,11 @@ def rate_series(inc: Increments) -> dict[str, float | None]:
     if counters.get("batch_steps"):
         # No step in the window is no data, not 0 tokens per step.
         values["batch_tokens_per_step"] = counters.get("batch_tokens", 0.0) / counters["batch_steps"]
+    if counters.get("prefix_queried_tokens"):
+        # No admission in the window is no data, not a 0% hit rate.
+        values["prefix_cache_hit_ratio"] = counters.get("prefix_hit_tokens", 0.0) / counters["prefix_queried_tokens"]
+    if "prefix_hit_tokens" in counters:
+        values["prefix_cache_hit_tokens_per_second"] = counters["prefix_hit_tokens"] / span
     return values
 
 

@@ -38,6 +38,9 @@ _COUNTERS = {
     # The histogram of tokens fed per engine step: only its sum and count are kept (the mean per step).
     "tandem_batch_tokens_per_step_sum": "batch_tokens",
     "tandem_batch_tokens_per_step_count": "batch_steps",
+    # Prefix caching: prompt tokens looked up at admission, and those found cached.
+    "tandem_prefix_cache_queried_tokens_total": "prefix_queried_tokens",
+    "tandem_prefix_cache_hit_tokens_total": "prefix_hit_tokens",
 }
 # Gauges → (key, how several label sets combine: GPUs of one worker).
 _GAUGES = {
