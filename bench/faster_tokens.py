@@ -5,7 +5,8 @@ One JSON document with:
   and copied: bytes read + written per second), best of a few tries;
 - `baseline`: SmolLM2 in float32, single-stream decode of Hugging Face `generate` and of the engine, one thread,
   and the time to read the float32 weights once at the measured read bandwidth;
-- one section per speed-up (`int8` now: INT8 weights, `quantization: int8`), each with its own figures and goals;
+- one section per speed-up (`int8`: INT8 weights, `quantization: int8`; `prefix_ttft` and `prefix_routing`: prefix
+  caching and cache-aware routing, bench/prefix_cache.py), each with its own figures and goals;
 - `goals`: every goal, met (true) or not (false), from the figures of this run.
 
 Decode speed is read without the prefill: for each method, the time to generate N tokens minus the time to generate
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import prefix_cache  # noqa: E402
 from bench.common import ROOT, Timer, bootstrap, emit, environment, model_dir, ratio  # noqa: E402
 
 DATA_DIR = ROOT / "bench" / "data"
@@ -36,15 +38,17 @@ GOALS = {
     "int8_batch8_vs_fp32_engine": 1.5,  # at least
     "int8_perplexity_vs_fp32": 1.03,  # at most
     "int8_weight_bytes_vs_fp32": 0.3,  # at most
+    "prefix_ttft_warm_vs_cold": 0.2,  # at most
+    "prefix_routing_cache_aware_hit_rate": 0.8,  # at least
 }
-AT_MOST = {"int8_perplexity_vs_fp32", "int8_weight_bytes_vs_fp32"}
+AT_MOST = {"int8_perplexity_vs_fp32", "int8_weight_bytes_vs_fp32", "prefix_ttft_warm_vs_cold"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2", help="smollm2, tiny or a model folder")
     p.add_argument("--threads", type=int, default=1, help="torch threads (single-stream figures: 1, as the issue)")
-    p.add_argument("--sections", default="int8", help="comma-separated: int8")
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated: {', '.join(SECTIONS)}")
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--batch", type=int, default=8)
@@ -225,7 +229,8 @@ def int8_section(ctx: dict, args) -> dict:
 
 
 # Later speed-ups (speculation, prefix caching) add their section here: name -> fn(ctx, args) -> dict.
-SECTIONS = {"int8": int8_section}
+SECTIONS = {"int8": int8_section, "prefix_ttft": prefix_cache.ttft_section,
+            "prefix_routing": prefix_cache.routing_section}
 
 
 def run(args) -> dict:

@@ -88,7 +88,9 @@ def run(args) -> dict:
             port = free_port()
             flags = [arg for url, weight in zip(urls, weights) for arg in ("--worker-weight", f"{url}={weight}")]
             gateway = start(f"gateway-{label}", ["-m", "inference.gateway", "--port", str(port), "--colocated",
-                                                 ",".join(urls), *flags], log_dir)
+                                                 ",".join(urls), *flags,
+                                                 # One prompt for all: affinity would send them all to one worker.
+                                                 "--no-prefix-affinity"], log_dir)
             try:
                 wait_http(gateway, f"http://127.0.0.1:{port}/health", timeout=60)
                 results[label] = [load_run(f"http://127.0.0.1:{port}", urls, requests_total=args.requests,
