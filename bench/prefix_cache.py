@@ -84,7 +84,34 @@ def _counters(session, urls: list[str]) -> tuple[float, float]:
     return queried, hit
 
 
-def _load(gateway_url: str, prefill_urls: list[str], seed: int) -> dict:
+def _ceiling(tokenizer, chats: list[tuple[str, str]], block_size: int = 16) -> float:
+    """The hit rate if every chat but the first of each system prompt found all the full blocks it shares with
+    the earlier ones (the most any routing can get from a cold start)."""
+    seen: dict[str, list[int]] = {}
+    queried = hit = 0
+    for system, user in chats:
+        ids = tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                            tokenize=True, add_generation_prompt=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        queried += len(ids)
+        earlier = seen.setdefault(system, ids)
+        if earlier is not ids:
+            common = next((i for i, (a, b) in enumerate(zip(ids, earlier)) if a != b), min(len(ids), len(earlier)))
+            hit += min(common, len(ids) - 1) // block_size * block_size
+    return round(hit / queried, 4)
+
+
+def _decisions(session, gateway_url: str) -> dict[str, float]:
+    out = {"affinity": 0.0, "spilled": 0.0}
+    for line in session.get(gateway_url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("tandem_gateway_prefix_routing_total{") and 'stage="prefill"' in line:
+            for decision in out:
+                if f'decision="{decision}"' in line:
+                    out[decision] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _load(gateway_url: str, prefill_urls: list[str], seed: int, tokenizer) -> dict:
     import requests
 
     systems = _system_prompts(seed)
@@ -110,14 +137,18 @@ def _load(gateway_url: str, prefill_urls: list[str], seed: int) -> dict:
     queried, hit = queried - queried0, hit - hit0
     return {"requests": len(chats), "ok": statuses.count(200), "seconds": round(elapsed, 2),
             "queried_tokens": int(queried), "hit_tokens": int(hit),
-            "hit_rate": round(hit / queried, 4) if queried else None}
+            "hit_rate": round(hit / queried, 4) if queried else None,
+            "ceiling_hit_rate": _ceiling(tokenizer, chats), "gateway_decisions": _decisions(session, gateway_url)}
 
 
 def routing_section(ctx: dict, args) -> dict:
     from bench.common import model_dir
     from tests.procs import free_port, start, wait_http
 
+    from transformers import AutoTokenizer
+
     path = model_dir("tiny")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     log_dir = Path(tempfile.mkdtemp(prefix="tandem-bench-prefix-"))
     worker_args = ["--model", str(path), "--threads", "1", "--kv-cache-bytes", "32M"]
     procs, prefill_urls = [], []
@@ -140,7 +171,7 @@ def routing_section(ctx: dict, args) -> dict:
                                                  ",".join(prefill_urls), "--decode", procs[-1].url, flag], log_dir)
             try:
                 wait_http(gateway, f"http://127.0.0.1:{port}/health", timeout=120)
-                out[label] = _load(f"http://127.0.0.1:{port}", prefill_urls, seed)
+                out[label] = _load(f"http://127.0.0.1:{port}", prefill_urls, seed, tokenizer)
             finally:
                 gateway.stop()
     finally:

@@ -28,6 +28,10 @@ whole budget of the steps between; if short prompts ever take every step, the lo
 step until it leads: it waits at most about remaining / budget steps for a chunk. Admission stops at the first
 candidate, in that order, that cannot get blocks, so aging also protects a long prompt from being overtaken forever
 when KV memory is short.
+
+Prefix caching (block_manager.py, prefix_cache.py): a waiting sequence is admitted after the cached prefix it would
+start from (its token budget and its place among the candidates count only the rest), and postprocess keys the
+blocks each step filled.
 """
 from __future__ import annotations
 

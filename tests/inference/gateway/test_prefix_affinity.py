@@ -14,8 +14,8 @@ from tests.inference.worker.support import metric
 
 pytestmark = pytest.mark.integration
 
-# Each worker waits 0.1 s before each token it sends, so that a streaming request stays outstanding a while.
-SLOW = ["--test-fault", "slow:0.1"]
+# Each worker waits 0.2 s before each token it sends, so that a streaming request stays outstanding a while.
+SLOW = ["--test-fault", "slow:0.2"]
 SYSTEM = ("You are a careful assistant for a bakery. Answer questions about bread, opening hours and orders. "
           "Keep answers short, polite and factual; never invent prices that are not listed in the menu. ") * 2
 
@@ -94,7 +94,7 @@ def test_distinct_prefixes_spread_over_both_workers(fleet):
 def test_a_home_worker_loaded_above_the_bound_spills_to_the_next_one(fleet):
     gateway, workers = fleet
     served0, decisions0 = served(workers), decisions(gateway)
-    body = {"model": "tandem", "prompt": SYSTEM + "Spill test.", "max_tokens": 40, "temperature": 0,
+    body = {"model": "tandem", "prompt": SYSTEM + "Spill test.", "max_tokens": 60, "temperature": 0,
             "ignore_eos": True, "stream": True}
     responses, threads = [], []
 
@@ -105,18 +105,18 @@ def test_a_home_worker_loaded_above_the_bound_spills_to_the_next_one(fleet):
             started.set()
             responses.append((r.status_code, [line for line in lines if line][-1]))
 
-    # Placed one after another while the earlier ones stream (40 tokens x 0.1 s each): with two workers the home
-    # takes the 1st and the 2nd (1 <= ceil(1.25 x 1 / 2), 2 <= ceil(1.25 x 2 / 2)) and the 3rd spills
-    # (3 > ceil(1.25 x 3 / 2) = 2).
-    for _ in range(3):
+    # Placed one after another while the earlier ones stream (60 tokens x 0.2 s each): with two workers and the
+    # other idle, the home takes a request while it holds h with h + 1 <= ceil(1.25 x (h + 1) / 2) + 2, i.e. up to
+    # h = 6; the 8th spills (8 > ceil(5.0) + 2).
+    for _ in range(8):
         started = threading.Event()
         thread = threading.Thread(target=hold, args=(started,))
         thread.start()
         threads.append(thread)
         assert started.wait(60)
     for thread in threads:
-        thread.join(120)
-    assert [status for status, _ in responses] == [200, 200, 200]
+        thread.join(180)
+    assert [status for status, _ in responses] == [200] * 8
     assert all(last == b"data: [DONE]" for _, last in responses)
-    assert sorted(delta(served(workers), served0)) == [1, 2]
-    assert delta(list(decisions(gateway).values()), list(decisions0.values())) == [2, 1]
+    assert sorted(delta(served(workers), served0)) == [1, 7]
+    assert delta(list(decisions(gateway).values()), list(decisions0.values())) == [7, 1]

@@ -44,12 +44,14 @@ def test_a_home_over_the_bound_spills_to_the_next_worker_on_the_ring():
     workers = fleet(4)
     home, is_home = pick(workers, "k")
     assert is_home
-    home.num_outstanding = 2  # average with the new one: 3 / 4 -> bound ceil(1.25 x 0.75) = 1 < 3
+    home.num_outstanding = 3  # with the others idle: 4 <= ceil(1.25 x 4 / 4) + 2 = 4
+    assert pick(workers, "k") == (home, True)
+    home.num_outstanding = 4  # 5 > ceil(1.25 x 5 / 4) + 2 = 4
     other, is_home = pick(workers, "k")
     assert other is not home and not is_home
     assert pick(workers, "k")[0] is other  # the spill goes to the same next worker each time
     for w in workers:
-        w.num_outstanding = 2  # all alike: the home is back within the bound
+        w.num_outstanding = 4  # all alike: the home is back within the bound
     assert pick(workers, "k") == (home, True)
 
 
@@ -61,13 +63,15 @@ def test_weights_scale_both_the_share_of_keys_and_the_bound():
     heavy, light = workers
     heavy_key = next(f"p{i}" for i in range(400) if homes[i] is heavy)
     light_key = next(f"p{i}" for i in range(400) if homes[i] is light)
-    # With the other idle, the bound is ceil(1.25 x (h + 1) x weight / 4) for a home holding h.
-    heavy.num_outstanding = 14  # 15 <= ceil(14.06)
+    # With the other idle, the bound is ceil(1.25 x (h + 1) x weight / 4) + 2 for a home holding h.
+    heavy.num_outstanding = 46  # 47 <= ceil(44.06) + 2
     assert pick(workers, heavy_key) == (heavy, True)
-    heavy.num_outstanding = 15  # 16 > ceil(15.0)
+    heavy.num_outstanding = 47  # 48 > ceil(45.0) + 2
     assert pick(workers, heavy_key) == (light, False)
     heavy.num_outstanding = 0
-    light.num_outstanding = 1  # 2 > ceil(0.625): the light worker spills at its second request
+    light.num_outstanding = 3  # 4 <= ceil(1.25) + 2
+    assert pick(workers, light_key) == (light, True)
+    light.num_outstanding = 4  # 5 > ceil(1.5625) + 2: the light worker spills at its fifth request
     assert pick(workers, light_key) == (heavy, False)
 
 
