@@ -34,7 +34,8 @@ def test_the_fast_path_reads_what_prometheus_clients_parser_reads(worker_text, m
     assert fast == reference
     assert fast.counters == {"success": 2.0, "errors": 2.0, "server_errors": 1.0, "prompt_tokens": 42.0,
                              "generation_tokens": 17.0, "cpu_seconds": pytest.approx(fast.counters["cpu_seconds"]),
-                             "batch_steps": 0.0, "batch_tokens": 0.0}  # no engine step observed
+                             "batch_steps": 0.0, "batch_tokens": 0.0,  # no engine step observed
+                             "prefix_queried_tokens": 0.0, "prefix_hit_tokens": 0.0}  # nor any admission
     assert fast.gauges["requests_running"] == 3.0 and fast.gauges["kv_cache_usage_ratio"] == 0.25
     ttft = dict(fast.histograms["ttft"])
     assert ttft[0.005] == 1.0 and ttft[0.025] == 3.0 and ttft[10.0] == 5.0 and ttft[math.inf] == 5.0
