@@ -1,4 +1,4 @@
-"""Celery task of the autoscaler (queue `control`; beat entry in apps.py). A thin wrapper over autoscale_all."""
+"""Celery task of the autoscaler (queue `periodic`; beat entry in apps.py). A thin wrapper over autoscale_all."""
 from __future__ import annotations
 
 import time

@@ -1,4 +1,4 @@
-"""Celery tasks of the observability app (queue `control`; beat entries in apps.py). Thin wrappers over services."""
+"""Celery tasks of the observability app (queue `periodic`; beat entries in apps.py). Thin wrappers over services."""
 from __future__ import annotations
 
 import time
