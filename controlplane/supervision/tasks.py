@@ -15,6 +15,7 @@ from controlplane.celery import CHECK_HEALTH, RECONCILE_ALL, RECONCILE_DEPLOYMEN
 from controlplane.models import Deployment
 from controlplane.observability.models import CycleKind
 from controlplane.observability.telemetry import record_cycle
+from controlplane.single_pass import single_pass
 from controlplane.supervision import health, reconcile
 from controlplane.supervision.at_rest import deployments_at_rest
 
@@ -40,7 +41,13 @@ _last_full_pass = [0.0]
 @shared_task(name=RECONCILE_ALL, **RETRY)
 def reconcile_all() -> int:
     """Reconcile every deployment not at rest (supervision.at_rest; all of them once a FULL_PASS_EVERY_S), timed for
-    the control plane's /metrics. Returns how many were reconciled."""
+    the control plane's /metrics; none while another pass runs (single_pass). A deployment whose row another
+    reconcile holds is skipped: that one is reconciling it. Returns how many were reconciled."""
+    with single_pass(CycleKind.RECONCILE) as mine:
+        return _reconcile_all() if mine else 0
+
+
+def _reconcile_all() -> int:
     started = time.perf_counter()
     ids = list(Deployment.objects.values_list("id", flat=True))
     if time.monotonic() - _last_full_pass[0] < FULL_PASS_EVERY_S:
@@ -50,7 +57,7 @@ def reconcile_all() -> int:
         _last_full_pass[0] = time.monotonic()
     for deployment_id in ids:
         try:
-            reconcile.reconcile_deployment(deployment_id)
+            reconcile.reconcile_deployment(deployment_id, skip_locked=True)
         except Exception:
             # One broken deployment must not stop the others from being reconciled.
             log.exception("reconcile of deployment %s failed", deployment_id)
@@ -60,8 +67,11 @@ def reconcile_all() -> int:
 
 @shared_task(name=CHECK_HEALTH, **RETRY)
 def check_health() -> dict:
-    """One health pass over every worker, timed for the control plane's /metrics."""
-    started = time.perf_counter()
-    result = health.check_health()
-    record_cycle(CycleKind.HEALTH, time.perf_counter() - started)
-    return result
+    """One health pass over every worker, timed for the control plane's /metrics (none while another runs)."""
+    with single_pass(CycleKind.HEALTH) as mine:
+        if not mine:
+            return {"skipped": ["another health pass is running"]}
+        started = time.perf_counter()
+        result = health.check_health()
+        record_cycle(CycleKind.HEALTH, time.perf_counter() - started)
+        return result

@@ -42,7 +42,7 @@ def test_anything_left_to_do_means_not_at_rest(settled, make_worker, unsettle):
 def test_a_pass_reconciles_only_the_deployments_not_at_rest(settled, make_deployment, monkeypatch):
     busy = make_deployment("busy")
     reconciled = []
-    monkeypatch.setattr(tasks.reconcile, "reconcile_deployment", lambda deployment_id: reconciled.append(
+    monkeypatch.setattr(tasks.reconcile, "reconcile_deployment", lambda deployment_id, **_: reconciled.append(
         deployment_id))
     monkeypatch.setattr(tasks, "_last_full_pass", [time.monotonic()])
     assert tasks.reconcile_all() == 1 and reconciled == [busy.id]
