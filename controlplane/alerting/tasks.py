@@ -1,4 +1,5 @@
-"""Celery tasks (the periodic passes on queue `periodic`, deliveries on `control`): thin wrappers around the alerting services; they take ids."""
+"""Celery tasks (the periodic passes on queue `periodic`, deliveries on `control`): thin wrappers around the
+alerting services; they take ids."""
 from __future__ import annotations
 
 import logging

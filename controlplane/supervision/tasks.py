@@ -1,4 +1,5 @@
-"""Celery tasks of supervision (reconcile_deployment on queue `control`, the beat passes on `periodic`): thin wrappers; they take ids.
+"""Celery tasks of supervision (reconcile_deployment on queue `control`, the beat passes on `periodic`): thin
+wrappers; they take ids.
 
 Beat schedules reconcile_all and check_health every TANDEM_RECONCILE_INTERVAL_S; services also enqueue a
 reconcile of one deployment right after every change (by name: controlplane.celery.task_send).

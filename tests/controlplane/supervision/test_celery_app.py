@@ -63,5 +63,6 @@ def test_every_beat_entry_goes_to_the_periodic_queue_and_the_control_worker_cons
     from controlplane.run.stack import child_specs
 
     assert {entry["options"]["queue"] for entry in app.conf.beat_schedule.values()} == {"periodic"}
-    control = next(spec for spec in child_specs(web_port=8000, node_name="n", var_dir=tmp_path) if spec.name == "control")
+    specs = child_specs(web_port=8000, node_name="n", var_dir=tmp_path)
+    control = next(spec for spec in specs if spec.name == "control")
     assert control.argv[control.argv.index("--queues") + 1] == "control,periodic"
