@@ -325,7 +325,10 @@ def main(argv=None) -> None:
         print(f"pool scale: {doc['pool_scale']}", file=sys.stderr)
         doc["rss"] = sample_rss(stack, args.duration)
         if not args.skip_page:
-            doc["deployment_page"] = measure_page(env, web_url, names[0])
+            try:
+                doc["deployment_page"] = measure_page(env, web_url, names[0])
+            except Exception as exc:  # the figures above are still worth printing
+                doc["deployment_page"] = {"error": f"{type(exc).__name__}: {exc}"}
         doc["machine"] = {"cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()}
         emit(doc)
     finally:
