@@ -5,7 +5,7 @@ The control plane's own processes run as `make run` starts them (web, a Celery w
 fleet; DJANGO_DEBUG=0 as in production), with the node agent replaced by a simulated fleet (`manage.py tandem_simfleet`: N nodes, each on its own `node.<name>` queue,
 workers hosted by simulated worker hosts). Deployments are created through the REST API with the engine setting
 `simulate`, each with its real gateway, its default alert rules plus one per worker, and autoscaling on (with no
-traffic it evaluates every pool; a day of down-stabilization keeps it from shrinking the idle pools). Then, for each fleet size (deployments scaled up through the
+traffic it evaluates every pool; a tolerance of 100% keeps it from shrinking the idle pools). Then, for each fleet size (deployments scaled up through the
 API, same stack):
 
 - time until every worker is ready;
@@ -267,9 +267,11 @@ def main(argv=None) -> None:
            # As in production (README): with DEBUG on every database connection keeps its last 9,000 queries.
            "DJANGO_DEBUG": "1" if args.debug else "0", "SECRET_KEY": "sim-fleet-bench-" + os.urandom(16).hex(),
            "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
-           # An idle pool reads as "shrink" (no traffic here): a day of down-stabilization keeps the fleet at its size
-           # while the autoscaler still evaluates every pool each cycle.
-           "TANDEM_AUTOSCALE_DOWN_STABILIZATION_S": "86400"}
+           # An idle pool reads as "shrink" (no traffic here: TTFT read as 0 against a target of 1 s). A tolerance of
+           # 100% keeps every pool at its size while the autoscaler still evaluates each one every cycle. (A day of
+           # down-stabilization did not: the bench's own scales pause the autoscaler, and the recommendations it
+           # kept from before the pause were all "shrink", so it shrank the pools as the pause ended.)
+           "TANDEM_AUTOSCALE_TOLERANCE_PCT": "100"}
     env.pop("CELERY_TASK_ALWAYS_EAGER", None)
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
