@@ -1,4 +1,10 @@
-"""The Celery app "tandem": queue `control` (reconcile, health) and one queue `node.<name>` per node agent.
+"""The Celery app "tandem": queue `control` (the work each change asks for: reconcile of one deployment, webhook
+deliveries, profile runs), queue `periodic` (beat's passes: reconcile_all, health, scrape, alert evaluation,
+autoscaling, rollouts...) and one queue `node.<name>` per node agent.
+
+Two control queues, so that the reconcile a scale asks for never waits behind a backlog of periodic passes (at a
+thousand workers a scrape pass takes seconds): a control worker consumes both (`--queues control,periodic`, what
+`make run` starts), and a large fleet runs a second worker process for `periodic` alone.
 
 Configuration comes from Django settings with the CELERY_ prefix (controlplane/settings.py). Tasks live next to the
 queue that runs them: controlplane/supervision/tasks.py (`control`), controlplane/agent/tasks.py (`node.<name>`),
@@ -21,6 +27,7 @@ app.autodiscover_tasks()
 app.autodiscover_tasks(["controlplane.supervision", "controlplane.agent"])
 
 CONTROL_QUEUE = "control"
+PERIODIC_QUEUE = "periodic"
 # Task names that other modules enqueue by name (controlplane.celery.task_send).
 RECONCILE_DEPLOYMENT = "controlplane.supervision.tasks.reconcile_deployment"
 RECONCILE_ALL = "controlplane.supervision.tasks.reconcile_all"
@@ -35,7 +42,7 @@ def _schedule(sender, **kwargs):
     from django.conf import settings
 
     interval = float(settings.TANDEM_RECONCILE_INTERVAL_S)
-    options = {"queue": CONTROL_QUEUE, "expires": interval}
+    options = {"queue": PERIODIC_QUEUE, "expires": interval}
     # Merged, not assigned: other apps (observability, alerting) add their own periodic tasks.
     sender.conf.beat_schedule = {
         **(sender.conf.beat_schedule or {}),
@@ -46,17 +53,17 @@ def _schedule(sender, **kwargs):
     sender.conf.task_routes = {
         **(sender.conf.task_routes or {}),
         RECONCILE_DEPLOYMENT: {"queue": CONTROL_QUEUE},
-        RECONCILE_ALL: {"queue": CONTROL_QUEUE},
-        CHECK_HEALTH: {"queue": CONTROL_QUEUE},
+        RECONCILE_ALL: {"queue": PERIODIC_QUEUE},
+        CHECK_HEALTH: {"queue": PERIODIC_QUEUE},
     }
 
 
-def schedule_on_control(entries: dict[str, tuple[str, float]]) -> None:
-    """Periodic tasks of an app, {beat entry name: (task name, interval s)}, on the control queue. Each message
+def schedule_periodic(entries: dict[str, tuple[str, float]]) -> None:
+    """Periodic tasks of an app, {beat entry name: (task name, interval s)}, on the periodic queue. Each message
     expires after one interval: a control worker that was down wakes up to one fresh pass, not a backlog of stale
     ones. Joined after this module's own schedule (on_after_configure), or at once if Celery is configured."""
     def add(sender=None, **kwargs) -> None:
-        options = {"queue": CONTROL_QUEUE}
+        options = {"queue": PERIODIC_QUEUE}
         app.conf.beat_schedule = {**(app.conf.beat_schedule or {}), **{
             name: {"task": task, "schedule": interval, "options": {**options, "expires": interval}}
             for name, (task, interval) in entries.items()}}

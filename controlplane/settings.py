@@ -332,7 +332,7 @@ TANDEM_RESTART_BACKOFF_MAX_S = env_int("TANDEM_RESTART_BACKOFF_MAX_S", 60, minim
 TANDEM_AGENT_CONCURRENCY = env_int("TANDEM_AGENT_CONCURRENCY", 8, minimum=1)
 
 # --- observability ----------------------------------------------------------------------------------------
-# Scrape every worker's and gateway's /metrics this often (Celery beat → control queue), at most this many at once.
+# Scrape every worker's and gateway's /metrics this often (Celery beat → periodic queue), at most this many at once.
 TANDEM_SCRAPE_INTERVAL_S = env_int("TANDEM_SCRAPE_INTERVAL_S", 5, minimum=1)
 TANDEM_SCRAPE_TIMEOUT_S = env_int("TANDEM_SCRAPE_TIMEOUT_S", 3, minimum=1)
 TANDEM_SCRAPE_CONCURRENCY = env_int("TANDEM_SCRAPE_CONCURRENCY", 100, minimum=1)
@@ -344,7 +344,7 @@ INSTALLED_APPS += ["controlplane.observability.apps.ObservabilityConfig"]
 
 # --- rollouts (canary, A/B) -----------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.rollouts.apps.RolloutsConfig"]
-# How often the rollout driver steps every running rollout (Celery beat, control queue).
+# How often the rollout driver steps every running rollout (Celery beat, periodic queue).
 TANDEM_ROLLOUT_INTERVAL_S = env_int("TANDEM_ROLLOUT_INTERVAL_S", 2, minimum=1)
 # A revision's `test_fault` engine setting (workers answer errors or run slow) is a test aid: refused unless on.
 TANDEM_ALLOW_TEST_FAULTS = env_bool("TANDEM_ALLOW_TEST_FAULTS", False)

@@ -26,9 +26,9 @@ def _schedule_evaluation() -> None:
     already due), lost deliveries sent again every minute, history pruned every hour."""
     from django.conf import settings
 
-    from controlplane.celery import schedule_on_control
+    from controlplane.celery import schedule_periodic
 
-    schedule_on_control({
+    schedule_periodic({
         "alerting-evaluate": ("controlplane.alerting.tasks.evaluate_rules_task",
                               float(settings.TANDEM_ALERT_EVAL_INTERVAL_S)),
         "alerting-resend-lost-deliveries": ("controlplane.alerting.tasks.deliveries_sweep_task", 60.0),

@@ -1,4 +1,5 @@
-"""Celery tasks (queue `control`): thin wrappers around the alerting services; they take ids."""
+"""Celery tasks (the periodic passes on queue `periodic`, deliveries on `control`): thin wrappers around the
+alerting services; they take ids."""
 from __future__ import annotations
 
 import logging
@@ -13,7 +14,9 @@ from controlplane.alerting.services.evaluation import evaluate_rules
 from controlplane.alerting.services.history import history_prune
 from controlplane.alerting.services.notifications import delivery_send
 from controlplane.celery import DELIVER_WEBHOOK
+from controlplane.observability.models import CycleKind
 from controlplane.observability.telemetry import observe_evaluation
+from controlplane.single_pass import single_pass
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +25,10 @@ _RETRY = dict(autoretry_for=(OperationalError,), retry_backoff=1, retry_backoff_
 
 @shared_task(name="controlplane.alerting.tasks.evaluate_rules_task", **_RETRY)
 def evaluate_rules_task() -> dict:
-    report = evaluate_rules()
+    with single_pass(CycleKind.ALERT_EVALUATION) as mine:
+        if not mine:
+            return {"skipped": "another evaluation pass is running"}
+        report = evaluate_rules()
     observe_evaluation(report.duration_s)
     return {"rules": report.num_rules, "instances": report.num_instances, "transitions": len(report.transitions),
             "actions": report.num_actions, "duration_s": round(report.duration_s, 4)}

@@ -6,7 +6,7 @@
 - settings.py: a deployment's switch and each pool's policy, read and changed by the API and the dashboard.
 - api.py, urls.py: GET/PUT /api/v1/deployments/{name}/autoscaling.
 - tasks.py, apps.py: the Celery task `autoscaling.autoscale_cycle`, run by beat every TANDEM_SCRAPE_INTERVAL_S on
-  the control queue.
+  the periodic queue.
 
 The policy rows (AutoscalingPolicy) are a model of the observability app, which created their table; this package
 holds the code that reads and writes them.

@@ -12,8 +12,8 @@ class AutoscalingConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from controlplane.celery import schedule_on_control
+        from controlplane.celery import schedule_periodic
 
         # One evaluation per scrape interval: the autoscaler reads the newest pool aggregates the scraper stored.
-        schedule_on_control({"autoscaling-evaluate": ("autoscaling.autoscale_cycle",
+        schedule_periodic({"autoscaling-evaluate": ("autoscaling.autoscale_cycle",
                                                       float(settings.TANDEM_SCRAPE_INTERVAL_S))})

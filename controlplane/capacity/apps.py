@@ -12,7 +12,7 @@ class CapacityConfig(AppConfig):
         from django.conf import settings
 
         from controlplane.capacity import tasks  # noqa: F401  (registers the profile task)
-        from controlplane.celery import schedule_on_control
+        from controlplane.celery import schedule_periodic
 
-        schedule_on_control({"capacity-live-refine": ("capacity.live_refine",
+        schedule_periodic({"capacity-live-refine": ("capacity.live_refine",
                                                       float(settings.TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S))})

@@ -12,9 +12,9 @@ class ObservabilityConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from controlplane.celery import schedule_on_control
+        from controlplane.celery import schedule_periodic
 
-        schedule_on_control({
+        schedule_periodic({
             "observability-scrape": ("observability.scrape_cycle", float(settings.TANDEM_SCRAPE_INTERVAL_S)),
             "observability-rollup": ("observability.rollup_and_prune", 60.0),
         })

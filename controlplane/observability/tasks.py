@@ -1,4 +1,4 @@
-"""Celery tasks of the observability app (queue `control`; beat entries in apps.py). Thin wrappers over services."""
+"""Celery tasks of the observability app (queue `periodic`; beat entries in apps.py). Thin wrappers over services."""
 from __future__ import annotations
 
 import time
@@ -9,14 +9,19 @@ from controlplane.observability.models import CycleKind
 from controlplane.observability.rollup import prune, rollup_pending
 from controlplane.observability.store import scrape_cycle
 from controlplane.observability.telemetry import record_cycle
+from controlplane.single_pass import single_pass
 
 
 @shared_task(name="observability.scrape_cycle", ignore_result=True)
 def scrape_cycle_task() -> dict:
-    """Scrape every target and store the series (one pass), timed for the control plane's /metrics."""
-    started = time.perf_counter()
-    result = scrape_cycle()
-    seconds = time.perf_counter() - started
+    """Scrape every target and store the series (one pass), timed for the control plane's /metrics; none while
+    another scrape runs (single_pass: two would only slow each other down)."""
+    with single_pass(CycleKind.SCRAPE) as mine:
+        if not mine:
+            return {"skipped": "another scrape pass is running"}
+        started = time.perf_counter()
+        result = scrape_cycle()
+        seconds = time.perf_counter() - started
     record_cycle(CycleKind.SCRAPE, seconds, num_targets=result.num_targets, num_up=result.num_up)
     return {"targets": result.num_targets, "up": result.num_up, "samples": result.num_samples,
             "scrape_seconds": seconds}

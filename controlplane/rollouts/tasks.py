@@ -1,4 +1,4 @@
-"""Celery task of the rollouts app (queue `control`; beat entry in apps.py): a thin wrapper over the driver."""
+"""Celery task of the rollouts app (queue `periodic`; beat entry in apps.py): a thin wrapper over the driver."""
 from __future__ import annotations
 
 import time

@@ -141,7 +141,7 @@ def child_specs(*, web_port: int, node_name: str, var_dir, embedded_beat: bool =
     integration tests start the same children."""
     manage = str(ROOT / "manage.py")
     celery = [python, "-m", "celery", "-A", "controlplane"]
-    control = [*celery, "worker", "--queues", "control", "--pool", "threads", "--concurrency", "4",
+    control = [*celery, "worker", "--queues", "control,periodic", "--pool", "threads", "--concurrency", "4",
                "--hostname", f"control.{node_name}@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"]
     beat_schedule = str(Path(var_dir) / "celerybeat-schedule")
     if embedded_beat:

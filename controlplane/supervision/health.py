@@ -18,8 +18,7 @@ from datetime import timedelta
 
 import requests
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.models import Worker, WorkerStatus
@@ -29,6 +28,7 @@ from controlplane.services.restarts import WorkerFailure, worker_failure_record,
 log = logging.getLogger(__name__)
 
 PROBE_THREADS = 32
+_RECORD_BATCH = 500  # (id, pid) pairs per UPDATE: 1,000 parameters, far below any backend's limit
 _shared_session: requests.Session | None = None
 _session_lock = threading.Lock()
 
@@ -93,14 +93,22 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
 
 def _record_healthy(workers: list[Worker]) -> None:
     """One UPDATE for every ready worker that answered as before (at a thousand workers, one query per worker was
-    most of a pass). Conditional on status and pid as the per-worker update is: a row that moved on is left alone."""
+    most of a pass). Conditional on status and pid as the per-worker update is: a row that moved on is left alone.
+    The (id, pid) pairs go in as a VALUES list: the ORM's OR of a thousand (id AND pid) terms took longer to build
+    than the probes took to answer. Row values in IN hold on PostgreSQL and SQLite (3.15+)."""
     if not workers:
         return
-    match = Q()
-    for worker in workers:
-        match |= Q(id=worker.id, pid=worker.pid)
-    Worker.objects.filter(match, status=WorkerStatus.READY).update(last_health_at=timezone.now(),
-                                                                   consecutive_health_failures=0)
+    table, quote = Worker._meta.db_table, connection.ops.quote_name
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        for start in range(0, len(workers), _RECORD_BATCH):
+            batch = workers[start:start + _RECORD_BATCH]
+            pairs = ", ".join(["(%s, %s)"] * len(batch))
+            cursor.execute(
+                f"UPDATE {quote(table)} SET {quote('last_health_at')} = %s, "
+                f"{quote('consecutive_health_failures')} = 0 WHERE {quote('status')} = %s "
+                f"AND ({quote('id')}, {quote('pid')}) IN (VALUES {pairs})",
+                [now, WorkerStatus.READY.value, *(value for w in batch for value in (w.id, w.pid))])
 
 
 def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:

@@ -48,12 +48,14 @@ SERVING = (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY)
 START_RESEND_S = 30
 
 
-def reconcile_deployment(deployment_id: int) -> dict:
-    """One reconcile pass (numbered steps in the module docstring). Returns a summary for logs and tests."""
+def reconcile_deployment(deployment_id: int, *, skip_locked: bool = False) -> dict:
+    """One reconcile pass (numbered steps in the module docstring). Returns a summary for logs and tests.
+    skip_locked: do nothing if another reconcile holds the deployment's row (the periodic pass, which would
+    otherwise queue behind a reconcile that is doing the same work)."""
     summary: dict = {"created": [], "drained": [], "started": [], "deleted": False}
     with transaction.atomic():
-        deployment = (Deployment.objects.select_for_update(of=("self",)).select_related("current_revision")
-                      .filter(id=deployment_id).first())
+        deployment = (Deployment.objects.select_for_update(of=("self",), skip_locked=skip_locked)
+                      .select_related("current_revision").filter(id=deployment_id).first())
         if deployment is None:
             return summary
         delete_action = (Action.objects.filter(deployment=deployment, kind=ActionKind.DELETE, status__in=UNFINISHED)

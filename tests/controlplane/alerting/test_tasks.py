@@ -1,15 +1,15 @@
-"""The Celery side: beat schedules the evaluation pass on the control queue, and the task runs one pass and records
+"""The Celery side: beat schedules the evaluation pass on the periodic queue, and the task runs one pass and records
 its duration for the control plane's own /metrics."""
 import pytest
 
 
-def test_beat_runs_the_evaluation_every_interval_on_the_control_queue(settings):
+def test_beat_runs_the_evaluation_every_interval_on_the_periodic_queue(settings):
     from controlplane.celery import app
 
     entry = app.conf.beat_schedule["alerting-evaluate"]
     assert entry["task"] == "controlplane.alerting.tasks.evaluate_rules_task"
     assert entry["schedule"] == float(settings.TANDEM_ALERT_EVAL_INTERVAL_S)
-    assert entry["options"]["queue"] == "control"
+    assert entry["options"]["queue"] == "periodic"
     assert "reconcile-all" in app.conf.beat_schedule  # the core schedule is kept, not replaced
     assert "controlplane.alerting.tasks.evaluate_rules_task" in app.tasks
 

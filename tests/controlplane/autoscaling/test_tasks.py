@@ -1,18 +1,18 @@
-"""The autoscaler's Celery task: beat runs it every scrape interval on the control queue, and one run evaluates
+"""The autoscaler's Celery task: beat runs it every scrape interval on the periodic queue, and one run evaluates
 every pool once and records its duration for the control plane's own /metrics."""
 from controlplane.autoscaling.tasks import autoscale_cycle_task
 from controlplane.observability.models import CycleKind, CycleStat
 
 
-def test_beat_runs_the_autoscaler_every_scrape_interval_on_the_control_queue(settings):
+def test_beat_runs_the_autoscaler_every_scrape_interval_on_the_periodic_queue(settings):
     from controlplane.celery import app
 
     entry = app.conf.beat_schedule["autoscaling-evaluate"]
     assert entry["task"] == "autoscaling.autoscale_cycle"
     assert "autoscaling.autoscale_cycle" in app.tasks
     assert entry["schedule"] == float(settings.TANDEM_SCRAPE_INTERVAL_S)
-    assert entry["options"]["queue"] == "control"
-    assert app.conf.task_routes["autoscaling.autoscale_cycle"] == {"queue": "control"}
+    assert entry["options"]["queue"] == "periodic"
+    assert app.conf.task_routes["autoscaling.autoscale_cycle"] == {"queue": "periodic"}
     assert "observability-scrape" in app.conf.beat_schedule  # the other entries are kept, not replaced
 
 

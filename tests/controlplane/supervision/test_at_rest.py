@@ -1,8 +1,6 @@
 """A reconcile pass leaves alone the deployments at rest (nothing reconcile would do), reconciles the others, and
-still reconciles everything once a minute."""
+reconciles each at-rest deployment in its turn, once a minute."""
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -42,10 +40,18 @@ def test_anything_left_to_do_means_not_at_rest(settled, make_worker, unsettle):
 def test_a_pass_reconciles_only_the_deployments_not_at_rest(settled, make_deployment, monkeypatch):
     busy = make_deployment("busy")
     reconciled = []
-    monkeypatch.setattr(tasks.reconcile, "reconcile_deployment", lambda deployment_id: reconciled.append(
+    monkeypatch.setattr(tasks.reconcile, "reconcile_deployment", lambda deployment_id, **_: reconciled.append(
         deployment_id))
-    monkeypatch.setattr(tasks, "_last_full_pass", [time.monotonic()])
+    monkeypatch.setattr(tasks, "_at_rest_turn", lambda ids, now: set())
     assert tasks.reconcile_all() == 1 and reconciled == [busy.id]
-    monkeypatch.setattr(tasks, "_last_full_pass", [time.monotonic() - tasks.FULL_PASS_EVERY_S])
+    monkeypatch.setattr(tasks, "_at_rest_turn", lambda ids, now: {settled.id})  # its turn: reconciled at rest too
     reconciled.clear()
     assert tasks.reconcile_all() == 2 and sorted(reconciled) == sorted([settled.id, busy.id])
+
+
+def test_each_deployment_at_rest_gets_one_turn_per_full_pass_period_and_no_pass_takes_all(settings):
+    settings.TANDEM_RECONCILE_INTERVAL_S = 5
+    ids = list(range(1, 51))
+    turns = [tasks._at_rest_turn(ids, 1_000_003.0 + 5 * k) for k in range(int(tasks.FULL_PASS_EVERY_S / 5))]
+    assert sorted(d for turn in turns for d in turn) == ids  # each exactly once in 60 s
+    assert max(len(turn) for turn in turns) == 5  # 50 deployments over 12 passes: at most 5 in one pass

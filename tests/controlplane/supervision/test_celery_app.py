@@ -1,4 +1,5 @@
-"""Beat runs reconcile and health on the control queue every TANDEM_RECONCILE_INTERVAL_S; agent tasks have no
+"""Beat runs reconcile and health on the periodic queue every TANDEM_RECONCILE_INTERVAL_S, apart from the reconcile a
+change asks for (control queue), which a backlog of passes must not delay; agent tasks have no
 fixed queue (they are always sent to a node's queue); tasks sent by name are registered in every process."""
 from __future__ import annotations
 
@@ -9,19 +10,21 @@ from controlplane.celery import app, task_send
 from controlplane.supervision import tasks as supervision_tasks
 
 
-def test_beat_schedules_reconcile_and_health_on_the_control_queue_every_interval(settings):
+def test_beat_schedules_reconcile_and_health_on_the_periodic_queue_every_interval(settings):
     schedule = {name: entry for name, entry in app.conf.beat_schedule.items()
                 if name in ("reconcile-all", "check-health")}
     assert {entry["task"] for entry in schedule.values()} == {supervision_tasks.reconcile_all.name,
                                                               supervision_tasks.check_health.name}
     for entry in schedule.values():
         assert entry["schedule"] == float(settings.TANDEM_RECONCILE_INTERVAL_S)
-        assert entry["options"] == {"queue": "control", "expires": float(settings.TANDEM_RECONCILE_INTERVAL_S)}
+        assert entry["options"] == {"queue": "periodic", "expires": float(settings.TANDEM_RECONCILE_INTERVAL_S)}
 
 
 def test_control_tasks_route_to_control_and_agent_tasks_are_not_routed_by_name():
     routes = app.conf.task_routes
     assert routes[supervision_tasks.reconcile_deployment.name] == {"queue": "control"}
+    assert routes[supervision_tasks.reconcile_all.name] == routes[supervision_tasks.check_health.name] == {
+        "queue": "periodic"}
     assert agent_tasks.agent_start_worker.name not in routes and agent_tasks.agent_stop_worker.name not in routes
     assert all(task.ignore_result for task in (supervision_tasks.reconcile_all, supervision_tasks.check_health,
                                                agent_tasks.agent_start_worker))
@@ -54,3 +57,12 @@ def test_a_start_task_that_raised_hands_its_worker_to_the_restart_policy(deploym
     worker.refresh_from_db()
     assert worker.status == WorkerStatus.PENDING
     assert "the node agent failed to start it: OSError('disk full')" in Action.objects.get(kind="restart").reason
+
+
+def test_every_beat_entry_goes_to_the_periodic_queue_and_the_control_worker_consumes_both(tmp_path):
+    from controlplane.run.stack import child_specs
+
+    assert {entry["options"]["queue"] for entry in app.conf.beat_schedule.values()} == {"periodic"}
+    specs = child_specs(web_port=8000, node_name="n", var_dir=tmp_path)
+    control = next(spec for spec in specs if spec.name == "control")
+    assert control.argv[control.argv.index("--queues") + 1] == "control,periodic"
