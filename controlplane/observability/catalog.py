@@ -63,6 +63,11 @@ _CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
     # Mean tokens fed per engine step: rate(tandem_batch_tokens_per_step_sum) / rate(..._count), pooled from the
     # summed counters like a ratio.
     "batch_tokens_per_step": (28, PoolAggregate.COUNTER_RATIO, "tokens"),
+    # Speculative decoding (decode and colocated workers): draft tokens verified and kept per second, and the
+    # share kept, rate(accepted) / rate(proposed) pooled like a ratio. Ids from 40: room for other features.
+    "spec_proposed_tokens_per_second": (40, PoolAggregate.SUM, "tokens/second"),
+    "spec_accepted_tokens_per_second": (41, PoolAggregate.SUM, "tokens/second"),
+    "spec_acceptance_ratio": (42, PoolAggregate.COUNTER_RATIO, "ratio"),
 }
 
 METRICS: tuple[str, ...] = tuple(_CATALOG)

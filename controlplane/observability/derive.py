@@ -16,7 +16,7 @@ from controlplane.observability.exposition import Reading
 from controlplane.observability.quantiles import bucket_increases, counter_increase, histogram_quantile, sum_buckets
 
 _RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "generation_tokens", "cpu_seconds",
-                  "batch_tokens", "batch_steps")
+                  "batch_tokens", "batch_steps", "spec_proposed", "spec_accepted")
 _GAUGE_SERIES = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "gpu_utilization_ratio",
                  "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts", "resident_memory_bytes",
                  "gpu_memory_fragmentation_bytes")
@@ -93,6 +93,12 @@ def rate_series(inc: Increments) -> dict[str, float | None]:
     if counters.get("batch_steps"):
         # No step in the window is no data, not 0 tokens per step.
         values["batch_tokens_per_step"] = counters.get("batch_tokens", 0.0) / counters["batch_steps"]
+    if "spec_proposed" in counters:
+        # Speculative decoding: drafts verified and kept per second, and the share kept (no draft: no ratio).
+        values["spec_proposed_tokens_per_second"] = counters["spec_proposed"] / span
+        values["spec_accepted_tokens_per_second"] = counters.get("spec_accepted", 0.0) / span
+        if counters["spec_proposed"]:
+            values["spec_acceptance_ratio"] = counters.get("spec_accepted", 0.0) / counters["spec_proposed"]
     return values
 
 

@@ -38,6 +38,9 @@ _COUNTERS = {
     # The histogram of tokens fed per engine step: only its sum and count are kept (the mean per step).
     "tandem_batch_tokens_per_step_sum": "batch_tokens",
     "tandem_batch_tokens_per_step_count": "batch_steps",
+    # Speculative decoding: draft tokens verified and accepted (workers; 0 without speculation).
+    "tandem_spec_decode_proposed_tokens_total": "spec_proposed",
+    "tandem_spec_decode_accepted_tokens_total": "spec_accepted",
 }
 # Gauges → (key, how several label sets combine: GPUs of one worker).
 _GAUGES = {

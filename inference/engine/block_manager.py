@@ -55,6 +55,13 @@ class BlockManager:
             assert self.free_block_ids, "call can_append first"
             seq.block_table.append(self.free_block_ids.popleft())
 
+    def grow(self, seq: Sequence, num_tokens: int) -> int:
+        """Give `seq` blocks for up to `num_tokens` tokens while free blocks last (speculative drafts: never at
+        anyone's expense); return how many tokens its blocks now hold."""
+        while len(seq.block_table) * self.block_size < num_tokens and self.free_block_ids:
+            seq.block_table.append(self.free_block_ids.popleft())
+        return len(seq.block_table) * self.block_size
+
     def deallocate(self, seq: Sequence) -> None:
         # Freed blocks go to the front so that a busy engine keeps reusing the same (cache-warm) blocks.
         self.free_block_ids.extendleft(reversed(seq.block_table))

@@ -269,7 +269,9 @@ class WorkerServer:
                      "max_num_batched_tokens": self.config.engine.max_num_batched_tokens,
                      "kv_layout": dict(engine.kv_layout),
                      "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
-                     "bit_identical": engine.quantization == "none"}
+                     "bit_identical": engine.quantization == "none",
+                     # Speculative decoding ({"method": ..., "num_tokens": ...} with its defaults) or None: off.
+                     "speculative": engine.speculative}
         if engine.quantization in QUANTIZATION_NOTES:
             self.info["note"] = QUANTIZATION_NOTES[engine.quantization]
         if self.config.fault:
