@@ -34,7 +34,7 @@ def test_a_disaggregated_deployment_shows_prefill_and_decode_columns_with_their_
     assert [c["role"] for c in stages["columns"]] == ["prefill", "decode"]
     prefill, decode = stages["columns"]
     assert [v["key"] for v in prefill["values"]] == ["ttft", "prompt_tokens", "queue", "batch", "compute"]
-    assert [v["key"] for v in decode["values"]] == ["itl", "gen_tokens", "running", "kv", "memory"]
+    assert [v["key"] for v in decode["values"]] == ["itl", "gen_tokens", "running", "kv", "spec", "memory"]
     assert prefill["order"] == [f"stage-prefill-{k}" for k in ("ttft", "prompt_tokens", "queue", "batch", "compute")]
     assert set(prefill["order"] + decode["order"]) <= set(stages["figures"])
     html = _page(client_for(viewer))
@@ -48,7 +48,7 @@ def test_a_colocated_deployment_has_one_column_with_both_sets(client_for, viewer
     assert [c["role"] for c in stages["columns"]] == ["colocated"]
     keys = [v["key"] for v in stages["columns"][0]["values"]]
     assert keys == ["ttft", "prompt_tokens", "queue", "batch", "compute", "itl", "gen_tokens", "running", "kv",
-                    "memory"]
+                    "spec", "memory"]
     assert "Prefill and decode" in _page(client_for(viewer), "solo")
 
 
