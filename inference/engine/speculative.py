@@ -13,10 +13,11 @@ How many drafts a sequence gets (`Speculator.plan`): at most `num_tokens`, and n
 
 When a sequence stops drafting (the off rule): every WINDOW verify steps that carried drafts, if fewer than
 `min_acceptance` of their drafts were accepted, the sequence pauses drafting for `pause` decode steps (starting at
-PAUSE_MIN, doubling on each pause in a row up to PAUSE_MAX); a window that passes resets the pause. A sequence on
-general chat thus spends at most WINDOW of every ~PAUSE_MAX steps on drafts that fail, and one that turns copy-heavy
-later (quoting its prompt) finds its way back at the next probe. An n-gram step without a match drafts nothing and
-costs nothing.
+PAUSE_MIN, times PAUSE_GROWTH on each pause in a row, up to PAUSE_MAX); a window that passes resets the pause. A
+sequence on general chat thus spends WINDOW steps of its first ~PAUSE_MIN, then of ~PAUSE_MIN * PAUSE_GROWTH, ... on
+drafts that fail (6 of its first 100 steps, 8 of its first 340, then 2 in 512), and one that turns copy-heavy later
+(quoting its prompt) finds its way back at the next probe. An n-gram step without a match drafts nothing and costs
+nothing.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ METHODS = ("ngram", "layers")
 MAX_NUM_TOKENS = 16
 MAX_NGRAM = 16
 # The off rule (module docstring).
-WINDOW = 4
-PAUSE_MIN, PAUSE_MAX = 8, 128
+WINDOW = 2
+PAUSE_MIN, PAUSE_GROWTH, PAUSE_MAX = 16, 4, 512
 # The acceptance below which drafting costs more than it saves. An n-gram draft costs only its rows in the verify
 # forward; a layer draft also costs L layers of a forward and an lm_head per drafted token.
 DEFAULT_MIN_ACCEPTANCE = {"ngram": 0.2, "layers": 0.5}
@@ -197,7 +198,7 @@ class Speculator:
             return
         if state.num_window_accepted < self.config.min_acceptance * state.num_window_proposed:
             state.paused_for = state.pause
-            state.pause = min(2 * state.pause, PAUSE_MAX)
+            state.pause = min(PAUSE_GROWTH * state.pause, PAUSE_MAX)
         else:
             state.pause = PAUSE_MIN
         state.num_window_steps = state.num_window_proposed = state.num_window_accepted = 0

@@ -8,7 +8,7 @@ import pytest
 from inference.engine import Config, SamplingParams, Sequence
 from inference.engine.block_manager import BlockManager
 from inference.engine.config import ConfigError
-from inference.engine.speculative import PAUSE_MAX, PAUSE_MIN, WINDOW, Speculator, parse_speculative, propose_ngram
+from inference.engine.speculative import PAUSE_GROWTH, PAUSE_MAX, PAUSE_MIN, WINDOW, Speculator, parse_speculative, propose_ngram
 from inference.roles import Role
 
 
@@ -89,7 +89,7 @@ def test_a_decode_sequence_drafts_inside_its_reservation_only():
     assert spec.plan(seq) == 1 and bm.num_free_blocks == 5
 
 
-def test_a_sequence_whose_drafts_fail_pauses_and_the_pause_doubles():
+def test_a_sequence_whose_drafts_fail_pauses_and_the_pause_grows():
     spec, bm = _speculator(min_acceptance=0.5)
     seq = _running(bm, max_tokens=40)
     for _ in range(WINDOW):
@@ -105,7 +105,7 @@ def test_a_sequence_whose_drafts_fail_pauses_and_the_pause_doubles():
     paused = 0
     while spec.plan(seq) == 0:
         paused += 1
-    assert paused == 2 * PAUSE_MIN <= PAUSE_MAX
+    assert paused == PAUSE_GROWTH * PAUSE_MIN <= PAUSE_MAX
     for _ in range(WINDOW):
         spec._record(seq, 4, 3)  # a good window resets the pause
     assert spec._states[seq].pause == PAUSE_MIN and spec.num_accepted_tokens == WINDOW * 1 + WINDOW * 3
