@@ -11,7 +11,10 @@ How many drafts a sequence gets (`Speculator.plan`): at most `num_tokens`, and n
   preempting anyone for a draft); a decode-role sequence reserved its whole future up front (prompt + max_tokens - 1
   slots) and gets no more, so the max_tokens cap keeps every write inside that reservation.
 
-When a sequence stops drafting (the off rule): every WINDOW verify steps that carried drafts, if fewer than
+When a sequence stops drafting (the off rule): a sequence starts, and comes back from each pause, probing: it
+drafts one token per step (a probe that fails costs a verify of two tokens, and for layer drafts one draft pass,
+instead of k), until a window passes (min_acceptance 0 turns the whole rule off: never a probe, never a pause).
+Every WINDOW verify steps that carried drafts, if fewer than
 `min_acceptance` of their drafts were accepted, the sequence pauses drafting for `pause` decode steps (starting at
 PAUSE_MIN, times PAUSE_GROWTH on each pause in a row, up to PAUSE_MAX); a window that passes resets the pause. A
 sequence on general chat thus spends WINDOW steps of its first ~PAUSE_MIN, then of ~PAUSE_MIN * PAUSE_GROWTH, ... on
@@ -122,12 +125,13 @@ def propose_ngram(token_ids: list[int], *, ngram_max: int, ngram_min: int, num_t
 
 
 class _SeqState:
-    __slots__ = ("num_window_steps", "num_window_proposed", "num_window_accepted", "pause", "paused_for")
+    __slots__ = ("num_window_steps", "num_window_proposed", "num_window_accepted", "pause", "paused_for", "probing")
 
-    def __init__(self):
+    def __init__(self, probing: bool):
         self.num_window_steps = self.num_window_proposed = self.num_window_accepted = 0
         self.pause = PAUSE_MIN
         self.paused_for = 0  # decode steps left without drafts
+        self.probing = probing  # one draft per step until a window passes
 
 
 class Speculator:
@@ -174,11 +178,11 @@ class Speculator:
         """How many tokens `seq` may draft this step (module docstring); 0: a plain decode for it."""
         state = self._states.get(seq)
         if state is None:
-            state = self._states[seq] = _SeqState()
+            state = self._states[seq] = _SeqState(probing=self.config.min_acceptance > 0)
         if state.paused_for:
             state.paused_for -= 1
             return 0
-        k = min(self.config.num_tokens, seq.params.max_tokens - seq.num_completion_tokens - 1,
+        k = min(1 if state.probing else self.config.num_tokens, seq.params.max_tokens - seq.num_completion_tokens - 1,
                 self.max_model_len - seq.num_tokens - 1)
         if k <= 0:
             return 0
@@ -199,8 +203,10 @@ class Speculator:
         if state.num_window_accepted < self.config.min_acceptance * state.num_window_proposed:
             state.paused_for = state.pause
             state.pause = min(PAUSE_GROWTH * state.pause, PAUSE_MAX)
+            state.probing = True
         else:
             state.pause = PAUSE_MIN
+            state.probing = False
         state.num_window_steps = state.num_window_proposed = state.num_window_accepted = 0
 
     def stats(self) -> dict:

@@ -71,41 +71,45 @@ def _running(bm, prompt_len=5, max_tokens=10, reserve=None):
 
 
 def test_drafts_stop_short_of_max_tokens_and_take_free_blocks_only():
-    spec, bm = _speculator(num_blocks=3)
+    spec, bm = _speculator(num_blocks=3, min_acceptance=0)  # no probing: num_tokens from the first step
     seq = _running(bm, max_tokens=10)  # 6 tokens in 2 blocks
     assert spec.plan(seq) == 4 and len(seq.block_table) == 3  # positions 5..9 need a third block
     seq.token_ids += [1] * 6  # 12 tokens, 7 of 10 completion tokens
     assert spec.plan(seq) == 0  # 12 slots held, no block free: no room past the last token's slot
-    spec2, bm2 = _speculator(num_blocks=8)
+    spec2, bm2 = _speculator(num_blocks=8, min_acceptance=0)
     seq2 = _running(bm2, max_tokens=3)
     assert spec2.plan(seq2) == 1  # 1 of 3 tokens made: this step may yield 2 more, so 1 draft
 
 
 def test_a_decode_sequence_drafts_inside_its_reservation_only():
-    spec, bm = _speculator(num_blocks=8, role=Role.DECODE)
+    spec, bm = _speculator(num_blocks=8, role=Role.DECODE, min_acceptance=0)
     seq = _running(bm, prompt_len=5, max_tokens=6, reserve=5 + 6 - 1)  # 10 slots: 3 blocks = 12
     assert spec.plan(seq) == 4 and bm.num_free_blocks == 5
     seq.token_ids += [1, 1, 1]  # 9 tokens, 4 of 6 made
     assert spec.plan(seq) == 1 and bm.num_free_blocks == 5
 
 
-def test_a_sequence_whose_drafts_fail_pauses_and_the_pause_grows():
+def test_a_sequence_probes_with_one_draft_pauses_when_drafts_fail_and_the_pause_grows():
     spec, bm = _speculator(min_acceptance=0.5)
-    seq = _running(bm, max_tokens=40)
+    seq = _running(bm, max_tokens=400)
     for _ in range(WINDOW):
-        assert spec.plan(seq) > 0
+        assert spec.plan(seq) == 1  # probing
+        spec._record(seq, 1, 1)
+    assert spec.plan(seq) == 4  # a window passed: full drafts
+    for _ in range(WINDOW):
         spec._record(seq, 4, 1)  # 25% kept
     for _ in range(PAUSE_MIN):
         assert spec.plan(seq) == 0
-    assert spec.plan(seq) > 0  # the probe
+    assert spec.plan(seq) == 1  # the probe after the pause
     for _ in range(WINDOW - 1):
-        spec._record(seq, 4, 0)
-        spec.plan(seq)
-    spec._record(seq, 4, 0)
+        spec._record(seq, 1, 0)
+        assert spec.plan(seq) == 1
+    spec._record(seq, 1, 0)
     paused = 0
     while spec.plan(seq) == 0:
         paused += 1
     assert paused == PAUSE_GROWTH * PAUSE_MIN <= PAUSE_MAX
     for _ in range(WINDOW):
-        spec._record(seq, 4, 3)  # a good window resets the pause
-    assert spec._states[seq].pause == PAUSE_MIN and spec.num_accepted_tokens == WINDOW * 1 + WINDOW * 3
+        spec._record(seq, 1, 1)  # a good window resets the pause and ends the probing
+    assert spec._states[seq].pause == PAUSE_MIN and spec.plan(seq) == 4
+    assert spec.num_accepted_tokens == WINDOW * 1 + WINDOW * 1 + WINDOW * 1
