@@ -35,7 +35,7 @@ def workers(tiny_model_dir, tmp_path_factory):
         started["prefill"] = start_worker("prefill", "prefill", tiny_model_dir, log_dir, *common, wait=False)
         started["decode"] = start_worker("decode", "decode", tiny_model_dir, log_dir, *common, *spec, wait=False)
         for proc in started.values():
-            wait_http(proc, proc.url + "/health", timeout=180)
+            wait_http(proc, proc.url + "/health", timeout=600)  # four models loading at once on a loaded host
         yield started
     finally:
         for proc in started.values():
