@@ -5,8 +5,9 @@ One JSON document with:
   and copied: bytes read + written per second), best of a few tries;
 - `baseline`: SmolLM2 in float32, single-stream decode of Hugging Face `generate` and of the engine, one thread,
   and the time to read the float32 weights once at the measured read bandwidth;
-- one section per speed-up (`int8`: INT8 weights, `quantization: int8`; `prefix_ttft` and `prefix_routing`: prefix
-  caching and cache-aware routing, bench/prefix_cache.py), each with its own figures and goals;
+- one section per speed-up, each with its own figures and goals: `int8` (INT8 weights, `quantization: int8`),
+  `speculative` (speculative decoding, `speculative: {...}`, ngram and layers against the same float32 engine
+  without it), `prefix_ttft` and `prefix_routing` (prefix caching and cache-aware routing, bench/prefix_cache.py);
 - `goals`: every goal, met (true) or not (false), from the figures of this run.
 
 Decode speed is read without the prefill: for each method, the time to generate N tokens minus the time to generate
@@ -33,6 +34,14 @@ DATA_DIR = ROOT / "bench" / "data"
 # (/usr/share/common-licenses/GFDL-1.3; "everyone is permitted to copy and distribute verbatim copies").
 PPL_TEXT = DATA_DIR / "gfdl-1.3.txt"
 PROMPTS = DATA_DIR / "greedy_prompts.json"
+# Written for this repository: passages to rewrite and code to edit (copy-heavy), and general chat questions.
+SPEC_PROMPTS = DATA_DIR / "speculative_prompts.json"
+# The speculative settings measured: name -> the revision setting.
+SPEC_METHODS = {
+    "ngram": {"method": "ngram", "num_tokens": 5},
+    "layers8": {"method": "layers", "num_tokens": 3, "layers": 8},
+    "layers16": {"method": "layers", "num_tokens": 3, "layers": 16},
+}
 GOALS = {
     "int8_single_stream_vs_hf_generate": 2.5,  # at least
     "int8_batch8_vs_fp32_engine": 1.5,  # at least
@@ -40,6 +49,8 @@ GOALS = {
     "int8_weight_bytes_vs_fp32": 0.3,  # at most
     "prefix_ttft_warm_vs_cold": 0.2,  # at most
     "prefix_routing_cache_aware_hit_rate": 0.8,  # at least
+    **{f"speculative_{name}_copy_heavy_vs_plain": 1.8 for name in SPEC_METHODS},  # at least
+    **{f"speculative_{name}_chat_vs_plain": 0.95 for name in SPEC_METHODS},  # at least
 }
 AT_MOST = {"int8_perplexity_vs_fp32", "int8_weight_bytes_vs_fp32", "prefix_ttft_warm_vs_cold"}
 
@@ -56,6 +67,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ppl-tokens", type=int, default=2048, help="tokens of the text scored for perplexity")
     p.add_argument("--ppl-window", type=int, default=1024)
     p.add_argument("--agreement-tokens", type=int, default=32)
+    p.add_argument("--spec-new-tokens", type=int, default=96,
+                   help="speculative: the most tokens generated per prompt (greedy, until EOS)")
     args = p.parse_args(argv)
     args.sections = [s for s in args.sections.split(",") if s]
     unknown = set(args.sections) - set(SECTIONS)
@@ -228,8 +241,65 @@ def int8_section(ctx: dict, args) -> dict:
     return out
 
 
-# Later speed-ups (speculation, prefix caching) add their section here: name -> fn(ctx, args) -> dict.
-SECTIONS = {"int8": int8_section, "prefix_ttft": prefix_cache.ttft_section,
+def speculative_section(ctx: dict, args) -> dict:
+    """Speculative decoding (ngram; layers with two depths) against the float32 engine without it, single stream,
+    greedy, on copy-heavy prompts and on general chat (SPEC_PROMPTS, in SmolLM2's chat template).
+
+    Decode rate per method and workload: the tokens generated after the first, over the time to generate them
+    (the time for the whole answer minus the time for its first token, which holds the prefill), summed over the
+    workload's prompts; timed in rounds (each method once per round), best of --repeats. Greedy outputs must equal
+    the plain engine's (`identical`)."""
+    from inference.engine import Config, LLMEngine, SamplingParams
+
+    path, plain = ctx["path"], ctx["fp32_engine"]
+    engines = {"plain": plain}
+    for name, spec in SPEC_METHODS.items():
+        engines[name] = LLMEngine(Config(model=path, dtype="float32", threads=args.threads,
+                                         kv_cache_bytes=256 << 20, speculative=spec))
+    tokenizer = plain.tokenizer
+    data = json.loads(SPEC_PROMPTS.read_text())
+    out: dict = {"dtype": "float32", "threads": args.threads, "max_new_tokens": args.spec_new_tokens,
+                 "prompts": SPEC_PROMPTS.name, "methods": SPEC_METHODS}
+
+    def generate(engine, prompt, n):
+        return engine.generate([prompt], SamplingParams(max_tokens=n, temperature=0.0))[0]
+
+    for workload in ("copy_heavy", "chat"):
+        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False) for text in data[workload]]
+        best: dict[tuple[str, int], float] = {}
+        outputs: dict[tuple[str, int], list[int]] = {}
+        for name, engine in engines.items():  # warm-up: lazy init, and each engine's first call
+            generate(engine, prompts[0], 2)
+        for _ in range(args.repeats):
+            for i, prompt in enumerate(prompts):
+                for name, engine in engines.items():
+                    with Timer() as t1:
+                        generate(engine, prompt, 1)
+                    with Timer() as tn:
+                        outputs[name, i] = generate(engine, prompt, args.spec_new_tokens)
+                    best[name, i] = min(best.get((name, i), math.inf), max(tn.seconds - t1.seconds, 1e-9))
+        section: dict = {}
+        for name, engine in engines.items():
+            num_tokens = sum(len(outputs[name, i]) - 1 for i in range(len(prompts)))
+            seconds = sum(best[name, i] for i in range(len(prompts)))
+            section[name] = {"decode_tok_s": round(num_tokens / seconds, 2), "tokens": num_tokens,
+                             "decode_seconds": round(seconds, 2),
+                             "identical": all(outputs[name, i] == outputs["plain", i] for i in range(len(prompts)))}
+        for name in SPEC_METHODS:
+            section[name]["vs_plain"] = ratio(section[name]["decode_tok_s"], section["plain"]["decode_tok_s"])
+            ctx["goals"][f"speculative_{name}_{workload}_vs_plain"] = section[name]["vs_plain"]
+        out[workload] = section
+    for name in SPEC_METHODS:
+        stats = engines[name].stats()
+        proposed, accepted = stats["num_spec_proposed_tokens"], stats["num_spec_accepted_tokens"]
+        out[f"{name}_acceptance"] = {"proposed": proposed, "accepted": accepted,
+                                     "ratio": round(accepted / proposed, 3) if proposed else None}
+    return out
+
+
+# Each speed-up's section: name -> fn(ctx, args) -> dict.
+SECTIONS = {"int8": int8_section, "speculative": speculative_section, "prefix_ttft": prefix_cache.ttft_section,
             "prefix_routing": prefix_cache.routing_section}
 
 

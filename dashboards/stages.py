@@ -27,6 +27,7 @@ BATCH_ABSENT = ("no data yet: the workers export no<br>tandem_batch_tokens_per_s
                 "(tokens fed per engine step), or took no step")
 PREFIX_ABSENT = ("no data yet: no prompt was admitted,<br>or the workers run without prefix caching<br>"
                  "(tandem_prefix_cache_*_tokens_total)")
+SPEC_ABSENT = ("no drafts: the revision has no speculative<br>setting, or its workers drafted nothing yet")
 NO_GPU = "no GPU on this host:<br>workers export these series<br>only on a GPU host"
 # An objective far above the measured P99 would flatten its line to the floor: below this share of the objective
 # the objective is named in the title instead of drawn.
@@ -80,6 +81,10 @@ def stage_indicators(stage: str, *, has_gpu: bool) -> tuple[Indicator, ...]:
                   (Line("generation_tokens_per_second", "out"),)),
         Indicator("running", "Running sequences", "requests", (Line("requests_running", "running"),)),
         Indicator("kv", "KV cache usage per worker", "ratio", (Line("kv_cache_usage_ratio", ""),), per_worker=True),
+        Indicator("spec", "Speculative draft tokens per second", "tokens_per_second",
+                  (Line("spec_proposed_tokens_per_second", "proposed", "dot"),
+                   Line("spec_accepted_tokens_per_second", "accepted")),
+                  value_metric="spec_acceptance_ratio", empty=SPEC_ABSENT),
         memory,
     )
 

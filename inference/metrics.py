@@ -17,7 +17,10 @@ Types:
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
   tandem_kv_transfer_bytes_total, tandem_request_success_total{finished_reason}, tandem_request_errors_total{kind},
   tandem_prefix_cache_queried_tokens_total (prompt tokens looked up in the prefix cache at admission) and
-  tandem_prefix_cache_hit_tokens_total (those found cached: prefill tokens saved)
+  tandem_prefix_cache_hit_tokens_total (those found cached: prefill tokens saved),
+  and on workers tandem_spec_decode_proposed_tokens_total / tandem_spec_decode_accepted_tokens_total (speculative
+  drafts verified and kept; 0 without speculation) with the gauge tandem_spec_decode_acceptance_ratio (accepted /
+  proposed since start; a dashboard takes the ratio of the counters' rates instead)
 - the gateway's per-request series (latency histograms, token counters, successes, errors) also carry `revision`,
   the revision that served ("" before one was picked); a worker's are as listed
 - GPU gauges per device, label `gpu`, from NVML only where it initialises (see `inference.gpu`), and
@@ -148,6 +151,14 @@ class TandemMetrics:
         self.kv_transfer_bytes = counter(
             "tandem_kv_transfer_bytes_total", "KV cache payload bytes sent (prefill) or received (decode).")
 
+        self.spec_proposed_tokens = counter(
+            "tandem_spec_decode_proposed_tokens_total", "Speculative draft tokens fed to a verify forward.")
+        self.spec_accepted_tokens = counter(
+            "tandem_spec_decode_accepted_tokens_total", "Speculative draft tokens the verify forward accepted.")
+        self.spec_acceptance = gauge("tandem_spec_decode_acceptance_ratio",
+                                     "Accepted / proposed speculative draft tokens since the worker started (0..1).")
+        self._spec_seen = {"num_spec_proposed_tokens": 0, "num_spec_accepted_tokens": 0}
+
         self._worker_info = Gauge("tandem_worker_info", "Always 1 on a loaded worker; its labels say what it runs.",
                                   (*BASE_LABELS, "dtype", "dtype_requested", "revision", "quantization"), registry=r)
         self.model_weight_bytes = gauge("tandem_model_weight_bytes",
@@ -216,6 +227,16 @@ class TandemMetrics:
                 seen[key] = value
         self.prefix_cache_hit_ratio.set(seen["hit"] / seen["queried"] if seen["queried"] else 0.0)
         self.prefix_cache_blocks.set(stats.get("prefix_cache_blocks", 0))
+        # The engine's speculative counts are totals since start: the counters take what is new since last time.
+        for key, series in (("num_spec_proposed_tokens", self.spec_proposed_tokens),
+                            ("num_spec_accepted_tokens", self.spec_accepted_tokens)):
+            total = stats.get(key, 0)
+            if total > self._spec_seen[key]:
+                series.inc(total - self._spec_seen[key])
+                self._spec_seen[key] = total
+        proposed = self._spec_seen["num_spec_proposed_tokens"]
+        if proposed:
+            self.spec_acceptance.set(self._spec_seen["num_spec_accepted_tokens"] / proposed)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this process (serve it with CONTENT_TYPE)."""

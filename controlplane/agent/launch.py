@@ -11,6 +11,7 @@ with the `tandem-gateway` service user's token (viewer: it only reads /endpoints
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -88,6 +89,8 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         # A test aid, accepted by the API only while TANDEM_ALLOW_TEST_FAULTS is on: passed even to a worker that
         # does not know the flag, which then refuses to start instead of silently serving without the fault.
         argv += ["--test-fault", str(test_fault)]
+    if worker.role == WorkerRole.PREFILL:
+        engine_settings.pop("speculative", None)  # decode and colocated only (a prefill part is refused at the API)
     for key, value in sorted(engine_settings.items()):
         flag = "--" + key.replace("_", "-")
         if flag not in known or flag in argv:
@@ -97,6 +100,9 @@ def argv_for(worker: Worker, port: int) -> list[str]:
             argv.append("--no-" + flag[2:])  # a setting that is on by default (chunked_prefill) is turned off
             continue
         if value is None or value is False:
+            continue
+        if isinstance(value, dict):  # an object setting (speculative) travels as JSON
+            argv += [flag, json.dumps(value, sort_keys=True)]
             continue
         argv += [flag] if value is True else [flag, str(value)]  # a boolean setting is a flag without a value
     return argv

@@ -67,6 +67,11 @@ _CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
     # tokens it saved per second. (Ids from 40: other features take the next ids after 28.)
     "prefix_cache_hit_ratio": (40, PoolAggregate.COUNTER_RATIO, "ratio"),
     "prefix_cache_hit_tokens_per_second": (41, PoolAggregate.SUM, "tokens/second"),
+    # Speculative decoding (decode and colocated workers): draft tokens verified and kept per second, and the
+    # share kept, rate(accepted) / rate(proposed) pooled like a ratio. Ids from 40: room for other features.
+    "spec_proposed_tokens_per_second": (42, PoolAggregate.SUM, "tokens/second"),
+    "spec_accepted_tokens_per_second": (43, PoolAggregate.SUM, "tokens/second"),
+    "spec_acceptance_ratio": (44, PoolAggregate.COUNTER_RATIO, "ratio"),
 }
 
 METRICS: tuple[str, ...] = tuple(_CATALOG)

@@ -16,7 +16,8 @@ from controlplane.observability.exposition import Reading
 from controlplane.observability.quantiles import bucket_increases, counter_increase, histogram_quantile, sum_buckets
 
 _RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "generation_tokens", "cpu_seconds",
-                  "batch_tokens", "batch_steps", "prefix_queried_tokens", "prefix_hit_tokens")
+                  "batch_tokens", "batch_steps", "prefix_queried_tokens", "prefix_hit_tokens", "spec_proposed",
+                  "spec_accepted")
 _GAUGE_SERIES = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "gpu_utilization_ratio",
                  "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts", "resident_memory_bytes",
                  "gpu_memory_fragmentation_bytes")
@@ -98,6 +99,12 @@ def rate_series(inc: Increments) -> dict[str, float | None]:
         values["prefix_cache_hit_ratio"] = counters.get("prefix_hit_tokens", 0.0) / counters["prefix_queried_tokens"]
     if "prefix_hit_tokens" in counters:
         values["prefix_cache_hit_tokens_per_second"] = counters["prefix_hit_tokens"] / span
+    if "spec_proposed" in counters:
+        # Speculative decoding: drafts verified and kept per second, and the share kept (no draft: no ratio).
+        values["spec_proposed_tokens_per_second"] = counters["spec_proposed"] / span
+        values["spec_accepted_tokens_per_second"] = counters.get("spec_accepted", 0.0) / span
+        if counters["spec_proposed"]:
+            values["spec_acceptance_ratio"] = counters.get("spec_accepted", 0.0) / counters["spec_proposed"]
     return values
 
 

@@ -41,6 +41,9 @@ _COUNTERS = {
     # Prefix caching: prompt tokens looked up at admission, and those found cached.
     "tandem_prefix_cache_queried_tokens_total": "prefix_queried_tokens",
     "tandem_prefix_cache_hit_tokens_total": "prefix_hit_tokens",
+    # Speculative decoding: draft tokens verified and accepted (workers; 0 without speculation).
+    "tandem_spec_decode_proposed_tokens_total": "spec_proposed",
+    "tandem_spec_decode_accepted_tokens_total": "spec_accepted",
 }
 # Gauges → (key, how several label sets combine: GPUs of one worker).
 _GAUGES = {

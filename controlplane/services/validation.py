@@ -13,6 +13,7 @@ from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.engine.config import QUANTIZATIONS
+from inference.engine.speculative import SpeculativeError, parse_speculative
 from inference.worker.sim.profile import ProfileError, load_profile
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -50,9 +51,12 @@ _CHOICE_SETTINGS = {"quantization": QUANTIZATIONS}
 # sleeps that long per decode step. Accepted only while settings.TANDEM_ALLOW_TEST_FAULTS is on.
 TEST_FAULT = "test_fault"
 TEST_FAULT_RE = re.compile(r"^(error|slow:\d{1,3}(\.\d{1,3})?)$")
+# "speculative": null or an object (the engine's own check, inference/engine/speculative.py); decode and colocated
+# workers only: a prefill part refuses it, and prefill workers are started without the common part's.
+SPECULATIVE = "speculative"
 # "simulate": a profile (a built-in name or a JSON file); the workers are simulated (inference.worker.sim).
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
-                                    "device", "simulate", TEST_FAULT]))
+                                    "device", "simulate", SPECULATIVE, TEST_FAULT]))
 # Keys of the common part only: a revision's fields, which every worker of the revision must share (a prefill and a
 # decode worker of different dtypes cannot hand over a KV cache).
 _COMMON_ONLY = ("dtype",)
@@ -118,6 +122,16 @@ def _setting_value(key: str, value, *, where: str):
                           "TANDEM_ALLOW_TEST_FAULTS is on", field=field)
         if not isinstance(value, str) or not TEST_FAULT_RE.match(value):
             raise invalid(f"{name} must be \"error\" or \"slow:<seconds>\", not {value!r}", field=field)
+    elif key == SPECULATIVE:
+        if where == PoolRole.PREFILL:
+            raise invalid(f"{name} is for decode and colocated workers: a prefill worker samples only the first "
+                          "token (set it in common or decode)", field=field)
+        try:
+            spec = parse_speculative(value)
+        except SpeculativeError as exc:
+            raise invalid(f"{name}.{exc}" if exc.key else f"{name} {exc}",
+                          field=f"{field}.{exc.key}" if exc.key else field) from None
+        return spec.as_dict() if spec is not None else None
     elif key == "device":
         if not isinstance(value, str) or not DEVICE_RE.match(value):
             raise invalid(f"{name} {value!r} must be cpu, cuda, cuda:N or auto", field=field)

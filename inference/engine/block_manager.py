@@ -109,6 +109,14 @@ class BlockManager:
             self.prefix_cache.register(seq.block_table[i], keys[i])
         seq.num_registered_blocks = num_full
 
+    def grow(self, seq: Sequence, num_tokens: int) -> int:
+        """Give `seq` blocks for up to `num_tokens` tokens while free blocks last (speculative drafts: never at
+        anyone's expense, cached blocks included: only never-used ones); return how many tokens its blocks now
+        hold."""
+        while len(seq.block_table) * self.block_size < num_tokens and self.free_block_ids:
+            seq.block_table.append(self._take_free())
+        return len(seq.block_table) * self.block_size
+
     def deallocate(self, seq: Sequence) -> None:
         # Last block first: a cached tail becomes evictable before its head (see prefix_cache.py).
         for block_id in reversed(seq.block_table):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inference.checks import is_int, is_number
+from inference.engine.speculative import SpeculativeError, parse_speculative
 from inference.roles import Role
 
 # "auto": the model config's own dtype, resolved when the model loads (inference/engine/precision.py).
@@ -62,6 +63,9 @@ class Config:
     # K/V from a prefill worker and computes no prompt: the setting does nothing there.
     prefix_caching: bool = True
     max_model_len: int | None = None  # None: from the model config
+    # Speculative decoding (speculative.py): None (off) or {"method": "ngram" | "layers", "num_tokens": k, ...},
+    # kept here with its defaults filled in. Decode and colocated roles only: a prefill engine samples one token.
+    speculative: dict | None = None
 
     def __post_init__(self) -> None:
         self.model = str(self.model)
@@ -95,5 +99,13 @@ class Config:
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ConfigError(name, f"must be a positive integer, got {value!r}")
+        try:
+            spec = parse_speculative(self.speculative)
+        except SpeculativeError as exc:
+            raise ConfigError("speculative", str(exc)) from None
+        if spec is not None and self.role is Role.PREFILL:
+            raise ConfigError("speculative", "is for the decode and colocated roles: a prefill engine samples only "
+                                             "the first token (leave it out for prefill workers)")
+        self.speculative = spec.as_dict() if spec is not None else None
         if self.max_model_len is not None and (not is_int(self.max_model_len) or self.max_model_len < 2):
             raise ConfigError("max_model_len", f"must be an integer >= 2 or None, got {self.max_model_len!r}")

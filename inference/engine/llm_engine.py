@@ -12,6 +12,8 @@ from inference.engine.config import Config
 from inference.engine.model_runner import ModelRunner
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import SamplingParams, Sequence
+from inference.engine.spec_decode import SpecDecoder
+from inference.engine.speculative import Speculator, parse_speculative
 from inference.roles import Role
 
 
@@ -54,6 +56,11 @@ class LLMEngine:
                                    max_model_len=self.max_model_len, eos_token_ids=self.model_runner.eos_token_ids,
                                    chunked_prefill=config.chunked_prefill,
                                    prefill_chunk_size=config.prefill_chunk_size)
+        spec = parse_speculative(config.speculative)
+        self.speculative: dict | None = config.speculative
+        self.speculator = None if spec is None else Speculator(
+            spec, decoder=SpecDecoder(self.model_runner, num_draft_layers=spec.layers),
+            block_manager=self.block_manager, max_model_len=self.max_model_len, role=config.role)
         self._seqs: dict[str, Sequence] = {}  # unfinished requests by id
         self._pending_outputs: list[StepOutput] = []  # produced outside a step (aborts), returned by the next step
         self._generate_ids = count()
@@ -102,13 +109,19 @@ class LLMEngine:
         self.num_step_tokens = self.scheduler.num_batched_tokens
         if not seqs:
             return outputs
-        token_ids = self.model_runner.run(seqs, is_prefill)
+        if self.speculator is not None and not is_prefill:
+            # A decode step with drafts: several tokens per sequence (postprocess stops at the first that ends it).
+            token_ids = self.speculator.step(seqs)
+            self.num_step_tokens += self.speculator.num_draft_tokens_fed
+        else:
+            token_ids = self.model_runner.run(seqs, is_prefill)
+        num_tokens_before = [seq.num_tokens for seq in seqs]
         self.scheduler.postprocess(seqs, token_ids, is_prefill)
-        for seq, token_id in zip(seqs, token_ids):
+        for seq, token_id, num_before in zip(seqs, token_ids, num_tokens_before):
             if token_id is None:  # a prefill chunk short of the prompt's end: nothing to report yet
                 continue
-            outputs.append(StepOutput(seq.request_id, [token_id], seq.finish_reason is not None, seq.finish_reason,
-                                      seq.kv_export))
+            outputs.append(StepOutput(seq.request_id, seq.token_ids[num_before:], seq.finish_reason is not None,
+                                      seq.finish_reason, seq.kv_export))
             seq.kv_export = None
             if seq.is_finished:
                 del self._seqs[seq.request_id]
@@ -143,7 +156,8 @@ class LLMEngine:
                 "num_prefill_tokens_computed": sched.num_prefill_tokens_computed,
                 "num_generation_tokens": sched.num_generation_tokens, "num_preemptions": sched.num_preemptions,
                 "num_kv_blocks_total": bm.num_blocks, "num_kv_blocks_used": bm.num_used_blocks,
-                **self.prefix_cache_stats()}
+                **self.prefix_cache_stats(),
+                **(self.speculator.stats() if self.speculator is not None else {})}
 
     def prefix_cache_stats(self) -> dict:
         """Prefix caching, since start: prompt tokens looked up at admission, those found cached (prefill they

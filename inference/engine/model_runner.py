@@ -186,9 +186,10 @@ class ModelRunner:
         mask = (keys.unsqueeze(0) <= queries.unsqueeze(1)).view(1, 1, end - start, end)
         return self._tensor(self._slots(seq, 0, end)), mask
 
-    def _decode_attention(self, seqs: list[Sequence]) -> DecodeAttention:
+    def _decode_attention(self, seqs: list[Sequence], context_lens: list[int] | None = None) -> DecodeAttention:
+        """Each sequence's last token against its context (`context_lens`: a layer draft's, past num_tokens)."""
         bs = self.block_size
-        context_lens = [seq.num_tokens for seq in seqs]
+        context_lens = context_lens or [seq.num_tokens for seq in seqs]
         # Every table is cut or padded to the blocks of the longest context; padding points at block 0, whose
         # contents are read but masked out (a decode-role table may be longer: it reserves the whole request).
         num_table_blocks = -(-max(context_lens) // bs)
@@ -202,8 +203,9 @@ class ModelRunner:
     # -- forward --------------------------------------------------------------------------------------------------
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
-                 attention) -> torch.Tensor:
+                 attention, num_layers: int | None = None) -> torch.Tensor:
         # input_ids, positions, slot_mapping: [T]  ->  hidden: [T, hidden]
+        # num_layers: the first layers only (a speculative layer draft), else all of them.
         model = self.model.model
         num_tokens = input_ids.shape[0]
         h_q, h_kv, d = self.num_heads, self.num_kv_heads, self.head_dim
@@ -212,7 +214,7 @@ class ModelRunner:
         cos, sin = cos[0].unsqueeze(1), sin[0].unsqueeze(1)  # [T, 1, D]
         k_slots = self.k_cache.view(self.num_layers, -1, h_kv, d)  # [L, N*bs, Hkv, D]
         v_slots = self.v_cache.view(self.num_layers, -1, h_kv, d)
-        for layer_id, layer in enumerate(model.layers):
+        for layer_id, layer in enumerate(model.layers[:num_layers]):
             attn = layer.self_attn
             h = layer.input_layernorm(x)  # [T, hidden]
             if self.fused_qkv:  # int8: one projection for q, k and v (quantization.py)

@@ -92,9 +92,11 @@ class Scheduler:
             return prefill, True
         return self._schedule_decode(), False
 
-    def postprocess(self, seqs: list[Sequence], token_ids: list[int | None], is_prefill: bool) -> None:
+    def postprocess(self, seqs: list[Sequence], token_ids: list[int | list[int] | None], is_prefill: bool) -> None:
         """Append each sequence's sampled token and finish those that are done. A partial prefill chunk samples
-        nothing (its token id is None): its tokens are cached, and the sequence waits for its next chunk."""
+        nothing (its token id is None): its tokens are cached, and the sequence waits for its next chunk. A
+        speculative decode step gives a list (accepted drafts, then the model's own token): they are appended in
+        order up to the first that finishes the sequence, each but the last having been fed (its K/V cached)."""
         assert len(seqs) == len(token_ids)
         num_finished = 0
         for seq, token_id in zip(seqs, token_ids):
@@ -109,9 +111,13 @@ class Scheduler:
                 continue
             assert seq.num_cached_tokens == seq.num_tokens, f"{seq} sampled before its prefill completed"
             seq.is_prefilling = False
-            seq.append_token(token_id)
-            self.num_generation_tokens += 1
-            seq.finish_reason = self.finish_reason(seq)
+            for i, new_token_id in enumerate(token_id if isinstance(token_id, list) else [token_id]):
+                seq.num_cached_tokens += 1 if i else 0  # the accepted draft before this one was fed
+                seq.append_token(new_token_id)
+                self.num_generation_tokens += 1
+                seq.finish_reason = self.finish_reason(seq)
+                if seq.finish_reason is not None:
+                    break
             if seq.finish_reason is not None or self.role is Role.PREFILL:
                 self._finish(seq)
                 num_finished += 1

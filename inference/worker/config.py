@@ -13,6 +13,7 @@ for a revision whose engine settings carry `test_fault`, which it allows only un
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -96,6 +97,17 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _SIZE_UNITS[unit]
 
 
+def parse_speculative_flag(text: str) -> dict | None:
+    """--speculative: a JSON object (checked by the engine's Config), or none/null/off."""
+    if text.strip().lower() in ("none", "null", "off"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {text!r} (e.g. '{{\"method\": \"ngram\", "
+                                         f"\"num_tokens\": 4}}')") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m inference.worker",
                                 description="A Tandem inference worker: prefill, decode or colocated.")
@@ -133,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "sharing it compute only the rest (colocated and prefill; a decode worker has no use for "
                         "it); on by default")
     p.add_argument("--max-model-len", type=int, default=None, help="default: from the model config")
+    p.add_argument("--speculative", type=parse_speculative_flag, default=None, metavar="JSON",
+                   help="speculative decoding (decode and colocated roles): "
+                        "'{\"method\": \"ngram\", \"num_tokens\": 4}' (prompt lookup; ngram_max, ngram_min) or "
+                        "'{\"method\": \"layers\", \"num_tokens\": 3, \"layers\": 8}' (the first layers draft); "
+                        "off by default")
     p.add_argument("--max-queue", type=int, default=256,
                    help="requests admitted beyond --max-num-seqs before answering 429")
     p.add_argument("--revision", default=None, help="the deployment revision this worker serves")

@@ -276,7 +276,9 @@ class WorkerServer:
                      "bit_identical": engine.quantization == "none",
                      # What runs (off on a decode worker, whatever was asked): the gateway routes by prefix affinity
                      # to workers that say true in /health.
-                     "prefix_caching": engine.prefix_caching}
+                     "prefix_caching": engine.prefix_caching,
+                     # Speculative decoding ({"method": ..., "num_tokens": ...} with its defaults) or None: off.
+                     "speculative": engine.speculative}
         if engine.quantization in QUANTIZATION_NOTES:
             self.info["note"] = QUANTIZATION_NOTES[engine.quantization]
         if self.config.fault:

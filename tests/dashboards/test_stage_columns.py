@@ -35,7 +35,7 @@ def test_a_disaggregated_deployment_shows_prefill_and_decode_columns_with_their_
     prefill, decode = stages["columns"]
     assert [v["key"] for v in prefill["values"]] == ["ttft", "prompt_tokens", "queue", "batch", "prefix_cache",
                                                       "compute"]
-    assert [v["key"] for v in decode["values"]] == ["itl", "gen_tokens", "running", "kv", "memory"]
+    assert [v["key"] for v in decode["values"]] == ["itl", "gen_tokens", "running", "kv", "spec", "memory"]
     assert prefill["order"] == [f"stage-prefill-{k}" for k in ("ttft", "prompt_tokens", "queue", "batch",
                                                                        "prefix_cache", "compute")]
     assert set(prefill["order"] + decode["order"]) <= set(stages["figures"])
@@ -50,7 +50,7 @@ def test_a_colocated_deployment_has_one_column_with_both_sets(client_for, viewer
     assert [c["role"] for c in stages["columns"]] == ["colocated"]
     keys = [v["key"] for v in stages["columns"][0]["values"]]
     assert keys == ["ttft", "prompt_tokens", "queue", "batch", "prefix_cache", "compute", "itl", "gen_tokens",
-                    "running", "kv", "memory"]
+                    "running", "kv", "spec", "memory"]
     assert "Prefill and decode" in _page(client_for(viewer), "solo")
 
 

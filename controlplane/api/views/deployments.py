@@ -23,7 +23,9 @@ ENGINE_SETTINGS_HELP = (
     "device (cpu|cuda|cuda:N|auto), threads, kv_cache_bytes (or auto, the default), block_size, max_num_seqs, "
     "max_num_batched_tokens, max_model_len, max_queue (integers > 0), kv_memory_fraction (0-1, for kv_cache_bytes "
     "auto), allow_slow_float16 (boolean), quantization (none|int8: int8 weights, about a quarter of the float32 "
-    "weight memory, outputs not bit-identical); dtype in common only.")
+    "weight memory, outputs not bit-identical), speculative (null or {\"method\": \"ngram\"|\"layers\", "
+    "\"num_tokens\": k, ...}: speculative decoding on decode and colocated workers, refused in prefill); dtype in "
+    "common only.")
 SAMPLING_DEFAULTS_HELP = (
     "temperature (0-2), top_p (0-1], top_k (>= 0), max_tokens (>= 1), any of them: the gateway fills them into a "
     "request that leaves them out; a request's own values win. E.g. {\"temperature\": 0} for greedy answers.")

@@ -23,7 +23,8 @@ def worker_text():
     metrics.count_error("invalid_json")
     metrics.prompt_tokens.inc(42)
     metrics.generation_tokens.inc(17)
-    metrics.set_engine_stats({"num_running": 3, "num_waiting": 2, "kv_usage": 0.25})
+    metrics.set_engine_stats({"num_running": 3, "num_waiting": 2, "kv_usage": 0.25, "num_spec_proposed_tokens": 10,
+                              "num_spec_accepted_tokens": 6})
     return metrics.render().decode()
 
 
@@ -35,7 +36,8 @@ def test_the_fast_path_reads_what_prometheus_clients_parser_reads(worker_text, m
     assert fast.counters == {"success": 2.0, "errors": 2.0, "server_errors": 1.0, "prompt_tokens": 42.0,
                              "generation_tokens": 17.0, "cpu_seconds": pytest.approx(fast.counters["cpu_seconds"]),
                              "batch_steps": 0.0, "batch_tokens": 0.0,  # no engine step observed
-                             "prefix_queried_tokens": 0.0, "prefix_hit_tokens": 0.0}  # nor any admission
+                             "prefix_queried_tokens": 0.0, "prefix_hit_tokens": 0.0,  # nor any admission
+                             "spec_proposed": 10.0, "spec_accepted": 6.0}
     assert fast.gauges["requests_running"] == 3.0 and fast.gauges["kv_cache_usage_ratio"] == 0.25
     ttft = dict(fast.histograms["ttft"])
     assert ttft[0.005] == 1.0 and ttft[0.025] == 3.0 and ttft[10.0] == 5.0 and ttft[math.inf] == 5.0
