@@ -32,8 +32,10 @@ def test_the_stage_columns_show_side_by_side_with_their_charts(page, live_server
     prefill, decode = page.locator("#stage-prefill").bounding_box(), page.locator("#stage-decode").bounding_box()
     assert prefill["x"] + prefill["width"] <= decode["x"] + 1
     assert abs(prefill["y"] - decode["y"]) < 2
-    assert page.locator("#stage-charts-prefill .chart").count() == 5
-    assert page.locator("#stage-charts-decode .chart").count() == 5
+    # prefill: TTFT, prompt tokens, queue, batch, prefix cache, compute; decode: ITL, generated tokens, running, KV,
+    # speculative acceptance, memory.
+    assert page.locator("#stage-charts-prefill .chart").count() == 6
+    assert page.locator("#stage-charts-decode .chart").count() == 6
     # Each column draws its own pool: TTFT of the prefill pool and its objective line, not the gateway's TTFT.
     names = page.evaluate("() => document.getElementById('chart-stage-prefill-ttft').data.map(t => t.name)")
     assert sorted(names) == ["P50 prefill", "P99 prefill", "objective P99"]
