@@ -157,7 +157,6 @@ class TandemMetrics:
             "tandem_spec_decode_accepted_tokens_total", "Speculative draft tokens the verify forward accepted.")
         self.spec_acceptance = gauge("tandem_spec_decode_acceptance_ratio",
                                      "Accepted / proposed speculative draft tokens since the worker started (0..1).")
-        self._spec_seen = {"num_spec_proposed_tokens": 0, "num_spec_accepted_tokens": 0}
 
         self._worker_info = Gauge("tandem_worker_info", "Always 1 on a loaded worker; its labels say what it runs.",
                                   (*BASE_LABELS, "dtype", "dtype_requested", "revision", "quantization"), registry=r)
@@ -173,8 +172,12 @@ class TandemMetrics:
                                             "Prefix cache hit tokens / queried tokens since start (0..1).")
         self.prefix_cache_blocks = gauge("tandem_prefix_cache_blocks",
                                          "KV blocks keyed by their prefix (in use or evictable).")
-        self._prefix_cache_seen = {"queried": 0, "hit": 0}
-
+        # The engine counts these since start (its stats key -> counter); each counter advances by what is new.
+        self._engine_totals = {"prefix_cache_queried_tokens": self.prefix_cache_queried_tokens,
+                               "prefix_cache_hit_tokens": self.prefix_cache_hit_tokens,
+                               "num_spec_proposed_tokens": self.spec_proposed_tokens,
+                               "num_spec_accepted_tokens": self.spec_accepted_tokens}
+        self._engine_totals_seen = dict.fromkeys(self._engine_totals, 0)
 
         self.gpu_collector = None
         if gpu:
@@ -218,25 +221,17 @@ class TandemMetrics:
         self.requests_running.set(stats.get("num_running", 0))
         self.requests_waiting.set(stats.get("num_waiting", 0))
         self.kv_cache_usage.set(stats.get("kv_usage", 0.0))
-        # The engine counts since start; the counters advance by what is new.
-        seen = self._prefix_cache_seen
-        for key, counter in (("queried", self.prefix_cache_queried_tokens), ("hit", self.prefix_cache_hit_tokens)):
-            value = stats.get(f"prefix_cache_{key}_tokens", 0)
-            if value > seen[key]:
-                counter.inc(value - seen[key])
-                seen[key] = value
-        self.prefix_cache_hit_ratio.set(seen["hit"] / seen["queried"] if seen["queried"] else 0.0)
-        self.prefix_cache_blocks.set(stats.get("prefix_cache_blocks", 0))
-        # The engine's speculative counts are totals since start: the counters take what is new since last time.
-        for key, series in (("num_spec_proposed_tokens", self.spec_proposed_tokens),
-                            ("num_spec_accepted_tokens", self.spec_accepted_tokens)):
+        seen = self._engine_totals_seen
+        for key, counter in self._engine_totals.items():
             total = stats.get(key, 0)
-            if total > self._spec_seen[key]:
-                series.inc(total - self._spec_seen[key])
-                self._spec_seen[key] = total
-        proposed = self._spec_seen["num_spec_proposed_tokens"]
-        if proposed:
-            self.spec_acceptance.set(self._spec_seen["num_spec_accepted_tokens"] / proposed)
+            if total > seen[key]:
+                counter.inc(total - seen[key])
+                seen[key] = total
+        queried = seen["prefix_cache_queried_tokens"]
+        self.prefix_cache_hit_ratio.set(seen["prefix_cache_hit_tokens"] / queried if queried else 0.0)
+        self.prefix_cache_blocks.set(stats.get("prefix_cache_blocks", 0))
+        if seen["num_spec_proposed_tokens"]:
+            self.spec_acceptance.set(seen["num_spec_accepted_tokens"] / seen["num_spec_proposed_tokens"])
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this process (serve it with CONTENT_TYPE)."""
