@@ -152,10 +152,11 @@ def cycle_stats(api: Api) -> dict[str, dict]:
     return stats
 
 
-def window_summary(before: dict, after: dict, seconds: float, interval: float) -> dict:
-    expected = seconds / interval
+def window_summary(before: dict, after: dict, seconds: float, interval: float, scrape_shards: int = 1) -> dict:
     out = {}
     for kind in KINDS:
+        # A scrape split in shards runs one pass per shard each interval (each a pass of its share of the fleet).
+        expected = seconds / interval * (scrape_shards if kind == "scrape" else 1)
         a, b = after.get(kind), before.get(kind, {"count": 0.0, "sum": 0.0, "buckets": {}})
         if a is None:
             out[kind] = {"passes": 0, "expected_passes": round(expected, 1), "keeps_cycle": False}
@@ -178,7 +179,7 @@ def window_summary(before: dict, after: dict, seconds: float, interval: float) -
     return out
 
 
-def measure_window(stack, api: Api, seconds: float, interval: float) -> dict:
+def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shards: int) -> dict:
     procs = control_processes(stack)
     before, cpu_before, started = cycle_stats(api), cpu_seconds(procs), time.monotonic()
     deadline = started + seconds
@@ -187,7 +188,7 @@ def measure_window(stack, api: Api, seconds: float, interval: float) -> dict:
         time.sleep(1.0)
     elapsed = time.monotonic() - started
     after, cpu_after = cycle_stats(api), cpu_seconds(procs)
-    kinds = window_summary(before, after, elapsed, interval)
+    kinds = window_summary(before, after, elapsed, interval, scrape_shards)
     cpu = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) / elapsed, 3) for name in cpu_after}
     return {"window_s": round(elapsed, 1), "cycles": kinds,
             "keeps_cycle": all(k["keeps_cycle"] for k in kinds.values()),
@@ -259,10 +260,12 @@ def main(argv=None) -> None:
     var_dir = Path(tempfile.mkdtemp(prefix="tandem-simfleet-"))
     web_port = free_port()
     interval = str(args.interval)
+    shards = max(1, args.periodic_workers)  # one scrape shard per periodic worker, as the README advises
     env = {**os.environ, "DATABASE_URL": args.database_url, "CELERY_BROKER_URL": args.broker_url,
            "TANDEM_VAR_DIR": str(var_dir), "TANDEM_WEB_PORT": str(web_port),
            "TANDEM_PUBLIC_URL": f"http://127.0.0.1:{web_port}", "TANDEM_RECONCILE_INTERVAL_S": interval,
-           "TANDEM_SCRAPE_INTERVAL_S": interval, "TANDEM_ALERT_EVAL_INTERVAL_S": interval,
+           "TANDEM_SCRAPE_INTERVAL_S": interval, "TANDEM_SCRAPE_SHARDS": str(shards),
+           "TANDEM_ALERT_EVAL_INTERVAL_S": interval,
            "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
            # As in production (README): with DEBUG on every database connection keeps its last 9,000 queries.
            "DJANGO_DEBUG": "1" if args.debug else "0", "SECRET_KEY": "sim-fleet-bench-" + os.urandom(16).hex(),
@@ -293,7 +296,7 @@ def main(argv=None) -> None:
     api = Api(web_url, token)
     names = [f"sim-{i:03d}" for i in range(args.deployments)]
     doc: dict = {"bench": "sim_fleet", "database": "postgresql", "broker": "redis", "interval_s": args.interval,
-                 "control_workers": 1, "periodic_workers": args.periodic_workers,
+                 "control_workers": 1, "periodic_workers": args.periodic_workers, "scrape_shards": shards,
                  "threads_each": args.control_concurrency, "django_debug": args.debug,
                  "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
                  "profile": args.profile, "window_s": args.window, "sizes": []}
@@ -318,7 +321,7 @@ def main(argv=None) -> None:
             print(f"size {want}: ready in {ready_s:.0f} s; measuring {args.window:.0f} s", file=sys.stderr)
             time.sleep(2 * args.interval)  # the passes of the start-up burst are done
             entry = {"workers": want, "per_deployment": per_role, "all_ready_s": round(ready_s, 1),
-                     **measure_window(stack, api, args.window, args.interval)}
+                     **measure_window(stack, api, args.window, args.interval, shards)}
             doc["sizes"].append(entry)
             print(json.dumps({k: entry[k] for k in ("workers", "keeps_cycle", "cycles")}), file=sys.stderr)
         doc["largest_fleet_keeping_cycle"] = max((e["workers"] for e in doc["sizes"] if e["keeps_cycle"]),

@@ -58,17 +58,18 @@ def _schedule(sender, **kwargs):
     }
 
 
-def schedule_periodic(entries: dict[str, tuple[str, float]]) -> None:
-    """Periodic tasks of an app, {beat entry name: (task name, interval s)}, on the periodic queue. Each message
-    expires after one interval: a control worker that was down wakes up to one fresh pass, not a backlog of stale
-    ones. Joined after this module's own schedule (on_after_configure), or at once if Celery is configured."""
+def schedule_periodic(entries: dict[str, tuple]) -> None:
+    """Periodic tasks of an app, {beat entry name: (task name, interval s[, kwargs])}, on the periodic queue. Each
+    message expires after one interval: a control worker that was down wakes up to one fresh pass, not a backlog of
+    stale ones. Joined after this module's own schedule (on_after_configure), or at once if Celery is configured."""
     def add(sender=None, **kwargs) -> None:
         options = {"queue": PERIODIC_QUEUE}
         app.conf.beat_schedule = {**(app.conf.beat_schedule or {}), **{
-            name: {"task": task, "schedule": interval, "options": {**options, "expires": interval}}
-            for name, (task, interval) in entries.items()}}
+            name: {"task": entry[0], "schedule": entry[1], "kwargs": entry[2] if len(entry) > 2 else {},
+                   "options": {**options, "expires": entry[1]}}
+            for name, entry in entries.items()}}
         app.conf.task_routes = {**(app.conf.task_routes or {}),
-                                **{task: options for task, _ in entries.values()}}
+                                **{entry[0]: options for entry in entries.values()}}
 
     if app.configured:
         add()

@@ -336,6 +336,9 @@ TANDEM_AGENT_CONCURRENCY = env_int("TANDEM_AGENT_CONCURRENCY", 8, minimum=1)
 TANDEM_SCRAPE_INTERVAL_S = env_int("TANDEM_SCRAPE_INTERVAL_S", 5, minimum=1)
 TANDEM_SCRAPE_TIMEOUT_S = env_int("TANDEM_SCRAPE_TIMEOUT_S", 3, minimum=1)
 TANDEM_SCRAPE_CONCURRENCY = env_int("TANDEM_SCRAPE_CONCURRENCY", 100, minimum=1)
+# Scrape passes per interval, each of the deployments whose id modulo this is its shard: a large fleet's scrape
+# spread over several periodic workers (run as many `--queues periodic` workers as shards).
+TANDEM_SCRAPE_SHARDS = env_int("TANDEM_SCRAPE_SHARDS", 1, minimum=1)
 # Rates and latency quantiles are computed over this window of raw counters (Prometheus' rate(x[window])).
 TANDEM_SCRAPE_WINDOW_S = env_int("TANDEM_SCRAPE_WINDOW_S", 30, minimum=1)
 TANDEM_METRICS_RAW_RETENTION_S = env_int("TANDEM_METRICS_RAW_RETENTION_S", 6 * 3600, minimum=60)

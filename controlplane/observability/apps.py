@@ -14,7 +14,10 @@ class ObservabilityConfig(AppConfig):
 
         from controlplane.celery import schedule_periodic
 
-        schedule_periodic({
-            "observability-scrape": ("observability.scrape_cycle", float(settings.TANDEM_SCRAPE_INTERVAL_S)),
-            "observability-rollup": ("observability.rollup_and_prune", 60.0),
-        })
+        interval, shards = float(settings.TANDEM_SCRAPE_INTERVAL_S), settings.TANDEM_SCRAPE_SHARDS
+        # One pass per shard each interval (the fleet's deployments split by id), so that several periodic workers
+        # share the scrape of a large fleet; one shard, one pass of everything, as before.
+        scrape = ({"observability-scrape": ("observability.scrape_cycle", interval)} if shards == 1 else
+                  {f"observability-scrape-{i}": ("observability.scrape_cycle", interval, {"shard": i, "shards": shards})
+                   for i in range(shards)})
+        schedule_periodic({**scrape, "observability-rollup": ("observability.rollup_and_prune", 60.0)})

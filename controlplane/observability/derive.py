@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from controlplane.observability.catalog import HISTOGRAMS, QUANTILES
 from controlplane.observability.exposition import Reading
-from controlplane.observability.quantiles import bucket_increases, counter_increase, histogram_quantile, sum_buckets
+from controlplane.observability.quantiles import aligned_bucket_increases, counter_increase, histogram_quantile, sum_buckets
 
 _RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "generation_tokens", "cpu_seconds",
                   "batch_tokens", "batch_steps", "prefix_queried_tokens", "prefix_hit_tokens", "spec_proposed",
@@ -67,9 +67,10 @@ def increments_of(state: dict) -> Increments | None:
         if key not in HISTOGRAMS:
             continue
         les = [math.inf if b == "+Inf" else float(b) for b in bounds]
-        history = [list(zip(les, s["h"][key])) for s in ring if key in s["h"]]
-        if len(history) == len(ring):
-            inc.histograms[key] = bucket_increases(history)
+        history = [s["h"][key] for s in ring if key in s["h"]]
+        # One layout for the whole ring (state_append starts a new ring when it changes).
+        if len(history) == len(ring) and all(len(counts) == len(les) for counts in history):
+            inc.histograms[key] = aligned_bucket_increases(les, history)
     return inc
 
 

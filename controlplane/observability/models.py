@@ -90,6 +90,8 @@ class CycleStat(models.Model):
     last_at = models.DateTimeField(null=True)
     last_targets = models.PositiveIntegerField(null=True)  # scrape: targets scraped in the last cycle
     last_targets_up = models.PositiveIntegerField(null=True)
+    # scrape split in shards: {"of": N, "parts": {"i": [targets, up]}}, the latest pass of each; {} with one shard
+    shard_targets = models.JSONField(default=dict)
 
 
 class AutoscaleMetric(models.TextChoices):

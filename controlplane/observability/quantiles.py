@@ -53,6 +53,22 @@ def bucket_increases(snapshots: Sequence[Buckets]) -> list[tuple[float, float]]:
     return result
 
 
+def aligned_bucket_increases(les: Sequence[float], snapshots: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
+    """bucket_increases for snapshots that share one bucket layout `les` (each a list of counts, in the order of
+    `les`, +Inf among them): the same result, without matching bounds (a scrape state keeps one layout per ring)."""
+    if len(snapshots) < 2 or math.inf not in les:
+        return []
+    total_at = list(les).index(math.inf)
+    increases = [0.0] * len(les)
+    for previous, current in zip(snapshots, snapshots[1:]):
+        if current[total_at] < previous[total_at]:  # the histogram restarted: every bucket counts from 0
+            increases = [inc + now for inc, now in zip(increases, current)]
+        else:
+            increases = [inc + now - before if now > before else inc
+                         for inc, now, before in zip(increases, current, previous)]
+    return sorted(zip(les, increases))
+
+
 def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     """The q-quantile (0 ≤ q ≤ 1) of a histogram given as cumulative (le, count) pairs, +Inf included."""
     if not 0.0 <= q <= 1.0:

@@ -1,4 +1,5 @@
-"""Fetch many /metrics pages at once: one aiohttp session, a connection limit, a timeout per target. No Django.
+"""Fetch many /metrics pages at once: the process's fleet session (controlplane.fleet_http: connections kept open
+across passes), a bound on concurrent requests, a timeout per target. No Django.
 
 A target that fails (refused, timeout, non-200, unparseable text) yields a Fetched with `error` set; the cycle
 records it as up=0 and never raises for it.
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from controlplane.fleet_http import fleet_http, get_text
 from controlplane.observability.exposition import Reading, parse_exposition
 
 
@@ -30,13 +32,12 @@ class Fetched:
     seconds: float
 
 
-async def _fetch_one(session: aiohttp.ClientSession, target: Target) -> Fetched:
+async def _fetch_one(session: aiohttp.ClientSession, target: Target, timeout_s: float) -> Fetched:
     started = time.perf_counter()
     try:
-        async with session.get(target.url.rstrip("/") + "/metrics") as response:
-            text = await response.text()
-            if response.status != 200:
-                raise ValueError(f"HTTP {response.status}: {text[:200]}")
+        status, text = await get_text(session, target.url.rstrip("/") + "/metrics", timeout_s=timeout_s)
+        if status != 200:
+            raise ValueError(f"HTTP {status}: {text[:200]}")
         # Parsing here, between awaits, overlaps it with the other targets' network waits.
         reading = parse_exposition(text)
         return Fetched(target, reading, "", time.perf_counter() - started)
@@ -45,25 +46,25 @@ async def _fetch_one(session: aiohttp.ClientSession, target: Target) -> Fetched:
         return Fetched(target, None, error, time.perf_counter() - started)
 
 
-async def fetch_all(targets: list[Target], *, timeout_s: float, concurrency: int) -> list[Fetched]:
-    """Scrape every target, at most `concurrency` connections open at once; results in the order of `targets`."""
-    if not targets:
-        return []
-    # The semaphore, not only the connector limit, bounds concurrency: aiohttp's `total` timeout would otherwise
-    # also count the time a request waits for a free connection, and queued targets would time out unscraped.
+async def fetch_all(session: aiohttp.ClientSession, targets: list[Target], *, timeout_s: float,
+                    concurrency: int) -> list[Fetched]:
+    """Scrape every target, at most `concurrency` requests at once; results in the order of `targets`."""
+    # The semaphore bounds the requests in flight; each request's own `total` timeout (connect + headers + body)
+    # starts only once it holds a slot, so queued targets never time out unscraped.
     semaphore = asyncio.Semaphore(concurrency)
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
-    # `total` bounds one whole scrape (connect + headers + body), whatever a slow target does.
-    client_timeout = aiohttp.ClientTimeout(total=timeout_s)
 
-    async def bounded(session, target):
+    async def bounded(target):
         async with semaphore:
-            return await _fetch_one(session, target)
+            return await _fetch_one(session, target, timeout_s)
 
-    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout) as session:
-        return await asyncio.gather(*(bounded(session, target) for target in targets))
+    return list(await asyncio.gather(*(bounded(target) for target in targets)))
 
 
 def scrape(targets: list[Target], *, timeout_s: float, concurrency: int) -> list[Fetched]:
-    """Blocking wrapper for Celery tasks and benchmarks (each call runs its own event loop)."""
-    return asyncio.run(fetch_all(targets, timeout_s=timeout_s, concurrency=concurrency))
+    """Blocking, for Celery tasks and benchmarks: runs on the process's fleet loop, over its kept-alive connections."""
+    if not targets:
+        return []
+    # A bound for the whole pass: every batch of `concurrency` targets takes at most one timeout (and a retry).
+    batches = -(-len(targets) // concurrency)
+    return fleet_http().run(lambda session: fetch_all(session, targets, timeout_s=timeout_s, concurrency=concurrency),
+                            timeout_s=2 * timeout_s * batches + 30)

@@ -7,6 +7,7 @@ just has one point fewer.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
+from django.db.models.functions import Mod
 
 from controlplane.models import Pool
 from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRAPED_STATUSES, PoolAggregate
@@ -33,35 +35,55 @@ class CycleResult:
     store_seconds: float
 
 
-def scrape_targets() -> list[Target]:
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """The deployments one pass scrapes: those whose id modulo `of` is `index` (settings.TANDEM_SCRAPE_SHARDS).
+    By deployment, so that a pool's workers, and its aggregate series, are all in one pass."""
+    index: int = 0
+    of: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.of:
+            raise ValueError(f"shard {self.index} of {self.of}: a shard is a number from 0 to {self.of - 1}")
+
+    def filter(self, rows, field: str = "deployment_id"):
+        if self.of == 1:
+            return rows
+        return rows.annotate(_shard=Mod(field, self.of)).filter(_shard=self.index)
+
+
+ALL = Shard()
+
+
+def scrape_targets(shard: Shard = ALL) -> list[Target]:
     """Workers and gateways that hold a process with a known port."""
     from controlplane.models import Worker
 
-    rows = (Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False)
+    rows = (shard.filter(Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False))
             .values_list("id", "deployment_id", "role", "host", "port"))
     return [Target(wid, dep, role, f"http://{host}:{port}") for wid, dep, role, host, port in rows]
 
 
-def failed_targets() -> list[Target]:
+def failed_targets(shard: Shard = ALL) -> list[Target]:
     """Failed workers that still hold their slot: a gateway, or a pool worker of its deployment's current revision
     (reconcile keeps both until an operator restarts, scales or replaces them). They have no process to scrape,
     and they are down: each cycle records up=0 for them, so that "worker down" keeps firing until the worker is
     ready again, stopped, or replaced by a rollout (a failed worker of an older revision holds no slot)."""
     from controlplane.models import Worker, WorkerRole, WorkerStatus
 
-    rows = (Worker.objects.filter(status=WorkerStatus.FAILED)
+    rows = (shard.filter(Worker.objects.filter(status=WorkerStatus.FAILED))
             .filter(Q(role=WorkerRole.GATEWAY) | Q(revision_id=F("deployment__current_revision_id")))
             .values_list("id", "deployment_id", "role"))
     return [Target(wid, dep, role, "") for wid, dep, role in rows]
 
 
-def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = None) -> CycleResult:
-    """1. scrape every target concurrently (failed workers count as targets that did not answer); 2. derive each
-    target's series from its snapshots in the window; 3. aggregate per (deployment, role); 4. write samples and
-    states in one short transaction."""
+def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = None, shard: Shard = ALL) -> CycleResult:
+    """1. scrape every target (of the shard's deployments) concurrently (failed workers count as targets that did
+    not answer); 2. derive each target's series from its snapshots in the window; 3. aggregate per (deployment,
+    role); 4. write samples and states in one short transaction."""
     down: list[Target] = []
     if targets is None:
-        targets, down = scrape_targets(), failed_targets()
+        targets, down = scrape_targets(shard), failed_targets(shard)
     started = time.perf_counter()
     fetched = scrape(targets, timeout_s=settings.TANDEM_SCRAPE_TIMEOUT_S,
                      concurrency=settings.TANDEM_SCRAPE_CONCURRENCY)
@@ -69,12 +91,12 @@ def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = Non
                 for target in down]
     scraped = time.perf_counter()
     ts = time.time() if now is None else now
-    num_samples, num_up = _store(fetched, ts)
+    num_samples, num_up = _store(fetched, ts, shard)
     return CycleResult(ts=ts, num_targets=len(fetched), num_up=num_up, num_samples=num_samples,
                        scrape_seconds=scraped - started, store_seconds=time.perf_counter() - scraped)
 
 
-def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
+def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     window = settings.TANDEM_SCRAPE_WINDOW_S
     # values_list, not model instances: the states of 1,000 targets are read and written every cycle.
     states = dict(ScrapeState.objects.filter(worker_id__in=[f.target.worker_id for f in fetched])
@@ -82,7 +104,7 @@ def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
     rows: list[tuple] = []
     pools: dict[tuple[int, str], list[tuple[dict, Increments | None]]] = defaultdict(list)
     pool_up: dict[tuple[int, str], list[float]] = defaultdict(list)
-    new_states: list[ScrapeState] = []
+    new_states: list[tuple] = []
     revision_rows: list[RevisionSample] = []
     num_up = 0
     for item in fetched:
@@ -104,23 +126,36 @@ def _store(fetched: list[Fetched], ts: float) -> tuple[int, int]:
                 revision_rows.extend(_revision_rows(ts, target.deployment_id, state["rev"]))
         pool_up[key].append(values["up"])
         rows.extend(_rows(ts, target.deployment_id, target.role, target.worker_id, values))
-        new_states.append(ScrapeState(worker_id=target.worker_id, deployment_id=target.deployment_id,
-                                      role=target.role, snapshots=state or {}, last_scrape_at=ts,
-                                      last_up=item.reading is not None, last_error=error[:2000]))
+        new_states.append((target.worker_id, target.deployment_id, target.role, json.dumps(state or {}), ts,
+                           item.reading is not None, error[:2000]))
     for key, ups in pool_up.items():
         values = _pool_values(pools.get(key, []))
         values["up"] = sum(ups) / len(ups)
         rows.extend(_rows(ts, key[0], key[1], None, values))
     # The control plane's own view of each pool: how many of its workers no node can take (an alert rule's input).
-    for deployment_id, role, num in Pool.objects.values_list("deployment_id", "role", "unschedulable_replicas"):
+    for deployment_id, role, num in shard.filter(Pool.objects.all()).values_list("deployment_id", "role",
+                                                                                   "unschedulable_replicas"):
         rows.append((ts, deployment_id, role, None, METRIC_IDS["unschedulable_replicas"], float(num)))
     with transaction.atomic():
         _insert_samples(rows)
         RevisionSample.objects.bulk_create(revision_rows, batch_size=500)
-        ScrapeState.objects.bulk_create(
-            new_states, batch_size=500, update_conflicts=True, unique_fields=["worker_id"],
-            update_fields=["deployment_id", "role", "snapshots", "last_scrape_at", "last_up", "last_error"])
+        _upsert_states(new_states)
     return len(rows), num_up
+
+
+def _upsert_states(states: list[tuple]) -> None:
+    """Insert or replace each target's state: one executemany of INSERT ... ON CONFLICT (PostgreSQL, SQLite 3.24+).
+    Not bulk_create: on PostgreSQL it sends its rows as arrays (UNNEST), and escaping each snapshot's JSON text as
+    an array element cost more than the rest of the write (0.4 s of 0.66 s at 1,000 targets); here the JSON goes as
+    one text parameter, which the jsonb (or SQLite text) column takes as it is."""
+    quote = connection.ops.quote_name
+    table = quote(ScrapeState._meta.db_table)
+    columns = ["worker_id", "deployment_id", "role", "snapshots", "last_scrape_at", "last_up", "last_error"]
+    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in columns[1:])
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} ({', '.join(map(quote, columns))}) VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"ON CONFLICT ({quote('worker_id')}) DO UPDATE SET {updates}", states)
 
 
 def _revision_states(previous: dict, reading, ts: float, window: float) -> dict:
@@ -148,12 +183,18 @@ def _rows(ts, deployment_id, role, worker_id, values: dict) -> list[tuple]:
 
 
 def _insert_samples(rows: list[tuple]) -> None:
-    """One executemany: ~10× faster than bulk_create for the ~26,000 rows of a 1,000-target cycle (measured: 0.13 s
-    against 1.2 s on SQLite), since no model instance is built per row. Same SQL on SQLite and PostgreSQL."""
+    """All rows in one statement. PostgreSQL: COPY, ~8x faster than executemany for the ~30,000 rows of a
+    1,000-target cycle (measured: 0.2 s against 1.75 s), since each row is one line of text, not a bound statement.
+    Elsewhere one executemany: ~10x faster than bulk_create (0.13 s against 1.2 s on SQLite), no model instances."""
     table = connection.ops.quote_name(Sample._meta.db_table)
+    columns = "ts, deployment_id, role, worker_id, metric, value"
     with connection.cursor() as cursor:
-        cursor.executemany(f"INSERT INTO {table} (ts, deployment_id, role, worker_id, metric, value) "
-                           f"VALUES (%s, %s, %s, %s, %s, %s)", rows)
+        if connection.vendor == "postgresql":
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)", rows)
 
 
 def _pool_values(workers: list[tuple[dict, Increments | None]]) -> dict[str, float | None]:

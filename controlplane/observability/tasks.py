@@ -7,22 +7,24 @@ from celery import shared_task
 
 from controlplane.observability.models import CycleKind
 from controlplane.observability.rollup import prune, rollup_pending
-from controlplane.observability.store import scrape_cycle
+from controlplane.observability.store import Shard, scrape_cycle
 from controlplane.observability.telemetry import record_cycle
 from controlplane.single_pass import single_pass
 
 
 @shared_task(name="observability.scrape_cycle", ignore_result=True)
-def scrape_cycle_task() -> dict:
-    """Scrape every target and store the series (one pass), timed for the control plane's /metrics; none while
-    another scrape runs (single_pass: two would only slow each other down)."""
-    with single_pass(CycleKind.SCRAPE) as mine:
+def scrape_cycle_task(shard: int = 0, shards: int = 1) -> dict:
+    """Scrape every target of the shard's deployments and store the series (one pass), timed for the control
+    plane's /metrics; none while another pass of the same shard runs (single_pass: two would only slow each other
+    down). Shards (settings.TANDEM_SCRAPE_SHARDS) run side by side, on whichever periodic workers take them."""
+    part = Shard(shard, shards)
+    with single_pass(CycleKind.SCRAPE if shards == 1 else f"{CycleKind.SCRAPE}.{shard}.{shards}") as mine:
         if not mine:
             return {"skipped": "another scrape pass is running"}
         started = time.perf_counter()
-        result = scrape_cycle()
+        result = scrape_cycle(shard=part)
         seconds = time.perf_counter() - started
-    record_cycle(CycleKind.SCRAPE, seconds, num_targets=result.num_targets, num_up=result.num_up)
+    record_cycle(CycleKind.SCRAPE, seconds, num_targets=result.num_targets, num_up=result.num_up, shard=part)
     return {"targets": result.num_targets, "up": result.num_up, "samples": result.num_samples,
             "scrape_seconds": seconds}
 

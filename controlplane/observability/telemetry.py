@@ -29,8 +29,11 @@ log = logging.getLogger(__name__)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
-def record_cycle(kind: str, seconds: float, *, num_targets: int | None = None, num_up: int | None = None) -> None:
-    """Add one duration to the kind's histogram (a row lock: cycles of one kind are seconds apart)."""
+def record_cycle(kind: str, seconds: float, *, num_targets: int | None = None, num_up: int | None = None,
+                 shard=None) -> None:
+    """Add one duration to the kind's histogram (a row lock: cycles of one kind are seconds apart). With a scrape
+    shard (store.Shard of more than one), its targets replace that shard's part and the totals are the parts'
+    sums: the targets of the latest pass of each shard."""
     with transaction.atomic():
         stat, _ = CycleStat.objects.select_for_update().get_or_create(kind=kind)
         buckets = list(stat.buckets) if len(stat.buckets) == len(DURATION_BUCKETS) else [0] * len(DURATION_BUCKETS)
@@ -41,6 +44,14 @@ def record_cycle(kind: str, seconds: float, *, num_targets: int | None = None, n
         stat.sum_seconds += seconds
         stat.last_seconds = seconds
         stat.last_at = timezone.now()
+        if num_targets is not None and shard is not None and shard.of > 1:
+            parts = stat.shard_targets if stat.shard_targets.get("of") == shard.of else {"of": shard.of, "parts": {}}
+            parts["parts"][str(shard.index)] = [num_targets, num_up or 0]
+            stat.shard_targets = parts
+            num_targets = sum(n for n, _ in parts["parts"].values())
+            num_up = sum(up for _, up in parts["parts"].values())
+        elif num_targets is not None:
+            stat.shard_targets = {}
         if num_targets is not None:
             stat.last_targets, stat.last_targets_up = num_targets, num_up
         stat.save()

@@ -10,27 +10,26 @@ A dead process is the node agent's heartbeat to report (it sees the pid); this m
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import requests
+import aiohttp
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from controlplane.fleet_http import fleet_http, get_text
 from controlplane.models import Worker, WorkerStatus
 from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 
 log = logging.getLogger(__name__)
 
-PROBE_THREADS = 32
+PROBE_CONCURRENCY = 128  # probes in flight at once; each holds a kept-alive connection (controlplane.fleet_http)
 _RECORD_BATCH = 500  # (id, pid) pairs per UPDATE: 1,000 parameters, far below any backend's limit
-_shared_session: requests.Session | None = None
-_session_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,27 +42,43 @@ class Probe:
     weights: dict = field(default_factory=dict)  # its quantization and weight_bytes (health_answer_weights)
 
 
-def _session() -> requests.Session:
-    """One session for every pass, its connections kept alive: opening a TCP connection per probe cost more than the
-    probe (urllib3's pools are thread-safe; one pool per worker address)."""
-    global _shared_session
-    with _session_lock:
-        if _shared_session is None:
-            _shared_session = requests.Session()
-            _shared_session.mount("http://", requests.adapters.HTTPAdapter(pool_connections=4096, pool_maxsize=2))
-        return _shared_session
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A /health answer, read as health_answer_* read a response: status_code and json()."""
+    status_code: int
+    text: str
+
+    def json(self):
+        return json.loads(self.text)  # ValueError (JSONDecodeError) when it is not JSON, as requests' is
 
 
-def probe(worker: Worker, timeout_s: float) -> Probe:
+async def _probe(session, worker: Worker, timeout_s: float) -> Probe:
     url = f"{worker.url}/health"
     try:
-        response = _session().get(url, timeout=timeout_s)
-    except requests.RequestException as exc:
+        status, text = await get_text(session, url, timeout_s=timeout_s)
+    except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError) as exc:
         return Probe(worker.id, worker.pid, False, f"GET {url}: {type(exc).__name__}")
-    if health_answer_ok(worker.role, response.status_code):
-        return Probe(worker.id, worker.pid, True, "", dtype=health_answer_dtype(response),
-                     weights=health_answer_weights(response))
-    return Probe(worker.id, worker.pid, False, f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
+    answer = _Answer(status, text)
+    if health_answer_ok(worker.role, status):
+        return Probe(worker.id, worker.pid, True, "", dtype=health_answer_dtype(answer),
+                     weights=health_answer_weights(answer))
+    return Probe(worker.id, worker.pid, False, f"GET {url}: HTTP {status} {text[:200]}")
+
+
+def probe_all(workers: list[Worker], timeout_s: float) -> list[Probe]:
+    """Probe every worker at once (at most PROBE_CONCURRENCY in flight), over the process's kept-alive connections;
+    results in the order of `workers`."""
+    async def probes(session):
+        semaphore = asyncio.Semaphore(PROBE_CONCURRENCY)
+
+        async def bounded(worker):
+            async with semaphore:
+                return await _probe(session, worker, timeout_s)
+
+        return list(await asyncio.gather(*(bounded(worker) for worker in workers)))
+
+    batches = -(-len(workers) // PROBE_CONCURRENCY)
+    return fleet_http().run(probes, timeout_s=2 * timeout_s * batches + 30)
 
 
 def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
@@ -78,8 +93,7 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
         return outcome
     timeout_s = settings.TANDEM_HEALTH_TIMEOUT_S
     probed_at = timezone.now()
-    with ThreadPoolExecutor(max_workers=min(PROBE_THREADS, len(workers))) as pool:
-        probes = list(pool.map(lambda w: probe(w, timeout_s), workers))
+    probes = probe_all(workers, timeout_s)
     healthy: list[Worker] = []
     for worker, result in zip(workers, probes):
         if (result.ok and worker.status == WorkerStatus.READY and result.dtype in ("", worker.dtype)

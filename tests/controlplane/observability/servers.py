@@ -1,5 +1,7 @@
 """Real HTTP peers for scrape tests: aiohttp servers on ephemeral ports, in one background event-loop thread,
-each serving a prometheus_client exposition (a TandemMetrics registry, as a real worker renders it) or a failure."""
+each serving a prometheus_client exposition (a TandemMetrics registry, as a real worker renders it) or a failure,
+and GET /health (200, as a ready worker answers). Each server records the client address of every request it
+answers (`peers[port]`): one address per TCP connection, so a test sees whether connections were reused."""
 from __future__ import annotations
 
 import asyncio
@@ -15,26 +17,38 @@ class MetricsServers:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.runners: list[web.AppRunner] = []
+        self.peers: dict[int, list[tuple]] = {}  # port -> client (host, port) of each request answered
 
     def _run(self, coro, timeout: float = 10.0):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def serve(self, render: Callable[[], tuple[int, bytes]]) -> int:
+    def serve(self, render: Callable[[], tuple[int, bytes]], *, keepalive_timeout: float = 75.0) -> int:
         """Start a server whose GET /metrics answers render() → (status, body); returns its port."""
+        port_box: list[int] = []
+
+        def seen(request) -> None:
+            self.peers.setdefault(port_box[0], []).append(request.transport.get_extra_info("peername")[:2])
 
         async def handler(request):
+            seen(request)
             status, body = render()
             return web.Response(status=status, body=body, content_type="text/plain")
+
+        async def health(request):
+            seen(request)
+            return web.json_response({"status": "ok"})
 
         async def start() -> int:
             app = web.Application()
             app.router.add_get("/metrics", handler)
-            runner = web.AppRunner(app, access_log=None)
+            app.router.add_get("/health", health)
+            runner = web.AppRunner(app, access_log=None, keepalive_timeout=keepalive_timeout)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
             self.runners.append(runner)
-            return site._server.sockets[0].getsockname()[1]
+            port_box.append(site._server.sockets[0].getsockname()[1])
+            return port_box[0]
 
         return self._run(start())
 

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from controlplane.observability.quantiles import (
-    bucket_increases, counter_increase, histogram_quantile, sum_buckets,
+    aligned_bucket_increases, bucket_increases, counter_increase, histogram_quantile, sum_buckets,
 )
 
 INF = math.inf
@@ -78,3 +78,25 @@ def test_sum_buckets_adds_workers_bucket_by_bucket():
     assert sum_buckets([a, b]) == [(0.1, 4.0), (INF, 9.0)]
     # the pool's median: rank 4.5 in (0.1, +Inf] → the highest finite bound
     assert histogram_quantile(0.5, sum_buckets([a, b])) == 0.1
+
+
+def test_the_aligned_increases_equal_the_matched_ones_through_resets():
+    """The scrape's fast path (one bucket layout per ring) gives bucket_increases' result on rings with growth,
+    flat steps and restarts, for a thousand random rings."""
+    import random
+
+    rng = random.Random(7)
+    les = [0.01, 0.1, 0.5, 1.0, INF]
+    for _ in range(1000):
+        ring, counts = [], [0.0] * len(les)
+        for _ in range(rng.randint(1, 7)):
+            if rng.random() < 0.15:
+                counts = [0.0] * len(les)  # a restart
+            new = [rng.randint(0, 3) for _ in les]
+            running = 0.0
+            counts = [c + (running := running + n) for c, n in zip(counts, new)]  # cumulative buckets
+            ring.append(list(counts))
+        matched = bucket_increases([list(zip(les, snap)) for snap in ring])
+        aligned = aligned_bucket_increases(les, ring)
+        assert [le for le, _ in aligned] == [le for le, _ in matched]
+        assert [inc for _, inc in aligned] == pytest.approx([inc for _, inc in matched])

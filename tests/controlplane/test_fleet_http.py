@@ -1,0 +1,70 @@
+"""The control plane's passes keep their connections to the fleet open: a second scrape pass, and a health pass
+after a scrape pass, reach every worker over the connection the first pass opened (real aiohttp servers, which
+record the client address of each request: one address per TCP connection). A worker that closed an idle
+connection is still scraped and probed as up."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from controlplane.fleet_http import fleet_http
+from controlplane.observability.scraper import Target, scrape
+from controlplane.supervision.health import check_health
+from tests.controlplane.observability.servers import MetricsServers
+
+NUM_WORKERS = 6
+BODY = b"# TYPE tandem_requests_running gauge\ntandem_requests_running 3\n"
+
+
+@pytest.fixture
+def servers():
+    servers = MetricsServers()
+    yield servers
+    servers.close()
+
+
+def _targets(ports):
+    return [Target(i, 1, "decode", f"http://127.0.0.1:{port}") for i, port in enumerate(ports)]
+
+
+def _connections(servers, ports) -> dict[int, set]:
+    return {port: set(servers.peers.get(port, [])) for port in ports}
+
+
+def test_a_second_scrape_pass_opens_no_new_connection(servers):
+    ports = [servers.serve(lambda: (200, BODY)) for _ in range(NUM_WORKERS)]
+    first = scrape(_targets(ports), timeout_s=5, concurrency=4)
+    assert all(f.reading is not None for f in first)
+    after_first = _connections(servers, ports)
+    assert all(len(peers) == 1 for peers in after_first.values())
+
+    second = scrape(_targets(ports), timeout_s=5, concurrency=4)
+    assert all(f.reading is not None for f in second)
+    assert all(len(servers.peers[port]) == 2 for port in ports)  # each answered twice...
+    assert _connections(servers, ports) == after_first  # ...over the one connection of the first pass
+
+
+def test_a_health_pass_reuses_the_scrape_connections(deployment, make_worker, servers):
+    ports = [servers.serve(lambda: (200, BODY)) for _ in range(3)]
+    workers = [make_worker(deployment, "decode", port=port) for port in ports]
+    scrape([Target(w.pk, deployment.pk, "decode", w.url) for w in workers], timeout_s=5, concurrency=4)
+    after_scrape = _connections(servers, ports)
+
+    outcome = check_health()
+    assert outcome["failing"] == [] and outcome["restarted"] == []
+    assert all(len(servers.peers[port]) == 2 for port in ports)
+    assert _connections(servers, ports) == after_scrape
+
+
+def test_a_worker_that_closed_the_idle_connection_still_answers_as_up(servers):
+    # The server drops a connection idle for 50 ms: the pass after that must not read it as a down worker,
+    # whether the client saw the close before reusing the connection or only when it tried to.
+    ports = [servers.serve(lambda: (200, BODY), keepalive_timeout=0.05) for _ in range(3)]
+    assert all(f.reading is not None for f in scrape(_targets(ports), timeout_s=5, concurrency=4))
+    deadline = time.monotonic() + 30
+    while fleet_http().open_connections(set(ports)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the client has seen the closes (it holds no idle connection)
+    again = scrape(_targets(ports), timeout_s=5, concurrency=4)
+    assert [f.error for f in again] == ["", "", ""]
+    assert all(len(_connections(servers, [port])[port]) == 2 for port in ports)  # new connections this time
