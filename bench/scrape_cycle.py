@@ -11,6 +11,12 @@ rollups), against the dashboard's 300 ms goal.
 
     python bench/scrape_cycle.py                 # 100 and 1,000 targets, SQLite in a temporary folder
     python bench/scrape_cycle.py --targets 1000 --cycles 5 --database-url postgres://127.0.0.1:5432/test
+    python bench/scrape_cycle.py --targets 1000 --compare --database-url postgres://127.0.0.1:5432/scratch
+
+--compare: the cycle's store phase as it was before 2026-12-01 (samples by one executemany, scrape states by
+bulk_create's upsert, histogram increases matched bound by bound) against the current one (COPY on PostgreSQL,
+one INSERT ... ON CONFLICT executemany, the ring's one bucket layout), alternating cycle by cycle on the same
+targets, so both see the same machine.
 """
 from __future__ import annotations
 
@@ -73,6 +79,7 @@ def parse_args(argv=None):
     p.add_argument("--cycles", type=int, default=4, help="timed cycles per size (after one warm-up cycle)")
     p.add_argument("--database-url", default=None, help="default: SQLite in a temporary folder")
     p.add_argument("--skip-query", action="store_true", help="skip the 24 h dashboard read")
+    p.add_argument("--compare", action="store_true", help="the store phase before against now, alternating")
     return p.parse_args(argv)
 
 
@@ -147,6 +154,63 @@ def run_size(num_targets: int, num_cycles: int, port: int) -> dict:
             "scale_actions_in_timed_cycles": sum(c["scaled"] for c in cycles)}
 
 
+class _Before:
+    """The store phase's three paths as they were (for --compare): swapped into the store module's names."""
+
+    @staticmethod
+    def insert_samples(rows):
+        from django.db import connection
+
+        from controlplane.observability.models import Sample
+
+        table = connection.ops.quote_name(Sample._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {table} (ts, deployment_id, role, worker_id, metric, value) "
+                               f"VALUES (%s, %s, %s, %s, %s, %s)", rows)
+
+    @staticmethod
+    def upsert_states(states):
+        import json
+
+        from controlplane.observability.models import ScrapeState
+
+        ScrapeState.objects.bulk_create(
+            [ScrapeState(worker_id=w, deployment_id=d, role=r, snapshots=json.loads(snap), last_scrape_at=ts,
+                         last_up=up, last_error=err) for w, d, r, snap, ts, up, err in states],
+            batch_size=500, update_conflicts=True, unique_fields=["worker_id"],
+            update_fields=["deployment_id", "role", "snapshots", "last_scrape_at", "last_up", "last_error"])
+
+    @staticmethod
+    def aligned_bucket_increases(les, snapshots):
+        from controlplane.observability.quantiles import bucket_increases
+
+        return bucket_increases([list(zip(les, counts)) for counts in snapshots])
+
+
+def run_compare(num_targets: int, num_cycles: int, port: int) -> dict:
+    from controlplane.observability import derive, store
+
+    targets = make_fleet(num_targets, port, tag=f"c{num_targets}")
+    now_paths = (store._insert_samples, store._upsert_states, derive.aligned_bucket_increases)
+    before_paths = (_Before.insert_samples, _Before.upsert_states, _Before.aligned_bucket_increases)
+    store.scrape_cycle(targets=targets)  # warm-up: every target's first snapshot
+    store.scrape_cycle(targets=targets)
+    times = {"before": [], "now": []}
+    try:
+        for _ in range(num_cycles):
+            for label, paths in (("before", before_paths), ("now", now_paths)):
+                store._insert_samples, store._upsert_states, derive.aligned_bucket_increases = paths
+                result = store.scrape_cycle(targets=targets)
+                times[label].append(result.store_seconds)
+                time.sleep(0.2)
+    finally:
+        store._insert_samples, store._upsert_states, derive.aligned_bucket_increases = now_paths
+    before, now = (statistics.median(times[k]) for k in ("before", "now"))
+    return {"targets": num_targets, "cycles_each": num_cycles, "samples_per_cycle": result.num_samples,
+            "median_store_s": {"before": round(before, 3), "now": round(now, 3)},
+            "now_over_before": round(now / before, 3)}
+
+
 def run_dashboard_query() -> dict:
     """24 h of 1-minute rollups for one deployment of 10 workers, all 25 metrics (what 24 h of scraping leaves),
     then the query API's read of one metric per worker over those 24 h."""
@@ -193,6 +257,11 @@ def main(argv=None) -> None:
         port = free_port()
         server = start_server(port)
         try:
+            if args.compare:
+                emit({"benchmark": "scrape_cycle_store_compare", "database": connection.vendor,
+                      "sizes": [run_compare(n, args.cycles, port) for n in args.targets],
+                      "environment": environment()})
+                return
             sizes = [run_size(n, args.cycles, port) for n in args.targets]
         finally:
             server.terminate()
