@@ -85,6 +85,9 @@ class SimWorker:
                      "configured_max_model_len": config.profile.max_model_len,
                      "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": None,
                      "kv_layout": dict(layout), "simulated": True, "profile": config.profile.name,
+                     # The simulated engine holds no KV blocks, so it reuses no prompt prefix: said as a real
+                     # worker with prefix caching off says it (the gateway's and pages' reading of /health, /info).
+                     "prefix_caching": False,
                      "kv_bytes_per_token": costs.kv_bytes_per_token}
         self.jobs: dict[str, SimSequence] = {}
         self.accepted: dict[str, asyncio.TimerHandle] = {}  # decode: received, waiting for its stream
@@ -166,7 +169,8 @@ class SimWorker:
         return web.json_response({"status": "ok", "role": self.config.role, "model": self.config.model_name,
                                   "revision": self.config.revision, "dtype": self.info["dtype"],
                                   "max_model_len": self.info["max_model_len"], "simulated": True,
-                                  "profile": self.config.profile.name})
+                                  "profile": self.config.profile.name,
+                                  "prefix_caching": self.info["prefix_caching"]})
 
     async def metrics_view(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})

@@ -44,6 +44,7 @@ def test_it_runs_many_workers_each_on_its_own_port(host):
     for port in ports:
         health = requests.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
         assert health["status"] == "ok" and health["role"] == "decode" and health["simulated"] is True
+        assert health["prefix_caching"] is False  # no KV blocks held: no prefix reused
     listed = {w["id"] for w in requests.get(host.url + "/workers", timeout=5).json()["workers"]}
     assert {f"w{i}" for i in range(20)} <= listed
     for i in range(20):
