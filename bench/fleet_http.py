@@ -85,14 +85,14 @@ def scrape_fresh_session(targets):
     """The scrape before: a session (and so a connection to every worker) per pass."""
     import aiohttp
 
-    from controlplane.observability.scraper import fetch_all
+    from controlplane.observability.scraper import fetch_all, parse_all
 
     async def run():
         connector = aiohttp.TCPConnector(limit=CONCURRENCY, limit_per_host=CONCURRENCY)
         async with aiohttp.ClientSession(connector=connector) as session:
             return await fetch_all(session, targets, timeout_s=TIMEOUT_S, concurrency=CONCURRENCY)
 
-    return asyncio.run(run())
+    return parse_all(asyncio.run(run()))
 
 
 _threads_session = None

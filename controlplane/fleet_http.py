@@ -108,8 +108,13 @@ def fleet_http() -> FleetHttp:
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, *, timeout_s: float) -> tuple[int, str]:
-    """GET url: (status, body text). A reused connection the peer had just closed is retried once on a new one."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    """GET url: (status, body text). A reused connection the peer had just closed is retried once on a new one.
+
+    The timeout bounds connecting and each wait for data (as `requests`' timeout does), not the whole exchange: on a
+    loaded host the loop thread may wake seconds late, and a `total` timer that expired meanwhile would fire before
+    the answer that had long arrived was read, reading a healthy worker as down. Read timeouts are reset by the
+    arrival of data itself, so only a worker that sent nothing for timeout_s times out."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
     for attempt in (0, 1):
         try:
             async with session.get(url, timeout=timeout) as response:

@@ -30,6 +30,7 @@ class Fetched:
     reading: Reading | None
     error: str
     seconds: float
+    text: str = ""  # the page as fetched, until parse_all reads it
 
 
 async def _fetch_one(session: aiohttp.ClientSession, target: Target, timeout_s: float) -> Fetched:
@@ -38,19 +39,20 @@ async def _fetch_one(session: aiohttp.ClientSession, target: Target, timeout_s: 
         status, text = await get_text(session, target.url.rstrip("/") + "/metrics", timeout_s=timeout_s)
         if status != 200:
             raise ValueError(f"HTTP {status}: {text[:200]}")
-        # Parsing here, between awaits, overlaps it with the other targets' network waits.
-        reading = parse_exposition(text)
-        return Fetched(target, reading, "", time.perf_counter() - started)
+        return Fetched(target, None, "", time.perf_counter() - started, text)
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError) as exc:
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return Fetched(target, None, error, time.perf_counter() - started)
+        return Fetched(target, None, _error(exc), time.perf_counter() - started)
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def fetch_all(session: aiohttp.ClientSession, targets: list[Target], *, timeout_s: float,
                     concurrency: int) -> list[Fetched]:
-    """Scrape every target, at most `concurrency` requests at once; results in the order of `targets`."""
-    # The semaphore bounds the requests in flight; each request's own `total` timeout (connect + headers + body)
-    # starts only once it holds a slot, so queued targets never time out unscraped.
+    """Fetch every target's page, at most `concurrency` requests at once; results in the order of `targets`."""
+    # The semaphore bounds the requests in flight; each request's timeouts (connect, each wait for data) start only
+    # once it holds a slot, so queued targets never time out unscraped.
     semaphore = asyncio.Semaphore(concurrency)
 
     async def bounded(target):
@@ -60,11 +62,26 @@ async def fetch_all(session: aiohttp.ClientSession, targets: list[Target], *, ti
     return list(await asyncio.gather(*(bounded(target) for target in targets)))
 
 
+def parse_all(fetched: list[Fetched]) -> list[Fetched]:
+    """Parse the pages fetched (in the calling thread: the loop's thread only moves bytes, so that the health
+    probes it carries at the same time are read as soon as they arrive); an unparseable page is a failed target."""
+    for item in fetched:
+        if item.text:
+            try:
+                item.reading = parse_exposition(item.text)
+            except (ValueError, UnicodeDecodeError) as exc:
+                item.error = _error(exc)
+            item.text = ""
+    return fetched
+
+
 def scrape(targets: list[Target], *, timeout_s: float, concurrency: int) -> list[Fetched]:
-    """Blocking, for Celery tasks and benchmarks: runs on the process's fleet loop, over its kept-alive connections."""
+    """Blocking, for Celery tasks and benchmarks: fetched on the process's fleet loop, over its kept-alive
+    connections, then parsed here."""
     if not targets:
         return []
     # A bound for the whole pass: every batch of `concurrency` targets takes at most one timeout (and a retry).
     batches = -(-len(targets) // concurrency)
-    return fleet_http().run(lambda session: fetch_all(session, targets, timeout_s=timeout_s, concurrency=concurrency),
-                            timeout_s=2 * timeout_s * batches + 30)
+    return parse_all(fleet_http().run(
+        lambda session: fetch_all(session, targets, timeout_s=timeout_s, concurrency=concurrency),
+        timeout_s=2 * timeout_s * batches + 30))

@@ -4,6 +4,8 @@ record the client address of each request: one address per TCP connection). A wo
 connection is still scraped and probed as up."""
 from __future__ import annotations
 
+import socket
+import threading
 import time
 
 import pytest
@@ -68,3 +70,30 @@ def test_a_worker_that_closed_the_idle_connection_still_answers_as_up(servers):
     again = scrape(_targets(ports), timeout_s=5, concurrency=4)
     assert [f.error for f in again] == ["", "", ""]
     assert all(len(_connections(servers, [port])[port]) == 2 for port in ports)  # new connections this time
+
+
+def test_an_answer_that_arrived_while_the_loop_was_busy_is_not_a_timeout(servers):
+    """On a loaded host the loop thread may wake seconds late. The worker answered in 0.2 s; the loop was held
+    from 0.05 s to 1.55 s; the timeout is 1 s. The answer is there when the loop wakes: it must be read, not
+    timed out (a `total` timer that expired meanwhile fired first and read the worker as down)."""
+    port = servers.serve(lambda: (200, BODY), delay_s=0.2)
+    result: list = []
+    pass_thread = threading.Thread(target=lambda: result.extend(scrape(_targets([port]), timeout_s=1, concurrency=1)))
+    pass_thread.start()
+    deadline = time.monotonic() + 10
+    while not servers.peers.get(port) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the request reached the server
+    fleet_http()._loop.call_soon_threadsafe(time.sleep, 1.5)  # the loop thread, held (a busy process)
+    pass_thread.join(30)
+    assert [f.error for f in result] == [""] and result[0].reading is not None
+
+
+def test_a_worker_that_sends_nothing_times_out():
+    with socket.socket() as listener:  # accepts connections (the kernel does) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        started = time.monotonic()
+        [fetched] = scrape(_targets([listener.getsockname()[1]]), timeout_s=1, concurrency=1)
+        waited = time.monotonic() - started
+    assert fetched.reading is None and "Timeout" in fetched.error
+    assert 0.9 < waited < 10

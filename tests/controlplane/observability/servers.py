@@ -22,8 +22,9 @@ class MetricsServers:
     def _run(self, coro, timeout: float = 10.0):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def serve(self, render: Callable[[], tuple[int, bytes]], *, keepalive_timeout: float = 75.0) -> int:
-        """Start a server whose GET /metrics answers render() → (status, body); returns its port."""
+    def serve(self, render: Callable[[], tuple[int, bytes]], *, keepalive_timeout: float = 75.0,
+              delay_s: float = 0.0) -> int:
+        """Start a server whose GET /metrics answers render() → (status, body), after delay_s; returns its port."""
         port_box: list[int] = []
 
         def seen(request) -> None:
@@ -31,6 +32,8 @@ class MetricsServers:
 
         async def handler(request):
             seen(request)
+            if delay_s:
+                await asyncio.sleep(delay_s)
             status, body = render()
             return web.Response(status=status, body=body, content_type="text/plain")
 
