@@ -24,6 +24,8 @@ def control_processes(stack) -> dict[str, list]:
         except psutil.NoSuchProcess:
             continue
         procs[name] = [proc]
+        if name == "web":  # gunicorn's worker processes (runserver has none)
+            procs[name] += proc.children()
         if name == "agent":
             procs["sim_hosts"] = [c for c in proc.children() if "inference.worker.sim.host" in " ".join(c.cmdline())]
     gateways = []

@@ -65,6 +65,10 @@ def parse_args(argv=None):
                         "(the reconciles each change asks for); 0: one worker consumes both, as `make run` starts it")
     p.add_argument("--debug", action="store_true", help="run the control plane with DJANGO_DEBUG=1 (it keeps the "
                    "last 9,000 queries of every database connection in memory)")
+    p.add_argument("--web", choices=("gunicorn", "runserver"), default="gunicorn",
+                   help="the web tier: gunicorn (2 processes x 8 threads, as in production) or make run's runserver")
+    p.add_argument("--conn-max-age", type=int, default=60,
+                   help="TANDEM_DB_CONN_MAX_AGE of every control-plane process (0: a connection per request/task)")
     p.add_argument("--skip-page", action="store_true", help="skip seeding a day of data and the page timing")
     return p.parse_args(argv)
 
@@ -267,6 +271,7 @@ def main(argv=None) -> None:
            "TANDEM_SCRAPE_INTERVAL_S": interval, "TANDEM_SCRAPE_SHARDS": str(shards),
            "TANDEM_ALERT_EVAL_INTERVAL_S": interval,
            "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           "TANDEM_DB_CONN_MAX_AGE": str(args.conn_max_age),
            # As in production (README): with DEBUG on every database connection keeps its last 9,000 queries.
            "DJANGO_DEBUG": "1" if args.debug else "0", "SECRET_KEY": "sim-fleet-bench-" + os.urandom(16).hex(),
            "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
@@ -279,6 +284,10 @@ def main(argv=None) -> None:
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
     specs = child_specs(web_port=web_port, node_name="sim", var_dir=var_dir, embedded_beat=False)
+    if args.web == "gunicorn":  # as in production (README): threads that live, and keep their database connection
+        specs[0] = ChildSpec("web", [sys.executable, "-m", "gunicorn", "controlplane.wsgi", "-b",
+                                     f"127.0.0.1:{web_port}", "-w", "2", "-k", "gthread", "--threads", "8",
+                                     "--timeout", "120"], stop_deadline_s=20)
     specs[1].argv[specs[1].argv.index("--concurrency") + 1] = str(args.control_concurrency)
     if args.periodic_workers:
         specs[1].argv[specs[1].argv.index("--queues") + 1] = "control"
@@ -297,6 +306,7 @@ def main(argv=None) -> None:
     names = [f"sim-{i:03d}" for i in range(args.deployments)]
     doc: dict = {"bench": "sim_fleet", "database": "postgresql", "broker": "redis", "interval_s": args.interval,
                  "control_workers": 1, "periodic_workers": args.periodic_workers, "scrape_shards": shards,
+                 "web": args.web, "db_conn_max_age_s": args.conn_max_age,
                  "threads_each": args.control_concurrency, "django_debug": args.debug,
                  "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
                  "profile": args.profile, "window_s": args.window, "sizes": []}

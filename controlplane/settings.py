@@ -133,7 +133,12 @@ TEMPLATES = [
 # --- database ----------------------------------------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'tandem.sqlite3'}"
 try:
-    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    # TANDEM_DB_CONN_MAX_AGE > 0 keeps each thread's database connection for that many seconds (checked before
+    # reuse) instead of one per request or task: at a thousand workers, fifty gateways polling their membership and
+    # the periodic passes opened ~20 PostgreSQL sessions a second. For gunicorn's and Celery's long-lived threads;
+    # `runserver` starts a thread per request, which cannot reuse one.
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("TANDEM_DB_CONN_MAX_AGE", 0, minimum=0),
+                                conn_health_checks=True)
 except Exception as exc:  # dj-database-url raises several kinds for an unknown scheme or a bad URL
     raise ImproperlyConfigured(f"DATABASE_URL={DATABASE_URL!r} cannot be parsed: {exc}") from None
 # A per-run test database name: engineers (and CI's two suites) run pytest at the same time on one machine;
