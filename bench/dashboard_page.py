@@ -12,6 +12,15 @@ in-process, so the figure is server time without network — fetches, as a viewe
 
     python bench/dashboard_page.py                       # SQLite in a temporary folder
     python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/test --repeat 7
+
+With a big fleet's database around it and a loaded machine (bench/fleet_data.py): bench/sim_fleet.py's 1,000 workers
+are the seeded deployment's 20 and 49 more deployments of 20, whose last minutes of raw samples are written too;
+--cpu-load runs busy processes while the URLs are timed. A PostgreSQL database stays seeded after the run, and a
+later run with --reuse times it again without seeding (its data then ends when it was seeded: `data_age_s`).
+
+    python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/tandem_page --workers 20 \
+        --fleet-deployments 49 --fleet-workers 20 --fleet-raw-minutes 10 --cpu-load 6
+    python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/tandem_page --reuse --cpu-load 6
 """
 from __future__ import annotations
 
@@ -40,6 +49,13 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=10, help="half prefill, half decode")
     p.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=True,
                    help="give the node a GPU (GPU panels) or not (CPU panels)")
+    p.add_argument("--fleet-deployments", type=int, default=0, help="other deployments around the seeded one")
+    p.add_argument("--fleet-workers", type=int, default=20, help="workers of each other deployment")
+    p.add_argument("--fleet-raw-minutes", type=float, default=10.0,
+                   help="minutes of raw samples of the other deployments, ending now")
+    p.add_argument("--cpu-load", type=int, default=0, help="busy processes while the URLs are timed")
+    p.add_argument("--reuse", action="store_true",
+                   help="time a database seeded by an earlier run (no seeding; needs --database-url)")
     return p.parse_args(argv)
 
 
@@ -175,25 +191,63 @@ def measure(client, url: str, repeat: int) -> dict:
     return doc
 
 
+def prepare(args, var_dir: str) -> tuple:
+    """(deployment, viewer, data): seed a fresh database, or find what an earlier run seeded (--reuse)."""
+    from django.contrib.auth import get_user_model
+
+    from bench.fleet_data import create_other_deployments, seed_other_samples
+    from controlplane.models import Deployment, Worker
+    from controlplane.observability.models import Sample
+
+    existing = Deployment.objects.filter(name="bench").first()
+    if args.reuse:
+        if existing is None:
+            raise SystemExit("--reuse: no seeded deployment `bench` in this database")
+        newest = Sample.objects.filter(deployment_id=existing.pk).order_by("-ts").values_list("ts", flat=True).first()
+        return existing, get_user_model().objects.get(username="bench-viewer"), {
+            "reused": True, "data_age_s": round(time.time() - newest, 1) if newest else None,
+            "num_samples": Sample.objects.count(),
+            "num_workers_in_fleet": Worker.objects.exclude(role="gateway").count()}
+    if existing is not None:
+        raise SystemExit("deployment `bench` exists already: pass --reuse, or a fresh database")
+    deployment, workers, viewer = create_fleet(Path(var_dir), args.workers, args.gpu)
+    now = time.time()
+    fleet = []
+    if args.fleet_deployments:
+        admin = get_user_model().objects.get(username="bench-admin")
+        fleet = create_other_deployments(num_deployments=args.fleet_deployments,
+                                         workers_per_deployment=args.fleet_workers, admin=admin,
+                                         model_path=str(Path(var_dir) / "model"), gpu=args.gpu)
+    data = seed(deployment, workers, now)
+    if fleet:
+        data.update(seed_other_samples(fleet, now=now, minutes=args.fleet_raw_minutes))
+    data["num_workers_in_fleet"] = Worker.objects.exclude(role="gateway").count()
+    return deployment, viewer, data
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.reuse and not args.database_url:
+        raise SystemExit("--reuse needs --database-url")
     with tempfile.TemporaryDirectory(prefix="tandem-bench-dash-") as var_dir:
         setup_django(var_dir, args.database_url)
         from django.db import connection
         from django.test import Client
 
-        deployment, workers, viewer = create_fleet(Path(var_dir), args.workers, args.gpu)
-        now = time.time()
-        seeded = seed(deployment, workers, now)
+        from bench.fleet_data import CpuLoad
+
+        deployment, viewer, seeded = prepare(args, var_dir)
         client = Client()
         client.force_login(viewer)
-        page = measure(client, f"/deployments/{deployment.name}/", args.repeat)
-        charts = {key: measure(client, f"/deployments/{deployment.name}/charts.json?range={key}", args.repeat)
-                  for key in RANGES}
-        stages = {key: measure(client, f"/deployments/{deployment.name}/stages.json?range={key}", args.repeat)
-                  for key in RANGES}
-        live = measure(client, f"/deployments/{deployment.name}/live", args.repeat)
-        overview = measure(client, "/", args.repeat)
+        with CpuLoad(args.cpu_load):
+            page = measure(client, f"/deployments/{deployment.name}/", args.repeat)
+            charts = {key: measure(client, f"/deployments/{deployment.name}/charts.json?range={key}", args.repeat)
+                      for key in RANGES}
+            stages = {key: measure(client, f"/deployments/{deployment.name}/stages.json?range={key}", args.repeat)
+                      for key in RANGES}
+            live = measure(client, f"/deployments/{deployment.name}/live", args.repeat)
+            overview = measure(client, "/", args.repeat)
+            load_avg = environment()["load_avg"]
         worst = max([page["median_ms"]] + [c["median_ms"] for c in (*charts.values(), *stages.values())])
         emit({
             "bench": "dashboard_page",
@@ -201,6 +255,8 @@ def main(argv=None) -> None:
             "database": connection.vendor,
             "num_workers": args.workers,
             "gpu": args.gpu,
+            "cpu_load_processes": args.cpu_load,
+            "load_avg_while_timed": load_avg,
             "data": seeded,
             "deployment_page": page,
             "live_fragment": live,
