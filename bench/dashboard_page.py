@@ -16,7 +16,8 @@ in-process, so the figure is server time without network — fetches, as a viewe
 With a big fleet's database around it and a loaded machine (bench/fleet_data.py): bench/sim_fleet.py's 1,000 workers
 are the seeded deployment's 20 and 49 more deployments of 20, whose last minutes of raw samples are written too;
 --cpu-load runs busy processes while the URLs are timed. A PostgreSQL database stays seeded after the run, and a
-later run with --reuse times it again without seeding (its data then ends when it was seeded: `data_age_s`).
+later run with --reuse times it again without seeding: the clock the pages read (time.time, in this process) is then
+set back by the data's age (`data_age_s`), so that every range sees the data as it did just after seeding.
 
     python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/tandem_page --workers 20 \
         --fleet-deployments 49 --fleet-workers 20 --fleet-raw-minutes 10 --cpu-load 6
@@ -204,8 +205,11 @@ def prepare(args, var_dir: str) -> tuple:
         if existing is None:
             raise SystemExit("--reuse: no seeded deployment `bench` in this database")
         newest = Sample.objects.filter(deployment_id=existing.pk).order_by("-ts").values_list("ts", flat=True).first()
+        age = time.time() - newest if newest else 0.0
+        real_time = time.time
+        time.time = lambda: real_time() - age  # the pages read Unix time through time.time
         return existing, get_user_model().objects.get(username="bench-viewer"), {
-            "reused": True, "data_age_s": round(time.time() - newest, 1) if newest else None,
+            "reused": True, "data_age_s": round(age, 1),
             "num_samples": Sample.objects.count(),
             "num_workers_in_fleet": Worker.objects.exclude(role="gateway").count()}
     if existing is not None:
