@@ -316,25 +316,15 @@ def _read_bucketed(*, scope: dict, metrics: set[str], start: float, end: float, 
     """
     names = {METRIC_IDS[metric]: metric for metric in metrics}
     filters = {**scope, "metric__in": sorted(names), "ts__gte": start, "ts__lt": end}
-    raw_from = start
-    rows: list[tuple] = []
-    if source == "rollup":
-        rows = _rows(_grouped(Rollup, filters, start, step,
-                              Sum(F("avg") * F("count"), output_field=FloatField()), Sum("count")))
-        raw_from = max(start, rolled_up_until)
     # COUNT(*), not COUNT(id): the id is not in the series index, and reading it would forgo the index-only scan.
-    raw = _rows(_grouped(Sample, {**filters, "ts__gte": raw_from}, start, step, Sum("value"), Count("*")))
-    if rows:
-        # A bucket may hold the last rolled-up minutes and the first raw ones: merge, weighted.
-        merged: dict[tuple, list] = {}
-        for metric, role, worker_id, bucket, total, weight in rows + raw:
-            slot = merged.setdefault((metric, role, worker_id or 0, bucket),
-                                     [metric, role, worker_id, bucket, 0.0, 0])
-            slot[4] += total
-            slot[5] += weight
-        rows = [tuple(slot) for _, slot in sorted(merged.items())]
+    if source == "raw":
+        rows = _rows(_grouped(Sample, filters, start, step, Sum("value"), Count("*")))
     else:
-        rows = raw
+        rollups = _grouped(Rollup, filters, start, step, Sum(F("avg") * F("count"), output_field=FloatField()),
+                           Sum("count"))
+        raw = _grouped(Sample, {**filters, "ts__gte": max(start, rolled_up_until)}, start, step, Sum("value"),
+                       Count("*"))
+        rows = _merged_rows(rollups, raw)
     by_metric: dict[str, list[dict]] = {}
     for (metric, role, worker_id), group in groupby(rows, key=lambda row: (row[0], row[1], row[2])):
         points = [[start + int(bucket) * step, total / weight] for *_, bucket, total, weight in group if weight]
@@ -350,6 +340,21 @@ def _grouped(model, filters: dict, start: float, step: float, total, weight):
             .annotate(total=total, weight=weight)
             .order_by("metric", "role", "worker_id", "bucket")
             .values_list("metric", "role", "worker_id", "bucket", "total", "weight"))
+
+
+def _merged_rows(rollups, raw) -> list[tuple]:
+    """The buckets of both grouped queries, summed where a bucket holds the last rolled-up minutes and the first raw
+    ones (weighted: totals and weights add), in the same order. The database merges: a day of a per-worker chart
+    is ~30,000 bucket rows, which a merge in Python spent ~0.1 s of CPU sorting."""
+    rollup_sql, rollup_params = rollups.order_by().query.sql_with_params()
+    raw_sql, raw_params = raw.order_by().query.sql_with_params()
+    # The weights are integers: summed again they would be NUMERIC (Decimal) on PostgreSQL.
+    sql = (f"SELECT metric, role, worker_id, bucket, SUM(total), CAST(SUM(weight) AS DOUBLE PRECISION) FROM "
+           f"({rollup_sql} UNION ALL {raw_sql})"
+           " AS buckets GROUP BY metric, role, worker_id, bucket ORDER BY metric, role, worker_id, bucket")
+    with connections[rollups.db].cursor() as cursor:
+        cursor.execute(sql, (*rollup_params, *raw_params))
+        return cursor.fetchall()
 
 
 def _rows(queryset) -> list[tuple]:
