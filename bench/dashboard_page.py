@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import emit, environment, setup_django  # noqa: E402
+from bench.fleet_data import CpuLoad, create_other_deployments, seed_other_samples  # noqa: E402
 
 GOAL_MS = 300.0
 STEP_S = 5.0
@@ -222,7 +223,6 @@ def prepare(args, var_dir: str) -> tuple:
     """(deployment, viewer, data): seed a fresh database, or find what an earlier run seeded (--reuse)."""
     from django.contrib.auth import get_user_model
 
-    from bench.fleet_data import create_other_deployments, seed_other_samples
     from controlplane.models import Deployment, Worker
     from controlplane.observability.models import Sample
 
@@ -250,7 +250,7 @@ def prepare(args, var_dir: str) -> tuple:
                                          model_path=str(Path(var_dir) / "model"), gpu=args.gpu)
     data = seed(deployment, workers, now)
     if fleet:
-        data.update(seed_other_samples(fleet, now=now, minutes=args.fleet_raw_minutes))
+        data.update(seed_other_samples(fleet, now=now, minutes=args.fleet_raw_minutes, value_at=value_at))
     data.update(settle_tables())
     data["num_workers_in_fleet"] = Worker.objects.exclude(role="gateway").count()
     return deployment, viewer, data
@@ -264,8 +264,6 @@ def main(argv=None) -> None:
         setup_django(var_dir, args.database_url)
         from django.db import connection
         from django.test import Client
-
-        from bench.fleet_data import CpuLoad
 
         deployment, viewer, seeded = prepare(args, var_dir)
         client = Client()

@@ -55,12 +55,11 @@ def create_other_deployments(*, num_deployments: int, workers_per_deployment: in
     return out
 
 
-def seed_other_samples(fleet: list, *, now: float, minutes: float) -> dict:
+def seed_other_samples(fleet: list, *, now: float, minutes: float, value_at) -> dict:
     """Raw samples of every metric, every worker and every pool aggregate of `fleet`, one per 5 s over the last
-    `minutes`; returns {"num_fleet_samples", "seed_fleet_s"}."""
+    `minutes`, valued by value_at(metric id, series index, ts); returns {"num_fleet_samples", "seed_fleet_s"}."""
     from django.db import connection
 
-    from bench.dashboard_page import value_at
     from controlplane.observability.catalog import METRIC_IDS
     from controlplane.observability.models import Sample
 
