@@ -108,13 +108,14 @@ def measure_page(env: dict, web_url: str, name: str, repeat: int = 5) -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from bench.dashboard_page import seed
+    from bench.dashboard_page import seed, settle_tables
     from controlplane.auth import Role, set_role
     from controlplane.models import Deployment, Worker
 
     deployment = Deployment.objects.get(name=name)
     workers = list(Worker.objects.filter(deployment=deployment, status="ready").exclude(role="gateway"))
     seeded = seed(deployment, workers, time.time())
+    seeded.update(settle_tables())
     viewer, _ = get_user_model().objects.get_or_create(username="bench-viewer")
     set_role(viewer, Role.VIEWER)
     client = Client()

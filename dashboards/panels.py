@@ -1,5 +1,5 @@
 """The deployment page's charts: which stored series each panel draws, read through the observability app's
-series query (`query_series`, the same code as `GET /api/v1/metrics/query`), turned into figures by
+series query (`query_series_many`, the same code as `GET /api/v1/metrics/query`), turned into figures by
 `dashboards.charts`.
 
 Pool panels draw the pool aggregates of every role (the gateway's client-side view included: its latencies are
@@ -15,7 +15,7 @@ from django.conf import settings
 
 from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.series import SeriesQuery, auto_step, query_series
+from controlplane.observability.series import SeriesQuery, auto_step, query_series_many
 from dashboards.charts import Axis, Series, line_figure
 
 RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
@@ -120,17 +120,17 @@ def chart_figures(deployment, *, range_key: str, now: float) -> dict:
     since = datetime.fromtimestamp(start, tz=timezone.utc)
     workers = tuple(Worker.objects.filter(deployment=deployment).exclude(stopped_at__lt=since)
                     .values_list("id", flat=True))
-    loaded: dict[str, list[Series]] = {}
-    for panel in panels:
-        series: list[Series] = []
-        for line in panel.lines:
-            # Named roles and workers rather than "every worker": exact index prefixes, see SeriesQuery.
-            query = SeriesQuery(metric=line.metric, deployment_id=deployment.pk, role=roles,
-                                worker=workers if panel.per_worker else None, start=start, end=end, step=step)
-            _, found = query_series(query, now=now)
-            series.extend(Series(_series_name(line, item["role"], item["worker_id"]), item["points"], line.dash,
-                                 group=f'{item["role"]}#{item["worker_id"] or ""}') for item in found)
-        loaded[panel.key] = series
+    # Named roles and workers rather than "every worker": exact index prefixes, see SeriesQuery. All lines at once:
+    # the pool lines are one read per source, the per-worker lines another.
+    lines = [(panel, line) for panel in panels for line in panel.lines]
+    found = query_series_many([SeriesQuery(metric=line.metric, deployment_id=deployment.pk, role=roles,
+                                           worker=workers if panel.per_worker else None, start=start, end=end,
+                                           step=step) for panel, line in lines], now=now)
+    loaded: dict[str, list[Series]] = {panel.key: [] for panel in panels}
+    for (panel, line), (_, items) in zip(lines, found):
+        loaded[panel.key].extend(Series(_series_name(line, item["role"], item["worker_id"]), item["points"],
+                                        line.dash, group=f'{item["role"]}#{item["worker_id"] or ""}')
+                                 for item in items)
     has_samples = any(s.points for series in loaded.values() for s in series)
     reason = empty_reason(num_live_workers=num_live, has_samples=has_samples)
     figures = {panel.key: line_figure(panel.title, loaded[panel.key], Axis(panel.unit), x_range=(start, end),

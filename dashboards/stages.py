@@ -15,7 +15,8 @@ from datetime import datetime, timezone
 
 from controlplane.models import DeploymentMode, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.series import SeriesQuery, as_unix, auto_step, latest_pool_values, query_series
+from controlplane.observability.series import (SeriesQuery, as_unix, auto_step, latest_pool_values,
+                                                query_series_many)
 from controlplane.services.objectives import objectives_merge
 from dashboards.charts import Axis, Series, empty_figure, line_figure
 from dashboards.panels import RANGES, Line, deployment_has_gpu, empty_reason, range_start
@@ -133,7 +134,8 @@ def stage_values(deployment, *, has_gpu: bool, now: float | None = None) -> list
                                          for indicator in stage_indicators(stage, has_gpu=has_gpu)]}
                for column in stage_columns(deployment)]
     latest = latest_pool_values(deployment_ids=[deployment.pk], now=now, window_s=VALUE_WINDOW_S,
-                                metrics={_value_of(i)[0] for column in columns for i in column["indicators"]})
+                                metrics={_value_of(i)[0] for column in columns for i in column["indicators"]},
+                                roles={column["role"] for column in columns})
     for column in columns:
         values = []
         for indicator in column.pop("indicators"):
@@ -150,13 +152,17 @@ def stage_values(deployment, *, has_gpu: bool, now: float | None = None) -> list
     return columns
 
 
-def _load(indicator: Indicator, *, deployment, role, workers, start, end, step, now, threads) -> list[Series]:
+def _queries(indicator: Indicator, *, deployment, role, workers, start, end, step) -> list[SeriesQuery]:
+    return [SeriesQuery(metric=line.metric, deployment_id=deployment.pk, role=role,
+                        worker=workers if indicator.per_worker else None, start=start, end=end, step=step)
+            for line in indicator.lines]
+
+
+def _series(indicator: Indicator, found: list[tuple[str, list[dict]]], *, threads: int) -> list[Series]:
+    """The chart's series from query_series_many's answers to _queries(indicator)."""
     series: list[Series] = []
-    for line in indicator.lines:
-        query = SeriesQuery(metric=line.metric, deployment_id=deployment.pk, role=role,
-                            worker=workers if indicator.per_worker else None, start=start, end=end, step=step)
-        _, found = query_series(query, now=now)
-        for item in found:
+    for line, (_, items) in zip(indicator.lines, found):
+        for item in items:
             who = item["role"] if item["worker_id"] is None else f'{item["role"]} #{item["worker_id"]}'
             points = item["points"]
             if indicator.per_thread:
@@ -180,21 +186,29 @@ def stage_charts(deployment, *, range_key: str, now: float) -> dict:
     since = datetime.fromtimestamp(start, tz=timezone.utc)
     workers = tuple(Worker.objects.filter(deployment=deployment).exclude(stopped_at__lt=since)
                     .values_list("id", flat=True))
-    read = dict(deployment=deployment, workers=workers, start=start, end=now, step=step, now=now, threads=threads)
-    charts: list[tuple[str, Indicator, list[Series]]] = []
+    read = dict(deployment=deployment, workers=workers, start=start, end=now, step=step)
+    # Every chart's queries first, then one query_series_many: the lines of one scope are read together.
+    wanted: list[tuple[str, Indicator, list[SeriesQuery]]] = []
     columns = []
     for column in stage_values(deployment, has_gpu=has_gpu, now=now):
         order = []
         for stage in column["stages"]:
             for indicator in stage_indicators(stage, has_gpu=has_gpu):
                 key = f"stage-{column['role']}-{indicator.key}"
-                charts.append((key, indicator, _load(indicator, role=column["role"], **read)))
+                wanted.append((key, indicator, _queries(indicator, role=column["role"], **read)))
                 order.append(key)
         columns.append({"role": column["role"], "title": column["title"], "order": order,
                         "values": [{k: v for k, v in value.items() if k != "value"} for value in column["values"]]})
-    health = [(f"health-{indicator.key}", indicator,
-               _load(indicator, role=tuple(deployment.roles), **read) if has_gpu else [])
-              for indicator in GPU_HEALTH]
+    num_charts = len(wanted)
+    if has_gpu:
+        wanted += [(f"health-{indicator.key}", indicator, _queries(indicator, role=tuple(deployment.roles), **read))
+                   for indicator in GPU_HEALTH]
+    found = iter(query_series_many([query for _, _, queries in wanted for query in queries], now=now))
+    loaded = [(key, indicator, _series(indicator, [next(found) for _ in queries], threads=threads))
+              for key, indicator, queries in wanted]
+    charts = loaded[:num_charts]
+    health = loaded[num_charts:] if has_gpu else [(f"health-{indicator.key}", indicator, [])
+                                                  for indicator in GPU_HEALTH]
     num_live = Worker.objects.filter(deployment=deployment, status__in=LIVE_STATUSES).count()
     reason = empty_reason(num_live_workers=num_live,
                           has_samples=any(s.points for _, _, series in charts + health for s in series))

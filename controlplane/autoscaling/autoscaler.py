@@ -76,7 +76,8 @@ def load_inputs(pools, *, now: float) -> Inputs:
     deployment_ids = {pool.deployment_id for pool in pools}
     # The newest value of the last three scrapes: one missed scrape does not read as "no data".
     latest = latest_pool_values(deployment_ids=deployment_ids, metrics=(*_OBSERVED, "qps"),
-                                window_s=3 * settings.TANDEM_SCRAPE_INTERVAL_S, now=now)
+                                window_s=3 * settings.TANDEM_SCRAPE_INTERVAL_S, now=now,
+                                roles={pool.role for pool in pools})
     ready = dict(Worker.objects.filter(pool__in=[p.pk for p in pools], status=WorkerStatus.READY)
                  .values("pool_id").annotate(n=Count("id")).values_list("pool_id", "n"))
     since = datetime.fromtimestamp(now, tz=dt_timezone.utc) - timedelta(

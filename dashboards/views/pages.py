@@ -5,7 +5,7 @@ import time
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse
 from django.utils import timezone
 
 from controlplane.capacity.scheduling import schedules_view
@@ -16,6 +16,7 @@ from controlplane.revision_diff import PART_ORDER
 from controlplane.rollouts.selectors import rollout_active
 from controlplane.selectors import deployment_get, deployment_rollout_in_progress
 from dashboards.access import viewer_required
+from dashboards.chart_cache import cached_json, max_ages
 from dashboards.fleet import fleet_rows, node_rows
 from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_range
 from dashboards.selectors import active_alerts, deployment_workers, pool_policies, recent_actions
@@ -93,6 +94,7 @@ def deployment_detail(request, name: str):
     context.update(sampling_defaults=[(key, defaults[key]) for key in SAMPLING_DEFAULT_FIELDS if key in defaults])
     has_gpu = deployment_has_gpu(deployment)
     context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES), has_gpu=has_gpu,
+                   chart_max_ages=[(key, age) for key, age in max_ages().items() if age],
                    engine_parts=[(part, sorted(parts[part].items())) for part in PART_ORDER if parts.get(part)],
                    stage_columns=stage_values(deployment, has_gpu=has_gpu), objectives=objectives_of(deployment))
     return page(request, "dashboards/deployment.html", context)
@@ -105,22 +107,28 @@ def deployment_live(request, name: str):
     return page(request, "dashboards/_deployment_live.html", live_context(request, deployment))
 
 
-@viewer_required
-def deployment_charts(request, name: str):
-    """The chart figures as JSON for `Plotly.react`: {"figures": {key: {"data", "layout"}}, "order": [...]}."""
-    deployment = get_deployment_or_404(name)
-    data = chart_figures(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
-    response = JsonResponse(data)
+def _json(body: bytes) -> HttpResponse:
+    response = HttpResponse(body, content_type="application/json")
     response["Cache-Control"] = "no-store"
     return response
+
+
+@viewer_required
+def deployment_charts(request, name: str):
+    """The chart figures as JSON for `Plotly.react`: {"figures": {key: {"data", "layout"}}, "order": [...]}; long
+    ranges are reused for a few seconds (dashboards.chart_cache)."""
+    deployment = get_deployment_or_404(name)
+    range_key, now = parse_range(request.GET.get("range")), time.time()
+    return _json(cached_json("charts", deployment, range_key, now=now,
+                             build=lambda: chart_figures(deployment, range_key=range_key, now=now)))
 
 
 @viewer_required
 def deployment_stages(request, name: str):
     """The stage columns' figures and current values as JSON ({"columns", "figures", "health_order", "has_gpu"}):
-    a request of its own, fetched beside charts.json, so that neither waits for the other's series reads."""
+    a request of its own, fetched beside charts.json, so that neither waits for the other's series reads. Long
+    ranges are reused for a few seconds (dashboards.chart_cache)."""
     deployment = get_deployment_or_404(name)
-    data = stage_charts(deployment, range_key=parse_range(request.GET.get("range")), now=time.time())
-    response = JsonResponse(data)
-    response["Cache-Control"] = "no-store"
-    return response
+    range_key, now = parse_range(request.GET.get("range")), time.time()
+    return _json(cached_json("stages", deployment, range_key, now=now,
+                             build=lambda: stage_charts(deployment, range_key=range_key, now=now)))
