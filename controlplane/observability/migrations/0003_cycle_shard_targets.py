@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('observability', '0001_initial'),
+        ('observability', '0002_series_covering_indexes'),
     ]
 
     operations = [
