@@ -29,8 +29,10 @@ def workers(tiny_model_dir, tmp_path_factory):
         # Started together: their model loads overlap.
         for role in ("prefill", "decode", "colocated"):
             started[role] = start_worker(role, role, tiny_model_dir, log_dir, wait=False)
+        # Room for three model loads at once on a loaded host: at load ~22 (a 1,000-worker simulated fleet beside
+        # the suite) they were not healthy within 120 s.
         for proc in started.values():
-            wait_http(proc, proc.url + "/health", timeout=120)
+            wait_http(proc, proc.url + "/health", timeout=360)
         yield started
     finally:
         for proc in started.values():
