@@ -128,7 +128,9 @@ def test_a_prefill_worker_exports_the_whole_prompts_kv_from_shared_blocks(tiny_m
     for warm_kv, cold_kv in zip(out_warm.kv, out_cold.kv):  # [L, P, Hkv, D] float32 each
         assert warm_kv.shape == cold_kv.shape == (warm.model_runner.num_layers, len(second),
                                                    warm.model_runner.num_kv_heads, warm.model_runner.head_dim)
-        torch.testing.assert_close(warm_kv, cold_kv, rtol=1e-5, atol=1e-5)
+        # Same tolerance as chunked prefill's: the warm engine attends its 9 new tokens over cached K/V, the cold
+        # one over all 44 in one pass, so float32 sums run in another order (CI saw 1.4e-5 at layer 2).
+        torch.testing.assert_close(warm_kv, cold_kv, rtol=1e-4, atol=1e-4)
 
 
 def test_a_decode_engine_runs_without_a_prefix_cache(tiny_model_dir):
