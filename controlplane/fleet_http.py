@@ -24,14 +24,16 @@ import asyncio
 import logging
 import os
 import threading
-from typing import Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, Sequence, TypeVar
 
 import aiohttp
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 30.0
+PASS_SLACK_S = 30.0  # a pass's bound beyond its requests' own timeouts (pass_bound_s)
 T = TypeVar("T")
+I = TypeVar("I")
 
 
 def _raise_open_files_limit() -> None:
@@ -125,3 +127,33 @@ async def get_text(session: aiohttp.ClientSession, url: str, *, timeout_s: float
             if attempt:
                 raise
     raise AssertionError("unreachable")
+
+
+def pass_bound_s(num_items: int, concurrency: int, timeout_s: float) -> float:
+    """How long a whole pass may take: each batch of `concurrency` requests takes at most one timeout to connect and
+    one per wait for data (and a retry), plus PASS_SLACK_S. Only a worker that drips its answer, a byte at a time,
+    keeps a request alive past its own timeouts; the bound keeps such a worker from holding up the pass."""
+    return 2 * timeout_s * -(-num_items // concurrency) + PASS_SLACK_S
+
+
+async def gather_bounded(items: Sequence[I], one: Callable[[I], Awaitable[T]], *, concurrency: int,
+                         bound_s: float, late: Callable[[I], T]) -> list[T]:
+    """one(item) for every item, at most `concurrency` at once; results in the order of `items`. An item not done
+    within bound_s is cancelled and yields late(item): the pass records it as failed and keeps every other answer,
+    rather than losing them all to one slow peer."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def bounded(item):
+        async with semaphore:
+            return await one(item)
+
+    tasks = [asyncio.ensure_future(bounded(item)) for item in items]
+    if not tasks:
+        return []
+    _, pending = await asyncio.wait(tasks, timeout=bound_s)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)  # let the cancelled requests give their connections back
+        log.warning("%d of %d requests not done within the pass's bound of %.0f s", len(pending), len(tasks), bound_s)
+    return [late(item) if task in pending else task.result() for item, task in zip(items, tasks)]

@@ -1,8 +1,8 @@
 """Fetch many /metrics pages at once: the process's fleet session (controlplane.fleet_http: connections kept open
 across passes), a bound on concurrent requests, a timeout per target. No Django.
 
-A target that fails (refused, timeout, non-200, unparseable text) yields a Fetched with `error` set; the cycle
-records it as up=0 and never raises for it.
+A target that fails (refused, timeout, non-200, unparseable text, or still answering when the pass's bound is up)
+yields a Fetched with `error` set; the cycle records it as up=0 and never raises for it.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from controlplane.fleet_http import fleet_http, get_text
+from controlplane.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
 from controlplane.observability.exposition import Reading, parse_exposition
 
 
@@ -50,16 +50,15 @@ def _error(exc: Exception) -> str:
 
 async def fetch_all(session: aiohttp.ClientSession, targets: list[Target], *, timeout_s: float,
                     concurrency: int) -> list[Fetched]:
-    """Fetch every target's page, at most `concurrency` requests at once; results in the order of `targets`."""
-    # The semaphore bounds the requests in flight; each request's timeouts (connect, each wait for data) start only
-    # once it holds a slot, so queued targets never time out unscraped.
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def bounded(target):
-        async with semaphore:
-            return await _fetch_one(session, target, timeout_s)
-
-    return list(await asyncio.gather(*(bounded(target) for target in targets)))
+    """Fetch every target's page, at most `concurrency` requests at once; results in the order of `targets`. A target
+    still answering when the pass's bound is up (fleet_http.pass_bound_s) is recorded as failed."""
+    # Each request's timeouts (connect, each wait for data) start only once it holds a slot, so queued targets never
+    # time out unscraped.
+    bound_s = pass_bound_s(len(targets), concurrency, timeout_s)
+    return await gather_bounded(
+        targets, lambda target: _fetch_one(session, target, timeout_s), concurrency=concurrency, bound_s=bound_s,
+        late=lambda target: Fetched(target, None, f"no complete answer within the pass's bound of {bound_s:.0f} s",
+                                    bound_s))
 
 
 def parse_all(fetched: list[Fetched]) -> list[Fetched]:
@@ -80,8 +79,7 @@ def scrape(targets: list[Target], *, timeout_s: float, concurrency: int) -> list
     connections, then parsed here."""
     if not targets:
         return []
-    # A bound for the whole pass: every batch of `concurrency` targets takes at most one timeout (and a retry).
-    batches = -(-len(targets) // concurrency)
+    bound_s = pass_bound_s(len(targets), concurrency, timeout_s)
     return parse_all(fleet_http().run(
         lambda session: fetch_all(session, targets, timeout_s=timeout_s, concurrency=concurrency),
-        timeout_s=2 * timeout_s * batches + 30))
+        timeout_s=bound_s + PASS_SLACK_S))

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from controlplane.fleet_http import fleet_http, get_text
+from controlplane.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
 from controlplane.models import Worker, WorkerStatus
 from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
@@ -67,18 +67,18 @@ async def _probe(session, worker: Worker, timeout_s: float) -> Probe:
 
 def probe_all(workers: list[Worker], timeout_s: float) -> list[Probe]:
     """Probe every worker at once (at most PROBE_CONCURRENCY in flight), over the process's kept-alive connections;
-    results in the order of `workers`."""
+    results in the order of `workers`. A worker still answering when the pass's bound is up has failed its probe."""
+    bound_s = pass_bound_s(len(workers), PROBE_CONCURRENCY, timeout_s)
+
+    def late(worker: Worker) -> Probe:
+        return Probe(worker.id, worker.pid, False,
+                     f"GET {worker.url}/health: no complete answer within the pass's bound of {bound_s:.0f} s")
+
     async def probes(session):
-        semaphore = asyncio.Semaphore(PROBE_CONCURRENCY)
+        return await gather_bounded(workers, lambda worker: _probe(session, worker, timeout_s),
+                                    concurrency=PROBE_CONCURRENCY, bound_s=bound_s, late=late)
 
-        async def bounded(worker):
-            async with semaphore:
-                return await _probe(session, worker, timeout_s)
-
-        return list(await asyncio.gather(*(bounded(worker) for worker in workers)))
-
-    batches = -(-len(workers) // PROBE_CONCURRENCY)
-    return fleet_http().run(probes, timeout_s=2 * timeout_s * batches + 30)
+    return fleet_http().run(probes, timeout_s=bound_s + PASS_SLACK_S)
 
 
 def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
@@ -95,13 +95,17 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
     probed_at = timezone.now()
     probes = probe_all(workers, timeout_s)
     healthy: list[Worker] = []
+    failing: list[Probe] = []
     for worker, result in zip(workers, probes):
         if (result.ok and worker.status == WorkerStatus.READY and result.dtype in ("", worker.dtype)
                 and all(getattr(worker, key) == value for key, value in result.weights.items())):
             healthy.append(worker)  # nothing new to record but the probe: written for all of them at once below
+        elif not result.ok and worker.status == WorkerStatus.READY:
+            failing.append(result)  # counted for all of them in one transaction below
         else:
-            _apply(worker, result, outcome, probed_at)
+            _apply(worker, result, outcome)
     _record_healthy(healthy)
+    _record_failing(failing, outcome, probed_at)
     return outcome
 
 
@@ -125,7 +129,9 @@ def _record_healthy(workers: list[Worker]) -> None:
                 [now, WorkerStatus.READY.value, *(value for w in batch for value in (w.id, w.pid))])
 
 
-def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
+def _apply(worker: Worker, result: Probe, outcome: dict) -> None:
+    """A worker that answered with something new (ready at last, another dtype or weights), or a starting one that
+    did not answer (restarted once its startup time is up)."""
     now = timezone.now()
     if result.ok:
         reported = {"dtype": result.dtype, **result.weights} if result.dtype else dict(result.weights)
@@ -142,21 +148,37 @@ def _apply(worker: Worker, result: Probe, outcome: dict, probed_at) -> None:
             reason = f"not healthy within {settings.TANDEM_STARTUP_TIMEOUT_S} s of its start ({result.detail})"
             if worker_failure_record(failure=WorkerFailure(worker.id, result.pid, (WorkerStatus.STARTING,), reason)):
                 outcome["restarted"].append(worker.id)
+
+
+def _record_failing(probes: list[Probe], outcome: dict, probed_at) -> None:
+    """Count a failed probe for each ready worker, in one transaction for all of them (a host gone takes all its
+    workers with it), and restart those that failed TANDEM_HEALTH_FAILURES times in a row. A row that moved on
+    (another status, another pid) is left alone."""
+    if not probes:
         return
+    now = timezone.now()
+    by_id = {probe.worker_id: probe for probe in probes}
+    counted: list[Worker] = []
     with transaction.atomic():
-        row = Worker.objects.select_for_update().filter(id=worker.id, status=WorkerStatus.READY,
-                                                        pid=result.pid).first()
-        if row is None:
-            return
-        if row.last_health_at is not None and row.last_health_at > probed_at:
-            # An overlapping pass (beat fires every interval, a pass can take a timeout) already recorded this
-            # period's result: one failure must not count twice.
-            return
-        failures = row.consecutive_health_failures + 1
-        Worker.objects.filter(id=row.id).update(consecutive_health_failures=failures, last_health_at=now,
-                                                last_error=result.detail)
-    outcome["failing"].append(worker.id)
-    if failures >= settings.TANDEM_HEALTH_FAILURES:
-        reason = f"health check failed {failures} times ({result.detail})"
-        if worker_failure_record(failure=WorkerFailure(worker.id, result.pid, (WorkerStatus.READY,), reason)):
-            outcome["restarted"].append(worker.id)
+        rows = Worker.objects.select_for_update().filter(id__in=list(by_id), status=WorkerStatus.READY).only(
+            "id", "pid", "last_health_at", "consecutive_health_failures").order_by("id")
+        for row in rows:
+            probe = by_id[row.id]
+            if row.pid != probe.pid:
+                continue
+            if row.last_health_at is not None and row.last_health_at > probed_at:
+                # An overlapping pass (beat fires every interval, a pass can take a timeout) already recorded this
+                # period's result: one failure must not count twice.
+                continue
+            row.consecutive_health_failures += 1
+            row.last_health_at, row.last_error = now, probe.detail
+            counted.append(row)
+        Worker.objects.bulk_update(counted, ["consecutive_health_failures", "last_health_at", "last_error"],
+                                   batch_size=_RECORD_BATCH)
+    for row in counted:
+        probe = by_id[row.id]
+        outcome["failing"].append(row.id)
+        if row.consecutive_health_failures >= settings.TANDEM_HEALTH_FAILURES:
+            reason = f"health check failed {row.consecutive_health_failures} times ({probe.detail})"
+            if worker_failure_record(failure=WorkerFailure(row.id, probe.pid, (WorkerStatus.READY,), reason)):
+                outcome["restarted"].append(row.id)

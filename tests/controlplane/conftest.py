@@ -1,6 +1,7 @@
 """Shared control-plane fixtures: a user of each role and an outsider (signed in, no role), API clients holding
-their tokens, a model folder, a deployment and a worker factory. Unit tests never run reconcile: services enqueue it
-with transaction.on_commit, which a non-transactional django_db test never commits."""
+their tokens, a model folder, a deployment, a worker factory and real HTTP peers for scrapes and probes
+(`metrics_servers`). Unit tests never run reconcile: services enqueue it with transaction.on_commit, which a
+non-transactional django_db test never commits."""
 from __future__ import annotations
 
 import json
@@ -196,3 +197,14 @@ def sent(monkeypatch):
         monkeypatch.setattr(task, "apply_async", apply_async)
         monkeypatch.setattr(task, "delay", lambda *args, _name=name: messages.append((_name, args, None)))
     return messages
+
+
+@pytest.fixture
+def metrics_servers():
+    """Real aiohttp servers answering /metrics and /health on ephemeral ports (tests/controlplane/observability/
+    servers.py), closed after the test."""
+    from tests.controlplane.observability.servers import MetricsServers
+
+    servers = MetricsServers()
+    yield servers
+    servers.close()

@@ -58,24 +58,19 @@ def test_a_failed_worker_of_a_revision_rolled_away_from_does_not_fire(deployment
     assert worker_down_alert(current).state == "firing"
 
 
-def test_a_failed_worker_that_is_ready_again_resolves_the_alert(deployment, make_worker, cycle):
+def test_a_failed_worker_that_is_ready_again_resolves_the_alert(deployment, make_worker, cycle, metrics_servers):
     from prometheus_client import CollectorRegistry
 
     from inference.metrics import TandemMetrics
-    from tests.controlplane.observability.servers import MetricsServers
 
-    servers = MetricsServers()
-    try:
-        sick = make_worker(deployment, "decode", status="failed")
-        for second in range(0, 60, 5):
-            cycle(second)
-        assert worker_down_alert(sick).state == "firing"
-        # An operator's restart brings it back: its new process answers the scrapes.
-        port = servers.serve_metrics(TandemMetrics(role="decode", model="tiny", registry=CollectorRegistry(),
-                                                   gpu=False))
-        Worker.objects.filter(pk=sick.pk).update(status="ready", port=port, pid=4242)
-        for second in range(60, 120, 5):
-            cycle(second)
-        assert worker_down_alert(sick).state == "resolved"
-    finally:
-        servers.close()
+    sick = make_worker(deployment, "decode", status="failed")
+    for second in range(0, 60, 5):
+        cycle(second)
+    assert worker_down_alert(sick).state == "firing"
+    # An operator's restart brings it back: its new process answers the scrapes.
+    port = metrics_servers.serve_metrics(TandemMetrics(role="decode", model="tiny", registry=CollectorRegistry(),
+                                                       gpu=False))
+    Worker.objects.filter(pk=sick.pk).update(status="ready", port=port, pid=4242)
+    for second in range(60, 120, 5):
+        cycle(second)
+    assert worker_down_alert(sick).state == "resolved"

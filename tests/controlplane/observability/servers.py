@@ -23,22 +23,38 @@ class MetricsServers:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def serve(self, render: Callable[[], tuple[int, bytes]], *, keepalive_timeout: float = 75.0,
-              delay_s: float = 0.0) -> int:
-        """Start a server whose GET /metrics answers render() → (status, body), after delay_s; returns its port."""
+              delay_s: float = 0.0, drip_s: float = 0.0) -> int:
+        """Start a server whose GET /metrics answers render() → (status, body), after delay_s; returns its port.
+        With drip_s, both /metrics and /health send their answer a byte every 50 ms, for drip_s at least (a peer
+        that never stays silent long enough for a read timeout, yet never finishes)."""
         port_box: list[int] = []
 
         def seen(request) -> None:
             self.peers.setdefault(port_box[0], []).append(request.transport.get_extra_info("peername")[:2])
+
+        async def drip(request, body: bytes):
+            response = web.StreamResponse(status=200)
+            await response.prepare(request)
+            padded = body.ljust(int(drip_s / 0.05) + 1, b"\n")  # trailing newlines: still a valid page or JSON
+            for i in range(len(padded)):
+                await response.write(padded[i:i + 1])
+                await asyncio.sleep(0.05)
+            await response.write_eof()
+            return response
 
         async def handler(request):
             seen(request)
             if delay_s:
                 await asyncio.sleep(delay_s)
             status, body = render()
+            if drip_s:
+                return await drip(request, body)
             return web.Response(status=status, body=body, content_type="text/plain")
 
         async def health(request):
             seen(request)
+            if drip_s:
+                return await drip(request, b'{"status": "ok"}')
             return web.json_response({"status": "ok"})
 
         async def start() -> int:

@@ -8,17 +8,9 @@ from controlplane.observability.models import Sample, ScrapeState
 from controlplane.observability.series import metric_values
 from controlplane.observability.store import scrape_cycle
 from inference.metrics import TandemMetrics
-from tests.controlplane.observability.servers import MetricsServers
 from tests.procs import free_port
 
 T0 = 1_800_000_000.0
-
-
-@pytest.fixture
-def servers():
-    servers = MetricsServers()
-    yield servers
-    servers.close()
 
 
 def metrics_for(role):
@@ -26,14 +18,14 @@ def metrics_for(role):
 
 
 @pytest.fixture
-def fleet(deployment, make_worker, servers):
+def fleet(deployment, make_worker, metrics_servers):
     decode_a, decode_b, prefill, gateway = (metrics_for(r) for r in ("decode", "decode", "prefill", "gateway"))
     workers = {
-        "decode_a": make_worker(deployment, "decode", port=servers.serve_metrics(decode_a)),
-        "decode_b": make_worker(deployment, "decode", port=servers.serve_metrics(decode_b)),
+        "decode_a": make_worker(deployment, "decode", port=metrics_servers.serve_metrics(decode_a)),
+        "decode_b": make_worker(deployment, "decode", port=metrics_servers.serve_metrics(decode_b)),
         "decode_dead": make_worker(deployment, "decode", port=free_port()),  # nothing listens there
-        "prefill": make_worker(deployment, "prefill", port=servers.serve_metrics(prefill)),
-        "gateway": make_worker(deployment, "gateway", port=servers.serve_metrics(gateway)),
+        "prefill": make_worker(deployment, "prefill", port=metrics_servers.serve_metrics(prefill)),
+        "gateway": make_worker(deployment, "gateway", port=metrics_servers.serve_metrics(gateway)),
         "pending": make_worker(deployment, "decode", status="pending"),  # no process yet: not scraped
     }
     return workers, {"decode_a": decode_a, "decode_b": decode_b, "prefill": prefill, "gateway": gateway}
@@ -124,9 +116,10 @@ def test_selectors_read_pool_and_per_worker_values_and_say_none_for_silence(depl
         metric_values(metric="nope", deployment=deployment)
 
 
-def test_a_target_answering_an_error_or_garbage_is_recorded_down(deployment, make_worker, servers):
-    broken = make_worker(deployment, "decode", port=servers.serve(lambda: (500, b"boom")))
-    garbage = make_worker(deployment, "decode", port=servers.serve(lambda: (200, b"tandem_requests_running{ 1")))
+def test_a_target_answering_an_error_or_garbage_is_recorded_down(deployment, make_worker, metrics_servers):
+    broken = make_worker(deployment, "decode", port=metrics_servers.serve(lambda: (500, b"boom")))
+    garbage = make_worker(deployment, "decode",
+                          port=metrics_servers.serve(lambda: (200, b"tandem_requests_running{ 1")))
     result = scrape_cycle(now=T0)
     assert result.num_up == 0
     assert value_at(broken.pk) == 0.0 and value_at(garbage.pk) == 0.0

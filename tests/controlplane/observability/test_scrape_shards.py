@@ -9,19 +9,11 @@ from controlplane.observability.store import Shard
 from controlplane.observability.tasks import scrape_cycle_task
 from controlplane.observability.telemetry import REGISTRY
 from inference.metrics import TandemMetrics
-from tests.controlplane.observability.servers import MetricsServers
 from tests.procs import free_port
 
 
 @pytest.fixture
-def servers():
-    servers = MetricsServers()
-    yield servers
-    servers.close()
-
-
-@pytest.fixture
-def two_deployments(make_deployment, make_worker, servers):
+def two_deployments(make_deployment, make_worker, metrics_servers):
     """One even and one odd deployment id: 2 live decode workers in the first, 1 live + 1 dead in the second."""
     first = make_deployment("first")
     second = make_deployment("second")
@@ -31,7 +23,7 @@ def two_deployments(make_deployment, make_worker, servers):
 
     def live(deployment):
         metrics = TandemMetrics(role="decode", model="tiny", registry=CollectorRegistry(), gpu=False)
-        return make_worker(deployment, "decode", port=servers.serve_metrics(metrics))
+        return make_worker(deployment, "decode", port=metrics_servers.serve_metrics(metrics))
 
     return {even: [live(even), live(even)], odd: [live(odd), make_worker(odd, "decode", port=free_port())]}
 

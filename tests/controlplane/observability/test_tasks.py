@@ -5,17 +5,12 @@ from prometheus_client import CollectorRegistry
 from controlplane.observability.models import CycleKind, CycleStat, Sample
 from controlplane.observability.tasks import rollup_and_prune_task, scrape_cycle_task
 from inference.metrics import TandemMetrics
-from tests.controlplane.observability.servers import MetricsServers
 
 
-def test_a_cycle_scrapes_stores_and_records_its_duration(deployment, make_worker):
-    servers = MetricsServers()
-    try:
-        metrics = TandemMetrics(role="prefill", model="tiny", registry=CollectorRegistry(), gpu=False)
-        make_worker(deployment, "prefill", port=servers.serve_metrics(metrics))
-        result = scrape_cycle_task()
-    finally:
-        servers.close()
+def test_a_cycle_scrapes_stores_and_records_its_duration(deployment, make_worker, metrics_servers):
+    metrics = TandemMetrics(role="prefill", model="tiny", registry=CollectorRegistry(), gpu=False)
+    make_worker(deployment, "prefill", port=metrics_servers.serve_metrics(metrics))
+    result = scrape_cycle_task()
     assert (result["targets"], result["up"]) == (1, 1)
     assert Sample.objects.count() == result["samples"] > 0
     scrape = CycleStat.objects.get(kind=CycleKind.SCRAPE)

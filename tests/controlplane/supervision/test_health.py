@@ -98,13 +98,13 @@ def test_a_gateway_answering_503_without_ready_pools_counts_as_up(deployment, ma
 
 
 def test_overlapping_passes_count_one_failure_once(deployment, make_worker, health_server):
-    from controlplane.supervision.health import Probe, _apply
+    from controlplane.supervision.health import Probe, _record_failing
 
     worker = make_worker(deployment, "decode", port=health_server.server_port)
     started = timezone.now()
     failed = Probe(worker.id, worker.pid, False, "GET /health: HTTP 500")
-    _apply(worker, failed, {"failing": [], "restarted": [], "ready": []}, started)
-    _apply(worker, failed, {"failing": [], "restarted": [], "ready": []}, started)  # the same period, again
+    _record_failing([failed], {"failing": [], "restarted": [], "ready": []}, started)
+    _record_failing([failed], {"failing": [], "restarted": [], "ready": []}, started)  # the same period, again
     worker.refresh_from_db()
     assert worker.consecutive_health_failures == 1
 
