@@ -8,7 +8,6 @@ import socket
 import threading
 import time
 
-
 from controlplane.fleet_http import fleet_http
 from controlplane.observability.scraper import Target, scrape
 from controlplane.supervision.health import check_health
