@@ -51,6 +51,17 @@ def deployment_get(name: str, *, for_update: bool = False) -> Deployment:
     return deployment
 
 
+def deployment_row(name: str) -> Deployment:
+    """The deployment's own row and its current revision, without the worker counts, pools and delete flag that
+    deployment_get annotates: for reads that need none of them, such as the membership every gateway polls every
+    2 s (at 50 deployments, deployment_get's annotations were 45 % of the web tier's CPU for those polls)."""
+    deployment = (Deployment.objects.select_related("current_revision").filter(name=name).first()
+                  if _could_be_name(name) else None)
+    if deployment is None:
+        raise not_found(f"deployment {name!r} does not exist")
+    return deployment
+
+
 def deployment_delete_pending(deployment: Deployment) -> Action | None:
     """The unfinished delete action of a deployment (reconcile stops its workers, then deletes the row)."""
     return (Action.objects.filter(deployment=deployment, kind=ActionKind.DELETE, status__in=UNFINISHED_STATUSES)

@@ -9,7 +9,7 @@ from controlplane.api.serializers import (ActionSerializer, DeploymentActionSeri
                                           EndpointsSerializer)
 from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView, WriteInputSerializer, write_kwargs
 from controlplane.models import PoolRole
-from controlplane.selectors import MAX_ID, deployment_endpoints, deployment_get
+from controlplane.selectors import MAX_ID, deployment_endpoints, deployment_get, deployment_row
 from controlplane.services import deployment_rollback, pool_scale
 from controlplane.services.pools import pool_placement_set
 
@@ -102,4 +102,4 @@ class EndpointsView(ApiView):
                    description="The gateway membership (docs/contracts.md): ready workers grouped by revision, "
                                "newest first. The gateway polls it with a viewer token.")
     def get(self, request, name: str):
-        return Response(deployment_endpoints(deployment_get(name)))
+        return Response(deployment_endpoints(deployment_row(name)))

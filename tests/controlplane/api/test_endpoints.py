@@ -45,3 +45,23 @@ def test_colocated_workers_are_listed_under_colocated(viewer_api, make_deploymen
 
 def test_an_unknown_deployment_is_404(viewer_api, deployment):
     assert viewer_api.get("/api/v1/deployments/nope/endpoints").status_code == 404
+
+
+def test_the_membership_poll_reads_a_few_rows_whatever_the_pool_sizes(viewer_api, deployment, make_worker):
+    """Every gateway polls this every 2 s: its queries stay few and flat as workers are added (the token, the
+    role, the deployment row, its ready workers, its latest rollout), and none counts workers."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def poll():
+        with CaptureQueriesContext(connection) as queries:
+            assert viewer_api.get("/api/v1/deployments/demo/endpoints").status_code == 200
+        return [q["sql"] for q in queries.captured_queries]
+
+    make_worker(deployment, "decode", status="ready")
+    few = poll()
+    for _ in range(8):
+        make_worker(deployment, "prefill", status="ready")
+    many = poll()
+    assert len(many) == len(few) <= 6
+    assert not any("COUNT(" in sql.upper() for sql in many)
