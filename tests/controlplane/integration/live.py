@@ -175,9 +175,11 @@ def live_stack_start(var_dir: Path, services: IsolatedServices, extra_env: dict 
     live = LiveStack(stack=stack, env=env, var_dir=var_dir, web_url=f"http://127.0.0.1:{web_port}", token=token,
                      node_name=node_name)
     live.wait_for("the web server", lambda: requests.get(f"{live.web_url}/healthz", timeout=2).ok, timeout=60)
-    first_node = f"{node_name}-000" if simulated_nodes else node_name
-    live.wait_for(f"node {first_node} to register",
-                  lambda: live.api("GET", f"nodes/{first_node}/").status_code == 200, timeout=60)
+    # a simulated fleet registers its nodes one after another: wait for every one, not the first
+    names = [f"{node_name}-{i:03d}" for i in range(simulated_nodes)] if simulated_nodes else [node_name]
+    for name in names:
+        live.wait_for(f"node {name} to register",
+                      lambda: live.api("GET", f"nodes/{name}/").status_code == 200, timeout=60)
     return live
 
 
