@@ -27,7 +27,7 @@ def test_a_catastrophic_pattern_is_accepted_and_matched_in_linear_time(operator_
     # Python's re takes minutes on this label; RE2 answers at once.
     assert silence_for({"role": "a" * 5000 + "Y"}) is None
     assert silence_for({"role": "a" * 5000 + "X"}) is not None
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 5  # Python's re: minutes; room for a loaded host
 
 
 def test_the_alerts_page_answers_quickly_with_such_a_silence(operator_api, client, operator):

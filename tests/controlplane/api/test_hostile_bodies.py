@@ -31,7 +31,7 @@ def test_deep_nesting_is_a_400_naming_the_limit(operator_api, bearer_operator_ap
     api = bearer_operator_api if "alertmanager" in path else operator_api
     started = time.monotonic()
     response = _post(api, path, "[" * depth + "]" * depth)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5  # a parser that recursed or backtracked would take far longer, or fail
     assert response.status_code == 400
     assert response.json()["error"]["message"] == "the JSON body nests deeper than 32 levels"
 
