@@ -35,7 +35,7 @@ def chromium():
 @pytest.fixture
 def page(chromium):
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(30_000)  # pages refresh every 5 s; a loaded host skips a tick now and then
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))

@@ -46,12 +46,29 @@ class ProcessHandle:
     marker: str | None = None  # the TANDEM_WORKER_ID the process was started with
 
 
+# Ports handed out lately, and when: a worker binds its port only once it has loaded (seconds later), and the kernel
+# picks bind(0)'s port at random, so two starts a moment apart would now and then be told the same port.
+PORT_QUARANTINE_S = 300.0
+_handed_out: dict[int, float] = {}
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS considers free right now. The worker binds it a moment later; a lost race shows up as a
-    worker that exits at start, which the health path restarts on another port."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port the OS considers free right now, and not one this process handed out in the last PORT_QUARANTINE_S.
+    The worker binds it a moment later; a race lost to another program shows up as a worker that exits at start,
+    which the health path restarts on another port."""
+    with _handed_out_lock:
+        now = time.monotonic()
+        for port, at in list(_handed_out.items()):
+            if now - at > PORT_QUARANTINE_S:
+                del _handed_out[port]
+        while True:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out[port] = now
+                return port
 
 
 def _die_with_parent() -> None:

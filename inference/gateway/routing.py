@@ -35,6 +35,10 @@ from inference.gateway.openai_protocol import ApiError
 from inference.roles import Role
 from inference.weights import DEFAULT_WEIGHT
 
+# A ready worker leaves rotation when this many health probes in a row get no answer within --health-timeout (with
+# the 1 s defaults: after about 2 s). A refused connection or an answer that is not ok takes it out at the first.
+PROBE_TIMEOUTS_TO_DOWN = 2
+
 log = logging.getLogger("tandem.gateway.routing")
 
 
@@ -56,6 +60,7 @@ class Worker:
     max_model_len: int | None = None  # the context its /health says it serves (its KV pool may hold less than the model)
     weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
     prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
+    probe_timeouts: int = 0  # health probes in a row that got no answer in time (PROBE_TIMEOUTS_TO_DOWN)
 
     @property
     def is_ready(self) -> bool:
@@ -250,9 +255,13 @@ class Router:
     # -- health probing -----------------------------------------------------------------------------------------------
 
     async def probe(self, session: aiohttp.ClientSession, worker: Worker) -> None:
+        """Ready while /health answers ok for its role. An answer saying otherwise, or a connection that fails, takes
+        the worker out at once; a probe that only ran out of time does so at the PROBE_TIMEOUTS_TO_DOWN-th in a row
+        (a ready worker on a busy host answers late now and then, and one late answer is not a dead worker)."""
         timeout = aiohttp.ClientTimeout(total=self.config.health_timeout)
         try:
             async with session.get(worker.url + "/health", timeout=timeout) as resp:
+                worker.probe_timeouts = 0  # it answered: whatever it says counts from here
                 try:
                     body = await resp.json(content_type=None)
                 except ValueError:
@@ -272,7 +281,17 @@ class Router:
                 max_model_len = body.get("max_model_len")
                 worker.max_model_len = max_model_len if is_int(max_model_len) else None
                 worker.prefix_caching = body.get("prefix_caching") is True
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except asyncio.TimeoutError:  # aiohttp's own timeouts are asyncio.TimeoutError too
+            worker.probe_timeouts += 1
+            if worker.state is WorkerState.READY and worker.probe_timeouts < PROBE_TIMEOUTS_TO_DOWN:
+                log.info("%s %s: health probe got no answer within %.1f s (%d in a row); kept in rotation",
+                         worker.role.value, worker.url, self.config.health_timeout, worker.probe_timeouts)
+                return
+            self.mark_down(worker, f"health probe got no answer within {self.config.health_timeout:g} s "
+                                   f"({worker.probe_timeouts} in a row)")
+            return
+        except (aiohttp.ClientError, OSError) as exc:
+            worker.probe_timeouts = 0
             self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return
         if worker.state is not WorkerState.READY:

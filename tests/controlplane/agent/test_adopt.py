@@ -23,7 +23,7 @@ def test_it_adopts_live_workers_and_stops_the_rows_of_dead_ones(deployment, onli
         cleanup_processes.append(launch.handle_of(worker))
     Worker.objects.filter(id__in=[alive.id, dead.id]).update(status=WorkerStatus.READY)
     processes.signal_group(launch.handle_of(dead), signal.SIGKILL)
-    assert processes.wait_exit(launch.handle_of(dead), 5)
+    assert processes.wait_exit(launch.handle_of(dead), 30)
 
     outcome = node_adopt(node=online_node)
 

@@ -36,7 +36,7 @@ def test_a_killed_worker_is_recorded_at_once_with_its_signal(deployment, online_
     worker = _started(deployment, online_node, cleanup_processes)
     Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
     processes.signal_group(launch.handle_of(worker), signal.SIGKILL)
-    assert processes.wait_exit(launch.handle_of(worker), 5)
+    assert processes.wait_exit(launch.handle_of(worker), 30)
 
     assert node_heartbeat(node=online_node)["exited"] == [worker.id]
     worker.refresh_from_db()
@@ -75,7 +75,7 @@ def test_a_killed_worker_is_started_again_and_reported_ready_by_its_own_agent(de
     worker = _started(deployment, online_node, cleanup_processes)
     Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
     processes.signal_group(launch.handle_of(worker), signal.SIGKILL)
-    assert processes.wait_exit(launch.handle_of(worker), 5)
+    assert processes.wait_exit(launch.handle_of(worker), 30)
     first = node_heartbeat(node=online_node)
     assert first["exited"] == [worker.id]
     # The backoff has passed and no start message came (the broker is away: `sent` swallows every message). On a
@@ -97,13 +97,15 @@ def test_a_killed_worker_is_started_again_and_reported_ready_by_its_own_agent(de
 
 
 def test_a_restart_whose_backoff_has_not_passed_is_left_for_later(deployment, online_node, fake_worker_argv,
-                                                                  cleanup_processes, sent):
+                                                                  cleanup_processes, sent, monkeypatch):
+    # A 60 s backoff: a slow beat cannot outlast it and restart the worker itself (the 1 s default could).
+    monkeypatch.setattr("controlplane.services.restarts.backoff_seconds", lambda num_recent_restarts: 60)
     worker = _started(deployment, online_node, cleanup_processes)
     Worker.objects.filter(id=worker.id).update(status=WorkerStatus.READY)
     processes.signal_group(launch.handle_of(worker), signal.SIGKILL)
-    assert processes.wait_exit(launch.handle_of(worker), 5)
-    node_heartbeat(node=online_node)
+    assert processes.wait_exit(launch.handle_of(worker), 30)
+    assert node_heartbeat(node=online_node)["restarted"] == []
     # Its backoff still runs: the next beats leave it pending.
-    Worker.objects.filter(id=worker.id).update(next_restart_at=timezone.now() + timedelta(seconds=60))
+    assert Worker.objects.get(id=worker.id).next_restart_at > timezone.now() + timedelta(seconds=30)
     assert node_heartbeat(node=online_node)["restarted"] == []
     assert Worker.objects.get(id=worker.id).status == WorkerStatus.PENDING

@@ -10,8 +10,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_workers_survive_a_node_agent_restart_and_are_re_adopted(live, deployment):
-    before = {w["id"]: w["pid"] for w in live.workers(DEPLOYMENT) if w["status"] == "ready"}
-    assert len(before) == 3  # prefill, decode, gateway
+    # prefill, decode, gateway (the gateway's row reads ready from the next health pass after it answers)
+    before = live.wait_for("prefill, decode and the gateway ready", lambda: (
+        b := {w["id"]: w["pid"] for w in live.workers(DEPLOYMENT) if w["status"] == "ready"}) and len(b) == 3 and b)
     old_agent = live.stack.pid("agent")
 
     live.stack.restart("agent")

@@ -20,9 +20,10 @@ def test_deleting_a_colocated_deployment_stops_its_processes_and_keeps_its_actio
     })
     assert created.status_code == 202, created.text
     gateway_url = f"http://127.0.0.1:{gateway_port}"
-    live.wait_for("the colocated deployment to answer", lambda: _answers(gateway_url), timeout=120, interval=0.5)
-    pids = [w["pid"] for w in live.workers("it-colocated") if w["status"] == "ready"]
-    assert len(pids) == 2  # the colocated worker and the gateway
+    live.wait_for("the colocated deployment to answer", lambda: _answers(gateway_url), timeout=180, interval=0.5)
+    # The gateway's row reads ready from the next health pass after it answers.
+    pids = live.wait_for("the colocated worker and the gateway ready", lambda: (
+        p := [w["pid"] for w in live.workers("it-colocated") if w["status"] == "ready"]) and len(p) == 2 and p)
 
     deleted = live.api("DELETE", "deployments/it-colocated/")
     assert deleted.status_code == 202, deleted.text

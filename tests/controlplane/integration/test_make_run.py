@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.controlplane.integration.live import FAST_ENV, IsolatedServices
+from tests.controlplane.integration.make_run import READY_TIMEOUT_S
 from tests.procs import ROOT, free_port
 
 pytestmark = pytest.mark.integration
@@ -40,7 +41,7 @@ def test_make_run_serves_the_demo_and_ctrl_c_stops_everything_it_started(tmp_pat
         proc = subprocess.Popen([sys.executable, "manage.py", "tandem_run"], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + READY_TIMEOUT_S
         while "Tandem is ready in" not in output.read_text():
             assert proc.poll() is None, output.read_text()
             assert time.monotonic() < deadline, output.read_text()

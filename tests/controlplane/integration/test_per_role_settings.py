@@ -50,7 +50,7 @@ def test_each_role_runs_its_own_settings_and_the_gateway_applies_the_defaults(li
         assert patched.status_code == 200, patched.text
         assert patched.json()["action"]["kind"] == "sampling"
         live.wait_for("the gateway to apply the new defaults",
-                      lambda: _complete(gateway_url).json()["usage"]["completion_tokens"] == 3, timeout=30)
+                      lambda: _complete(gateway_url).json()["usage"]["completion_tokens"] == 3, timeout=90)
     finally:
         deleted = live.api("DELETE", f"deployments/{NAME}/")
         assert deleted.status_code == 202, deleted.text

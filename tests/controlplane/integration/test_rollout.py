@@ -59,11 +59,14 @@ def test_a_new_revision_and_a_rollback_replace_both_pools_without_a_failed_reque
         num_after_revision = trickle.num_ok
         _roll(live, ("POST", f"deployments/{DEPLOYMENT}/rollback"), {"revision": 1},
               to_revision=1, old_ids=revision_2)
-        time.sleep(1)  # a few more requests on the rolled-back group
+        num_after_rollback = trickle.num_ok
+        live.wait_for("a few more requests on the rolled-back group",
+                      lambda: trickle.num_ok >= num_after_rollback + 3, timeout=60)
     finally:
         trickle.stopped.set()
         trickle.join(60)
     assert trickle.failures == []
-    assert num_after_revision > 5 and trickle.num_ok > num_after_revision + 5
+    # Requests were served through both rolls (how many drifts with the host's speed: at least a few).
+    assert num_after_revision >= 3 and num_after_rollback > num_after_revision
     deployment_row = live.api("GET", f"deployments/{DEPLOYMENT}/").json()
     assert deployment_row["current_revision"] == 1

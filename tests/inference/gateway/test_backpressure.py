@@ -1,8 +1,8 @@
 """Backpressure answers 429 with Retry-After in OpenAI's error shape: when every worker is at
 --max-outstanding-per-worker, and when the worker itself answers 429 (its admission queue is full).
 
-The worker is made to hold requests by its test-only stall fault (its engine loop sleeps 3 s), so that two
-requests are surely in flight together."""
+The worker is made to hold requests by its test-only stall fault (its engine loop sleeps 6 s), so that two
+requests are surely in flight together, even on a loaded host that is slow to send them."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +30,7 @@ def fleet(request, tiny_model_dir, tmp_path_factory):
 
 
 def _two_at_once_during_a_stall(worker_url: str, gateway_url: str) -> list[requests.Response]:
-    requests.post(worker_url + "/debug/fault", json={"kind": "stall"}, timeout=5).raise_for_status()
+    requests.post(worker_url + "/debug/fault", json={"kind": "stall", "seconds": 6}, timeout=5).raise_for_status()
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda _: complete(gateway_url, BODY, timeout=60), range(2)))
     return sorted(answers, key=lambda r: r.status_code)

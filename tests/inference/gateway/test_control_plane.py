@@ -55,7 +55,7 @@ def test_it_prefers_the_newest_revision_only_once_that_one_is_ready(fleet):
     assert health["revision"] == 2
     control_plane.endpoints["groups"] = [{"revision": 3, "prefill": [], "decode": [], "colocated": [worker.url]}]
     control_plane.wait_polls(2)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a membership poll, then a health probe, on a loaded host
     while _health(gateway).get("revision") != 3:
         assert time.monotonic() < deadline, _health(gateway)
         time.sleep(0.05)

@@ -94,7 +94,7 @@ def test_distinct_prefixes_spread_over_both_workers(fleet):
 def test_a_home_worker_loaded_above_the_bound_spills_to_the_next_one(fleet):
     gateway, workers = fleet
     served0, decisions0 = served(workers), decisions(gateway)
-    body = {"model": "tandem", "prompt": SYSTEM + "Spill test.", "max_tokens": 60, "temperature": 0,
+    body = {"model": "tandem", "prompt": SYSTEM + "Spill test.", "max_tokens": 150, "temperature": 0,
             "ignore_eos": True, "stream": True}
     responses, threads = [], []
 
@@ -105,7 +105,8 @@ def test_a_home_worker_loaded_above_the_bound_spills_to_the_next_one(fleet):
             started.set()
             responses.append((r.status_code, [line for line in lines if line][-1]))
 
-    # Placed one after another while the earlier ones stream (60 tokens x 0.2 s each): with two workers and the
+    # Placed one after another while the earlier ones stream (150 tokens x 0.2 s each, 30 s: the first is still
+    # streaming when a loaded host places the 8th): with two workers and the
     # other idle, the home takes a request while it holds h with h + 1 <= ceil(1.25 x (h + 1) / 2) + 2, i.e. up to
     # h = 6; the 8th spills (8 > ceil(5.0) + 2).
     for _ in range(8):

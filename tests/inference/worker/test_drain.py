@@ -19,7 +19,10 @@ NUM_TOKENS = 200
 def workers(tiny_model_dir, tmp_path_factory):
     """Two workers, each for one SIGTERM; started together so that their model loads overlap."""
     log_dir = tmp_path_factory.mktemp("logs")
-    started = {"patient": start_worker("patient", "colocated", tiny_model_dir, log_dir, wait=False),
+    # The patient one sends a token every 50 ms at most (200 tokens: 10 s), so its open request surely outlasts the
+    # test's checks on a loaded host; the tiny model alone would finish it in about a second.
+    started = {"patient": start_worker("patient", "colocated", tiny_model_dir, log_dir, "--test-fault", "slow:0.05",
+                                       wait=False),
                "hasty": start_worker("hasty", "colocated", tiny_model_dir, log_dir, "--drain-timeout", "0.5",
                                      wait=False)}
     try:

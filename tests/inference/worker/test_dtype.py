@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from tests.inference.worker.support import (
-    HTTP_TIMEOUT_S, assert_openai_error, metric, read_stream, start_worker, token_ids)
+    HTTP_TIMEOUT_S, START_TIMEOUT_S, assert_openai_error, metric, read_stream, start_worker, token_ids)
 from tests.procs import wait_http
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ def workers(tiny_model_dir, tmp_path_factory):
         for name, role in (("prefill_bf16", "prefill"), ("decode_bf16", "decode")):
             started[name] = start_worker(name, role, tiny_model_dir, log_dir, "--dtype", "bfloat16", wait=False)
         for proc in started.values():
-            wait_http(proc, proc.url + "/health", timeout=120)
+            wait_http(proc, proc.url + "/health", timeout=START_TIMEOUT_S)
         yield started
     finally:
         for proc in started.values():

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from tests.inference.worker.support import HTTP_TIMEOUT_S, generate, metric, start_worker, token_ids
+from tests.inference.worker.support import HTTP_TIMEOUT_S, START_TIMEOUT_S, generate, metric, start_worker, token_ids
 from tests.procs import wait_http
 
 pytestmark = pytest.mark.integration
@@ -30,8 +30,8 @@ def health(url: str) -> requests.Response:
     return requests.get(f"{url}/health", timeout=HTTP_TIMEOUT_S)
 
 
-def inject(url: str, kind: str) -> None:
-    r = requests.post(f"{url}/debug/fault", json={"kind": kind}, timeout=HTTP_TIMEOUT_S)
+def inject(url: str, kind: str, **extra) -> None:
+    r = requests.post(f"{url}/debug/fault", json={"kind": kind, **extra}, timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 200, r.text
 
 
@@ -53,7 +53,7 @@ def test_it_answers_503_starting_while_the_model_loads_then_200(worker):
     body = wait_for_status(worker.url, "starting")
     assert body["reason"]
     assert health(worker.url).status_code == 503
-    wait_http(worker, f"{worker.url}/health", timeout=120)
+    wait_http(worker, f"{worker.url}/health", timeout=START_TIMEOUT_S)
     body = health(worker.url).json()
     assert isinstance(body.pop("weight_bytes"), int)
     assert body == {"status": "ok", "role": "colocated", "model": "tiny", "revision": None, "dtype": "float32",
@@ -61,7 +61,7 @@ def test_it_answers_503_starting_while_the_model_loads_then_200(worker):
 
 
 def test_an_engine_step_error_fails_the_open_request_and_the_worker_goes_on(worker):
-    wait_http(worker, f"{worker.url}/health", timeout=120)
+    wait_http(worker, f"{worker.url}/health", timeout=START_TIMEOUT_S)
     inject(worker.url, "step_error")
     events = generate(worker.url, prompt="Hello", max_tokens=4)
     assert events[0]["type"] == "start"
@@ -74,15 +74,24 @@ def test_an_engine_step_error_fails_the_open_request_and_the_worker_goes_on(work
 
 
 def test_a_stuck_loop_reads_dead_until_it_ticks_again(worker):
-    wait_http(worker, f"{worker.url}/health", timeout=120)
-    inject(worker.url, "stall")  # the loop sleeps 2 s; --stall-timeout is 1 s
+    wait_http(worker, f"{worker.url}/health", timeout=START_TIMEOUT_S)
+    # The loop sleeps 6 s; --stall-timeout is 1 s: "dead" for 5 s, room for this test to be late on a loaded host.
+    inject(worker.url, "stall", seconds=6)
     body = wait_for_status(worker.url, "dead", timeout=10)
     assert "not ticked" in body["reason"]
-    wait_for_status(worker.url, "ok", timeout=10)
+    wait_for_status(worker.url, "ok", timeout=20)
+
+
+def test_a_stall_of_a_bad_length_is_a_400_that_says_so(worker):
+    for seconds in (0, -1, 61, "2", True):
+        r = requests.post(f"{worker.url}/debug/fault", json={"kind": "stall", "seconds": seconds},
+                          timeout=HTTP_TIMEOUT_S)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "seconds", r.text
+        assert "seconds must be a number in (0, 60]" in r.json()["error"]["message"]
 
 
 def test_a_dead_loop_fails_open_requests_and_reads_dead_while_http_still_answers(worker):
-    wait_http(worker, f"{worker.url}/health", timeout=120)
+    wait_http(worker, f"{worker.url}/health", timeout=START_TIMEOUT_S)
     body = {"prompt": "Hello", "max_tokens": 1000, "ignore_eos": True}
     with requests.post(f"{worker.url}/v1/generate", json=body, stream=True, timeout=HTTP_TIMEOUT_S) as r:
         lines = r.iter_lines()

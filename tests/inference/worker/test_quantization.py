@@ -9,7 +9,7 @@ import sys
 import pytest
 import requests
 
-from tests.inference.worker.support import HTTP_TIMEOUT_S, generate, metric, start_worker, token_ids
+from tests.inference.worker.support import HTTP_TIMEOUT_S, START_TIMEOUT_S, generate, metric, start_worker, token_ids
 from tests.procs import ROOT, wait_http
 
 pytestmark = pytest.mark.integration
@@ -24,7 +24,7 @@ def workers(tiny_model_dir, tmp_path_factory):
                                        wait=False)
         started["plain"] = start_worker("plain", "colocated", tiny_model_dir, log_dir, wait=False)
         for proc in started.values():
-            wait_http(proc, proc.url + "/health", timeout=120)
+            wait_http(proc, proc.url + "/health", timeout=START_TIMEOUT_S)
         yield started
     finally:
         for proc in started.values():

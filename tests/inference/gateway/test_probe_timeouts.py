@@ -1,0 +1,104 @@
+"""A ready worker whose /health answers late once stays in rotation; two late answers in a row take it out. A refused
+connection or an answer that is not ok takes it out at the first probe, as before.
+
+The worker here is a real HTTP server on a free port whose /health the test makes slow, failing or gone between
+probes; the router probes it as the gateway's health loop does."""
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import web
+
+from inference.gateway.config import Config, Mode
+from inference.gateway.routing import PROBE_TIMEOUTS_TO_DOWN, Router, WorkerState
+from tests.procs import free_port
+
+HEALTH_TIMEOUT_S = 1.0  # the default; an on-time answer here takes milliseconds, a late one 5 s
+
+
+def _router(url: str) -> Router:
+    router = Router(Config(port=0, colocated_urls=[url], health_timeout=HEALTH_TIMEOUT_S))
+    router.set_groups(Mode.COLOCATED, [{"revision": None, "colocated": [url]}])
+    return router
+
+
+def test_one_late_health_answer_keeps_a_ready_worker_and_two_in_a_row_take_it_out():
+    assert PROBE_TIMEOUTS_TO_DOWN == 2
+    health = {"delay_s": 0.0, "status": 200}
+
+    async def answer(request):
+        await asyncio.sleep(health["delay_s"])
+        return web.json_response({"status": "ok" if health["status"] == 200 else "dead", "role": "colocated"},
+                                 status=health["status"])
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_get("/health", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        router = _router(f"http://127.0.0.1:{port}")
+        [worker] = router.workers
+        try:
+            async with aiohttp.ClientSession() as session:
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.READY
+
+                health["delay_s"] = 5.0
+                await router.probe(session, worker)
+                assert (worker.state, worker.probe_timeouts) == (WorkerState.READY, 1)
+                health["delay_s"] = 0.0  # on time again: the count starts over
+                await router.probe(session, worker)
+                assert (worker.state, worker.probe_timeouts) == (WorkerState.READY, 0)
+
+                health["delay_s"] = 5.0
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.READY
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.DOWN
+                assert worker.reason == f"health probe got no answer within {HEALTH_TIMEOUT_S:g} s (2 in a row)"
+
+                health["delay_s"] = 0.0
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.READY and worker.reason == "ok"
+
+                health["status"] = 503  # an answer that is not ok: out at once
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.DOWN and "HTTP 503 dead" in worker.reason
+
+                health["status"] = 200
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.READY
+                await runner.cleanup()  # the worker is gone: its port refuses
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.DOWN and "health probe failed" in worker.reason
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_a_worker_not_ready_yet_is_not_given_the_benefit_of_the_doubt():
+    async def slow(request):
+        await asyncio.sleep(5.0)
+        return web.json_response({"status": "ok", "role": "colocated"})
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_get("/health", slow)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        router = _router(f"http://127.0.0.1:{port}")
+        [worker] = router.workers
+        try:
+            async with aiohttp.ClientSession() as session:
+                await router.probe(session, worker)
+                assert worker.state is WorkerState.DOWN  # never answered in time: not put in rotation
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
