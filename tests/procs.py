@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,23 +11,15 @@ from pathlib import Path
 
 import requests
 
+from controlplane.agent import processes
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-_HANDED_OUT: set[int] = set()
-
-
 def free_port() -> int:
-    """A port nothing listens on now, and not one this process handed out before: the kernel picks bind(0)'s port
-    at random, so 20 calls in a row repeat one now and then (about 1 % of the time), and two servers told the same
-    port collide later."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+    """The agent's own: a port nothing listens on now, and not one handed out lately (the kernel picks bind(0)'s port
+    at random, so calls in a row repeat one now and then, and two servers told the same port collide later)."""
+    return processes.free_port()
 
 
 @dataclass
