@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -31,8 +32,10 @@ def channels_for(names: list[str] | None):
 
 
 def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: str, reason: str,
-           idempotency_key: str):
-    """Record a `notify` Action (actor: the rule) and queue a delivery to each channel. Returns the Action."""
+           idempotency_key: str, now: datetime | None = None):
+    """Record a `notify` Action (actor: the rule) and queue a delivery to each channel. Returns the Action.
+    `now` is the evaluation's clock: the delivery rows carry it, so history pruning ages them on the same clock as
+    the alerts they belong to."""
     existing = action_find(idempotency_key)
     if existing is not None:
         return existing
@@ -42,7 +45,8 @@ def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: 
             deliveries = [
                 Delivery.objects.create(channel=channel, alert=alert, event=event,
                                         payload=payload_for(channel, alert, event),
-                                        idempotency_key=f"{idempotency_key}:{channel.pk}")
+                                        idempotency_key=f"{idempotency_key}:{channel.pk}",
+                                        created_at=now or timezone.now())
                 for channel in targets
             ]
             # Succeeded once queued: each delivery row carries its own outcome.

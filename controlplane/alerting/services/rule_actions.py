@@ -65,7 +65,8 @@ def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime) -> i
         if in_cooldown(rule, index, target, now):
             continue
         reason = reason_for(rule, alert, detail)
-        status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="firing")
+        status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="firing",
+                                         now=now)
         try:
             RuleActionRun.objects.create(rule=rule, alert=alert, action_index=index, kind=spec["type"],
                                          target=target, idempotency_key=key, action=action, status=status,
@@ -87,7 +88,8 @@ def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime) -> in
         if not fired.exists() or RuleActionRun.objects.filter(idempotency_key=key).exists():
             continue
         reason = f"alert rule {rule.name!r} resolved on {alert.labels.get('deployment', '')}/{alert.role or 'all'}"
-        status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="resolved")
+        status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="resolved",
+                                         now=now)
         try:
             RuleActionRun.objects.create(rule=rule, alert=alert, action_index=index, kind=spec["type"],
                                          target=action_target(spec, alert), idempotency_key=key, action=action,
@@ -101,12 +103,12 @@ def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime) -> in
 _RUN_STATUS = {dispatch.DONE: RunStatus.DONE, dispatch.SKIPPED: RunStatus.SKIPPED, dispatch.REFUSED: RunStatus.FAILED}
 
 
-def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str, event: str):
+def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str, event: str, now: datetime):
     """→ (RunStatus, Action or None, error text)."""
     kind = spec["type"]
     if kind == ActionType.NOTIFY:
         action = notify(alert=alert, rule=rule, channels=spec.get("channels"), event=event, reason=reason,
-                        idempotency_key=key)
+                        idempotency_key=key, now=now)
         return RunStatus.DONE, action, ""
     if alert.deployment is None:
         return RunStatus.SKIPPED, None, "the alert has no deployment"

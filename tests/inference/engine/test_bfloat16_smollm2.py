@@ -1,11 +1,18 @@
-"""SmolLM2 in its own dtype (bfloat16, what `auto` picks): the engine's greedy tokens agree with Hugging Face's own
-bfloat16 `generate`, token for token, at least up to the first near-tie.
+"""SmolLM2 in bfloat16 (its own dtype, asked for by name): the engine's greedy tokens agree with Hugging Face's own
+bfloat16 `generate`, token for token, up to the first near-tie, and every token it picks after that is one HF's model
+would pick within bfloat16 rounding.
 
 bfloat16 keeps 8 bits of mantissa: logits of 16-32 are spaced 0.125 apart, and two correct implementations that sum
 in different orders (paged, batched attention against HF's one-sequence cache) may round a close race either way.
-So each prompt must match exactly up to the first step where HF's top two logits lie closer than NEAR_TIE (equal, or
-one rounding apart); after that the sequences may part. The share of identical tokens over whole sequences is printed (and must stay
-high: a real bug shows as early, confident disagreements, not near-ties).
+Which way depends on the CPU's kernels too: with AVX512-BF16 torch multiplies bfloat16 natively, without it (AVX2
+only) it takes other kernels that round elsewhere. So:
+1. Each prompt must match exactly up to the first step where HF's top two logits lie closer than NEAR_TIE (equal, or
+   one rounding apart); after that the sequences may part and are different texts from then on.
+2. Teacher-forced on the engine's own tokens, HF's bfloat16 forward must rank each of them within SHORTFALL of its
+   top logit: a real bug shows as a confident disagreement (a shortfall of whole units), at any step.
+The share of identical tokens over whole sequences is printed, not asserted: it counts tokens after a legitimate
+parting as misses, so it measures the kernels as much as the engine (measured on one host with the same
+weights: 100 % with AVX512-BF16 kernels, 83.6 % with AVX2 kernels, ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2).
 """
 from __future__ import annotations
 
@@ -15,12 +22,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from tests.conftest import MODELS_DIR
+from tests.inference.engine.support import teacher_forced_shortfall
 
 SMOLLM2 = MODELS_DIR / "smollm2-135m"
 # One bfloat16 step at logits of 16-32: a smaller gap means the two logits are equal or one rounding apart.
 NEAR_TIE = 0.125
+# Four such roundings: the two forwards (paged batched vs one sequence at once) sum 30 layers in different orders.
+SHORTFALL = 0.5
 NUM_NEW_TOKENS = 24
-MIN_SHARE = 0.9
 TEXTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, in a small village,",
          "List three colours:", "Water boils at"]
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -48,7 +57,7 @@ def test_engine_bfloat16_greedy_agrees_with_hugging_face_bfloat16_generate(capsy
     chat = tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
     prompts.append(tokenizer.encode(chat, add_special_tokens=False))
 
-    engine = LLMEngine(Config(model=SMOLLM2, threads=1, kv_cache_bytes=32 << 20))  # dtype auto
+    engine = LLMEngine(Config(model=SMOLLM2, threads=1, dtype="bfloat16", kv_cache_bytes=32 << 20))
     assert engine.dtype == engine.kv_layout["dtype"] == "bfloat16"
     outputs = engine.generate(prompts, SamplingParams(max_tokens=NUM_NEW_TOKENS))
     del engine
@@ -57,13 +66,14 @@ def test_engine_bfloat16_greedy_agrees_with_hugging_face_bfloat16_generate(capsy
     eos = hf.generation_config.eos_token_id
     eos = eos[0] if isinstance(eos, list) else eos
     num_same = num_total = num_checked = 0
-    lines = []
+    lines, worst = [], 0.0
     for prompt, ours in zip(prompts, outputs):
         theirs, gaps = _hf_greedy(hf, prompt, eos)
         near_tie = next((i for i, gap in enumerate(gaps[:len(theirs)]) if gap < NEAR_TIE), len(theirs))
         assert ours[:near_tie] == theirs[:near_tie], (
             f"prompt of {len(prompt)} tokens parts from HF before its first near-tie (step {near_tie}): "
             f"engine {ours[:near_tie]} vs HF {theirs[:near_tie]}")
+        worst = max(worst, *teacher_forced_shortfall(hf, prompt, ours))
         length = max(len(ours), len(theirs))
         same = sum(a == b for a, b in zip(ours, theirs))
         num_same, num_total, num_checked = num_same + same, num_total + length, num_checked + near_tie
@@ -72,5 +82,6 @@ def test_engine_bfloat16_greedy_agrees_with_hugging_face_bfloat16_generate(capsy
     share = num_same / num_total
     with capsys.disabled():
         print(f"\nbfloat16 SmolLM2, engine vs HF generate: {num_same}/{num_total} tokens identical ({share:.1%}); "
-              f"{num_checked} checked before a near-tie (top-2 gap < {NEAR_TIE})", *lines, sep="\n")
-    assert share >= MIN_SHARE
+              f"{num_checked} checked before a near-tie (top-2 gap < {NEAR_TIE}); largest teacher-forced shortfall "
+              f"{worst:.3f}", *lines, sep="\n")
+    assert worst <= SHORTFALL, f"the engine picked a token {worst:.3f} below HF's top logit (> {SHORTFALL})"

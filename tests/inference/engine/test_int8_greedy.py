@@ -16,11 +16,13 @@ from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine import model_runner
 from inference.engine.quantization import quantize_model
 from tests.conftest import MODELS_DIR
-from tests.inference.engine.support import hf_greedy, random_prompts
+from tests.inference.engine.support import hf_greedy, random_prompts, teacher_forced_shortfall
 
 PROMPT_LENGTHS = [3, 7, 15, 16, 17, 33, 90, 200]
 NUM_NEW_TOKENS = 16
 SMOLLM2 = MODELS_DIR / "smollm2-135m"
+# Logits of SmolLM2 lie 0.2-10 apart at a step; per-call activation quantization moves them by up to ~0.6.
+INT8_SHORTFALL = 1.0
 
 
 def _quantized_hf(model_dir, kernel: str):
@@ -76,7 +78,11 @@ def test_the_engine_reports_its_weight_bytes_smaller_with_int8(tiny_model_dir):
 
 
 @pytest.mark.skipif(not (SMOLLM2 / "config.json").is_file(), reason="SmolLM2 is not prepared")
-def test_smollm2_int8_engine_matches_hugging_face_generate_on_the_same_quantized_model():
+def test_smollm2_int8_engine_picks_hugging_faces_top_token_on_the_same_quantized_model():
+    """Not token for token: fbgemm quantizes activations per call, so a whole-prompt forward, a one-token step and a
+    batch round differently (teacher-forced against generate on one model: up to 0.6 logits apart), and which near-tie
+    flips depends on the CPU's kernels (AVX512 or AVX2). Each token the engine picks lies within INT8_SHORTFALL of
+    HF's top logit given the same prefix; a real bug (wrong KV, wrong position) misses by whole units."""
     tokenizer = AutoTokenizer.from_pretrained(SMOLLM2)
     texts = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, in a small village,"]
     prompts = [tokenizer.encode(text) for text in texts]
@@ -85,20 +91,30 @@ def test_smollm2_int8_engine_matches_hugging_face_generate_on_the_same_quantized
     del engine
     hf = _quantized_hf(SMOLLM2, "fbgemm")
     for text, prompt, output in zip(texts, prompts, outputs):
-        assert output == hf_greedy(hf, prompt, NUM_NEW_TOKENS)[:len(output)], text
+        shortfall = teacher_forced_shortfall(hf, prompt, output)
+        assert max(shortfall) <= INT8_SHORTFALL, f"{text!r}: picked tokens fall short of the top logit by {shortfall}"
 
 
 def test_int8_weights_run_under_bfloat16_activations_and_kv(tiny_model_dir):
-    """fbgemm multiplies in float32; the rest of the model (norms, attention, KV) stays in the engine's dtype."""
+    """fbgemm multiplies in float32; the rest of the model (norms, attention, KV) stays in the engine's dtype.
+
+    The reference is HF's model in the same dtype (bfloat16), quantized by the same `quantize_model`. bfloat16 against
+    float32 activations is no reference: on this random-weight model (logits ~55-70 a few units apart) the two part
+    by up to 8 logits, and where depends on the CPU's bfloat16 kernels (AVX512-BF16 or AVX2). Against the same-dtype
+    model each token the engine picks lies within bfloat16 rounding of HF's top logit, teacher-forced on the engine's
+    own tokens (measured on both kinds of kernels: 0.75 at most over 20 prompts)."""
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1, dtype="bfloat16", quantization="int8",
                               kv_cache_bytes=4 << 20))
     assert engine.kv_layout["dtype"] == "bfloat16" and engine.model_runner.k_cache.dtype == torch.bfloat16
     prompts = random_prompts([9, 30], seed=6)
     outputs = engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))
     assert [len(o) for o in outputs] == [6, 6]
-    # Close to the float32-activation int8 engine: the first token, taken after one forward, agrees.
-    float_outputs = _engine(tiny_model_dir).generate(prompts, SamplingParams(max_tokens=1, ignore_eos=True))
-    assert [o[0] for o in outputs] == [o[0] for o in float_outputs]
+    torch.set_num_threads(1)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16).eval()
+    quantize_model(hf, kernel="fbgemm")
+    for prompt, output in zip(prompts, outputs):
+        shortfall = teacher_forced_shortfall(hf, prompt, output)
+        assert max(shortfall) <= 1.0, f"picked tokens fall short of the top logit by {shortfall}"
 
 
 def test_an_unknown_quantization_is_refused_naming_the_setting_and_the_choices(tiny_model_dir):
