@@ -300,6 +300,9 @@ TANDEM_MAX_RESTARTS = env_int("TANDEM_MAX_RESTARTS", 5, minimum=0)
 TANDEM_RESTART_WINDOW_S = env_int("TANDEM_RESTART_WINDOW_S", 600, minimum=1)
 TANDEM_RECONCILE_INTERVAL_S = env_int("TANDEM_RECONCILE_INTERVAL_S", 2, minimum=1)
 TANDEM_STOP_DEADLINE_S = env_int("TANDEM_STOP_DEADLINE_S", 10, minimum=1)
+# The share of a CPU host's RAM that the KV pools of the workers placed on it hold together (the node agent hands
+# each worker its part: controlplane/agent/launch.py's kv_budget_for). A pool takes RAM only for the blocks in use.
+TANDEM_KV_HOST_PERCENT = env_int("TANDEM_KV_HOST_PERCENT", 40, minimum=1, maximum=90)
 TANDEM_DEMO_MODEL = env_str("TANDEM_DEMO_MODEL") or "smollm2"
 if TANDEM_DEMO_MODEL not in ("smollm2", "tiny"):
     raise ImproperlyConfigured(f"TANDEM_DEMO_MODEL={TANDEM_DEMO_MODEL!r} must be 'smollm2' or 'tiny'")

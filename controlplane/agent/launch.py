@@ -16,10 +16,12 @@ import logging
 import os
 from pathlib import Path
 
+import psutil
 from django.conf import settings
 
 from controlplane.agent import processes
 from controlplane.models import Worker, WorkerRole
+from controlplane.models.workers import LIVE_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,9 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         argv += ["--test-fault", str(test_fault)]
     if worker.role == WorkerRole.PREFILL:
         engine_settings.pop("speculative", None)  # decode and colocated only (a prefill part is refused at the API)
+    budget = kv_budget_for(worker, engine_settings)
+    if budget is not None:
+        argv += ["--kv-memory-budget", str(budget)]
     for key, value in sorted(engine_settings.items()):
         flag = "--" + key.replace("_", "-")
         if flag not in known or flag in argv:
@@ -106,6 +111,24 @@ def argv_for(worker: Worker, port: int) -> list[str]:
             continue
         argv += [flag] if value is True else [flag, str(value)]  # a boolean setting is a flag without a value
     return argv
+
+
+def kv_budget_for(worker: Worker, engine_settings: dict) -> int | None:
+    """This worker's share of its host's KV memory: TANDEM_KV_HOST_PERCENT of the host's RAM, divided among the model
+    workers placed on the node (live rows, this one included), so that N workers on one host never each take the
+    same fraction of it. A share is fixed when the worker starts: after a scale-up the older workers keep theirs
+    until they restart, and since a CPU pool takes RAM only for the blocks in use, that costs RAM only under load.
+
+    None (the worker sizes its pool itself) where the revision does (kv_cache_bytes or kv_memory_fraction), on a GPU
+    (free GPU memory, not the host's RAM, bounds its pool), and for a worker on no node (a capacity profile's)."""
+    if engine_settings.get("kv_cache_bytes", "auto") != "auto" or engine_settings.get("kv_memory_fraction"):
+        return None
+    if str(engine_settings.get("device", "cpu")) != "cpu" or worker.node_id is None:
+        return None
+    num_workers = (Worker.objects.filter(node_id=worker.node_id, status__in=LIVE_STATUSES)
+                   .exclude(role=WorkerRole.GATEWAY).exclude(id=worker.id).count() + 1)
+    host_budget = psutil.virtual_memory().total * settings.TANDEM_KV_HOST_PERCENT // 100
+    return host_budget // num_workers
 
 
 # The agent's own secrets and control-plane settings are none of an inference process's business.

@@ -42,6 +42,10 @@ class Config:
     # hold one full context (where memory allows) and no more than max_num_seqs of them (see kv_sizing.py).
     kv_cache_bytes: int | str = "auto"
     kv_memory_fraction: float | None = None  # None: 0.2 of available RAM on CPU, 0.8 of free GPU memory on CUDA
+    # For kv_cache_bytes "auto": this worker's share of its host's KV memory, in bytes, handed over by whoever placed
+    # it (the node agent divides the host's budget among the workers it runs there). Sized from this instead of a
+    # fraction of free memory, which N workers on one host would each take in full.
+    kv_memory_budget: int | None = None
     block_size: int = 16
     max_num_seqs: int = 64
     # The prefill token budget: the most prompt tokens one prefill step computes. One prompt longer than this still
@@ -93,6 +97,9 @@ class Config:
                                                     or not 0 < self.kv_memory_fraction <= 1):
             raise ConfigError("kv_memory_fraction", f"must be a number in (0, 1] or None, got "
                                                     f"{self.kv_memory_fraction!r}")
+        if self.kv_memory_budget is not None and (not is_int(self.kv_memory_budget) or self.kv_memory_budget < 1):
+            raise ConfigError("kv_memory_budget", f"must be a positive number of bytes or None, got "
+                                                  f"{self.kv_memory_budget!r}")
         if self.prefill_chunk_size is None:
             self.prefill_chunk_size = 64 if self.device == "cpu" else 512
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "prefill_chunk_size"):

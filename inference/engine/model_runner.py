@@ -8,6 +8,8 @@ tensor, addressed by slot = block_id * block_size + offset.
 from __future__ import annotations
 
 import logging
+import math
+import mmap
 
 import psutil
 import torch
@@ -69,11 +71,9 @@ class ModelRunner:
         if self.max_model_len < self.configured_max_model_len:
             log.warning("the KV pool holds %d tokens, less than max_model_len %d: this engine serves a context of %d",
                         self.num_blocks * self.block_size, self.configured_max_model_len, self.max_model_len)
-        # Zeros, not empty: decode attention reads (and masks out) unused slots, and masked garbage that happens to be
-        # NaN would still poison the softmax.
         shape = (self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)  # [L, N, bs, Hkv, D]
-        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)  # [L, N, bs, Hkv, D]
+        self.k_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
+        self.v_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.sampler = Sampler(self.device)
 
     def _choose_num_blocks(self) -> int:
@@ -85,13 +85,19 @@ class ModelRunner:
             num_free_bytes = torch.cuda.mem_get_info(self.device)[0]
         else:
             num_free_bytes = psutil.virtual_memory().available
+        fraction = config.kv_memory_fraction or default_fraction(self.device.type)
+        if config.kv_memory_budget is not None:
+            # The share the placer handed this worker; never more than is free now.
+            num_free_bytes, fraction = min(config.kv_memory_budget, num_free_bytes), 1.0
         choice = choose_num_blocks(
-            num_free_bytes=num_free_bytes, fraction=config.kv_memory_fraction or default_fraction(self.device.type),
+            num_free_bytes=num_free_bytes, fraction=fraction,
             num_bytes_per_block=self.num_bytes_per_block, block_size=self.block_size,
             max_model_len=self.configured_max_model_len, max_num_seqs=config.max_num_seqs)
-        log.info("KV pool (auto): %d blocks of %d tokens = %.1f MiB (%s; %.2f of %.1f MiB free on %s)",
+        budget = ("this worker's share of the host's KV budget" if config.kv_memory_budget is not None
+                  else "free")
+        log.info("KV pool (auto): %d blocks of %d tokens = %.1f MiB (%s; %.2f of %.1f MiB %s on %s)",
                  choice.num_blocks, self.block_size, choice.num_blocks * self.num_bytes_per_block / (1 << 20),
-                 choice.reason, choice.fraction, num_free_bytes / (1 << 20), self.device.type)
+                 choice.reason, choice.fraction, num_free_bytes / (1 << 20), budget, self.device.type)
         return choice.num_blocks
 
     @property
@@ -262,6 +268,20 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     # x: [..., D] -> [..., D], (x1, x2) -> (-x2, x1) as in Hugging Face's Llama
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def zeroed_pool(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zero-filled KV pool. Zeros, not garbage: decode attention reads (and masks out) unused slots, and masked
+    garbage that happens to be NaN would still poison the softmax.
+
+    On CPU the tensor lies in an anonymous memory map: the kernel hands out zeroed pages as they are first written,
+    so a pool costs RAM only for the blocks in use, and allocating it costs no time (torch.zeros writes every byte
+    at start: the whole pool in RSS, seconds for gigabytes). Elsewhere torch.zeros."""
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    num_bytes = math.prod(shape) * dtype.itemsize
+    # frombuffer keeps the map alive as long as the tensor.
+    return torch.frombuffer(mmap.mmap(-1, num_bytes), dtype=dtype).view(shape)
 
 
 def load_model(path: str, dtype: torch.dtype, device: torch.device):

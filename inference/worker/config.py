@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-memory-fraction", type=float, default=None,
                    help="for --kv-cache-bytes auto: the share of free memory for the KV pool (default 0.2 of "
                         "available RAM on CPU, 0.8 of free GPU memory on CUDA)")
+    p.add_argument("--kv-memory-budget", type=parse_size, default=None,
+                   help="for --kv-cache-bytes auto: this worker's share of its host's KV memory (e.g. 512M), "
+                        "instead of --kv-memory-fraction of the free memory; the node agent sets it for the workers "
+                        "it places on a CPU host")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="largest running batch")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="prefill token budget per step")

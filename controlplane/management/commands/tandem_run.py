@@ -158,12 +158,19 @@ class Command(BaseCommand):
             login = f"user {admin.username}, password from TANDEM_ADMIN_PASSWORD"
         else:
             login = f"user {admin.username}, password shown on the first run; set TANDEM_ADMIN_PASSWORD to reset it"
+        from controlplane.run.memory import stack_memory
+
+        try:
+            memory = stack_memory(node_name=settings.TANDEM_NODE_NAME)
+        finally:
+            connection.close()  # this thread's own database connection, opened again for the workers' pids
         body = '{"model": "demo", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}'
         self.out("\n".join([
             f"Tandem is ready in {time.monotonic() - started:.1f} s.",
             f"  dashboard  {web}/  ({login})",
             f"  API token  {admin.token}  (admin)",
             f"  API docs   {web}/api/docs/",
+            f"  memory     {memory.line()}",
             f"  try        curl -s {gateway_url}/v1/completions -H 'Content-Type: application/json' -d '{body}'",
             f"             curl -s -H 'Authorization: Token {admin.token}' {web}/api/v1/workers/",
             "  demo load  " + ("one request every 2 s (TANDEM_DEMO_LOAD=0 turns it off)" if settings.TANDEM_DEMO_LOAD

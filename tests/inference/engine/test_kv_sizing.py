@@ -67,10 +67,35 @@ def test_a_pool_smaller_than_the_context_serves_the_context_it_holds(tiny_model_
         engine.add_request("over", prompt, SamplingParams(max_tokens=45))
 
 
+def test_a_budget_handed_by_the_placer_sizes_the_pool_instead_of_free_memory(tiny_model_dir):
+    probe = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20)).model_runner
+    num_blocks_per_context = TINY_CONTEXT // probe.block_size
+    budget = 3 * num_blocks_per_context * probe.num_bytes_per_block + probe.num_bytes_per_block // 2
+    engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_memory_budget=budget, max_num_seqs=8))
+    assert engine.block_manager.num_blocks == 3 * num_blocks_per_context  # the whole budget: fraction 1
+
+
+def test_a_cpu_pool_takes_ram_only_for_the_blocks_in_use(tiny_model_dir):
+    """The pool lies in an anonymous memory map: a 1 GiB pool adds no RSS at start, and a request adds its blocks."""
+    process = psutil.Process()
+    LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20))  # weights and torch's own buffers
+    rss_before = process.memory_info().rss
+    engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 30))
+    pool_bytes = 2 * engine.model_runner.k_cache.numel() * engine.model_runner.k_cache.element_size()
+    assert pool_bytes >= 1 << 29
+    grown = process.memory_info().rss - rss_before
+    assert grown < pool_bytes / 8, f"RSS grew by {grown >> 20} MiB for a pool of {pool_bytes >> 20} MiB"
+    assert float(engine.model_runner.k_cache[:, :4].abs().sum()) == 0.0  # zeroed, as attention needs
+    (prompt,) = random_prompts([40], seed=2)
+    assert len(engine.generate([prompt], SamplingParams(max_tokens=8, ignore_eos=True))[0]) == 8
+    assert process.memory_info().rss - rss_before < pool_bytes / 8
+
+
 @pytest.mark.parametrize("settings, field", [
     ({"kv_cache_bytes": "64M"}, "kv_cache_bytes"), ({"kv_cache_bytes": 0}, "kv_cache_bytes"),
     ({"kv_memory_fraction": 0}, "kv_memory_fraction"), ({"kv_memory_fraction": 1.5}, "kv_memory_fraction"),
-    ({"kv_memory_fraction": True}, "kv_memory_fraction"),
+    ({"kv_memory_fraction": True}, "kv_memory_fraction"), ({"kv_memory_budget": 0}, "kv_memory_budget"),
+    ({"kv_memory_budget": "1G"}, "kv_memory_budget"),
 ])
 def test_bad_kv_settings_are_refused(tiny_model_dir, settings, field):
     with pytest.raises(ConfigError) as exc:
