@@ -5,7 +5,10 @@ second, which is what workers and benchmarks need. Nothing here downloads: every
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import sys
 from pathlib import Path
 
 from inference.models import DEFAULT_MODELS_DIR
@@ -65,19 +68,22 @@ def _convert(source: Path, dtype: str, tmp_dir: Path) -> None:
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    steps = tqdm(total=4, desc="smollm2", unit="step")
+    # One bar: made before _quiet() so that it keeps the real stderr while the libraries' own bars go nowhere.
+    steps = tqdm(total=4, desc="smollm2", unit="step", file=sys.stderr)
     folder, name = str(source.parent), source.name
 
     steps.set_postfix_str("tokenizer")
     # local_files_only: a folder path never needs the hub, and a typo must not turn into a download attempt.
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    with _quiet():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
     steps.update()
 
     steps.set_postfix_str("dequantize")
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype),
-                                                 local_files_only=True)
+    with _quiet():
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype),
+                                                     local_files_only=True)
     _drop_gguf_quantizer(model)
     # The GGUF tokenizer carries no length limit; the model's context is the real one.
     tokenizer.model_max_length = model.config.max_position_embeddings
@@ -86,16 +92,41 @@ def _convert(source: Path, dtype: str, tmp_dir: Path) -> None:
     steps.update()
 
     steps.set_postfix_str("save")
-    tokenizer.save_pretrained(tmp_dir)
-    model.save_pretrained(tmp_dir, safe_serialization=True)
+    with _quiet():
+        tokenizer.save_pretrained(tmp_dir)
+        model.save_pretrained(tmp_dir, safe_serialization=True)
     del model
     steps.update()
 
     steps.set_postfix_str("check")
-    text = check_generation(tmp_dir)
+    with _quiet():
+        text = check_generation(tmp_dir)
     steps.update()
     steps.close()
     print(f"check: {CHECK_PROMPT!r} -> {text!r}")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence what the libraries print while a step runs: their nested progress bars (transformers' own and the
+    GGUF reader's plain tqdm) and warnings a newcomer cannot act on (e.g. that packed GGUF weights run fastest in
+    float32: they are dequantized and saved here, never run packed). What they printed is shown if the step fails."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            yield
+    except BaseException:
+        sys.stderr.write(captured.getvalue())
+        raise
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _drop_gguf_quantizer(model) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -12,6 +14,7 @@ import pytest
 import requests
 
 from tests.controlplane.integration.make_run import PASSWORD, MakeRun
+from tests.procs import ROOT
 
 pytestmark = pytest.mark.integration
 # Two SmolLM2 workers loading together on a loaded 2-core machine; the wait ends as soon as the banner shows.
@@ -19,14 +22,30 @@ DEMO_READY_TIMEOUT_S = 360
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def first_conversion(tmp_path_factory) -> str:
+    """What a newcomer's first `make run` prints while it converts SmolLM2 (stderr of `inference.models prepare`).
+    It converts into the session's models folder when that has none yet (then the stack below reuses it), else
+    into a folder of its own, so that it always converts."""
     from tests.conftest import MODELS_DIR
-    from inference.models.smollm2 import SourceMissing, prepare_smollm2
+    from inference.models.smollm2 import SourceMissing, gguf_path
 
     try:
-        prepare_smollm2(MODELS_DIR / "smollm2-135m")  # the demo's own model, converted once for the whole session
+        gguf_path()
     except SourceMissing as exc:
-        pytest.skip(str(exc))
+        pytest.skip(str(exc))  # the wheel is a `make setup` step
+    target = MODELS_DIR / "smollm2-135m"
+    if (target / "config.json").is_file():
+        target = tmp_path_factory.mktemp("first-run") / "smollm2-135m"
+    result = subprocess.run([sys.executable, "-m", "inference.models", "prepare", "smollm2", "--out", str(target)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, first_conversion):
+    from tests.conftest import MODELS_DIR
+
     run = MakeRun(tmp_path_factory.mktemp("make-run"), MODELS_DIR / "tiny", TANDEM_DEMO_MODEL="smollm2")
     try:
         run.start()
@@ -35,6 +54,12 @@ def run(tmp_path_factory):
         yield run
     finally:
         run.stop()
+
+
+def test_the_first_conversion_shows_one_progress_bar_and_no_warning(first_conversion):
+    lines = [line.strip() for line in first_conversion.replace("\r", "\n").splitlines() if line.strip()]
+    assert lines, "no progress shown"
+    assert all(line.startswith("smollm2:") for line in lines), "\n".join(lines)
 
 
 def test_the_demo_fits_in_two_gib_and_says_what_it_takes(run, capsys):
