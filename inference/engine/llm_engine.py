@@ -44,6 +44,7 @@ class LLMEngine:
         self.configured_max_model_len = self.model_runner.configured_max_model_len
         self.kv_layout = self.model_runner.kv_layout
         self.dtype: str = self.model_runner.dtype_name  # what runs: config.dtype with "auto" resolved
+        self.dtype_reason: str = self.model_runner.dtype_reason
         self.quantization: str = config.quantization
         self.weight_bytes: int = self.model_runner.weight_bytes
         # What runs: a decode engine computes no prompt, so it has no use for a prefix cache.

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM
 from inference.engine.attention import DecodeAttention, MixedAttention, PrefillAttention
 from inference.engine.config import Config
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
-from inference.engine.precision import TORCH_DTYPES, resolve_dtype
+from inference.engine.precision import TORCH_DTYPES, choose_dtype
 from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
@@ -40,8 +40,8 @@ class ModelRunner:
             raise ValueError(f"device {config.device} was asked for, but this torch build or host has no CUDA")
         # The dtype that runs: config.dtype, with "auto" resolved from the model's config (model, KV cache and the
         # KV handoff all use it).
-        self.dtype_name = resolve_dtype(config.dtype, config.model, self.device,
-                                        allow_slow_float16=config.allow_slow_float16)
+        choice = choose_dtype(config.dtype, config.model, self.device, allow_slow_float16=config.allow_slow_float16)
+        self.dtype_name, self.dtype_reason = choice.name, choice.reason
         self.dtype = TORCH_DTYPES[self.dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)
         if config.quantization == "int8":

@@ -1,14 +1,21 @@
-"""The dtype an engine runs in: `auto` resolved from the model's own config, and float16 refused where it would crawl.
+"""The dtype an engine runs in: `auto` resolved from the model's own config and the device's arithmetic, and float16
+refused where it would crawl.
 
 - `auto` is the dtype the model's config.json names (`dtype`, or `torch_dtype` in folders saved by transformers < 4.56),
-  float32 where it names none (or one the engine does not run). A float16 model on a CPU without fast float16 runs in
-  float32 instead: `auto` means "the model's precision where it runs well", never a refusal.
-- An explicit `float16` on such a CPU is refused with a message that names the alternatives, unless the operator
+  float32 where it names none (or one the engine does not run), and float32 where the device has no arithmetic for
+  the named half precision: `auto` means "the model's precision where it runs well", never a refusal. The choice and
+  its reason are logged and shown on the worker's /info (`dtype_reason`).
+- bfloat16 is native on CUDA devices of compute capability 8.0 and up, and on CPUs with AVX512-BF16 or AMX-BF16
+  (x86) or BF16 (Arm's `bf16`). Without it torch converts inside every matmul: measured on an AVX2+FMA CPU, one
+  thread, a 2048x576 by 576x1536 matmul ran at 57.9 GFLOP/s in float32 and 1.2 in bfloat16, and one forward of a
+  2,048-token prompt through SmolLM2 took 12.9 s in float32 against 64.8 s in bfloat16. An explicit bfloat16 there
+  still runs (half the memory; the operator chose) with a warning in the log.
+- float16 is fast on CPUs with float16 arithmetic: AVX512-FP16 or AMX-FP16 (x86), FP16 SIMD (Arm's `asimdhp`).
+  Without it torch runs float16 matmuls through conversions: measured on this project's AVX512 CPU (with BF16, no
+  FP16), a SmolLM2-sized linear at 16-512 rows takes 3-8x the time of float32 and 6-16x that of bfloat16. An
+  explicit `float16` on such a CPU is refused with a message that names the alternatives, unless the operator
   forces it (`allow_slow_float16`, which logs a warning).
 
-A CPU has fast float16 when it has float16 arithmetic in hardware: AVX512-FP16 or AMX-FP16 (x86), FP16 SIMD (Arm's
-`asimdhp`). Without it torch runs float16 matmuls through conversions: measured on this project's AVX512 CPU (with
-BF16, no FP16), a SmolLM2-sized linear at 16-512 rows takes 3-8x the time of float32 and 6-16x that of bfloat16.
 The flags are read, not timed: a timed probe on a shared, busy host gave a different answer from run to run.
 """
 from __future__ import annotations
@@ -17,6 +24,7 @@ import functools
 import json
 import logging
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,6 +34,8 @@ log = logging.getLogger(__name__)
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_DTYPE = "float32"  # `auto` where the model's config names no dtype
 FAST_FLOAT16_CPU_FLAGS = frozenset({"avx512_fp16", "amx_fp16", "asimdhp"})  # as /proc/cpuinfo spells them
+NATIVE_BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+NATIVE_BFLOAT16_CUDA_CAPABILITY = (8, 0)
 
 
 class SlowDtypeError(ValueError):
@@ -39,30 +49,79 @@ def model_config_dtype(model_dir: str | Path) -> str | None:
     return str(value).removeprefix("torch.") if value else None
 
 
+@dataclass(frozen=True, slots=True)
+class DtypeChoice:
+    name: str  # "float32", "bfloat16", "float16"
+    reason: str  # why, in words for /info and the log
+
+
 def resolve_dtype(requested: str, model_dir: str | Path, device: torch.device, *,
                   allow_slow_float16: bool = False) -> str:
-    """The dtype to run: `requested`, or for `auto` the model's own. Raises SlowDtypeError for an explicit float16 on
-    a CPU without fast float16 (unless allowed)."""
+    """The dtype to run (choose_dtype's name)."""
+    return choose_dtype(requested, model_dir, device, allow_slow_float16=allow_slow_float16).name
+
+
+def choose_dtype(requested: str, model_dir: str | Path, device: torch.device, *,
+                 allow_slow_float16: bool = False) -> DtypeChoice:
+    """The dtype to run and why: `requested`, or for `auto` the model's own where the device computes it natively,
+    else float32. Raises SlowDtypeError for an explicit float16 on a CPU without fast float16 (unless allowed)."""
     slow_float16 = device.type == "cpu" and not cpu_has_fast_float16()
     if requested == "auto":
         wanted = model_config_dtype(model_dir)
         if wanted not in TORCH_DTYPES:
-            return DEFAULT_DTYPE
+            return DtypeChoice(DEFAULT_DTYPE, f"auto: the model names no dtype the engine runs ({wanted}): "
+                                              f"{DEFAULT_DTYPE}")
         if wanted == "float16" and slow_float16:
-            log.warning("the model's dtype is float16, but this CPU has no fast float16: dtype auto runs it in "
-                        "float32")
-            return "float32"
-        return wanted
+            return _logged(DtypeChoice("float32", "auto: the model's dtype is float16, but this CPU has no float16 "
+                                                  "arithmetic (AVX512-FP16, AMX-FP16 or Arm FP16): float32"))
+        if wanted == "bfloat16" and not has_native_bfloat16(device):
+            return _logged(DtypeChoice("float32", f"auto: the model's dtype is bfloat16, but {_no_bfloat16(device)}"
+                                                  ": float32, several times faster here"))
+        if wanted == "bfloat16":
+            return DtypeChoice("bfloat16", f"auto: the model's own dtype, native on this {device.type} "
+                                           f"({_native_bfloat16_source(device)})")
+        return DtypeChoice(wanted, "auto: the model's own dtype")
     if requested == "float16" and slow_float16:
         if not allow_slow_float16:
             raise SlowDtypeError(
                 "dtype float16 would crawl on this CPU: it has no float16 arithmetic (AVX512-FP16, AMX-FP16 or "
-                "Arm FP16), so every matmul converts (3-8x slower than float32 where measured). Use dtype bfloat16 "
-                "(half the memory of float32; fast on CPUs with AVX512-BF16 or AMX), float32, or auto (the model's "
-                "own dtype); to run float16 anyway, set allow_slow_float16 (--allow-slow-float16)")
+                "Arm FP16), so every matmul converts (3-8x slower than float32 where measured). Use dtype float32, "
+                "bfloat16 (half the memory of float32; fast on CPUs with AVX512-BF16 or AMX), or auto (the "
+                "model's own dtype where this CPU runs it well); to run float16 anyway, set allow_slow_float16 "
+                "(--allow-slow-float16)")
         log.warning("running float16 on a CPU without fast float16, as forced by allow_slow_float16: expect it to "
                     "be several times slower than float32")
-    return requested
+        return DtypeChoice("float16", "asked for, forced on a CPU without float16 arithmetic")
+    if requested == "bfloat16" and not has_native_bfloat16(device):
+        log.warning("running bfloat16 as asked, but %s: expect matmuls several times slower than float32 "
+                    "(dtype auto would pick float32 here)", _no_bfloat16(device))
+        return DtypeChoice("bfloat16", f"asked for; {_no_bfloat16(device)}")
+    return DtypeChoice(requested, "asked for")
+
+
+def _logged(choice: DtypeChoice) -> DtypeChoice:
+    log.warning("dtype %s", choice.reason)
+    return choice
+
+
+def has_native_bfloat16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= NATIVE_BFLOAT16_CUDA_CAPABILITY
+    return device.type == "cpu" and bool(cpu_flags() & NATIVE_BFLOAT16_CPU_FLAGS)
+
+
+def _native_bfloat16_source(device: torch.device) -> str:
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"compute capability {major}.{minor}"
+    return ", ".join(sorted(cpu_flags() & NATIVE_BFLOAT16_CPU_FLAGS))
+
+
+def _no_bfloat16(device: torch.device) -> str:
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"this GPU (compute capability {major}.{minor}, below 8.0) has no bfloat16 arithmetic"
+    return "this CPU has no bfloat16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16)"
 
 
 def cpu_has_fast_float16() -> bool:

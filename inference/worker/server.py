@@ -269,6 +269,7 @@ class WorkerServer:
         self.info = {"role": self.config.engine.role, "model": self.config.model_name,
                      "model_path": str(Path(self.config.engine.model).resolve()), "revision": self.config.revision,
                      "dtype": engine.dtype, "dtype_requested": self.config.engine.dtype,
+                     "dtype_reason": engine.dtype_reason,
                      # max_model_len: the context a request can have here, at most what the KV pool holds.
                      "max_model_len": engine.max_model_len,
                      "configured_max_model_len": engine.configured_max_model_len,

@@ -81,6 +81,7 @@ class SimWorker:
         costs = config.profile.role(config.role)
         self.info = {"role": config.role, "model": config.model_name, "model_path": config.model,
                      "revision": config.revision, "dtype": layout["dtype"], "dtype_requested": layout["dtype"],
+                     "dtype_reason": "simulated: the KV layout's dtype",
                      "max_model_len": min(config.profile.max_model_len, self.engine.capacity_tokens),
                      "configured_max_model_len": config.profile.max_model_len,
                      "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": None,

@@ -1,5 +1,6 @@
-"""The engine runs the dtype it is asked for; `auto` is the model config's own; float16 on a CPU without fast float16
-is refused unless forced."""
+"""The engine runs the dtype it is asked for; `auto` is the model config's own where the device computes it natively,
+float32 otherwise; float16 on a CPU without fast float16 is refused unless forced. The CPU's flags are set by each
+test that depends on them, so the verdicts hold on every CPU (AVX2 only, AVX512-BF16, AMX)."""
 from __future__ import annotations
 
 import json
@@ -25,19 +26,62 @@ def _variant(tiny_model_dir, tmp_path, **config_changes):
     return folder
 
 
+WITH_BF16 = frozenset({"avx2", "fma", "avx512f", "avx512_bf16"})
+AVX2_ONLY = frozenset({"avx2", "fma"})
+
+
+@pytest.fixture
+def cpu_with_bf16(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: WITH_BF16)
+
+
 def _engine(model, **kwargs) -> LLMEngine:
     return LLMEngine(Config(model=model, threads=1, kv_cache_bytes=1 << 20, **kwargs))
 
 
-def test_auto_is_the_default_and_runs_the_dtype_the_model_config_names(tiny_model_dir, tmp_path):
+def test_auto_is_the_default_and_runs_the_dtype_the_model_config_names(tiny_model_dir, tmp_path, cpu_with_bf16):
     assert Config(model=tiny_model_dir).dtype == "auto"
     assert _engine(tiny_model_dir).dtype == "float32"  # the tiny model is saved in float32
     engine = _engine(_variant(tiny_model_dir, tmp_path, dtype="bfloat16"))
     assert engine.dtype == engine.kv_layout["dtype"] == "bfloat16"
     assert engine.model_runner.k_cache.dtype == engine.model_runner.model.dtype == torch.bfloat16
+    assert engine.dtype_reason == "auto: the model's own dtype, native on this cpu (avx512_bf16)"
 
 
-def test_auto_reads_torch_dtype_from_folders_saved_by_older_transformers(tiny_model_dir, tmp_path):
+def test_auto_runs_a_bfloat16_model_in_float32_on_a_cpu_without_bfloat16_arithmetic(tiny_model_dir, tmp_path,
+                                                                                    monkeypatch, caplog):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: AVX2_ONLY)
+    engine = _engine(_variant(tiny_model_dir, tmp_path, dtype="bfloat16"))
+    assert engine.dtype == engine.kv_layout["dtype"] == "float32"
+    assert engine.model_runner.k_cache.dtype == engine.model_runner.model.dtype == torch.float32
+    assert "no bfloat16 arithmetic (AVX512-BF16, AMX-BF16 or Arm BF16): float32" in engine.dtype_reason
+    assert engine.dtype_reason in caplog.text
+
+
+def test_an_explicit_bfloat16_runs_without_bfloat16_arithmetic_and_says_what_it_costs(tiny_model_dir, monkeypatch,
+                                                                                      caplog):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: AVX2_ONLY)
+    engine = _engine(tiny_model_dir, dtype="bfloat16")
+    assert engine.dtype == "bfloat16" and engine.dtype_reason.startswith("asked for; this CPU has no bfloat16")
+    assert "dtype auto would pick float32 here" in caplog.text
+
+
+@pytest.mark.parametrize("flags, native", [({"avx512f", "avx512_bf16"}, True), ({"amx_tile", "amx_bf16"}, True),
+                                           ({"fp", "asimd", "bf16"}, True), ({"avx2", "fma", "avx512f"}, False),
+                                           (set(), False)])
+def test_native_bfloat16_is_read_from_the_cpu_flags(monkeypatch, flags, native):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))
+    assert precision.has_native_bfloat16(torch.device("cpu")) is native
+
+
+@pytest.mark.parametrize("capability, native", [((8, 0), True), ((9, 0), True), ((7, 5), False)])
+def test_native_bfloat16_on_cuda_is_compute_capability_8_or_more(monkeypatch, capability, native):
+    """Mocked: this host has no GPU."""
+    monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert precision.has_native_bfloat16(torch.device("cuda")) is native
+
+
+def test_auto_reads_torch_dtype_from_folders_saved_by_older_transformers(tiny_model_dir, tmp_path, cpu_with_bf16):
     model = _variant(tiny_model_dir, tmp_path, dtype=None, torch_dtype="bfloat16")
     assert precision.resolve_dtype("auto", model, torch.device("cpu")) == "bfloat16"
 
@@ -48,7 +92,7 @@ def test_auto_is_float32_when_the_config_names_no_dtype_the_engine_runs(tiny_mod
     assert precision.resolve_dtype("auto", model, torch.device("cpu")) == "float32"
 
 
-def test_an_explicit_dtype_wins_over_the_model_config(tiny_model_dir, tmp_path):
+def test_an_explicit_dtype_wins_over_the_model_config(tiny_model_dir, tmp_path, cpu_with_bf16):
     engine = _engine(_variant(tiny_model_dir, tmp_path, dtype="bfloat16"), dtype="float32")
     assert engine.dtype == engine.kv_layout["dtype"] == "float32"
     assert engine.model_runner.k_cache.dtype == torch.float32

@@ -46,6 +46,9 @@ def test_info_and_health_say_what_runs_and_what_was_asked(workers):
                                                                                     "bfloat16")
     assert _get(workers["decode_bf16"].url, "/health")["dtype"] == "bfloat16"
     assert _get(workers["prefill_auto"].url, "/health")["dtype"] == "float32"
+    # Why: the tiny model is saved in float32; bfloat16 was asked for (with a note where this CPU lacks BF16).
+    assert auto["dtype_reason"] == "auto: the model's own dtype"
+    assert bf16["dtype_reason"].startswith("asked for")
 
 
 def test_the_info_metric_carries_the_dtype(workers):
