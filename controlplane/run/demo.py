@@ -17,6 +17,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
 
+from inference.hardware import cpu_has_native_bfloat16
+
 log = logging.getLogger(__name__)
 
 DEMO_NAME = "demo"
@@ -41,10 +43,25 @@ DEMO_PROMPTS = [
 
 def model_prepare(name: str) -> Path:
     """`python -m inference.models prepare NAME` (instant when already built); returns the model folder."""
-    out = settings.TANDEM_MODELS_DIR / MODEL_FOLDERS[name]
-    subprocess.run([sys.executable, "-m", "inference.models", "prepare", name, "--out", str(out)],
+    out, args = model_target(name)
+    subprocess.run([sys.executable, "-m", "inference.models", "prepare", name, "--out", str(out), *args],
                    check=True, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, timeout=900)
     return out
+
+
+def model_target(name: str) -> tuple[Path, list[str]]:
+    """Where the demo model goes and the extra `prepare` arguments.
+
+    SmolLM2 is saved in the dtype that `auto` runs on this host: bfloat16 where the CPU computes it natively, else
+    float32 (a folder of its own, `smollm2-135m-float32`). The workers then map the saved weights as they are, so
+    both demo workers share one copy in the page cache; weights converted at load would be a private copy in each
+    (measured: 513 MiB more per float32 worker loading a bfloat16 folder)."""
+    folder = MODEL_FOLDERS[name]
+    if name != "smollm2":
+        return settings.TANDEM_MODELS_DIR / folder, []
+    dtype = "bfloat16" if cpu_has_native_bfloat16() else "float32"
+    suffix = "" if dtype == "bfloat16" else f"-{dtype}"
+    return settings.TANDEM_MODELS_DIR / f"{folder}{suffix}", ["--dtype", dtype]
 
 
 @dataclass(frozen=True, slots=True)

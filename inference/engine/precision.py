@@ -20,7 +20,6 @@ The flags are read, not timed: a timed probe on a shared, busy host gave a diffe
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import platform
@@ -29,12 +28,12 @@ from pathlib import Path
 
 import torch
 
+from inference.hardware import FAST_FLOAT16_CPU_FLAGS, NATIVE_BFLOAT16_CPU_FLAGS, cpu_flags
+
 log = logging.getLogger(__name__)
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_DTYPE = "float32"  # `auto` where the model's config names no dtype
-FAST_FLOAT16_CPU_FLAGS = frozenset({"avx512_fp16", "amx_fp16", "asimdhp"})  # as /proc/cpuinfo spells them
-NATIVE_BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 NATIVE_BFLOAT16_CUDA_CAPABILITY = (8, 0)
 
 
@@ -129,18 +128,3 @@ def cpu_has_fast_float16() -> bool:
         return True
     # macOS has no /proc/cpuinfo; every Apple Silicon CPU has Arm's FP16 arithmetic.
     return platform.system() == "Darwin" and platform.machine() == "arm64"
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (x86 `flags`, Arm `Features`); empty where there is none."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    flags: set[str] = set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
-    return frozenset(flags)

@@ -1,5 +1,5 @@
-"""A `make run` of the demo as a newcomer gets it (SmolLM2, the default settings) that reached "ready": it fits in
-2 GiB of RAM and says what it takes, its wait sent no request the gateway counts as an error (it asked /health), the
+"""A `make run` of the demo as a newcomer gets it (SmolLM2, the default settings) that reached "ready": its first
+conversion shows one progress bar, it takes at most 2 GiB of RAM and says what it takes, its wait sent no request the gateway counts as an error (it asked /health), the
 first real request works, and a restart of one of its own processes is an action on the actions page."""
 from __future__ import annotations
 
@@ -27,17 +27,21 @@ def first_conversion(tmp_path_factory) -> str:
     It converts into the session's models folder when that has none yet (then the stack below reuses it), else
     into a folder of its own, so that it always converts."""
     from tests.conftest import MODELS_DIR
+    from inference.hardware import cpu_has_native_bfloat16
     from inference.models.smollm2 import SourceMissing, gguf_path
 
     try:
         gguf_path()
     except SourceMissing as exc:
         pytest.skip(str(exc))  # the wheel is a `make setup` step
-    target = MODELS_DIR / "smollm2-135m"
+    # The folder and dtype make run picks on this CPU (controlplane/run/demo.py's model_target).
+    dtype = "bfloat16" if cpu_has_native_bfloat16() else "float32"
+    folder = "smollm2-135m" if dtype == "bfloat16" else "smollm2-135m-float32"
+    target = MODELS_DIR / folder
     if (target / "config.json").is_file():
-        target = tmp_path_factory.mktemp("first-run") / "smollm2-135m"
-    result = subprocess.run([sys.executable, "-m", "inference.models", "prepare", "smollm2", "--out", str(target)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+        target = tmp_path_factory.mktemp("first-run") / folder
+    result = subprocess.run([sys.executable, "-m", "inference.models", "prepare", "smollm2", "--out", str(target),
+                             "--dtype", dtype], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr
     return result.stderr
 
@@ -62,17 +66,27 @@ def test_the_first_conversion_shows_one_progress_bar_and_no_warning(first_conver
     assert all(line.startswith("smollm2:") for line in lines), "\n".join(lines)
 
 
-def test_the_demo_fits_in_two_gib_and_says_what_it_takes(run, capsys):
+def test_the_demo_takes_at_most_two_gib_and_says_what_it_takes(run, capsys):
+    """Measured after the demo has served requests (a worker maps its weights at load, but its pages become resident
+    as the forwards touch them). PSS, not the RSS sum: RSS counts each shared page once per process (torch's
+    libraries, and the weights, which both workers map from one file), so its sum is more than the demo takes."""
     line = re.search(r"memory\s+(\d+\.\d+) GiB RSS in all \((\d+\.\d+) GiB counting shared pages once\) over "
                      r"(\d+) processes", run.output())
     assert line, run.output()
-    rss, pss, num_processes = float(line.group(1)), float(line.group(2)), int(line.group(3))
+    for prompt in ("The capital of France is", "Write a haiku about the sea."):
+        response = requests.post(f"{run.gateway_url}/v1/completions", timeout=120,
+                                 json={"model": "demo", "prompt": prompt, "max_tokens": 16})
+        assert response.status_code == 200, response.text
+    processes = [psutil.Process(run.proc.pid), *psutil.Process(run.proc.pid).children(recursive=True)]
+    memory = [process.memory_full_info() for process in processes]
+    rss, pss = sum(m.rss for m in memory) / 2**30, sum(m.pss for m in memory) / 2**30
     with capsys.disabled():
-        print(f"\nthe demo after `make run` (SmolLM2, default settings): {rss:.2f} GiB RSS in all, {pss:.2f} GiB PSS, "
-              f"{num_processes} processes")
+        print(f"\nthe demo (SmolLM2, default settings): at ready {line.group(2)} GiB PSS, {line.group(1)} GiB RSS "
+              f"summed; after two requests {pss:.2f} GiB PSS, {rss:.2f} GiB RSS summed; {len(processes)} processes")
     # web, control worker, beat, agent, gateway, prefill and decode at least (Celery forks children of its own).
-    assert num_processes >= 7
-    assert pss <= rss <= 2.0
+    assert len(processes) >= 7 and int(line.group(3)) >= 7
+    assert float(line.group(2)) <= float(line.group(1)) and pss <= rss
+    assert pss <= 2.0
 
 
 def _errors(gateway_url: str) -> dict[str, float]:

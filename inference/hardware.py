@@ -1,0 +1,32 @@
+"""What the host's CPU computes natively, read from its flags (torch-free: the control plane asks too, e.g. which
+dtype to save the demo model in, without loading torch into its processes).
+
+The flags are read, not timed: a timed probe on a shared, busy host gave a different answer from run to run.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+# As /proc/cpuinfo spells them (x86 `flags`, Arm `Features`).
+FAST_FLOAT16_CPU_FLAGS = frozenset({"avx512_fp16", "amx_fp16", "asimdhp"})
+NATIVE_BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (x86 `flags`, Arm `Features`); empty where there is none."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return frozenset(flags)
+
+
+def cpu_has_native_bfloat16() -> bool:
+    return bool(cpu_flags() & NATIVE_BFLOAT16_CPU_FLAGS)
