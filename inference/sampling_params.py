@@ -7,9 +7,9 @@ into a 400 naming `param`, the engine into the ValueError it is. A JSON body's s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from inference.checks import is_int, is_number
+from inference.checks import is_int, is_number, json_type
 
 DEFAULT_MAX_TOKENS = 16
 OPENAI_MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; the engine would take up to 100
@@ -17,6 +17,10 @@ OPENAI_MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; the engine 
 SAMPLING_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "max_tokens")
 MAX_STOP_STRINGS = 16
 MAX_STOP_LEN = 256
+# OpenAI's ranges: a bias of +-100 all but forces or bans a token; penalties in [-2, 2].
+MAX_LOGIT_BIAS = 100.0
+MAX_LOGIT_BIAS_ENTRIES = 300
+MAX_PENALTY = 2.0
 
 
 class SamplingError(ValueError):
@@ -35,6 +39,14 @@ class SamplingParams:
     top_k: int = 0  # 0: no top-k filter
     seed: int | None = None
     ignore_eos: bool = False
+    # (token id, bias) pairs sorted by token id, zero biases dropped; given as OpenAI's {"token id": bias} or as
+    # {token_id: bias}. Token ids are checked against the vocabulary where it is known (the worker, the engine).
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    # Whether the sampler adds a logit bias or penalties for this request: computed once, read by every step (a batch
+    # in which no request does costs the sampler nothing).
+    adjusts_logits: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not is_int(self.max_tokens) or self.max_tokens < 1:
@@ -50,9 +62,18 @@ class SamplingParams:
             raise _error("seed", "must be null or an integer in [0, 2^63)", self.seed, type_ok=is_int(self.seed))
         if not isinstance(self.ignore_eos, bool):
             raise _error("ignore_eos", "must be a boolean", self.ignore_eos, type_ok=False)
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not is_number(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
+                raise _error(name, f"must be a number in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}]", value,
+                             type_ok=is_number(value))
+            object.__setattr__(self, name, float(value))
         # An integer temperature or top_p (JSON's 1) is stored as the float it means; frozen, hence object.__setattr__.
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_p", float(self.top_p))
+        object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
+        object.__setattr__(self, "adjusts_logits", bool(self.logit_bias) or self.presence_penalty != 0.0
+                           or self.frequency_penalty != 0.0)
 
     @property
     def is_greedy(self) -> bool:
@@ -61,6 +82,39 @@ class SamplingParams:
 
 def _error(param: str, requirement: str, value, *, type_ok: bool) -> SamplingError:
     return SamplingError(param, f"{requirement}, got {value!r}", code="invalid_value" if type_ok else "invalid_type")
+
+
+def _logit_bias(value) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"token id": bias} (or {token_id: bias}, or the stored pairs) -> sorted (token id, bias) pairs
+    without zero biases; SamplingError naming logit_bias otherwise."""
+    if value is None:
+        return ()
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, tuple):
+        items = list(value)
+    else:
+        raise SamplingError("logit_bias", f"must be an object mapping token ids to biases, got {json_type(value)}",
+                            code="invalid_type")
+    if len(items) > MAX_LOGIT_BIAS_ENTRIES:
+        raise SamplingError("logit_bias", f"may hold at most {MAX_LOGIT_BIAS_ENTRIES} tokens, got {len(items)}")
+    biases: dict[int, float] = {}
+    for item in items:
+        key, bias = item if isinstance(item, tuple) and len(item) == 2 else (item, None)
+        if is_int(key) and key >= 0:
+            token_id = key
+        elif isinstance(key, str) and 0 < len(key) <= 12 and key.isascii() and key.isdigit():
+            token_id = int(key)
+        else:
+            raise SamplingError("logit_bias", f"keys must be token ids (integers >= 0, as strings), got {key!r}")
+        if not is_number(bias) or not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+            raise SamplingError("logit_bias", f"biases must be numbers in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}], "
+                                              f"got {bias!r} for token {key!r}",
+                                code="invalid_value" if is_number(bias) else "invalid_type")
+        if token_id in biases:
+            raise SamplingError("logit_bias", f"names token {token_id} twice")
+        biases[token_id] = float(bias)
+    return tuple(sorted((token_id, bias) for token_id, bias in biases.items() if bias != 0.0))
 
 
 def parse_stop(stop) -> list[str]:
@@ -94,7 +148,9 @@ def parse_sampling(body: Mapping, *, allow_null_max_tokens: bool = False) -> tup
 
     params = SamplingParams(max_tokens=max_tokens, temperature=or_default("temperature", 0.0),
                             top_p=or_default("top_p", 1.0), top_k=or_default("top_k", 0), seed=body.get("seed"),
-                            ignore_eos=body.get("ignore_eos", False))
+                            ignore_eos=body.get("ignore_eos", False), logit_bias=body.get("logit_bias"),
+                            presence_penalty=or_default("presence_penalty", 0.0),
+                            frequency_penalty=or_default("frequency_penalty", 0.0))
     return params, parse_stop(body.get("stop"))
 
 
@@ -118,4 +174,6 @@ def check_sampling_defaults(defaults: Mapping) -> dict:
 def sampling_fields(params: SamplingParams, stop: list[str]) -> dict:
     """The JSON form `parse_sampling` reads: a worker request's sampling fields, a KV header's `sampling` object."""
     return {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
-            "top_k": params.top_k, "seed": params.seed, "ignore_eos": params.ignore_eos, "stop": list(stop)}
+            "top_k": params.top_k, "seed": params.seed, "ignore_eos": params.ignore_eos, "stop": list(stop),
+            "logit_bias": {str(token_id): bias for token_id, bias in params.logit_bias},
+            "presence_penalty": params.presence_penalty, "frequency_penalty": params.frequency_penalty}

@@ -1,5 +1,9 @@
 """Turn the last-position logits of a batch into one token per sequence: greedy, or temperature / top-k / top-p.
 
+Before either, a request's OpenAI logit adjustments are added to its own row (`adjust_logits`): `logit_bias`, then
+`presence_penalty` and `frequency_penalty` over the tokens it generated so far. A batch in which no request asks for
+them skips that step whole; a request that asks changes only its own row.
+
 A seeded request draws from a generator re-seeded from (seed, number of tokens produced so far) at every step, so
 that its tokens depend on nothing else: not on the other sequences of the batch, not on preemption and recompute,
 and not on whether its first token was sampled by a prefill worker and the rest by a decode worker.
@@ -28,6 +32,8 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         # logits: [B, V] float32, row i belongs to seqs[i]
+        if any(seq.params.adjusts_logits for seq in seqs):
+            logits = adjust_logits(logits, seqs)
         token_ids = logits.argmax(dim=-1)  # [B]
         rows = [i for i, seq in enumerate(seqs) if not seq.params.is_greedy]
         if not rows:
@@ -73,3 +79,45 @@ class Sampler:
         probs = probs.masked_fill(mass_before > top_p.unsqueeze(1), 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
         return probs, order
+
+
+def adjust_logits(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    """A copy of `logits` with each sequence's logit bias and penalties added to its row (OpenAI's definitions).
+
+    1. logit_bias: logits[j] += bias[j] for each token j the request names.
+    2. Penalties, over count[j], how many times token j occurs in the request's generated tokens (never its prompt):
+       logits[j] -= frequency_penalty * count[j] + presence_penalty * (count[j] > 0).
+    Rows of sequences that ask for neither are copied unchanged.
+    """
+    # logits: [B, V]
+    device = logits.device
+    logits = logits.clone()
+    bias_rows, bias_tokens, biases = [], [], []
+    for i, seq in enumerate(seqs):
+        for token_id, bias in seq.params.logit_bias:
+            bias_rows.append(i)
+            bias_tokens.append(token_id)
+            biases.append(bias)
+    if biases:
+        logits.index_put_((torch.tensor(bias_rows, device=device), torch.tensor(bias_tokens, device=device)),
+                          torch.tensor(biases, device=device, dtype=logits.dtype), accumulate=True)
+    rows = [i for i, seq in enumerate(seqs) if seq.params.presence_penalty or seq.params.frequency_penalty]
+    if not rows:
+        return logits
+    # One flat scatter counts every penalized sequence's generated tokens: (row in counts, token id) per token.
+    count_rows, count_tokens = [], []
+    for j, i in enumerate(rows):
+        output = seqs[i].output_token_ids
+        count_rows += [j] * len(output)
+        count_tokens += output
+    if not count_tokens:  # nothing generated yet (a prefill's first token): nothing to penalize
+        return logits
+    counts = torch.zeros(len(rows), logits.shape[1], device=device, dtype=logits.dtype)  # [P, V]
+    counts.index_put_((torch.tensor(count_rows, device=device), torch.tensor(count_tokens, device=device)),
+                      torch.ones(len(count_tokens), device=device, dtype=logits.dtype), accumulate=True)
+    frequency = torch.tensor([seqs[i].params.frequency_penalty for i in rows], device=device,
+                             dtype=logits.dtype)  # [P]
+    presence = torch.tensor([seqs[i].params.presence_penalty for i in rows], device=device, dtype=logits.dtype)  # [P]
+    penalty = frequency.unsqueeze(1) * counts + presence.unsqueeze(1) * (counts > 0)  # [P, V]
+    logits.index_add_(0, torch.tensor(rows, device=device), -penalty)
+    return logits

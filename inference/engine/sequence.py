@@ -29,11 +29,16 @@ class Sequence:
     only carries them.
     """
 
-    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams):
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                 num_resumed_tokens: int = 0):
         assert prompt_token_ids, "an empty prompt is rejected at the edge"
+        assert 0 <= num_resumed_tokens < len(prompt_token_ids), "resumed tokens follow a prompt"
         self.request_id = request_id
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
+        # A resumed request (a worker died mid-stream) has the tokens it generated there at the end of its prompt:
+        # the engine computes them as prompt, the penalties count them as generated.
+        self.num_resumed_tokens = num_resumed_tokens
         self.params = params
         self.status = SequenceStatus.WAITING
         self.block_table: list[int] = []
@@ -66,6 +71,11 @@ class Sequence:
     @property
     def completion_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """Every token the request generated so far, resumed ones first: what presence and frequency penalties count."""
+        return self.token_ids[self.num_prompt_tokens - self.num_resumed_tokens:]
 
     @property
     def last_token_id(self) -> int:

@@ -176,6 +176,10 @@ class Speculator:
 
     def plan(self, seq: Sequence) -> int:
         """How many tokens `seq` may draft this step (module docstring); 0: a plain decode for it."""
+        if seq.params.adjusts_logits:
+            # Logit bias and penalties (which change with every drafted token) are the sampler's alone: the
+            # acceptance rule knows only the model's distribution, so such a request decodes one token a step.
+            return 0
         state = self._states.get(seq)
         if state is None:
             state = self._states[seq] = _SeqState(probing=self.config.min_acceptance > 0)

@@ -81,8 +81,39 @@ def _user(body: dict) -> str | None:
     return user or None
 
 
-def _check_unsupported(body: dict) -> None:
+# Every top-level field each endpoint accepts (docs/openai-api.md says what each does). Any other field answers 400
+# naming it: a client must never believe that a setting took effect when it did not.
+_COMMON_FIELDS = (
+    "model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user",
+    "logit_bias", "presence_penalty", "frequency_penalty",
+    "n", "logprobs", "top_logprobs",  # at their defaults only: one choice, no log probabilities
+    "top_k", "ignore_eos",  # vLLM's extensions
+)
+ACCEPTED_FIELDS: Mapping[Endpoint, frozenset[str]] = MappingProxyType({
+    Endpoint.COMPLETIONS: frozenset(_COMMON_FIELDS + ("prompt", "best_of", "echo", "suffix")),
+    Endpoint.CHAT: frozenset(_COMMON_FIELDS + ("messages", "max_completion_tokens", "response_format",
+                                               "tools", "functions", "tool_choice", "function_call")),
+})
+# Chat fields that ask for function calling, which this gateway does not do: 400 unless null (tools and functions:
+# unless null or empty, i.e. no tools).
+_TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
+
+
+def _check_unsupported(body: dict, endpoint: Endpoint) -> None:
     """Reject what the gateway cannot honour rather than silently answering something else."""
+    accepted = ACCEPTED_FIELDS[endpoint]
+    unknown = [name for name in body if name not in accepted]
+    if unknown:
+        raise invalid(f"unrecognized request argument supplied: '{unknown[0]}' (this endpoint accepts: "
+                      f"{', '.join(sorted(accepted))})", unknown[0], "unknown_parameter")
+    for name in _TOOL_FIELDS:
+        if body.get(name) not in (None, []):
+            raise invalid(f"'{name}' is not supported: this gateway does not call functions or tools", name,
+                          "unsupported_parameter")
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise invalid(f"only 'response_format' {{\"type\": \"text\"}} is supported (no JSON mode or schema), got "
+                      f"{json.dumps(response_format)[:200]}", "response_format", "unsupported_value")
     n = body.get("n")
     if n is not None and (not is_int(n) or n != 1):
         raise invalid(f"only n=1 is supported, got {n!r}", "n", "unsupported_value")
@@ -91,15 +122,16 @@ def _check_unsupported(body: dict) -> None:
         raise invalid(f"only best_of=1 is supported, got {best_of!r}", "best_of", "unsupported_value")
     if body.get("echo"):
         raise invalid("'echo' is not supported", "echo", "unsupported_value")
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
-        raise invalid("logprobs are not supported", "logprobs", "unsupported_value")
+    # `is`, not `in`: the legacy endpoint's logprobs=0 (== False) asks for the chosen tokens' log probabilities.
+    if not (body.get("logprobs") is None or body.get("logprobs") is False):
+        raise invalid("'logprobs' is not supported: no log probabilities", "logprobs", "unsupported_value")
+    if body.get("top_logprobs") is not None:
+        raise invalid("'top_logprobs' is not supported: no log probabilities", "top_logprobs", "unsupported_value")
     if body.get("suffix"):
         raise invalid("'suffix' is not supported", "suffix", "unsupported_value")
-    if body.get("tools"):
-        raise invalid("tools are not supported", "tools", "unsupported_value")
 
 
-def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...],
+def _common(body: dict, endpoint: Endpoint, served_model_name: str, max_tokens_names: tuple[str, ...],
             default_max_tokens: int | None, defaults: Mapping) -> tuple[dict, bool, bool]:
     """The sampling fields, OpenAI's conventions mapped onto the worker's. `defaults` (the deployment's sampling
     defaults) fill a field the request leaves out or sends as null; a value the request gives always wins."""
@@ -111,7 +143,7 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
     if model != served_model_name:
         raise ApiError(404, f"The model '{model}' does not exist; this gateway serves '{served_model_name}'",
                        param="model", code="model_not_found")
-    _check_unsupported(body)
+    _check_unsupported(body, endpoint)
     max_tokens_name, max_tokens = max_tokens_names[0], None
     for name in max_tokens_names:  # the first present wins: max_completion_tokens supersedes max_tokens in chat
         if body.get(name) is not None:
@@ -144,6 +176,9 @@ def _common(body: dict, served_model_name: str, max_tokens_names: tuple[str, ...
         # OpenAI ignores empty stop strings; the worker refuses them.
         "stop": [s for s in stop if s != ""] if isinstance(stop, list) else (None if stop == "" else stop),
         "ignore_eos": False if body.get("ignore_eos") is None else body["ignore_eos"],
+        "logit_bias": body.get("logit_bias"),
+        "presence_penalty": body.get("presence_penalty"),
+        "frequency_penalty": body.get("frequency_penalty"),
     }
     try:
         params, stop = parse_sampling(fields, allow_null_max_tokens=True)
@@ -186,8 +221,8 @@ def parse_completion(body: dict, served_model_name: str, defaults: Mapping = Map
         raise invalid(f"'prompt' must be a string, got {json_type(prompt)}", "prompt", "invalid_type")
     if not prompt:
         raise invalid("'prompt' must not be empty", "prompt", "invalid_value")
-    worker_body, stream, include_usage = _common(body, served_model_name, ("max_tokens",), DEFAULT_MAX_TOKENS,
-                                                 defaults)
+    worker_body, stream, include_usage = _common(body, Endpoint.COMPLETIONS, served_model_name, ("max_tokens",),
+                                                 DEFAULT_MAX_TOKENS, defaults)
     worker_body["prompt"] = prompt
     worker_body["messages"] = None
     return GenerationRequest(Endpoint.COMPLETIONS, worker_body, stream, include_usage, _user(body))
@@ -232,8 +267,8 @@ def parse_chat(body: dict, served_model_name: str, defaults: Mapping = MappingPr
         worker_messages.append({"role": role, "content": _message_content(message, i)})
     if not any(m["content"] for m in worker_messages):
         raise invalid("'messages' must hold some text", "messages", "invalid_value")
-    worker_body, stream, include_usage = _common(body, served_model_name, ("max_completion_tokens", "max_tokens"), None,
-                                                 defaults)
+    worker_body, stream, include_usage = _common(body, Endpoint.CHAT, served_model_name,
+                                                 ("max_completion_tokens", "max_tokens"), None, defaults)
     worker_body["prompt"] = None
     worker_body["messages"] = worker_messages
     return GenerationRequest(Endpoint.CHAT, worker_body, stream, include_usage, _user(body))

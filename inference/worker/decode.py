@@ -15,7 +15,8 @@ from aiohttp import web
 from inference.checks import is_int
 from inference.kv_wire import KVWireError, decode_payload
 from inference.worker.jobs import stream_job
-from inference.worker.protocol import REQUEST_ID_RE, RequestError, fit_max_tokens, parse_sampling
+from inference.worker.protocol import (REQUEST_ID_RE, RequestError, check_logit_bias, fit_max_tokens,
+                                      parse_sampling)
 
 # Bytes of a KV payload beyond its tensors: the JSON header (prompt ids as decimal text) and safetensors framing.
 HEADER_BYTES_PER_TOKEN = 16
@@ -63,6 +64,7 @@ def add_routes(app: web.Application, server) -> None:
         if bad:
             raise RequestError(f"token id {bad[0]} is outside this model's vocabulary of {server.vocab_size}",
                                code="bad_kv_payload")
+        check_logit_bias(params, server.vocab_size)
         job = server.open_job(payload.request_id, arrival)
         try:
             server.submit(job, payload.prompt_token_ids, params, stop, first_token_id=payload.first_token_id,

@@ -229,12 +229,14 @@ class EngineLoop:
             # The engine's prompt holds the resumed tokens; its budget is what is left of the request's.
             params = replace(sub.params, max_tokens=sub.params.max_tokens - sub.num_resumed_tokens)
             if sub.first_token_id is None:
-                engine.add_request(sub.request_id, sub.prompt_token_ids, params)
+                engine.add_request(sub.request_id, sub.prompt_token_ids, params,
+                                   num_resumed_tokens=sub.num_resumed_tokens)
             else:
                 # Replay the prefill worker's first token through an identical detokenizer, so that this one
                 # releases exactly the text the prefill worker did not (and sees stop strings spanning it).
                 detok.add(sub.first_token_id)
-                engine.add_prefilled(sub.request_id, sub.prompt_token_ids, sub.first_token_id, params, *sub.kv)
+                engine.add_prefilled(sub.request_id, sub.prompt_token_ids, sub.first_token_id, params, *sub.kv,
+                                     num_resumed_tokens=sub.num_resumed_tokens)
                 sub.kv = None  # the engine holds it now; drop our reference
         except ValueError as exc:
             sub.emit(Event("rejected", message=str(exc)))

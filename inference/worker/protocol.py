@@ -62,7 +62,8 @@ class GenerateRequest:
 
     def fit_to_context(self, num_prompt_tokens: int, context: dict, vocab_size: int) -> None:
         """Resolve a null max_tokens and cap it to what this worker's KV pool holds (see fit_max_tokens), then refuse
-        resumed tokens that this model cannot have generated for it. `context`: the worker's info."""
+        resumed tokens that this model cannot have generated for it, and a logit bias on tokens it does not have.
+        `context`: the worker's info."""
         if self.max_tokens_to_context:
             max_tokens = max(1, context["configured_max_model_len"] - num_prompt_tokens)
         else:
@@ -75,6 +76,7 @@ class GenerateRequest:
         if any(t >= vocab_size for t in self.resume_token_ids):
             raise RequestError(f"resume_token_ids must hold token ids below this model's vocabulary size of "
                                f"{vocab_size}", param="resume_token_ids")
+        check_logit_bias(self.params, vocab_size)
 
     def sampling_header(self) -> dict:
         """The `sampling` object of the KV header: the same fields as the request body."""
@@ -134,7 +136,14 @@ def parse_sampling(body: dict, allow_null_max_tokens: bool = False) -> tuple[Sam
     try:
         return sampling_params.parse_sampling(body, allow_null_max_tokens=allow_null_max_tokens)
     except SamplingError as exc:
-        raise RequestError(str(exc), param=exc.param) from None
+        raise RequestError(str(exc), param=exc.param, code=exc.code) from None
+
+
+def check_logit_bias(params: SamplingParams, vocab_size: int) -> None:
+    """400 naming logit_bias when it names a token id this model's vocabulary does not have."""
+    if params.logit_bias and params.logit_bias[-1][0] >= vocab_size:  # sorted by token id: the last is the largest
+        raise RequestError(f"logit_bias names token {params.logit_bias[-1][0]}, outside this model's vocabulary of "
+                           f"{vocab_size} tokens", param="logit_bias", code="invalid_value")
 
 
 def fit_max_tokens(num_prompt_tokens: int, max_tokens: int, context: dict) -> int:

@@ -56,6 +56,11 @@ def test_malformed_json_answers_400(worker, raw, fragment):
     ({"prompt": "hi", "stop": 5}, "stop", "string"),
     ({"prompt": "hi", "stop": [""]}, "stop", "1-256"),
     ({"prompt": "hi", "request_id": "a b/c"}, "request_id", "request_id"),
+    ({"prompt": "hi", "logit_bias": {"4096": 1}}, "logit_bias", "vocabulary of 4096"),
+    ({"prompt": "hi", "logit_bias": {"1": -100.5}}, "logit_bias", "[-100, 100]"),
+    ({"prompt": "hi", "logit_bias": [1]}, "logit_bias", "object"),
+    ({"prompt": "hi", "presence_penalty": 2.5}, "presence_penalty", "[-2, 2]"),
+    ({"prompt": "hi", "frequency_penalty": "x"}, "frequency_penalty", "number"),
 ])
 def test_wrong_values_answer_400_naming_the_parameter(worker, body, param, fragment):
     error = assert_openai_error(post(worker.url, json=body), 400, fragment)

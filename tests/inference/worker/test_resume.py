@@ -120,3 +120,24 @@ def test_prefill_then_decode_continue_at_seams(workers, stop_string, use_stop):
         assert "".join(texts[:k]) + result["text"] + text(events) == full, k
         assert (events[-1]["finish_reason"], events[-1]["prompt_tokens"], events[-1]["completion_tokens"]) == (
             done["finish_reason"], done["prompt_tokens"], done["completion_tokens"]), k
+
+
+def test_a_resumed_request_keeps_counting_its_penalties(workers):
+    # A +60 bias makes the first greedy token repeat; the penalties, counting those repeats, change the text within
+    # MAX_TOKENS. A resumed request that forgot its earlier tokens would repeat the token again after the seam.
+    url = workers["colocated"].url
+    bias = {str(_reference(url)[0][0]): 60}
+    extra = {"logit_bias": bias, "presence_penalty": 2.0, "frequency_penalty": 2.0}
+    ids, texts, _ = _reference(url, **extra)
+    assert ids != _reference(url, logit_bias=bias)[0], "the penalties changed nothing: nothing to check"
+    for k in range(1, len(ids)):
+        assert token_ids(generate(url, **_body(resume_token_ids=ids[:k], **extra))) == ids[k:], k
+    for k in (1, len(ids) // 2, len(ids) - 2):
+        request_id = f"resume-penalties-{k}"
+        answer = requests.post(f"{workers['prefill'].url}/v1/prefill", timeout=HTTP_TIMEOUT_S, json=_body(
+            request_id=request_id, resume_token_ids=ids[:k], decode_url=workers["decode"].url, **extra))
+        assert answer.status_code == 200, answer.text
+        with requests.get(f"{workers['decode'].url}/v1/stream/{request_id}", stream=True,
+                          timeout=HTTP_TIMEOUT_S) as r:
+            events = read_stream(r)
+        assert [answer.json()["first_token_id"], *token_ids(events)] == ids[k:], k
