@@ -29,7 +29,8 @@ from controlplane.agent.gpus import discover_gpus
 from controlplane.agent.workers import worker_start
 from controlplane.models import Node, Worker, WorkerStatus
 from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
-from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
+from controlplane.services.restarts import (WorkerFailure, exit_reason, worker_failure_record,
+                                            worker_ready_record)
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +97,12 @@ def node_adopt(*, node: Node) -> dict[str, list[int]]:
             else:
                 outcome["adopted"].append(worker.id)
             continue
+        # It ended while no agent ran (killed, or the host restarted): an earlier agent was its parent.
+        tail = runtime.launcher.log_tail(worker.log_path, 40, handle=handle)
         num = Worker.objects.filter(id=worker.id, status=worker.status, pid=worker.pid).update(
             status=WorkerStatus.STOPPED, stopped_at=now,
-            last_error=(f"process {worker.pid} was gone when node agent {node.name} started "
-                        f"(killed or host restarted)\n{runtime.launcher.log_tail(worker.log_path, 5)}").strip(),
+            last_error=exit_reason(exit_code=None, log_tail=tail,
+                                   ended=f"process {worker.pid} was gone when node agent {node.name} started"),
         )
         if num:
             outcome["stopped"].append(worker.id)
@@ -111,16 +114,19 @@ def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
     """One heartbeat: last_seen_at, every process of this node checked against its row, then local repair."""
     outcome: dict[str, list[int]] = {"exited": [], "stopped": [], "stale": [], "restarted": [], "ready": []}
     Node.objects.filter(id=node.id).update(last_seen_at=timezone.now())
-    # Exit codes of our children that ended since the last beat (reaping also keeps zombies from piling up).
-    exit_codes = runtime.launcher.reap()
+    # Reap our children that ended (no zombies pile up); their exit codes stay known to exit_code.
+    runtime.launcher.reap()
     rows = Worker.objects.filter(node=node, pid__isnull=False).exclude(started_at__isnull=True)
     for worker in rows.only("id", "pid", "status", "started_at", "log_path", "role"):
         handle = launch.handle_of(worker)
         alive = runtime.launcher.is_alive(handle)
         if worker.status in (WorkerStatus.STARTING, WorkerStatus.READY) and not alive:
-            failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid,
-                                           exit_code=exit_codes.get(worker.pid, runtime.launcher.exit_code(worker.pid)),
-                                           log_tail=runtime.launcher.log_tail(worker.log_path, 40))
+            # A process this agent started is its child, whose exit status is known once it is not alive; None:
+            # an earlier agent started it.
+            failure = WorkerFailure.exited(
+                worker_id=worker.id, pid=worker.pid,
+                exit_code=runtime.launcher.exit_code(worker.pid, create_time=handle.create_time),
+                log_tail=runtime.launcher.log_tail(worker.log_path, 40, handle=handle))
             if worker_failure_record(failure=failure):
                 outcome["exited"].append(worker.id)
         elif worker.status == WorkerStatus.DRAINING and not alive:

@@ -10,11 +10,20 @@ control-plane flags because the marker travels in the environment, not on the co
 Children start with `start_new_session=True`: a Ctrl-C in the agent's terminal or the agent's own exit does not
 reach them, which is what lets a restarted agent re-adopt them. They are stopped by signalling their whole process
 group (SIGTERM, then SIGKILL after a deadline) so that anything they spawned goes with them.
+
+How a process ended is known only to its parent: a child of this process is alive until waitpid reaps it (a
+SIGKILLed process with many threads shows a zombie main thread for a moment while the others die), so that once it
+is not alive its exit code or signal is known, and stays known after a reap. A process that an earlier agent
+started (re-adopted) is init's child: its end is seen, its exit status never.
+
+Each process of a log file appends to it after a `--- <time> starting: <argv>` line, so that what one process
+wrote can be told from what its predecessors of the same worker wrote.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -33,17 +42,30 @@ MARKER_ENV = "TANDEM_WORKER_ID"
 # this; a recycled pid practically never lands inside it.
 CREATE_TIME_TOLERANCE_S = 0.05
 
-# Children this process started, by pid: we are their parent, so we must reap them (a zombie keeps its pid and looks
-# alive to a naive kill(pid, 0)). Processes adopted after an agent restart are init's children and need no reaping.
-_children: dict[int, subprocess.Popen] = {}
-_children_lock = threading.Lock()
-
 
 @dataclass(frozen=True, slots=True)
 class ProcessHandle:
     pid: int
     create_time: float  # psutil.Process.create_time(), seconds since the epoch
     marker: str | None = None  # the TANDEM_WORKER_ID the process was started with
+
+
+@dataclass(slots=True)
+class _Child:
+    popen: subprocess.Popen
+    create_time: float
+    marker: str | None
+    log_offset: int  # where this process's output begins in its log file
+    reaped: bool = False
+
+
+# Children this process started, by pid: we are their parent, so we must reap them (a zombie keeps its pid and looks
+# alive to a naive kill(pid, 0)), and only we can learn their exit status. Processes adopted after an agent restart
+# are init's children and need no reaping. Reaped children are kept (the newest NUM_REAPED_KEPT) so that their exit
+# status is still known to a report that comes later (a heartbeat whose database write failed tries again).
+_children: dict[int, _Child] = {}
+_children_lock = threading.Lock()
+NUM_REAPED_KEPT = 1024
 
 
 # Ports handed out lately, and when: a worker binds its port only once it has loaded (seconds later), and the kernel
@@ -90,24 +112,27 @@ def spawn(argv: list[str], *, log_path: Path, marker: str | None, env: dict[str,
     child_env["PYTHONUNBUFFERED"] = "1"
     if marker is not None:
         child_env[MARKER_ENV] = marker
+    command = " ".join(redact(argv)).replace("\n", "\\n")  # one line, which log_tail looks for
     with open(log_path, "ab") as log_file:
-        log_file.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(redact(argv))}\n".encode())
+        log_file.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {command}\n".encode())
         log_file.flush()
+        log_offset = log_file.tell()
         popen = subprocess.Popen(
             argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
             cwd=cwd, start_new_session=True, close_fds=True,
             preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
-    with _children_lock:
-        _children[popen.pid] = popen
+    # Nothing reaps it before it is registered below, so the pid is still this child's: the create time read now is
+    # its own, even if it has exited already.
     try:
         proc = psutil.Process(popen.pid)
         create_time = proc.create_time()
-        if marker is not None:
-            _wait_for_environment(proc)
     except psutil.NoSuchProcess:
-        # It died (and may already be reaped) before we looked: a handle that is never alive.
-        create_time = 0.0
+        proc, create_time = None, 0.0
+    with _children_lock:
+        _children[popen.pid] = _Child(popen, create_time, marker, log_offset)
+    if proc is not None and marker is not None:
+        _wait_for_environment(proc)
     return ProcessHandle(pid=popen.pid, create_time=create_time, marker=marker)
 
 
@@ -122,7 +147,7 @@ def _wait_for_environment(proc: psutil.Process, timeout_s: float = 10.0) -> None
                 return
         except psutil.AccessDenied:
             return
-        except psutil.ZombieProcess:
+        except psutil.NoSuchProcess:  # a zombie, or reaped by now: it exited, which its exit code will say
             return
         time.sleep(0.005)
 
@@ -140,36 +165,55 @@ def python_argv(module: str, *args: str) -> list[str]:
 
 
 def reap() -> dict[int, int]:
-    """Collect exited children of this process; returns {pid: exit code} of those reaped now."""
+    """Reap the exited children of this process; returns {pid: exit code} of those reaped now. Their exit codes stay
+    known to exit_code()."""
     exited = {}
     with _children_lock:
-        for pid, popen in list(_children.items()):
-            code = popen.poll()
-            if code is not None:
-                exited[pid] = code
-                del _children[pid]
+        for pid, child in list(_children.items()):
+            if not child.reaped and child.popen.poll() is not None:
+                child.reaped = True
+                exited[pid] = child.popen.returncode
+        reaped = [pid for pid, child in _children.items() if child.reaped]
+        for pid in reaped[:max(0, len(reaped) - NUM_REAPED_KEPT)]:  # dicts keep insertion order: oldest first
+            del _children[pid]
     return exited
 
 
-def exit_code(pid: int) -> int | None:
-    """The exit code of a child of ours that has exited, else None (running, or not our child)."""
+def _child(pid: int, create_time: float | None = None) -> _Child | None:
+    """Our child with that pid (and create time, when given), running or exited, else None."""
     with _children_lock:
-        popen = _children.get(pid)
-    return None if popen is None else popen.poll()
-
-
-def _process(handle: ProcessHandle) -> psutil.Process | None:
-    """The psutil process for handle if it is still the same process and has not exited, else None."""
-    if handle.pid <= 0:
+        child = _children.get(pid)
+    if child is None or (create_time is not None
+                         and abs(child.create_time - create_time) > CREATE_TIME_TOLERANCE_S):
         return None
-    exit_code(handle.pid)  # reaps it when it is our exited child, so that the pid stops existing
+    return child
+
+
+def exit_code(pid: int, create_time: float | None = None) -> int | None:
+    """How a child of ours ended (its exit code; < 0: killed by signal -code), reaping it; None while it runs, or
+    when the process with that pid (and create time, when given) is not a child of ours."""
+    child = _child(pid, create_time)
+    return None if child is None else child.popen.poll()
+
+
+def is_alive(handle: ProcessHandle) -> bool:
+    """Whether handle's process is still the same process and has not exited."""
+    if handle.pid <= 0:
+        return False
+    child = _child(handle.pid, handle.create_time)
+    if child is not None:
+        if handle.marker is not None and child.marker != handle.marker:
+            return False  # our child, but not the worker this handle names
+        # Ours: alive until waitpid can reap it, zombie main thread or not. Once poll() has reaped it, its exit
+        # status is known, so no one sees it gone before they can learn how it ended. (A poll that finds another
+        # thread inside waitpid answers None: alive, for this look.)
+        return child.popen.poll() is None
     try:
         proc = psutil.Process(handle.pid)
         if abs(proc.create_time() - handle.create_time) > CREATE_TIME_TOLERANCE_S:
-            return None  # the pid was recycled
+            return False  # the pid was recycled
         if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-            exit_code(handle.pid)  # it exited since the reap above: reap it now, so no zombie stays behind
-            return None
+            return False  # not ours: its parent (init, after an agent restart) reaps it
         if handle.marker is not None:
             try:
                 environ = proc.environ()
@@ -178,21 +222,15 @@ def _process(handle: ProcessHandle) -> psutil.Process | None:
             # An empty environment is a process between exec and its set-up (see _wait_for_environment), which
             # create_time already names; a different marker, or none in a set-up environment, is a stranger.
             if environ and environ.get(MARKER_ENV) != handle.marker:
-                return None
-        return proc
+                return False
+        return True
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        exit_code(handle.pid)  # it may have exited between the checks above (environ of a zombie): reap it
-        return None
-
-
-def is_alive(handle: ProcessHandle) -> bool:
-    return _process(handle) is not None
+        return False
 
 
 def signal_group(handle: ProcessHandle, sig: int) -> bool:
     """Send sig to the handle's process group (its session leader's group); False when it is already gone."""
-    proc = _process(handle)
-    if proc is None:
+    if not is_alive(handle):
         return False
     try:
         pgid = os.getpgid(handle.pid)
@@ -231,16 +269,34 @@ def stop(handle: ProcessHandle, deadline_s: float = 30.0) -> str:
     return "killed"
 
 
-def log_tail(log_path: str | Path | None, num_lines: int = 15, max_chars: int = 2000) -> str:
-    """The last lines of a process log, to explain a death in Worker.last_error."""
+_HEADER = re.compile(rb"^--- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d starting: .*$", re.MULTILINE)
+LOG_TAIL_BYTES = 16384
+
+
+def log_tail(log_path: str | Path | None, num_lines: int = 15, max_chars: int = 2000, *,
+             handle: ProcessHandle | None = None) -> str:
+    """The last lines of a process log, to explain a death in Worker.last_error.
+
+    handle: only what that process wrote, never its predecessors' lines in the same file: from the offset where its
+    output began when it is our child, else (started by an earlier agent) after the last `starting:` line, which
+    the newest process of the file wrote, and that is the one its worker row names."""
     if not log_path:
         return ""
+    child = _child(handle.pid, handle.create_time) if handle is not None else None
     try:
         with open(log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 16384))
-            text = f.read().decode(errors="replace")
+            size = f.seek(0, os.SEEK_END)
+            own_start = child.log_offset if child is not None and child.log_offset <= size else 0
+            start = max(own_start, size - LOG_TAIL_BYTES)
+            f.seek(start)
+            data = f.read()
     except OSError:
         return ""
+    if start > own_start:
+        data = data.partition(b"\n")[2]  # a partial first line
+    if handle is not None and child is None:
+        headers = list(_HEADER.finditer(data))
+        if headers:
+            data = data[headers[-1].end() + 1:]
+    text = data.decode(errors="replace")
     return "\n".join(text.splitlines()[-num_lines:])[-max_chars:]

@@ -147,15 +147,16 @@ class SimulatedProcesses:
             self._exited = {}
         return exited
 
-    def exit_code(self, pid: int) -> int | None:
+    def exit_code(self, pid: int, create_time: float | None = None) -> int | None:
         if not self.is_simulated(pid):
-            return processes.exit_code(pid)
+            return processes.exit_code(pid, create_time)
         with self._lock:
-            return self._exit_codes.get(pid)
+            return self._exit_codes.get(pid)  # virtual pids are never reused
 
     @staticmethod
-    def log_tail(log_path, num_lines: int = 15, max_chars: int = 2000) -> str:
-        return processes.log_tail(log_path, num_lines, max_chars)  # a simulated worker writes none: ""
+    def log_tail(log_path, num_lines: int = 15, max_chars: int = 2000, *, handle: ProcessHandle | None = None) -> str:
+        # A simulated worker writes none (""); a real process (a gateway) has its own.
+        return processes.log_tail(log_path, num_lines, max_chars, handle=handle)
 
     @staticmethod
     def free_port(host: str = "127.0.0.1") -> int:

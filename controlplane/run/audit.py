@@ -10,7 +10,8 @@ ACTOR = Actor.system("tandem_run")
 
 
 def exit_description(code: int | None) -> str:
-    """'exit code 1', 'signal 9 (SIGKILL)', or 'exit status unknown' (None: not our child any more)."""
+    """'exit code 1', 'signal 9 (SIGKILL)', or 'exit status unknown' (None: none recorded). make run is its
+    children's parent, and processes.is_alive calls a child gone only once it has reaped it, so it knows."""
     if code is None:
         return "exit status unknown"
     if code >= 0:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -38,22 +39,16 @@ class WorkerFailure:
     worker_id: int
     pid: int | None  # the process the report is about; None: no process was started
     from_statuses: tuple[str, ...]  # the statuses the row may still have for the report to apply
-    reason: str  # one line: what happened, and the line of its log that says why
+    reason: str  # one line: what happened, and the last warning or error its log has
     log_tail: str = ""  # the end of its log, progress bars removed (kept on the action row, not in the reason)
 
     @classmethod
     def exited(cls, *, worker_id: int, pid: int, exit_code: int | None, log_tail: str = "") -> "WorkerFailure":
-        """A process that ended on its own (exit_code < 0: killed by signal -exit_code; None: not our child)."""
-        if exit_code is None:
-            how = "no exit code: not our child"
-        elif exit_code >= 0:
-            how = f"exit code {exit_code}"
-        else:
-            how = f"signal {-exit_code}"
+        """A process that ended on its own. exit_code as its parent, the node agent, learnt it (< 0: killed by
+        signal -exit_code; None: unknown, an earlier agent started it); log_tail: what this process wrote."""
         tail = clean_log(log_tail)
-        why = telling_line(tail)
         return cls(worker_id, pid, (WorkerStatus.STARTING, WorkerStatus.READY),
-                   f"process exited ({how})" + (f": {why}" if why else ""), tail)
+                   exit_reason(exit_code=exit_code, log_tail=tail), tail)
 
     @classmethod
     def not_started(cls, *, worker_id: int, detail: str) -> "WorkerFailure":
@@ -62,8 +57,23 @@ class WorkerFailure:
 
 
 _PROGRESS_BAR = re.compile(r"\d+%\|.*\|")  # tqdm: " 45%|████▌     | 9/20 [00:01<00:01, 8.1it/s]"
-_TELLING = re.compile(r"(Error|Exception|error:|Killed|Traceback|Errno)")
 MAX_REASON_CHARS = 300
+
+
+def exit_reason(*, exit_code: int | None, log_tail: str, ended: str = "process ended") -> str:
+    """One line that says only what is known of a process that ended: how (its exit code or signal; else `ended`
+    and that its exit status is unknown) and the last warning or error line of its own log."""
+    if exit_code is None:
+        how = f"{ended}; exit status unknown (started by an earlier agent)"
+    elif exit_code >= 0:
+        how = f"process exited with code {exit_code}"
+    else:
+        try:
+            how = f"process killed by signal {-exit_code} ({signal.Signals(-exit_code).name})"
+        except ValueError:
+            how = f"process killed by signal {-exit_code}"
+    problem = last_problem(clean_log(log_tail))
+    return f"{how}; {problem}" if problem else how
 
 
 def clean_log(text: str) -> str:
@@ -72,13 +82,40 @@ def clean_log(text: str) -> str:
     return "\n".join(line for line in lines if line and not _PROGRESS_BAR.search(line))
 
 
-def telling_line(tail: str) -> str:
-    """The line of a log tail that says why a process died: the last one naming an error, else the last one."""
-    lines = tail.splitlines()
-    for line in reversed(lines):
-        if _TELLING.search(line) and not line.lstrip().startswith("File "):
-            return line.strip()[:MAX_REASON_CHARS]
-    return lines[-1].strip()[:MAX_REASON_CHARS] if lines else ""
+# A log record's level where the format puts it: the workers' "%(asctime)s decode[%(process)d] LEVEL name: ...",
+# the gateway's "%(asctime)s LEVEL name: ...", logging's default "LEVEL:name:...".
+_LEVEL = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[,.\d]*\s+(?:\S+\s+)??)?"
+                    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)[\s:]")
+_TRACEBACK = "Traceback (most recent call last):"
+_PYTHON_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")  # warnings.warn's "file.py:12: UserWarning: ..."
+_FATAL = re.compile(r"^(Fatal Python error: |terminate called )")  # faulthandler; a C++ exception nothing caught
+
+
+def last_problem(tail: str) -> str:
+    """'last warning in its log: <line>' or 'last error in its log: <line>', for the last WARNING, ERROR or
+    CRITICAL record of a log tail (by the level its format writes), the last line of a Python traceback (the
+    exception), a Python warning or a fatal error; '' when it has none. INFO and DEBUG records are never quoted, and
+    neither are lines without a level (a library's chatter), which say nothing of how bad they are."""
+    found, in_traceback = None, False
+    for line in tail.splitlines():
+        level = _LEVEL.match(line)
+        if level:
+            in_traceback = False
+            if level.group(1) in ("WARNING", "ERROR", "CRITICAL"):
+                found = ("warning" if level.group(1) == "WARNING" else "error", line)
+        elif line.startswith(_TRACEBACK):
+            in_traceback = True
+        elif in_traceback:
+            if not line[:1].isspace():  # past the indented frames: the exception that ends the traceback
+                found, in_traceback = ("error", line), False
+        elif _PYTHON_WARNING.match(line):
+            found = ("warning", line)
+        elif _FATAL.match(line):
+            found = ("error", line)
+    if found is None:
+        return ""
+    kind, line = found
+    return f"last {kind} in its log: {line.strip()[:MAX_REASON_CHARS]}"
 
 
 def backoff_seconds(num_recent_restarts: int) -> int:

@@ -41,7 +41,7 @@ def test_a_killed_worker_is_recorded_at_once_with_its_signal(deployment, online_
     assert node_heartbeat(node=online_node)["exited"] == [worker.id]
     worker.refresh_from_db()
     assert worker.status == WorkerStatus.PENDING and worker.restart_count == 1
-    assert Action.objects.get(kind="restart", worker=worker).reason.startswith("process exited (signal 9)")
+    assert Action.objects.get(kind="restart", worker=worker).reason.startswith("process killed by signal 9 (SIGKILL)")
 
 
 def test_a_live_worker_is_left_alone(deployment, online_node, fake_worker_argv, cleanup_processes):

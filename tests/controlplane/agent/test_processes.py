@@ -54,9 +54,9 @@ def test_it_reaps_an_exited_child_instead_of_calling_the_zombie_alive(spawned):
     assert not processes.is_alive(handle)
     with pytest.raises(ChildProcessError):  # already reaped: no zombie left behind
         os.waitpid(handle.pid, os.WNOHANG)
-    assert processes.exit_code(handle.pid) == 3  # kept for the heartbeat's "process exited (exit code 3)"
+    assert processes.exit_code(handle.pid) == 3  # kept for the heartbeat's "process exited with code 3"
     assert processes.reap()[handle.pid] == 3
-    assert processes.exit_code(handle.pid) is None
+    assert processes.reap() == {}  # reaped once; its exit code stays known (test_exit_status_of_children)
 
 
 def test_it_does_not_recognise_a_process_with_another_create_time(spawned):

@@ -88,7 +88,8 @@ LOG_WITH_BARS = (
 def test_an_exit_reason_is_one_line_naming_the_error_and_the_log_tail_is_kept_apart(deployment, make_worker, sent):
     worker = make_worker(deployment, "decode")
     failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid, exit_code=1, log_tail=LOG_WITH_BARS)
-    assert failure.reason == "process exited (exit code 1): OSError: [Errno 98] Address already in use"
+    assert failure.reason == ("process exited with code 1; last error in its log: "
+                              "OSError: [Errno 98] Address already in use")
     assert "%|" not in failure.log_tail and failure.log_tail.startswith("Traceback")
     assert worker_failure_record(failure=failure) == "restart"
     worker.refresh_from_db()
@@ -100,4 +101,4 @@ def test_an_exit_reason_is_one_line_naming_the_error_and_the_log_tail_is_kept_ap
 def test_a_signal_without_a_log_says_just_that(deployment, make_worker, sent):
     worker = make_worker(deployment, "decode")
     failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid, exit_code=-9, log_tail="")
-    assert failure.reason == "process exited (signal 9)" and failure.log_tail == ""
+    assert failure.reason == "process killed by signal 9 (SIGKILL)" and failure.log_tail == ""
