@@ -1,7 +1,7 @@
 """One control plane driving a simulated fleet on PostgreSQL + Redis: does every periodic pass keep a 5 s cycle?
 
 The control plane's own processes run as `make run` starts them (web, a Celery worker on `control`, beat; with
---periodic-workers, Celery workers of their own for `periodic`, beat's passes, as the README advises for a large
+--periodic-workers, Celery workers of their own for `periodic`, beat's passes, as docs/operating.md advises for a large
 fleet; DJANGO_DEBUG=0 as in production), with the node agent replaced by a simulated fleet (`manage.py tandem_simfleet`: N nodes, each on its own `node.<name>` queue,
 workers hosted by simulated worker hosts). Deployments are created through the REST API with the engine setting
 `simulate`, each with its real gateway, its default alert rules plus one per worker, and autoscaling on (with no
@@ -266,7 +266,7 @@ def main(argv=None) -> None:
     var_dir = Path(tempfile.mkdtemp(prefix="tandem-simfleet-"))
     web_port = free_port()
     interval = str(args.interval)
-    shards = max(1, args.periodic_workers)  # one scrape shard per periodic worker, as the README advises
+    shards = max(1, args.periodic_workers)  # one scrape shard per periodic worker, as docs/operating.md advises
     env = {**os.environ, "DATABASE_URL": args.database_url, "CELERY_BROKER_URL": args.broker_url,
            "TANDEM_VAR_DIR": str(var_dir), "TANDEM_WEB_PORT": str(web_port),
            "TANDEM_PUBLIC_URL": f"http://127.0.0.1:{web_port}", "TANDEM_RECONCILE_INTERVAL_S": interval,
@@ -274,7 +274,7 @@ def main(argv=None) -> None:
            "TANDEM_ALERT_EVAL_INTERVAL_S": interval,
            "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
            "TANDEM_DB_CONN_MAX_AGE": str(args.conn_max_age),
-           # As in production (README): with DEBUG on every database connection keeps its last 9,000 queries.
+           # As in production (docs/operating.md): with DEBUG on every database connection keeps its last 9,000 queries.
            "DJANGO_DEBUG": "1" if args.debug else "0", "SECRET_KEY": "sim-fleet-bench-" + os.urandom(16).hex(),
            "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
            # An idle pool reads as "shrink" (no traffic here: TTFT read as 0 against a target of 1 s). A tolerance of
@@ -286,7 +286,7 @@ def main(argv=None) -> None:
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
     specs = child_specs(web_port=web_port, node_name="sim", var_dir=var_dir, embedded_beat=False)
-    if args.web == "gunicorn":  # as in production (README): threads that live, and keep their database connection
+    if args.web == "gunicorn":  # as in production (docs/operating.md): threads that live, and keep their database connection
         specs[0] = ChildSpec("web", [sys.executable, "-m", "gunicorn", "controlplane.wsgi", "-b",
                                      f"127.0.0.1:{web_port}", "-w", "2", "-k", "gthread", "--threads", "8",
                                      "--timeout", "120"], stop_deadline_s=20)

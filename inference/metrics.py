@@ -1,4 +1,4 @@
-"""Prometheus metrics shared by the workers and the gateway (names from DESIGN.md "Metric names").
+"""Prometheus metrics shared by the workers and the gateway (names from docs/design.md "Metric names").
 
 Each process builds one `TandemMetrics` with its own `CollectorRegistry` (never the global one, so that tests can
 build several in one interpreter), labelled with its `role` and `model`. Every series carries those two labels, so

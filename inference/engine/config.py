@@ -58,7 +58,7 @@ class Config:
     chunked_prefill: bool = True
     # None: 64 on a CPU, 512 on CUDA. On one CPU thread a step of 64 SmolLM2 tokens takes ~0.3 s beside ~0.1 s for
     # a plain decode step, and a 2,000-token prompt in chunks of 64 costs 3% more in all than in one step; chunks of
-    # 256 make every step ~2 s, which is what a stream would see (README, "Chunked prefill"). A GPU reads its weights
+    # 256 make every step ~2 s, which is what a stream would see (docs/engine.md, "Chunked prefill"). A GPU reads its weights
     # in about the time it computes a few hundred tokens, so its chunks can be far larger at the same step time.
     prefill_chunk_size: int | None = None
     # Prefix caching (colocated and prefill roles; block_manager.py, prefix_cache.py): full KV blocks are keyed by
