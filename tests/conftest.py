@@ -35,3 +35,39 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("timeout") is None and (
                 item.get_closest_marker("integration") or item.get_closest_marker("browser")):
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+
+
+# Wall time per test file (setup, call and teardown of its tests, module fixtures included; a session fixture counts
+# where it starts first). The slowest files are printed at the end of every run; with TANDEM_MAX_TEST_FILE_S set
+# (.ci/run sets it), a file over that many seconds fails the run: CI's budget is kept file by file.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def _max_file_seconds() -> float | None:
+    raw = os.environ.get("TANDEM_MAX_TEST_FILE_S", "").strip()
+    return float(raw) if raw else None
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FILE_SECONDS:
+        return
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:10]
+    terminalreporter.section("slowest test files")
+    for path, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:7.1f} s  {path}")
+    limit = _max_file_seconds()
+    over = [(path, seconds) for path, seconds in slowest if limit is not None and seconds > limit]
+    for path, seconds in over:
+        terminalreporter.write_line(f"over the budget of {limit:g} s per file (TANDEM_MAX_TEST_FILE_S): {path} took "
+                                    f"{seconds:.1f} s", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    limit = _max_file_seconds()
+    if limit is not None and exitstatus == 0 and any(seconds > limit for seconds in _FILE_SECONDS.values()):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

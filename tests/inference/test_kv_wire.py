@@ -39,8 +39,9 @@ def test_it_accepts_a_non_contiguous_export_view():
 
 
 def test_a_different_block_size_is_fine_because_the_wire_carries_tokens():
-    data = encode_payload(payload(kv_layout={**LAYOUT, "block_size": 32}))
-    decode_payload(data, kv_layout=LAYOUT)
+    sent = payload(kv_layout={**LAYOUT, "block_size": 32})
+    got = decode_payload(encode_payload(sent), kv_layout=LAYOUT)
+    assert torch.equal(got.k, sent.k) and torch.equal(got.v, sent.v) and got.prompt_token_ids == sent.prompt_token_ids
 
 
 @pytest.mark.parametrize("data, message", [

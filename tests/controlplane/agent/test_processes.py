@@ -120,7 +120,8 @@ def test_free_port_is_bindable():
 
     port = processes.free_port()
     with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
+        s.bind(("127.0.0.1", port))  # raises OSError where the port is taken
+        assert s.getsockname()[1] == port and 1024 <= port <= 65535
 
 
 def test_free_port_never_hands_out_the_same_port_twice_in_a_row_of_starts(monkeypatch):

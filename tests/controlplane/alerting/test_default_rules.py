@@ -31,8 +31,11 @@ def test_the_default_rules_pass_the_rule_validation(deployment):
     from controlplane.alerting.models import AlertRule
     from controlplane.alerting.services.rules import rule_validate
 
-    for rule in AlertRule.objects.filter(deployment=deployment):
-        rule_validate({}, instance=rule)  # raises on anything a user could not have written
+    rules = list(AlertRule.objects.filter(deployment=deployment))
+    assert rules
+    for rule in rules:
+        cleaned = rule_validate({}, instance=rule)  # raises on anything a user could not have written
+        assert (cleaned["metric"], cleaned["threshold"]) == (rule.metric, rule.threshold), rule.name
 
 
 def test_an_admin_edits_a_default_rule(deployment, admin_api):

@@ -30,7 +30,10 @@ def test_a_busy_port_names_its_setting_and_holder(listening):
 
 
 def test_a_port_held_by_the_demos_own_gateway_is_not_in_use(listening):
-    port_check(listening, what="the demo gateway's", setting="TANDEM_GATEWAY_PORT", own_pids={os.getpid()})
+    assert port_check(listening, what="the demo gateway's", setting="TANDEM_GATEWAY_PORT",
+                      own_pids={os.getpid()}) is None  # no PortBusy
+    with pytest.raises(PortBusy):  # the same port, held by someone else's process
+        port_check(listening, what="the demo gateway's", setting="TANDEM_GATEWAY_PORT", own_pids={os.getpid() + 1})
 
 
 def test_a_port_left_in_time_wait_by_an_earlier_run_is_free():
