@@ -21,6 +21,8 @@ FEW_POINTS = 20
 PALETTE = ("#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#dc2626", "#4b5563",
            "#ca8a04")
 ROLE_COLOURS = {"prefill": PALETTE[0], "decode": PALETTE[1], "colocated": PALETTE[2], "gateway": PALETTE[3]}
+# A rollout's two revisions: stable (or A) and the one tried (canary, or B).
+VARIANT_COLOURS = {"stable": PALETTE[0], "a": PALETTE[0], "canary": PALETTE[1], "b": PALETTE[1]}
 _WORKER_GROUP = re.compile(r"#(\d+)$")
 GIB = 2 ** 30
 MIB = 2 ** 20
@@ -32,6 +34,9 @@ class Series:
     points: list  # [[unix seconds, value], ...], oldest first
     dash: str = "solid"  # "solid" | "dot" | "dash": P50 dotted under a solid P99, for example
     group: str = ""  # series of one group share a colour (a role's P50 and P99); "" = the name
+    # The largest value the source can report (a latency histogram's last finite bucket, dashboards.buckets): a
+    # point there means "more than this", and its hover says so.
+    top: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ def colour_for(group: str) -> str:
     role = group.rstrip("#")
     if role in ROLE_COLOURS:
         return ROLE_COLOURS[role]
+    if group in VARIANT_COLOURS:
+        return VARIANT_COLOURS[group]
     return PALETTE[zlib.crc32(group.encode()) % len(PALETTE)]
 
 
@@ -102,11 +109,22 @@ def _ms(ts: float) -> int:
     return int(ts * 1000)
 
 
-def _axis_layout(axis: Axis, scale: Scale) -> dict:
+def _tickformat(scale: Scale, max_value: float) -> str | None:
+    """Rates in thousands read best as 12k; below that as plain numbers: d3's SI prefixes would write 0.3 as
+    "300m", which reads as 300 million."""
+    if scale.label not in ("tokens/s", "req/s"):
+        return None
+    return "~s" if max_value * scale.factor >= 1000 else ",~r"
+
+
+def _axis_layout(axis: Axis, scale: Scale, *, min_value: float, max_value: float) -> dict:
     title = axis.title or ("" if scale.on_ticks else scale.label)
     layout: dict = {"title": {"text": title} if title else None, "rangemode": "tozero",
-                    "gridcolor": "#e5e7eb", "zeroline": False, "automargin": True, "tickformat": "~s"
-                    if scale.label in ("tokens/s", "req/s") else None}
+                    "gridcolor": "#e5e7eb", "zeroline": False, "automargin": True,
+                    "tickformat": _tickformat(scale, max_value)}
+    if min_value >= 0 and max_value == 0:
+        # Plotly draws an all-zero series in the middle of -1..1; nothing measured here is negative.
+        layout["range"] = [0, 1]
     if scale.on_ticks:
         layout["ticksuffix"] = scale.label if scale.label == "%" else f" {scale.label}"
     layout.update(axis.extra)
@@ -116,6 +134,10 @@ def _axis_layout(axis: Axis, scale: Scale) -> dict:
 def _hover(scale: Scale) -> str:
     unit = scale.label if scale.label == "%" else f" {scale.label}" if scale.label else ""
     return "%{fullData.name}: %{y:" + scale.digits + "}" + unit + "<br>%{x}<extra></extra>"
+
+
+def _hover_above(top: float) -> str:
+    return f"%{{fullData.name}}: > {top:g} s (the histogram's top bucket)<br>%{{x}}<extra></extra>"
 
 
 def _base_layout(title: str, *, x_range: tuple[float, float] | None) -> dict:
@@ -147,9 +169,16 @@ def line_figure(title: str, series: list[Series], axis: Axis, *, x_range: tuple[
     drawn = [(item, downsample(item.points, max_points)) for item in series if item.points]
     if not drawn:
         return empty_figure(title, empty_reason or "no data in this time range", x_range=x_range)
-    scale = unit_scale(axis.unit, max(abs(p[1]) for _, points in drawn for p in points))
+    values = [p[1] for _, points in drawn for p in points]
+    scale = unit_scale(axis.unit, max(abs(v) for v in values))
     traces = []
+    above = set()
     for item, points in drawn:
+        hover = _hover(scale)
+        if item.top is not None and any(p[1] >= item.top for p in points):
+            # Per point: those at the top bucket say "> 80 s" instead of a number they are not.
+            hover = [_hover_above(item.top) if p[1] >= item.top else _hover(scale) for p in points]
+            above.add(item.top)
         traces.append({
             "type": "scatter",
             # A line needs two points: a series that just started (or a sparse one) also gets markers.
@@ -159,10 +188,15 @@ def line_figure(title: str, series: list[Series], axis: Axis, *, x_range: tuple[
             "x": [_ms(p[0]) for p in points],
             "y": [p[1] * scale.factor for p in points],
             "line": {"width": 1.6, "color": colour_for(item.group or item.name), "dash": item.dash},
-            "hovertemplate": _hover(scale),
+            "hovertemplate": hover,
         })
     layout = _base_layout(title, x_range=x_range)
-    layout["yaxis"] = _axis_layout(axis, scale)
+    layout["yaxis"] = _axis_layout(axis, scale, min_value=min(values), max_value=max(values))
+    if above:
+        top = max(above)
+        layout["annotations"] = [{"text": f"at {top:g} s: more than {top:g} s (top histogram bucket)",
+                                  "xref": "paper", "yref": "paper", "x": 1, "y": 1, "xanchor": "right",
+                                  "yanchor": "bottom", "showarrow": False, "font": {"size": 10, "color": "#b45309"}}]
     return {"data": traces, "layout": layout}
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
 from controlplane.observability.series import SeriesQuery, auto_step, query_series_many
+from dashboards.buckets import histogram_top
 from dashboards.charts import Axis, Series, line_figure
 
 RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
@@ -129,7 +130,8 @@ def chart_figures(deployment, *, range_key: str, now: float) -> dict:
     loaded: dict[str, list[Series]] = {panel.key: [] for panel in panels}
     for (panel, line), (_, items) in zip(lines, found):
         loaded[panel.key].extend(Series(_series_name(line, item["role"], item["worker_id"]), item["points"],
-                                        line.dash, group=f'{item["role"]}#{item["worker_id"] or ""}')
+                                        line.dash, group=f'{item["role"]}#{item["worker_id"] or ""}',
+                                        top=histogram_top(line.metric))
                                  for item in items)
     has_samples = any(s.points for series in loaded.values() for s in series)
     reason = empty_reason(num_live_workers=num_live, has_samples=has_samples)

@@ -18,6 +18,7 @@ from controlplane.models.workers import LIVE_STATUSES
 from controlplane.observability.series import (SeriesQuery, as_unix, auto_step, latest_pool_values,
                                                 query_series_many)
 from controlplane.services.objectives import objectives_merge
+from dashboards.buckets import histogram_top
 from dashboards.charts import Axis, Series, empty_figure, line_figure
 from dashboards.panels import RANGES, Line, deployment_has_gpu, empty_reason, range_start
 from dashboards.templatetags.dash import metric_value
@@ -168,7 +169,7 @@ def _series(indicator: Indicator, found: list[tuple[str, list[dict]]], *, thread
             if indicator.per_thread:
                 points = [[ts, value / threads] for ts, value in points]
             series.append(Series(f"{line.label} {who}".strip(), points, line.dash,
-                                 group=f'{item["role"]}#{item["worker_id"] or ""}'))
+                                 group=f'{item["role"]}#{item["worker_id"] or ""}', top=histogram_top(line.metric)))
     return series
 
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("deployments/<slug:name>/stages.json", pages.deployment_stages, name="deployment-stages"),
     path("deployments/<slug:name>/revisions/", history.revisions_page, name="revisions"),
     path("deployments/<slug:name>/capacity/", capacity.capacity_page, name="capacity"),
+    path("deployments/<slug:name>/capacity/profiles", capacity.capacity_profiles, name="capacity-profiles"),
     path("deployments/<slug:name>/pools/<slug:role>/scale", controls.pool_scale_view, name="pool-scale"),
     path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),
     path("deployments/<slug:name>/autoscaling", controls.autoscaling_view, name="autoscaling"),

@@ -5,6 +5,9 @@ Decode: the pool's P50 inter-token latency is the step time at the batch each wo
 workers) and the context of the traffic (mean prompt + half the mean output); these points join the decode fit.
 Prefill: the P50 TTFT at the mean prompt length is recorded but kept out of the prefill fit, since it includes the
 time a prompt waited in the queue, which the planner's simulation adds by itself.
+
+Checks: a profile the live points contradict (more than DISAGREE_FACTOR apart, either way) is named on the
+capacity page, so that nobody plans from it without a new profile.
 """
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ import time
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.capacity.curves import DecodeCurve, PrefillCurve
 from controlplane.capacity.models import Profile
+from controlplane.capacity.planning import profiles_of
 from controlplane.capacity.profiles import refit
 from controlplane.models import Deployment, DeploymentMode, Worker, WorkerStatus
 from controlplane.observability.series import metric_values
@@ -80,3 +85,50 @@ def live_refine_all(*, now: float | None = None) -> int:
     """Every deployment whose current revision has a profile."""
     ids = Profile.objects.values_list("revision__deployment_id", flat=True).distinct()
     return sum(profile_live_refine(deployment=d, now=now) for d in Deployment.objects.filter(pk__in=list(ids)))
+
+
+# A live point this far from its fit (either way) means the profile no longer describes the workers: a quick
+# profile on a busy host, another host, other settings. The planner would size pools from the wrong curve.
+DISAGREE_FACTOR = 2.0
+
+
+def fit_vs_live(stage: str, fit: dict, point: dict, *, factor: float = DISAGREE_FACTOR) -> dict:
+    """One live point against what its stage's fit predicts at the same load (pure):
+    {"stage", "live_s", "fitted_s", "ratio" (live ÷ fitted; None when the fit predicts 0), "disagrees", "point"}.
+
+    Prefill: the live P50 TTFT of prompts of the mean length against the fit's step for one such prompt (a TTFT
+    also holds the time in the queue, so a live value above the fit may be queueing; one below it cannot be).
+    Decode: the live P50 inter-token latency against the fit's step at the live batch and context."""
+    if stage == "prefill":
+        fitted = PrefillCurve(**fit).step_seconds(float(point["batch_tokens"]))
+        live = float(point["latency_s"])
+    else:
+        fitted = DecodeCurve(**fit).step_seconds(float(point["batch"]), float(point["context"]))
+        live = float(point["step_s"])
+    ratio = live / fitted if fitted > 0 else None
+    disagrees = ratio is None or not 1 / factor <= ratio <= factor
+    return {"stage": stage, "live_s": live, "fitted_s": fitted, "ratio": ratio, "disagrees": disagrees,
+            "point": point}
+
+
+def profile_checks(deployment: Deployment, *, live: dict | None = None, window_s: float = 300,
+                   now: float | None = None) -> list[dict]:
+    """The planner's profiles (planning.profiles_of) against the live points of the last window (`live`, else
+    read), or, without traffic now, against the newest live point a profile has stored: fit_vs_live of each stage
+    with both, plus "role" and "node_class" of the profile and "current" (the point is of the last window)."""
+    profiles = profiles_of(deployment)
+    live = live_points(deployment, window_s=window_s, now=now) if live is None else live
+    checks = []
+    for stage in ("prefill", "decode"):
+        profile = profiles.get(stage) or profiles.get("colocated")
+        fit = (profile.fits or {}).get(stage) if profile else None
+        if not fit:
+            continue
+        current = bool(live[stage])
+        stored = [p for p in (profile.points or {}).get(stage, []) if p.get("source") == "live"]
+        point = live[stage][-1] if current else (stored[-1] if stored else None)
+        if point is None:
+            continue
+        checks.append({**fit_vs_live(stage, fit, point), "role": profile.role, "node_class": profile.node_class,
+                       "current": current})
+    return checks

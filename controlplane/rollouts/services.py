@@ -120,10 +120,15 @@ def _lock(rollout: Rollout, *, allowed=ACTIVE_STATUSES, verb: str) -> Rollout:
 
 def _event(rollout: Rollout, *, kind: str, actor, event: str, reason: str, idempotency_key: str | None,
            status: str = ActionStatus.SUCCEEDED, **params):
+    """The Action of a rollout's event: every row names the rollout, its strategy, the revision tried and stable's,
+    so that the audit log reads without the rollout at hand. A `step` is 1-based, as the pages and the API count
+    steps."""
     return action_create(kind=kind, actor=actor, deployment=rollout.deployment, reason=reason, status=status,
                          idempotency_key=idempotency_key,
-                         params={"rollout": rollout.pk, "event": event, "revision": rollout.revision.number,
-                                 "stable_revision": rollout.stable_revision.number, **params})
+                         params={"rollout": rollout.pk, "event": event, "strategy": rollout.strategy,
+                                 "revision": rollout.revision.number,
+                                 "stable_revision": rollout.stable_revision.number, "num_steps": len(rollout.steps),
+                                 **params})
 
 
 def rollout_promote(*, rollout: Rollout, actor, reason: str = "", idempotency_key: str | None = None):
@@ -161,7 +166,7 @@ def rollout_abort(*, rollout: Rollout, actor, reason: str = "", failures: list[d
         Rollout.objects.filter(pk=locked.pk).update(status=RolloutStatus.ABORTED, finished_at=timezone.now(),
                                                     reason=reason or "aborted")
         action = _event(locked, kind=ActionKind.ABORT, actor=actor, event="aborted", reason=reason,
-                        idempotency_key=idempotency_key, failures=failures, step=locked.step_index)
+                        idempotency_key=idempotency_key, failures=failures, step=locked.step_index + 1)
         deliveries = rollout_abort_notify(rollout=locked, reason=reason or "aborted", failures=failures,
                                           idempotency_key=f"rollout-{locked.pk}-aborted")
         action.result = {"deliveries": deliveries}
@@ -182,7 +187,7 @@ def rollout_pause(*, rollout: Rollout, actor, reason: str = "", idempotency_key:
         Rollout.objects.filter(pk=locked.pk).update(status=RolloutStatus.PAUSED,
                                                     step_elapsed_s=locked.step_elapsed(), step_started_at=None)
         return _event(locked, kind=ActionKind.ROLLOUT, actor=actor, event="paused", reason=reason,
-                      idempotency_key=idempotency_key, step=locked.step_index)
+                      idempotency_key=idempotency_key, step=locked.step_index + 1)
 
     return action_once(kind=ActionKind.ROLLOUT, idempotency_key=idempotency_key, write=write,
                        request={"rollout": rollout.pk, "op": "pause"})
@@ -196,7 +201,7 @@ def rollout_resume(*, rollout: Rollout, actor, reason: str = "", idempotency_key
         locked = _lock(rollout, allowed=(RolloutStatus.PAUSED,), verb="resumed")
         Rollout.objects.filter(pk=locked.pk).update(status=RolloutStatus.RUNNING, step_started_at=None)
         return _event(locked, kind=ActionKind.ROLLOUT, actor=actor, event="resumed", reason=reason,
-                      idempotency_key=idempotency_key, step=locked.step_index)
+                      idempotency_key=idempotency_key, step=locked.step_index + 1)
 
     return action_once(kind=ActionKind.ROLLOUT, idempotency_key=idempotency_key, write=write,
                        request={"rollout": rollout.pk, "op": "resume"})

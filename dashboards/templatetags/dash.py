@@ -5,6 +5,8 @@ from datetime import timedelta
 
 from django import template
 
+from dashboards.buckets import above_top, histogram_top
+
 register = template.Library()
 
 STATUS_CLASSES = {
@@ -141,10 +143,13 @@ def _unit_of(metric: str) -> str:
 
 @register.filter
 def metric_value(value, metric: str) -> str:
-    """A value of a stored metric with its unit: '850 ms', '1.20 s', '12.5%', '1.5 GiB', '42.0 tokens/s'."""
+    """A value of a stored metric with its unit: '850 ms', '1.20 s', '12.5%', '1.5 GiB', '42.0 tokens/s'; a latency
+    quantile at its histogram's top bucket is '> 80 s' (dashboards.buckets)."""
     if value is None or value == "":
         return "–"
     value = float(value)
+    if above_top(value, str(metric)):
+        return f"> {histogram_top(str(metric)):g} s"
     if metric == "up":
         return "down" if value == 0 else "up" if value == 1 else f"{value * 100:.0f}% up"
     formatter = _UNIT_FORMATS.get(_unit_of(str(metric)))

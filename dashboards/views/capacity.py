@@ -1,65 +1,65 @@
-"""The capacity page: the current revision's profiles as plots, profile runs with progress, and the planner with
-what-if sliders and Apply. The page reads and writes through the REST API (session auth), like any client."""
+"""The capacity page: the current revision's profiles (fits in words, plots with the live points against the
+curves, a warning where live data contradicts a fit), profile runs with progress, and the planner with what-if
+sliders and Apply, its objectives those of the deployment. The page reads and writes through the REST API (session
+auth), like any client; its profile section is also served alone, so that a finished profile run shows in place."""
 from __future__ import annotations
 
+import math
+
+from controlplane.capacity.live import DISAGREE_FACTOR, live_points, profile_checks
 from controlplane.capacity.models import Profile, ProfileJob
 from controlplane.capacity.scheduling import schedules_view
 from dashboards.access import viewer_required
+from dashboards.profiles import check_text, fit_lines, profile_figures
+from dashboards.stages import objectives_of
 from dashboards.views.common import page
 from dashboards.views.pages import get_deployment_or_404
 
+ITL_SLIDER_MAX_MS = 500  # at least; twice the deployment's ITL objective when that is more
 
-def profile_figures(profiles) -> dict:
-    """{"prefill": [traces], "decode": [traces]} for plotly: synthetic and live points apart, and the fitted curve."""
-    figures = {"prefill": [], "decode": []}
+
+def profiles_context(deployment) -> dict:
+    """What the profile section shows: each profile with its fits in words, the figures, and the checks of the
+    planner's profiles against live traffic."""
+    profiles = list(Profile.objects.filter(revision=deployment.current_revision_id).order_by("role", "node_class"))
     for profile in profiles:
-        points = profile.points or {}
-        fits = profile.fits or {}
-        label = f"{profile.role} · {profile.node_class}"
-        prefill = points.get("prefill") or []
-        for source in ("synthetic", "live"):
-            chosen = [p for p in prefill if p.get("source", "synthetic") == source]
-            if chosen:
-                figures["prefill"].append({"type": "scatter", "mode": "markers", "name": f"{label} {source}",
-                                           "x": [p["batch_tokens"] for p in chosen],
-                                           "y": [p["latency_s"] * 1000 for p in chosen],
-                                           "marker": {"symbol": "circle" if source == "synthetic" else "diamond"}})
-        if "prefill" in fits and prefill:
-            f = fits["prefill"]
-            top = max(p["batch_tokens"] for p in prefill)
-            xs = [round(top * i / 20) for i in range(21)]
-            # One prompt of x tokens (a batch of shorter prompts costs less: attention is per prompt).
-            figures["prefill"].append({"type": "scatter", "mode": "lines", "name": f"{label} fit, one prompt",
-                                       "x": xs, "y": [(f["a"] + f["b"] * x + f["c"] * x * x) * 1000 for x in xs]})
-        decode = points.get("decode") or []
-        for source in ("synthetic", "live"):
-            chosen = [p for p in decode if p.get("source", "synthetic") == source]
-            if chosen:
-                figures["decode"].append({"type": "scatter", "mode": "markers", "name": f"{label} {source}",
-                                          "x": [p["batch"] for p in chosen], "y": [p["step_s"] * 1000 for p in chosen],
-                                          "text": [f"context {p['context']}" for p in chosen],
-                                          "marker": {"symbol": "circle" if source == "synthetic" else "diamond"}})
-        if "decode" in fits and decode:
-            f = fits["decode"]
-            top = max(p["batch"] for p in decode)
-            for context in sorted({p["context"] for p in decode if p.get("source") != "live"}):
-                xs = [1 + (top - 1) * i / 10 for i in range(11)]
-                figures["decode"].append({"type": "scatter", "mode": "lines", "name": f"{label} fit, context {context}",
-                                          "x": xs, "y": [(f["a"] + f["b"] * x + f["c"] * x * context) * 1000
-                                                         for x in xs]})
-    return figures
+        profile.fit_lines = fit_lines(profile.fits or {})
+    live = live_points(deployment) if profiles else {"prefill": [], "decode": []}
+    checks = profile_checks(deployment, live=live) if profiles else []
+    return {"deployment": deployment, "profiles": profiles, "figures": profile_figures(profiles, live_now=live),
+            "disagreements": [check_text(check) for check in checks if check["disagrees"]],
+            "agreements": [check_text(check) for check in checks if not check["disagrees"]],
+            "disagree_factor": DISAGREE_FACTOR}
+
+
+def _plain(ms: float) -> float | int:
+    """10000.0 → 10000 (an input shows "10000", not "10000.0"); else 3 decimals."""
+    ms = round(ms, 3)
+    return int(ms) if ms.is_integer() else ms
+
+
+def plan_defaults(deployment) -> dict:
+    """The planner's form: the deployment's own objectives (ms), and a slider wide enough to hold its ITL one."""
+    objectives = objectives_of(deployment)
+    ttft_ms, itl_ms = (_plain(objectives[name] * 1000) for name in ("ttft_p99_seconds", "itl_p99_seconds"))
+    return {"requests_per_s": 1.0, "prompt_tokens_mean": 128, "output_tokens_mean": 32, "ttft_p99_ms": ttft_ms,
+            "itl_p99_ms": itl_ms, "itl_max_ms": max(ITL_SLIDER_MAX_MS, math.ceil(2 * itl_ms / 100) * 100)}
 
 
 @viewer_required
 def capacity_page(request, name: str):
     deployment = get_deployment_or_404(name)
-    profiles = list(Profile.objects.filter(revision=deployment.current_revision_id).order_by("role"))
     job = ProfileJob.objects.filter(deployment=deployment).order_by("-created_at").first()
     pools = list(deployment.pools.order_by("role"))
     schedules = [row for pool in pools for row in schedules_view(pool)]
     return page(request, "dashboards/capacity.html", {
-        "deployment": deployment, "profiles": profiles, "job": job, "pools": pools, "schedules": schedules,
-        "figures": profile_figures(profiles),
-        "defaults": {"requests_per_s": 1.0, "prompt_tokens_mean": 128, "output_tokens_mean": 32,
-                     "ttft_p99_ms": 1000, "itl_p99_ms": 200},
+        **profiles_context(deployment), "job": job, "pools": pools, "schedules": schedules,
+        "defaults": plan_defaults(deployment),
     })
+
+
+@viewer_required
+def capacity_profiles(request, name: str):
+    """The profile section alone (HTML fragment), fetched when a profile run finishes."""
+    deployment = get_deployment_or_404(name)
+    return page(request, "dashboards/_capacity_profiles.html", profiles_context(deployment))

@@ -13,6 +13,7 @@ from controlplane.errors import ControlPlaneError
 from controlplane.models.deployments import engine_settings_parts
 from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
 from controlplane.revision_diff import PART_ORDER
+from controlplane.rollouts.models import Strategy
 from controlplane.rollouts.selectors import rollout_active
 from controlplane.selectors import deployment_get, deployment_rollout_in_progress
 from dashboards.access import viewer_required
@@ -39,6 +40,22 @@ def get_deployment_or_404(name: str):
 @viewer_required
 def overview(request):
     return page(request, "dashboards/overview.html", {"rows": fleet_rows(), "nodes": node_rows()})
+
+
+def revision_pill(worker, deployment, rollout) -> tuple[str, str] | None:
+    """The pill beside a worker's revision: during a rollout the tried revision's workers are "canary" (or "B"
+    of an A/B test) and, in an A/B test, stable's are "A"; a revision that is neither current nor part of the
+    rollout is "old" (its workers are being replaced)."""
+    if worker.revision_id is None:
+        return None
+    if rollout is not None:
+        if worker.revision_id == rollout.revision_id:
+            return ("B", "busy") if rollout.strategy == Strategy.AB else ("canary", "busy")
+        if worker.revision_id == rollout.stable_revision_id and rollout.strategy == Strategy.AB:
+            return ("A", "muted")
+    if worker.revision_id != deployment.current_revision_id:
+        return ("old", "warn")
+    return None
 
 
 def live_context(request, deployment) -> dict:
@@ -68,6 +85,9 @@ def live_context(request, deployment) -> dict:
         worker.can_restart = worker.status not in (WorkerStatus.STOPPED, WorkerStatus.DRAINING)
         worker.can_drain = worker.role != "gateway" and worker.status in (
             WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY)
+    canary = rollout_active(deployment)
+    for worker in workers:
+        worker.revision_pill = revision_pill(worker, deployment, canary)
     highlight = request.GET.get("action")
     highlight = int(highlight) if highlight and highlight.isdigit() and len(highlight) < 10 else None
     actions = recent_actions(deployment, limit=NUM_RECENT_ACTIONS)
@@ -79,7 +99,7 @@ def live_context(request, deployment) -> dict:
             "highlight_action": highlight, "show_stopped": show_stopped, "num_stopped": num_stopped,
             "recently_stopped_minutes": int(RECENTLY_STOPPED.total_seconds() // 60), "live_query": live_query,
             "alerts": alerts, "rollout": deployment_rollout_in_progress(deployment),
-            "canary": rollout_active(deployment)}
+            "canary": canary}
 
 
 @viewer_required

@@ -19,15 +19,19 @@ from controlplane.rollouts.report import rollout_report
 from controlplane.rollouts.selectors import rollout_get
 from controlplane.rollouts.services import rollout_abort, rollout_pause, rollout_promote, rollout_resume
 from dashboards.access import operator_required, viewer_required
+from dashboards.buckets import histogram_top
+from dashboards.charts import Axis, Series, line_figure
 from dashboards.views.common import page, posted_key
 from dashboards.views.pages import get_deployment_or_404
 
 VERBS = {"promote": rollout_promote, "abort": rollout_abort, "pause": rollout_pause, "resume": rollout_resume}
 CONFIRMED = ("promote", "abort")
-CHART_METRICS = (("e2e_p99_seconds", "P99 end-to-end (s)"), ("ttft_p99_seconds", "P99 time to first token (s)"),
-                 ("itl_p99_seconds", "P99 inter-token latency (s)"), ("error_ratio", "error ratio"),
-                 ("qps", "requests per second"))
-MAX_POINTS = 2000  # per series: a rollout of almost 3 hours at one scrape every 5 s
+# The gateway's per-revision series, drawn with the deployment page's chart style (dashboards.charts).
+CHART_METRICS = (("e2e_p99_seconds", "P99 end-to-end latency", "seconds"),
+                 ("ttft_p99_seconds", "P99 time to first token", "seconds"),
+                 ("itl_p99_seconds", "P99 inter-token latency", "seconds"), ("error_ratio", "Error ratio", "ratio"),
+                 ("qps", "Requests per second", "requests_per_second"))
+MAX_POINTS = 2000  # per series (a longer one is downsampled): almost 3 hours at one scrape every 5 s
 
 
 def _rollout_or_404(deployment, rollout_id: int):
@@ -38,30 +42,28 @@ def _rollout_or_404(deployment, rollout_id: int):
 
 
 def rollout_figures(rollout, *, now: datetime | None = None) -> list[dict]:
-    """One Plotly figure per metric over the rollout's life: the series the scraper stored per revision from the
-    gateway (rollouts.RevisionSample), stable's line solid, the tried revision's dashed."""
+    """One figure per metric over the rollout's life, in the deployment page's style: the series the scraper stored
+    per revision from the gateway (rollouts.RevisionSample), stable's line solid, the tried revision's dashed. Each
+    is {"key": metric, "data", "layout"}."""
     start = rollout.created_at.timestamp() - 60
     end = (rollout.finished_at or now or datetime.now(tz=dt_timezone.utc)).timestamp() + 60
     revisions = {rollout.stable_revision.number: (rollout.variants[0], "solid"),
                  rollout.revision.number: (rollout.variants[1], "dash")}
     rows = (RevisionSample.objects.filter(deployment_id=rollout.deployment_id, revision__in=list(revisions),
-                                          metric__in=[METRIC_IDS[m] for m, _ in CHART_METRICS], ts__gte=start,
+                                          metric__in=[METRIC_IDS[m] for m, _, _ in CHART_METRICS], ts__gte=start,
                                           ts__lte=end)
             .order_by("ts").values_list("revision", "metric", "ts", "value"))
-    series: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    series: dict[tuple[int, int], list[list[float]]] = {}
     for revision, metric, ts, value in rows.iterator():
-        series.setdefault((revision, metric), []).append((ts, value))
+        series.setdefault((revision, metric), []).append([ts, value])
     figures = []
-    for metric, title in CHART_METRICS:
-        data = []
-        for revision, (name, dash) in revisions.items():
-            points = series.get((revision, METRIC_IDS[metric]), [])[-MAX_POINTS:]
-            data.append({"type": "scatter", "mode": "lines", "name": f"{name} (#{revision})",
-                         "x": [datetime.fromtimestamp(ts, tz=dt_timezone.utc).isoformat() for ts, _ in points],
-                         "y": [value for _, value in points], "line": {"dash": dash}})
-        figures.append({"key": metric, "data": data, "layout": {
-            "title": {"text": title}, "height": 260, "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
-            "legend": {"orientation": "h"}}})
+    for metric, title, unit in CHART_METRICS:
+        lines = [Series(f"{name} (#{revision})", series.get((revision, METRIC_IDS[metric]), []), dash,
+                        group=name, top=histogram_top(metric))
+                 for revision, (name, dash) in revisions.items()]
+        figure = line_figure(title, lines, Axis(unit), x_range=(start, end), max_points=MAX_POINTS,
+                             empty_reason="no samples of this revision's series yet")
+        figures.append({"key": metric, **figure})
     return figures
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.charts import drawn_chart
+
 pytestmark = pytest.mark.browser
 
 
@@ -17,9 +19,13 @@ def test_an_operator_logs_in_and_the_deployment_charts_render_their_points(page,
     # The first chart data arrives through fetch and is drawn by Plotly.react into an SVG line.
     page.wait_for_function("() => Number((document.getElementById('chart-ttft') || {dataset: {}}).dataset.points) > 0")
     assert int(page.get_attribute("#chart-ttft", "data-points")) > 10
+    # Charts below the fold are drawn once scrolled to.
+    drawn_chart(page, "ttft")
     assert page.locator("#chart-ttft .scatterlayer .trace path.js-line").count() >= 2  # P50 and P99
+    drawn_chart(page, "kv")
     assert page.locator("#chart-kv .scatterlayer .trace").count() == 2  # one line per worker
     assert page.is_visible("#no-gpu")  # this host has no GPU: CPU and memory charts instead
+    drawn_chart(page, "cpu")
     assert page.locator("#chart-cpu .scatterlayer .trace").count() == 2
     screenshot(page, "deployment")
 

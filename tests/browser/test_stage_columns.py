@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.charts import drawn_chart
+
 pytestmark = pytest.mark.browser
 
 
@@ -37,13 +39,16 @@ def test_the_stage_columns_show_side_by_side_with_their_charts(page, live_server
     assert page.locator("#stage-charts-prefill .chart").count() == 6
     assert page.locator("#stage-charts-decode .chart").count() == 6
     # Each column draws its own pool: TTFT of the prefill pool and its objective line, not the gateway's TTFT.
+    drawn_chart(page, "stage-prefill-ttft")
     names = page.evaluate("() => document.getElementById('chart-stage-prefill-ttft').data.map(t => t.name)")
     assert sorted(names) == ["P50 prefill", "P99 prefill", "objective P99"]
     # No batch histogram from these workers yet: the chart says so instead of drawing a zero.
+    drawn_chart(page, "stage-prefill-batch")
     assert "no data yet" in page.inner_text("#chart-stage-prefill-batch")
     assert page.get_attribute("#chart-stage-prefill-batch", "data-points") == "0"
     # CPU host: the page says these are CPU figures, and the GPU health charts say why they are empty.
     assert page.is_visible("#stages-cpu")
+    drawn_chart(page, "health-gpu_temp")
     assert "no GPU on this host" in page.inner_text("#chart-health-gpu_temp")
     assert page.inner_text("[data-stage-value='decode:kv']").endswith("%")
     screenshot(page, "deployment-stages")

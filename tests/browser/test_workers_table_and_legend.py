@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.charts import drawn_chart
+
 pytestmark = pytest.mark.browser
 
 TRACE_COLOURS = """() => Object.fromEntries((document.getElementById('chart-kv').data || [])
@@ -47,7 +49,7 @@ def test_a_worker_keeps_its_colour_when_another_worker_appears(page, live_server
                                                                make_worker, seed_samples):
     login(page, viewer)
     page.goto(f"{live_server.url}/deployments/demo/")
-    page.wait_for_function("() => Number((document.getElementById('chart-kv') || {dataset: {}}).dataset.points) > 0")
+    drawn_chart(page, "kv")
     before = page.evaluate(TRACE_COLOURS)
     assert len(before) == 2 and len(set(before.values())) == 2
 

@@ -50,8 +50,10 @@ def test_a_viewer_sees_the_split_the_step_and_the_numbers_but_no_buttons(canary,
     assert "Waiting for the canary workers" in html  # the timer starts once they are ready
     assert ">21<" in html and "0.550" in html
     e2e = next(f for f in _figures(html) if f["key"] == "e2e_p99_seconds")
+    # Drawn like the deployment page's charts: latencies under a second in ms, the unit on the axis.
     assert [(t["name"], t["line"]["dash"], t["y"]) for t in e2e["data"]] == [
-        ("stable (#1)", "solid", [0.5]), ("canary (#2)", "dash", [0.55])]
+        ("stable (#1)", "solid", [500.0]), ("canary (#2)", "dash", [pytest.approx(550.0)])]
+    assert e2e["layout"]["yaxis"]["ticksuffix"] == " ms"
     assert 'data-testid="abort"' not in html and 'data-testid="pause"' not in html
     assert client_for(viewer).post(f"/deployments/demo/rollouts/{canary.pk}/pause").status_code == 403
 

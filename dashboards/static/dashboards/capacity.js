@@ -1,6 +1,8 @@
-// Capacity page: profile plots, a profile run with its progress (polled), and the planner: every change of an
-// input or a what-if slider recomputes the plan through POST /api/v1/capacity/plan; Apply (operators, after a
-// confirmation) scales each pool through POST /api/v1/capacity/plan/apply. Plain fetch; no framework.
+// Capacity page: profile plots, a profile run with its progress (polled; when it finishes the profile section is
+// fetched again and replaced in place), and the planner: every change of an input or a what-if slider recomputes
+// the plan through POST /api/v1/capacity/plan, once the revision has a profile (without one the API can only
+// answer 400, so the page says what to do instead); Apply (operators, after a confirmation) scales each pool through
+// POST /api/v1/capacity/plan/apply. Plain fetch; no framework.
 (function () {
   "use strict";
   var root = document.getElementById("capacity");
@@ -29,7 +31,30 @@
     });
   }
 
-  // --- profile plots ---
+  // --- profile section ---
+  function profileBody() { return document.getElementById("profile-body"); }
+  function hasProfile() { var body = profileBody(); return !!body && body.dataset.hasProfile === "1"; }
+
+  function reloadProfiles() {
+    // A finished profile run: its section (fits, plots, live checks) replaces the old one, and the plan follows.
+    return fetch(root.dataset.profilesUrl, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.text();
+      }).then(function (html) {
+        var old = profileBody();
+        var holder = document.createElement("div");
+        holder.innerHTML = html;
+        var fresh = holder.querySelector("#profile-body");
+        if (window.Plotly) {
+          Array.prototype.forEach.call(old.querySelectorAll(".chart"), function (div) { window.Plotly.purge(div); });
+        }
+        old.parentNode.replaceChild(fresh, old);
+        drawProfiles();
+        recompute();
+      });
+  }
+
   function drawProfiles() {
     var source = document.getElementById("profile-figures");
     if (!source || !window.Plotly) { return; }
@@ -56,15 +81,23 @@
   var progress = document.getElementById("profile-progress");
   var status = document.getElementById("profile-status");
 
-  function pollJob(id) {
+  function pollJob(id, watched) {
+    // `watched`: this page saw the job pending or running, so its end brings new profiles to show.
     api("GET", "/api/v1/profile-jobs/" + id).then(function (job) {
       jobBox.hidden = false;
       progress.value = job.progress;
       status.textContent = "job #" + job.id + ": " + job.status + " " + job.step + (job.error ? " — " + job.error : "");
       if (job.status === "pending" || job.status === "running") {
-        setTimeout(function () { pollJob(id); }, 1000);
-      } else if (job.status === "succeeded") {
-        status.textContent += " (reload for the new plots)";
+        setTimeout(function () { pollJob(id, true); }, 1000);
+      } else if (job.status === "succeeded" && watched) {
+        var done = status.textContent;
+        status.textContent = done + " — loading the new profile…";
+        reloadProfiles().then(function () {
+          status.textContent = done + " — plots and plan updated";
+          root.dataset.profileShown = job.id;
+        }).catch(function (error) {
+          status.textContent = done + " — the new profile could not be shown (" + error.message + "): reload the page";
+        });
       }
     }).catch(function (error) { status.textContent = String(error.message || error); });
   }
@@ -76,11 +109,11 @@
                   allow_shared_host: document.getElementById("profile-shared").checked};
       api("POST", "/api/v1/deployments/" + deployment + "/profiles", body).then(function (job) {
         root.dataset.job = job.id;
-        pollJob(job.id);
+        pollJob(job.id, true);
       }).catch(function (error) { jobBox.hidden = false; status.textContent = error.message; });
     });
   }
-  if (root.dataset.job) { pollJob(root.dataset.job); }
+  if (root.dataset.job) { pollJob(root.dataset.job, false); }
 
   // --- planner ---
   var form = document.getElementById("plan-form");
@@ -104,7 +137,11 @@
             what_if: {traffic: value("what_traffic"), prompt_length: value("what_prompt")}};
   }
 
-  function ms(seconds) { return seconds === null || seconds === undefined ? "–" : (seconds * 1000).toFixed(1) + " ms"; }
+  function ms(seconds) {
+    if (seconds === null || seconds === undefined) { return "–"; }
+    return seconds >= 1 ? Number(seconds.toPrecision(3)) + " s" : Number((seconds * 1000).toPrecision(3)) + " ms";
+  }
+  function rate(perSecond) { return String(Number(perSecond.toPrecision(3))); }
   function pct(x) { return x === null || x === undefined ? "–" : Math.round(x * 100) + "%"; }
   function cell(text) { var td = document.createElement("td"); td.textContent = text; return td; }
 
@@ -140,14 +177,25 @@
     document.getElementById("prompt-out").textContent = form.elements.what_prompt.value;
     document.getElementById("itl-out").textContent = form.elements.itl_p99_ms.value;
     var seq = ++planSeq;
+    if (!hasProfile()) {
+      table.hidden = true;
+      why.textContent = "";
+      if (apply) { apply.disabled = true; }
+      state.textContent = "No plan yet: the planner needs a profile of this revision (see Profiles above). " +
+        "The plan is computed here when the profile run finishes.";
+      root.dataset.planState = "no-profile";
+      return;
+    }
     state.textContent = "computing…";
     root.dataset.planState = "computing";
     api("POST", "/api/v1/capacity/plan", planBody()).then(function (plan) {
       if (seq !== planSeq) { return; }  // a newer input won
       lastPlan = plan;
       show(plan);
-      state.textContent = "for " + plan.traffic.requests_per_s.toFixed(3) + " requests/s, prompts of " +
-        Math.round(plan.traffic.prompt_tokens_mean) + " tokens, ITL P99 ≤ " + ms(plan.objectives.itl_p99_s);
+      state.textContent = "for " + rate(plan.traffic.requests_per_s) + " requests/s, prompts of " +
+        Math.round(plan.traffic.prompt_tokens_mean) + " tokens, TTFT P99 ≤ " + ms(plan.objectives.ttft_p99_s) +
+        ", ITL P99 ≤ " + ms(plan.objectives.itl_p99_s) +
+        (Number(profileBody().dataset.disagrees) ? " (from a profile live traffic contradicts: see above)" : "");
       root.dataset.planState = "ready";
     }).catch(function (error) {
       if (seq !== planSeq) { return; }

@@ -1,8 +1,18 @@
-// Live deployment page: charts redrawn with Plotly.react and the pools/workers/actions fragment replaced every
-// 5 s, without reloading the page. Plain fetch; no framework.
+// Live deployment page: the pools/workers/actions fragment replaced every 5 s without reloading the page, and the
+// charts drawn with Plotly.react when they are on screen. Plain fetch; no framework.
+//
+// A page of ~25 plotly charts drawn at once keeps a loaded 2-core machine's main thread busy for many seconds
+// before the page answers a click. So a chart is drawn when it scrolls into view (IntersectionObserver), and each
+// refresh fetches every figure (the JSON costs the browser little) but redraws only the charts in view; a chart
+// that comes into view later is drawn at once from the newest figure the page holds (at most a refresh old). Each
+// chart's div says what it holds: data-points (points in its newest figure, drawn or not) and data-draws (how
+// often it was drawn; 0: not yet). performance.mark("tandem:first-chart") and ("tandem:charts-ready") time the
+// first draw and the end of the first refresh.
 (function () {
   "use strict";
   var REFRESH_MS = 5000;
+  // Drawn a little before they scroll in, so that a chart is there when it appears.
+  var AHEAD_PX = 150;
   var chartsEl = document.getElementById("charts");
   var stagesEl = document.getElementById("stage-columns");
   var liveEl = document.getElementById("live");
@@ -10,6 +20,13 @@
   if (!chartsEl) { return; }
   var range = chartsEl.dataset.range;
   var busy = false;
+  // Per source (charts.json, stages.json): its newest figures, and the range they are of.
+  var sources = {charts: {figures: {}, range: null}, stages: {figures: {}, range: null}};
+  var visible = {};  // chart key → on screen now
+  var drawnFigure = {};  // chart key → the figure object it was last drawn from
+  var firstDrawn = false;
+  var observer = "IntersectionObserver" in window
+    ? new IntersectionObserver(onIntersect, {rootMargin: AHEAD_PX + "px 0px"}) : null;
 
   function setState(text, bad) {
     if (!stateEl) { return; }
@@ -28,66 +45,129 @@
       });
   }
 
-  function chartDiv(key, container) {
+  function chartDiv(key, container, source) {
     var div = document.getElementById("chart-" + key);
     if (!div) {
       div = document.createElement("div");
       div.id = "chart-" + key;
       div.className = "chart";
       div.dataset.chart = key;
+      div.dataset.source = source;
+      div.dataset.draws = "0";
       container.appendChild(div);
+      if (observer) { observer.observe(div); } else { visible[key] = true; }
     }
     return div;
   }
 
-  function draw(keys, figures, container, wanted) {
-    if (!container) { return; }
-    keys.forEach(function (key) {
-      wanted[key] = true;
-      var figure = figures[key];
-      var div = chartDiv(key, container);
-      var points = figure.data.reduce(function (n, trace) { return n + (trace.x ? trace.x.length : 0); }, 0);
-      div.dataset.points = String(points);
-      window.Plotly.react(div, figure.data, figure.layout, {displayModeBar: false, responsive: true});
+  function render(div) {
+    // Draws the newest figure of a chart in view, unless it is what the chart already shows.
+    var key = div.dataset.chart;
+    var source = sources[div.dataset.source];
+    var figure = source.figures[key];
+    if (!figure || !visible[key] || drawnFigure[key] === figure || source.range !== range) { return null; }
+    drawnFigure[key] = figure;
+    return window.Plotly.react(div, figure.data, figure.layout, {displayModeBar: false, responsive: true})
+      .then(function () {
+        div.dataset.draws = String(Number(div.dataset.draws) + 1);
+        if (!firstDrawn) { firstDrawn = true; performance.mark("tandem:first-chart"); }
+      });
+  }
+
+  function onIntersect(entries) {
+    entries.forEach(function (entry) {
+      visible[entry.target.dataset.chart] = entry.isIntersecting;
+      if (entry.isIntersecting && window.Plotly) { render(entry.target); }
     });
   }
 
-  function drawStages(stages) {
+  function onScreen(div) {
+    var box = div.getBoundingClientRect();
+    return box.bottom > -AHEAD_PX && box.top < window.innerHeight + AHEAD_PX;
+  }
+
+  function place(keys, figures, container, wanted, source) {
+    // Every chart gets its div (so that the page keeps its layout) and its newest figure; returns the divs.
+    if (!container) { return []; }
+    return keys.map(function (key) {
+      wanted[key] = true;
+      var figure = figures[key];
+      var div = chartDiv(key, container, source);
+      div.dataset.points = String(figure.data.reduce(function (n, trace) {
+        return n + (trace.x ? trace.x.length : 0); }, 0));
+      return div;
+    });
+  }
+
+  function drawInView(divs) {
+    // A new div's visibility is measured here, in one layout pass, rather than at the observer's first report:
+    // the charts on screen are drawn by this refresh.
+    divs.forEach(function (div) {
+      if (visible[div.dataset.chart] === undefined) { visible[div.dataset.chart] = onScreen(div); }
+    });
+    return Promise.all(divs.map(render));
+  }
+
+  function keep(name, figures, requested) {
+    // An answer for a range the page has left (a click on another range while it was on its way) is dropped.
+    if (requested !== range) { return false; }
+    sources[name].figures = figures;
+    sources[name].range = requested;
+    return true;
+  }
+
+  function drawStages(stages, requested) {
+    if (!keep("stages", stages.figures, requested)) { return null; }
     var wanted = {};
+    var divs = [];
     // Each stage column gets its charts; its current values are rewritten in place.
     stages.columns.forEach(function (column) {
-      draw(column.order, stages.figures, document.getElementById("stage-charts-" + column.role), wanted);
+      divs = divs.concat(place(column.order, stages.figures, document.getElementById("stage-charts-" + column.role),
+                               wanted, "stages"));
       column.values.forEach(function (item) {
         var cell = document.querySelector('[data-stage-value="' + column.role + ":" + item.key + '"]');
         if (cell) { cell.textContent = item.text; }
       });
     });
-    draw(stages.health_order, stages.figures, document.getElementById("health-charts"), wanted);
+    divs = divs.concat(place(stages.health_order, stages.figures, document.getElementById("health-charts"),
+                             wanted, "stages"));
     drop(stagesEl.parentNode, wanted);
+    return drawInView(divs);
   }
 
   function drop(container, wanted) {
     // A panel that is no longer part of the page (GPU ↔ CPU) goes away.
     Array.prototype.forEach.call(container.querySelectorAll(".chart[data-chart]"), function (div) {
-      if (!wanted[div.dataset.chart]) { window.Plotly.purge(div); div.remove(); }
+      if (wanted[div.dataset.chart]) { return; }
+      if (observer) { observer.unobserve(div); }
+      delete visible[div.dataset.chart];
+      delete drawnFigure[div.dataset.chart];
+      window.Plotly.purge(div);
+      div.remove();
     });
   }
 
-  function drawCharts(payload) {
+  function drawCharts(payload, requested) {
+    if (!keep("charts", payload.figures, requested)) { return null; }
     var loading = document.getElementById("charts-loading");
     if (loading) { loading.remove(); }
     var wanted = {};
-    draw(payload.order, payload.figures, chartsEl, wanted);
+    var divs = place(payload.order, payload.figures, chartsEl, wanted, "charts");
     drop(chartsEl, wanted);
+    return drawInView(divs);
   }
 
   function refreshCharts() {
-    return get(chartsEl.dataset.url + "?range=" + encodeURIComponent(range), "application/json").then(drawCharts);
+    var requested = range;
+    return get(chartsEl.dataset.url + "?range=" + encodeURIComponent(requested), "application/json")
+      .then(function (payload) { return drawCharts(payload, requested); });
   }
 
   function refreshStages() {
     if (!stagesEl) { return Promise.resolve(); }
-    return get(stagesEl.dataset.url + "?range=" + encodeURIComponent(range), "application/json").then(drawStages);
+    var requested = range;
+    return get(stagesEl.dataset.url + "?range=" + encodeURIComponent(requested), "application/json")
+      .then(function (payload) { return drawStages(payload, requested); });
   }
 
   function editing() {
@@ -103,10 +183,12 @@
     });
   }
 
+  var ticks = 0;
   function tick() {
     if (busy || document.hidden || !window.Plotly) { return; }
     busy = true;
     Promise.all([refreshCharts(), refreshStages(), refreshLive()]).then(function () {
+      if (ticks++ === 0) { performance.mark("tandem:charts-ready"); }
       setState("live: updated " + new Date().toLocaleTimeString(), false);
     }).catch(function (error) {
       setState("refresh failed (" + error.message + "): retrying every 5 s", true);
