@@ -34,10 +34,14 @@ class Trickle(threading.Thread):
             time.sleep(self.interval_s)
 
 
-def _roll(live, method_path: tuple[str, str], body: dict, *, to_revision: int, old_ids: set[int]) -> None:
+def _roll(live, method_path: tuple[str, str], body: dict, *, to_revision: int | None,
+          old_ids: set[int]) -> int:
+    """Roll to `to_revision` (None: the revision the request creates); returns its number."""
     response = live.api(*method_path, json=body)
     assert response.status_code == 202, response.text
     action = response.json()["action"]
+    if to_revision is None:
+        to_revision = response.json()["revision"]["number"]
     live.wait_for(f"the {action['kind']} action to succeed",
                   lambda: live.action(action["id"])["status"] in ("succeeded", "failed"), timeout=150)
     assert live.action(action["id"])["status"] == "succeeded", live.action(action["id"])
@@ -45,20 +49,30 @@ def _roll(live, method_path: tuple[str, str], body: dict, *, to_revision: int, o
     assert not old_ids & {w["id"] for w in ready}  # both pools: all new workers
     for worker_id in old_ids:
         assert live.api("GET", f"workers/{worker_id}/").json()["status"] == "stopped"
+    return to_revision
 
 
 def test_a_new_revision_and_a_rollback_replace_both_pools_without_a_failed_request(live, deployment):
-    revision_1 = {w["id"] for w in wait_steady(live, revision=1)}
+    """Whatever revision the shared stack is at (other tests roll it too): a new one, then back."""
+    def nothing_in_flight() -> bool:
+        return not any(live.api("GET", "actions/", params={"deployment": DEPLOYMENT, "status": status}).json()[
+            "results"] for status in ("pending", "running"))
+
+    live.wait_for("no action of another test in flight (a rollout's promotion ends after its workers)",
+                  nothing_in_flight, timeout=180)
+    stable = live.api("GET", f"deployments/{DEPLOYMENT}/").json()["current_revision"]
+    stable_ids = {w["id"] for w in wait_steady(live, revision=stable)}
     trickle = Trickle(deployment)
     trickle.start()
     try:
-        _roll(live, ("POST", f"deployments/{DEPLOYMENT}/revisions/"),
-              {"engine_settings": {"threads": 1, "kv_cache_bytes": 8 << 20}, "comment": "smaller KV pool"},
-              to_revision=2, old_ids=revision_1)
-        revision_2 = {w["id"] for w in wait_steady(live, revision=2)}
+        new = _roll(live, ("POST", f"deployments/{DEPLOYMENT}/revisions/"),
+                    {"engine_settings": {"threads": 1, "kv_cache_bytes": 8 << 20}, "comment": "smaller KV pool"},
+                    to_revision=None, old_ids=stable_ids)
+        assert new > stable
+        new_ids = {w["id"] for w in wait_steady(live, revision=new)}
         num_after_revision = trickle.num_ok
-        _roll(live, ("POST", f"deployments/{DEPLOYMENT}/rollback"), {"revision": 1},
-              to_revision=1, old_ids=revision_2)
+        _roll(live, ("POST", f"deployments/{DEPLOYMENT}/rollback"), {"revision": stable},
+              to_revision=stable, old_ids=new_ids)
         num_after_rollback = trickle.num_ok
         live.wait_for("a few more requests on the rolled-back group",
                       lambda: trickle.num_ok >= num_after_rollback + 3, timeout=60)
@@ -69,4 +83,4 @@ def test_a_new_revision_and_a_rollback_replace_both_pools_without_a_failed_reque
     # Requests were served through both rolls (how many drifts with the host's speed: at least a few).
     assert num_after_revision >= 3 and num_after_rollback > num_after_revision
     deployment_row = live.api("GET", f"deployments/{DEPLOYMENT}/").json()
-    assert deployment_row["current_revision"] == 1
+    assert deployment_row["current_revision"] == stable

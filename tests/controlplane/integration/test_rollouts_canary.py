@@ -2,8 +2,8 @@
 tiny-model workers and the real gateway, which splits traffic by the endpoints answer's traffic_weight and names
 the revision that served each response in X-Tandem-Revision.
 
-Named to run after test_rollout.py, which counts revisions from 1. Each test leaves the deployment with 1 prefill
-and 1 decode ready (of whatever revision is current)."""
+Each test leaves the deployment with 1 prefill and 1 decode ready (of whatever revision is current), and none
+depends on another having run."""
 from __future__ import annotations
 
 import threading
