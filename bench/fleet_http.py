@@ -1,5 +1,5 @@
 """The control plane's HTTP to a thousand simulated workers: a pass with new connections against a pass over the
-connections the previous pass kept open (controlplane.fleet_http), for the scrape (/metrics) and health (/health)
+connections the previous pass kept open (controlplane.lib.fleet_http), for the scrape (/metrics) and health (/health)
 passes, in one run on the same fleet.
 
 Simulated workers (`inference.worker.sim.host`: several hosts, each carrying many workers on ports of their own,
@@ -127,7 +127,7 @@ def timed(fn, host_pids):
 def main(argv=None) -> None:
     args = parse_args(argv)
     setup_django(tempfile.mkdtemp(prefix="tandem-fleet-http-db-"), None)  # health's module imports the models
-    from controlplane.fleet_http import fleet_http
+    from controlplane.lib.fleet_http import fleet_http
     from controlplane.observability.scraper import Target, scrape
     from controlplane.supervision.health import probe_all
 

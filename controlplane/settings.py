@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from controlplane.env import env_bool, env_int, env_list, env_str
+from controlplane.lib.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -159,7 +159,7 @@ else:
     _db["TEST"] = {"NAME": _test_suffix}
 DATABASES = {"default": _db}
 # The debug page shows settings; these carry passwords inside URLs, which Django's own filter does not see.
-DEFAULT_EXCEPTION_REPORTER_FILTER = "controlplane.reporting.CredentialFilter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "controlplane.lib.reporting.CredentialFilter"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- auth --------------------------------------------------------------------------------------------------
@@ -257,8 +257,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    # kombu's filesystem transport with atomic message files (controlplane/broker.py).
-    CELERY_BROKER_TRANSPORT = "controlplane.broker:Transport"
+    # kombu's filesystem transport with atomic message files (controlplane/lib/broker.py).
+    CELERY_BROKER_TRANSPORT = "controlplane.lib.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

@@ -16,7 +16,7 @@ from controlplane.alerting.services.notifications import delivery_send
 from controlplane.celery import DELIVER_WEBHOOK
 from controlplane.observability.models import CycleKind
 from controlplane.observability.telemetry import observe_evaluation
-from controlplane.single_pass import single_pass
+from controlplane.lib.single_pass import single_pass
 
 log = logging.getLogger(__name__)
 

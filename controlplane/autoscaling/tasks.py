@@ -8,7 +8,7 @@ from celery import shared_task
 from controlplane.autoscaling.autoscaler import autoscale_all
 from controlplane.observability.models import CycleKind
 from controlplane.observability.telemetry import record_cycle
-from controlplane.single_pass import single_pass
+from controlplane.lib.single_pass import single_pass
 
 
 @shared_task(name="autoscaling.autoscale_cycle", ignore_result=True)

@@ -1,4 +1,4 @@
-"""Fetch many /metrics pages at once: the process's fleet session (controlplane.fleet_http: connections kept open
+"""Fetch many /metrics pages at once: the process's fleet session (controlplane.lib.fleet_http: connections kept open
 across passes), a bound on concurrent requests, a timeout per target. No Django.
 
 A target that fails (refused, timeout, non-200, unparseable text, or still answering when the pass's bound is up)
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from controlplane.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
+from controlplane.lib.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
 from controlplane.observability.exposition import Reading, parse_exposition
 
 

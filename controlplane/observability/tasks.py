@@ -9,7 +9,7 @@ from controlplane.observability.models import CycleKind
 from controlplane.observability.rollup import prune, rollup_pending
 from controlplane.observability.store import Shard, scrape_cycle
 from controlplane.observability.telemetry import record_cycle
-from controlplane.single_pass import single_pass
+from controlplane.lib.single_pass import single_pass
 
 
 @shared_task(name="observability.scrape_cycle", ignore_result=True)

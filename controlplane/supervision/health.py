@@ -21,14 +21,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from controlplane.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
+from controlplane.lib.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
 from controlplane.models import Worker, WorkerStatus
 from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 
 log = logging.getLogger(__name__)
 
-PROBE_CONCURRENCY = 128  # probes in flight at once; each holds a kept-alive connection (controlplane.fleet_http)
+PROBE_CONCURRENCY = 128  # probes in flight at once; each holds a kept-alive connection (controlplane.lib.fleet_http)
 _RECORD_BATCH = 500  # (id, pid) pairs per UPDATE: 1,000 parameters, far below any backend's limit
 
 

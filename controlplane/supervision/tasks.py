@@ -17,7 +17,7 @@ from controlplane.celery import CHECK_HEALTH, RECONCILE_ALL, RECONCILE_DEPLOYMEN
 from controlplane.models import Deployment
 from controlplane.observability.models import CycleKind
 from controlplane.observability.telemetry import record_cycle
-from controlplane.single_pass import single_pass
+from controlplane.lib.single_pass import single_pass
 from controlplane.supervision import health, reconcile
 from controlplane.supervision.at_rest import deployments_at_rest
 

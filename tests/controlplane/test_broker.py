@@ -9,7 +9,7 @@ import pytest
 from kombu import Connection
 from kombu.utils.json import dumps as real_dumps
 
-from controlplane import broker
+from controlplane.lib import broker
 
 
 @pytest.fixture

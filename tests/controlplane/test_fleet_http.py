@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from controlplane.fleet_http import fleet_http
+from controlplane.lib.fleet_http import fleet_http
 from controlplane.observability.scraper import Target, scrape
 from controlplane.supervision.health import check_health
 
@@ -94,7 +94,7 @@ def test_a_worker_dripping_its_answer_past_the_passs_bound_fails_alone(metrics_s
     """A byte every 50 ms never lets a read time out; the pass's bound (here 2 × 0.5 s + 2 s) ends the wait for that
     one worker: it is recorded as failed (scrape: an error, health: a failing probe), every other answer is kept,
     and the pass raises nothing."""
-    import controlplane.fleet_http as fleet_http_module
+    import controlplane.lib.fleet_http as fleet_http_module
 
     monkeypatch.setattr(fleet_http_module, "PASS_SLACK_S", 2.0)
     prompt = metrics_servers.serve(lambda: (200, BODY))

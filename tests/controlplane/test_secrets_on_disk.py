@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from django.test import RequestFactory
 from django.views.debug import technical_500_response
 
-from controlplane.reporting import mask_url_password
+from controlplane.lib.reporting import mask_url_password
 from tests.conftest import ROOT
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from controlplane.env import env_bool, env_int, env_list
+from controlplane.lib.env import env_bool, env_int, env_list
 from tests.procs import ROOT
 
 

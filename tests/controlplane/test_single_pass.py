@@ -3,7 +3,7 @@ and the kind is free again once the pass ends (in a process; across processes on
 import pytest
 
 from controlplane.observability.models import CycleKind, CycleStat
-from controlplane.single_pass import advisory_key, single_pass
+from controlplane.lib.single_pass import advisory_key, single_pass
 
 
 def test_a_second_pass_of_a_running_kind_is_dropped_and_other_kinds_run(db):

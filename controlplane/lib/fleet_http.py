@@ -6,7 +6,7 @@ a new connection to every worker (a session per pass, or a thread pool of blocki
 the TCP handshakes, and the threads, cost more than the answers. Here both kinds of pass share one pool of
 keep-alive connections, one per worker address, reused pass after pass:
 
-    from controlplane.fleet_http import fleet_http
+    from controlplane.lib.fleet_http import fleet_http
     results = fleet_http().run(lambda session: gather_something(session), timeout_s=30)
 
 `run` may be called from any thread (the Celery threads pool runs several passes at once): the coroutine runs on the
