@@ -3,24 +3,20 @@ with one scale per output channel (per row), swapped into the loaded Hugging Fac
 
 Two kernels, chosen by device (`default_kernel`):
 - `fbgemm` (CPU): torch's dynamic-quantization linear (`quantized::linear_dynamic`): the weight prepacked for
-  fbgemm, each call quantizes its activations on the fly and multiplies in int8. Measured on this project's CPU, one
-  thread, SmolLM2's lm_head (49152 x 576) timed in a loop: 0.74 ms a token against 9.2 ms in float32, 2.3 ms for
-  `torch._int_mm` on plain int8, 23 ms for `aten._weight_int8pack_mm` and 63 ms for dequantize-then-matmul. (In a
-  loop the 28 MB int8 matrix can stay in the L3 cache; inside a decode step, with 137 MB of weights, `_int_mm`'s
-  2.3 ms is already about what reading 28 MB from memory takes here.)
+  fbgemm, each call quantizes its activations on the fly and multiplies in int8; of the CPU kernels measured it is
+  the fastest by far (docs/engine.md, "INT8 weights", has the figures).
 - `weight_only` (CUDA, and any device): int8 weights and scales in memory, the weight converted to the activation
   dtype inside the matmul and the scale applied to its output. Tested on CPU only (tests select it explicitly).
 
 Activations (fbgemm): quantized per token on a fixed grid (see FbgemmInt8Linear), after SmoothQuant has moved the
-range of a few outlier input channels into the weights (smooth_activations). Measured on SmolLM2, perplexity over
-1024 tokens of bench/data: float32 17.44; int8 weights alone 17.43; per-token int8 activations add +2.3% on gate/up,
-+0.9% on down, +0.8% on q/k/v, +0.5% on lm_head, +0.1% on o; with smoothing, everything int8: 17.86 (+2.4%).
+range of a few outlier input channels into the weights (smooth_activations), which recovers most of what per-token
+int8 activations cost in perplexity.
 
 Tied embeddings (SmolLM2: lm_head is the embedding matrix). fbgemm's packed weight is opaque (no row can be read
-back without unpacking all of it, 80 ms), so a packed lm_head beside an int8 embedding table would hold the matrix
-twice (0.31x of float32 for SmolLM2, over the 0.3x the weights may take). A tied matrix is therefore held once,
-as plain int8 [V, H] with per-row scales, shared by `Int8Embedding` (gathers rows, then scales them) and
-`Int8TiedLMHead` (on CPU `torch._int_mm` with per-token activation scales; elsewhere weight-only).
+back without unpacking all of it), so a packed lm_head beside an int8 embedding table would hold the matrix twice.
+A tied matrix is therefore held once, as plain int8 [V, H] with per-row scales, shared by `Int8Embedding` (gathers
+rows, then scales them) and `Int8TiedLMHead` (on CPU `torch._int_mm` with per-token activation scales; elsewhere
+weight-only).
 
 Outputs are not bit-identical to the unquantized model (the worker says so: config.QUANTIZATION_NOTES).
 """
