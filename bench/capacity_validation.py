@@ -1,7 +1,7 @@
 """Is the capacity planner right on this machine? Profile real workers, plan, run the plan, measure.
 
 1. Profile: start the layout's workers (tiny model by default; `--model smollm2`), drive them at the profiler's load
-   levels (controlplane/capacity/profiler.py, as `tandem_profile` does) and fit the curves.
+   levels (controlplane/capacity/load_driver.py, as `tandem_profile` does) and fit the curves.
 2. Plan: objectives from the idle times (TTFT P99 ≤ 4 × a lone prefill + KV push, ITL P99 ≤ 3 × (a lone decode
    step + the per-request overhead, + a lone prefill on a colocated worker, whose decode gaps may span one)),
    then the rate one replica per pool carries within them (the planner's headroom search), and a plan for 60% of
@@ -77,8 +77,8 @@ def profile(layout: str, urls: dict, quick: bool) -> dict:
     """{"prefill", "decode"} (or {"colocated"}) StageModels measured on the running workers."""
     import requests
 
-    from controlplane.capacity.calibrate import kv_seconds_per_token, model_from_points
-    from controlplane.capacity.profiler import Levels, drive
+    from controlplane.capacity.load_driver import Levels, drive
+    from controlplane.capacity.sizing.calibration import kv_seconds_per_token, model_from_points
 
     serving = urls.get("colocated") or urls["prefill"]
     decode_url = urls.get("decode")
@@ -99,7 +99,7 @@ async def drive_load(gateway_url: str, *, rate: float, num_requests: int, prompt
     """Poisson arrivals of streamed completions; TTFT and inter-token gaps as the client sees them."""
     import aiohttp
 
-    from controlplane.capacity.profiler import prompt_of
+    from controlplane.capacity.load_driver import prompt_of
 
     rng = random.Random(seed)
     ttfts, gaps, spans, errors = [], [], [], []
@@ -161,8 +161,8 @@ def main(argv=None) -> dict:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     from dataclasses import replace
 
-    from controlplane.capacity.planner import Objectives, Prices, capacity_rps, plan_layout
-    from controlplane.capacity.simulate import Traffic, simulate
+    from controlplane.capacity.sizing.search import Objectives, Prices, capacity_rps, plan_layout
+    from controlplane.capacity.sizing.simulation import Traffic, simulate
 
     model_path = model_dir(args.model)
     log_dir = Path(tempfile.mkdtemp(prefix="tandem-capacity-"))

@@ -7,7 +7,7 @@ from controlplane.errors import not_found
 from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Revision, Worker, WorkerRole,
                                  WorkerStatus)
 from controlplane.models.actions import UNFINISHED_STATUSES
-from controlplane.rollouts.selectors import traffic_weights, variant_names
+from controlplane.rollout_provider import traffic_weights, variant_names
 
 # Ids are 64-bit: a bigger number in a URL or filter is not an id (and would overflow the database driver).
 MAX_ID = 2**63 - 1
@@ -123,7 +123,7 @@ def deployment_endpoints(deployment: Deployment) -> dict:
     """The gateway membership (docs/contracts.md "Control plane → gateway membership"): ready workers by revision,
     newest revision first, each group with the routing weight of each of its workers (Pool.routing_weight). While a
     canary or A/B rollout concerns the groups, each carries its `traffic_weight` (0-100) and `variant`
-    (rollouts.selectors.traffic_weights); otherwise neither key is there and the newest complete group serves."""
+    (rollout_provider.traffic_weights); otherwise neither key is there and the newest complete group serves."""
     workers = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.READY, port__isnull=False,
                                      revision__isnull=False)
                .exclude(role=WorkerRole.GATEWAY)

@@ -1,11 +1,11 @@
 """The capacity page's profiles in words and plots: fitted curves written out with units and 3 significant digits,
 the figures of measured points and fitted curves, and the live points against those curves (with
-controlplane.capacity.live's checks). Pure: profiles and points in, text and figure dicts out."""
+controlplane.capacity.selectors.profile_checks). Pure: profiles and points in, text and figure dicts out."""
 from __future__ import annotations
 
 import math
 
-from controlplane.capacity.curves import DecodeCurve, PrefillCurve
+from controlplane.capacity.sizing.curves import DecodeCurve, PrefillCurve
 
 _UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 
@@ -45,7 +45,7 @@ def fit_lines(fits: dict) -> list[tuple[str, str]]:
 
 
 def check_text(check: dict) -> str:
-    """A check of controlplane.capacity.live.profile_checks in words."""
+    """A check of controlplane.capacity.selectors.profile_checks in words."""
     point = check["point"]
     if check["stage"] == "prefill":
         what = f"P50 time to first token of {point['batch_tokens']}-token prompts"
@@ -71,7 +71,7 @@ def _markers(name: str, xs, ys, *, symbol: str, size: int = 7, text=None) -> dic
 
 def profile_figures(profiles, *, live_now: dict | None = None) -> dict:
     """{"prefill": [traces], "decode": [traces]} for plotly (y in ms): synthetic and stored live points apart, the
-    fitted curves, and the live points of the last minutes (`live_now`, live.live_points) with the decode fit at
+    fitted curves, and the live points of the last minutes (`live_now`, selectors.live_points) with the decode fit at
     their context."""
     live_now = live_now or {"prefill": [], "decode": []}
     figures = {"prefill": [], "decode": []}

@@ -9,9 +9,9 @@ from datetime import datetime
 from django.db.models import QuerySet
 
 from controlplane.alerting.models import Alert, AlertRule, AlertState, Silence
+from controlplane.autoscaling.models import AutoscalingPolicy
 from controlplane.models import Action, Deployment, Worker
 from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
-from controlplane.observability.models import AutoscalingPolicy
 from controlplane.selectors import MAX_ID
 
 # The order a request flows through: prefill, decode (or colocated), then the gateway.

@@ -1,4 +1,5 @@
-"""No import loops between files of controlplane/, dashboards/ or inference/, and inference/ never imports Django.
+"""No import loops between files of controlplane/, dashboards/ or inference/; inference/ never imports Django, and
+the control plane's core never imports a feature app (rollouts, capacity, autoscaling, alerting).
 
 The graph is read from the source (ast), so an import hidden inside a function counts like one at the top: a loop
 is a design smell to remove, not to hide. A package's __init__ is a node of its own (importing a package imports
@@ -123,3 +124,67 @@ def test_inference_never_imports_django():
             for name in names:
                 assert not name.startswith(("django", "rest_framework", "controlplane", "dashboards", "celery")), \
                     f"{path.relative_to(ROOT)} imports {name}"
+
+
+def _imported_names(path: Path, root: Path = ROOT) -> list[str]:
+    """The absolute module names a file imports, anywhere in it (relative imports resolved against its package)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    package = parts[:-1]  # a package's __init__ and its modules resolve "." alike
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - (node.level - 1)] if node.level else []
+            names.append(".".join(base + ([node.module] if node.module else [])))
+    return names
+
+
+PURE_PACKAGE = "controlplane.capacity.sizing"
+NOT_PURE = ("django", "rest_framework", "celery", "controlplane", "dashboards", "inference")
+
+
+def _impure_imports(root: Path) -> list[str]:
+    """'file imports name' for each import of PURE_PACKAGE's files that leaves it for Django or the project."""
+    found = []
+    for path in sorted((root / PURE_PACKAGE.replace(".", "/")).rglob("*.py")):
+        for name in _imported_names(path, root):
+            if name != PURE_PACKAGE and not name.startswith(PURE_PACKAGE + ".") and name.startswith(NOT_PURE):
+                found.append(f"{path.relative_to(root)} imports {name}")
+    return found
+
+
+def test_the_capacity_model_imports_neither_django_nor_the_rest_of_the_control_plane():
+    """controlplane/capacity/sizing/ is the pure half of capacity: values in, values out; rows, series and settings
+    belong to the capacity selectors and services."""
+    modules = {p.stem for p in (ROOT / PURE_PACKAGE.replace(".", "/")).glob("*.py")}
+    assert modules >= {"curves", "calibration", "simulation", "search", "windows"}
+    assert _impure_imports(ROOT) == []
+
+
+def test_the_purity_check_sees_relative_and_hidden_imports(tmp_path):
+    package = tmp_path / PURE_PACKAGE.replace(".", "/")
+    package.mkdir(parents=True)
+    (package / "ok.py").write_text("import math\nfrom . import curves\nfrom .simulation import simulate\n")
+    (package / "bad.py").write_text("from ..models import Profile\n\ndef f():\n    import django.db\n")
+    assert _impure_imports(tmp_path) == ["controlplane/capacity/sizing/bad.py imports controlplane.capacity.models",
+                                         "controlplane/capacity/sizing/bad.py imports django.db"]
+
+
+# The core of the control plane, and the feature apps built on it: the core exposes what a feature needs to plug in
+# (e.g. controlplane.rollout_provider, filled in by the rollouts app) and never imports one.
+CORE = ("controlplane.models", "controlplane.services", "controlplane.selectors", "controlplane.supervision",
+        "controlplane.api", "controlplane.agent", "controlplane.run")
+FEATURES = ("controlplane.rollouts", "controlplane.capacity", "controlplane.autoscaling", "controlplane.alerting")
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == package or module.startswith(f"{package}.") for package in packages)
+
+
+def test_the_core_never_imports_a_feature_app():
+    graph = import_graph()
+    assert {"controlplane.selectors", "controlplane.supervision.reconcile"} <= set(graph)
+    upward = [f"  {module} -> {dep}" for module in sorted(graph) if _within(module, CORE)
+              for dep in sorted(graph[module]) if _within(dep, FEATURES)]
+    assert not upward, "the core imports a feature app:\n" + "\n".join(upward)

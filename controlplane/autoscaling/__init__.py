@@ -3,11 +3,10 @@
 - hpa.py: Kubernetes HPA's algorithm for one pool (pure arithmetic, no Django).
 - autoscaler.py: one evaluation pass over many pools; reads the observability app's series, applies hpa.decide and
   scales through `pool_scale`; a manual scale pauses that pool's autoscaler (the rule is in its docstring).
-- settings.py: a deployment's switch and each pool's policy, read and changed by the API and the dashboard.
+- models.py: the policy table (AutoscalingPolicy), one row per pool, written by this package alone.
+- selectors.py, services.py: a deployment's switch and each pool's policy, read (the API's GET) and changed (the
+  API's PUT and the dashboard's switch).
 - api.py, urls.py: GET/PUT /api/v1/deployments/{name}/autoscaling.
 - tasks.py, apps.py: the Celery task `autoscaling.autoscale_cycle`, run by beat every TANDEM_SCRAPE_INTERVAL_S on
   the periodic queue.
-
-The policy rows (AutoscalingPolicy) are a model of the observability app, which created their table; this package
-holds the code that reads and writes them.
 """

@@ -6,14 +6,16 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView
-from controlplane.autoscaling.settings import METRIC_CHOICES, autoscaling_update, autoscaling_view
+from controlplane.autoscaling.models import AutoscaleMetric
+from controlplane.autoscaling.selectors import autoscaling_view
+from controlplane.autoscaling.services import autoscaling_update
 from controlplane.selectors import deployment_get
 
 
 class AutoscalingInputSerializer(serializers.Serializer):
     class PoolInput(serializers.Serializer):
         enabled = serializers.BooleanField(required=False)
-        metric = serializers.ChoiceField(choices=[c[0] for c in METRIC_CHOICES], required=False)
+        metric = serializers.ChoiceField(choices=AutoscaleMetric.values, required=False)
         target = serializers.FloatField(required=False, min_value=0.000001)
         resume = serializers.BooleanField(required=False, default=False)
 

@@ -2,8 +2,8 @@ from django.apps import AppConfig
 
 
 class AutoscalingConfig(AppConfig):
-    """The per-pool autoscaler. It has no models of its own: its policy table (AutoscalingPolicy) stays in the
-    observability app, where its migration created it."""
+    """The per-pool autoscaler and its policy table (AutoscalingPolicy, whose table the observability app created
+    and whose name it keeps)."""
 
     name = "controlplane.autoscaling"
     label = "autoscaling"

@@ -24,10 +24,10 @@ from django.conf import settings
 from django.db.models import Count
 
 from controlplane.autoscaling.hpa import Bounds, Decision, decide
-from controlplane.capacity.scheduling import pool_bounds
+from controlplane.autoscaling.models import AutoscaleMetric, AutoscalingPolicy
+from controlplane.capacity.services.bounds import pool_bounds
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionKind, ActorType, Pool, Worker, WorkerStatus
-from controlplane.observability.models import AutoscaleMetric, AutoscalingPolicy
 from controlplane.observability.series import latest_pool_values
 from controlplane.services import pool_scale
 from controlplane.services.actions import Actor
@@ -157,7 +157,7 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     active = [p for p in pools if p.deployment.autoscale_enabled and policies[p.pk].enabled]
     inputs = load_inputs(active, now=now_s) if active else None
     # The floor and ceiling of each pool now: its own min..max narrowed by active schedules, raised by a
-    # predictive floor (controlplane.capacity.scheduling).
+    # predictive floor (controlplane.capacity.services.bounds).
     limits = pool_bounds(active, now=now_dt) if active else {}
     results, updates = [], []
     for pool in pools:

@@ -7,14 +7,16 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from controlplane.api.views.base import ADMINISTER, ERRORS, OPERATE, READ, READ_ERRORS, ApiView, id_or_404
-from controlplane.capacity.models import Profile, ProfileJob, PredictiveScaling
-from controlplane.capacity.planner import Objectives, Prices
-from controlplane.capacity.planning import plan_apply, plan_compute, traffic_from_metrics
-from controlplane.capacity.profiles import profile_job_create
-from controlplane.capacity.scheduling import (pool_of, predictive_set, schedule_create, schedule_delete,
-                                              schedule_get, schedule_update, schedules_view)
-from controlplane.capacity.simulate import Traffic
-from controlplane.errors import invalid, not_found
+from controlplane.capacity.models import Profile, ProfileJob
+from controlplane.capacity.selectors import (pool_get, predictive_rows, profile_job_get, profile_job_list, profile_list,
+                                             schedule_get, schedule_rows, traffic_from_metrics)
+from controlplane.capacity.services.plans import plan_apply, plan_compute
+from controlplane.capacity.services.profile_jobs import profile_job_create
+from controlplane.capacity.services.schedules import (predictive_set, schedule_create, schedule_delete,
+                                                      schedule_update)
+from controlplane.capacity.sizing.search import Objectives, Prices
+from controlplane.capacity.sizing.simulation import Traffic
+from controlplane.errors import invalid
 from controlplane.selectors import deployment_get
 
 
@@ -60,11 +62,9 @@ class ProfilesView(ApiView):
     @extend_schema(responses={200: dict, **READ_ERRORS})
     def get(self, request, name: str):
         deployment = deployment_get(name)
-        profiles = Profile.objects.filter(revision=deployment.current_revision_id).select_related("revision")
-        jobs = ProfileJob.objects.filter(deployment=deployment).select_related("deployment", "revision") \
-            .order_by("-created_at")[:10]
-        return Response({"deployment": deployment.name, "profiles": [profile_data(p) for p in profiles],
-                         "jobs": [job_data(j) for j in jobs]})
+        return Response({"deployment": deployment.name,
+                         "profiles": [profile_data(p) for p in profile_list(deployment)],
+                         "jobs": [job_data(j) for j in profile_job_list(deployment, limit=10)]})
 
     @extend_schema(request=ProfileInput, responses={202: dict, **ERRORS},
                    description="Profile the current revision on separate workers (never the serving ones). Admin.")
@@ -79,11 +79,7 @@ class ProfilesView(ApiView):
 class ProfileJobView(ApiView):
     @extend_schema(responses={200: dict, **READ_ERRORS})
     def get(self, request, job_id: int):
-        job = ProfileJob.objects.select_related("deployment", "revision").filter(
-            pk=id_or_404(job_id, "profile job")).first()
-        if job is None:
-            raise not_found(f"profile job {job_id} does not exist")
-        return Response(job_data(job))
+        return Response(job_data(profile_job_get(id_or_404(job_id, "profile job"))))
 
 
 class PlanInput(StrictSerializer):
@@ -188,13 +184,6 @@ class ScheduleInput(StrictSerializer):
     enabled = serializers.BooleanField(required=False)
 
 
-def _schedules(deployment) -> list[dict]:
-    rows = []
-    for pool in deployment.pools.order_by("role"):
-        rows += schedules_view(pool)
-    return rows
-
-
 class SchedulesView(ApiView):
     """GET (viewer) / POST (operator) /api/v1/deployments/{name}/schedules: windows that set a pool's floor and
     ceiling for the autoscaler."""
@@ -204,7 +193,8 @@ class SchedulesView(ApiView):
     @extend_schema(responses={200: dict, **READ_ERRORS})
     def get(self, request, name: str):
         deployment = deployment_get(name)
-        return Response({"deployment": deployment.name, "schedules": _schedules(deployment)})
+        return Response({"deployment": deployment.name,
+                         "schedules": schedule_rows(deployment.pools.order_by("role"))})
 
     @extend_schema(request=ScheduleInput, responses={201: dict, **ERRORS})
     def post(self, request, name: str):
@@ -212,9 +202,9 @@ class SchedulesView(ApiView):
         data = ScheduleInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
-        pool = pool_of(deployment, values.pop("role", None))
+        pool = pool_get(deployment, values.pop("role", None))
         schedule = schedule_create(pool=pool, actor=request.user, **values)
-        return Response(next(r for r in schedules_view(pool) if r["id"] == schedule.pk), status=201)
+        return Response(next(r for r in schedule_rows([pool]) if r["id"] == schedule.pk), status=201)
 
 
 class ScheduleDetailView(ApiView):
@@ -230,7 +220,7 @@ class ScheduleDetailView(ApiView):
         if "role" in values and values.pop("role") != schedule.pool.role:
             raise invalid("a schedule's role cannot change; delete it and create one on the other pool", field="role")
         schedule = schedule_update(schedule=schedule, actor=request.user, **values)
-        return Response(next(r for r in schedules_view(schedule.pool) if r["id"] == schedule.pk))
+        return Response(next(r for r in schedule_rows([schedule.pool]) if r["id"] == schedule.pk))
 
     @extend_schema(responses={204: None, **ERRORS})
     def delete(self, request, name: str, schedule_id: int):
@@ -248,18 +238,6 @@ class PredictiveInput(StrictSerializer):
     requests_per_replica = serializers.FloatField(required=False)
 
 
-def _predictive(deployment) -> dict:
-    rows = {p.pool.role: p for p in PredictiveScaling.objects.filter(pool__deployment=deployment)
-            .select_related("pool")}
-    return {pool.role: {"enabled": rows[pool.role].enabled if pool.role in rows else False,
-                        "lead_time_s": rows[pool.role].lead_time_s if pool.role in rows else 900,
-                        "history_days": rows[pool.role].history_days if pool.role in rows else 7,
-                        "requests_per_replica": rows[pool.role].requests_per_replica if pool.role in rows else None,
-                        "last_floor": rows[pool.role].last_floor if pool.role in rows else None,
-                        "last_forecast_rps": rows[pool.role].last_forecast_rps if pool.role in rows else None}
-            for pool in deployment.pools.order_by("role")}
-
-
 class PredictiveView(ApiView):
     """GET (viewer) / PUT (operator) /api/v1/deployments/{name}/predictive: per pool, {role, enabled,
     lead_time_s, history_days, requests_per_replica}."""
@@ -269,7 +247,7 @@ class PredictiveView(ApiView):
     @extend_schema(responses={200: dict, **READ_ERRORS})
     def get(self, request, name: str):
         deployment = deployment_get(name)
-        return Response({"deployment": deployment.name, "pools": _predictive(deployment)})
+        return Response({"deployment": deployment.name, "pools": predictive_rows(deployment)})
 
     @extend_schema(request=PredictiveInput, responses={200: dict, **ERRORS})
     def put(self, request, name: str):
@@ -277,5 +255,5 @@ class PredictiveView(ApiView):
         data = PredictiveInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
-        predictive_set(pool=pool_of(deployment, values.pop("role")), actor=request.user, **values)
-        return Response({"deployment": deployment.name, "pools": _predictive(deployment)})
+        predictive_set(pool=pool_get(deployment, values.pop("role")), actor=request.user, **values)
+        return Response({"deployment": deployment.name, "pools": predictive_rows(deployment)})

@@ -1,5 +1,6 @@
 """Stored profiles in the simulated worker's profile format (`python -m inference.worker --simulate PROFILE`,
-format 1: docs/simulated-worker.md on the simulated-worker side). Pure.
+format 1: docs/simulated-worker.md on the simulated-worker side). Writes nothing: Profile rows in (each one's
+revision and deployment read for the name), a dict out.
 
 Their prefill cost is linear in the prompt (base + per_token · tokens); ours has a quadratic term, so per_token is
 the slope of our curve at the middle of the profiled prompt lengths (the secant from 0 to there). Their decode step

@@ -13,8 +13,8 @@ class Profile(models.Model):
     `points`: {"prefill": [{"prompt_tokens", "batch", "batch_tokens", "latency_s", "source"}],
                "decode": [{"batch", "context", "step_s", "step_p99_s", "tokens_per_s", "source"}]}
     with source "synthetic" (a profile run) or "live" (scraped metrics). `fits`: {"prefill": {a, b, c},
-    "decode": {a, b, c}} (curves.py). A prefill profile has only the prefill part, a decode profile only the decode
-    part, a colocated one both."""
+    "decode": {a, b, c}} (sizing/curves.py). A prefill profile has only the prefill part, a decode profile only the
+    decode part, a colocated one both."""
 
     revision = models.ForeignKey("controlplane.Revision", on_delete=models.CASCADE, related_name="profiles")
     node_class = models.CharField(max_length=63, default="default")
@@ -88,7 +88,7 @@ class PoolSchedule(models.Model):
 class PredictiveScaling(models.Model):
     """Predictive floors for one pool: the same hours of the last `history_days` days say how much traffic comes in
     the next `lead_time_s`; the floor is that rate over what one replica carries (`requests_per_replica`, given,
-    or computed from the profile when it is enabled: planning.requests_per_replica)."""
+    or computed from the profile when it is enabled: services.plans.requests_per_replica)."""
 
     pool = models.OneToOneField("controlplane.Pool", on_delete=models.CASCADE, related_name="predictive")
     enabled = models.BooleanField(default=False)

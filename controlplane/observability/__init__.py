@@ -14,6 +14,6 @@
   /api/v1/metrics/query in api.py, and the dashboard's charts).
 - Re-export: GET /metrics, the control plane's own series (telemetry.py, metrics_view.py).
 
-The autoscaler, which acts on these series, is the package controlplane.autoscaling; its policy table
-(AutoscalingPolicy) is a model of this app.
+The autoscaler, which acts on these series, is the package controlplane.autoscaling, with its policy table. The
+per-revision series of a gateway (RevisionSample, read by the rollout page) are stored and pruned here.
 """

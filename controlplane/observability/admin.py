@@ -1,13 +1,6 @@
 from django.contrib import admin
 
-from controlplane.observability.models import AutoscalingPolicy, CycleStat
-
-
-@admin.register(AutoscalingPolicy)
-class AutoscalingPolicyAdmin(admin.ModelAdmin):
-    list_display = ("pool", "enabled", "metric", "target", "last_evaluated_at")
-    list_filter = ("enabled", "metric")
-    readonly_fields = ("recommendations", "last_evaluated_at", "last_decision")
+from controlplane.observability.models import CycleStat
 
 
 @admin.register(CycleStat)

@@ -2,8 +2,8 @@ from django.apps import AppConfig
 
 
 class ObservabilityConfig(AppConfig):
-    """Scraping, storage, the query API and the control plane's own /metrics. Its models include the autoscaler's
-    policy table (the autoscaler's code is controlplane.autoscaling)."""
+    """Scraping, storage (each worker's, pool's and gateway revision's series), the query API and the control
+    plane's own /metrics."""
 
     name = "controlplane.observability"
     label = "observability"

@@ -1,5 +1,5 @@
-"""Observability storage: scraped samples, their 1-minute rollups, the scraper's per-target state, cycle
-statistics for the control plane's own /metrics, and the per-pool autoscaling policy.
+"""Observability storage: scraped samples (per worker and pool, and per revision of a gateway), their 1-minute
+rollups, the scraper's per-target state, and cycle statistics for the control plane's own /metrics.
 
 Volume drove the shape. One row per (target, scrape, metric) with a small-integer metric id and a float Unix
 timestamp: 10 workers × ~25 series every 5 s is ~180,000 rows an hour, so each row stays ~40 bytes plus its index
@@ -10,7 +10,6 @@ deployment must not cascade over a million rows inside the delete's transaction 
 from __future__ import annotations
 
 from django.db import models
-from django.utils import timezone
 
 
 class Sample(models.Model):
@@ -60,6 +59,29 @@ class Rollup(models.Model):
         ]
 
 
+class RevisionSample(models.Model):
+    """One value of one request series of a deployment's gateway, for the requests one revision served, at one
+    scrape: the gateway labels its request metrics with the serving revision, and the scrape cycle derives each
+    revision's series like a worker's (store.py). Workers' own series need no such row: each is attributed to a
+    revision through its Worker row. Read by the rollout page's overlaid charts; pruned with raw samples' retention
+    (rollup.prune). The table keeps the name the rollouts app gave it when it held this model."""
+
+    ts = models.FloatField()  # Unix seconds of the scrape
+    deployment_id = models.BigIntegerField()
+    revision = models.PositiveIntegerField()
+    metric = models.PositiveSmallIntegerField()  # catalog.METRIC_IDS
+    value = models.FloatField()
+
+    class Meta:
+        db_table = "rollouts_revisionsample"
+        indexes = [
+            # Read by the rollout page: one deployment's revisions over the rollout's time range.
+            models.Index(fields=["deployment_id", "revision", "metric", "ts"], name="revision_sample_series"),
+            # Read by retention pruning.
+            models.Index(fields=["ts"], name="revision_sample_ts"),
+        ]
+
+
 class ScrapeState(models.Model):
     """The recent raw counters and histogram buckets of one target, so that any Celery process can compute rates.
 
@@ -99,33 +121,3 @@ class CycleStat(models.Model):
     last_targets_up = models.PositiveIntegerField(null=True)
     # scrape split in shards: {"of": N, "parts": {"i": [targets, up]}}, the latest pass of each; {} with one shard
     shard_targets = models.JSONField(default=dict)
-
-
-class AutoscaleMetric(models.TextChoices):
-    TTFT_P99 = "ttft_p99_seconds"
-    ITL_P99 = "itl_p99_seconds"
-    E2E_P99 = "e2e_p99_seconds"
-    WAITING_PER_WORKER = "requests_waiting_per_worker"
-    RUNNING_PER_WORKER = "requests_running_per_worker"
-    KV_CACHE_USAGE = "kv_cache_usage_ratio"
-
-
-class AutoscalingPolicy(models.Model):
-    """How the autoscaler sizes one pool. It acts only while the deployment's `autoscale_enabled` and this policy's
-    `enabled` are both on. `recommendations` keeps [ts, replicas] of the last scale-down stabilisation window.
-    Read and written only by controlplane.autoscaling; the model stays in this app, which created its table."""
-
-    pool = models.OneToOneField("controlplane.Pool", on_delete=models.CASCADE, related_name="autoscaling")
-    enabled = models.BooleanField(default=True)
-    metric = models.CharField(max_length=40, choices=AutoscaleMetric.choices)
-    target = models.FloatField()
-    recommendations = models.JSONField(default=list, blank=True)
-    # A manual scale after this instant pauses the autoscaler (controlplane.autoscaling.autoscaler.manual_pause);
-    # PUT resume sets it to now.
-    resumed_at = models.DateTimeField(null=True, blank=True)
-    last_evaluated_at = models.DateTimeField(null=True, blank=True)
-    last_decision = models.TextField(blank=True)  # the numbers of the last evaluation, shown by the API
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        return f"{self.pool} {self.metric} target {self.target}"

@@ -20,9 +20,8 @@ from django.db.models.functions import Mod
 from controlplane.models import Pool
 from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRAPED_STATUSES, PoolAggregate
 from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
-from controlplane.observability.models import Sample, ScrapeState
+from controlplane.observability.models import RevisionSample, Sample, ScrapeState
 from controlplane.observability.scraper import Fetched, Target, scrape
-from controlplane.rollouts.models import RevisionSample
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,24 +124,3 @@ class AnalysisRun(models.Model):
             models.UniqueConstraint(fields=["rollout", "step_index"], name="one_analysis_run_per_step"),
         ]
 
-
-class RevisionSample(models.Model):
-    """One value of one request series of a deployment's gateway, for the requests one revision served, at one
-    scrape: the gateway labels its request metrics with the serving revision, and the scrape cycle derives each
-    revision's series like a worker's (observability.store). Workers' own series need no such row: each is
-    attributed to a revision through its Worker row. Read by the rollout page's overlaid charts; pruned with raw
-    samples' retention (tasks.prune_revision_samples_task)."""
-
-    ts = models.FloatField()  # Unix seconds of the scrape
-    deployment_id = models.BigIntegerField()
-    revision = models.PositiveIntegerField()
-    metric = models.PositiveSmallIntegerField()  # observability.catalog.METRIC_IDS
-    value = models.FloatField()
-
-    class Meta:
-        indexes = [
-            # Read by the rollout page: one deployment's revisions over the rollout's time range.
-            models.Index(fields=["deployment_id", "revision", "metric", "ts"], name="revision_sample_series"),
-            # Read by retention pruning.
-            models.Index(fields=["ts"], name="revision_sample_ts"),
-        ]

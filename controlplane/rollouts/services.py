@@ -119,12 +119,12 @@ def _lock(rollout: Rollout, *, allowed=ACTIVE_STATUSES, verb: str) -> Rollout:
 
 
 def _event(rollout: Rollout, *, kind: str, actor, event: str, reason: str, idempotency_key: str | None,
-           status: str = ActionStatus.SUCCEEDED, **params):
+           status: str = ActionStatus.SUCCEEDED, result: dict | None = None, **params):
     """The Action of a rollout's event: every row names the rollout, its strategy, the revision tried and stable's,
     so that the audit log reads without the rollout at hand. A `step` is 1-based, as the pages and the API count
     steps."""
     return action_create(kind=kind, actor=actor, deployment=rollout.deployment, reason=reason, status=status,
-                         idempotency_key=idempotency_key,
+                         idempotency_key=idempotency_key, result=result,
                          params={"rollout": rollout.pk, "event": event, "strategy": rollout.strategy,
                                  "revision": rollout.revision.number,
                                  "stable_revision": rollout.stable_revision.number, "num_steps": len(rollout.steps),
@@ -165,12 +165,13 @@ def rollout_abort(*, rollout: Rollout, actor, reason: str = "", failures: list[d
         locked = _lock(rollout, verb="aborted")
         Rollout.objects.filter(pk=locked.pk).update(status=RolloutStatus.ABORTED, finished_at=timezone.now(),
                                                     reason=reason or "aborted")
-        action = _event(locked, kind=ActionKind.ABORT, actor=actor, event="aborted", reason=reason,
-                        idempotency_key=idempotency_key, failures=failures, step=locked.step_index + 1)
+        # The deliveries first, so that the action is recorded whole with them (both in this transaction: an abort
+        # that rolls back queues nothing).
         deliveries = rollout_abort_notify(rollout=locked, reason=reason or "aborted", failures=failures,
                                           idempotency_key=f"rollout-{locked.pk}-aborted")
-        action.result = {"deliveries": deliveries}
-        action.save(update_fields=["result"])
+        action = _event(locked, kind=ActionKind.ABORT, actor=actor, event="aborted", reason=reason,
+                        idempotency_key=idempotency_key, result={"deliveries": deliveries}, failures=failures,
+                        step=locked.step_index + 1)
         enqueue_reconcile(locked.deployment_id)
         return action
 

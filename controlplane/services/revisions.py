@@ -6,7 +6,7 @@ from django.db.models import Max
 
 from controlplane.errors import conflict, invalid
 from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Revision
-from controlplane.rollouts.selectors import rollout_active
+from controlplane.rollout_provider import rollout_active
 from controlplane.selectors import deployment_delete_pending, deployment_rollout_in_progress
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 from controlplane.services.validation import revision_dtype, validate_engine_settings, validate_model_path

@@ -13,9 +13,10 @@ holds the write lock), so that two reconcilers never both create the missing wor
    the missing, drain the excess (newest, least ready first). A replaced worker is drained once its replacement
    is ready.
 4. Rollout: while a canary or A/B rollout is active, each pool also keeps `tried_replicas` workers of the tried
-   revision beside the current ones (rollouts.selectors). Workers of any other revision are drained once every
-   pool has its desired number of ready current-revision workers (the new group is complete, so the gateway
-   switches to it); those that do not serve (pending, starting) are drained at once.
+   revision beside the current ones (read through controlplane.rollout_provider, which the rollouts app fills in).
+   Workers of any other revision are drained once every pool has its desired number of ready current-revision
+   workers (the new group is complete, so the gateway switches to it); those that do not serve (pending,
+   starting) are drained at once.
 5. Exactly one gateway worker.
 6. Finish the actions whose outcome is now known (create, rollback/revision, scale, drain).
 7. Hand every due pending worker to its node agent.
@@ -33,7 +34,7 @@ from django.utils import timezone
 from controlplane.models import (
     Action, ActionKind, ActionStatus, Deployment, Pool, Worker, WorkerRole, WorkerStatus,
 )
-from controlplane.rollouts.selectors import rollout_active, tried_replicas
+from controlplane.rollout_provider import rollout_active, tried_replicas
 from controlplane.services.actions import action_fail, action_start, action_succeed
 from controlplane.services.pools import pool_schedulable_set
 from controlplane.services.restarts import worker_back_to_pending

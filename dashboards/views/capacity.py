@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from controlplane.capacity.live import DISAGREE_FACTOR, live_points, profile_checks
-from controlplane.capacity.models import Profile, ProfileJob
-from controlplane.capacity.scheduling import schedules_view
+from controlplane.capacity.selectors import (live_points, profile_checks, profile_job_latest, profile_list,
+                                             schedule_rows)
+from controlplane.capacity.sizing.calibration import DISAGREE_FACTOR
 from dashboards.access import viewer_required
 from dashboards.profiles import check_text, fit_lines, profile_figures
 from dashboards.stages import objectives_of
@@ -21,7 +21,7 @@ ITL_SLIDER_MAX_MS = 500  # at least; twice the deployment's ITL objective when t
 def profiles_context(deployment) -> dict:
     """What the profile section shows: each profile with its fits in words, the figures, and the checks of the
     planner's profiles against live traffic."""
-    profiles = list(Profile.objects.filter(revision=deployment.current_revision_id).order_by("role", "node_class"))
+    profiles = list(profile_list(deployment))
     for profile in profiles:
         profile.fit_lines = fit_lines(profile.fits or {})
     live = live_points(deployment) if profiles else {"prefill": [], "decode": []}
@@ -49,11 +49,10 @@ def plan_defaults(deployment) -> dict:
 @viewer_required
 def capacity_page(request, name: str):
     deployment = get_deployment_or_404(name)
-    job = ProfileJob.objects.filter(deployment=deployment).order_by("-created_at").first()
     pools = list(deployment.pools.order_by("role"))
-    schedules = [row for pool in pools for row in schedules_view(pool)]
     return page(request, "dashboards/capacity.html", {
-        **profiles_context(deployment), "job": job, "pools": pools, "schedules": schedules,
+        **profiles_context(deployment), "job": profile_job_latest(deployment), "pools": pools,
+        "schedules": schedule_rows(pools),
         "defaults": plan_defaults(deployment),
     })
 

@@ -11,7 +11,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from controlplane.autoscaling.settings import autoscaling_update
+from controlplane.autoscaling.services import autoscaling_update
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Worker
 from controlplane.models.workers import LIVE_STATUSES

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 from django.http import Http404, HttpResponse
 from django.utils import timezone
 
-from controlplane.capacity.scheduling import schedules_view
+from controlplane.capacity.selectors import schedule_rows
 from controlplane.errors import ControlPlaneError
 from controlplane.models.deployments import engine_settings_parts
 from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
@@ -108,7 +108,7 @@ def deployment_detail(request, name: str):
     context = live_context(request, deployment)
     revision = deployment.current_revision
     parts = engine_settings_parts(revision.engine_settings if revision else {})
-    context.update(schedules=[row for pool in deployment.pools.order_by("role") for row in schedules_view(pool)])
+    context.update(schedules=schedule_rows(deployment.pools.order_by("role")))
     # In the gateway's field order: a JSON column's key order is the database's (PostgreSQL's jsonb sorts them).
     defaults = deployment.sampling_defaults or {}
     context.update(sampling_defaults=[(key, defaults[key]) for key in SAMPLING_DEFAULT_FIELDS if key in defaults])

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from controlplane.errors import ControlPlaneError
 from controlplane.observability.catalog import METRIC_IDS
-from controlplane.rollouts.models import RevisionSample
+from controlplane.observability.models import RevisionSample
 from controlplane.rollouts.report import rollout_report
 from controlplane.rollouts.selectors import rollout_get
 from controlplane.rollouts.services import rollout_abort, rollout_pause, rollout_promote, rollout_resume
@@ -43,8 +43,8 @@ def _rollout_or_404(deployment, rollout_id: int):
 
 def rollout_figures(rollout, *, now: datetime | None = None) -> list[dict]:
     """One figure per metric over the rollout's life, in the deployment page's style: the series the scraper stored
-    per revision from the gateway (rollouts.RevisionSample), stable's line solid, the tried revision's dashed. Each
-    is {"key": metric, "data", "layout"}."""
+    per revision from the gateway (observability.RevisionSample), stable's line solid, the tried revision's dashed.
+    Each is {"key": metric, "data", "layout"}."""
     start = rollout.created_at.timestamp() - 60
     end = (rollout.finished_at or now or datetime.now(tz=dt_timezone.utc)).timestamp() + 60
     revisions = {rollout.stable_revision.number: (rollout.variants[0], "solid"),

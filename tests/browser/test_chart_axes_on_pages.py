@@ -25,7 +25,7 @@ def test_the_deployment_pages_request_rate_ticks_are_plain_numbers(page, live_se
 def test_the_rollout_pages_charts_have_the_deployment_pages_style_and_no_negative_ratio(page, live_server, login,
                                                                                         viewer, fleet, operator):
     from controlplane.observability.catalog import METRIC_IDS
-    from controlplane.rollouts.models import RevisionSample
+    from controlplane.observability.models import RevisionSample
     from controlplane.rollouts.services import rollout_start
     from controlplane.services.revisions import revision_add
 

@@ -12,7 +12,7 @@ def canary(fleet, operator):
     import time
 
     from controlplane.observability.catalog import METRIC_IDS
-    from controlplane.rollouts.models import RevisionSample
+    from controlplane.observability.models import RevisionSample
     from controlplane.rollouts.services import rollout_start
     from controlplane.services.revisions import revision_add
 

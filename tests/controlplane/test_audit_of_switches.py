@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.alerting.services.silences import silence_create, silence_expire
-from controlplane.autoscaling.settings import autoscaling_update
+from controlplane.autoscaling.services import autoscaling_update
 from controlplane.models import Action, ActionStatus
 
 pytestmark = pytest.mark.django_db

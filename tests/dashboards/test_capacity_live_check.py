@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from controlplane.capacity.live import fit_vs_live
 from controlplane.capacity.models import Profile
+from controlplane.capacity.sizing.calibration import fit_vs_live
 
 
 def test_a_live_point_far_below_the_prefill_fit_disagrees():

@@ -1,7 +1,7 @@
 """The capacity page and the schedules on the deployment page, server side: who sees which buttons, the profile
 figures, and each schedule with whether it is active now."""
 from controlplane.capacity.models import Profile
-from controlplane.capacity.scheduling import schedule_create
+from controlplane.capacity.services.schedules import schedule_create
 from controlplane.models import Pool
 
 

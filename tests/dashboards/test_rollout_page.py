@@ -10,7 +10,8 @@ import pytest
 
 from controlplane.models import WorkerRole
 from controlplane.observability.catalog import METRIC_IDS
-from controlplane.rollouts.models import AnalysisRun, RevisionSample, Rollout, RolloutStatus
+from controlplane.observability.models import RevisionSample
+from controlplane.rollouts.models import AnalysisRun, Rollout, RolloutStatus
 
 
 @pytest.fixture

@@ -124,7 +124,8 @@ def silence_expire(*, silence: Silence, actor=None) -> Silence:
 
 
 def _record(silence: Silence, *, actor, verb: str, detail: str) -> None:
-    """The audit row of a silence: muting alerts (and the actions they would take) is an operator's decision."""
+    """The audit row of a silence: muting alerts (and the actions they would take) is an operator's decision.
+    Recorded succeeded, so action_create starts and finishes it at its creation time."""
     from controlplane.models import ActionKind, ActionStatus, Deployment
     from controlplane.services.actions import action_create
 
@@ -135,8 +136,6 @@ def _record(silence: Silence, *, actor, verb: str, detail: str) -> None:
     deployment = Deployment.objects.filter(name=names[0]).first() if names else None
     matchers = ", ".join(f"{m.get('name')}{'=' if m.get('is_equal', True) else '!='}"
                          f"{'~' if m.get('is_regex') else ''}{m.get('value')}" for m in silence.matchers)
-    action = action_create(kind=ActionKind.SILENCE, actor=actor, deployment=deployment,
-                           reason=f"silence #{silence.pk} {verb} ({matchers}) {detail}".strip(),
-                           params={"silence": silence.pk, "matchers": silence.matchers},
-                           status=ActionStatus.SUCCEEDED)
-    type(action).objects.filter(pk=action.pk).update(finished_at=action.created_at)
+    action_create(kind=ActionKind.SILENCE, actor=actor, deployment=deployment,
+                  reason=f"silence #{silence.pk} {verb} ({matchers}) {detail}".strip(),
+                  params={"silence": silence.pk, "matchers": silence.matchers}, status=ActionStatus.SUCCEEDED)

@@ -29,7 +29,7 @@ class Command(BaseCommand):
 
         from controlplane.capacity.export import profiles_export
         from controlplane.capacity.models import Profile, ProfileJobStatus
-        from controlplane.capacity.profiles import job_run, profile_job_create
+        from controlplane.capacity.services.profile_jobs import profile_job_create, profile_job_run
         from controlplane.errors import ControlPlaneError
         from controlplane.selectors import deployment_get
 
@@ -48,7 +48,7 @@ class Command(BaseCommand):
             bar.refresh()
 
         try:
-            job = job_run(job.pk, echo=echo)
+            job = profile_job_run(job.pk, echo=echo)
         finally:
             bar.close()
         if job.status != ProfileJobStatus.SUCCEEDED:

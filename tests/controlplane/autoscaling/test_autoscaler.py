@@ -5,9 +5,10 @@ import time
 import pytest
 
 from controlplane.autoscaling.autoscaler import autoscale_pool
+from controlplane.autoscaling.models import AutoscalingPolicy
 from controlplane.models import Action, ActorType, Pool
 from controlplane.observability.catalog import METRIC_IDS
-from controlplane.observability.models import AutoscalingPolicy, Sample
+from controlplane.observability.models import Sample
 from controlplane.services import pool_scale
 
 

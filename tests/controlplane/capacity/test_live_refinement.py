@@ -2,9 +2,9 @@
 live decode points join the decode fit, live prefill points (TTFT includes queueing) do not."""
 import time
 
-from controlplane.capacity.curves import DecodeCurve
-from controlplane.capacity.live import profile_live_refine
 from controlplane.capacity.models import Profile
+from controlplane.capacity.services.profiles import profile_live_refine
+from controlplane.capacity.sizing.curves import DecodeCurve
 from controlplane.observability.catalog import METRIC_IDS
 from controlplane.observability.models import Sample
 

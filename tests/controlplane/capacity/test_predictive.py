@@ -6,7 +6,8 @@ import pytest
 
 from controlplane.autoscaling.autoscaler import autoscale_pool
 from controlplane.capacity.models import PredictiveScaling
-from controlplane.capacity.scheduling import pool_bounds, predictive_set
+from controlplane.capacity.services.bounds import pool_bounds
+from controlplane.capacity.services.schedules import predictive_set
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActorType, Pool
 from controlplane.observability.catalog import METRIC_IDS

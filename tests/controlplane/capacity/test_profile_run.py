@@ -4,7 +4,7 @@ import psutil
 import pytest
 
 from controlplane.capacity.models import Profile, ProfileJob, ProfileJobStatus
-from controlplane.capacity.profiles import job_run, profile_job_create
+from controlplane.capacity.services.profile_jobs import profile_job_create, profile_job_run
 from controlplane.models import Worker
 
 pytestmark = pytest.mark.integration
@@ -21,7 +21,7 @@ def test_a_quick_profile_measures_both_stages_and_stores_them_per_role(tiny_depl
     children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     seen = []
     job = profile_job_create(deployment=tiny_deployment, quick=True, enqueue=False)
-    job = job_run(job.pk, echo=lambda fraction, step: seen.append((fraction, step)))
+    job = profile_job_run(job.pk, echo=lambda fraction, step: seen.append((fraction, step)))
     assert job.status == ProfileJobStatus.SUCCEEDED, job.error
     assert job.progress == 1.0 and seen[-1][0] == 1.0
     assert any(step.startswith("decode: 4 sequences") for _, step in seen)

@@ -3,7 +3,7 @@ import pytest
 from django.test import override_settings
 
 from controlplane.observability.catalog import METRIC_IDS
-from controlplane.observability.models import Rollup, Sample, ScrapeState
+from controlplane.observability.models import RevisionSample, Rollup, Sample, ScrapeState
 from controlplane.observability.rollup import prune, rollup_pending
 from controlplane.observability.series import metric_values
 
@@ -52,8 +52,12 @@ def test_prune_deletes_what_is_past_retention():
     Rollup.objects.create(ts=now - 600, deployment_id=1, role="decode", metric=QPS, avg=1, min=1, max=1, count=1)
     ScrapeState.objects.create(worker_id=5, deployment_id=1, role="decode", last_scrape_at=now - 4000)
     ScrapeState.objects.create(worker_id=6, deployment_id=1, role="decode", last_scrape_at=now - 5)
-    assert prune(now=now) == {"samples": 1, "rollups": 1, "scrape_states": 1}
+    # A gateway's per-revision series are kept as long as raw samples.
+    RevisionSample.objects.create(ts=now - 3700, deployment_id=1, revision=1, metric=QPS, value=3.0)
+    RevisionSample.objects.create(ts=now - 60, deployment_id=1, revision=2, metric=QPS, value=4.0)
+    assert prune(now=now) == {"samples": 1, "revision_samples": 1, "rollups": 1, "scrape_states": 1}
     assert list(Sample.objects.values_list("value", flat=True)) == [2.0]
+    assert list(RevisionSample.objects.values_list("value", flat=True)) == [4.0]
     assert list(ScrapeState.objects.values_list("worker_id", flat=True)) == [6]
 
 

@@ -1,12 +1,11 @@
-"""A gateway's request metrics labelled by revision are stored per revision (rollouts.RevisionSample) by the scrape
+"""A gateway's request metrics labelled by revision are stored per revision (observability.RevisionSample) by the scrape
 cycle, each revision's rates and quantiles from its own counters; the gateway's own series stay as they were."""
 from __future__ import annotations
 
 from controlplane.models import WorkerRole
 from controlplane.observability.catalog import METRIC_IDS
-from controlplane.observability.models import Sample
+from controlplane.observability.models import RevisionSample, Sample
 from controlplane.observability.store import scrape_cycle
-from controlplane.rollouts.models import RevisionSample
 from tests.controlplane.rollouts.conftest import FakeGatewayMetrics
 
 T0 = 1_800_000_000.0

@@ -89,6 +89,7 @@ def test_a_failing_analysis_aborts_at_once_with_the_failing_numbers(steady, oper
     assert "error_ratio" in abort.reason
     delivery = Delivery.objects.get()
     assert delivery.event == "aborted" and delivery.payload["failures"] == abort.params["failures"]
+    assert abort.result == {"deliveries": [delivery.pk]}  # the action names the notifications it queued
     steady.refresh_from_db()
     assert steady.current_revision.number == 1
 

@@ -1,7 +1,8 @@
-"""The capacity planner: replicas per pool for a traffic profile and latency objectives, in both layouts, with
-predicted P99s, utilisation, headroom and cost. Pure (no Django); the services feed it profiles from the DB.
+"""The replica search: replicas per pool for a traffic profile and latency objectives, in both layouts, with
+predicted P99s, utilisation, headroom and cost. Pure; the plan service (services/plans.py) feeds it stage models
+from the stored profiles.
 
-1. For each layout, the fewest replicas whose simulation (simulate.py) meets both objectives with a stable queue:
+1. For each layout, the fewest replicas whose simulation (simulation.py) meets both objectives with a stable queue:
    disaggregated sizes the prefill pool on TTFT first (decode never holds prefill back: a decode worker queues the
    KV it receives), then the decode pool on ITL with that prefill pool; colocated sizes one pool on both. Feasibility
    is taken as monotone in replicas, so each search is a doubling then a bisection (a dozen simulations at most).
@@ -14,10 +15,9 @@ predicted P99s, utilisation, headroom and cost. Pure (no Django); the services f
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from controlplane.capacity.simulate import Result, StageModel, Traffic, simulate
+from controlplane.capacity.sizing.simulation import Result, StageModel, Traffic, simulate
 
 MAX_REPLICAS = 256
 LAYOUTS = ("disaggregated", "colocated")
@@ -114,11 +114,7 @@ def plan_layout(layout: str, *, models: dict[str, StageModel], traffic: Traffic,
         why = why if why.startswith("prefill") else _floor_check(model, traffic, objectives, layout)
         if why:
             return LayoutPlan(layout, False, {}, why)
-        # The KV transfer is the prefill side's cost; decode steps come from the decode profile.
-        joint = StageModel(prefill=prefill_model.prefill, decode=model.decode, max_num_seqs=model.max_num_seqs,
-                           max_batch_tokens=prefill_model.max_batch_tokens,
-                           kv_capacity_tokens=model.kv_capacity_tokens, kv_transfer_s=prefill_model.kv_transfer_s,
-                           request_overhead_s=model.request_overhead_s)
+        joint = disaggregated_model(prefill_model, model)
         # Prefill first with a decode pool that never holds anything up (it only gates ITL, not TTFT).
         num_prefill = _smallest(lambda n: _meets(simulate(joint, traffic, layout=layout, prefill_replicas=n,
                                                           decode_replicas=MAX_REPLICAS, **run_args),
@@ -208,13 +204,35 @@ def plan(*, models: dict[str, StageModel], traffic: Traffic, objectives: Objecti
     return {"layouts": {name: p.as_dict() for name, p in plans.items()}, "recommended": recommended, "why": why}
 
 
+def replica_capacity_rps(role: str, *, models: dict[str, StageModel], traffic: Traffic, objectives: Objectives,
+                         num_requests: int = 300) -> float:
+    """Requests/s one replica of `role` carries within the objectives at the traffic's shape (capacity_rps), the
+    other pool of a disaggregated layout never the bottleneck."""
+    if role == "colocated":
+        def run(t: Traffic) -> Result:
+            return simulate(models["colocated"], t, layout="colocated", decode_replicas=1, num_requests=num_requests)
+    else:
+        joint = disaggregated_model(models["prefill"], models["decode"])
+        many = 64  # the other pool never the bottleneck
+
+        def run(t: Traffic) -> Result:
+            return simulate(joint, t, layout="disaggregated", num_requests=num_requests,
+                            prefill_replicas=1 if role == "prefill" else many,
+                            decode_replicas=1 if role == "decode" else many)
+    return capacity_rps(run, traffic, objectives)
+
+
+def disaggregated_model(prefill: StageModel, decode: StageModel) -> StageModel:
+    """Both pools of a disaggregated layout for the simulation: the KV transfer is the prefill side's cost (with its
+    token budget); decode steps, batch limits and the request overhead come from the decode profile."""
+    return StageModel(prefill=prefill.prefill, decode=decode.decode, max_num_seqs=decode.max_num_seqs,
+                      max_batch_tokens=prefill.max_batch_tokens, kv_capacity_tokens=decode.kv_capacity_tokens,
+                      kv_transfer_s=prefill.kv_transfer_s, request_overhead_s=decode.request_overhead_s)
+
+
 def colocated_model(prefill: StageModel, decode: StageModel) -> StageModel:
     """A colocated worker of the same model and node class, from the disaggregated profiles: both curves, the decode
     batch limits, no KV push (used when the deployment has no colocated profile)."""
     return StageModel(prefill=prefill.prefill, decode=decode.decode, max_num_seqs=decode.max_num_seqs,
                       max_batch_tokens=prefill.max_batch_tokens, kv_capacity_tokens=decode.kv_capacity_tokens,
                       request_overhead_s=decode.request_overhead_s)
-
-
-def nan_to_none(value):
-    return None if isinstance(value, float) and math.isnan(value) else value

@@ -1,5 +1,5 @@
-"""Profiles: run one (start separate workers of the revision, drive them, fit, store), queue one for the Celery
-worker, and refine a stored one with live points from the scraped series.
+"""Profile jobs: queue one for the Celery worker, claim it, run it (start separate workers of the revision, drive
+them with the load driver, calibrate, store through profiles.profile_save) and record its outcome on the row.
 
 A profile run never touches a serving worker: it starts its own workers from the revision's command line (the
 node agent's `argv_for`, on a port of its own) on the host that runs it, and stops them when it is done.
@@ -19,10 +19,10 @@ from django.utils import timezone
 
 from controlplane.agent.launch import argv_for, env_for
 from controlplane.agent.processes import free_port
-from controlplane.capacity.calibrate import kv_seconds_per_token, model_from_points
-from controlplane.capacity.curves import fit_decode, fit_prefill, kv_bytes_per_token
+from controlplane.capacity.load_driver import Levels, ProfileError, drive, wait_healthy
 from controlplane.capacity.models import Profile, ProfileJob, ProfileJobStatus
-from controlplane.capacity.profiler import Levels, ProfileError, drive, wait_healthy
+from controlplane.capacity.services.profiles import profile_save
+from controlplane.capacity.sizing.calibration import model_from_points
 from controlplane.errors import ControlPlaneError, conflict, invalid
 from controlplane.models import Deployment, DeploymentMode, Pool, Worker
 
@@ -141,7 +141,8 @@ def profile_run(*, deployment: Deployment, quick: bool = False, node_class: str 
     """Profile the current revision of `deployment` and store one Profile per role it runs.
 
     1. start a separate worker per role (disaggregated: a prefill and a decode worker; colocated: one) on free ports;
-    2. drive them at increasing levels (profiler.Levels; `quick` for tests), reporting progress to `echo` and the job;
+    2. drive them at increasing levels (load_driver.Levels; `quick` for tests), reporting progress to `echo` and
+       the job;
     3. fit the curves and store the points per (revision, node class, role), replacing earlier synthetic points and
        keeping live ones; 4. stop the workers, whatever happened.
     """
@@ -185,56 +186,7 @@ def profile_run(*, deployment: Deployment, quick: bool = False, node_class: str 
     return stored
 
 
-def _fits(points: dict) -> dict:
-    fits = {}
-    prefill = points.get("prefill") or []
-    decode = points.get("decode") or []
-    if len({p["batch_tokens"] for p in prefill}) >= 2:
-        fits["prefill"] = fit_prefill(prefill).as_dict()
-    if len({p["batch"] for p in decode}) >= 2:
-        fits["decode"] = fit_decode(decode).as_dict()
-    if any(p.get("kv_transfer_s") is not None and p.get("batch") == 1 for p in decode):
-        fits["kv_transfer"] = {"seconds_per_token": kv_seconds_per_token(points)}
-    bursts = [p for p in points.get("saturation") or [] if p.get("request_overhead_s") is not None]
-    if bursts:
-        fits["overhead"] = {"request_s": bursts[-1]["request_overhead_s"]}
-    return fits
-
-
-def refit(points: dict) -> dict:
-    """Fits from synthetic points, plus the live decode points (a live P50 ITL is a step time); live prefill
-    points stay out (a live TTFT includes queueing)."""
-    return _fits({stage: [p for p in ps if p.get("source") != "live" or stage == "decode"]
-                  for stage, ps in points.items()})
-
-
-def profile_save(*, revision, node_class: str, role: str, points: dict, info: dict) -> Profile:
-    """Store synthetic points (replacing the earlier synthetic ones, keeping live ones) and refit."""
-    with transaction.atomic():
-        profile = Profile.objects.select_for_update().filter(revision=revision, node_class=node_class,
-                                                             role=role).first()
-        if profile is None:
-            profile = Profile(revision=revision, node_class=node_class, role=role, points={})
-        merged = {}
-        for stage in ("prefill", "decode", "saturation"):
-            kept = [p for p in (profile.points or {}).get(stage, []) if p.get("source") == "live"]
-            new = points.get(stage, [])
-            if new or kept:
-                merged[stage] = list(new) + kept
-        profile.points = merged
-        profile.fits = refit(merged)
-        layout = info.get("kv_layout") or {}
-        profile.kv_bytes_per_token = kv_bytes_per_token(layout) if layout else 0
-        profile.max_num_seqs = int(info.get("max_num_seqs") or 0)
-        profile.max_batch_tokens = int(info.get("max_num_batched_tokens") or 0)
-        profile.kv_capacity_tokens = int(info.get("num_kv_blocks") or 0) * int(layout.get("block_size") or 0)
-        profile.info = info
-        profile.updated_at = timezone.now()
-        profile.save()
-    return profile
-
-
-def job_start(job_id: int) -> ProfileJob | None:
+def profile_job_start(job_id: int) -> ProfileJob | None:
     """Claim a pending job (a conditional UPDATE: a task delivered twice runs it once). None: already claimed."""
     num_updated = ProfileJob.objects.filter(pk=job_id, status=ProfileJobStatus.PENDING).update(
         status=ProfileJobStatus.RUNNING, started_at=timezone.now(), step="starting")
@@ -243,25 +195,25 @@ def job_start(job_id: int) -> ProfileJob | None:
     return ProfileJob.objects.select_related("deployment", "revision").get(pk=job_id)
 
 
-def job_run(job_id: int, *, echo=None) -> ProfileJob | None:
+def profile_job_run(job_id: int, *, echo=None) -> ProfileJob | None:
     """The Celery task's (and the command's) body: claim, run, record the outcome on the row."""
-    job = job_start(job_id)
+    job = profile_job_start(job_id)
     if job is None:
         return None
     deployment = job.deployment
     if deployment.current_revision_id != job.revision_id:
-        return job_fail(job_id, "the deployment moved to another revision since the job was queued")
+        return profile_job_fail(job_id, "the deployment moved to another revision since the job was queued")
     try:
         profiles = profile_run(deployment=deployment, quick=job.quick, node_class=job.node_class, job=job,
                                echo=echo)
     except (ProfileError, ControlPlaneError, OSError, ValueError) as exc:
-        return job_fail(job_id, str(getattr(exc, "message", exc)))
+        return profile_job_fail(job_id, str(getattr(exc, "message", exc)))
     ProfileJob.objects.filter(pk=job_id).update(status=ProfileJobStatus.SUCCEEDED, progress=1.0,
                                                 finished_at=timezone.now(), profiles=[p.pk for p in profiles])
     return ProfileJob.objects.get(pk=job_id)
 
 
-def job_fail(job_id: int, error: str) -> ProfileJob:
+def profile_job_fail(job_id: int, error: str) -> ProfileJob:
     ProfileJob.objects.filter(pk=job_id).exclude(status=ProfileJobStatus.SUCCEEDED).update(
         status=ProfileJobStatus.FAILED, error=error[:4000], finished_at=timezone.now())
     return ProfileJob.objects.get(pk=job_id)

@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from controlplane.capacity.windows import Window, WindowError
+from controlplane.capacity.sizing.windows import Window, WindowError
 
 
 def utc(text: str) -> datetime:

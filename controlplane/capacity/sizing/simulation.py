@@ -24,7 +24,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from controlplane.capacity.curves import DecodeCurve, PrefillCurve
+from controlplane.capacity.sizing.curves import DecodeCurve, PrefillCurve
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""The planner against the fleet: stage models from stored profiles, a traffic profile from the scraped series,
-a plan with what-if factors, and "apply" (one audited scale action per pool, through pool_scale)."""
+"""Plans against the fleet: stage models from the stored profiles, the replica search (sizing.search) over them
+with what-if factors, "apply" (one audited scale action per pool, through pool_scale), and what one replica carries
+for predictive floors."""
 from __future__ import annotations
 
 import math
@@ -7,17 +8,16 @@ import math
 from django.conf import settings
 from django.db import transaction
 
-from controlplane.capacity.curves import DecodeCurve, PrefillCurve
+from controlplane.autoscaling.models import AutoscalingPolicy
 from controlplane.capacity.models import Profile
-from controlplane.capacity.planner import LAYOUTS, Objectives, Prices, capacity_rps, colocated_model, plan
-from controlplane.capacity.simulate import StageModel, Traffic, simulate
+from controlplane.capacity.selectors import profiles_by_role, traffic_from_metrics
+from controlplane.capacity.sizing.curves import DecodeCurve, PrefillCurve
+from controlplane.capacity.sizing.search import (LAYOUTS, Objectives, Prices, colocated_model, plan,
+                                                 replica_capacity_rps)
+from controlplane.capacity.sizing.simulation import StageModel, Traffic
 from controlplane.errors import invalid
-from controlplane.models import Deployment, DeploymentMode, Pool
-from controlplane.observability.models import AutoscalingPolicy
-from controlplane.observability.series import metric_values
+from controlplane.models import Deployment, Pool
 from controlplane.services import pool_scale
-
-MAX_HOURS = 24 * 7
 
 
 def stage_model(profile: Profile, *, traffic_prompt_tokens: float = 0.0) -> StageModel:
@@ -34,25 +34,11 @@ def stage_model(profile: Profile, *, traffic_prompt_tokens: float = 0.0) -> Stag
                       request_overhead_s=(fits.get("overhead") or {}).get("request_s", 0.0))
 
 
-def profiles_of(deployment: Deployment, node_class: str | None = None) -> dict[str, Profile]:
-    """The current revision's profiles by role (one node class: the given one, else the newest profiled)."""
-    qs = Profile.objects.filter(revision=deployment.current_revision_id).order_by("-updated_at")
-    if node_class:
-        qs = qs.filter(node_class=node_class)
-    profiles: dict[str, Profile] = {}
-    for profile in qs:
-        if node_class is None:
-            node_class = profile.node_class
-        if profile.node_class == node_class:
-            profiles.setdefault(profile.role, profile)
-    return profiles
-
-
 def models_for(deployment: Deployment, traffic: Traffic, node_class: str | None = None) -> dict[str, StageModel]:
     """{"prefill", "decode", "colocated"} stage models: measured where profiled, and the other layout's derived
     from them (a colocated worker from the prefill and decode curves; disaggregated pools from a colocated profile's
     curves, with no KV push cost measured). 400 when the revision has no profile."""
-    profiles = profiles_of(deployment, node_class)
+    profiles = profiles_by_role(deployment, node_class)
     if not profiles:
         raise invalid(f"deployment {deployment.name!r} has no profile of its current revision yet: run "
                       f"`manage.py tandem_profile {deployment.name}` or POST its /profiles", field="deployment")
@@ -66,38 +52,6 @@ def models_for(deployment: Deployment, traffic: Traffic, node_class: str | None 
         missing = sorted({"prefill", "decode"} - set(models))
         raise invalid(f"the profile of {deployment.name!r} lacks the {missing[0]} role", field="deployment")
     return models
-
-
-def traffic_from_metrics(*, deployment: Deployment, hours: float, now=None) -> Traffic:
-    """Mean request rate and prompt/output lengths of the last `hours` of the deployment's scraped series. 400 when
-    there was no traffic in that window."""
-    if not 0 < hours <= MAX_HOURS:
-        raise invalid(f"hours must be within 0..{MAX_HOURS}, not {hours}", field="traffic.hours")
-    colocated = deployment.mode == DeploymentMode.COLOCATED
-    entry = "colocated" if colocated else "prefill"
-    exit_ = "colocated" if colocated else "decode"
-    window = hours * 3600
-
-    def mean(metric: str, role: str) -> float | None:
-        values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg", window_s=window,
-                               now=now)
-        value = values[0].value if values else None
-        if value is None and window > settings.TANDEM_METRICS_RAW_RETENTION_S:
-            # A window past raw retention reads the minute rollups only; a deployment younger than the first
-            # rollup still has its raw samples.
-            values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg",
-                                   window_s=settings.TANDEM_METRICS_RAW_RETENTION_S, now=now)
-            value = values[0].value if values else None
-        return value
-
-    rate = mean("qps", entry)
-    prompt_rate = mean("prompt_tokens_per_second", entry)
-    output_rate = mean("generation_tokens_per_second", exit_)
-    if not rate or rate <= 0 or not prompt_rate or not output_rate:
-        raise invalid(f"no traffic of {deployment.name!r} in the last {hours:g} hours to plan from; enter a traffic "
-                      f"profile by hand", field="traffic.hours")
-    return Traffic(requests_per_s=rate, prompt_tokens_mean=max(1.0, prompt_rate / rate),
-                   output_tokens_mean=max(1.0, output_rate / rate))
 
 
 def plan_compute(*, deployment: Deployment, traffic: Traffic, objectives: Objectives, prices: Prices,
@@ -167,23 +121,8 @@ def requests_per_replica(*, pool: Pool, hours: float = 24.0, num_requests: int =
         if policy.metric in targets:
             targets[policy.metric] = policy.target
     objectives = Objectives(ttft_p99_s=targets["ttft_p99_seconds"], itl_p99_s=targets["itl_p99_seconds"])
-    if pool.role == "colocated":
-        def run(t):
-            return simulate(models["colocated"], t, layout="colocated", decode_replicas=1, num_requests=num_requests)
-    else:
-        joint = StageModel(prefill=models["prefill"].prefill, decode=models["decode"].decode,
-                           max_num_seqs=models["decode"].max_num_seqs,
-                           max_batch_tokens=models["prefill"].max_batch_tokens,
-                           kv_capacity_tokens=models["decode"].kv_capacity_tokens,
-                           kv_transfer_s=models["prefill"].kv_transfer_s,
-                           request_overhead_s=models["decode"].request_overhead_s)
-        many = 64  # the other pool never the bottleneck
-
-        def run(t):
-            return simulate(joint, t, layout="disaggregated", num_requests=num_requests,
-                            prefill_replicas=1 if pool.role == "prefill" else many,
-                            decode_replicas=1 if pool.role == "decode" else many)
-    rate = capacity_rps(run, traffic, objectives)
+    rate = replica_capacity_rps(pool.role, models=models, traffic=traffic, objectives=objectives,
+                                num_requests=num_requests)
     if rate <= 0:
         raise invalid(f"one {pool.role} replica meets the autoscaler's targets at no rate of the observed traffic; "
                       f"give requests_per_replica", field="requests_per_replica", role=pool.role)

@@ -1,7 +1,7 @@
 """Curve fitting: exact on points that follow the model, never a negative coefficient, and the KV size of a layout."""
 import pytest
 
-from controlplane.capacity.curves import fit_decode, fit_prefill, kv_bytes_per_token
+from controlplane.capacity.sizing.curves import fit_decode, fit_prefill, kv_bytes_per_token
 
 
 def test_a_prefill_fit_recovers_linear_and_per_prompt_quadratic_terms():

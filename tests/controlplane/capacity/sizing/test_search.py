@@ -1,42 +1,16 @@
-"""The simulation and the planner on known stage models: queueing grows with load, more replicas help, a
-prefill stall shows in colocated ITL, an impossible objective is said to be impossible, and costs add up."""
+"""The replica search on known stage models: both layouts sized within the objectives and the cheaper
+recommended, costs that add up, more traffic needing more replicas, and an impossible objective said to be
+impossible."""
 import pytest
 
-from controlplane.capacity.curves import DecodeCurve, PrefillCurve
-from controlplane.capacity.planner import Objectives, Prices, colocated_model, plan
-from controlplane.capacity.simulate import StageModel, Traffic, simulate
+from controlplane.capacity.sizing.curves import DecodeCurve, PrefillCurve
+from controlplane.capacity.sizing.search import Objectives, Prices, colocated_model, plan
+from controlplane.capacity.sizing.simulation import StageModel, Traffic
 
 MODEL = StageModel(prefill=PrefillCurve(0.01, 2e-4), decode=DecodeCurve(0.01, 5e-4, 1e-7), max_num_seqs=32,
                    max_batch_tokens=2048, kv_capacity_tokens=50_000, kv_transfer_s=0.002)
 TRAFFIC = Traffic(requests_per_s=5, prompt_tokens_mean=200, output_tokens_mean=50)
 MODELS = {"prefill": MODEL, "decode": MODEL, "colocated": colocated_model(MODEL, MODEL)}
-
-
-def test_an_idle_pool_answers_at_the_fitted_step_times():
-    light = simulate(MODEL, Traffic(0.05, 200, 20, 0, 0), layout="disaggregated", prefill_replicas=1,
-                     decode_replicas=1, num_requests=100)
-    assert light.ttft_p50_s == pytest.approx(MODEL.prefill.step_seconds(200) + 0.002, rel=1e-6)
-    assert light.itl_p50_s == pytest.approx(MODEL.decode.step_seconds(1, 201 + 10), rel=0.05)
-    assert light.stable
-
-
-def test_more_load_means_longer_queues_and_more_replicas_shorten_them():
-    one = simulate(MODEL, TRAFFIC.scaled(rate=8), layout="disaggregated", prefill_replicas=1, decode_replicas=1)
-    two = simulate(MODEL, TRAFFIC.scaled(rate=8), layout="disaggregated", prefill_replicas=3, decode_replicas=4)
-    assert not one.stable and two.stable
-    assert two.ttft_p99_s < one.ttft_p99_s and two.itl_p99_s < one.itl_p99_s
-
-
-def test_a_stable_run_serves_what_is_offered():
-    result = simulate(MODEL, TRAFFIC, layout="colocated", decode_replicas=3)
-    assert result.throughput_rps == pytest.approx(TRAFFIC.requests_per_s, rel=0.15)
-    assert 0 < result.utilisation["colocated"] < 1
-
-
-def test_colocated_prefill_steps_stall_decoding_sequences():
-    disaggregated = simulate(MODEL, TRAFFIC, layout="disaggregated", prefill_replicas=1, decode_replicas=2)
-    colocated = simulate(MODEL, TRAFFIC, layout="colocated", decode_replicas=2)
-    assert colocated.itl_p99_s > disaggregated.itl_p99_s
 
 
 def test_the_plan_sizes_both_layouts_meets_the_objectives_and_recommends_the_cheaper():

@@ -1,5 +1,6 @@
-"""Drive profiling workers over HTTP at increasing load and return the measured points. No Django: the services
-start the workers (with the revision's own command line) and store what this returns.
+"""The profile run's load driver: drive profiling workers over HTTP at increasing load and return the measured
+points. No Django: services.profile_jobs starts the workers (with the revision's own command line) and stores what
+this returns.
 
 Prefill: prompts of increasing length, alone and `batch` at once, `max_tokens` 1 so that nothing is handed off
 (a prefill worker's /v1/prefill; a colocated worker's /v1/generate, where the time to the first token is the prefill).

@@ -1,0 +1,50 @@
+"""Changes to a deployment's autoscaling settings (its switch and each pool's policy), made by the API's PUT
+/deployments/{name}/autoscaling and the dashboard's switch, each recorded as one `autoscale` action."""
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.autoscaling.autoscaler import policy_for
+from controlplane.autoscaling.models import AutoscalingPolicy
+from controlplane.errors import invalid
+from controlplane.models import ActionKind, ActionStatus
+from controlplane.services.actions import action_create
+
+
+def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools: dict | None = None) -> None:
+    """Change the deployment's switch and its pools' policies (400 naming a role the deployment has no pool for)."""
+    pools = pools or {}
+    by_role = {pool.role: pool for pool in deployment.pools.all()}
+    unknown = sorted(set(pools) - set(by_role))
+    if unknown:
+        raise invalid(f"deployment {deployment.name!r} has no pool {', '.join(unknown)} "
+                      f"(its pools: {', '.join(sorted(by_role))})", field="pools")
+    with transaction.atomic():
+        _record(deployment=deployment, actor=actor, enabled=enabled, pools=pools)
+        if enabled is not None and enabled != deployment.autoscale_enabled:
+            deployment.autoscale_enabled = enabled
+            deployment.save(update_fields=["autoscale_enabled"])
+        for role, changes in pools.items():
+            policy = policy_for(by_role[role])
+            fields = {key: changes[key] for key in ("enabled", "metric", "target") if key in changes}
+            if changes.get("resume"):
+                fields["resumed_at"] = timezone.now()
+            if fields:
+                fields["updated_at"] = timezone.now()
+                AutoscalingPolicy.objects.filter(pk=policy.pk).update(**fields)
+
+
+def _record(*, deployment, actor, enabled: bool | None, pools: dict) -> None:
+    """The audit row: switching the autoscaler or changing a policy changes who sizes the pools. Recorded
+    succeeded, so action_create starts and finishes it at its creation time."""
+    parts = []
+    if enabled is not None and enabled != deployment.autoscale_enabled:
+        parts.append(f"autoscaler {'on' if enabled else 'off'}")
+    for role, changes in sorted(pools.items()):
+        if changes:
+            parts.append(f"{role}: " + ", ".join(f"{key}={value}" for key, value in sorted(changes.items())))
+    if not parts:
+        return
+    action_create(kind=ActionKind.AUTOSCALE, actor=actor, deployment=deployment, reason="; ".join(parts),
+                  params={"enabled": enabled, "pools": pools}, status=ActionStatus.SUCCEEDED)
