@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -14,6 +15,16 @@ import requests
 from controlplane.agent import processes
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The exit syscall's number (x86_64, aarch64; None elsewhere): one thread leaves, the process goes on.
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(platform.machine())
+# A child whose main thread ends while another thread runs on: the process lives, its leader shows as a zombie, and
+# waitpid cannot reap it yet (as a SIGKILLed process with many threads looks for a moment).
+MAIN_THREAD_GONE = [sys.executable, "-c",
+                    "import ctypes, threading, time\n"
+                    "threading.Thread(target=time.sleep, args=(600,)).start()\n"
+                    "print('leaving the main thread', flush=True)\n"
+                    f"ctypes.CDLL(None).syscall({SYS_EXIT}, 0)"]
 
 
 def free_port() -> int:

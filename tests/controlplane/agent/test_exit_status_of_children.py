@@ -4,7 +4,6 @@ already a zombie) and after a heartbeat reaped it."""
 from __future__ import annotations
 
 import os
-import platform
 import signal
 import sys
 import time
@@ -13,6 +12,7 @@ import psutil
 import pytest
 
 from controlplane.agent import processes
+from tests.procs import MAIN_THREAD_GONE, SYS_EXIT
 
 # Busy threads, as a worker running torch has: after a SIGKILL the main thread is a zombie a moment before the
 # others are gone, and only then can the process be reaped.
@@ -22,14 +22,6 @@ MANY_THREADS = [sys.executable, "-c",
                 "    while True: pass\n"
                 "for _ in range(4): threading.Thread(target=spin, daemon=True).start()\n"
                 "print('threads up', flush=True); time.sleep(600)"]
-SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(platform.machine())
-# Its main thread ends (the exit syscall of one thread) while another runs on: the process lives, its leader shows
-# as a zombie, and waitpid cannot reap it yet.
-MAIN_THREAD_GONE = [sys.executable, "-c",
-                    "import ctypes, threading, time\n"
-                    "threading.Thread(target=time.sleep, args=(600,)).start()\n"
-                    "print('leaving the main thread', flush=True)\n"
-                    f"ctypes.CDLL(None).syscall({SYS_EXIT}, 0)"]
 
 
 @pytest.fixture

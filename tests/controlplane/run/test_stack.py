@@ -15,20 +15,6 @@ from tests.procs import ROOT
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
-@pytest.fixture
-def stack(tmp_path):
-    stacks = []
-
-    def make(specs):
-        s = Stack(specs, log_dir=tmp_path / "logs", env=dict(os.environ), cwd=tmp_path, on_event=lambda m: None)
-        stacks.append(s)
-        return s
-
-    yield make
-    for s in stacks:
-        s.stop()
-
-
 def test_children_run_in_sessions_of_their_own(stack):
     s = stack([ChildSpec("a", SLEEPER), ChildSpec("b", SLEEPER)])
     s.start()

@@ -4,9 +4,7 @@ threads (web, the Celery worker, the agent), whose main thread is a zombie a mom
 from __future__ import annotations
 
 import os
-import platform
 import signal
-import sys
 import time
 
 import psutil
@@ -14,29 +12,9 @@ import pytest
 
 from controlplane.models import Action
 from controlplane.run.audit import stack_restart_record
-from controlplane.run.stack import ChildSpec, Stack
+from controlplane.run.stack import ChildSpec
+from tests.procs import MAIN_THREAD_GONE, SYS_EXIT
 
-SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(platform.machine())
-# A child whose main thread has ended while another thread runs on: alive, though its leader shows as a zombie.
-MAIN_THREAD_GONE = [sys.executable, "-c",
-                    "import ctypes, threading, time\n"
-                    "threading.Thread(target=time.sleep, args=(600,)).start()\n"
-                    "print('leaving the main thread', flush=True)\n"
-                    f"ctypes.CDLL(None).syscall({SYS_EXIT}, 0)"]
-
-
-@pytest.fixture
-def stack(tmp_path):
-    stacks = []
-
-    def make(specs):
-        s = Stack(specs, log_dir=tmp_path / "logs", env=dict(os.environ), cwd=tmp_path, on_event=lambda m: None)
-        stacks.append(s)
-        return s
-
-    yield make
-    for s in stacks:
-        s.stop()
 
 
 @pytest.mark.skipif(SYS_EXIT is None, reason="the exit syscall's number is known for x86_64 and aarch64 only")
