@@ -25,16 +25,19 @@ def test_a_profile_job_runs_on_the_celery_worker_without_touching_the_serving_wo
                         json={"quick": True, "allow_shared_host": True})
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
-    progress_seen = set()
+    seen = []  # (status, progress) of each poll, as the page's bar reads them
 
     def finished():
         job = live.api("GET", f"profile-jobs/{job_id}").json()
-        progress_seen.add(round(job["progress"], 2))
+        seen.append((job["status"], job["progress"]))
         return job if job["status"] in ("succeeded", "failed") else None
 
-    job = live.wait_for("the profile job to finish", finished, timeout=300, interval=0.5)
+    job = live.wait_for("the profile job to finish", finished, timeout=300, interval=0.2)
     assert job["status"] == "succeeded", job["error"]
-    assert len(progress_seen) >= 3  # the page's bar moves while the job runs
+    # The page sees the job before it ends, then at 100 %. (How many steps in between it sees depends on the
+    # host's speed: progress is written at most every 0.5 s; test_profile_run.py checks every step reported.)
+    assert any(status in ("pending", "running") and progress < 1.0 for status, progress in seen), seen
+    assert seen[-1][1] == 1.0 and job["progress"] == 1.0
     profiles = live.api("GET", f"deployments/{DEPLOYMENT}/profiles").json()["profiles"]
     assert {p["role"] for p in profiles} == {"prefill", "decode"}
     assert all(p["kv_bytes_per_token"] > 0 for p in profiles)
