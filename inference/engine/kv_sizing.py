@@ -2,7 +2,8 @@
 the memory, this module only does the arithmetic.
 
 The rule follows vLLM's `gpu_memory_utilization`: a fraction of the memory that is free once the weights are loaded
-(free GPU memory on CUDA, the host's available memory on CPU), then clamped:
+(free GPU memory on CUDA, the host's available memory on CPU), or all of the budget a placer handed the worker
+(`kv_memory_budget`: the node agent divides a CPU host's KV budget among the workers it runs there), then clamped:
 1. at least one full context (max_model_len tokens), so that any request the model admits fits an empty pool, as
    long as that takes at most MAX_FRACTION_FOR_ONE_CONTEXT of the free memory;
 2. at most max_num_seqs full contexts: the scheduler never runs more sequences than that, so more blocks stay idle.
