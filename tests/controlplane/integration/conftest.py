@@ -40,8 +40,13 @@ def ready_workers(live, role: str | None = None) -> list[dict]:
 
 
 def wait_steady(live, *, prefill: int = 1, decode: int = 1, revision: int | None = None, timeout: float = 120):
-    """Until exactly these many ready workers serve (of `revision` when given) and nothing else is in flight."""
+    """Until exactly these many ready workers serve (of `revision` when given) and nothing else is in flight: no
+    worker starting or draining, and no revision change (new revision, rollback, promote) unfinished: a promote is
+    marked done a moment after its last old worker stops, and a new rollout before that is refused with 409."""
     def steady():
+        if any(a["status"] in ("pending", "running") and a["kind"] in ("revision", "rollback", "promote")
+               for a in live.actions(DEPLOYMENT)):
+            return None
         workers = [w for w in live.workers(DEPLOYMENT) if w["role"] != "gateway"]
         serving = [w for w in workers if w["status"] in ("pending", "starting", "ready", "draining")]
         ready = [w for w in serving if w["status"] == "ready" and (revision is None or w["revision"] == revision)]
