@@ -1,6 +1,8 @@
 """End to end, with real agents, workers and gateway: a colocated pool spread over two nodes weighs each worker by
 its node's labels (the pool's routing_weights for class=compute, the other node's tandem.weight label), the
-endpoints answer carries those weights, and the deployment's own gateway, polling it, routes by them."""
+endpoints answer carries those weights, and the deployment's own gateway, polling it, routes by them and shows them
+(/health, /v1/models, /metrics). How the gateway shares load by weight is unit-tested (test_weighted_pick.py) and
+measured under real load by bench/gateway/weighted_routing.py."""
 from __future__ import annotations
 
 import pytest
@@ -42,6 +44,14 @@ def test_the_gateway_routes_by_the_weights_the_control_plane_computes_from_node_
         assert weights == {urls[live.node_name]: 3, urls[second_node]: 2}
         group, = live.api("GET", f"deployments/{NAME}/endpoints").json()["groups"]
         assert group["weights"] == weights
+        # The gateway shows each worker's weight in /v1/models and /metrics too.
+        models = requests.get(f"{gateway_url}/v1/models", timeout=10).json()["data"][0]["workers"]
+        assert {w["url"]: w["weight"] for w in models} == weights
+        metrics = requests.get(f"{gateway_url}/metrics", timeout=10).text
+        shown = {url: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                 if line.startswith("tandem_gateway_worker_weight{")
+                 for url in weights if f'worker="{url}"' in line}
+        assert shown == weights, metrics
         answer = requests.post(f"{gateway_url}/v1/completions", timeout=60, json={
             "model": NAME, "prompt": "Hello", "max_tokens": 4, "temperature": 0})
         assert answer.status_code == 200, answer.text
