@@ -76,9 +76,16 @@ class Gateway:
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         self.relay = Relay(self.config, self.router, self.session, on_retry=self.metrics.count_retry,
                            on_migration=self.metrics.count_migration)
+        # One membership poll and one health round before the port listens (aiohttp starts the site after its
+        # startup hooks): a gateway that starts or restarts in front of a serving fleet answers its first request
+        # instead of 503 "no membership yet". Each step is bounded by its own timeout; a control plane that does
+        # not answer leaves the gateway listening with the error on /health, as before.
         if self.membership is None:
             apply_static(self.config, self.router)
         else:
+            await self.membership.poll_once(self.session)
+        await self.router.probe_all(self.session)
+        if self.membership is not None:
             self._tasks.append(asyncio.create_task(self.membership.run(self.session), name="membership"))
         self._tasks.append(asyncio.create_task(self.router.run_health_loop(self.session), name="health"))
 

@@ -171,6 +171,7 @@ class ControlPlane:
         self.url = f"http://127.0.0.1:{self.port}"
         self.endpoints: dict = {"deployment": "demo", "model": "demo", "mode": "colocated", "groups": []}
         self.down = False
+        self.delay_s = 0.0  # how long each answer takes (a control plane under load)
         self.num_polls = 0
         self.authorizations: set[str] = set()
         self._loop = asyncio.new_event_loop()
@@ -180,6 +181,8 @@ class ControlPlane:
     async def _endpoints(self, request: web.Request) -> web.Response:
         self.num_polls += 1
         self.authorizations.add(request.headers.get("Authorization", ""))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         if self.down:
             return web.json_response({"detail": "maintenance"}, status=503)
         if request.headers.get("Authorization") != f"Token {TOKEN}":

@@ -83,6 +83,24 @@ def test_a_malformed_answer_does_not_wipe_the_membership(fleet):
         control_plane.endpoints = good
 
 
+def test_a_gateway_that_starts_in_front_of_a_serving_fleet_answers_its_first_request(fleet, tmp_path):
+    """It polls the control plane and probes the workers before it listens: no 503 "no membership yet" between
+    a (re)start and its first poll, however slowly the control plane answers."""
+    control_plane, _, _ = fleet
+    control_plane.delay_s = 2.0
+    try:
+        gateway = start_gateway("gateway-fresh", ["--control-plane", control_plane.url, "--deployment", "demo",
+                                                  "--token", TOKEN, "--membership-interval", "5"],
+                                tmp_path, wait_ready=False)  # returns as soon as the port answers at all
+    finally:
+        control_plane.delay_s = 0.0
+    try:
+        resp = complete(gateway.url, {"model": "demo", "prompt": "first", "max_tokens": 2})
+        assert resp.status_code == 200, resp.text
+    finally:
+        gateway.stop()
+
+
 def test_it_keeps_serving_when_the_control_plane_process_is_gone(fleet):
     control_plane, gateway, _ = fleet
     num_polls = control_plane.num_polls
