@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import RESULTS_DIR, ROOT, emit  # noqa: E402
+from bench.lib.common import RESULTS_DIR, ROOT, emit  # noqa: E402
 
 BENCH = ROOT / "bench"
 
@@ -34,22 +34,22 @@ def plan(args) -> dict[str, list[str]]:
     smol_dtype = ["--dtype", "bfloat16", "--vs-dtype", "float32", "--concurrency", "1,16", "--goals-at", "16",
                   "--methods", "engine,static", "--repeats", "1" if not on_gpu else "2"]
     return {
-        "decode_tiny": ["decode_throughput.py", "--model", "tiny", *dev],
-        "decode_smollm2": ["decode_throughput.py", "--model", "smollm2", *dev, *smol_decode],
-        "decode_smollm2_bf16_vs_fp32": ["decode_throughput.py", "--model", "smollm2", "--device", args.device,
+        "decode_tiny": ["engine/decode_throughput.py", "--model", "tiny", *dev],
+        "decode_smollm2": ["engine/decode_throughput.py", "--model", "smollm2", *dev, *smol_decode],
+        "decode_smollm2_bf16_vs_fp32": ["engine/decode_throughput.py", "--model", "smollm2", "--device", args.device,
                                         *smol_dtype],
-        "kv_handoff_tiny": ["kv_handoff.py", "--model", "tiny", *dev],
-        "kv_handoff_smollm2": ["kv_handoff.py", "--model", "smollm2", *dev, "--repeats", "3"],
-        "gateway": ["gateway_overhead.py", "--model", "tiny", "--requests", "200"],
-        "weighted_routing": ["weighted_routing.py", "--model", "tiny"],
+        "kv_handoff_tiny": ["engine/kv_handoff.py", "--model", "tiny", *dev],
+        "kv_handoff_smollm2": ["engine/kv_handoff.py", "--model", "smollm2", *dev, "--repeats", "3"],
+        "gateway": ["gateway/gateway_overhead.py", "--model", "tiny", "--requests", "200"],
+        "weighted_routing": ["gateway/weighted_routing.py", "--model", "tiny"],
         # Single-stream speed-ups on SmolLM2, CPU, one thread (~3 min): int8 weights against float32 and HF generate.
-        **({} if on_gpu else {"faster_tokens": ["faster_tokens.py"]}),
+        **({} if on_gpu else {"faster_tokens": ["engine/faster_tokens.py"]}),
         # Colocated, chunked and disaggregated on 2 threads each, SmolLM2 through the gateway (~10 min on a CPU).
-        "stage_split": ["stage_split.py", "--model", "smollm2", "--threads", "2"],
+        "stage_split": ["engine/stage_split.py", "--model", "smollm2", "--threads", "2"],
         # The control plane's benchmarks (written with the control plane): no model, no device.
-        "scrape_cycle": ["scrape_cycle.py"],
-        "alert_to_action": ["alert_to_action.py", "--trials", "2"],
-        "dashboard_page": ["dashboard_page.py"],
+        "scrape_cycle": ["controlplane/scrape_cycle.py"],
+        "alert_to_action": ["controlplane/alert_to_action.py", "--trials", "2"],
+        "dashboard_page": ["controlplane/dashboard_page.py"],
     }
 
 

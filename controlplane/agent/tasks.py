@@ -1,6 +1,6 @@
 """Celery tasks of a node's queue `node.<name>`, run by that node's agent: start and stop one worker's process.
 
-They are sent by supervision (controlplane.supervision.dispatch) by name, with the node's queue. What happens to
+They are sent by supervision (controlplane.supervision.node_queue) by name, with the node's queue. What happens to
 a process is reported as data (controlplane.services.restarts); the agent never decides the policy.
 """
 from __future__ import annotations

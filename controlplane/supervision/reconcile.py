@@ -38,7 +38,7 @@ from controlplane.rollout_provider import rollout_active, tried_replicas
 from controlplane.services.actions import action_fail, action_start, action_succeed
 from controlplane.services.pools import pool_schedulable_set
 from controlplane.services.restarts import worker_back_to_pending
-from controlplane.supervision import dispatch
+from controlplane.supervision import node_queue
 from controlplane.supervision.placement import node_pick, online_nodes, placement_for
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def _drain(worker: Worker, reason: str, summary: dict) -> None:
     if Worker.objects.filter(id=worker.id, status__in=(WorkerStatus.STARTING, WorkerStatus.READY)).update(
             status=WorkerStatus.DRAINING, last_error=reason):
         summary["drained"].append(worker.id)
-        dispatch.send_stop(worker)
+        node_queue.send_stop(worker)
 
 
 def _new_worker(deployment: Deployment, *, role: str, pool: Pool | None, summary: dict, **fields) -> Worker | None:
@@ -333,7 +333,7 @@ def _send_due_starts(deployment: Deployment, summary: dict) -> None:
             next_restart_at=now + timedelta(seconds=START_RESEND_S))
         if num_claimed == 1:
             summary["started"].append(worker.id)
-            dispatch.send_start(worker)
+            node_queue.send_start(worker)
 
 
 def _reconcile_delete(deployment: Deployment, action: Action, summary: dict) -> bool:

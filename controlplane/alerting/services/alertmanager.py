@@ -6,7 +6,7 @@ Only firing alerts act. The idempotency key comes from the alert (inbound_key), 
 """
 from __future__ import annotations
 
-from controlplane.alerting.services import dispatch
+from controlplane.alerting.services import carry_out
 from controlplane.alerting.webhooks.inbound import (
     ACTIONS, InboundAlert, InboundPayload, alert_field, inbound_key, positive_int,
 )
@@ -15,7 +15,7 @@ from controlplane.models import ActionKind, ActionStatus, Deployment, Pool, Work
 from controlplane.selectors import MAX_ID
 from controlplane.services import Actor, DuplicateAction, action_create, action_find
 
-_OUTCOME = {dispatch.DONE: "created", dispatch.SKIPPED: "skipped", dispatch.REFUSED: "refused"}
+_OUTCOME = {carry_out.DONE: "created", carry_out.SKIPPED: "skipped", carry_out.REFUSED: "refused"}
 
 
 def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
@@ -52,19 +52,19 @@ def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
         size = positive_int(alert_field(alert, payload, "tandem_scale_step") or "1", most=64)
         if size is None:
             return {**outcome, "outcome": "rejected", "detail": "tandem_scale_step must be an integer 1..64"}
-        result = dispatch.alert_action_carry_out(kind="scale", role=role,
-                                                 step=size if wanted == "scale_up" else -size, **common)
+        result = carry_out.alert_action_carry_out(kind="scale", role=role,
+                                                  step=size if wanted == "scale_up" else -size, **common)
     elif wanted == "restart":
         worker_id = positive_int(alert.labels.get("worker", ""), most=MAX_ID)
         worker = Worker.objects.filter(pk=worker_id, deployment=deployment).first() if worker_id else None
         if worker is None:
             return {**outcome, "outcome": "rejected", "detail": f"label worker names no worker of {name}"}
-        result = dispatch.alert_action_carry_out(kind="restart", worker=worker, **common)
+        result = carry_out.alert_action_carry_out(kind="restart", worker=worker, **common)
     elif wanted == "rollback":
-        result = dispatch.alert_action_carry_out(kind="rollback", **common)
+        result = carry_out.alert_action_carry_out(kind="rollback", **common)
     else:
         return {**outcome, **_audit_notify(alert, **common)}
-    if result.status == dispatch.DONE:
+    if result.status == carry_out.DONE:
         return {**outcome, "outcome": "created", "action": result.action.pk}
     return {**outcome, "outcome": _OUTCOME[result.status], "detail": result.detail}
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError
 
 from controlplane.alerting.models import ActionType, Alert, AlertRule, RuleActionRun, RunStatus
-from controlplane.alerting.services import dispatch
+from controlplane.alerting.services import carry_out
 from controlplane.alerting.services.notifications import notify
 from controlplane.services import Actor
 
@@ -100,7 +100,8 @@ def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime) -> in
     return num_run
 
 
-_RUN_STATUS = {dispatch.DONE: RunStatus.DONE, dispatch.SKIPPED: RunStatus.SKIPPED, dispatch.REFUSED: RunStatus.FAILED}
+_RUN_STATUS = {carry_out.DONE: RunStatus.DONE, carry_out.SKIPPED: RunStatus.SKIPPED,
+               carry_out.REFUSED: RunStatus.FAILED}
 
 
 def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str, event: str, now: datetime):
@@ -113,7 +114,7 @@ def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str
     if alert.deployment is None:
         return RunStatus.SKIPPED, None, "the alert has no deployment"
     step = int(spec.get("step", 1)) * (1 if spec.get("direction", "up") == "up" else -1)
-    outcome = dispatch.alert_action_carry_out(kind=kind, deployment=alert.deployment, actor=Actor.rule(rule.name),
-                                              reason=reason, idempotency_key=key, role=alert.role, step=step,
-                                              worker=alert.worker)
+    outcome = carry_out.alert_action_carry_out(kind=kind, deployment=alert.deployment, actor=Actor.rule(rule.name),
+                                               reason=reason, idempotency_key=key, role=alert.role, step=step,
+                                               worker=alert.worker)
     return _RUN_STATUS[outcome.status], outcome.action, outcome.detail

@@ -1,5 +1,5 @@
 """Reconcile and health passes record their duration, as scraping, alert evaluation and autoscaling do, so that
-the control plane's /metrics (and bench/sim_fleet.py) can say where a cycle's time goes."""
+the control plane's /metrics (and bench/fleet/sim_fleet.py) can say where a cycle's time goes."""
 from controlplane.observability.models import CycleKind, CycleStat
 from controlplane.supervision.tasks import check_health, reconcile_all
 

@@ -4,7 +4,7 @@ quantized model, and a prompt gets the same tokens alone or in a batch.
 The reference is exact where it can be: Hugging Face's model loaded from the same folder and quantized by the same
 `quantize_model` (deterministic: same int8 weights, same smoothing), so both run the very same int8 modules and
 only the engine's own parts (paged KV, batching, its forward) are under test. How far int8 lies from float32 is a
-quality question, measured in bench/faster_tokens.py (perplexity, greedy agreement), not asserted here.
+quality question, measured in bench/engine/faster_tokens.py (perplexity, greedy agreement), not asserted here.
 """
 from __future__ import annotations
 

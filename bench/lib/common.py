@@ -1,7 +1,8 @@
 """Shared helpers for the benchmarks: import path, model folders, prompts, timing, JSON output.
 
-The scripts run both as `python bench/x.py` and `python -m bench.x`; the first puts bench/ (not the repo root) on
-sys.path, so `bootstrap()` adds the root before anything imports `inference`.
+The scripts run both as `python bench/<group>/x.py` and `python -m bench.<group>.x`; the first puts bench/<group>/
+(not the repo root) on sys.path, so each script inserts the root (`Path(__file__).resolve().parents[2]`) before it
+imports `bench.lib`, and `bootstrap()` makes sure of it before anything imports `inference`.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench" / "results"
 MODEL_NAMES = ("tiny", "smollm2")
 

@@ -7,7 +7,7 @@ request latencies, the integral of how many it held). The rule decides the hold 
 weights' 3); the finished share is the hold times how fast each worker finishes, so a worker slowed by its larger
 load finishes a little less than its weight's share (reported, with the goal heavy share 75% ± 10%).
 
-    python bench/weighted_routing.py --requests 320 --clients 8 --max-tokens 4 32
+    python bench/gateway/weighted_routing.py --requests 320 --clients 8 --max-tokens 4 32
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bootstrap, emit, environment, model_dir  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import bootstrap, emit, environment, model_dir  # noqa: E402
 
 WEIGHTS = (3, 1)
 

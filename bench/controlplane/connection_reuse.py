@@ -15,8 +15,8 @@ Per pass: wall seconds, CPU seconds of this process (the control plane's side) a
 fleet's side: accepting connections costs them too). Medians, and now/before ratios. No database: the passes'
 HTTP and parsing only (store.py's writes are the same either way).
 
-    python bench/fleet_http.py                      # 1,000 workers on 4 hosts, 5 passes of each
-    python bench/fleet_http.py --workers 200 --passes 3
+    python bench/controlplane/connection_reuse.py         # 1,000 workers on 4 hosts, 5 passes of each
+    python bench/controlplane/connection_reuse.py --workers 200 --passes 3
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import emit, environment, setup_django  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import emit, environment, setup_django  # noqa: E402
 
 CONCURRENCY = 100  # settings.TANDEM_SCRAPE_CONCURRENCY's default
 TIMEOUT_S = 3.0
@@ -159,7 +159,7 @@ def main(argv=None) -> None:
     ratios = {stage: {key: round(summary[f"{stage}_now"][key] / summary[f"{stage}_before"][key], 3)
                       for key in ("wall_s", "cpu_s", "hosts_cpu_s") if summary[f"{stage}_before"][key] > 0}
               for stage in ("scrape", "health")}
-    emit({"bench": "fleet_http", "workers": args.workers, "hosts": args.hosts, "passes": args.passes,
+    emit({"bench": "connection_reuse", "workers": args.workers, "hosts": args.hosts, "passes": args.passes,
           "concurrency": CONCURRENCY, "median_per_pass": summary, "now_over_before": ratios,
           "kept_alive_connections": open_connections, "load_avg": os.getloadavg(), "environment": environment()})
 

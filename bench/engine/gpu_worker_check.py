@@ -9,7 +9,7 @@ For each (role layout, dtype) it starts real worker processes with `--device cud
   refused by a bfloat16 decode worker (400 naming both dtypes).
 Prints one JSON document; exits 1 when a check fails.
 
-    python bench/gpu_worker_check.py --model var/models/tiny
+    python bench/engine/gpu_worker_check.py --model var/models/tiny
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NVML_SERIES = ("tandem_gpu_utilization_ratio", "tandem_gpu_memory_used_bytes", "tandem_gpu_memory_total_bytes",
                "tandem_gpu_temperature_celsius", "tandem_gpu_power_watts")
 

@@ -13,7 +13,7 @@
 
 JSON out (the baseline, the prediction, is computed in the same run from the same machine's profile).
 
-    python bench/capacity_validation.py [--model tiny|smollm2] [--layout disaggregated|colocated] [--quick]
+    python bench/fleet/capacity_validation.py [--model tiny|smollm2] [--layout disaggregated|colocated] [--quick]
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bootstrap, emit, environment, model_dir  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import bootstrap, emit, environment, model_dir  # noqa: E402
 
 THROUGHPUT_GOAL = 0.20
 

@@ -11,7 +11,7 @@
 Goals: transfer/prefill <= 0.1, and a payload within 1.05x of the ideal 2 x layers x kv_heads x head_dim x dtype bytes
 per prompt token. A tiny model prefills 512 tokens in milliseconds, so its ratio says little; SmolLM2's is the figure.
 
-    python bench/kv_handoff.py --model smollm2 --dtype bfloat16
+    python bench/engine/kv_handoff.py --model smollm2 --dtype bfloat16
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import Timer, bootstrap, emit, environment, model_dir, random_prompts  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import Timer, bootstrap, emit, environment, model_dir, random_prompts  # noqa: E402
 
 GOAL_RATIO = 0.1
 GOAL_BYTES = 1.05

@@ -1,4 +1,4 @@
-"""Prefix caching sections of bench/faster_tokens.py.
+"""Prefix caching sections of bench/engine/faster_tokens.py.
 
 - `prefix_ttft`: the engine (the run's model, float32, the run's threads, chunked prefill at its CPU default) serves a
   request that shares a 1,000-token prefix with an earlier one; its time to first token against the same request
@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import ratio
+from bench.lib.common import ratio
 
 PREFIX_TOKENS = 1000
 SUFFIX_TOKENS = 24
@@ -142,7 +142,7 @@ def _load(gateway_url: str, prefill_urls: list[str], seed: int, tokenizer) -> di
 
 
 def routing_section(ctx: dict, args) -> dict:
-    from bench.common import model_dir
+    from bench.lib.common import model_dir
     from tests.procs import free_port, start, wait_http
 
     from transformers import AutoTokenizer

@@ -1,7 +1,7 @@
-"""The rest of a big fleet around bench/dashboard_page's one seeded deployment, and a loaded machine.
+"""The rest of a big fleet around bench/controlplane/dashboard_page's one seeded deployment, and a loaded machine.
 
 `create_other_deployments` makes deployments of N workers each (half prefill, half decode, plus a gateway) as rows,
-as bench/sim_fleet.py's simulated fleet leaves them: 49 deployments x 20 workers beside the seeded one is its
+as bench/fleet/sim_fleet.py's simulated fleet leaves them: 49 deployments x 20 workers beside the seeded one is its
 1,000-worker size. `seed_other_samples` writes the raw 5-second samples those workers and pools leave over the last
 minutes (PostgreSQL: COPY, millions of rows in seconds; elsewhere bulk_create). A full 6 h of raw retention for
 1,000 workers would be ~150 M rows: more than this bench can write in minutes, and every read of the deployment

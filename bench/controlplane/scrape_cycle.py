@@ -9,9 +9,9 @@ per-target state to the database, then one autoscaler evaluation of every pool (
 Also measured: the dashboard's heaviest read, 24 h of one metric for 10 workers (per-worker series from 1-minute
 rollups), against the dashboard's 300 ms goal.
 
-    python bench/scrape_cycle.py                 # 100 and 1,000 targets, SQLite in a temporary folder
-    python bench/scrape_cycle.py --targets 1000 --cycles 5 --database-url postgres://127.0.0.1:5432/test
-    python bench/scrape_cycle.py --targets 1000 --compare --database-url postgres://127.0.0.1:5432/scratch
+    python bench/controlplane/scrape_cycle.py    # 100 and 1,000 targets, SQLite in a temporary folder
+    python bench/controlplane/scrape_cycle.py --targets 1000 --cycles 5 --database-url postgres://127.0.0.1:5432/test
+    python bench/controlplane/scrape_cycle.py --targets 1000 --compare --database-url postgres://127.0.0.1:5432/scratch
 
 --compare: the cycle's store phase as it was before 2026-12-01 (samples by one executemany, scrape states by
 bulk_create's upsert, histogram increases matched bound by bound) against the current one (COPY on PostgreSQL,
@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import emit, environment, setup_django  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import emit, environment, setup_django  # noqa: E402
 
 GOAL_S = 2.0
 TARGETS_PER_DEPLOYMENT = 10  # 1 gateway, 3 prefill, 6 decode
@@ -84,7 +84,7 @@ def parse_args(argv=None):
 
 
 def start_server(port: int) -> subprocess.Popen:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-c", SERVER, str(NUM_GENERATIONS), str(port)], cwd=root,
                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(root)})
     deadline = time.monotonic() + 60

@@ -5,17 +5,17 @@ all generated tokens / wall time of the whole run (prefill included, for every m
 requests at once (`LLMEngine.generate`). HF generate runs one request at a time, so its rate does not depend on the
 concurrency; it is measured on at most `--sequential-requests` requests to keep the run short. `generate_batch` is
 transformers' continuous batching called as documented (a manager built per call: the reference figure the goals were
-set against); `generate_batch_warm` reuses one persistent manager (see bench/hf_baselines.py).
+set against); `generate_batch_warm` reuses one persistent manager (see bench/lib/hf_baselines.py).
 
 Every method runs in `--dtype` (the HF baselines load the model in it, the engine runs in it); `auto` is the model
 config's own dtype, as a worker resolves it. `--vs-dtype` also times the engine in a second dtype in the same run
 (`engine_<dtype>_tok_s`, `engine_vs_engine_<dtype>`): the speedup of bfloat16 over float32 is read from one run, on
 one machine state, like every other ratio here. Goals are checked at `--goals-at` concurrent requests.
 
-    python bench/decode_throughput.py --model tiny --concurrency 1,8,32
-    python bench/decode_throughput.py --model smollm2 --dtype bfloat16 --vs-dtype float32 --concurrency 1,16 \
+    python bench/engine/decode_throughput.py --model tiny --concurrency 1,8,32
+    python bench/engine/decode_throughput.py --model smollm2 --dtype bfloat16 --vs-dtype float32 --concurrency 1,16 \
         --methods engine,static --goals-at 16
-    python bench/decode_throughput.py --model smollm2 --device cuda --dtype bfloat16
+    python bench/engine/decode_throughput.py --model smollm2 --device cuda --dtype bfloat16
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import Timer, bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import Timer, bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
 
 METHODS = ("engine", "static", "hf_generate", "generate_batch", "generate_batch_warm")
 BASELINES = METHODS[1:]
@@ -120,7 +120,7 @@ def timed_rounds(runners: dict, batches: dict, device: str, repeats: int, errors
 
 def run(args) -> dict:
     bootstrap(args.threads if args.device == "cpu" else None)
-    from bench import hf_baselines as hf
+    from bench.lib import hf_baselines as hf
 
     path = model_dir(args.model)
     dtype = resolve_dtype(args.dtype, path, args.device)

@@ -12,18 +12,20 @@ in-process, so the figure is server time without network — fetches, as a viewe
 Every timed request starts with an empty cache (the chart data of long ranges is otherwise kept a few seconds:
 dashboards/chart_cache.py); `reused_median_ms` is the same requests repeated within that time.
 
-    python bench/dashboard_page.py                       # SQLite in a temporary folder
-    python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/test --repeat 7
+    python bench/controlplane/dashboard_page.py          # SQLite in a temporary folder
+    python bench/controlplane/dashboard_page.py --database-url postgres://127.0.0.1:5432/test --repeat 7
 
-With a big fleet's database around it and a loaded machine (bench/fleet_data.py): bench/sim_fleet.py's 1,000 workers
-are the seeded deployment's 20 and 49 more deployments of 20, whose last minutes of raw samples are written too;
---cpu-load runs busy processes while the URLs are timed. A PostgreSQL database stays seeded after the run, and a
-later run with --reuse times it again without seeding: the clock the pages read (time.time, in this process) is then
-set back by the data's age (`data_age_s`), so that every range sees the data as it did just after seeding.
+With a big fleet's database around it and a loaded machine (bench/lib/fleet_data.py): bench/fleet/sim_fleet.py's
+1,000 workers are the seeded deployment's 20 and 49 more deployments of 20, whose last minutes of raw samples are
+written too; --cpu-load runs busy processes while the URLs are timed. A PostgreSQL database stays seeded after the
+run, and a later run with --reuse times it again without seeding: the clock the pages read (time.time, in this
+process) is then set back by the data's age (`data_age_s`), so that every range sees the data as it did just after
+seeding.
 
-    python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/tandem_page --workers 20 \
+    python bench/controlplane/dashboard_page.py --database-url postgres://127.0.0.1:5432/tandem_page --workers 20 \
         --fleet-deployments 49 --fleet-workers 20 --fleet-raw-minutes 10 --cpu-load 6
-    python bench/dashboard_page.py --database-url postgres://127.0.0.1:5432/tandem_page --reuse --cpu-load 6
+    python bench/controlplane/dashboard_page.py --database-url postgres://127.0.0.1:5432/tandem_page --reuse \
+        --cpu-load 6
 """
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import emit, environment, setup_django  # noqa: E402
-from bench.fleet_data import CpuLoad, create_other_deployments, seed_other_samples  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import emit, environment, setup_django  # noqa: E402
+from bench.lib.fleet_data import CpuLoad, create_other_deployments, seed_other_samples  # noqa: E402
 
 GOAL_MS = 300.0
 STEP_S = 5.0

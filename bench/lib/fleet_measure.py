@@ -1,6 +1,6 @@
-"""Measurements of bench/sim_fleet.py that read processes and pages rather than the control plane's counters: which
-processes make up the control plane and their CPU and RSS, RSS over a run, and the deployment page with a day of
-data (bench/dashboard_page's seeding) over real HTTP."""
+"""Measurements of bench/fleet/sim_fleet.py that read processes and pages rather than the control plane's counters:
+which processes make up the control plane and their CPU and RSS, RSS over a run, and the deployment page with a day of
+data (bench/controlplane/dashboard_page's seeding) over real HTTP."""
 from __future__ import annotations
 
 import os
@@ -92,8 +92,8 @@ def sample_rss(stack, seconds: float, every: float = 10.0) -> dict:
 
 
 def measure_page(env: dict, web_url: str, name: str, repeat: int = 5) -> dict:
-    """A day of series for one deployment (bench/dashboard_page's seeding), then its page and 24 h charts over real
-    HTTP as a logged-in viewer."""
+    """A day of series for one deployment (bench/controlplane/dashboard_page's seeding), then its page and 24 h charts
+    over real HTTP as a logged-in viewer."""
     import requests
 
     # The web server's settings, SECRET_KEY included: the session written here must be valid there.
@@ -108,7 +108,7 @@ def measure_page(env: dict, web_url: str, name: str, repeat: int = 5) -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from bench.dashboard_page import seed, settle_tables
+    from bench.controlplane.dashboard_page import seed, settle_tables
     from controlplane.auth import Role, set_role
     from controlplane.models import Deployment, Worker
 

@@ -4,7 +4,7 @@
 Requests alternate direct / gateway so that load drift on a shared machine hits both alike. The figure is
 P50(gateway) - P50(direct) (goal <= 2 ms); the P50 of the paired differences is reported too.
 
-    python bench/gateway_overhead.py --requests 200
+    python bench/gateway/gateway_overhead.py --requests 200
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bootstrap, emit, environment, model_dir  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import bootstrap, emit, environment, model_dir  # noqa: E402
 
 GOAL_MS = 2.0
 PROMPT = "The quick brown fox jumps over the lazy dog."

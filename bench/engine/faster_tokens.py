@@ -7,15 +7,15 @@ One JSON document with:
   and the time to read the float32 weights once at the measured read bandwidth;
 - one section per speed-up, each with its own figures and goals: `int8` (INT8 weights, `quantization: int8`),
   `speculative` (speculative decoding, `speculative: {...}`, ngram and layers against the same float32 engine
-  without it), `prefix_ttft` and `prefix_routing` (prefix caching and cache-aware routing, bench/prefix_cache.py);
+  without it), `prefix_ttft` and `prefix_routing` (prefix caching and cache-aware routing, bench/lib/prefix_reuse.py);
 - `goals`: every goal, met (true) or not (false), from the figures of this run.
 
 Decode speed is read without the prefill: for each method, the time to generate N tokens minus the time to generate
 1 (the prefill and the first token), over N - 1. Timings are best of `--repeats`, taken in rounds (each method once
 per round) so that a busy spell on a shared machine slows all methods alike.
 
-    python bench/faster_tokens.py                 # SmolLM2, one thread, every section
-    python bench/faster_tokens.py --sections int8 --new-tokens 32 --ppl-tokens 1024
+    python bench/engine/faster_tokens.py          # SmolLM2, one thread, every section
+    python bench/engine/faster_tokens.py --sections int8 --new-tokens 32 --ppl-tokens 1024
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import prefix_cache  # noqa: E402
-from bench.common import ROOT, Timer, bootstrap, emit, environment, model_dir, ratio  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib import prefix_reuse  # noqa: E402
+from bench.lib.common import ROOT, Timer, bootstrap, emit, environment, model_dir, ratio  # noqa: E402
 
 DATA_DIR = ROOT / "bench" / "data"
 # Public text shipped with the repo: the GNU Free Documentation License 1.3, as Debian ships it
@@ -113,7 +113,7 @@ def engine_runner(engine):
 
 
 def hf_runner(model):
-    from bench import hf_baselines as hf
+    from bench.lib import hf_baselines as hf
 
     return lambda prompts, n: hf.hf_generate_one_by_one(model, prompts, n)
 
@@ -222,7 +222,7 @@ def int8_section(ctx: dict, args) -> dict:
     # equals HF generate on that model token for token, tests/inference/engine/test_int8_greedy.py).
     ids = tokenizer.encode(PPL_TEXT.read_text())[:args.ppl_tokens]
     ppl_fp32 = perplexity(ctx["hf_model"], ids, args.ppl_window)
-    from bench.hf_baselines import load_hf_model
+    from bench.lib.hf_baselines import load_hf_model
 
     quantized = load_hf_model(path, "cpu", "float32")
     quantize_model(quantized, kernel="fbgemm")
@@ -299,14 +299,14 @@ def speculative_section(ctx: dict, args) -> dict:
 
 
 # Each speed-up's section: name -> fn(ctx, args) -> dict.
-SECTIONS = {"int8": int8_section, "speculative": speculative_section, "prefix_ttft": prefix_cache.ttft_section,
-            "prefix_routing": prefix_cache.routing_section}
+SECTIONS = {"int8": int8_section, "speculative": speculative_section, "prefix_ttft": prefix_reuse.ttft_section,
+            "prefix_routing": prefix_reuse.routing_section}
 
 
 def run(args) -> dict:
     bootstrap(args.threads)
-    from bench.common import random_prompts
-    from bench.hf_baselines import load_hf_model
+    from bench.lib.common import random_prompts
+    from bench.lib.hf_baselines import load_hf_model
 
     path = model_dir(args.model)
     machine = memory_bandwidth()

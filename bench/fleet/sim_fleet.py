@@ -17,11 +17,11 @@ API, same stack):
 
 At the largest size: one pool scale (decode +2 of one deployment) timed until its workers are ready and in the
 gateway's membership; RSS of each control-plane process sampled over --duration seconds (flat or not); the deployment
-page and its 24 h charts over real HTTP after a day of series is written for one deployment (bench/dashboard_page's
-seeding). One JSON document is printed.
+page and its 24 h charts over real HTTP after a day of series is written for one deployment
+(bench/controlplane/dashboard_page's seeding). One JSON document is printed.
 
-    python bench/sim_fleet.py                                   # 250, 500, 1000 workers; 50 deployments; 100 nodes
-    python bench/sim_fleet.py --sizes 100 --deployments 10 --nodes 10 --window 30 --duration 60   # a quick look
+    python bench/fleet/sim_fleet.py                             # 250, 500, 1000 workers; 50 deployments; 100 nodes
+    python bench/fleet/sim_fleet.py --sizes 100 --deployments 10 --nodes 10 --window 30 --duration 60  # a quick look
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import ROOT, emit  # noqa: E402
-from bench.fleet_measure import control_processes, cpu_seconds, measure_page, rss_mib, sample_rss  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import ROOT, emit  # noqa: E402
+from bench.lib.fleet_measure import control_processes, cpu_seconds, measure_page, rss_mib, sample_rss  # noqa: E402
 
 KINDS = ("reconcile", "health", "scrape", "alert_evaluation", "autoscale")
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # telemetry.DURATION_BUCKETS

@@ -1,15 +1,15 @@
 """From a condition becoming true to its action starting, through the real evaluation loop (goal ≤ `for` + 10 s).
 
-A real Celery worker with embedded beat (`celery -A controlplane worker -B -Q control`) runs the production schedule:
-alert evaluation every TANDEM_ALERT_EVAL_INTERVAL_S (5 s), plus the reconcile, health and scrape passes of the
-other apps. This process plays the scraper: it stores a decode-pool sample every second (kv_cache_usage_ratio 0.5),
-switches it to 0.99 at a random moment (t0, when that sample is committed), and polls the audit log for the scale
-Action of the rule (`kv > 0.9 for <for> s → scale decode up`); the latency is Action.created_at − t0. Between
-trials the value goes back to 0.5 until the alert has resolved. SQLite and the filesystem broker in a temporary
-folder: nothing is shared with another run.
+A real Celery worker with embedded beat (`celery -A controlplane worker -B -Q control,periodic`, both queues, as
+`make run` starts it) runs the production schedule: alert evaluation every TANDEM_ALERT_EVAL_INTERVAL_S (5 s), plus
+the reconcile, health and scrape passes of the other apps. This process plays the scraper: it stores a decode-pool
+sample every second (kv_cache_usage_ratio 0.5), switches it to 0.99 at a random moment (t0, when that sample is
+committed), and polls the audit log for the scale Action of the rule (`kv > 0.9 for <for> s → scale decode up`); the
+latency is Action.created_at − t0. Between trials the value goes back to 0.5 until the alert has resolved. SQLite
+and the filesystem broker in a temporary folder: nothing is shared with another run.
 
-    python bench/alert_to_action.py                  # for 10 s, 3 trials
-    python bench/alert_to_action.py --for-s 0 --trials 5
+    python bench/controlplane/alert_to_action.py     # for 10 s, 3 trials
+    python bench/controlplane/alert_to_action.py --for-s 0 --trials 5
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import ROOT, emit, environment  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import ROOT, emit, environment  # noqa: E402
 
 SLACK_S = 10.0
 
@@ -112,8 +112,9 @@ class FakeScraper(threading.Thread):
 def start_worker(var_dir: str, env: dict) -> subprocess.Popen:
     log = open(Path(var_dir) / "celery.log", "w")
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "-B", "-Q", "control", "--pool=solo",
-         "-l", "info", "-s", str(Path(var_dir) / "beat-schedule"), "-n", f"bench-{os.getpid()}@localhost"],
+        [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "-B", "-Q", "control,periodic",
+         "--pool=solo", "-l", "info", "-s", str(Path(var_dir) / "beat-schedule"),
+         "-n", f"bench-{os.getpid()}@localhost"],
         cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check, one command on a CUDA host (about 3-4 minutes on one modern GPU; every step has a deadline):
 #
-#     bash bench/gpu_check.sh            # PYTHON=/path/to/python to use another interpreter than .venv
+#     bash bench/engine/gpu_check.sh     # PYTHON=/path/to/python to use another interpreter than .venv
 #
 # 1. the engine's greedy-equality tests (they run the engine on the CPU: its scheduling and KV logic on this host);
 # 2. greedy equality ON THE GPU in float32: the engine's tokens for 8 and 32 concurrent prompts must equal those of a
@@ -10,7 +10,7 @@
 #    (in bfloat16 a batched and an unbatched run may round differently, so equality there is reported, not required).
 # JSON results go to bench/results/gpu-*.json; the last lines print the headline figures.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=bench/results
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -32,7 +32,7 @@ timeout 180 "$PY" -m pytest -q -p no:django \
     tests/inference/engine/test_disaggregated.py
 
 echo "== 2. greedy equality on the GPU (float32)"
-timeout 240 "$PY" bench/decode_throughput.py --model tiny --device cuda --dtype float32 --concurrency 8,32 \
+timeout 240 "$PY" bench/engine/decode_throughput.py --model tiny --device cuda --dtype float32 --concurrency 8,32 \
     --methods engine,static,hf_generate --sequential-requests 8 --repeats 1 > "$OUT/gpu-$STAMP-greedy-fp32.json"
 "$PY" - "$OUT/gpu-$STAMP-greedy-fp32.json" <<'PY'
 import json, sys
@@ -47,7 +47,7 @@ PY
 
 echo "== 3. decode throughput (bfloat16)"
 for model in tiny smollm2; do
-    timeout 300 "$PY" bench/decode_throughput.py --model "$model" --device cuda --dtype bfloat16 \
+    timeout 300 "$PY" bench/engine/decode_throughput.py --model "$model" --device cuda --dtype bfloat16 \
         --concurrency 1,8,32 --sequential-requests 4 --repeats 2 > "$OUT/gpu-$STAMP-decode-$model.json"
 done
 

@@ -18,8 +18,8 @@ P50/P99 of short and long requests, short tokens per second, and goodput: reques
 objectives under "objectives" (TTFT, and mean ITL for the streams). Goals, each a ratio within this run (see
 GOALS); ratios near 1 on a loaded shared machine are noisy, so read them with the load average in "environment".
 
-    python bench/stage_split.py                      # SmolLM2, 2 threads, ~8 minutes
-    python bench/stage_split.py --modes disaggregated --duration 20
+    python bench/engine/stage_split.py               # SmolLM2, 2 threads, ~8 minutes
+    python bench/engine/stage_split.py --modes disaggregated --duration 20
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bootstrap, emit, environment, model_dir, ratio  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import bootstrap, emit, environment, model_dir, ratio  # noqa: E402
 
 SERVED_NAME = "bench"
 LOADS = ("long_alone", "short", "short+long")
@@ -88,7 +88,8 @@ def prompt_texts(path: Path, num_tokens: int, count: int, offset: int) -> list[s
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.model_max_length = 1 << 30  # only counting tokens here
-    source = "".join(p.read_text() for p in sorted(Path(__file__).parent.glob("*.py"))) * 2
+    bench = Path(__file__).resolve().parents[1]  # the benches' own sources, as text (no hidden folders: venvs)
+    source = "".join(p.read_text() for p in sorted(bench.glob("*/*.py")) if not p.parent.name.startswith(".")) * 2
     ids = tokenizer(source)["input_ids"]
     return [tokenizer.decode(ids[offset + i * 37:][:num_tokens]) for i in range(count)]
 

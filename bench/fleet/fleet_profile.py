@@ -1,9 +1,9 @@
-"""Where one pass of each periodic kind spends its time, against a running simulated fleet (bench/sim_fleet.py's
+"""Where one pass of each periodic kind spends its time, against a running simulated fleet (bench/fleet/sim_fleet.py's
 database): each pass runs once in this process under cProfile, with its wall time, its number of SQL queries and
 the functions that took the most time (cumulative). Run while sim_fleet.py holds its stack up (its --duration):
 
     DATABASE_URL=postgres://127.0.0.1:5432/tandem_sim CELERY_BROKER_URL=redis://127.0.0.1:6379/11 \
-        python bench/fleet_profile.py [--top 25] [--kinds scrape,health,reconcile,alert_evaluation,autoscale]
+        python bench/fleet/fleet_profile.py [--top 25] [--kinds scrape,health,reconcile,alert_evaluation,autoscale]
 
 The passes write what they would write in the control workers (they are idempotent), so the fleet goes on as before.
 """
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def _passes():

@@ -1,0 +1,1 @@
+"""Benchmarks of the gateway: the latency it adds and how its weights split traffic."""
