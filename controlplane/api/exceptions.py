@@ -1,15 +1,21 @@
 """One exception handler: every API error is `{"error": {"message", "code", ...}}` with its HTTP status."""
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InternalError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.errors import ControlPlaneError
+
+log = logging.getLogger(__name__)
+DATABASE_RETRY_AFTER_S = 5
 
 
 def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
@@ -37,6 +43,16 @@ def exception_handler(exc, context):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response({"error": {"message": f"the request body is larger than {limit} bytes", "code": "too_large",
                                    "max_bytes": limit}}, status=413)
+    if isinstance(exc, (OperationalError, InternalError)):
+        # The database refuses the request (read-only, out of connections, gone): nothing was applied (the
+        # statement failed inside its transaction), and the client should retry, not read a 500 HTML page.
+        # ProgrammingError and the like stay 500s: those are bugs.
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        log.warning("the database refused %s %s: %s", context["request"].method, context["request"].path, reason)
+        return Response({"error": {"message": f"the database refuses this request for now ({type(exc).__name__}: "
+                                              f"{reason}); nothing was changed: retry later",
+                                   "code": "database_unavailable"}},
+                        status=503, headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)})
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")
     elif isinstance(exc, ObjectDoesNotExist):

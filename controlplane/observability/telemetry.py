@@ -57,6 +57,36 @@ def record_cycle(kind: str, seconds: float, *, num_targets: int | None = None, n
         stat.save()
 
 
+def _expected_intervals() -> dict[str, float]:
+    """How often each periodic pass is meant to run (the kinds a stale control plane shows first)."""
+    from django.conf import settings
+
+    return {CycleKind.RECONCILE: settings.TANDEM_RECONCILE_INTERVAL_S,
+            CycleKind.HEALTH: settings.TANDEM_RECONCILE_INTERVAL_S,
+            CycleKind.SCRAPE: settings.TANDEM_SCRAPE_INTERVAL_S,
+            CycleKind.ALERT_EVALUATION: settings.TANDEM_ALERT_EVAL_INTERVAL_S}
+
+
+def stale_after_s(interval_s: float) -> float:
+    """A pass is stale when none ran for 5 of its intervals, and never sooner than 30 s (a busy host delays a few)."""
+    return max(5 * float(interval_s), 30.0)
+
+
+def cycle_freshness(since: float) -> dict[str, dict]:
+    """{kind: {"age_s", "stale_after_s", "stale"}} for each periodic pass; `since` (epoch seconds, the caller's
+    start) stands in for a pass that never ran, so a control plane that just started is not called stale."""
+    now = timezone.now().timestamp()
+    last = dict(CycleStat.objects.filter(last_at__isnull=False).values_list("kind", "last_at"))
+    freshness = {}
+    for kind, interval in _expected_intervals().items():
+        ran = last.get(kind)
+        age = now - (ran.timestamp() if ran is not None else since)
+        limit = stale_after_s(interval)
+        freshness[str(kind)] = {"age_s": round(age, 1), "ran": ran is not None, "stale_after_s": limit,
+                                "stale": age > limit}
+    return freshness
+
+
 def observe_evaluation(seconds: float) -> None:
     """One pass of alert-rule evaluation took `seconds` (called by the alerting app)."""
     record_cycle(CycleKind.ALERT_EVALUATION, seconds)
@@ -75,6 +105,9 @@ class ControlPlaneCollector(Collector):
             labels=["kind"])
         last = GaugeMetricFamily("tandem_controlplane_cycle_last_duration_seconds",
                                  "Duration of the latest cycle of each kind.", labels=["kind"])
+        ran_at = GaugeMetricFamily("tandem_controlplane_cycle_last_run_timestamp_seconds",
+                                   "When the latest cycle of each kind ended (Unix time): time() minus it is how "
+                                   "stale that control loop is.", labels=["kind"])
         targets = GaugeMetricFamily("tandem_controlplane_scrape_targets",
                                     "Targets in the latest scrape cycle, by whether they answered.", labels=["up"])
         for stat in CycleStat.objects.all():
@@ -84,11 +117,14 @@ class ControlPlaneCollector(Collector):
                 duration.add_metric([stat.kind], buckets, stat.sum_seconds)
             if stat.last_seconds is not None:
                 last.add_metric([stat.kind], stat.last_seconds)
+            if stat.last_at is not None:
+                ran_at.add_metric([stat.kind], stat.last_at.timestamp())
             if stat.kind == CycleKind.SCRAPE and stat.last_targets is not None:
                 targets.add_metric(["1"], float(stat.last_targets_up or 0))
                 targets.add_metric(["0"], float(stat.last_targets - (stat.last_targets_up or 0)))
         yield duration
         yield last
+        yield ran_at
         yield targets
         yield self._actions()
         yield self._unschedulable()

@@ -1,7 +1,18 @@
+"""GET /healthz, for load balancers, `tandem_run` and operators: no auth.
+
+503 when the web process cannot query its database (it cannot serve). Otherwise 200, with `status` "ok" or
+"degraded" and what is wrong: the broker does not answer, or a periodic pass (reconcile, health, scrape, alert
+evaluation) has not run for 5 of its intervals (the broker frozen, the Celery workers gone or wedged). Degraded is
+still 200: restarting the web process would not mend either, and a load balancer should keep sending it the API.
+"""
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 
+from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
@@ -9,11 +20,45 @@ from django.views.decorators.http import require_GET
 
 log = logging.getLogger(__name__)
 
+STARTED = time.time()  # a pass that never ran is counted from here, so a fresh start is not "stale"
+BROKER_CHECK_TTL_S = 5.0  # probes come every few seconds: one broker connection per this long at most
+_broker_lock = threading.Lock()
+_broker_cache: tuple[float, str] | None = None
+_last_problems: list[str] = []
+
+
+def _broker_state() -> str:
+    """"ok" or "error: …": the broker takes a connection (AMQP, Redis) or its folders are writable (filesystem)."""
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("filesystem://"):
+        options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+        for key in ("data_folder_in", "data_folder_out"):
+            folder = options.get(key)
+            if folder and not os.access(folder, os.W_OK | os.X_OK):
+                return f"error: the broker folder {folder} is not writable"
+        return "ok"
+    from kombu import Connection
+
+    try:
+        with Connection(url, connect_timeout=settings.TANDEM_BROKER_TIMEOUT_S,
+                        transport_options=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}) as conn:
+            conn.ensure_connection(max_retries=1, timeout=settings.TANDEM_BROKER_TIMEOUT_S)
+    except Exception as exc:  # any transport error is the answer
+        return f"error: {type(exc).__name__}: {exc}"[:300]
+    return "ok"
+
+
+def broker_state() -> str:
+    global _broker_cache
+    with _broker_lock:
+        if _broker_cache is None or time.monotonic() - _broker_cache[0] > BROKER_CHECK_TTL_S:
+            _broker_cache = (time.monotonic(), _broker_state())
+        return _broker_cache[1]
+
 
 @never_cache
 @require_GET
 def healthz(request):
-    """The web process is up and can query its database. No auth: load balancers and `tandem_run` probe it."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -21,4 +66,18 @@ def healthz(request):
     except Exception as exc:  # any driver error means "not healthy", which is the answer, not a crash
         log.warning("healthz: database check failed: %s", exc)
         return JsonResponse({"status": "error", "database": f"error: {type(exc).__name__}"}, status=503)
-    return JsonResponse({"status": "ok", "database": "ok"})
+    from controlplane.observability.telemetry import cycle_freshness
+
+    loops = cycle_freshness(STARTED)
+    broker = broker_state()
+    problems = [f"broker {broker}"] if broker != "ok" else []
+    problems += [f"no {kind} pass for {loop['age_s']:.0f} s (stale after {loop['stale_after_s']:.0f} s)"
+                 for kind, loop in loops.items() if loop["stale"]]
+    body = {"status": "degraded" if problems else "ok", "database": "ok", "broker": broker, "control_loops": loops}
+    if problems:
+        body["problems"] = problems
+    global _last_problems
+    if problems != _last_problems:  # once per change, not once per probe
+        log.warning("healthz: %s", "degraded: " + "; ".join(problems) if problems else "ok again")
+        _last_problems = problems
+    return JsonResponse(body)
