@@ -2,7 +2,11 @@
 
 A payload is a safetensors file: tensors `k` and `v`, each [num_layers, num_prompt_tokens, num_kv_heads, head_dim]
 in the revision's dtype, and one string metadata entry `tandem` holding the JSON header
-{"request_id", "prompt_token_ids", "first_token_id", "sampling", "kv_layout", "revision"}.
+{"request_id", "prompt_token_ids", "first_token_id", "sampling", "kv_layout", "revision", "checksum"}.
+
+`checksum` is "crc32:<8 hex digits>" of the bytes of `k` then `v`: a transfer corrupted in flight (a flipped bit
+that leaves shapes and dtype intact, which nothing else would notice) is refused, never decoded into garbage. A
+payload without it (a sender older than the field) is accepted unchecked.
 
 safetensors never executes code on load (unlike pickle), and its own parser rejects offsets that point outside the
 buffer; `decode_payload` adds what safetensors cannot know: that the header is complete and well typed, and that the
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 from dataclasses import dataclass, field
 
 import torch
@@ -57,12 +62,22 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def checksum(*tensors: torch.Tensor) -> str:
+    """crc32 of the tensors' bytes in order (contiguous CPU tensors; any dtype): ~2 GB/s on one core."""
+    crc = 0
+    for t in tensors:
+        if t.numel():
+            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy(), crc)
+    return f"crc32:{crc:08x}"
+
+
 def encode_payload(payload: KVPayload) -> bytes:
     """Serialize for the push. CPU and torch work: callers run it in a thread executor, off the event loop."""
     # k, v may be views into a larger export buffer, or on a GPU; safetensors wants contiguous CPU tensors.
     k = payload.k.detach().to("cpu").contiguous()
     v = payload.v.detach().to("cpu").contiguous()
-    return st_save({"k": k, "v": v}, metadata={METADATA_KEY: json.dumps(payload.header())})
+    header = {**payload.header(), "checksum": checksum(k, v)}
+    return st_save({"k": k, "v": v}, metadata={METADATA_KEY: json.dumps(header)})
 
 
 def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None) -> KVPayload:
@@ -118,7 +133,13 @@ def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None)
         if tuple(t.shape) != expected_shape:
             raise KVWireError(f"tensor {name!r} has shape {list(t.shape)}, expected {list(expected_shape)} "
                               "[num_layers, num_prompt_tokens, num_kv_heads, head_dim]")
-    known = {"request_id", "prompt_token_ids", "first_token_id", "sampling", "kv_layout", "revision"}
+    sent = header.get("checksum")
+    if sent is not None:
+        got = checksum(tensors["k"], tensors["v"])
+        if sent != got:
+            raise KVWireError(f"KV payload checksum mismatch: the header says {sent!r}, the tensors hash to {got!r} "
+                              "(corrupted in transit); push it again")
+    known = {"request_id", "prompt_token_ids", "first_token_id", "sampling", "kv_layout", "revision", "checksum"}
     return KVPayload(request_id=request_id, prompt_token_ids=prompt_token_ids, first_token_id=first_token_id,
                      sampling=sampling, kv_layout=their_layout, revision=their_revision,
                      k=tensors["k"], v=tensors["v"], extra={k: v for k, v in header.items() if k not in known})

@@ -110,3 +110,21 @@ def test_it_rejects_missing_or_mistyped_header_fields():
         decode_payload(st_save(t, metadata={"tandem": json.dumps(header)}), kv_layout=LAYOUT)
     with pytest.raises(KVWireError, match="exactly the tensors"):
         decode_payload(st_save({"k": good.k}, metadata={"tandem": json.dumps(good.header())}), kv_layout=LAYOUT)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_bit_flipped_in_flight_is_refused_by_its_checksum(dtype):
+    layout = {**LAYOUT, "dtype": str(dtype).removeprefix("torch.")}
+    sent = payload(kv_layout=layout, k=payload().k.to(dtype), v=payload().v.to(dtype))
+    data = bytearray(encode_payload(sent))
+    assert torch.equal(decode_payload(bytes(data), kv_layout=layout).v, sent.v)  # intact: accepted
+    data[-3] ^= 0x10  # one bit of the last tensor's bytes: shapes, dtype and header all still parse
+    with pytest.raises(KVWireError, match="checksum mismatch.*corrupted in transit"):
+        decode_payload(bytes(data), kv_layout=layout)
+
+
+def test_a_payload_from_a_sender_without_checksums_is_accepted_unchecked():
+    sent = payload()
+    data = st_save({"k": sent.k, "v": sent.v}, metadata={"tandem": json.dumps(sent.header())})
+    got = decode_payload(data, kv_layout=LAYOUT)
+    assert torch.equal(got.k, sent.k)
