@@ -176,7 +176,7 @@ class Relay:
                 resp.close()
             raise
         return Leg(prompt_tokens, pending, finish, events if finish is None else None, [release], [resp], worker.url,
-                   lambda reason: self.router.mark_down(worker, reason))
+                   lambda reason: self.router.mark_down(worker, reason), worker.ejected)
 
     async def _read_until_first_token(self, events: AsyncIterator[dict], worker: Worker, excluded: set[str]):
         prompt_tokens = 0
@@ -239,7 +239,7 @@ class Relay:
             return Leg(prompt_tokens, pending, finish, streamed_by=prefill.url)
         responses: list[aiohttp.ClientResponse] = []
         return Leg(prompt_tokens, pending, None, self._decode_events(decode, request_id, responses), [release_decode],
-                   responses, decode.url, lambda reason: self.router.mark_down(decode, reason))
+                   responses, decode.url, lambda reason: self.router.mark_down(decode, reason), decode.ejected)
 
     async def _kv_transfer_failed(self, resp: aiohttp.ClientResponse, prefill: Worker, decode: Worker,
                                   excluded: set[str]) -> None:

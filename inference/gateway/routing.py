@@ -61,6 +61,9 @@ class Worker:
     weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
     prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
     probe_timeouts: int = 0  # health probes in a row that got no answer in time (PROBE_TIMEOUTS_TO_DOWN)
+    # Set when the worker is taken out of rotation: the streams it holds move on at once (TokenStream) instead of
+    # waiting on a hung worker. A fresh one once it is ready again.
+    ejected: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def is_ready(self) -> bool:
@@ -251,6 +254,7 @@ class Router:
             log.warning("%s %s out of rotation: %s", worker.role.value, worker.url, reason)
         worker.state = WorkerState.DOWN
         worker.reason = reason
+        worker.ejected.set()
 
     # -- health probing -----------------------------------------------------------------------------------------------
 
@@ -296,6 +300,8 @@ class Router:
             return
         if worker.state is not WorkerState.READY:
             log.info("%s %s is ready", worker.role.value, worker.url)
+        if worker.ejected.is_set():
+            worker.ejected = asyncio.Event()
         worker.state = WorkerState.READY
         worker.reason = "ok"
 

@@ -9,6 +9,10 @@ repeated or lost at the seam. Greedy requests continue token-identically (the sa
 a sampled request (temperature > 0) continues with fresh draws for its remaining tokens, so only greedy output is
 the same as an uninterrupted run's. A request moves at most --max-migrations times.
 
+A hung worker (stopped, wedged, its host frozen) closes nothing: its streams would wait until something kills it.
+So a leg also moves on as soon as the gateway takes its streaming worker out of rotation (its health probes failed,
+Worker.ejected): with the default probes (every 1 s, 1 s timeout, 2 in a row) a stalled stream resumes within ~5 s.
+
 Failures that may belong to the request rather than to the worker (an engine error, a timeout, a refusal) end the
 stream as before: moving them could carry the failure to the next worker.
 """
@@ -60,6 +64,7 @@ class Leg:
     responses: list[aiohttp.ClientResponse] = field(default_factory=list)
     streamed_by: str = ""  # the worker whose stream this is: excluded when the request moves on
     on_disconnect: Callable[[str], None] | None = None  # the worker dropped the connection: out of rotation
+    ejected: asyncio.Event | None = None  # set when the streaming worker leaves the rotation: the leg moves on
 
     async def close(self) -> None:
         releases, self.releases = self.releases, []
@@ -134,7 +139,7 @@ class TokenStream:
         if leg.finish is not None or leg.upstream is None:
             return
         try:
-            async for event in leg.upstream:
+            async for event in self._events(leg):
                 kind = event.get("type")
                 if kind == "token":
                     yield event.get("text") or "", list(event.get("token_ids") or ())
@@ -158,6 +163,33 @@ class TokenStream:
             raise StreamBroken("bad_worker_answer", f"the worker sent a line that is not JSON: {exc}",
                                migratable=True) from None
         raise StreamBroken("worker_disconnected", "the worker closed the stream before it finished", migratable=True)
+
+    @staticmethod
+    async def _events(leg: Leg) -> AsyncIterator[dict]:
+        """The leg's worker events, until the gateway takes that worker out of rotation (StreamBroken, migratable).
+        One wait per event on both the next line and the ejection: a hung worker sends neither a line nor an EOF."""
+        if leg.ejected is None:
+            async for event in leg.upstream:
+                yield event
+            return
+        upstream = leg.upstream.__aiter__()
+        ejected = asyncio.ensure_future(leg.ejected.wait())
+        try:
+            while True:
+                step = asyncio.ensure_future(upstream.__anext__())
+                await asyncio.wait((step, ejected), return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    step.cancel()
+                    await asyncio.gather(step, return_exceptions=True)
+                    raise StreamBroken("worker_ejected", f"{leg.streamed_by} was taken out of rotation mid-stream",
+                                       migratable=True)
+                try:
+                    event = step.result()
+                except StopAsyncIteration:
+                    return
+                yield event
+        finally:
+            ejected.cancel()
 
     async def close(self) -> None:
         await self._leg.close()

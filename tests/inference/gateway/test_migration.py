@@ -7,6 +7,8 @@ engine loop is stalled (its test-only fault: 2 s asleep) before it is killed, so
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -73,6 +75,7 @@ class Client(threading.Thread):
         self.url = url + ("/v1/chat/completions" if chat else "/v1/completions")
         self.body = body
         self.events: list = []
+        self.times: list[float] = []  # when each event came
         self.answer: requests.Response | None = None
         self.error: BaseException | None = None
 
@@ -88,6 +91,7 @@ class Client(threading.Thread):
                     if line.startswith("data: "):
                         payload = line.removeprefix("data: ")
                         self.events.append(payload if payload == "[DONE]" else json.loads(payload))
+                        self.times.append(time.monotonic())
         except BaseException as exc:  # reported by the test thread
             self.error = exc
 
@@ -209,3 +213,35 @@ def test_with_max_migrations_0_a_cut_stream_ends_with_an_error_event_then_done(g
     error = client.events[-2]["error"]
     assert error["type"] == "upstream_error" and "broke" in error["message"]
     assert _migrations(gateway.url) == 0
+
+
+def test_streams_on_a_hung_decode_worker_move_once_the_gateway_ejects_it(gateways, fleet):
+    """SIGSTOP (from the OS, as a frozen host would) the decode worker holding the most streams: nothing closes its
+    connections, so its streams go on only because the gateway moves them when its health probes take it out of
+    rotation (every 1 s, 1 s timeout, 2 in a row), not when something finally kills it."""
+    gateway, workers = gateways["disaggregated"], fleet["workers"]
+    bodies = [_body(prompt, stream=True, stream_options={"include_usage": True}) for prompt in PROMPTS[:4]]
+    undisturbed = _run(gateway.url, bodies)
+    clients = [Client(gateway.url, body) for body in bodies]
+    for client in clients:
+        client.start()
+    deadline = time.monotonic() + TIMEOUT_S
+    while not all(len(c.events) >= 2 for c in clients):
+        assert time.monotonic() < deadline, "the requests never started"
+        time.sleep(0.01)
+    by_url = {workers[name].url: workers[name] for name in ("decode-1", "decode-2")}
+    busiest = max(by_url, key=lambda url: worker_states(gateway.url)[url][1])
+    hung = by_url[busiest]
+    stopped_at = time.monotonic()
+    os.kill(hung.popen.pid, signal.SIGSTOP)
+    try:
+        results = [c.result() for c in clients]
+    finally:
+        os.kill(hung.popen.pid, signal.SIGCONT)
+    assert results == undisturbed
+    # The longest wait of any stream across the stop: the probes' ~2-3 s and a new prefill, with room for a
+    # loaded host; a stream that waited for the worker to come back would still wait (it is only woken below).
+    gaps = [max(b - a for a, b in zip(c.times, c.times[1:]) if b > stopped_at) for c in clients]
+    assert max(gaps) < 20, gaps
+    assert _migrations(gateway.url) >= 1
+
