@@ -1,7 +1,7 @@
 """`python -m inference.worker --role prefill|decode|colocated --model DIR --port N ...` (see --help).
 
-With `--simulate PROFILE` the same command line runs a simulated worker (inference.worker.sim): the same HTTP
-protocol, latencies from the profile, no model and no torch.
+With `--simulate PROFILE` the same command line runs a simulated worker: the same server in front of a simulated
+engine (inference.worker.sim), latencies from the profile, no model and no torch.
 """
 from __future__ import annotations
 
@@ -10,32 +10,17 @@ import logging
 import os
 import sys
 
-from inference.worker.config import build_parser, parse_args
+from inference.worker.config import parse_args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = vars(parser.parse_args(argv))
-    if args["simulate"]:
-        return _main_simulated(parser, args)
     config = parse_args(argv)  # before the heavy imports below: a bad flag fails in a blink
-    from inference.worker.server import serve
+    from inference.worker.server import serve  # imports no torch: a real engine loads it on its own thread
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {config.engine.role}[%(process)d] %(levelname)s "
+    prefix = f"sim-{config.engine.role}" if config.simulated else config.engine.role
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {prefix}[%(process)d] %(levelname)s "
                                                    "%(name)s: %(message)s")
     return asyncio.run(serve(config))
-
-
-def _main_simulated(parser, args: dict) -> int:
-    from inference.worker.sim.server import ProfileError, serve_one, sim_config_from_args
-
-    try:
-        config = sim_config_from_args(args)
-    except ProfileError as exc:
-        parser.error(f"--simulate {exc}")
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s sim-{config.role}[%(process)d] %(levelname)s "
-                                                   "%(name)s: %(message)s")
-    return asyncio.run(serve_one(config))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The worker's command line, parsed into one validated WorkerConfig (`python -m inference.worker --help`).
 
 The engine's settings form the engine's own `Config`, checked there; `WorkerConfig` holds it and adds what the HTTP
-server needs. A bad value of either exits 2 with a message that names the flag.
+server needs. A bad value of either exits 2 with a message that names the flag. With `--simulate PROFILE` the engine's
+part is the profile's `SimSettings` instead (no model folder needed); the server's part is the same and checked alike.
 
 `--enable-test-faults` is a test aid: it adds `POST /debug/fault`, which breaks the engine loop on demand. The control
 plane never passes it (it is not an engine setting a revision can carry), so no production worker serves that route.
@@ -21,6 +22,7 @@ from pathlib import Path
 from inference.engine.config import DTYPES, QUANTIZATIONS, Config, ConfigError
 from inference.roles import Role
 from inference.worker.faults import TestFault
+from inference.worker.sim.profile import ProfileError, SimSettings, load_profile
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -29,7 +31,7 @@ ENGINE_FIELDS = tuple(f.name for f in fields(Config))  # the flags that make the
 
 @dataclass(slots=True)
 class WorkerConfig:
-    engine: Config
+    engine: Config | SimSettings  # SimSettings: a simulated worker (--simulate PROFILE)
     port: int
     host: str = "127.0.0.1"
     # Admission: at most max_num_seqs + max_queue requests in this worker (running, waiting, or received KV not yet
@@ -71,8 +73,12 @@ class WorkerConfig:
                 raise ConfigError("test_fault", str(exc)) from None
 
     @property
+    def simulated(self) -> bool:
+        return isinstance(self.engine, SimSettings)
+
+    @property
     def model_name(self) -> str:
-        return Path(self.engine.model).resolve().name
+        return Path(self.engine.model).resolve().name or str(self.engine.model)
 
     @property
     def max_in_flight(self) -> int:
@@ -182,13 +188,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> WorkerConfig:
+    """The command line as a WorkerConfig; a bad value exits 2 with the usage line and a message naming the flag."""
     parser = build_parser()
-    args = vars(parser.parse_args(argv))
-    if args.pop("simulate"):
-        parser.error("--simulate makes a simulated worker: use inference.worker.__main__, not parse_args")
     try:
-        engine = Config(**{name: args.pop(name) for name in ENGINE_FIELDS})
-        return WorkerConfig(engine=engine, **args)
+        return worker_config(vars(parser.parse_args(argv)))
+    except ProfileError as exc:
+        parser.error(f"--simulate {exc}")
     except ConfigError as exc:
         parser.error(f"--{exc.field.replace('_', '-')} {exc.requirement}")  # exits 2 with the usage line
-        raise  # unreachable; parser.error exits
+    raise AssertionError("unreachable: parser.error exits")
+
+
+def worker_config(args: dict) -> WorkerConfig:
+    """A WorkerConfig from the parsed flags (build_parser); raises ConfigError, or ProfileError for --simulate.
+
+    With --simulate the engine is simulated: the profile must describe the role, and of the engine's flags only
+    --role, --model and --max-num-seqs are used."""
+    args = dict(args)
+    simulate = args.pop("simulate")
+    # An engine setting without a flag (yet) keeps the Config's default.
+    engine_args = {name: args.pop(name) for name in ENGINE_FIELDS if name in args}
+    if simulate:
+        profile = load_profile(simulate)
+        profile.role(engine_args["role"])  # the profile must describe this role
+        engine = SimSettings(profile=profile, role=Role(engine_args["role"]), model=engine_args["model"],
+                             max_num_seqs=engine_args.get("max_num_seqs") or 64)
+    else:
+        engine = Config(**engine_args)
+    return WorkerConfig(engine=engine, **args)

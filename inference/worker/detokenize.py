@@ -14,6 +14,7 @@ that a later token completes: the streamed text always equals the final text.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 # Prompt tokens used as decoding context for the first generated tokens (enough for any merge of a leading space).
 CONTEXT_TOKENS = 6
@@ -24,6 +25,14 @@ REPLACEMENT_CHAR = "\ufffd"
 class Delta:
     text: str  # newly releasable text (may be empty)
     stopped: bool  # a stop string matched: the sequence must finish with finish_reason "stop"
+
+
+class TextDecoder(Protocol):
+    """What the engine side asks of a request's text: this module's detokenizer, or the simulated engine's words."""
+
+    def add(self, token_id: int) -> Delta: ...
+
+    def flush(self) -> str: ...
 
 
 class IncrementalDetokenizer:

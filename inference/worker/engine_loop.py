@@ -28,7 +28,7 @@ from enum import Enum
 from inference.metrics import TandemMetrics
 from inference.roles import Role
 from inference.sampling_params import SamplingParams
-from inference.worker.detokenize import IncrementalDetokenizer
+from inference.worker.detokenize import IncrementalDetokenizer, TextDecoder
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,17 @@ class Event:
     finish_reason: str | None = None  # on "done" (and on a prefill "token" that already finishes the request)
     message: str = ""  # on "rejected" and "error"
     kind: str = ""  # on "error": engine | timeout | ...
-    kv: tuple | None = None  # prefill role, with the first token: (k, v) [num_layers, num_prompt_tokens, Hkv, D]
+    # Prefill role, with the first token: (k, v) [num_layers, num_prompt_tokens, Hkv, D]; () from the simulated engine.
+    kv: tuple | None = None
     num_prompt_tokens: int = 0
     num_completion_tokens: int = 0
 
 
-@dataclass(slots=True)
-class Submission:
+@dataclass(slots=True, eq=False)
+class EngineRequest:
+    """One request on the engine's side, from its submission to its last event: what the handler asked for, then
+    the engine's bookkeeping of it (the real engine loop's, or the simulated engine's)."""
+
     request_id: str
     prompt_token_ids: list[int]  # the prompt, then the num_resumed_tokens generated before (a resumed request)
     params: SamplingParams  # max_tokens: the whole request's, resumed tokens included
@@ -70,21 +74,15 @@ class Submission:
     first_token_id: int | None = None  # decode role: the prefill worker's first token, with its K/V
     kv: tuple | None = None
     num_resumed_tokens: int = 0
+    # From admission on: its text, the tokens it generated (resumed ones included) and when the last one came.
+    detok: TextDecoder | None = None
+    num_completion_tokens: int = 0
+    last_token_at: float | None = None
 
     @property
     def num_prompt_tokens(self) -> int:
         """The client's prompt: what usage reports, whatever was resumed."""
         return len(self.prompt_token_ids) - self.num_resumed_tokens
-
-
-@dataclass(slots=True)
-class _Tracked:
-    """Engine-thread bookkeeping of one open request."""
-
-    sub: Submission
-    detok: IncrementalDetokenizer
-    num_completion_tokens: int = 0
-    last_token_at: float | None = None
 
 
 class EngineLoop:
@@ -101,7 +99,7 @@ class EngineLoop:
         self.stats: dict = {}
         self.loaded = threading.Event()  # set once loading ended, either way
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._open: dict[str, _Tracked] = {}
+        self._open: dict[str, EngineRequest] = {}
         self._stop = threading.Event()
         self._fault: str | None = None
         self._num_prefill_tokens_seen = 0
@@ -116,8 +114,8 @@ class EngineLoop:
         self._stop.set()
         self._thread.join(timeout)
 
-    def submit(self, sub: Submission) -> None:
-        self._commands.put(("submit", sub))
+    def submit(self, request: EngineRequest) -> None:
+        self._commands.put(("submit", request))
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
@@ -215,147 +213,146 @@ class EngineLoop:
         elif kind == "step_error":
             self._fault = kind
 
-    def _admit(self, sub: Submission) -> None:
+    def _admit(self, req: EngineRequest) -> None:
         """Hand a request to the engine; the engine's ValueError (it checks the request too) rejects it alone."""
         engine = self.engine
         try:
-            if sub.request_id in self._open:
-                raise ValueError(f"request_id {sub.request_id!r} is already running on this worker")
-            detok = IncrementalDetokenizer(engine.tokenizer, sub.prompt_token_ids[:sub.num_prompt_tokens], sub.stop)
-            finish_reason = self._replay(detok, sub)
+            if req.request_id in self._open:
+                raise ValueError(f"request_id {req.request_id!r} is already running on this worker")
+            detok = IncrementalDetokenizer(engine.tokenizer, req.prompt_token_ids[:req.num_prompt_tokens], req.stop)
+            finish_reason = self._replay(detok, req)
             if finish_reason is not None:
-                self._finish_replayed(sub, detok, finish_reason)
+                self._finish_replayed(req, detok, finish_reason)
                 return
             # The engine's prompt holds the resumed tokens; its budget is what is left of the request's.
-            params = replace(sub.params, max_tokens=sub.params.max_tokens - sub.num_resumed_tokens)
-            if sub.first_token_id is None:
-                engine.add_request(sub.request_id, sub.prompt_token_ids, params,
-                                   num_resumed_tokens=sub.num_resumed_tokens)
+            params = replace(req.params, max_tokens=req.params.max_tokens - req.num_resumed_tokens)
+            if req.first_token_id is None:
+                engine.add_request(req.request_id, req.prompt_token_ids, params,
+                                   num_resumed_tokens=req.num_resumed_tokens)
             else:
                 # Replay the prefill worker's first token through an identical detokenizer, so that this one
                 # releases exactly the text the prefill worker did not (and sees stop strings spanning it).
-                detok.add(sub.first_token_id)
-                engine.add_prefilled(sub.request_id, sub.prompt_token_ids, sub.first_token_id, params, *sub.kv,
-                                     num_resumed_tokens=sub.num_resumed_tokens)
-                sub.kv = None  # the engine holds it now; drop our reference
+                detok.add(req.first_token_id)
+                engine.add_prefilled(req.request_id, req.prompt_token_ids, req.first_token_id, params, *req.kv,
+                                     num_resumed_tokens=req.num_resumed_tokens)
+                req.kv = None  # the engine holds it now; drop our reference
         except ValueError as exc:
-            sub.emit(Event("rejected", message=str(exc)))
+            req.emit(Event("rejected", message=str(exc)))
             return
         except Exception as exc:  # an engine bug on admission fails this request, not the loop
-            log.exception("admitting %s failed", sub.request_id)
-            engine.abort(sub.request_id)
+            log.exception("admitting %s failed", req.request_id)
+            engine.abort(req.request_id)
             self.metrics.count_error("engine")
-            sub.emit(Event("error", message=f"the engine failed to admit the request: {exc}", kind="engine"))
+            req.emit(Event("error", message=f"the engine failed to admit the request: {exc}", kind="engine"))
             return
-        tracked = _Tracked(sub, detok, num_completion_tokens=sub.num_resumed_tokens)
-        if sub.first_token_id is not None:
-            tracked.num_completion_tokens += 1
-            tracked.last_token_at = time.monotonic()
-        self._open[sub.request_id] = tracked
-        self.metrics.prompt_tokens.inc(sub.num_prompt_tokens)
-        sub.emit(Event("admitted", num_prompt_tokens=sub.num_prompt_tokens))
+        req.detok, req.num_completion_tokens = detok, req.num_resumed_tokens
+        if req.first_token_id is not None:
+            req.num_completion_tokens += 1
+            req.last_token_at = time.monotonic()
+        self._open[req.request_id] = req
+        self.metrics.prompt_tokens.inc(req.num_prompt_tokens)
+        req.emit(Event("admitted", num_prompt_tokens=req.num_prompt_tokens))
 
-    def _replay(self, detok: IncrementalDetokenizer, sub: Submission) -> str | None:
+    def _replay(self, detok: IncrementalDetokenizer, req: EngineRequest) -> str | None:
         """Feed a resumed request's earlier tokens to its detokenizer (their text was sent already); return the
         finish reason if they already end the request, else None."""
-        resumed = sub.prompt_token_ids[sub.num_prompt_tokens:]
+        resumed = req.prompt_token_ids[req.num_prompt_tokens:]
         for token_id in resumed:
             if detok.add(token_id).stopped:
                 return "stop"
-        if resumed and not sub.params.ignore_eos and resumed[-1] in self.engine.model_runner.eos_token_ids:
+        if resumed and not req.params.ignore_eos and resumed[-1] in self.engine.model_runner.eos_token_ids:
             return "stop"
-        if resumed and len(resumed) >= sub.params.max_tokens:
+        if resumed and len(resumed) >= req.params.max_tokens:
             return "length"
         return None
 
-    def _finish_replayed(self, sub: Submission, detok: IncrementalDetokenizer, finish_reason: str) -> None:
+    def _finish_replayed(self, req: EngineRequest, detok: IncrementalDetokenizer, finish_reason: str) -> None:
         """A resumed request whose old worker died between its last token and its finish: release what that worker
         held back and finish, as it would have."""
         text = detok.flush()
-        self.metrics.prompt_tokens.inc(sub.num_prompt_tokens)
+        self.metrics.prompt_tokens.inc(req.num_prompt_tokens)
         self.metrics.count_success(finish_reason)
-        sub.emit(Event("admitted", num_prompt_tokens=sub.num_prompt_tokens))
-        counts = dict(num_prompt_tokens=sub.num_prompt_tokens, num_completion_tokens=sub.num_resumed_tokens)
+        req.emit(Event("admitted", num_prompt_tokens=req.num_prompt_tokens))
+        counts = dict(num_prompt_tokens=req.num_prompt_tokens, num_completion_tokens=req.num_resumed_tokens)
         if self.role is Role.PREFILL:  # the prefill handler answers "finished" with no first token
-            sub.emit(Event("token", token_ids=[], text=text, finish_reason=finish_reason, **counts))
+            req.emit(Event("token", token_ids=[], text=text, finish_reason=finish_reason, **counts))
         else:
-            sub.emit(Event("done", text=text, finish_reason=finish_reason, **counts))
+            req.emit(Event("done", text=text, finish_reason=finish_reason, **counts))
 
     def _deliver(self, out) -> None:
-        tracked = self._open.get(out.request_id)
-        if tracked is None:  # aborted by its handler; the engine's "abort" output needs no answer
+        req = self._open.get(out.request_id)
+        if req is None:  # aborted by its handler; the engine's "abort" output needs no answer
             return
         now = time.monotonic()
         text, stopped = "", False
         token_ids = []
         for token_id in out.new_token_ids:
             token_ids.append(token_id)
-            delta = tracked.detok.add(token_id)
+            delta = req.detok.add(token_id)
             text += delta.text
             if delta.stopped:
                 stopped = True
                 break
         finish_reason = "stop" if stopped else (out.finish_reason if out.finished else None)
         if finish_reason is not None and not stopped:
-            text += tracked.detok.flush()
-        self._observe_tokens(tracked, len(token_ids), now)
-        sub = tracked.sub
+            text += req.detok.flush()
+        self._observe_tokens(req, len(token_ids), now)
         if stopped and out.finish_reason is None:
             # A stop string: free the blocks now, not at max_tokens, and before the client hears "done", so that
             # a scrape after it never sees them in use.
-            self.engine.abort(sub.request_id)
+            self.engine.abort(req.request_id)
             self._publish_stats()
         if token_ids:
             is_handoff = self.role is Role.PREFILL and finish_reason is None
-            sub.emit(Event("token", token_ids=token_ids, text=text, kv=out.kv if is_handoff else None,
+            req.emit(Event("token", token_ids=token_ids, text=text, kv=out.kv if is_handoff else None,
                            finish_reason=finish_reason if self.role is Role.PREFILL else None,
-                           num_prompt_tokens=sub.num_prompt_tokens,
-                           num_completion_tokens=tracked.num_completion_tokens))
+                           num_prompt_tokens=req.num_prompt_tokens,
+                           num_completion_tokens=req.num_completion_tokens))
             if is_handoff:  # the engine forgot this request: its K/V now travels with the event
-                del self._open[sub.request_id]
+                del self._open[req.request_id]
                 return
         if finish_reason is None:
             return
-        del self._open[sub.request_id]
+        del self._open[req.request_id]
         if finish_reason == "abort":
-            sub.emit(Event("error", message="the request was aborted", kind="abort"))
+            req.emit(Event("error", message="the request was aborted", kind="abort"))
             return
         self.metrics.count_success(finish_reason)
-        self.metrics.e2e_request_latency.observe(now - sub.arrival)
+        self.metrics.e2e_request_latency.observe(now - req.arrival)
         if self.role is not Role.PREFILL:
-            sub.emit(Event("done", text=text if not token_ids else "", finish_reason=finish_reason,
-                           num_prompt_tokens=sub.num_prompt_tokens,
-                           num_completion_tokens=tracked.num_completion_tokens))
+            req.emit(Event("done", text=text if not token_ids else "", finish_reason=finish_reason,
+                           num_prompt_tokens=req.num_prompt_tokens,
+                           num_completion_tokens=req.num_completion_tokens))
 
-    def _observe_tokens(self, tracked: _Tracked, num_tokens: int, now: float) -> None:
+    def _observe_tokens(self, req: EngineRequest, num_tokens: int, now: float) -> None:
         if not num_tokens:
             return
         self.metrics.generation_tokens.inc(num_tokens)
-        if tracked.last_token_at is None:
-            self.metrics.time_to_first_token.observe(now - tracked.sub.arrival)
+        if req.last_token_at is None:
+            self.metrics.time_to_first_token.observe(now - req.arrival)
         else:
-            self.metrics.inter_token_latency.observe(now - tracked.last_token_at)
-        tracked.num_completion_tokens += num_tokens
-        tracked.last_token_at = now
+            self.metrics.inter_token_latency.observe(now - req.last_token_at)
+        req.num_completion_tokens += num_tokens
+        req.last_token_at = now
 
     def _fail_all(self, kind: str, message: str, *, abort: bool) -> None:
-        for request_id, tracked in list(self._open.items()):
+        for request_id, req in list(self._open.items()):
             if abort:
                 try:
                     self.engine.abort(request_id)
                 except Exception:  # the engine is already in trouble; the request fails either way
                     log.exception("abort of %s failed", request_id)
-            tracked.sub.emit(Event("error", message=message, kind=kind))
+            req.emit(Event("error", message=message, kind=kind))
             self.metrics.count_error(kind)
         self._open.clear()
 
     def _fail_one(self, request_id: str, message: str) -> None:
-        tracked = self._open.pop(request_id, None)
-        if tracked is None:
+        req = self._open.pop(request_id, None)
+        if req is None:
             return
         self.engine.abort(request_id)
         self.metrics.count_error("engine")
-        tracked.sub.emit(Event("error", message=message, kind="engine"))
+        req.emit(Event("error", message=message, kind="engine"))
 
     def _publish_stats(self) -> None:
         stats = self.engine.stats()

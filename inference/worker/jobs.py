@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -30,6 +31,7 @@ class Job:
         self.metrics = metrics
         self.token_delay = token_delay  # awaited before each token is sent (--test-fault slow)
         self.loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.submitted = False  # handed to the engine thread (so closing it early must abort it there)
         self.finished = False  # the engine is done with it (done, error, rejected, or a prefill handoff)
@@ -39,8 +41,11 @@ class Job:
         self._claim_timer: asyncio.TimerHandle | None = None
         self._on_unclaimed: Callable[[], None] | None = None
 
-    def emit_threadsafe(self, event: Event) -> None:
-        """Called on the engine thread."""
+    def emit(self, event: Event) -> None:
+        """Called by the engine: on its own thread (a real engine), or on the event loop (the simulated one)."""
+        if threading.get_ident() == self._loop_thread:
+            self.events.put_nowait(event)
+            return
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, event)
         except RuntimeError:  # the event loop closed during shutdown; nobody is left to read this

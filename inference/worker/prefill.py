@@ -5,20 +5,18 @@ fails answers 502 (decode_unreachable / decode_full / decode_rejected) so that t
 """
 from __future__ import annotations
 
-import asyncio
 import time
 
 import aiohttp
 from aiohttp import web
 
-from inference.kv_wire import KVPayload, encode_payload
-from inference.worker.protocol import RequestError, parse_generate, parse_json
+from inference.worker.protocol import RequestError
+from inference.worker.seams import RoleHost
 
 KV_CONTENT_TYPE = "application/octet-stream"
 
 
-def add_routes(app: web.Application, server) -> None:
-    """`server` is the WorkerServer: admission, body limits, tokenizer, and the jobs it opens and closes."""
+def add_routes(app: web.Application, host: RoleHost) -> None:
     async def client_session(app: web.Application):
         # One pooled session for all pushes; per-push timeouts are set on each call.
         app["kv_session"] = aiohttp.ClientSession()
@@ -29,17 +27,13 @@ def add_routes(app: web.Application, server) -> None:
 
     async def prefill(request: web.Request) -> web.Response:
         arrival = time.monotonic()
-        server.check_test_fault()
-        server.check_admission()
-        req = parse_generate(parse_json(await server.read_body(request, server.config.max_body_bytes)),
-                             need_decode_url=True)
-        prompt_ids = await server.tokenize(req.prompt, req.messages)
-        req.fit_to_context(len(prompt_ids), server.info, server.vocab_size)
+        req, prompt_ids = await host.read_generate(request, need_decode_url=True)
         num_resumed = len(req.resume_token_ids)
-        job = server.open_job(req.request_id, arrival)
+        job = host.open_job(req.request_id, arrival)
         try:
-            await server.test_fault_delay()  # --test-fault slow: the one step a prefill worker runs takes longer
-            server.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed)
+            if job.token_delay is not None:
+                await job.token_delay()  # --test-fault slow: the one step a prefill worker runs takes longer
+            host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed)
             await job.wait_admitted()
             event = await job.next_event()
             if event.type != "token":
@@ -51,30 +45,33 @@ def add_routes(app: web.Application, server) -> None:
                       "first_token_id": first_token_id, "text": event.text,
                       "finished": event.finish_reason is not None, "finish_reason": event.finish_reason,
                       "kv_bytes": 0, "kv_transfer_seconds": 0.0}
+            if host.config.simulated:
+                answer["simulated"] = True
             if event.finish_reason is None:
                 # The KV covers the resumed tokens too; the header says how many of them the prompt's end holds.
-                payload = KVPayload(request_id=job.request_id, prompt_token_ids=prompt_ids + req.resume_token_ids,
-                                    first_token_id=first_token_id, sampling=req.sampling_header(),
-                                    kv_layout=server.info["kv_layout"], revision=server.config.revision,
-                                    k=event.kv[0], v=event.kv[1],
-                                    extra={"num_resumed_tokens": num_resumed} if num_resumed else {})
+                header = {"request_id": job.request_id, "prompt_token_ids": prompt_ids + req.resume_token_ids,
+                          "first_token_id": first_token_id, "sampling": req.sampling_header(),
+                          "kv_layout": host.info["kv_layout"], "revision": host.config.revision}
+                if num_resumed:
+                    header["num_resumed_tokens"] = num_resumed
                 answer["kv_bytes"], answer["kv_transfer_seconds"] = await push_kv(
-                    request.app["kv_session"], req.decode_url, payload, server)
-                server.metrics.count_success("handoff")
-                server.metrics.e2e_request_latency.observe(time.monotonic() - arrival)
+                    request.app["kv_session"], req.decode_url, header, event.kv, host)
+                host.metrics.count_success("handoff")
+                host.metrics.e2e_request_latency.observe(time.monotonic() - arrival)
             return web.json_response(answer)
         finally:
-            server.close_job(job)
+            host.close_job(job)
 
     app.router.add_post("/v1/prefill", prefill)
 
 
-async def push_kv(session: aiohttp.ClientSession, decode_url: str, payload: KVPayload, server) -> tuple[int, float]:
-    """Serialize (in a thread: torch) and POST to decode_url/v1/kv; return (bytes, seconds) or raise a 502."""
+async def push_kv(session: aiohttp.ClientSession, decode_url: str, header: dict, kv: tuple,
+                  host: RoleHost) -> tuple[int, float]:
+    """Serialize (host.kv) and POST to decode_url/v1/kv; return (bytes, seconds) or raise a 502."""
     started = time.monotonic()
-    data = await asyncio.get_running_loop().run_in_executor(None, encode_payload, payload)
+    data = await host.kv.encode(header, kv)
     url = f"{decode_url}/v1/kv"
-    timeout = aiohttp.ClientTimeout(total=server.config.kv_push_timeout)
+    timeout = aiohttp.ClientTimeout(total=host.config.kv_push_timeout)
     try:
         async with session.post(url, data=data, headers={"Content-Type": KV_CONTENT_TYPE}, timeout=timeout) as r:
             if r.status != 200:
@@ -87,8 +84,8 @@ async def push_kv(session: aiohttp.ClientSession, decode_url: str, payload: KVPa
         raise RequestError(f"decode worker {decode_url} unreachable: {exc!r}", status=502,
                            type="kv_transfer_error", code="decode_unreachable") from None
     seconds = time.monotonic() - started
-    server.metrics.kv_transfer_bytes.inc(len(data))
-    server.metrics.kv_transfer_seconds.observe(seconds)
+    host.metrics.kv_transfer_bytes.inc(len(data))
+    host.metrics.kv_transfer_seconds.observe(seconds)
     return len(data), seconds
 
 

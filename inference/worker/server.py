@@ -1,14 +1,19 @@
-"""The worker's HTTP server: lifecycle, admission, the routes every role shares, and drain on SIGTERM.
+"""The worker's one HTTP server: lifecycle, admission, the routes every role shares, and drain on SIGTERM.
+
+It drives a WorkerEngine (seams.py): the model (model_engine.py), or with --simulate a profile (sim/engine.py);
+what a client sees is this module's and the role modules' alone, so a real and a simulated worker cannot drift. A
+server holds no per-process state (signal handlers are `serve`'s), so one process can run many (sim/host.py).
 
 Order of life:
-1. bind the port and answer at once (/health says 503 "starting" while the engine thread loads the model);
+1. bind the port and answer at once (/health says 503 "starting" while the engine thread loads the model; a
+   simulated engine is ready at once);
 2. serve; /health is 200 only while the engine loop ticks;
 3. on SIGTERM/SIGINT: refuse new requests (503, /health "draining"), let open ones finish for --drain-timeout,
    abort the rest, stop the engine thread, exit 0.
 A model that fails to load makes the process exit 1 (a node agent sees a crash, not a zombie that answers 503).
 
-The role's routes (`colocated`, `prefill`, `decode`) are handed this server and call back into it for admission,
-body limits, tokenizing and jobs; `jobs` gets only the engine-loop health and the metrics it needs.
+The role's routes (`colocated`, `prefill`, `decode`) are handed this server as a `RoleHost` (seams.py): admitted
+bodies, jobs, the model's facts; `jobs` gets only the engine's health and the metrics it needs.
 
 Test aid: with `--enable-test-faults` (never passed by the control plane) the worker also serves
 `POST /debug/fault {"kind": "die" | "step_error" | "stall", "seconds": S}`, which breaks its engine loop on demand
@@ -20,22 +25,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import time
 import uuid
-from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from inference.engine.config import QUANTIZATION_NOTES
 from inference.metrics import CONTENT_TYPE, TandemMetrics
 from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
 from inference.worker.config import WorkerConfig
-from inference.worker.engine_loop import STALL_FAULT_S, EngineLoop, LoopState, Submission
-from inference.worker.protocol import RequestError, error_response, parse_json
+from inference.worker.engine_loop import STALL_FAULT_S, EngineRequest, LoopState
+from inference.worker.model_engine import ModelEngine
+from inference.worker.protocol import GenerateRequest, RequestError, error_response, parse_generate, parse_json
+from inference.worker.seams import KVCodec, WorkerEngine
+from inference.worker.sim.engine import SimEngine
 
 log = logging.getLogger(__name__)
 
@@ -48,28 +52,89 @@ ROLE_ROUTES = {Role.COLOCATED: colocated.add_routes, Role.PREFILL: prefill.add_r
 
 
 class WorkerServer:
-    def __init__(self, config: WorkerConfig):
+    def __init__(self, config: WorkerConfig, *, process_metrics: bool = True):
+        """`process_metrics`: export the process collector's series (off where many workers share a process)."""
         self.config = config
-        self.metrics = TandemMetrics(role=config.engine.role, model=config.model_name)
-        self.engine_loop = EngineLoop(self._make_engine, self.metrics, role=config.engine.role,
-                                      faults_enabled=config.enable_test_faults)
+        self.metrics = TandemMetrics(role=config.engine.role, model=config.model_name, process=process_metrics,
+                                     gpu=not config.simulated)
+        self.engine: WorkerEngine = (SimEngine if config.simulated else ModelEngine)(config, self.metrics)
+        # Said on /health whatever its status, so that nobody takes a simulated worker for a real one.
+        self.markers = {"simulated": True, "profile": config.engine.profile.name} if config.simulated else {}
         self.jobs: dict[str, jobs.Job] = {}
+        self.info: dict = {}
         self.draining = False
         self.exit_code: int | None = None
         self.exit_event = asyncio.Event()
-        # One thread for the tokenizer, so that no two calls race inside the Rust tokenizer.
-        self.tokenize_executor = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
-        self.tokenizer = None
-        self.info: dict = {}
-        self.vocab_size = 0
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._loader: asyncio.Task | None = None
 
-    def _make_engine(self):
-        from inference.engine import LLMEngine  # torch: on the engine thread, while /health answers "starting"
+    @property
+    def vocab_size(self) -> int:
+        return self.engine.vocab_size
 
-        if self.config.test_load_delay:
-            time.sleep(self.config.test_load_delay)
-        return LLMEngine(self.config.engine)
+    @property
+    def kv(self) -> KVCodec:
+        return self.engine.kv
+
+    # -- life ------------------------------------------------------------------------------------------------------
+
+    async def start(self, *, shutdown_timeout: float = 5.0) -> None:
+        """Bind host:port and answer at once (OSError when the port is taken); load the engine meanwhile."""
+        self._runner = web.AppRunner(self.build_app(), handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=shutdown_timeout)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, self.config.host, self.config.port).start()
+        except OSError:
+            await self._runner.cleanup()
+            raise
+        self.engine.start()
+        self._loader = asyncio.get_running_loop().create_task(self._wait_loaded())
+
+    async def close(self) -> None:
+        """Stop at once: the port closes, open requests end, the engine stops."""
+        if self._loader is not None:
+            self._loader.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.engine.stop()
+
+    async def drain_and_close(self) -> None:
+        """As SIGTERM: drain for config.drain_timeout (see begin_drain), then close."""
+        self.begin_drain()
+        await self.exit_event.wait()
+        await self.close()
+
+    async def _wait_loaded(self) -> None:
+        """Once the engine has loaded, publish what /info and handlers need; a failed load ends the process (1)."""
+        info = await self.engine.wait_loaded()
+        if info is None:
+            self.exit_code = 1
+            self.exit_event.set()
+            return
+        if self.config.fault:
+            info["test_fault"] = self.config.test_fault
+        self.info = info
+        log.info("ready: %s", info)
+
+    def begin_drain(self) -> None:
+        if self.draining or self.exit_event.is_set():
+            return
+        log.info("draining: %d requests in flight, up to %.0fs", len(self.jobs), self.config.drain_timeout)
+        self.draining = True
+        asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + self.config.drain_timeout
+        while self.jobs and time.monotonic() < deadline and self.engine.state is not LoopState.STARTING:
+            await asyncio.sleep(DRAIN_POLL_S)
+        for job in list(self.jobs.values()):
+            log.warning("drain timeout: aborting %s", job.request_id)
+            job.fail("the worker shut down before the request finished", kind="drain")
+            self.close_job(job, kind="drain")
+        self.exit_code = 0
+        self.exit_event.set()
 
     # -- the app ---------------------------------------------------------------------------------------------------
 
@@ -114,11 +179,11 @@ class WorkerServer:
                                       "max_model_len": self.info["max_model_len"],
                                       "quantization": self.info["quantization"],
                                       "weight_bytes": self.info["weight_bytes"],
-                                      "prefix_caching": self.info["prefix_caching"], **fault})
-        return web.json_response({"status": status, "reason": reason, **fault}, status=503)
+                                      "prefix_caching": self.info["prefix_caching"], **self.markers, **fault})
+        return web.json_response({"status": status, "reason": reason, **self.markers, **fault}, status=503)
 
     def health_status(self) -> tuple[str, str]:
-        el = self.engine_loop
+        el = self.engine
         if self.draining:
             return "draining", "the worker is draining before shutdown"
         if el.state is LoopState.STARTING or (el.state is LoopState.READY and not self.info):
@@ -139,7 +204,7 @@ class WorkerServer:
     async def info_view(self, request: web.Request) -> web.Response:
         if not self.info:
             raise RequestError("the model is still loading", status=503, type="unavailable", code="starting")
-        stats = self.engine_loop.stats
+        stats = self.engine.stats
         return web.json_response({**self.info, "num_kv_blocks": stats.get("num_kv_blocks_total"),
                                   "prefix_cache": {key.removeprefix("prefix_cache_"): stats.get(key, 0) for key in
                                                    ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens",
@@ -147,17 +212,17 @@ class WorkerServer:
 
     async def fault_view(self, request: web.Request) -> web.Response:
         """Test aid (--enable-test-faults only): break the engine loop as the request's `kind` says."""
-        body = parse_json(await self.read_body(request, self.config.max_body_bytes))
+        body = parse_json(await self._read(request, self.config.max_body_bytes))
         kind = body.get("kind") if isinstance(body, dict) else None
         if kind not in ("die", "step_error", "stall"):
             raise RequestError("kind must be die, step_error or stall", param="kind")
         seconds = body.get("seconds", STALL_FAULT_S)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 60:
             raise RequestError(f"seconds must be a number in (0, 60], got {seconds!r}", param="seconds")
-        self.engine_loop.inject_fault(kind, float(seconds))
+        self.engine.inject_fault(kind, float(seconds))
         return web.json_response({"injected": kind, "seconds": float(seconds)})
 
-    # -- admission and requests ------------------------------------------------------------------------------------
+    # -- admission and requests (the RoleHost of seams.py) -------------------------------------------------------
 
     def check_test_fault(self) -> None:
         """--test-fault error: fail the request with a 500 before it touches the engine (faults.py)."""
@@ -185,6 +250,23 @@ class WorkerServer:
                                headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def read_body(self, request: web.Request, limit: int) -> bytes:
+        """Admit the request (--test-fault error, draining, readiness, the in-flight limit), then read its body."""
+        self.check_test_fault()
+        self.check_admission()
+        return await self._read(request, limit)
+
+    async def read_generate(self, request: web.Request, *, need_decode_url: bool) -> tuple[GenerateRequest,
+                                                                                            list[int]]:
+        """An admitted /v1/generate or /v1/prefill body: checked, tokenized, and fitted to this worker's context."""
+        req = parse_generate(parse_json(await self.read_body(request, self.config.max_body_bytes)),
+                             need_decode_url=need_decode_url)
+        prompt_ids = await self.engine.tokenize(req.prompt, req.messages)
+        if not prompt_ids:
+            raise RequestError("the prompt tokenizes to no tokens", param="prompt")
+        req.fit_to_context(len(prompt_ids), self.info, self.vocab_size)
+        return req, prompt_ids
+
+    async def _read(self, request: web.Request, limit: int) -> bytes:
         """The body, or 413 as soon as it is known to exceed `limit` (from Content-Length, else while reading)."""
         if request.content_length is not None and request.content_length > limit:
             raise RequestError(f"request body of {request.content_length} bytes exceeds the limit of {limit}",
@@ -212,10 +294,13 @@ class WorkerServer:
         self.jobs[request_id] = job
         return job
 
+    def find_job(self, request_id: str) -> jobs.Job | None:
+        return self.jobs.get(request_id)
+
     def submit(self, job: jobs.Job, prompt_token_ids: list[int], params, stop: list[str], *,
                first_token_id: int | None = None, kv: tuple | None = None, num_resumed_tokens: int = 0) -> None:
         """`prompt_token_ids` ends with the `num_resumed_tokens` a resumed request generated before."""
-        self.engine_loop.submit(Submission(job.request_id, prompt_token_ids, params, stop, job.emit_threadsafe,
+        self.engine.submit(EngineRequest(job.request_id, prompt_token_ids, params, stop, job.emit,
                                            job.arrival, first_token_id, kv, num_resumed_tokens))
         job.submitted = True
 
@@ -227,116 +312,29 @@ class WorkerServer:
         job.cancel_claim_timer()
         if job.submitted and not job.finished:
             job.finished = True
-            self.engine_loop.abort(job.request_id)
+            self.engine.abort(job.request_id)
             self.metrics.count_error(kind)
-
-    async def tokenize(self, prompt: str | None, messages: list[dict] | None) -> list[int]:
-        tokenizer = self.tokenizer
-
-        def run() -> list[int]:
-            if messages is not None:
-                if not getattr(tokenizer, "chat_template", None):
-                    raise RequestError("this model has no chat template; send 'prompt' instead of 'messages'",
-                                       param="messages")
-                try:
-                    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-                except Exception as exc:  # templates raise on what they refuse (roles out of order, ...)
-                    raise RequestError(f"the model's chat template refused the messages: {exc}",
-                                       param="messages") from None
-                # The template writes any BOS itself; adding special tokens again would double it.
-                return tokenizer.encode(text, add_special_tokens=False)
-            return tokenizer.encode(prompt)
-
-        ids = await asyncio.get_running_loop().run_in_executor(self.tokenize_executor, run)
-        if not ids:
-            raise RequestError("the prompt tokenizes to no tokens", param="prompt")
-        return ids
-
-    # -- lifecycle -------------------------------------------------------------------------------------------------
-
-    async def wait_loaded(self) -> None:
-        """Wait for the engine thread to finish loading; then publish what /info and handlers need."""
-        while not self.engine_loop.loaded.is_set():
-            await asyncio.sleep(0.05)
-        engine = self.engine_loop.engine
-        if engine is None:
-            log.error("%s", self.engine_loop.reason)
-            self.exit_code = 1
-            self.exit_event.set()
-            return
-        self.tokenizer = engine.tokenizer
-        self.vocab_size = engine.model_runner.vocab_size
-        self.info = {"role": self.config.engine.role, "model": self.config.model_name,
-                     "model_path": str(Path(self.config.engine.model).resolve()), "revision": self.config.revision,
-                     "dtype": engine.dtype, "dtype_requested": self.config.engine.dtype,
-                     "dtype_reason": engine.dtype_reason,
-                     # max_model_len: the context a request can have here, at most what the KV pool holds.
-                     "max_model_len": engine.max_model_len,
-                     "configured_max_model_len": engine.configured_max_model_len,
-                     # The batch limits it runs with: a revision's per-role settings, as this worker got them.
-                     "max_num_seqs": self.config.engine.max_num_seqs,
-                     "max_num_batched_tokens": self.config.engine.max_num_batched_tokens,
-                     "kv_layout": dict(engine.kv_layout),
-                     "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
-                     "bit_identical": engine.quantization == "none",
-                     # What runs (off on a decode worker, whatever was asked): the gateway routes by prefix affinity
-                     # to workers that say true in /health.
-                     "prefix_caching": engine.prefix_caching,
-                     # Speculative decoding ({"method": ..., "num_tokens": ...} with its defaults) or None: off.
-                     "speculative": engine.speculative}
-        if engine.quantization in QUANTIZATION_NOTES:
-            self.info["note"] = QUANTIZATION_NOTES[engine.quantization]
-        if self.config.fault:
-            self.info["test_fault"] = self.config.test_fault
-        self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=self.config.engine.dtype,
-                                     revision=self.config.revision or "", quantization=engine.quantization)
-        self.metrics.model_weight_bytes.set(engine.weight_bytes)
-        self.metrics.watch_devices([str(engine.model_runner.device)],
-                                   visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-        log.info("ready: %s", self.info)
-
-    def begin_drain(self) -> None:
-        if self.draining or self.exit_event.is_set():
-            return
-        log.info("draining: %d requests in flight, up to %.0fs", len(self.jobs), self.config.drain_timeout)
-        self.draining = True
-        asyncio.get_running_loop().create_task(self._drain())
-
-    async def _drain(self) -> None:
-        deadline = time.monotonic() + self.config.drain_timeout
-        while self.jobs and time.monotonic() < deadline and self.engine_loop.loaded.is_set():
-            await asyncio.sleep(DRAIN_POLL_S)
-        for job in list(self.jobs.values()):
-            log.warning("drain timeout: aborting %s", job.request_id)
-            job.fail("the worker shut down before the request finished", kind="drain")
-            self.close_job(job, kind="drain")
-        self.exit_code = 0
-        self.exit_event.set()
 
 
 async def serve(config: WorkerConfig) -> int:
+    """One worker as a process: serve until SIGTERM/SIGINT, then drain; the exit code (1: the model did not load)."""
     server = WorkerServer(config)
-    server.loop = asyncio.get_running_loop()
-    runner = web.AppRunner(server.build_app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
-    await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
     try:
-        await site.start()
+        # A simulated worker's open streams end at once on close: nothing is worth waiting for there.
+        await server.start(shutdown_timeout=1.0 if config.simulated else 5.0)
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
-        await runner.cleanup()
         return 1
-    log.info("listening on http://%s:%s (role %s), loading %s", config.host, config.port, config.engine.role,
-             config.engine.model)
+    if config.simulated:
+        log.info("simulated %s worker (profile %s) listening on http://%s:%s", config.engine.role,
+                 config.engine.profile.name, config.host, config.port)
+    else:
+        log.info("listening on http://%s:%s (role %s), loading %s", config.host, config.port, config.engine.role,
+                 config.engine.model)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.begin_drain)
-    server.engine_loop.start()
-    loader = loop.create_task(server.wait_loaded())
     await server.exit_event.wait()
-    loader.cancel()
-    await runner.cleanup()
-    server.engine_loop.stop(timeout=10.0 if server.engine_loop.loaded.is_set() else 0.1)
-    server.tokenize_executor.shutdown(wait=False)
+    await server.close()
     log.info("exit %d", server.exit_code)
     return server.exit_code or 0

@@ -1,118 +1,195 @@
-"""The simulated engine: an asyncio scheduler that sleeps a profile's latencies instead of running a model.
+"""The simulated engine: a WorkerEngine (inference.worker.seams) that sleeps a profile's latencies on the event loop
+instead of running a model, behind the same server as a real worker.
 
 Prefill is one request at a time (compute-bound: a real worker's prefill steps do not overlap), taking
 `prefill_seconds(prompt tokens)`. Decode is continuous batching: sequences join and leave the running batch between
 steps, at most max_num_seqs run, and admission waits while the KV they would hold (kv_bytes_per_token a token)
 exceeds the profile's kv_cache_bytes; each step takes `decode_step_seconds(batch, tokens held)` and gives every
-running sequence one token. Tokens cycle through a fixed vocabulary (`token_text`), so text is easy to recognise.
+running sequence one token. On the colocated role the two overlap. Tokens cycle through a fixed vocabulary
+(`token_text`), so text is easy to recognise. No thread and no timer per worker: many run in one process (host.py).
 """
 from __future__ import annotations
 
 import asyncio
 import time
-import zlib
 from collections import deque
-from dataclasses import dataclass, field
+
+from prometheus_client import Gauge
 
 from inference.metrics import TandemMetrics
-from inference.worker.sim.profile import Profile, RoleProfile
-
-WORDS = ("sim", "tok", "alpha", "beta", "gamma", "delta", "echo", "fox", "golf", "hotel", "india", "juliet")
-
-
-def tokenize(text: str, vocab_size: int) -> list[int]:
-    """A trivial tokenizer: one token per whitespace-separated word, its id a hash of the word."""
-    return [zlib.crc32(word.encode()) % (vocab_size - 1) + 1 for word in text.split()]
-
-
-def token_id(index: int, vocab_size: int) -> int:
-    """The id of a request's index-th generated token: the words cycle."""
-    return (index % len(WORDS)) % vocab_size
-
-
-def token_text(token: int) -> str:
-    return " " + WORDS[token % len(WORDS)]
-
-
-@dataclass(slots=True, eq=False)
-class SimSequence:
-    request_id: str
-    num_prompt_tokens: int
-    max_tokens: int
-    stop: list[str]
-    arrival: float
-    num_generated: int = 0  # tokens generated so far (a decode sequence starts at 1: prefill's first token)
-    text: str = ""
-    finish_reason: str | None = None
-    last_token_at: float = 0.0
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # ("token", id, text) | ("done", reason)
-    aborted: bool = False
-
-    @property
-    def num_context_tokens(self) -> int:
-        return self.num_prompt_tokens + self.num_generated
+from inference.roles import Role
+from inference.worker.config import WorkerConfig
+from inference.worker.detokenize import Delta
+from inference.worker.engine_loop import STALL_FAULT_S, EngineRequest, Event, LoopState
+from inference.worker.sim.kv import FakeKV
+from inference.worker.sim.profile import RoleProfile, SimSettings
+from inference.worker.sim.words import SimText, token_id, tokenize
 
 
 class SimEngine:
-    def __init__(self, profile: Profile, role: str, metrics: TandemMetrics, *, max_num_seqs: int):
-        self.profile, self.role = profile, role
-        self.costs: RoleProfile = profile.role(role)
+    simulated = True
+
+    def __init__(self, config: WorkerConfig, metrics: TandemMetrics):
+        assert isinstance(config.engine, SimSettings)
+        self.config, self.settings = config, config.engine
+        self.profile, self.role = config.engine.profile, config.engine.role
+        self.costs: RoleProfile = self.profile.role(self.role)
         self.metrics = metrics
-        self.max_num_seqs = max_num_seqs
         self.capacity_tokens = self.costs.kv_cache_bytes // self.costs.kv_bytes_per_token
-        self.waiting: deque[SimSequence] = deque()
-        self.running: list[SimSequence] = []
+        self.vocab_size = self.profile.vocab_size
+        self.kv = FakeKV(self.profile.kv_layout)
+        self.state, self.reason = LoopState.STARTING, "loading the model (simulated)"
+        self.stats: dict = {}
+        self.open: dict[str, EngineRequest] = {}
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: list[EngineRequest] = []
         self._prefill_lock = asyncio.Lock()
         self._wakeup = asyncio.Event()
-        self._loop_task: asyncio.Task | None = None
-        self.heartbeat = time.monotonic()
+        self._decode_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._stall_started: float | None = None
+        self._stall_until = 0.0
+        self._step_error = False
 
-    # -- prefill ---------------------------------------------------------------------------------------------------
+    # -- life ------------------------------------------------------------------------------------------------------
 
-    async def prefill(self, seq: SimSequence) -> int:
-        """Sleep the prefill of `seq`'s prompt; return its first token (and count it)."""
+    def start(self) -> None:
+        if not self.config.test_load_delay:
+            self.state, self.reason = LoopState.READY, ""
+
+    async def wait_loaded(self) -> dict | None:
+        if self.state is LoopState.STARTING:
+            await asyncio.sleep(self.config.test_load_delay)
+            self.state, self.reason = LoopState.READY, ""
+        config, layout = self.config, self.profile.kv_layout
+        self.metrics.set_worker_info(dtype=layout["dtype"], dtype_requested=layout["dtype"],
+                                     revision=config.revision or "")
+        Gauge("tandem_worker_simulated", "1: this worker is simulated (no model; latencies from a profile).",
+              ("role", "model", "profile"), registry=self.metrics.registry).labels(
+            role=self.role, model=config.model_name, profile=self.profile.name).set(1)
+        return {"role": self.role, "model": config.model_name, "model_path": self.settings.model,
+                "revision": config.revision, "dtype": layout["dtype"], "dtype_requested": layout["dtype"],
+                "dtype_reason": "simulated: the KV layout's dtype",
+                "max_model_len": min(self.profile.max_model_len, self.capacity_tokens),
+                "configured_max_model_len": self.profile.max_model_len,
+                "max_num_seqs": self.settings.max_num_seqs, "max_num_batched_tokens": None,
+                "kv_layout": dict(layout), "quantization": "none", "weight_bytes": 0, "bit_identical": True,
+                # No KV blocks held, so no prompt prefix reused: said as a real worker with prefix caching off says
+                # it (the gateway's and pages' reading of /health, /info).
+                "prefix_caching": False, "speculative": None,
+                "simulated": True, "profile": self.profile.name, "kv_bytes_per_token": self.costs.kv_bytes_per_token}
+
+    def stop(self) -> None:
+        for task in [*self._tasks, self._decode_task]:
+            if task is not None:
+                task.cancel()
+        if self.state is LoopState.READY:
+            self.state, self.reason = LoopState.STOPPED, "stopped"
+
+    def is_alive(self) -> bool:
+        return self.state is not LoopState.DEAD
+
+    def seconds_since_heartbeat(self) -> float:
+        """Zero unless a stall fault holds the engine: nothing here can get stuck on its own."""
+        return 0.0 if not self._stalled() else time.monotonic() - self._stall_started
+
+    def _stalled(self) -> bool:
+        if self._stall_started is not None and time.monotonic() >= self._stall_until:
+            self._stall_started = None
+        return self._stall_started is not None
+
+    async def tokenize(self, prompt: str | None, messages: list[dict] | None) -> list[int]:
+        text = prompt if prompt is not None else " ".join(m["content"] for m in messages)
+        return tokenize(text, self.vocab_size) or [1]
+
+    def inject_fault(self, kind: str, seconds: float = STALL_FAULT_S) -> None:
+        if kind == "die":
+            self.state, self.reason = LoopState.DEAD, "engine loop died: injected (--enable-test-faults)"
+            self._fail_all("the engine loop stopped: injected death (--enable-test-faults)")
+        elif kind == "stall":
+            self._stall_started, self._stall_until = time.monotonic(), time.monotonic() + seconds
+        else:
+            self._step_error = True
+
+    # -- requests --------------------------------------------------------------------------------------------------
+
+    def submit(self, req: EngineRequest) -> None:
+        """Admit at once (decode sequences then wait for room in the batch); prefill runs in a task of its own."""
+        if req.request_id in self.open:
+            req.emit(Event("rejected", message=f"request_id {req.request_id!r} is already running on this worker"))
+            return
+        req.detok = SimText(req.stop)
+        resumed = req.prompt_token_ids[req.num_prompt_tokens:]
+        finish_reason = None
+        for token in resumed:  # a resumed request's earlier tokens: their text was sent already
+            if req.detok.add(token).stopped:
+                finish_reason = "stop"
+                break
+        req.num_completion_tokens = len(resumed)
+        if finish_reason is None and resumed and len(resumed) >= req.params.max_tokens:
+            finish_reason = "length"
+        req.emit(Event("admitted", num_prompt_tokens=req.num_prompt_tokens))
+        if finish_reason is not None:
+            self._finish(req, finish_reason, "")
+            return
+        self.open[req.request_id] = req
+        if req.first_token_id is not None:  # decode role: the prefill worker generated the first token
+            req.num_completion_tokens += 1
+            req.last_token_at = req.arrival
+            self._join_batch(req)
+            return
+        task = asyncio.get_running_loop().create_task(self._prefill(req))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def abort(self, request_id: str) -> None:
+        req = self.open.pop(request_id, None)
+        if req is None:
+            return
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+        self._update_gauges()
+
+    async def _prefill(self, req: EngineRequest) -> None:
         async with self._prefill_lock:
             self.metrics.requests_waiting.inc()
             try:
-                await asyncio.sleep(self.costs.prefill_seconds(seq.num_prompt_tokens))
+                await self._sleep(self.costs.prefill_seconds(len(req.prompt_token_ids)))
             finally:
                 self.metrics.requests_waiting.dec()
-        self.metrics.prompt_tokens.inc(seq.num_prompt_tokens)
-        self.metrics.prefill_tokens_computed.inc(seq.num_prompt_tokens)
-        first = token_id(0, self.profile.vocab_size)
-        self._emit(seq, first)
-        return first
+        if self.open.get(req.request_id) is not req:
+            return  # aborted meanwhile
+        if self._take_step_error():
+            return
+        self.metrics.prompt_tokens.inc(req.num_prompt_tokens)
+        self.metrics.prefill_tokens_computed.inc(len(req.prompt_token_ids))
+        finish_reason = self._emit_token(req)
+        if self.role is Role.PREFILL or finish_reason is not None:
+            del self.open[req.request_id]
+        elif self.role is Role.COLOCATED:
+            self._join_batch(req)
 
-    # -- decode ----------------------------------------------------------------------------------------------------
-
-    def add(self, seq: SimSequence) -> None:
-        """Join the decode batch (it waits for room: batch size and KV)."""
-        self.waiting.append(seq)
+    def _join_batch(self, req: EngineRequest) -> None:
+        self.waiting.append(req)
         self._wakeup.set()
-        if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.get_running_loop().create_task(self._decode_loop())
-
-    def abort(self, seq: SimSequence) -> None:
-        seq.aborted = True
-        if seq in self.waiting:
-            self.waiting.remove(seq)
-        if seq in self.running:
-            self.running.remove(seq)
-        self._update_gauges()
+        if self._decode_task is None or self._decode_task.done():
+            self._decode_task = asyncio.get_running_loop().create_task(self._decode_loop())
 
     def _held_tokens(self) -> int:
-        return sum(s.num_prompt_tokens + s.max_tokens for s in self.running)
+        return sum(r.num_prompt_tokens + r.params.max_tokens for r in self.running)
 
     def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
-            if self.running and self._held_tokens() + seq.num_prompt_tokens + seq.max_tokens > self.capacity_tokens:
+        while self.waiting and len(self.running) < self.settings.max_num_seqs:
+            req = self.waiting[0]
+            if self.running and self._held_tokens() + req.num_prompt_tokens + req.params.max_tokens \
+                    > self.capacity_tokens:
                 break  # waits for KV, as a real decode worker's reservation does
             self.running.append(self.waiting.popleft())
 
     async def _decode_loop(self) -> None:
         while True:
-            self.heartbeat = time.monotonic()
             self._admit()
             self._update_gauges()
             if not self.running:
@@ -122,44 +199,77 @@ class SimEngine:
                 await self._wakeup.wait()
                 continue
             batch = list(self.running)
-            context = sum(s.num_context_tokens for s in batch)
-            await asyncio.sleep(self.costs.decode_step_seconds(len(batch), context))
-            for seq in batch:
-                if seq.aborted:
-                    continue
-                self._emit(seq, token_id(seq.num_generated, self.profile.vocab_size))
-                if seq.finish_reason is not None:
-                    self.running.remove(seq)
+            context = sum(r.num_prompt_tokens + r.num_completion_tokens for r in batch)
+            await self._sleep(self.costs.decode_step_seconds(len(batch), context))
+            if self._take_step_error():
+                continue
+            for req in batch:
+                if self.open.get(req.request_id) is not req:
+                    continue  # aborted during the step
+                if self._emit_token(req) is not None:
+                    self.running.remove(req)
+                    del self.open[req.request_id]
 
-    def _emit(self, seq: SimSequence, token: int) -> None:
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        while self._stalled():  # --enable-test-faults "stall": no step ends until it is over
+            await asyncio.sleep(self._stall_until - time.monotonic())
+
+    def _take_step_error(self) -> bool:
+        """--enable-test-faults "step_error": this step fails every open request, as a real failed step does."""
+        if not self._step_error:
+            return False
+        self._step_error = False
+        self._fail_all("engine step failed: injected step failure (--enable-test-faults)")
+        return True
+
+    def _fail_all(self, message: str) -> None:
+        for req in self.open.values():
+            req.emit(Event("error", message=message, kind="engine"))
+            self.metrics.count_error("engine")
+        self.open.clear()
+        self.waiting.clear()
+        self.running.clear()
+        self._update_gauges()
+
+    def _emit_token(self, req: EngineRequest) -> str | None:
+        """Give `req` its next token; return its finish reason if that token ends it."""
         now = time.monotonic()
-        if seq.num_generated == 0:
-            self.metrics.time_to_first_token.observe(now - seq.arrival)
-        elif seq.last_token_at:
-            self.metrics.inter_token_latency.observe(now - seq.last_token_at)
-        seq.last_token_at = now
-        seq.num_generated += 1
-        text = token_text(token)
-        before = len(seq.text)
-        seq.text += text
+        if req.last_token_at is None:
+            self.metrics.time_to_first_token.observe(now - req.arrival)
+        else:
+            self.metrics.inter_token_latency.observe(now - req.last_token_at)
+        req.last_token_at = now
+        token = token_id(req.num_completion_tokens, self.vocab_size)
+        req.num_completion_tokens += 1
         self.metrics.generation_tokens.inc()
-        cuts = [i for i in (seq.text.find(s) for s in seq.stop if s) if i >= 0]
-        if cuts:
-            # As OpenAI: the stop string and what follows are not returned. Text is never held back here, so a
-            # stop string that spans tokens cuts only the token that completes it.
-            seq.text = seq.text[:min(cuts)]
-            text = text[:max(0, min(cuts) - before)]
-            seq.finish_reason = "stop"
-        elif seq.num_generated >= seq.max_tokens:
-            seq.finish_reason = "length"
-        seq.events.put_nowait(("token", token, text))
-        if seq.finish_reason is not None and self.role != "prefill":
-            self.metrics.count_success(seq.finish_reason)
-            self.metrics.e2e_request_latency.observe(now - seq.arrival)
-            seq.events.put_nowait(("done", seq.finish_reason))
+        delta: Delta = req.detok.add(token)
+        finish_reason = "stop" if delta.stopped else (
+            "length" if req.num_completion_tokens >= req.params.max_tokens else None)
+        counts = dict(num_prompt_tokens=req.num_prompt_tokens, num_completion_tokens=req.num_completion_tokens)
+        if self.role is Role.PREFILL:  # one event: the handoff (an empty K/V), or the finish
+            req.emit(Event("token", token_ids=[token], text=delta.text, finish_reason=finish_reason,
+                           kv=() if finish_reason is None else None, **counts))
+            if finish_reason is not None:
+                self.metrics.count_success(finish_reason)
+                self.metrics.e2e_request_latency.observe(now - req.arrival)
+            return finish_reason
+        req.emit(Event("token", token_ids=[token], text=delta.text, **counts))
+        if finish_reason is not None:
+            self._finish(req, finish_reason, "", now=now)
+        return finish_reason
+
+    def _finish(self, req: EngineRequest, finish_reason: str, text: str, *, now: float | None = None) -> None:
+        self.metrics.count_success(finish_reason)
+        self.metrics.e2e_request_latency.observe((now or time.monotonic()) - req.arrival)
+        counts = dict(num_prompt_tokens=req.num_prompt_tokens, num_completion_tokens=req.num_completion_tokens)
+        if self.role is Role.PREFILL:  # the prefill handler answers "finished" with no first token
+            req.emit(Event("token", token_ids=[], text=text, finish_reason=finish_reason, **counts))
+        else:
+            req.emit(Event("done", text=text, finish_reason=finish_reason, **counts))
 
     def _update_gauges(self) -> None:
         self.metrics.requests_running.set(len(self.running))
         self.metrics.requests_waiting.set(len(self.waiting))
-        held = sum(s.num_context_tokens for s in self.running)
+        held = sum(r.num_prompt_tokens + r.num_completion_tokens for r in self.running)
         self.metrics.kv_cache_usage.set(min(1.0, held / max(1, self.capacity_tokens)))

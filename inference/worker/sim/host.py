@@ -24,9 +24,10 @@ import time
 
 from aiohttp import web
 
-from inference.worker.config import build_parser
+from inference.engine.config import ConfigError
+from inference.worker.config import build_parser, worker_config
+from inference.worker.server import WorkerServer
 from inference.worker.sim.profile import ProfileError
-from inference.worker.sim.server import SimWorker, sim_config_from_args
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ PID_SPAN = 10_000_000
 class SimHost:
     def __init__(self, index: int):
         self.index = index
-        self.workers: dict[str, tuple[int, float, SimWorker]] = {}  # id -> (pid, started_at, worker)
+        self.workers: dict[str, tuple[int, float, WorkerServer]] = {}  # id -> (pid, started_at, worker)
         self.exited: dict[int, int] = {}  # virtual pid -> exit code, until listed once
         self._next = 0
 
@@ -56,7 +57,8 @@ class SimHost:
     async def list_workers(self, request: web.Request) -> web.Response:
         exited, self.exited = self.exited, {}
         return web.json_response({
-            "workers": [{"id": wid, "pid": pid, "started_at": started, "port": w.config.port, "role": w.config.role,
+            "workers": [{"id": wid, "pid": pid, "started_at": started, "port": w.config.port,
+                         "role": w.config.engine.role,
                          "draining": w.draining} for wid, (pid, started, w) in self.workers.items()],
             "exited": {str(pid): code for pid, code in exited.items()}})
 
@@ -79,20 +81,22 @@ class SimHost:
                 args = vars(parser.parse_args(argv))
             if not args["simulate"]:
                 return _error("argv lacks --simulate PROFILE: this host runs simulated workers only", 400)
-            config = sim_config_from_args(args)
+            config = worker_config(args)
         except SystemExit:
             return _error(f"bad worker flags: {stderr.getvalue().strip().splitlines()[-1:]}", 400)
         except ProfileError as exc:
             return _error(f"--simulate {exc}", 400)
-        worker = SimWorker(config, process_metrics=False)
+        except ConfigError as exc:
+            return _error(f"bad worker flags: --{exc.field.replace('_', '-')} {exc.requirement}", 400)
+        worker = WorkerServer(config, process_metrics=False)
         try:
-            await worker.start()
+            await worker.start(shutdown_timeout=1.0)
         except OSError as exc:
             return _error(f"cannot listen on {config.host}:{config.port}: {exc}", 503)
         self._next += 1
         pid, started = PID_BASE + self.index * PID_SPAN + self._next, time.time()
         self.workers[wid] = (pid, started, worker)
-        log.info("worker %s (%s, profile %s) on %s:%s as pid %d", wid, config.role, config.profile.name,
+        log.info("worker %s (%s, profile %s) on %s:%s as pid %d", wid, config.engine.role, config.engine.profile.name,
                  config.host, config.port, pid)
         return web.json_response({"id": wid, "pid": pid, "started_at": started, "port": config.port})
 

@@ -73,3 +73,23 @@ def decode_fake_payload(data: bytes, *, kv_layout: dict) -> dict:
     if len(data) != 8 + header_len + 2 * nbytes:
         raise FakeKVError(f"payload is {len(data)} bytes; its header describes {8 + header_len + 2 * nbytes}")
     return header
+
+
+class FakeKV:
+    """The KVCodec (inference.worker.seams) of a simulated worker: zeros of the profile's small kv_layout."""
+
+    # A fake payload is tiny whatever the prompt; the bound only keeps a stray upload out.
+    BODY_LIMIT = 64 << 20
+
+    def __init__(self, kv_layout: dict):
+        self.kv_layout = kv_layout
+
+    def body_limit(self, info: dict) -> int:
+        return self.BODY_LIMIT
+
+    async def encode(self, header: dict, kv: tuple) -> bytes:
+        return encode_fake_payload(header, self.kv_layout)
+
+    async def decode(self, body: bytes, *, kv_layout: dict, revision: str | None) -> tuple[dict, tuple]:
+        """The header (FakeKVError, a ValueError, when the payload does not fit); the revision is not checked."""
+        return decode_fake_payload(body, kv_layout=kv_layout), ()

@@ -96,6 +96,17 @@ _SMOLLM2_CPU = {
 BUILTIN = {"tiny-cpu": _TINY_CPU, "smollm2-cpu": _SMOLLM2_CPU}
 
 
+@dataclass(slots=True)
+class SimSettings:
+    """A simulated worker's engine settings, in place of the engine's Config: its profile, and the few engine flags
+    it uses (the others, which only a model would use, are accepted and ignored)."""
+
+    profile: Profile
+    role: Role
+    model: str  # names what it serves; never read
+    max_num_seqs: int = 64
+
+
 def load_profile(spec: str) -> Profile:
     """A built-in profile by name, or a JSON file by path."""
     if spec in BUILTIN:

@@ -50,7 +50,7 @@ def test_the_worker_refuses_an_unknown_profile_with_a_usage_error():
 
 
 def test_a_simulated_worker_never_imports_torch():
-    code = ("import sys; from inference.worker.sim.server import SimWorker; "
+    code = ("import sys; from inference.worker.server import WorkerServer; "
             "from inference.worker.sim.host import main; print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
