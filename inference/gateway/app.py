@@ -180,7 +180,22 @@ class Gateway:
         try:
             try:
                 async with asyncio.timeout_at(deadline):
-                    stream = await self.relay.start(group, request_id, gen.worker_body)
+                    try:
+                        stream = await self.relay.start(group, request_id, gen.worker_body)
+                    except ApiError as error:
+                        fallback = self.router.fallback_group(group) if error.status >= 500 else None
+                        if fallback is None:
+                            raise
+                        # A canary failed it before the first token: the failure counts against the canary (its
+                        # series feeds the rollout's analysis), and the client gets one try on stable instead.
+                        series.count_error(error.code or "gateway")
+                        self.metrics.count_retry("canary_failed")
+                        log.info("request %s failed on canary revision %s (%s): one more try on stable revision %s",
+                                 request_id, group.revision, error.message, fallback.revision)
+                        group = fallback
+                        series = self.metrics.requests(revision=str(group.revision))
+                        headers = group_headers(group)
+                        stream = await self.relay.start(group, f"{request_id}-stable", gen.worker_body)
             except ApiError as error:
                 series.count_error(error.code or "gateway")
                 return error_response(error, headers)

@@ -191,6 +191,13 @@ class Router:
         return ApiError(503, f"no ready worker group: {self.unavailable_reason()}", type="service_unavailable",
                        code="no_ready_workers", headers={"Retry-After": "1"})
 
+    def fallback_group(self, group: Group) -> Group | None:
+        """Where a request that failed before its first token on a canary gets one more try: the complete group a
+        rollout calls "stable". None for any other group (an A/B variant is a choice, not a trial)."""
+        if group.variant != "canary":
+            return None
+        return next((g for g in self.groups if g is not group and g.variant == "stable" and g.is_complete), None)
+
     def complete_group(self, revision: int | None) -> Group | None:
         """The group of `revision` while it has every stage ready (a request that moves stays in its revision)."""
         for group in self.groups:

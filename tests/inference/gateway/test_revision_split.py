@@ -1,8 +1,9 @@
 """A real gateway in front of two revisions of real tiny-model prefill/decode pairs, its membership polled from a
 stand-in control plane that splits traffic between them (docs/contracts.md): the split holds over 200 requests as
 counted from the response headers and from the workers' own metrics, each user stays on one variant, a weight set
-to 0 moves all traffic within one poll, and a canary revision whose worker fails (--test-fault error) answers its
-errors under its own revision.
+to 0 moves all traffic within one poll, and a canary revision whose worker fails (--test-fault error) before the
+first token has the request answered by stable (the failure counted against the canary), or, with no stable group,
+answers its errors under its own revision.
 
 Each worker runs with its --revision, and a decode worker refuses a KV payload of another revision: a request that
 crossed revisions would fail, so a 200 also says that the whole request stayed inside one revision."""
@@ -207,11 +208,27 @@ def test_setting_a_groups_weight_to_0_moves_all_its_traffic_within_one_poll(flee
     assert revisions == {"2": len(on_1) + 20}
 
 
-def test_a_failing_canary_answers_its_errors_under_its_own_revision_and_variant(fleet):
+def test_a_request_a_failing_canary_fails_before_its_first_token_is_answered_by_stable_and_counted_on_the_canary(
+        fleet):
     _, gateway, workers = fleet
     _serve(fleet, _group(workers, 3, 100, "canary", prefill="prefill-3-failing"), _group(workers, 1, 0, "stable"))
     health = requests.get(workers["prefill-3-failing"].url + "/health", timeout=10).json()
     assert health["status"] == "ok" and health["test_fault"] == "error"
+    errors_before = _sum(gateway.url, "tandem_request_errors_total", revision="3")
+    stable_before = _sum(gateway.url, "tandem_request_success_total", revision="1")
+    for stream in (False, True):
+        resp = _post(gateway, {**BODY, "stream": stream})
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["X-Tandem-Revision"] == "1" and resp.headers["X-Tandem-Variant"] == "stable"
+    # The client saw no failure; the rollout's analysis still sees the canary's.
+    assert _sum(gateway.url, "tandem_request_errors_total", revision="3") - errors_before == 2
+    assert _sum(gateway.url, "tandem_request_success_total", revision="1") - stable_before == 2
+    assert _sum(gateway.url, "tandem_gateway_retries_total", kind="canary_failed") >= 2
+
+
+def test_a_failing_canary_without_a_stable_group_answers_its_errors_under_its_own_revision_and_variant(fleet):
+    _, gateway, workers = fleet
+    _serve(fleet, _group(workers, 3, 100, "canary", prefill="prefill-3-failing"))
     errors_before = _sum(gateway.url, "tandem_request_errors_total", revision="3")
     for stream in (False, True):
         resp = _post(gateway, {**BODY, "stream": stream})
