@@ -73,9 +73,12 @@ def checksum(*tensors: torch.Tensor) -> str:
 
 def encode_payload(payload: KVPayload) -> bytes:
     """Serialize for the push. CPU and torch work: callers run it in a thread executor, off the event loop."""
-    # k, v may be views into a larger export buffer, or on a GPU; safetensors wants contiguous CPU tensors.
-    k = payload.k.detach().to("cpu").contiguous()
-    v = payload.v.detach().to("cpu").contiguous()
+    # k, v may be views into a larger export buffer, or on a GPU; safetensors wants contiguous CPU tensors, in the
+    # dtype the layout names (the receiver's, when the sender was told it: a float32 prefill feeding a bfloat16
+    # decode converts here, and sends half the bytes).
+    dtype = getattr(torch, str(payload.kv_layout.get("dtype", dtype_name(payload.k.dtype))))
+    k = payload.k.detach().to("cpu", dtype).contiguous()
+    v = payload.v.detach().to("cpu", dtype).contiguous()
     header = {**payload.header(), "checksum": checksum(k, v)}
     return st_save({"k": k, "v": v}, metadata={METADATA_KEY: json.dumps(header)})
 
@@ -108,8 +111,8 @@ def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None)
         # Checked first and by name: a float32 prefill must never feed a bfloat16 decode (or the reverse), and the
         # operator needs both dtypes to see which worker runs the other one.
         raise KVWireError(f"KV dtype mismatch: the payload's KV cache is {their_layout.get('dtype')!r} (the prefill "
-                          f"worker's dtype), this decode worker runs {kv_layout.get('dtype')!r}; a prefill and a "
-                          "decode worker must run the same dtype")
+                          f"worker's dtype), this decode worker runs {kv_layout.get('dtype')!r}; the prefill worker "
+                          "converts only when the request names the decode worker's dtype (decode_kv_dtype)")
     for key in LAYOUT_KEYS:
         if their_layout.get(key) != kv_layout.get(key):
             raise KVWireError(f"KV layout mismatch on {key}: payload has {their_layout.get(key)!r}, "

@@ -209,7 +209,10 @@ class Relay:
         release_prefill = self._acquire(prefill)
         release_decode = self._acquire(decode)
         try:
-            payload = json.dumps({"request_id": request_id, **body, "decode_url": decode.url}).encode()
+            fields = {"request_id": request_id, **body, "decode_url": decode.url}
+            if decode.dtype:  # the prefill worker converts its KV to the decode worker's dtype
+                fields["decode_kv_dtype"] = decode.dtype
+            payload = json.dumps(fields).encode()
             try:
                 async with self.session.post(prefill.url + "/v1/prefill", data=payload, headers=JSON_HEADERS) as resp:
                     if resp.status == 502:

@@ -49,9 +49,14 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
                 answer["simulated"] = True
             if event.finish_reason is None:
                 # The KV covers the resumed tokens too; the header says how many of them the prompt's end holds.
+                # The payload carries the decode worker's KV dtype when the gateway named it (its /health), and
+                # encoding converts the tensors to it: stages may run different dtypes (issue: precision by stage).
+                layout = dict(host.info["kv_layout"])
+                if req.decode_kv_dtype and not host.config.simulated:
+                    layout["dtype"] = req.decode_kv_dtype
                 header = {"request_id": job.request_id, "prompt_token_ids": prompt_ids + req.resume_token_ids,
                           "first_token_id": first_token_id, "sampling": req.sampling_header(),
-                          "kv_layout": host.info["kv_layout"], "revision": host.config.revision}
+                          "kv_layout": layout, "revision": host.config.revision}
                 if num_resumed:
                     header["num_resumed_tokens"] = num_resumed
                 answer["kv_bytes"], answer["kv_transfer_seconds"] = await push_kv(

@@ -16,6 +16,7 @@ from inference import json_body, sampling_params
 from inference.checks import is_int, json_type
 from inference.sampling_params import SamplingError, SamplingParams, sampling_fields
 
+KV_DTYPES = ("float32", "bfloat16", "float16")  # what a KV payload may carry, and convert between
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # it travels in URL paths (/v1/stream/{request_id})
 MAX_MESSAGES = 1024
 
@@ -55,6 +56,8 @@ class GenerateRequest:
     params: SamplingParams
     stop: list[str]
     decode_url: str | None = None
+    # The decode worker's KV dtype, as the gateway saw it on its /health: the prefill worker converts the KV to it.
+    decode_kv_dtype: str | None = None
     # max_tokens was null: generate up to the end of the context (OpenAI's chat default), known once tokenized.
     max_tokens_to_context: bool = False
     # Tokens this request generated on a worker that died; the gateway sent them on (docs/contracts.md).
@@ -126,9 +129,14 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
             raise RequestError("decode_url must be an http(s) URL such as http://127.0.0.1:8002",
                                param="decode_url")
         decode_url = decode_url.rstrip("/")
+    decode_kv_dtype = body.get("decode_kv_dtype") if need_decode_url else None
+    if decode_kv_dtype is not None and decode_kv_dtype not in KV_DTYPES:
+        raise RequestError(f"decode_kv_dtype must be one of {', '.join(KV_DTYPES)}, got {decode_kv_dtype!r}",
+                           param="decode_kv_dtype")
     return GenerateRequest(request_id=request_id, prompt=prompt, messages=messages, params=params, stop=stop,
                            max_tokens_to_context="max_tokens" in body and body["max_tokens"] is None,
-                           decode_url=decode_url, resume_token_ids=resume_token_ids)
+                           decode_url=decode_url, decode_kv_dtype=decode_kv_dtype,
+                           resume_token_ids=resume_token_ids)
 
 
 def parse_sampling(body: dict, allow_null_max_tokens: bool = False) -> tuple[SamplingParams, list[str]]:

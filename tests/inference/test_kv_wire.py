@@ -84,11 +84,17 @@ def test_it_rejects_tensors_whose_shape_disagrees_with_the_prompt_length():
         decode_payload(encode_payload(sent), kv_layout=LAYOUT)
 
 
+def test_encoding_converts_the_tensors_to_the_dtype_the_layout_names():
+    sent = payload(kv_layout={**LAYOUT, "dtype": "bfloat16"})  # float32 tensors, a bfloat16 receiver
+    got = decode_payload(encode_payload(sent), kv_layout={**LAYOUT, "dtype": "bfloat16"})
+    assert got.k.dtype == torch.bfloat16 and torch.equal(got.k, sent.k.to(torch.bfloat16))
+
+
 def test_it_rejects_a_dtype_that_the_layout_does_not_announce():
-    sent = payload()
-    sent.k, sent.v = sent.k.half(), sent.v.half()
+    sent = payload()  # a sender that writes float16 tensors under a float32 layout (not encode_payload: it converts)
+    data = st_save({"k": sent.k.half(), "v": sent.v.half()}, metadata={"tandem": json.dumps(sent.header())})
     with pytest.raises(KVWireError, match="dtype float16, expected float32"):
-        decode_payload(encode_payload(sent), kv_layout=LAYOUT)
+        decode_payload(data, kv_layout=LAYOUT)
 
 
 def test_it_rejects_another_revision():

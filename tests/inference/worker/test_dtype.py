@@ -1,5 +1,7 @@
-"""Workers say which dtype they run (/info, /health, tandem_worker_info), and the KV handoff never crosses dtypes:
-a float32 prefill worker's KV is refused by a bfloat16 decode worker with a 400 naming both, which stays healthy."""
+"""Workers say which dtype they run (/info, /health, tandem_worker_info), and the KV handoff never crosses dtypes
+unawares: a float32 prefill worker's KV is refused by a bfloat16 decode worker with a 400 naming both, which stays
+healthy, unless the request names the decode worker's dtype (decode_kv_dtype, as the gateway does): then the prefill
+worker converts its KV to it before the push, and stages run different dtypes."""
 from __future__ import annotations
 
 import pytest
@@ -78,3 +80,45 @@ def test_the_decode_worker_still_takes_kv_of_its_own_dtype(workers):
         events = read_stream(s)
     assert len([r.json()["first_token_id"], *token_ids(events)]) == 6
     assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "length"
+
+
+def test_a_float32_prefill_told_the_decode_dtype_converts_its_kv_and_the_request_completes(workers):
+    decode = workers["decode_bf16"].url
+    answers = {}
+    for name, prefill, extra in (("converted", "prefill_auto", {"decode_kv_dtype": "bfloat16"}),
+                                 ("native", "prefill_bf16", {})):
+        r = requests.post(f"{workers[prefill].url}/v1/prefill", timeout=HTTP_TIMEOUT_S,
+                          json={"request_id": f"conv-{name}", "prompt": PROMPT, "max_tokens": 6,
+                                "decode_url": decode, **extra})
+        assert r.status_code == 200, r.text
+        answers[name] = r.json()
+        with requests.get(f"{decode}/v1/stream/conv-{name}", stream=True, timeout=HTTP_TIMEOUT_S) as s:
+            events = read_stream(s)
+        assert len([answers[name]["first_token_id"], *token_ids(events)]) == 6
+        assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "length"
+    # The converted payload is a bfloat16 one: the size of the native bfloat16 prefill's (half of float32's).
+    assert abs(answers["converted"]["kv_bytes"] - answers["native"]["kv_bytes"]) < 64, answers
+
+
+def test_an_unknown_decode_kv_dtype_is_a_400_naming_the_field(workers):
+    r = requests.post(f"{workers['prefill_auto'].url}/v1/prefill", timeout=HTTP_TIMEOUT_S,
+                      json={"prompt": PROMPT, "max_tokens": 2, "decode_url": workers["decode_bf16"].url,
+                            "decode_kv_dtype": "int4"})
+    error = assert_openai_error(r, 400, "decode_kv_dtype must be one of float32, bfloat16, float16")
+    assert error["param"] == "decode_kv_dtype"
+
+
+
+def test_a_gateway_in_front_of_a_float32_prefill_and_a_bfloat16_decode_serves(workers, tmp_path):
+    """The gateway names the decode worker's dtype (from its /health) in every prefill request."""
+    from tests.inference.gateway.support import start_gateway
+
+    gateway = start_gateway("gateway-mixed", ["--prefill", workers["prefill_auto"].url,
+                                              "--decode", workers["decode_bf16"].url], tmp_path)
+    try:
+        r = requests.post(gateway.url + "/v1/completions", timeout=HTTP_TIMEOUT_S,
+                          json={"model": "tandem", "prompt": PROMPT, "max_tokens": 5, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 5
+    finally:
+        gateway.stop()
