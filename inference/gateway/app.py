@@ -41,6 +41,22 @@ def error_response(error: ApiError, headers: dict[str, str] | None = None) -> we
     return web.json_response(error.body(), status=error.status, headers={**error.headers, **(headers or {})})
 
 
+def prompt_too_long(worker_body: dict, max_chars: int | None) -> ApiError | None:
+    """A 400 for a prompt that cannot fit the context in any tokenization (more characters than max_model_len
+    tokens can spell, as the workers' /health says): refused here, before it costs a worker's tokenizer time."""
+    if not max_chars:
+        return None
+    prompt = worker_body.get("prompt")
+    num_chars = len(prompt) if isinstance(prompt, str) else sum(
+        len(m.get("content") or "") if isinstance(m.get("content"), str) else
+        sum(len(part.get("text") or "") for part in m.get("content") or () if isinstance(part, dict))
+        for m in worker_body.get("messages") or ())
+    if num_chars <= max_chars:
+        return None
+    return ApiError(400, f"the prompt has {num_chars} characters; no prompt over {max_chars} fits this model's "
+                         "context", param="messages" if prompt is None else "prompt", code="context_length_exceeded")
+
+
 def group_headers(group: Group) -> dict[str, str]:
     """Which revision (and variant) served: the static group has no revision, so it says nothing."""
     headers = {}
@@ -174,6 +190,10 @@ class Gateway:
             return error_response(error)
         series = self.metrics.requests(revision="" if group.revision is None else str(group.revision))
         headers = group_headers(group)
+        too_long = prompt_too_long(gen.worker_body, group.max_prompt_chars())
+        if too_long is not None:
+            series.count_error(too_long.code)
+            return error_response(too_long, headers)
         request_id = ("chatcmpl-" if endpoint is Endpoint.CHAT else "cmpl-") + uuid.uuid4().hex
         deadline = asyncio.get_running_loop().time() + self.config.request_timeout
         self._num_running += 1

@@ -59,6 +59,7 @@ class Worker:
     dtype: str | None = None  # what the worker's /health says it runs; None until a probe answers ok
     max_model_len: int | None = None  # the context its /health says it serves (its KV pool may hold less than the model)
     weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
+    max_prompt_chars: int | None = None  # what its /health says no fitting prompt exceeds (None: not said)
     prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
     probe_timeouts: int = 0  # health probes in a row that got no answer in time (PROBE_TIMEOUTS_TO_DOWN)
     # Set when the worker is taken out of rotation: the streams it holds move on at once (TokenStream) instead of
@@ -109,6 +110,12 @@ class Group:
     @property
     def is_complete(self) -> bool:
         return not self.missing()
+
+    def max_prompt_chars(self) -> int | None:
+        """The most characters a prompt may have to fit every ready worker of the first stage (None: none says)."""
+        first = Role.PREFILL if self.mode is Mode.DISAGGREGATED else Role.COLOCATED
+        limits = [w.max_prompt_chars for w in self.workers(first) if w.is_ready and w.max_prompt_chars]
+        return min(limits) if limits else None
 
     def describe(self) -> dict:
         return {"revision": self.revision, "mode": self.mode.value, "traffic_weight": self.traffic_weight,
@@ -292,6 +299,8 @@ class Router:
                 max_model_len = body.get("max_model_len")
                 worker.max_model_len = max_model_len if is_int(max_model_len) else None
                 worker.prefix_caching = body.get("prefix_caching") is True
+                max_prompt_chars = body.get("max_prompt_chars")
+                worker.max_prompt_chars = max_prompt_chars if is_int(max_prompt_chars) else None
         except asyncio.TimeoutError:  # aiohttp's own timeouts are asyncio.TimeoutError too
             worker.probe_timeouts += 1
             if worker.state is WorkerState.READY and worker.probe_timeouts < PROBE_TIMEOUTS_TO_DOWN:

@@ -37,6 +37,12 @@ def kv_body_limit(info: dict) -> int:
     return info["max_model_len"] * (per_token + HEADER_BYTES_PER_TOKEN) + HEADER_SLACK_BYTES
 
 
+def max_token_chars(tokenizer) -> int:
+    """An upper bound on the characters one token stands for: its vocabulary spelling's length (byte-level BPE
+    spells each byte as one character, SentencePiece's byte fallback as `<0xNN>`, special tokens as their text)."""
+    return max(len(token) for token in tokenizer.get_vocab())
+
+
 class WireKV:
     """inference.kv_wire: safetensors of the real K/V, (de)serialized in a thread (torch work)."""
 
@@ -146,7 +152,10 @@ class ModelEngine:
                 # workers that say true in /health.
                 "prefix_caching": engine.prefix_caching,
                 # Speculative decoding ({"method": ..., "num_tokens": ...} with its defaults) or None: off.
-                "speculative": engine.speculative}
+                "speculative": engine.speculative,
+                # No prompt of more characters fits max_model_len tokens: the gateway refuses longer ones before
+                # they reach this worker's one tokenizer thread.
+                "max_prompt_chars": engine.max_model_len * max_token_chars(engine.tokenizer)}
         if engine.quantization in QUANTIZATION_NOTES:
             info["note"] = QUANTIZATION_NOTES[engine.quantization]
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=config.engine.dtype,

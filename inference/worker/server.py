@@ -179,7 +179,10 @@ class WorkerServer:
                                       "max_model_len": self.info["max_model_len"],
                                       "quantization": self.info["quantization"],
                                       "weight_bytes": self.info["weight_bytes"],
-                                      "prefix_caching": self.info["prefix_caching"], **self.markers, **fault})
+                                      "prefix_caching": self.info["prefix_caching"],
+                                      **({"max_prompt_chars": self.info["max_prompt_chars"]}
+                                         if self.info.get("max_prompt_chars") else {}),
+                                      **self.markers, **fault})
         return web.json_response({"status": status, "reason": reason, **self.markers, **fault}, status=503)
 
     def health_status(self) -> tuple[str, str]:

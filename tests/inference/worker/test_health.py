@@ -57,7 +57,8 @@ def test_it_answers_503_starting_while_the_model_loads_then_200(worker):
     body = health(worker.url).json()
     assert isinstance(body.pop("weight_bytes"), int)
     assert body == {"status": "ok", "role": "colocated", "model": "tiny", "revision": None, "dtype": "float32",
-                    "max_model_len": 1024, "quantization": "none", "prefix_caching": True}
+                    "max_model_len": 1024, "quantization": "none", "prefix_caching": True,
+                    "max_prompt_chars": 1024 * 64}  # the tiny tokenizer's longest token is 64 characters
 
 
 def test_an_engine_step_error_fails_the_open_request_and_the_worker_goes_on(worker):
