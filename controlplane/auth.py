@@ -112,8 +112,10 @@ TOKEN_SCHEMES = (b"bearer", b"token")
 
 class FailedTokenThrottle(SimpleRateThrottle):
     """Failed token lookups per client address (TANDEM_FAILED_TOKEN_RATE, e.g. 20/min): past the rate, every
-    request of that client that presents a token is answered 429 until the window has passed, so keys cannot be
-    guessed at the speed of the network. Only failures count: a client with a good token is never slowed down."""
+    request of that client that presents an invalid token is answered 429 until the window has passed, so keys
+    cannot be guessed at the speed of the network. Only failures count, and a valid token is never refused: an
+    address can be shared (a NAT, a proxy) or forged, and nobody's bad guesses may lock out a good key. The address
+    is the connection's; X-Forwarded-For counts only behind TANDEM_TRUSTED_PROXIES proxies (DRF's NUM_PROXIES)."""
 
     scope = "failed_token"
 
@@ -147,22 +149,20 @@ def token_for(request) -> ApiToken | None:
     header = authentication.get_authorization_header(request).split()
     if not header or header[0].lower() not in TOKEN_SCHEMES:
         return None
+    token = None
+    if len(header) == 2 and header[1].isascii():
+        token = (ApiToken.objects.select_related("user")
+                 .filter(key_hash=key_hash(header[1].decode()), user__is_active=True).first())
+    if token is not None:
+        return token
     throttle = FailedTokenThrottle()
     wait = throttle.blocked(request)
     if wait is not None:
         raise exceptions.Throttled(wait, detail="too many requests with an invalid token from this address")
+    throttle.record(request)
     if len(header) != 2:
-        throttle.record(request)
         raise exceptions.AuthenticationFailed("Authorization must be 'Bearer <token>' or 'Token <token>'")
-    presented = header[1]
-    token = None
-    if presented.isascii():
-        token = (ApiToken.objects.select_related("user")
-                 .filter(key_hash=key_hash(presented.decode()), user__is_active=True).first())
-    if token is None:
-        throttle.record(request)
-        raise exceptions.AuthenticationFailed("Invalid token.")
-    return token
+    raise exceptions.AuthenticationFailed("Invalid token.")
 
 
 class TokenAuthentication(authentication.BaseAuthentication):

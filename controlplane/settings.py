@@ -215,6 +215,9 @@ REST_FRAMEWORK = {
                                "controlplane.api.parsers.FormParser",
                                "controlplane.api.parsers.MultiPartParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # The client address the throttles key on: the connection's, unless this many proxies of ours stand in front
+    # (then the address they appended to X-Forwarded-For). A header as the client sent it is never trusted.
+    "NUM_PROXIES": env_int("TANDEM_TRUSTED_PROXIES", 0, minimum=0),
 }
 # Clients that keep presenting invalid tokens are answered 429 past this rate (per client address; DRF's rate
 # syntax: N/s, N/min, N/hour). Counted in CACHES, which TANDEM_CACHE_URL points at Redis for several web processes.
