@@ -114,7 +114,7 @@ class WorkerSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Worker
-        fields = ["id", "deployment", "role", "status", "pid", "host", "port", "url", "node", "gpu_index",
+        fields = ["id", "deployment", "role", "purpose", "status", "pid", "host", "port", "url", "node", "gpu_index",
                   "revision", "dtype", "quantization", "weight_bytes", "restart_count", "last_error", "log_path", "created_at", "started_at",
                   "ready_at", "stopped_at", "last_health_at"]
 
@@ -122,6 +122,12 @@ class WorkerSerializer(serializers.ModelSerializer):
 class ActionSerializer(serializers.ModelSerializer):
     deployment = serializers.CharField(source="deployment_name")
     worker = serializers.IntegerField(source="worker_id", allow_null=True)
+    idempotency_key = serializers.SerializerMethodField()
+
+    def get_idempotency_key(self, action) -> str | None:
+        from controlplane.services.actions import shown_idempotency_key
+
+        return shown_idempotency_key(action.idempotency_key)
 
     class Meta:
         model = Action

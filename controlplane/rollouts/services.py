@@ -16,7 +16,8 @@ from controlplane.models import ActionKind, ActionStatus, Deployment
 from controlplane.rollouts.models import ACTIVE_STATUSES, Rollout, RolloutStatus, Strategy
 from controlplane.rollouts.notify import rollout_abort_notify
 from controlplane.rollouts.validation import validate_ab, validate_conditions, validate_steps, validate_strategy
-from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
+from controlplane.services.actions import (action_create, action_once, as_actor, enqueue_reconcile,
+                                          shown_idempotency_key)
 from controlplane.services.revisions import lock_for_rollout, revision_add, revision_fields_validate
 
 _REVISION_FIELDS = ("model_path", "dtype", "engine_settings", "comment")
@@ -102,7 +103,8 @@ def rollout_start(*, deployment: Deployment, actor, revision, strategy: str = St
         "analysis": conditions})
     rollout_id = (action.params or {}).get("rollout")
     if action.params.get("event") != "started" or rollout_id is None:
-        raise conflict(f"idempotency key {idempotency_key!r} was used for another rollout request (action "
+        raise conflict(f"idempotency key {shown_idempotency_key(idempotency_key)!r} was used for another rollout "
+                       f"request (action "
                        f"{action.pk})", action_id=action.pk)
     return Rollout.objects.select_related("revision", "stable_revision").get(pk=rollout_id)
 

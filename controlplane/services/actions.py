@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -66,6 +67,27 @@ def as_actor(actor) -> Actor:
     raise TypeError(f"actor must be an Actor or an authenticated user, not {actor!r}")
 
 
+_USER_KEY = re.compile(r"^u\d+/")
+KEY_MAX_LENGTH = 255  # Action.idempotency_key's column
+
+
+def user_idempotency_key(user, key: str | None) -> str | None:
+    """A client's Idempotency-Key scoped to its user ("u<id>/<key>"): two users' keys never meet (an admin reusing
+    an operator's key must not get the operator's action). A key too long for the column with its scope is stored
+    as its sha256."""
+    if not key:
+        return None
+    scoped = f"u{user.pk}/{key}"
+    if len(scoped) > KEY_MAX_LENGTH:
+        scoped = f"u{user.pk}/sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+    return scoped
+
+
+def shown_idempotency_key(stored: str | None) -> str | None:
+    """The key as its client sent it (the stored one without its user scope); system keys as they are."""
+    return _USER_KEY.sub("", stored, count=1) if stored else stored
+
+
 def action_find(idempotency_key: str | None, *, kind: str | None = None) -> Action | None:
     """The action already recorded under this key, if any. With `kind`, a key first used for another kind of
     action is a client bug (the same key for two different requests): 409 rather than a silently wrong answer."""
@@ -73,7 +95,8 @@ def action_find(idempotency_key: str | None, *, kind: str | None = None) -> Acti
         return None
     action = Action.objects.filter(idempotency_key=idempotency_key).first()
     if action is not None and kind is not None and action.kind != kind:
-        raise conflict(f"idempotency key {idempotency_key!r} was already used for a {action.kind} action "
+        raise conflict(f"idempotency key {shown_idempotency_key(idempotency_key)!r} was already used for a "
+                       f"{action.kind} action "
                        f"({action.pk}), not a {kind}", action_id=action.pk)
     return action
 
@@ -152,7 +175,8 @@ def action_once(*, kind: str, idempotency_key: str | None, write: Callable[[], A
 def _same_request(action: Action, fingerprint: str) -> Action:
     if action.request_fingerprint and action.request_fingerprint != fingerprint:
         raise ControlPlaneError(
-            f"idempotency key {action.idempotency_key!r} was already used for a different request (action "
+            f"idempotency key {shown_idempotency_key(action.idempotency_key)!r} was already used for a different "
+            f"request (action "
             f"{action.pk}); use a new key for a new request", status=422, code="idempotency_key_reused",
             extra={"action_id": action.pk})
     return action

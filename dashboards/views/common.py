@@ -25,8 +25,11 @@ def new_form_key() -> str:
 
 
 def posted_key(request) -> str | None:
+    """The form's idempotency key, scoped to the signed-in user as the API's are."""
+    from controlplane.services.actions import user_idempotency_key
+
     key = (request.POST.get("idempotency_key") or "").strip()
-    return key[:255] or None
+    return user_idempotency_key(request.user, key[:255] or None)
 
 
 def safe_next(request, default: str) -> str:

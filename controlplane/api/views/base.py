@@ -47,16 +47,23 @@ class WriteInputSerializer(serializers.Serializer):
 
 
 def write_kwargs(request, data: dict) -> dict:
-    """reason / idempotency_key / actor for a service call."""
-    key = data.get("idempotency_key") or request.headers.get("Idempotency-Key") or None
-    if key is not None and (len(key) > 255 or any(ord(char) < 32 for char in key)):
-        from controlplane.errors import invalid
+    """reason / idempotency_key / actor for a service call. The key is scoped to the user (services/actions.py);
+    a header and a body field that disagree are a 400, not one of them silently."""
+    from controlplane.errors import invalid
+    from controlplane.services.actions import user_idempotency_key
 
+    body_key, header_key = data.get("idempotency_key") or None, request.headers.get("Idempotency-Key") or None
+    if body_key is not None and header_key is not None and body_key != header_key:
+        raise invalid(f"the Idempotency-Key header ({header_key!r}) and the body's idempotency_key ({body_key!r}) "
+                      "differ: send one, or the same in both", field="idempotency_key")
+    key = body_key or header_key
+    if key is not None and (len(key) > 255 or any(ord(char) < 32 for char in key)):
         # The body's field is a CharField, which checks this; the header is checked here. A control character
         # (NUL above all, which PostgreSQL refuses in text) is no key anybody meant.
         raise invalid("Idempotency-Key must be at most 255 characters, without control characters",
                       field="idempotency_key")
-    return {"actor": request.user, "reason": data.get("reason", ""), "idempotency_key": key}
+    return {"actor": request.user, "reason": data.get("reason", ""),
+            "idempotency_key": user_idempotency_key(request.user, key)}
 
 
 def id_or_404(value, what: str) -> int:

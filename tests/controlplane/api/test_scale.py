@@ -92,6 +92,28 @@ def test_the_idempotency_key_header_works_too(operator_api, deployment):
     assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 3
 
 
+def test_idempotency_keys_are_per_user(operator_api, admin_api, deployment):
+    """An admin reusing an operator's key gets an action of its own, not the operator's."""
+    mine = scale(operator_api, {"role": "decode", "replicas": 2, "idempotency_key": "k-1"}).json()["action"]
+    theirs = scale(admin_api, {"role": "decode", "replicas": 3, "idempotency_key": "k-1"})
+    assert theirs.status_code == 202, theirs.content
+    theirs = theirs.json()["action"]
+    assert theirs["id"] != mine["id"] and theirs["actor"] != mine["actor"]
+    assert mine["idempotency_key"] == theirs["idempotency_key"] == "k-1"  # as each client sent it
+    assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 3
+
+
+def test_a_header_key_that_differs_from_the_bodys_is_a_400_and_changes_nothing(operator_api, deployment):
+    response = operator_api.post("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 3,
+                                                                    "idempotency_key": "body-1"},
+                                 format="json", HTTP_IDEMPOTENCY_KEY="header-1")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["field"] == "idempotency_key" and "'header-1'" in error["message"] and "'body-1'" in error["message"]
+    assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 1
+    assert not Action.objects.filter(kind="scale").exists()
+
+
 def test_it_enqueues_a_reconcile_after_commit(operator_api, deployment, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert scale(operator_api, {"role": "decode", "replicas": 2}).status_code == 202
