@@ -35,3 +35,19 @@ bench: setup
 
 clean:
 	rm -rf var/ $(VENV)
+
+# The peer, side by side: llama.cpp (llama-cpp-python built from source, in the bench's own venv, never in
+# requirements.txt) against the engine, same model, prompts and threads (bench/engine/peer_llamacpp.py). The sdist
+# also carries llama.cpp's convert_hf_to_gguf.py, which the bench runs to make the GGUF files.
+.PHONY: bench-peer
+bench-peer: setup
+	$(PY) -m inference.models prepare smollm2
+	test -x bench/.venv-peer/bin/python || $(PYTHON) -m venv bench/.venv-peer
+	test -f var/peer/sdist/llama_cpp_python-0.3.36.tar.gz || bench/.venv-peer/bin/pip download --no-deps \
+		--no-binary :all: -d var/peer/sdist llama-cpp-python==0.3.36
+	test -d var/peer/src/llama_cpp_python-0.3.36 || \
+		(mkdir -p var/peer/src && tar xzf var/peer/sdist/llama_cpp_python-0.3.36.tar.gz -C var/peer/src)
+	bench/.venv-peer/bin/python -c "import llama_cpp" 2>/dev/null || (start=$$(date +%s) && \
+		CMAKE_ARGS="-DGGML_NATIVE=ON" nice -n 19 bench/.venv-peer/bin/pip install \
+		var/peer/sdist/llama_cpp_python-0.3.36.tar.gz && echo $$(( $$(date +%s) - start )) > var/peer/build_seconds)
+	$(PY) bench/engine/peer_llamacpp.py --llama-cpp-dir var/peer/src/llama_cpp_python-0.3.36/vendor/llama.cpp
