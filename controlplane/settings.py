@@ -2,7 +2,8 @@
 
 The one place that reads the environment (STYLE.md): every other module reads `django.conf.settings`.
 Embedded defaults (SQLite and a filesystem broker under `var/`) make `make run` and `make test` work on a bare
-machine; production sets DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY, DJANGO_DEBUG=0 and ALLOWED_HOSTS.
+machine; production sets TANDEM_PRODUCTION=1 (or DJANGO_DEBUG=0), DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY and
+ALLOWED_HOSTS. Django's debug pages are off unless DJANGO_DEBUG=1.
 """
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ from controlplane.lib.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-def _secret_key(debug: bool, var_dir: Path) -> str:
-    """From SECRET_KEY; in DEBUG only, generated once into var/secret_key so sessions survive restarts."""
+def _secret_key(production: bool, var_dir: Path) -> str:
+    """From SECRET_KEY; outside production only, generated once into var/secret_key so sessions survive restarts."""
     key = env_str("SECRET_KEY")
     if key:
         return key
-    if not debug:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DJANGO_DEBUG=0")
+    if production:
+        raise ImproperlyConfigured("SECRET_KEY must be set in production (TANDEM_PRODUCTION=1 or DJANGO_DEBUG=0)")
     path = var_dir / "secret_key"
     if not path.exists():
         # O_EXCL: two processes starting at once must not write two different keys.
@@ -42,17 +43,22 @@ def _secret_key(debug: bool, var_dir: Path) -> str:
 
 
 # --- core --------------------------------------------------------------------------------------------------
-DEBUG = env_bool("DJANGO_DEBUG", True)
+# Django's debug pages (a traceback with the process's settings, to anyone who can make a request fail) only when
+# asked for: DJANGO_DEBUG=1.
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# Production: SECRET_KEY and ALLOWED_HOSTS required, secure cookies, the HTTPS redirect and HSTS. On with
+# TANDEM_PRODUCTION=1, or with DJANGO_DEBUG=0 set explicitly (production's switch before debug was off by default).
+PRODUCTION = env_bool("TANDEM_PRODUCTION", env_str("DJANGO_DEBUG") is not None and not DEBUG)
 VAR_DIR = Path(env_str("TANDEM_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 # var/ holds the SQLite database (sessions, token hashes, channel signing secrets), the secret key and the broker:
 # only its owner may enter it. Files the control plane writes there are 0600 (controlplane.apps).
 VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 if VAR_DIR.stat().st_uid == os.getuid() and VAR_DIR.stat().st_mode & 0o077:
     VAR_DIR.chmod(0o700)
-SECRET_KEY = _secret_key(DEBUG, VAR_DIR)
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else [])
-if not DEBUG and not ALLOWED_HOSTS:
-    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DJANGO_DEBUG=0 (comma-separated host names)")
+SECRET_KEY = _secret_key(PRODUCTION, VAR_DIR)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]", "testserver"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set in production (comma-separated host names)")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -182,11 +188,11 @@ STATIC_URL = "/static/"
 # Production: `manage.py collectstatic` then serve STATIC_ROOT from the reverse proxy (README).
 STATIC_ROOT = Path(env_str("TANDEM_STATIC_ROOT", str(VAR_DIR / "static")))
 
-# --- security (all on when DEBUG is off, so `check --deploy` is clean) ---------------------------------------
+# --- security (all on in production, so `check --deploy` is clean) ----------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
-if not DEBUG:
+if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

@@ -147,7 +147,8 @@ def child_specs(*, web_port: int, node_name: str, var_dir, embedded_beat: bool =
     if embedded_beat:
         control += ["--beat", "--schedule", beat_schedule]
     specs = [
-        ChildSpec("web", [python, manage, "runserver", f"127.0.0.1:{web_port}", "--noreload"]),
+        # --insecure: runserver serves the static files (plotly, the pages' JS) with debug off too.
+        ChildSpec("web", [python, manage, "runserver", f"127.0.0.1:{web_port}", "--noreload", "--insecure"]),
         ChildSpec("control", control, stop_deadline_s=20),
     ]
     if not embedded_beat:

@@ -1,5 +1,6 @@
 """Secrets stay private: var/ is 0700 and the SQLite database 0600 (a fresh `manage.py migrate` in a new folder),
-and the debug page masks passwords inside URL settings (DATABASE_URL, CELERY_BROKER_URL)."""
+the debug page is off unless asked for (a request with a wrong Host header gets no technical page), and when on it
+masks passwords inside URL settings (DATABASE_URL, CELERY_BROKER_URL) and the key of a DSN-style URL (KEY@host)."""
 from __future__ import annotations
 
 import os
@@ -42,6 +43,25 @@ def test_url_passwords_are_masked():
         "postgres://tandem:********************@db:5432/tandem"
     assert mask_url_password("redis://:hunter2@127.0.0.1:6379/0") == "redis://:********************@127.0.0.1:6379/0"
     assert mask_url_password("filesystem://") == "filesystem://"
+    # A DSN whose user part is the key, under a setting name nothing would call secret.
+    assert mask_url_password("https://0123abcd4567@sentry.example.com/42") == \
+        "https://********************@sentry.example.com/42"
+
+
+def test_by_default_a_bad_request_gets_no_debug_page(tmp_path):
+    """No DJANGO_DEBUG in the environment: an anonymous request with a wrong Host header (Django's DisallowedHost)
+    gets a plain 400, not the technical page with the process's settings."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_DEBUG", "TANDEM_PRODUCTION", "SECRET_KEY")}
+    env.update(TANDEM_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="controlplane.settings",
+               SENTRY_DSN=f"https://{secrets.token_hex(8)}@sentry.example.com/1")
+    code = ("import django; django.setup(); from django.conf import settings; from django.test import Client; "
+            "r = Client().get('/api/v1/deployments/', HTTP_HOST='evil.example'); "
+            "print(settings.DEBUG, r.status_code); print(r.content.decode(errors='replace'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, body = out.stdout.split("\n", 1)
+    assert first == "False 400", out.stdout[:500]
+    assert "DisallowedHost" not in body and "SENTRY_DSN" not in body and "Traceback" not in body
 
 
 def test_the_debug_page_shows_no_broker_or_database_password(settings):

@@ -30,7 +30,7 @@ def test_check_deploy_is_clean_with_debug_off_a_real_secret_and_hosts(tmp_path):
 def test_a_secret_key_is_required_when_debug_is_off(tmp_path):
     out = manage(["check"], tmp_path, DJANGO_DEBUG="0", ALLOWED_HOSTS="tandem.example.com")
     assert out.returncode != 0
-    assert "ImproperlyConfigured: SECRET_KEY must be set when DJANGO_DEBUG=0" in out.stderr
+    assert "ImproperlyConfigured: SECRET_KEY must be set in production" in out.stderr
 
 
 def test_local_use_generates_one_secret_key_and_keeps_it(tmp_path):
@@ -91,3 +91,15 @@ def test_the_embedded_sqlite_database_waits_instead_of_failing_when_locked(setti
     assert db["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert db["OPTIONS"]["timeout"] >= 10
     assert "journal_mode=WAL" in db["OPTIONS"]["init_command"]
+
+
+def test_tandem_production_asks_for_what_production_needs_with_debug_off(tmp_path):
+    out = manage(["check"], tmp_path, TANDEM_PRODUCTION="1", ALLOWED_HOSTS="tandem.example.com")
+    assert out.returncode != 0
+    assert "ImproperlyConfigured: SECRET_KEY must be set in production" in out.stderr
+    code = "from django.conf import settings; print(settings.DEBUG, settings.PRODUCTION, settings.SESSION_COOKIE_SECURE)"
+    out = manage(["shell", "-c", code], tmp_path, TANDEM_PRODUCTION="1", ALLOWED_HOSTS="tandem.example.com",
+                 SECRET_KEY=secrets.token_urlsafe(50))
+    assert out.stdout.strip().splitlines()[-1] == "False True True", out.stderr
+    local = manage(["shell", "-c", code], tmp_path)  # nothing set: debug off, local conveniences on
+    assert local.stdout.strip().splitlines()[-1] == "False False False", local.stderr
