@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= tests
 
-.PHONY: run test setup models clean bench
+.PHONY: run test setup models tools clean bench
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,15 @@ models: setup
 run: setup
 	$(PY) manage.py tandem_run
 
-test: models
+# promtool (Debian's prometheus package) checks the exported alert rules and Grafana panels; installed here when
+# this is a Debian machine and we are root, else those tests skip.
+tools:
+	@command -v promtool >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends prometheus \
+		>/dev/null 2>&1 && echo "installed promtool (Debian's prometheus)"; } || \
+		echo "promtool not installed: its tests skip (apt-get install prometheus)"
+
+test: models tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: setup

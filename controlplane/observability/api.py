@@ -144,3 +144,30 @@ class MetricsQueryView(ApiView):
         return Response({"metric": query.metric, "unit": UNITS[query.metric], "deployment": deployment.name,
                          "start": query.start, "end": query.end, "step": query.step, "source": source,
                          "series": series})
+
+
+class PrometheusTargetsView(ApiView):
+    """GET /api/v1/prometheus/targets (viewer and up): every worker and gateway Tandem scrapes, as Prometheus HTTP
+    service discovery, for a Prometheus that scrapes the fleet itself (docs/prometheus.md)."""
+
+    @extend_schema(responses={200: dict, **ERRORS},
+                   description="Prometheus http_sd_configs targets: [{targets, labels: {deployment, pool, revision, "
+                               "node, worker}}].")
+    def get(self, request):
+        from controlplane.observability.prometheus import sd_targets
+
+        return Response(sd_targets())
+
+
+class GrafanaDashboardView(ApiView):
+    """GET /api/v1/deployments/{name}/grafana.json (viewer and up): the deployment page's panels as a Grafana
+    dashboard over Prometheus (the labels of /api/v1/prometheus/targets), to import into Grafana."""
+
+    @extend_schema(responses={200: dict, **ERRORS}, description="An importable Grafana dashboard (JSON).")
+    def get(self, request, name: str):
+        from controlplane.observability.prometheus import grafana_dashboard
+
+        deployment = deployment_get(name)  # 404 naming it when there is none
+        response = Response(grafana_dashboard(deployment.name))
+        response["Content-Disposition"] = f'attachment; filename="tandem-{deployment.name}-grafana.json"'
+        return response

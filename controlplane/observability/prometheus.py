@@ -1,0 +1,121 @@
+"""For operators who keep Prometheus and Grafana: the scrape targets as Prometheus HTTP service discovery, and a
+Grafana dashboard per deployment with the panels of its Tandem page.
+
+`sd_targets()` answers `http_sd_configs` (https://prometheus.io/docs/prometheus/latest/http_sd/): one group per
+worker and gateway that Tandem itself scrapes (observability.store.scrape_targets: a process with a port, serving,
+not a profile run's), labelled with what Tandem's queries need: `deployment`, `pool` (the role of its pool),
+`revision` (its number), `node`, `worker` (its id). Workers label their own series `role` and `model`; Prometheus
+adds these, so `tandem_time_to_first_token_seconds_bucket{deployment="demo", role="prefill"}` is one stage of one
+deployment.
+
+`grafana_dashboard(name)` is a dashboard JSON (schemaVersion 39, the current Grafana releases' model) whose panels
+are PromQL over those labels, with the Prometheus data source as a variable (`${datasource}`) so that it imports
+into any Grafana. The expressions are checked by promtool in the tests (tests/controlplane/observability).
+"""
+from __future__ import annotations
+
+from controlplane.observability.store import scrape_targets
+
+SCHEMA_VERSION = 39
+RATE = "$__rate_interval"
+
+
+def sd_targets() -> list[dict]:
+    """Prometheus HTTP SD groups: [{"targets": ["host:port"], "labels": {...}}], one per scraped process."""
+    from controlplane.models import Worker
+
+    ids = [target.worker_id for target in scrape_targets()]
+    rows = (Worker.objects.filter(pk__in=ids)
+            .values_list("id", "host", "port", "role", "deployment__name", "revision__number", "node__name")
+            .order_by("deployment__name", "role", "id"))
+    return [{"targets": [f"{host}:{port}"],
+             "labels": {"deployment": deployment, "pool": role, "revision": "" if revision is None else str(revision),
+                        "node": node or "", "worker": str(worker_id)}}
+            for worker_id, host, port, role, deployment, revision, node in rows]
+
+
+def _q(quantile: float, metric: str, where: str, by: str = "role") -> str:
+    return (f"histogram_quantile({quantile}, sum by (le, {by}) "
+            f"(rate({metric}_bucket{{{where}}}[{RATE}])))")
+
+
+def panels(deployment: str) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(title, unit, [(PromQL, legend)]) per panel, in the order of the deployment page."""
+    d = f'deployment="{deployment}"'
+    gateway = f'{d}, role="gateway"'
+    workers = f'{d}, role!="gateway"'
+    return [
+        ("End-to-end latency (gateway)", "s", [
+            (_q(0.5, "tandem_e2e_request_latency_seconds", gateway), "P50"),
+            (_q(0.99, "tandem_e2e_request_latency_seconds", gateway), "P99")]),
+        ("Time to first token by stage", "s", [
+            (_q(0.5, "tandem_time_to_first_token_seconds", workers), "{{role}} P50"),
+            (_q(0.99, "tandem_time_to_first_token_seconds", workers), "{{role}} P99")]),
+        ("Inter-token latency by stage", "s", [
+            (_q(0.5, "tandem_inter_token_latency_seconds", workers), "{{role}} P50"),
+            (_q(0.99, "tandem_inter_token_latency_seconds", workers), "{{role}} P99")]),
+        ("Requests per second (gateway)", "reqps", [
+            (f"sum by (revision) (rate(tandem_request_success_total{{{gateway}}}[{RATE}]))", "ok r{{revision}}"),
+            (f"sum by (kind) (rate(tandem_request_errors_total{{{gateway}}}[{RATE}]))", "error {{kind}}")]),
+        ("Error ratio (gateway)", "percentunit", [
+            (f"sum(rate(tandem_request_errors_total{{{gateway}}}[{RATE}])) / clamp_min("
+             f"sum(rate(tandem_request_success_total{{{gateway}}}[{RATE}])) + "
+             f"sum(rate(tandem_request_errors_total{{{gateway}}}[{RATE}])), 1e-9)", "errors")]),
+        ("Generated tokens per second by stage", "short", [
+            (f"sum by (role) (rate(tandem_generation_tokens_total{{{workers}}}[{RATE}]))", "{{role}}")]),
+        ("Queue (requests waiting) by stage", "short", [
+            (f"sum by (role) (tandem_requests_waiting{{{workers}}})", "{{role}} waiting"),
+            (f"sum by (role) (tandem_requests_running{{{workers}}})", "{{role}} running")]),
+        ("KV cache usage by stage", "percentunit", [
+            (f"max by (role) (tandem_kv_cache_usage_ratio{{{workers}}})", "{{role}} (fullest worker)")]),
+        ("GPU utilisation by stage", "percentunit", [
+            (f"avg by (role) (tandem_gpu_utilization_ratio{{{workers}}})", "{{role}}")]),
+        ("GPU memory used by stage", "bytes", [
+            (f"sum by (role) (tandem_gpu_memory_used_bytes{{{workers}}})", "{{role}}")]),
+        ("GPU temperature", "celsius", [
+            (f"max by (role, gpu) (tandem_gpu_temperature_celsius{{{workers}}})", "{{role}} {{gpu}}")]),
+        ("Prefix-cache hit rate", "percentunit", [
+            (f"sum by (role) (rate(tandem_prefix_cache_hit_tokens_total{{{workers}}}[{RATE}])) / clamp_min("
+             f"sum by (role) (rate(tandem_prefix_cache_queried_tokens_total{{{workers}}}[{RATE}])), 1e-9)",
+             "{{role}}")]),
+        ("Speculative acceptance", "percentunit", [
+            (f"sum by (role) (rate(tandem_spec_decode_accepted_tokens_total{{{workers}}}[{RATE}])) / clamp_min("
+             f"sum by (role) (rate(tandem_spec_decode_proposed_tokens_total{{{workers}}}[{RATE}])), 1e-9)",
+             "{{role}}")]),
+        ("Workers up", "short", [(f"sum by (pool) (up{{{d}}})", "{{pool}}")]),
+    ]
+
+
+def grafana_dashboard(deployment: str) -> dict:
+    """An importable Grafana dashboard of one deployment (Dashboards → New → Import, or the HTTP API)."""
+    datasource = {"type": "prometheus", "uid": "${datasource}"}
+    built = []
+    for index, (title, unit, queries) in enumerate(panels(deployment)):
+        built.append({
+            "id": index + 1, "type": "timeseries", "title": title, "datasource": datasource,
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
+            "fieldConfig": {"defaults": {"unit": unit, "min": 0}, "overrides": []},
+            "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                        "tooltip": {"mode": "multi", "sort": "none"}},
+            "targets": [{"refId": chr(ord("A") + i), "datasource": datasource, "expr": expr, "legendFormat": legend,
+                         "range": True} for i, (expr, legend) in enumerate(queries)],
+        })
+    return {
+        "title": f"Tandem: {deployment}", "uid": f"tandem-{deployment}"[:40], "tags": ["tandem"],
+        "schemaVersion": SCHEMA_VERSION, "version": 1, "editable": True, "timezone": "browser",
+        "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
+        "templating": {"list": [{"name": "datasource", "label": "Prometheus", "type": "datasource",
+                                 "query": "prometheus", "current": {}, "hide": 0}]},
+        "annotations": {"list": []}, "links": [], "panels": built,
+    }
+
+
+def recording_rules_for_check(deployment: str) -> str:
+    """Every panel expression as a recording rule (Grafana's $__rate_interval as 1m): the file `promtool check
+    rules` parses, which is how the tests check that each expression is valid PromQL."""
+    lines = ["groups:", f"  - name: tandem-grafana-{deployment}", "    rules:"]
+    for index, (_, _, queries) in enumerate(panels(deployment)):
+        for number, (expr, _) in enumerate(queries):
+            lines.append(f"      - record: tandem:panel_{index}_{number}")
+            lines.append(f"        expr: '{expr.replace(RATE, '1m').replace(chr(39), chr(39) * 2)}'")
+    return "\n".join(lines) + "\n"
