@@ -70,6 +70,10 @@ class Config:
     # Speculative decoding (speculative.py): None (off) or {"method": "ngram" | "layers", "num_tokens": k, ...},
     # kept here with its defaults filled in. Decode and colocated roles only: a prefill engine samples one token.
     speculative: dict | None = None
+    # torch.compile of the decode step (compilation.py): inductor on a CPU (needs a C++ compiler; without one the
+    # engine runs eager and says why in compile_info), CUDA graphs ("reduce-overhead") on CUDA. Compiled during the
+    # engine's construction, before a worker reports ready.
+    compile: bool = False
 
     def __post_init__(self) -> None:
         self.model = str(self.model)
@@ -86,7 +90,7 @@ class Config:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
             raise ConfigError("quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}")
-        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching"):
+        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):

@@ -47,6 +47,8 @@ class LLMEngine:
         self.dtype_reason: str = self.model_runner.dtype_reason
         self.quantization: str = config.quantization
         self.weight_bytes: int = self.model_runner.weight_bytes
+        # compile: {"enabled", "backend", "mode", "warmup_s", "fallback" (why it runs eager, or None)} for /info.
+        self.compile_info: dict = self.model_runner.compile_info
         # What runs: a decode engine computes no prompt, so it has no use for a prefix cache.
         self.prefix_caching = config.prefix_caching and config.role is not Role.DECODE
         self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size,

@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from inference.engine.attention import DecodeAttention, MixedAttention, PrefillAttention
+from inference.engine.compilation import compile_decode, pad_num_table_blocks, write_kv
 from inference.engine.config import Config
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
@@ -75,6 +76,14 @@ class ModelRunner:
         self.k_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.v_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.sampler = Sampler(self.device)
+        # compile: the decode step's forward compiled and warmed up here, before the engine serves (compilation.py).
+        self._compiled_decode_forward = None
+        self.compile_info: dict = {"enabled": False, "backend": None, "mode": None, "warmup_s": 0.0, "fallback": None,
+                                   "num_warmup_steps": 0}
+        if config.compile and config.role is Role.PREFILL:
+            self.compile_info["fallback"] = "a prefill engine runs no decode step: nothing to compile"
+        elif config.compile:
+            self._compiled_decode_forward, self.compile_info = compile_decode(self)
 
     def _choose_num_blocks(self) -> int:
         """Explicit kv_cache_bytes as given; "auto" from the memory free now that the weights are loaded."""
@@ -133,7 +142,8 @@ class ModelRunner:
             self._import_kv(seqs)
             prefill, decode = [], seqs
         input_ids, positions, slot_mapping, attention = self._prepare(prefill, decode)
-        hidden = self._forward(input_ids, positions, slot_mapping, attention)  # [T, hidden]
+        forward = self._compiled_decode_forward if not prefill and self._compiled_decode_forward else self._forward
+        hidden = forward(input_ids, positions, slot_mapping, attention)  # [T, hidden]
         # Logits only at the last position of each sequence that samples (decodes, and chunks that end a prompt).
         sampling = [seq for seq in seqs if seq.samples_next_token]
         if len(sampling) != hidden.shape[0]:
@@ -198,7 +208,8 @@ class ModelRunner:
         context_lens = context_lens or [seq.num_tokens for seq in seqs]
         # Every table is cut or padded to the blocks of the longest context; padding points at block 0, whose
         # contents are read but masked out (a decode-role table may be longer: it reserves the whole request).
-        num_table_blocks = -(-max(context_lens) // bs)
+        num_table_blocks = pad_num_table_blocks(-(-max(context_lens) // bs), self.device,
+                                                self._compiled_decode_forward is not None)
         tables = [(seq.block_table + [0] * num_table_blocks)[:num_table_blocks] for seq in seqs]
         context = self._tensor(context_lens)  # [B]
         span = torch.arange(num_table_blocks * bs, device=self.device)  # [S]
@@ -232,12 +243,20 @@ class ModelRunner:
                 v = attn.v_proj(h).view(num_tokens, h_kv, d)  # [T, Hkv, D]
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            k_slots[layer_id].index_copy_(0, slot_mapping, k)
-            v_slots[layer_id].index_copy_(0, slot_mapping, v)
+            if torch.compiler.is_compiling():  # one opaque op, written in place (compilation.write_kv)
+                write_kv(self.k_cache, self.v_cache, layer_id, slot_mapping, k, v)
+            else:
+                k_slots[layer_id].index_copy_(0, slot_mapping, k)
+                v_slots[layer_id].index_copy_(0, slot_mapping, v)
             o = attention(layer_id, q, k, v, attn.scaling)  # [T, Hq, D]
             x = x + attn.o_proj(o.reshape(num_tokens, h_q * d))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return x
+
+    def clear_block(self, block_id: int) -> None:
+        """Zero one KV block in every layer (after the compile warm-up wrote into it)."""
+        self.k_cache[:, block_id].zero_()
+        self.v_cache[:, block_id].zero_()
 
     # -- KV handoff -----------------------------------------------------------------------------------------------
 

@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "'{\"method\": \"ngram\", \"num_tokens\": 4}' (prompt lookup; ngram_max, ngram_min) or "
                         "'{\"method\": \"layers\", \"num_tokens\": 3, \"layers\": 8}' (the first layers draft); "
                         "off by default")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the decode step (inductor on a CPU, which needs a C++ compiler, else eager "
+                        "with the reason on /info; CUDA graphs on CUDA), warmed up before the worker is ready")
     p.add_argument("--max-queue", type=int, default=256,
                    help="requests admitted beyond --max-num-seqs before answering 429")
     p.add_argument("--revision", default=None, help="the deployment revision this worker serves")

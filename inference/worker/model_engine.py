@@ -153,6 +153,8 @@ class ModelEngine:
                 "prefix_caching": engine.prefix_caching,
                 # Speculative decoding ({"method": ..., "num_tokens": ...} with its defaults) or None: off.
                 "speculative": engine.speculative,
+                # torch.compile of the decode step: {"enabled", "backend", "mode", "warmup_s", "fallback", ...}.
+                "compile": engine.compile_info,
                 # No prompt of more characters fits max_model_len tokens: the gateway refuses longer ones before
                 # they reach this worker's one tokenizer thread.
                 "max_prompt_chars": engine.max_model_len * max_token_chars(engine.tokenizer)}

@@ -1,0 +1,326 @@
+"""Each stage against this machine's limit: prefill against the matmul peak, decode against the memory bandwidth.
+
+One JSON document with:
+- `machine`: CPU flags (inference/hardware.py), threads, the measured matmul peak per dtype (float32, bfloat16 with
+  whether this CPU computes it natively, int8 through torch._int_mm and fbgemm's dynamic linear, the kernels the
+  engine's INT8 uses) and the read bandwidth (a large float32 tensor summed);
+- `prefill`: SmolLM2, a 2,048-token prompt: the engine in one pass against transformers' single forward of the same
+  prompt (same dtype, same threads; transformers computes the last position's logits only, as the engine does),
+  prompt tokens/s, their ratio, and achieved FLOP/s (2 x parameters x tokens) as a share of the matmul peak; and
+  chunked prefill (the engine's default chunk) against the one pass;
+- `decode`: single-stream decode step time per precision (float32, bfloat16 where native, INT8) against the time to
+  read its weights once at the measured bandwidth, and INT8 against float32;
+- `levers`: each decode lever alone against the float32 engine without it, with its greedy output checked token
+  for token: `fused_projections` (q/k/v and gate/up as one matmul each), `prepacked_linears` (MKL's packed GEMM),
+  `compile` (the engine setting: torch.compile of the decode step, with its warm-up);
+- `goals`: each goal of the issue, met (true) or not (false), with the value it was judged on.
+
+Timings are best of `--repeats`; decode steps are read without the prefill (N tokens minus 1 token, over N - 1).
+
+    python bench/engine/stage_limits.py            # SmolLM2, 1 thread
+    python bench/engine/stage_limits.py --quick    # fewer tokens and repeats
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.engine.faster_tokens import decode_rates, greedy_agreement, memory_bandwidth  # noqa: E402
+from bench.lib.common import Timer, bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
+
+# (at least | at most, bound) per goal of the issue.
+GOALS = {
+    "prefill_engine_vs_transformers": (">=", 1.0),
+    "prefill_share_of_matmul_peak": (">=", 0.5),
+    "chunked_prefill_overhead": ("<=", 0.10),
+    "decode_float32_step_vs_weights_read": ("<=", 1.5),
+    "decode_bfloat16_step_vs_weights_read": ("<=", 1.5),
+    "decode_int8_step_vs_weights_read": ("<=", 1.5),
+    "decode_int8_vs_float32": (">=", 2.0),
+    **{f"{lever}_greedy_token_identical": ("==", True) for lever in ("fused_projections", "prepacked_linears",
+                                                                     "compile")},
+}
+LEVERS = ("fused_projections", "prepacked_linears", "compile")
+# The matmul of the issue's table: a 2,048-token prompt through SmolLM2's MLP up projection (576 -> 1536).
+MATMUL_SHAPE = (2048, 576, 1536)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2", help="smollm2, tiny or a model folder")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for every side (default 1)")
+    p.add_argument("--quick", action="store_true", help="fewer decode tokens, one repeat, a shorter prompt")
+    p.add_argument("--levers", default=",".join(LEVERS),
+                   help=f"comma-separated, each measured alone: {', '.join(LEVERS)} (compile's warm-up takes "
+                        "minutes on a busy CPU); empty for none")
+    args = p.parse_args(argv)
+    args.levers = [lever for lever in args.levers.split(",") if lever]
+    unknown = set(args.levers) - set(LEVERS)
+    if unknown:
+        p.error(f"unknown --levers {sorted(unknown)}; known: {', '.join(LEVERS)}")
+    args.prompt_tokens = 512 if args.quick else 2048
+    args.decode_prompt_tokens = 32
+    args.new_tokens = 12 if args.quick else 40
+    args.repeats = 1 if args.quick else 2
+    return args
+
+
+# -- the machine -------------------------------------------------------------------------------------------------
+
+def cpu_flags_of_interest() -> list[str]:
+    from inference.hardware import cpu_flags
+
+    return sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or f in ("bf16", "asimdhp"))
+
+
+def matmul_peaks(repeats: int) -> dict:
+    """GFLOP/s of one MATMUL_SHAPE matmul per dtype, best of a few."""
+    import warnings
+
+    import torch
+
+    m, k, n = MATMUL_SHAPE
+    flops = 2 * m * k * n
+
+    def best_gflops(fn, tries: int) -> float:
+        fn()  # first call: lazy init, packing caches
+        best = math.inf
+        for _ in range(tries):
+            with Timer() as t:
+                fn()
+            best = min(best, t.seconds)
+        return round(flops / best / 1e9, 1)
+
+    tries = 3 + 2 * repeats
+    a32, b32 = torch.randn(m, k), torch.randn(k, n)
+    peaks = {"float32": best_gflops(lambda: a32 @ b32, tries)}
+    a16, b16 = a32.bfloat16(), b32.bfloat16()
+    # Without native bfloat16 a matmul converts inside and runs ~50x slower: one try tells.
+    peaks["bfloat16"] = best_gflops(lambda: a16 @ b16, tries if has_native_bfloat16() else 1)
+    a8 = torch.randint(-127, 128, (m, k), dtype=torch.int8)
+    b8 = torch.randint(-127, 128, (n, k), dtype=torch.int8).t()
+    peaks["int8_int_mm"] = best_gflops(lambda: torch._int_mm(a8, b8), tries)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qw = torch.quantize_per_channel(torch.randn(n, k), torch.rand(n).double() / 100 + 1e-3,
+                                        torch.zeros(n, dtype=torch.long), 0, torch.qint8)
+        packed = torch.ops.quantized.linear_prepack(qw, None)
+    peaks["int8_fbgemm_linear_dynamic"] = best_gflops(
+        lambda: torch.ops.quantized.linear_dynamic(a32, packed, False), tries)
+    return {"shape_mkn": list(MATMUL_SHAPE), "gflops": peaks}
+
+
+def has_native_bfloat16() -> bool:
+    import torch
+
+    from inference.engine.precision import has_native_bfloat16 as native
+
+    return native(torch.device("cpu"))
+
+
+# -- engines -----------------------------------------------------------------------------------------------------
+
+def make_engine(path: Path, args, **settings):
+    from inference.engine import Config, LLMEngine
+
+    base = {"dtype": "float32", "threads": args.threads, "kv_cache_bytes": 256 << 20,
+            "max_num_batched_tokens": max(2048, args.prompt_tokens), "prefix_caching": False}
+    return LLMEngine(Config(model=path, **{**base, **settings}))
+
+
+def engine_runner(engine):
+    from inference.engine import SamplingParams
+
+    return lambda prompts, n: engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
+
+
+def release(*objects) -> None:
+    del objects
+    gc.collect()
+
+
+def decode_step_ops(engine, prompt: list[int]) -> int:
+    """Tensor ops (aten calls) of one single-stream decode step: the per-step overhead that no bandwidth removes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from inference.engine import SamplingParams
+
+    class Count(TorchDispatchMode):
+        num_ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.num_ops += 1
+            return func(*args, **(kwargs or {}))
+
+    engine.add_request("count-ops", prompt, SamplingParams(max_tokens=3, ignore_eos=True))
+    while engine.scheduler.waiting or any(seq.is_prefilling for seq in engine.scheduler.running):
+        engine.step()
+    with Count():
+        engine.step()
+    while engine.has_unfinished():
+        engine.step()
+    return Count.num_ops
+
+
+def num_parameters(engine) -> int:
+    """Parameters of the float model (tied embedding and lm_head once), read from its config-shaped modules."""
+    model = engine.model_runner.model
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel()
+    return total
+
+
+# -- sections ----------------------------------------------------------------------------------------------------
+
+def prefill_section(ctx: dict, args) -> dict:
+    """The engine's prefill of one prompt in one pass and in chunks, and transformers' single forward of it."""
+    import torch
+
+    from bench.lib.hf_baselines import load_hf_model
+
+    path, prompt = ctx["path"], ctx["long_prompt"]
+    one_pass = make_engine(path, args, chunked_prefill=False)
+    chunked = make_engine(path, args, chunked_prefill=True)  # the default chunk (64 tokens on a CPU)
+    hf = load_hf_model(path, "cpu", "float32")
+    ids = torch.tensor([prompt])
+
+    def hf_forward():
+        with torch.inference_mode():
+            return hf(ids, use_cache=False, logits_to_keep=1).logits[0, -1].argmax().item()
+
+    runs = {"engine_one_pass": lambda: engine_runner(one_pass)([prompt], 1)[0][0],
+            "engine_chunked": lambda: engine_runner(chunked)([prompt], 1)[0][0],
+            "transformers_forward": hf_forward}
+    best: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for _ in range(args.repeats):  # in rounds, so that a busy spell slows all alike
+        for name, run in runs.items():
+            with Timer() as t:
+                first[name] = run()
+            best[name] = min(best.get(name, math.inf), t.seconds)
+    num_params = num_parameters(one_pass)
+    flops = 2 * num_params * len(prompt)
+    peak = ctx["machine"]["matmul"]["gflops"]["float32"] * 1e9
+    out = {"dtype": {"engine": one_pass.dtype, "transformers": str(hf.dtype).removeprefix("torch.")},
+           "prompt_tokens": len(prompt), "chunk_tokens": chunked.config.prefill_chunk_size,
+           "num_parameters": num_params, "flops_counted": flops,
+           "seconds": {k: round(v, 3) for k, v in best.items()},
+           "tokens_per_s": {k: round(len(prompt) / v, 1) for k, v in best.items()},
+           "first_token_same": len(set(first.values())) == 1,
+           "engine_vs_transformers": ratio(best["transformers_forward"], best["engine_one_pass"]),
+           "engine_share_of_matmul_peak": round(flops / best["engine_one_pass"] / peak, 3),
+           "transformers_share_of_matmul_peak": round(flops / best["transformers_forward"] / peak, 3),
+           "chunked_overhead": round(best["engine_chunked"] / best["engine_one_pass"] - 1, 3)}
+    ctx["goals"].update(prefill_engine_vs_transformers=out["engine_vs_transformers"],
+                        prefill_share_of_matmul_peak=out["engine_share_of_matmul_peak"],
+                        chunked_prefill_overhead=out["chunked_overhead"])
+    release(one_pass, chunked, hf)
+    return out
+
+
+def decode_section(ctx: dict, args) -> dict:
+    """Single-stream decode per precision against the time to read its weights once at the measured bandwidth."""
+    read_bps = ctx["machine"]["read_bandwidth"]["read_bytes_per_s"]
+    precisions = {"float32": {"dtype": "float32"}, "int8": {"dtype": "float32", "quantization": "int8"}}
+    if has_native_bfloat16():
+        precisions["bfloat16"] = {"dtype": "bfloat16"}
+    engines = {name: make_engine(ctx["path"], args, **settings) for name, settings in precisions.items()}
+    prompts = ctx["decode_prompts"][:1]
+    for engine in engines.values():  # first calls pay for lazy init
+        engine_runner(engine)(prompts, 2)
+    rates = decode_rates({name: engine_runner(e) for name, e in engines.items()}, prompts, args.new_tokens,
+                         args.repeats)
+    out: dict = {"prompt_tokens": len(prompts[0]), "new_tokens": args.new_tokens,
+                 "bfloat16": "measured (native here)" if "bfloat16" in engines else "left out: not native here"}
+    for name, engine in engines.items():
+        read_ms = engine.weight_bytes / read_bps * 1e3
+        out[name] = {"dtype": engine.dtype, "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
+                     "weights_read_once_ms": round(read_ms, 2), **rates[name],
+                     "step_vs_weights_read": ratio(rates[name]["step_ms"], read_ms),
+                     "step_ops": decode_step_ops(engine, prompts[0])}
+        ctx["goals"][f"decode_{name}_step_vs_weights_read"] = out[name]["step_vs_weights_read"]
+    out["int8_vs_float32"] = ratio(rates["float32"]["step_ms"], rates["int8"]["step_ms"])
+    ctx["goals"]["decode_int8_vs_float32"] = out["int8_vs_float32"]
+    release(*engines.values())
+    return out
+
+
+def lever_section(ctx: dict, args, lever: str) -> dict:
+    """The float32 engine with one lever against the same without it: decode step and greedy tokens (and for
+    compile its warm-up)."""
+    from inference.engine import SamplingParams
+    from inference.engine.fusion import fuse_projections, prepack_linears
+
+    plain = make_engine(ctx["path"], args)
+    other = make_engine(ctx["path"], args, compile=lever == "compile")
+    if lever == "fused_projections":
+        fuse_projections(other.model_runner)
+    elif lever == "prepacked_linears":
+        prepack_linears(other.model_runner)
+    prompts = ctx["decode_prompts"]
+    greedy = SamplingParams(max_tokens=args.new_tokens, temperature=0.0)
+    agreement = greedy_agreement(plain.generate(prompts, greedy), other.generate(prompts, greedy))
+    rates = decode_rates({"without": engine_runner(plain), "with": engine_runner(other)}, prompts[:1],
+                         args.new_tokens, args.repeats)
+    ctx["goals"][f"{lever}_greedy_token_identical"] = agreement["identical_prompts"] == len(prompts)
+    out = {"dtype": "float32", "single_stream": rates,
+           "speedup": ratio(rates["without"]["step_ms"], rates["with"]["step_ms"]), "greedy_agreement": agreement}
+    if lever == "compile":
+        out["compile_info"] = other.compile_info
+    else:
+        out["step_ops"] = {"without": decode_step_ops(plain, prompts[0]), "with": decode_step_ops(other, prompts[0])}
+    release(plain, other)
+    return out
+
+
+# -- the document ------------------------------------------------------------------------------------------------
+
+def judge(goals: dict) -> dict:
+    """{goal: {"value", "bound", "met"}}; met is None where the value was not measured."""
+    out = {}
+    for name, (op, bound) in GOALS.items():
+        value = goals.get(name)
+        met = None if value is None else {">=": lambda: value >= bound, "<=": lambda: value <= bound,
+                                          "==": lambda: value == bound}[op]()
+        out[name] = {"value": value, "bound": f"{op} {bound}", "met": met}
+    return out
+
+
+def run(args) -> dict:
+    bootstrap(args.threads)
+    import torch
+
+    path = model_dir(args.model)
+    machine = {"cpu_flags": cpu_flags_of_interest(), "native_bfloat16": has_native_bfloat16(),
+               "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+               "matmul": matmul_peaks(args.repeats), "read_bandwidth": memory_bandwidth()}
+    from transformers import AutoConfig
+
+    vocab_size = AutoConfig.from_pretrained(path).vocab_size
+    ctx = {"path": path, "machine": machine, "goals": {},
+           "long_prompt": random_prompts(1, args.prompt_tokens, vocab_size, seed=11)[0],
+           "decode_prompts": random_prompts(4, args.decode_prompt_tokens, vocab_size, seed=7)}
+    doc = {"benchmark": "stage_limits", "model": args.model, "model_path": str(path), "threads": args.threads,
+           "quick": args.quick, "machine": machine, "prefill": prefill_section(ctx, args),
+           "decode": decode_section(ctx, args), "levers": {}}
+    for lever in args.levers:
+        doc["levers"][lever] = lever_section(ctx, args, lever)
+    doc["goals"] = judge(ctx["goals"])
+    doc["environment"] = environment()
+    return doc
+
+
+def main(argv=None) -> int:
+    emit(run(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""`compile`: the decode step compiled (inductor on this CPU) gives exactly the eager engine's greedy tokens; without
+a C++ compiler the engine runs eager and says why."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from inference.engine import Config, LLMEngine, SamplingParams
+from inference.engine.config import ConfigError
+from tests.inference.engine.support import hf_greedy, random_prompts
+
+# Contexts across block edges (16) so that decode steps see 1 to 7 blocks, and a batch that shrinks as prompts end.
+PROMPT_LENGTHS = [5, 16, 40, 90]
+
+
+def _engine(model_dir, **settings) -> LLMEngine:
+    return LLMEngine(Config(model=model_dir, threads=1, dtype="float32", kv_cache_bytes=8 << 20, **settings))
+
+
+def test_compiled_decode_steps_give_the_eager_engines_greedy_tokens(tiny_model_dir):
+    compiled = _engine(tiny_model_dir, compile=True)
+    info = compiled.compile_info
+    assert info["enabled"] is True and info["fallback"] is None, info
+    assert info["backend"] == "inductor" and info["warmup_s"] > 0
+    # The warm-up's dummy steps wrote into block 0; nothing of them may be left for a real request to read.
+    assert not compiled.model_runner.k_cache[:, 0].any() and not compiled.model_runner.v_cache[:, 0].any()
+
+    calls = []
+    forward = compiled.model_runner._compiled_decode_forward
+    compiled.model_runner._compiled_decode_forward = lambda *args: calls.append(1) or forward(*args)
+    prompts = random_prompts(PROMPT_LENGTHS, seed=5)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (24, 8, 30, 12)]
+    eager_outputs = _engine(tiny_model_dir).generate(prompts, params)
+    assert compiled.generate(prompts, params) == eager_outputs
+    assert len(calls) >= 20, "the decode-only steps ran through the compiled forward"  # 29, less mixed steps
+
+
+def test_without_a_cpp_compiler_the_engine_runs_eager_with_one_log_line(tiny_model_dir, hf_model, monkeypatch,
+                                                                         caplog):
+    # What inductor finds on a host without one: its own compiler search fails.
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (None, "/nonexistent/bin/g++"))
+    with caplog.at_level(logging.INFO, logger="inference.engine.compilation"):
+        engine = _engine(tiny_model_dir, compile=True)
+    info = engine.compile_info
+    assert info["enabled"] is False and "C++ compiler" in info["fallback"], info
+    records = [r for r in caplog.records if r.name == "inference.engine.compilation"]
+    assert len(records) == 1 and records[0].levelno == logging.WARNING and "C++ compiler" in records[0].message
+    prompt = random_prompts([20], seed=6)[0]
+    assert engine.generate([prompt], SamplingParams(max_tokens=6))[0] == hf_greedy(hf_model, prompt, 6)
+
+
+def test_a_prefill_engine_compiles_nothing_and_says_why(tiny_model_dir):
+    engine = _engine(tiny_model_dir, compile=True, role="prefill")
+    assert engine.compile_info["enabled"] is False and "prefill" in engine.compile_info["fallback"]
+    assert engine.compile_info["warmup_s"] == 0.0
+
+
+def test_compile_is_off_by_default_and_must_be_a_boolean(tiny_model_dir):
+    assert Config(model=tiny_model_dir).compile is False
+    with pytest.raises(ConfigError, match="compile must be true or false"):
+        Config(model=tiny_model_dir, compile="yes")
