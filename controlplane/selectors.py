@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 
 from controlplane.errors import not_found
-from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Revision, Worker, WorkerRole,
-                                 WorkerStatus)
+from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Revision, Worker, WorkerPurpose,
+                                 WorkerRole, WorkerStatus)
 from controlplane.models.actions import UNFINISHED_STATUSES
 from controlplane.rollout_provider import traffic_weights, variant_names
 
@@ -120,12 +120,13 @@ def action_get(action_id: int) -> Action:
 
 
 def deployment_endpoints(deployment: Deployment) -> dict:
-    """The gateway membership (docs/contracts.md "Control plane → gateway membership"): ready workers by revision,
+    """The gateway membership (docs/contracts.md "Control plane → gateway membership"): ready serving workers (never
+    a profile run's) by revision,
     newest revision first, each group with the routing weight of each of its workers (Pool.routing_weight). While a
     canary or A/B rollout concerns the groups, each carries its `traffic_weight` (0-100) and `variant`
     (rollout_provider.traffic_weights); otherwise neither key is there and the newest complete group serves."""
     workers = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.READY, port__isnull=False,
-                                     revision__isnull=False)
+                                     revision__isnull=False, purpose=WorkerPurpose.SERVING)
                .exclude(role=WorkerRole.GATEWAY)
                .select_related("revision", "pool", "node").order_by("id"))
     groups: dict[int, dict] = {}

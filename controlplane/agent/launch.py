@@ -20,7 +20,7 @@ import psutil
 from django.conf import settings
 
 from controlplane.agent import processes
-from controlplane.models import Worker, WorkerRole
+from controlplane.models import Pool, Worker, WorkerPurpose, WorkerRole
 from controlplane.models.workers import LIVE_STATUSES
 
 log = logging.getLogger(__name__)
@@ -54,17 +54,22 @@ def gateway_token(deployment_name: str) -> str:
 
 
 def log_path_for(worker: Worker) -> Path:
-    return settings.TANDEM_LOG_DIR / f"{worker.deployment.name}-{worker.role}-{worker.id}.log"
+    prefix = "profile-" if worker.purpose == WorkerPurpose.PROFILE else ""
+    return settings.TANDEM_LOG_DIR / f"{prefix}{worker.deployment.name}-{worker.role}-{worker.id}.log"
 
 
 def settings_for(worker: Worker) -> dict:
     """The engine settings this worker runs with: its revision's common part overridden by its role's part; threads
-    from the pool's `threads_per_worker` where the revision sets none (placement reserved that many for it)."""
+    from the pool's `threads_per_worker` where the revision sets none (placement reserved that many for it). A
+    profile run's worker, in no pool, runs as its role's pool would run it."""
     if worker.revision is None:
         return {}
     engine_settings = worker.revision.settings_for(worker.role)
-    if "threads" not in engine_settings and worker.pool_id is not None and worker.pool.threads_per_worker:
-        engine_settings["threads"] = worker.pool.threads_per_worker
+    pool = worker.pool if worker.pool_id is not None else (
+        Pool.objects.filter(deployment_id=worker.deployment_id, role=worker.role).first()
+        if worker.purpose == WorkerPurpose.PROFILE else None)
+    if "threads" not in engine_settings and pool is not None and pool.threads_per_worker:
+        engine_settings["threads"] = pool.threads_per_worker
     return engine_settings
 
 
@@ -120,7 +125,8 @@ def kv_budget_for(worker: Worker, engine_settings: dict) -> int | None:
     until they restart, and since a CPU pool takes RAM only for the blocks in use, that costs RAM only under load.
 
     None (the worker sizes its pool itself) where the revision does (kv_cache_bytes or kv_memory_fraction), on a GPU
-    (free GPU memory, not the host's RAM, bounds its pool), and for a worker on no node (a capacity profile's)."""
+    (free GPU memory, not the host's RAM, bounds its pool), and for a worker on no node. A profile run's worker
+    counts as one of the node's workers: it shares the host's RAM while it runs."""
     if engine_settings.get("kv_cache_bytes", "auto") != "auto" or engine_settings.get("kv_memory_fraction"):
         return None
     if str(engine_settings.get("device", "cpu")) != "cpu" or worker.node_id is None:

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from controlplane.agent import launch, runtime
-from controlplane.models import Worker, WorkerStatus
+from controlplane.models import Worker, WorkerPurpose, WorkerStatus
 from controlplane.services.restarts import WorkerFailure, worker_failure_record
 
 log = logging.getLogger(__name__)
@@ -103,9 +103,9 @@ def worker_stop(*, worker_id: int, node_name: str | None, deadline_s: float) -> 
     handle = launch.handle_of(worker)
     outcome = "gone"
     if handle is not None and runtime.launcher.is_alive(handle):
-        if was_serving or worker.ready_at is not None:
+        if worker.purpose == WorkerPurpose.SERVING and (was_serving or worker.ready_at is not None):
             # The gateway polls membership every 2 s; new requests must have stopped arriving before SIGTERM
-            # makes this worker answer 503.
+            # makes this worker answer 503. (A profile run's worker was never in the membership.)
             time.sleep(settings.TANDEM_DRAIN_GRACE_S)
         outcome = runtime.launcher.stop(handle, deadline_s=deadline_s)
     Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(

@@ -13,6 +13,7 @@ The half that reads and writes rows:
   profiles.py (store a run's points, add live ones), plans.py (a plan against the fleet, its apply),
   schedules.py (schedules, predictive settings), bounds.py (the autoscaler's bounds at an instant).
 - load_driver.py: the profile run's HTTP load against its own workers (no Django; the profile job stores its points).
-- export.py: stored profiles in the simulated worker's profile format (`tandem_profile --export`).
+- export.py: stored profiles as one simulated-worker profile (`tandem_profile --export`); the fits are copied as
+  stored, in the stage-cost format both sides read (inference/stage_costs.py).
 - api.py, urls.py: the REST API; tasks.py, apps.py: the profile task and the periodic live refinement.
 """

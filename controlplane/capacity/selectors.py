@@ -3,6 +3,7 @@ profiles and profile jobs, schedule rows, and the traffic and live points read f
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
@@ -14,8 +15,10 @@ from controlplane.capacity.sizing.calibration import fit_vs_live
 from controlplane.capacity.sizing.simulation import Traffic
 from controlplane.capacity.sizing.windows import Window
 from controlplane.errors import invalid, not_found
-from controlplane.models import Deployment, DeploymentMode, Pool, Worker, WorkerStatus
+from controlplane.models import (Deployment, DeploymentMode, Node, Pool, Worker, WorkerPurpose, WorkerRole,
+                                 WorkerStatus)
 from controlplane.observability.series import metric_values
+from controlplane.supervision.placement import online_nodes
 
 MAX_HOURS = 24 * 7
 SCHEDULE_FIELDS = ("name", "cron", "duration_minutes", "timezone", "min_replicas", "max_replicas", "enabled")
@@ -59,6 +62,49 @@ def profile_job_get(job_id: int) -> ProfileJob:
     if job is None:
         raise not_found(f"profile job {job_id} does not exist")
     return job
+
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilePlacement:
+    """Where a profile run's worker of one role goes: `node` (None: no node matches), whether it is online, how many
+    of the deployment's serving workers run there (a profile next to them would disturb their traffic), and the
+    node selector it answers to."""
+
+    node: Node | None
+    online: bool
+    num_serving: int
+    selector: dict
+
+
+def profile_selector(deployment: Deployment, role: str, node_class: str) -> dict:
+    """The role's pool's node selector with the profiled node class as its `class` ("default": any class)."""
+    pool = Pool.objects.filter(deployment=deployment, role=role).first()
+    selector = {key: value for key, value in ((pool.node_selector if pool else None) or {}).items()
+                if key != "class"}
+    if node_class != "default":
+        selector["class"] = node_class
+    return selector
+
+
+def profile_placement(deployment: Deployment, role: str, node_class: str) -> ProfilePlacement:
+    """The node for a profile run's worker of `role`: among the nodes that match profile_selector, an online one
+    first, then one without the deployment's serving workers, then the least loaded, then by name."""
+    selector = profile_selector(deployment, role, node_class)
+    online = set(online_nodes().values_list("id", flat=True))
+    live = (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.DRAINING)
+    candidates = []
+    for node in Node.objects.all():
+        if not node.matches(selector):
+            continue
+        on_node = Worker.objects.filter(node=node, status__in=live)
+        num_serving = (on_node.filter(deployment=deployment, purpose=WorkerPurpose.SERVING)
+                       .exclude(status=WorkerStatus.PENDING).exclude(role=WorkerRole.GATEWAY).count())
+        candidates.append(((node.id not in online, num_serving > 0, on_node.count(), node.name),
+                           ProfilePlacement(node, node.id in online, num_serving, selector)))
+    if not candidates:
+        return ProfilePlacement(None, False, 0, selector)
+    return min(candidates, key=lambda candidate: candidate[0])[1]
 
 
 # --- schedules and predictive floors ---

@@ -4,11 +4,11 @@ from .actions import Action, ActionKind, ActionStatus, ActorType
 from .deployments import Deployment, DeploymentMode, Pool, PoolRole, Revision
 from .nodes import Node
 from .tokens import ApiToken
-from .workers import Worker, WorkerRole, WorkerStatus
+from .workers import Worker, WorkerPurpose, WorkerRole, WorkerStatus
 
 __all__ = [
     "Action", "ActionKind", "ActionStatus", "ActorType",
     "Deployment", "DeploymentMode", "Pool", "PoolRole", "Revision",
     "Node", "ApiToken",
-    "Worker", "WorkerRole", "WorkerStatus",
+    "Worker", "WorkerPurpose", "WorkerRole", "WorkerStatus",
 ]

@@ -20,6 +20,13 @@ class WorkerStatus(models.TextChoices):
     FAILED = "failed"  # too many restarts in the window: left down, an action row says so
 
 
+class WorkerPurpose(models.TextChoices):
+    SERVING = "serving"  # a pool's worker (or the gateway): in the gateway's membership, scraped, counted
+    # A capacity profile run's worker: started and stopped by its node agent like any other, health-checked, but in
+    # no pool, never in the gateway's membership, never scraped into the deployment's series.
+    PROFILE = "profile"
+
+
 # Statuses that hold (or are about to hold) a process.
 LIVE_STATUSES = (WorkerStatus.PENDING, WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.DRAINING)
 
@@ -78,6 +85,7 @@ class Worker(models.Model):
     # An operator's restart or drain of a serving worker starts this one first and drains `replaces` once this one is
     # ready (a surge), so that the pool never has fewer ready workers than it had. Counted in its pool's place.
     replaces = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements")
+    purpose = models.CharField(max_length=10, choices=WorkerPurpose.choices, default=WorkerPurpose.SERVING)
     host = models.CharField(max_length=255, default="127.0.0.1")
     port = models.PositiveIntegerField(null=True, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)

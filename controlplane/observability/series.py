@@ -28,7 +28,7 @@ from django.db import connections
 from django.db.models import Count, F, FloatField, Sum
 from django.db.models.functions import Cast, Floor
 
-from controlplane.models import Deployment, Worker
+from controlplane.models import Deployment, Worker, WorkerPurpose
 from controlplane.observability.catalog import METRIC_IDS, METRIC_NAMES, METRICS, SCRAPED_STATUSES
 from controlplane.observability.models import Rollup, Sample
 
@@ -181,7 +181,8 @@ def _expected_keys(deployment_id, role, worker_id, per_worker) -> list[tuple]:
         return []
     if not per_worker:
         return [(deployment_id, role, None)] if role is not None else []
-    workers = Worker.objects.filter(deployment_id=deployment_id, status__in=SCRAPED_STATUSES)
+    workers = Worker.objects.filter(deployment_id=deployment_id, status__in=SCRAPED_STATUSES,
+                                    purpose=WorkerPurpose.SERVING)
     if role is not None:
         workers = workers.filter(role=role)
     return [(deployment_id, r, wid) for wid, r in workers.values_list("id", "role")]
@@ -191,7 +192,8 @@ def _expected_keys_of(deployment_ids: list[int], role, per_worker) -> list[tuple
     """_expected_keys of each deployment, in one query."""
     if not per_worker:
         return [(deployment_id, role, None) for deployment_id in deployment_ids] if role is not None else []
-    workers = Worker.objects.filter(deployment_id__in=deployment_ids, status__in=SCRAPED_STATUSES)
+    workers = Worker.objects.filter(deployment_id__in=deployment_ids, status__in=SCRAPED_STATUSES,
+                                    purpose=WorkerPurpose.SERVING)
     if role is not None:
         workers = workers.filter(role=role)
     return [(dep, r, wid) for wid, dep, r in workers.values_list("id", "deployment_id", "role")]

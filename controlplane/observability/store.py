@@ -55,10 +55,12 @@ ALL = Shard()
 
 
 def scrape_targets(shard: Shard = ALL) -> list[Target]:
-    """Workers and gateways that hold a process with a known port."""
-    from controlplane.models import Worker
+    """Workers and gateways that hold a process with a known port (a profile run's workers are not the
+    deployment's: their load would read as its traffic)."""
+    from controlplane.models import Worker, WorkerPurpose
 
-    rows = (shard.filter(Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False))
+    rows = (shard.filter(Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False,
+                                               purpose=WorkerPurpose.SERVING))
             .values_list("id", "deployment_id", "role", "host", "port"))
     return [Target(wid, dep, role, f"http://{host}:{port}") for wid, dep, role, host, port in rows]
 
@@ -68,9 +70,9 @@ def failed_targets(shard: Shard = ALL) -> list[Target]:
     (reconcile keeps both until an operator restarts, scales or replaces them). They have no process to scrape,
     and they are down: each cycle records up=0 for them, so that "worker down" keeps firing until the worker is
     ready again, stopped, or replaced by a rollout (a failed worker of an older revision holds no slot)."""
-    from controlplane.models import Worker, WorkerRole, WorkerStatus
+    from controlplane.models import Worker, WorkerPurpose, WorkerRole, WorkerStatus
 
-    rows = (shard.filter(Worker.objects.filter(status=WorkerStatus.FAILED))
+    rows = (shard.filter(Worker.objects.filter(status=WorkerStatus.FAILED, purpose=WorkerPurpose.SERVING))
             .filter(Q(role=WorkerRole.GATEWAY) | Q(revision_id=F("deployment__current_revision_id")))
             .values_list("id", "deployment_id", "role"))
     return [Target(wid, dep, role, "") for wid, dep, role in rows]

@@ -1,30 +1,31 @@
 """Profile jobs: queue one for the Celery worker, claim it, run it (start separate workers of the revision, drive
 them with the load driver, calibrate, store through profiles.profile_save) and record its outcome on the row.
 
-A profile run never touches a serving worker: it starts its own workers from the revision's command line (the
-node agent's `argv_for`, on a port of its own) on the host that runs it, and stops them when it is done.
+A profile run never touches a serving worker: its workers are Worker rows of purpose `profile` (in no pool, never in
+the gateway's membership, never scraped), placed on a node of the profiled node class and started and stopped by
+that node's agent like every other worker (controlplane.supervision.profile_workers). The run drives them over HTTP
+from wherever it runs (the Celery control worker, or `tandem_profile`), and stops them when it is done, whatever
+happened.
 """
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from controlplane.agent.launch import argv_for, env_for
-from controlplane.agent.processes import free_port
 from controlplane.capacity.load_driver import Levels, ProfileError, drive, wait_healthy
 from controlplane.capacity.models import Profile, ProfileJob, ProfileJobStatus
+from controlplane.capacity.selectors import ProfilePlacement, profile_placement
 from controlplane.capacity.services.profiles import profile_save
 from controlplane.capacity.sizing.calibration import model_from_points
 from controlplane.errors import ControlPlaneError, conflict, invalid
-from controlplane.models import Deployment, DeploymentMode, Pool, Worker
+from controlplane.models import Deployment, DeploymentMode, Pool, Worker, WorkerStatus
+from controlplane.supervision.placement import selector_text
+from controlplane.supervision.profile_workers import profile_worker_start, profile_workers_stop
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ def profile_job_create(*, deployment: Deployment, actor_user=None, quick: bool =
                        allow_shared_host: bool = False) -> ProfileJob:
     """A pending profile job of the deployment's current revision, sent to the Celery worker after commit. 409 while
     another job of the deployment is pending or running (two runs would measure each other's load); 409 when its
-    serving workers run on this host and `allow_shared_host` is off (shared_host_check)."""
+    workers would run on a node with the deployment's serving workers and `allow_shared_host` is off
+    (shared_host_check)."""
     from controlplane.celery import CONTROL_QUEUE, task_send
 
     revision = deployment.current_revision
@@ -50,10 +52,11 @@ def profile_job_create(*, deployment: Deployment, actor_user=None, quick: bool =
         raise invalid(f"deployment {deployment.name!r} has no revision to profile", field="deployment")
     if not isinstance(quick, bool):
         raise invalid("quick must be true or false", field="quick")
-    roles = ("colocated",) if deployment.mode == DeploymentMode.COLOCATED else ("prefill", "decode")
+    roles = _roles(deployment)
     node_class = node_class or node_class_of(deployment, roles[-1])
     if not allow_shared_host:
-        shared_host_check(deployment)
+        for role in roles:
+            shared_host_check(deployment, profile_placement(deployment, role, node_class))
     with transaction.atomic():
         busy = ProfileJob.objects.select_for_update().filter(
             deployment=deployment, status__in=(ProfileJobStatus.PENDING, ProfileJobStatus.RUNNING)).first()
@@ -68,18 +71,21 @@ def profile_job_create(*, deployment: Deployment, actor_user=None, quick: bool =
     return job
 
 
-def shared_host_check(deployment: Deployment) -> None:
-    """Refuse (409) to profile on a host where this deployment's serving workers run: the profiling worker would
-    take their CPU or GPU and so disturb production traffic. "This host": a node named TANDEM_NODE_NAME or reached at
-    a loopback address."""
-    serving = Worker.objects.filter(deployment=deployment, status__in=("starting", "ready", "draining")) \
-        .exclude(role="gateway").filter(models.Q(node__name=settings.TANDEM_NODE_NAME)
-                                        | models.Q(node__address__in=("127.0.0.1", "localhost", "::1")))
-    num = serving.count()
+def _roles(deployment: Deployment) -> tuple[str, ...]:
+    return ("colocated",) if deployment.mode == DeploymentMode.COLOCATED else ("prefill", "decode")
+
+
+def shared_host_check(deployment: Deployment, placement: ProfilePlacement) -> None:
+    """Refuse (409) to profile on a node where this deployment's serving workers run: the profiling worker would
+    take their CPU or GPU and so disturb production traffic. The node is the one the run's worker would be placed
+    on (capacity.selectors.profile_placement prefers a node without them)."""
+    num = placement.num_serving
     if num:
-        raise conflict(f"deployment {deployment.name!r} serves from {num} worker(s) on this host; a profile run here "
-                       f"would compete with them and disturb production traffic. Run it on another host, or "
-                       f"allow it explicitly (allow_shared_host: true, --allow-shared-host)", num_serving=num)
+        raise conflict(f"deployment {deployment.name!r} serves from {num} worker(s) on node {placement.node.name}, "
+                       f"the only node a profile run can use ({selector_text(placement.selector) or 'any node'}); a "
+                       f"profile run there would compete with them and disturb production traffic. Run it on "
+                       f"another node of that class, or allow it explicitly (allow_shared_host: true, "
+                       f"--allow-shared-host)", num_serving=num, node=placement.node.name)
 
 
 def _progress_writer(job: ProfileJob | None, echo):
@@ -96,69 +102,108 @@ def _progress_writer(job: ProfileJob | None, echo):
     return progress
 
 
-class _Started:
-    """Workers of a profile run: started from the revision's own command line, stopped in `close`."""
+class _AgentWorkers:
+    """The run's workers: Worker rows of purpose `profile`, started and stopped by their nodes' agents."""
 
-    def __init__(self, log_dir: Path):
-        self.procs: list[subprocess.Popen] = []
-        self.log_dir = log_dir
+    def __init__(self, deployment: Deployment, *, node_class: str, allow_shared_host: bool):
+        self.deployment, self.node_class, self.allow_shared_host = deployment, node_class, allow_shared_host
+        self.ids: list[int] = []
 
-    def start(self, deployment: Deployment, role: str, ready_timeout: float) -> tuple[str, dict]:
-        pool = Pool.objects.filter(deployment=deployment, role=role).first()
-        worker = Worker(deployment=deployment, pool=pool, role=role, revision=deployment.current_revision,
-                        host="127.0.0.1")  # never saved: the serving pools do not count it
-        port = free_port()
-        argv = argv_for(worker, port)
-        env = env_for(worker)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"profile-{deployment.name}-{role}-{port}.log"
-        with open(log_path, "ab") as log_file:
-            proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
-        self.procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
+    def start(self, role: str, ready_timeout: float) -> tuple[str, dict]:
+        """Place, ask the node's agent to start it, wait until its /health answers; (url, its /info)."""
+        placement = profile_placement(self.deployment, role, self.node_class)
+        if placement.node is None or not placement.online:
+            raise ProfileError(f"no online node matches {selector_text(placement.selector) or 'any node'} for the "
+                               f"{role} profiling worker: start a node agent of node class {self.node_class}")
+        if not self.allow_shared_host:
+            shared_host_check(self.deployment, placement)
+        worker = profile_worker_start(deployment=self.deployment, revision=self.deployment.current_revision,
+                                      role=role, node=placement.node)
+        self.ids.append(worker.id)
+        deadline = time.monotonic() + ready_timeout
+        row = self._row(worker.id)
+        while row.pid is None or row.port is None:
+            # Not started yet; a start that failed is back to pending for a restart (restart_count) or given up.
+            if row.status not in (WorkerStatus.PENDING, WorkerStatus.STARTING) or row.restart_count:
+                raise ProfileError(self._failure(row, role))
+            if time.monotonic() > deadline:
+                raise ProfileError(f"the {role} profiling worker {worker.id} was not started within "
+                                   f"{ready_timeout:.0f} s: is the node agent of {placement.node.name} running?")
+            time.sleep(0.2)
+            row = self._row(worker.id)
+        pid = row.pid
+
+        def alive() -> bool:
+            current = self._row(worker.id)
+            return current.pid == pid and current.status in (WorkerStatus.STARTING, WorkerStatus.READY)
+
         try:
-            info = wait_healthy(url, timeout=ready_timeout, alive=lambda: proc.poll() is None)
+            info = wait_healthy(row.url, timeout=max(1.0, deadline - time.monotonic()), alive=alive)
         except ProfileError as exc:
-            tail = log_path.read_text(errors="replace")[-1500:]
-            raise ProfileError(f"{exc}; its log ends:\n{tail}") from exc
-        return url, info
+            raise ProfileError(f"{exc}; {self._failure(self._row(worker.id), role)}") from exc
+        return row.url, info
+
+    @staticmethod
+    def _row(worker_id: int) -> Worker:
+        row = Worker.objects.filter(pk=worker_id).only("id", "status", "pid", "host", "port", "last_error",
+                                                       "log_path", "restart_count").first()
+        if row is None:
+            raise ProfileError(f"profiling worker {worker_id} is gone (was the deployment deleted?)")
+        return row
+
+    @staticmethod
+    def _failure(row: Worker, role: str) -> str:
+        """What went wrong with a profiling worker: its row's status and last error, and its log's end where the
+        log is on this host."""
+        text = f"the {role} profiling worker {row.id} is {row.status}: {row.last_error or 'no error reported'}"
+        log_path = Path(row.log_path) if row.log_path else None
+        if log_path is not None and log_path.is_file():
+            text += "; its log ends:\n" + log_path.read_text(errors="replace")[-1500:]
+        return text
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        """Stop every worker of the run through its agent, and wait (bounded) until they have stopped."""
+        if not self.ids:
+            return
+        profile_workers_stop(worker_ids=self.ids, reason="its profile run ended")
+        deadline = time.monotonic() + settings.TANDEM_STOP_DEADLINE_S + 10
+        left = Worker.objects.filter(id__in=self.ids).exclude(status__in=(WorkerStatus.STOPPED, WorkerStatus.FAILED))
+        while left.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if left.exists():
+            log.warning("profile workers %s of %s were still stopping when the run ended", list(
+                left.values_list("id", flat=True)), self.deployment.name)
 
 
 def profile_run(*, deployment: Deployment, quick: bool = False, node_class: str | None = None,
-                job: ProfileJob | None = None, echo=None, ready_timeout: float = 180.0) -> list[Profile]:
+                job: ProfileJob | None = None, echo=None, ready_timeout: float = 180.0,
+                allow_shared_host: bool | None = None) -> list[Profile]:
     """Profile the current revision of `deployment` and store one Profile per role it runs.
 
-    1. start a separate worker per role (disaggregated: a prefill and a decode worker; colocated: one) on free ports;
-    2. drive them at increasing levels (load_driver.Levels; `quick` for tests), reporting progress to `echo` and
+    1. stop any profile worker of the deployment left by an earlier run that died (one job runs at a time);
+    2. start a separate worker per role (disaggregated: a prefill and a decode worker; colocated: one) on a node of
+       the node class, through its node agent (_AgentWorkers);
+    3. drive them at increasing levels (load_driver.Levels; `quick` for tests), reporting progress to `echo` and
        the job;
-    3. fit the curves and store the points per (revision, node class, role), replacing earlier synthetic points and
-       keeping live ones; 4. stop the workers, whatever happened.
+    4. fit the curves and store the points per (revision, node class, role), replacing earlier synthetic points and
+       keeping live ones; 5. stop the workers, whatever happened.
     """
     revision = deployment.current_revision
     if revision is None:
         raise invalid(f"deployment {deployment.name!r} has no revision to profile", field="deployment")
     colocated = deployment.mode == DeploymentMode.COLOCATED
-    roles = ("colocated",) if colocated else ("prefill", "decode")
+    roles = _roles(deployment)
     node_class = node_class or node_class_of(deployment, roles[-1])
+    if allow_shared_host is None:
+        allow_shared_host = job.allow_shared_host if job is not None else False
     progress = _progress_writer(job, echo)
-    started = _Started(Path(settings.TANDEM_LOG_DIR))
+    profile_workers_stop(deployment=deployment, reason="left over from an earlier profile run")
+    started = _AgentWorkers(deployment, node_class=node_class, allow_shared_host=allow_shared_host)
     try:
         progress(0.0, f"starting {' and '.join(roles)} profiling worker(s)")
         urls, infos = {}, {}
         for role in roles:
-            urls[role], infos[role] = started.start(deployment, role, ready_timeout)
+            urls[role], infos[role] = started.start(role, ready_timeout)
         serving = urls["colocated"] if colocated else urls["prefill"]
         decode_info = infos["colocated" if colocated else "decode"]
         levels = Levels.for_run(quick=quick, max_model_len=min(i["max_model_len"] for i in infos.values()),

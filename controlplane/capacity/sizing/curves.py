@@ -5,6 +5,10 @@
 
 Fitted by least squares with every coefficient kept ≥ 0 (a negative term would predict a faster step under more
 load, which extrapolates badly): coefficients that come out negative are dropped and the rest refitted.
+
+`as_dict` ({"a", "b", "c"}) is the one stage-cost format, shared with the simulated worker's profiles
+(inference/stage_costs.py: PrefillCost and DecodeCost, the same terms read on the worker's side; this package may
+not import it, and tests/controlplane/capacity/sizing/test_shared_format.py keeps the two in step).
 """
 from __future__ import annotations
 

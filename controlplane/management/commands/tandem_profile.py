@@ -1,5 +1,5 @@
 """`python manage.py tandem_profile DEPLOYMENT [--quick]`: profile the deployment's current revision on separate
-workers of this host, with a progress bar, and store the profiles (the same run the API queues as a Celery task)."""
+workers that a node agent starts on a node of the profiled class, with a progress bar, and store the profiles (the same run the API queues as a Celery task)."""
 from __future__ import annotations
 
 import json
@@ -18,8 +18,8 @@ class Command(BaseCommand):
                             help="node class to store the profile under (default: the pool's node selector "
                                  "'class', else 'default')")
         parser.add_argument("--allow-shared-host", action="store_true",
-                            help="profile even though this deployment's serving workers run on this host (they "
-                                 "would compete for its CPU or GPU)")
+                            help="profile even though the only node the run can use holds this deployment's "
+                                 "serving workers (they would compete for its CPU or GPU)")
         parser.add_argument("--export", default=None, metavar="PATH",
                             help="also write the stored profiles as JSON (the simulated worker's profile format)")
 

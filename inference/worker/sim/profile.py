@@ -1,18 +1,19 @@
 """A performance profile: what a simulated worker of each role takes per prefill and per decode step.
 
-The format (docs/simulated-worker.md) is a small JSON object, simple enough to be written by hand or by a profiler:
+The format (docs/simulated-worker.md) is a small JSON object, simple enough to be written by hand, and its stage
+costs are the capacity model's (inference/stage_costs.py): a profile run's stored fits drop into a role as they are.
 
     {"format": 1, "name": "tiny-cpu", "max_model_len": 2048, "vocab_size": 512,
      "kv_layout": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 2, "dtype": "float32"},
-     "roles": {"prefill":   {"prefill_s": {"base": 0.004, "per_token": 0.00002}, "kv_bytes_per_token": 18432},
-               "decode":    {"decode_step_s": {"base": 0.003, "per_seq": 0.0002, "per_context_token": 1e-7},
+     "roles": {"prefill":   {"prefill": {"a": 0.004, "b": 0.00002}, "kv_bytes_per_token": 18432},
+               "decode":    {"decode": {"a": 0.003, "b": 0.0002, "c": 1e-7},
                              "kv_bytes_per_token": 18432, "kv_cache_bytes": 268435456},
                "colocated": {...both...}}}
 
-prefill seconds = base + per_token * prompt tokens; one decode step (every running sequence gains a token) takes
-base + per_seq * batch size + per_context_token * tokens held by the batch. `kv_layout` is what the fake KV payload
-carries (keep it small: it is the wire format, not the model's size); `kv_bytes_per_token` is the model's real cost,
-which the KV usage gauge and admission account.
+One prefill (one prompt of n tokens) takes a + b·n + c·n² seconds; one decode step (every running sequence gains a
+token) takes a + b·batch size + c·tokens held by the batch. `kv_layout` is what the fake KV payload carries (keep it
+small: it is the wire format, not the model's size); `kv_bytes_per_token` is the model's real cost, which the KV
+usage gauge and admission account. The first spelling of the stages (`prefill_s`, `decode_step_s`) still loads.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from inference.checks import is_int, is_number
 from inference.roles import Role
+from inference.stage_costs import DecodeCost, PrefillCost, StageCostError, decode_cost, legacy_costs, prefill_cost
 
 FORMAT = 1
 DTYPES = ("float32", "bfloat16", "float16")
@@ -32,26 +34,19 @@ class ProfileError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Linear:
-    base: float = 0.0
-    per_token: float = 0.0
-    per_seq: float = 0.0
-    per_context_token: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
 class RoleProfile:
-    prefill_s: Linear | None
-    decode_step_s: Linear | None
+    prefill: PrefillCost | None
+    decode: DecodeCost | None
     kv_bytes_per_token: int
     kv_cache_bytes: int
 
     def prefill_seconds(self, num_tokens: int) -> float:
-        return self.prefill_s.base + self.prefill_s.per_token * num_tokens
+        return self.prefill.step_seconds(num_tokens)
 
     def decode_step_seconds(self, num_seqs: int, num_context_tokens: int) -> float:
-        d = self.decode_step_s
-        return d.base + d.per_seq * num_seqs + d.per_context_token * num_context_tokens
+        """`num_context_tokens`: the tokens the whole batch holds (num_seqs × their mean context)."""
+        d = self.decode
+        return d.a + d.b * num_seqs + d.c * num_context_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +67,10 @@ _TINY_CPU = {
     "format": FORMAT, "name": "tiny-cpu", "max_model_len": 2048, "vocab_size": 512,
     "kv_layout": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 2, "dtype": "float32"},
     "roles": {
-        "prefill": {"prefill_s": {"base": 0.004, "per_token": 0.00002}, "kv_bytes_per_token": 2048},
-        "decode": {"decode_step_s": {"base": 0.003, "per_seq": 0.0002, "per_context_token": 1e-7},
-                   "kv_bytes_per_token": 2048, "kv_cache_bytes": 64 << 20},
-        "colocated": {"prefill_s": {"base": 0.004, "per_token": 0.00002},
-                      "decode_step_s": {"base": 0.003, "per_seq": 0.0002, "per_context_token": 1e-7},
+        "prefill": {"prefill": {"a": 0.004, "b": 0.00002}, "kv_bytes_per_token": 2048},
+        "decode": {"decode": {"a": 0.003, "b": 0.0002, "c": 1e-7}, "kv_bytes_per_token": 2048,
+                   "kv_cache_bytes": 64 << 20},
+        "colocated": {"prefill": {"a": 0.004, "b": 0.00002}, "decode": {"a": 0.003, "b": 0.0002, "c": 1e-7},
                       "kv_bytes_per_token": 2048, "kv_cache_bytes": 64 << 20},
     },
 }
@@ -85,11 +79,10 @@ _SMOLLM2_CPU = {
     "format": FORMAT, "name": "smollm2-cpu", "max_model_len": 8192, "vocab_size": 49152,
     "kv_layout": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 2, "dtype": "float32"},
     "roles": {
-        "prefill": {"prefill_s": {"base": 0.02, "per_token": 0.0006}, "kv_bytes_per_token": 46080},
-        "decode": {"decode_step_s": {"base": 0.03, "per_seq": 0.002, "per_context_token": 2e-7},
-                   "kv_bytes_per_token": 46080, "kv_cache_bytes": 1 << 30},
-        "colocated": {"prefill_s": {"base": 0.02, "per_token": 0.0006},
-                      "decode_step_s": {"base": 0.03, "per_seq": 0.002, "per_context_token": 2e-7},
+        "prefill": {"prefill": {"a": 0.02, "b": 0.0006}, "kv_bytes_per_token": 46080},
+        "decode": {"decode": {"a": 0.03, "b": 0.002, "c": 2e-7}, "kv_bytes_per_token": 46080,
+                   "kv_cache_bytes": 1 << 30},
+        "colocated": {"prefill": {"a": 0.02, "b": 0.0006}, "decode": {"a": 0.03, "b": 0.002, "c": 2e-7},
                       "kv_bytes_per_token": 46080, "kv_cache_bytes": 1 << 30},
     },
 }
@@ -129,15 +122,6 @@ def _number(obj: dict, key: str, where: str, *, default=None, integer=False) -> 
     return value
 
 
-def _linear(obj, where: str, keys: tuple[str, ...]) -> Linear:
-    if not isinstance(obj, dict):
-        raise ProfileError(f"{where} must be an object with {', '.join(keys)}")
-    unknown = set(obj) - set(keys)
-    if unknown:
-        raise ProfileError(f"{where} has unknown keys {sorted(unknown)} (allowed: {', '.join(keys)})")
-    return Linear(**{k: float(_number(obj, k, where, default=0.0)) for k in keys})
-
-
 def parse_profile(data) -> Profile:
     if not isinstance(data, dict):
         raise ProfileError("a profile must be a JSON object")
@@ -166,16 +150,19 @@ def parse_profile(data) -> Profile:
             raise ProfileError(f"{where}: unknown role (use prefill, decode, colocated)")
         if not isinstance(spec, dict):
             raise ProfileError(f"{where} must be an object")
-        needs_prefill, needs_decode = role in ("prefill", "colocated"), role in ("decode", "colocated")
-        if needs_prefill and "prefill_s" not in spec:
-            raise ProfileError(f"{where}.prefill_s is required for the {role} role")
-        if needs_decode and "decode_step_s" not in spec:
-            raise ProfileError(f"{where}.decode_step_s is required for the {role} role")
+        try:
+            spec = legacy_costs(spec, where)
+            needs_prefill, needs_decode = role in ("prefill", "colocated"), role in ("decode", "colocated")
+            if needs_prefill and "prefill" not in spec:
+                raise ProfileError(f"{where}.prefill is required for the {role} role")
+            if needs_decode and "decode" not in spec:
+                raise ProfileError(f"{where}.decode is required for the {role} role")
+            prefill = prefill_cost(spec["prefill"], f"{where}.prefill") if needs_prefill else None
+            decode = decode_cost(spec["decode"], f"{where}.decode") if needs_decode else None
+        except StageCostError as exc:
+            raise ProfileError(str(exc)) from None
         roles[role] = RoleProfile(
-            prefill_s=_linear(spec["prefill_s"], f"{where}.prefill_s", ("base", "per_token"))
-            if needs_prefill else None,
-            decode_step_s=_linear(spec["decode_step_s"], f"{where}.decode_step_s",
-                                  ("base", "per_seq", "per_context_token")) if needs_decode else None,
+            prefill=prefill, decode=decode,
             kv_bytes_per_token=int(_number(spec, "kv_bytes_per_token", where, integer=True)),
             kv_cache_bytes=int(_number(spec, "kv_cache_bytes", where, default=1 << 30, integer=True)),
         )

@@ -68,6 +68,6 @@ def test_tandem_profile_quick_prints_progress_and_exports_the_simulated_worker_f
     assert data["format"] == 1 and set(data["roles"]) == {"prefill", "decode"}
     # The fitted step of one sequence with a 64-token context takes time. Which term carries it is the noisy fit's
     # choice (coefficients are kept >= 0, and on a loaded machine the intercept came out 0 once).
-    step = data["roles"]["decode"]["decode_step_s"]
-    assert step["base"] + step["per_seq"] + 64 * step["per_context_token"] > 0, step
+    step = data["roles"]["decode"]["decode"]  # the stage-cost format (inference/stage_costs.py): a + b·B + c·B·L
+    assert step["a"] + step["b"] + 64 * step["c"] > 0, step
     assert {w["id"] for w in wait_steady(live)} == serving
