@@ -8,6 +8,7 @@ from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Rev
                                  WorkerRole, WorkerStatus)
 from controlplane.models.actions import UNFINISHED_STATUSES
 from controlplane.rollout_provider import traffic_weights, variant_names
+from controlplane.tenant_provider import gateway_access
 
 # Ids are 64-bit: a bigger number in a URL or filter is not an id (and would overflow the database driver).
 MAX_ID = 2**63 - 1
@@ -148,4 +149,5 @@ def deployment_endpoints(deployment: Deployment) -> dict:
         "mode": deployment.mode,
         "groups": [groups[number] for number in sorted(groups, reverse=True)],
         "sampling_defaults": dict(deployment.sampling_defaults or {}),
+        **gateway_access(deployment),  # `requires_key` and `tenants`, when the deployment has any (tenant_provider)
     }

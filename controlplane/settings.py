@@ -389,6 +389,9 @@ INSTALLED_APPS += ["controlplane.capacity.apps.CapacityConfig"]
 # How often live traffic adds points (from the scraped series) to the current revisions' profiles.
 TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S = env_int("TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S", 300, minimum=10)
 
+# --- tenants (API keys, limits, the deployments that require a key) ----------------------------------------
+INSTALLED_APPS += ["controlplane.tenants.apps.TenantsConfig"]
+
 # --- alerting ---------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]
 # How often Celery beat runs one evaluation pass over every enabled alert rule.

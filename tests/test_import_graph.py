@@ -175,7 +175,8 @@ def test_the_purity_check_sees_relative_and_hidden_imports(tmp_path):
 # (e.g. controlplane.rollout_provider, filled in by the rollouts app) and never imports one.
 CORE = ("controlplane.models", "controlplane.services", "controlplane.selectors", "controlplane.supervision",
         "controlplane.api", "controlplane.agent", "controlplane.run")
-FEATURES = ("controlplane.rollouts", "controlplane.capacity", "controlplane.autoscaling", "controlplane.alerting")
+FEATURES = ("controlplane.rollouts", "controlplane.capacity", "controlplane.autoscaling", "controlplane.alerting",
+            "controlplane.tenants", "controlplane.chaos")
 
 
 def _within(module: str, packages: tuple[str, ...]) -> bool:

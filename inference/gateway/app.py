@@ -26,6 +26,7 @@ from inference.gateway.openai_protocol import (
 )
 from inference.gateway.relay import Relay, WorkerRejected
 from inference.gateway.routing import Group, Router
+from inference.gateway.tenancy import OPEN, TenantGate, Ticket
 from inference.gateway.token_stream import StreamBroken, TokenStream
 from inference.metrics import CONTENT_TYPE, RequestSeries
 
@@ -77,6 +78,9 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self.relay: Relay | None = None
         self.membership = ControlPlaneMembership(config, self.router) if config.control_plane_url else None
+        # Keys and limits come with the membership (tenancy.py); a static gateway is open.
+        self.tenants = TenantGate(lambda: self.membership.tenancy if self.membership is not None else OPEN)
+        self.metrics.registry.register(self.tenants.collector(self.model))
         self._tasks: list[asyncio.Task] = []
         self._num_running = 0
 
@@ -124,7 +128,12 @@ class Gateway:
         it runs (from its health probe), and `dtype`, the one dtype of the serving group's ready workers (None while there is no
         serving group, or while its workers disagree, which the KV handoff refuses). `max_model_len` is the context
         every ready serving worker holds (the smallest of theirs): a longer request finishes with "length".
-        `sampling_defaults`: what the gateway fills into a request that leaves a field out."""
+        `sampling_defaults`: what the gateway fills into a request that leaves a field out. A deployment that
+        requires a key lists its model to a valid key only."""
+        try:
+            self.tenants.identify(request.headers.get("Authorization"), self.model)
+        except ApiError as error:
+            return error_response(error)
         workers = [{"role": w.role.value, "revision": group.revision, "url": w.url, "state": w.state.value,
                     "weight": w.weight, "dtype": w.dtype, "max_model_len": w.max_model_len}
                    for group in self.router.groups for role in group.roles for w in group.workers(role)]
@@ -175,13 +184,23 @@ class Gateway:
     async def _generate(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
         received = time.perf_counter()
         try:
+            # The key first (401/404 before the body is read), the tenant's limits once the request is known.
+            tenant = self.tenants.identify(request.headers.get("Authorization"), self.model)
             body = parse_json_object(await self._read_body(request))
             parse = parse_chat if endpoint is Endpoint.CHAT else parse_completion
             gen = parse(body, self.model, self.sampling_defaults)
+            ticket = self.tenants.admit(tenant, body, gen.worker_body)
         except ApiError as error:
             # The codes are a fixed set (invalid_json, invalid_type, model_not_found, ...): a bounded label.
             self.metrics.count_error(error.code or "invalid_request")
             return error_response(error)
+        try:
+            return await self._serve(request, endpoint, gen, received, ticket)
+        finally:
+            ticket.release()  # the tenant's concurrency slot, and its tokens counted from the real usage
+
+    async def _serve(self, request: web.Request, endpoint: Endpoint, gen: GenerationRequest, received: float,
+                     ticket: Ticket) -> web.StreamResponse:
         try:
             # The header wins over the body's `user`: a client can pin its variant without touching its requests.
             group = self.router.pick_group(request.headers.get(VARIANT_KEY_HEADER) or gen.user)
@@ -226,6 +245,7 @@ class Gateway:
             except TimeoutError:
                 series.count_error("timeout")
                 return error_response(self._timed_out("no first token"), headers)
+            ticket.stream = stream
             served = Served(series, headers, received, deadline)
             try:
                 if gen.stream:

@@ -15,6 +15,7 @@ import aiohttp
 from inference.gateway.config import Config, Mode
 from inference.gateway.traffic_split import MAX_TRAFFIC_WEIGHT
 from inference.gateway.routing import Router
+from inference.gateway.tenancy import OPEN, Tenancy, TenancyError, parse_tenancy
 from inference.roles import Role
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.weights import weight_problem
@@ -97,6 +98,15 @@ def parse_sampling_defaults(body: dict) -> dict:
         raise MembershipError(f"sampling_defaults: {exc}") from None
 
 
+def parse_tenants(body: dict) -> Tenancy:
+    """Whether the deployment requires a key, and the tenants' keys (hashes), classes and limits (tenancy.py);
+    absent: open, no tenants (a control plane without tenants)."""
+    try:
+        return parse_tenancy(body)
+    except TenancyError as exc:
+        raise MembershipError(f"tenants: {exc}") from None
+
+
 class ControlPlaneMembership:
     def __init__(self, config: Config, router: Router) -> None:
         self.config = config
@@ -106,6 +116,7 @@ class ControlPlaneMembership:
         self.num_polls_failed = 0
         self.last_error: str | None = None
         self.sampling_defaults: dict = {}
+        self.tenancy: Tenancy = OPEN  # the last good answer's: enforced while the control plane is away
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:
         timeout = aiohttp.ClientTimeout(total=max(self.config.membership_interval, 5.0),
@@ -118,6 +129,7 @@ class ControlPlaneMembership:
                 body = await resp.json(content_type=None)
                 mode, groups = parse_endpoints(body)
                 sampling_defaults = parse_sampling_defaults(body)
+                tenancy = parse_tenants(body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, MembershipError) as exc:
             self.num_polls_failed += 1
             error = f"control plane {self.url}: {type(exc).__name__}: {exc}"
@@ -132,6 +144,7 @@ class ControlPlaneMembership:
         self.last_error = None
         self.router.set_groups(mode, groups)
         self.sampling_defaults = sampling_defaults
+        self.tenancy = tenancy
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         while True:

@@ -1,0 +1,32 @@
+"""What a deployment's gateways must know about tenants, as the core's endpoints answer carries it.
+
+The tenants app knows which keys (by their hash) belong to which tenant, each tenant's class and limits, and whether
+the deployment requires a key; it provides them (TenantsConfig.ready() calls `provide`), so that the core depends on
+this seam and never imports a feature app. Until a provider is registered every deployment is open and has no
+tenants: the answer carries neither `requires_key` nor `tenants` (docs/contracts.md reads their absence so).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TenantProvider:
+    # deployment → the keys of the endpoints answer that concern tenants ({} when none: open, no tenants)
+    gateway_access: Callable[[Any], dict]
+
+
+NO_TENANTS = TenantProvider(gateway_access=lambda deployment: {})
+
+_provider = NO_TENANTS
+
+
+def provide(provider: TenantProvider) -> None:
+    global _provider
+    _provider = provider
+
+
+def gateway_access(deployment) -> dict:
+    return _provider.gateway_access(deployment)

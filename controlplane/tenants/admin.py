@@ -1,0 +1,31 @@
+from django.contrib import admin
+
+from controlplane.tenants.models import DeploymentAccess, Tenant, TenantKey
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    """Read-only: every change goes through the services (one Action row each), as the API's do."""
+
+    list_display = ("name", "priority_class", "requests_per_minute", "tokens_per_minute", "max_concurrent_requests",
+                    "max_tokens")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(TenantKey)
+class TenantKeyAdmin(TenantAdmin):
+    list_display = ("tenant", "name", "prefix", "created_at", "expires_at", "revoked_at")
+    exclude = ("key_hash",)
+
+
+@admin.register(DeploymentAccess)
+class DeploymentAccessAdmin(TenantAdmin):
+    list_display = ("deployment", "requires_key", "updated_at")

@@ -1,0 +1,80 @@
+"""Tenants, their API keys, and the deployments that require a key.
+
+A key is shown once, when it is issued; the table keeps its SHA-256 (as controlplane.services.tokens does for the
+control plane's own tokens), so neither the database nor the gateways, which learn the hashes through their
+membership poll, hold anything that opens the fleet. A revoked key keeps its row: the audit log names it."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class PriorityClass(models.TextChoices):
+    INTERACTIVE = "interactive"
+    STANDARD = "standard"
+    BATCH = "batch"
+
+
+# The limits a tenant may have, each optional (null: no limit). Tokens count prompt + completion.
+LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "max_tokens")
+
+
+class Tenant(models.Model):
+    # A DNS-label-like name: it is a Prometheus label value on the gateways and appears in log lines.
+    name = models.CharField(max_length=63, unique=True)
+    priority_class = models.CharField(max_length=12, choices=PriorityClass.choices, default=PriorityClass.STANDARD)
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
+    max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The deployments (models) the tenant's keys may use; a key sent to any other gets 404 model_not_found.
+    deployments = models.ManyToManyField("controlplane.Deployment", blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """The limits it has (a limit left out is no limit)."""
+        return {field: getattr(self, field) for field in LIMIT_FIELDS if getattr(self, field) is not None}
+
+
+class TenantKey(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=100, blank=True)
+    key_hash = models.CharField(max_length=64, unique=True)  # sha256 hex of the key
+    prefix = models.CharField(max_length=12)  # the key's first characters, to tell keys apart in lists
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.name}/{self.prefix}…"
+
+    def is_active(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class DeploymentAccess(models.Model):
+    """Whether a deployment's gateway requires a tenant key. A deployment without a row is open (no key needed):
+    the demo stays open until an admin says otherwise."""
+
+    deployment = models.OneToOneField("controlplane.Deployment", on_delete=models.CASCADE, primary_key=True,
+                                      related_name="+")
+    requires_key = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {'key required' if self.requires_key else 'open'}"

@@ -1,0 +1,208 @@
+"""Writes of tenants, their keys and the deployments' key requirement: one service per verb, each recording one
+Action row (controlplane.services.actions) in the same transaction as its change.
+
+Every bad value is a 400 naming its field (`priority_class`, `limits.tokens_per_minute`, `deployments`,
+`expires_at`), so the API, the pages and any other caller refuse alike."""
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.errors import ControlPlaneError, invalid
+from controlplane.models import ActionStatus, Deployment
+from controlplane.services.actions import action_create, action_once, as_actor
+from controlplane.services.tokens import key_hash
+from controlplane.services.validation import NAME_RE
+from controlplane.tenants.models import LIMIT_FIELDS, DeploymentAccess, PriorityClass, Tenant, TenantKey
+
+# The audit rows' kind. Every tenant change is one kind, told apart by params["verb"] (create, update, delete,
+# key_issue, key_revoke, access). Not yet an ActionKind value: adding one alters Action.kind's choices, a migration
+# of the core app (see docs/tenants.md).
+TENANT_ACTION = "tenant"
+# The largest limit a column holds (PositiveIntegerField); far beyond any real rate.
+MAX_LIMIT = 2**31 - 1
+KEY_PREFIX = "tk-"
+UNSET = object()
+
+
+def _record(params: dict, *, actor, reason: str, idempotency_key: str | None, deployment=None):
+    """The audit row of a change done in the caller's transaction: finished when it is written."""
+    return action_create(kind=TENANT_ACTION, actor=actor, deployment=deployment, reason=reason, params=params,
+                         status=ActionStatus.SUCCEEDED, idempotency_key=idempotency_key)
+
+
+def check_priority_class(value) -> str:
+    if value not in PriorityClass.values:
+        raise invalid(f"priority_class must be one of {', '.join(PriorityClass.values)}, not {value!r}",
+                      field="priority_class")
+    return value
+
+
+def check_limits(limits) -> dict[str, int | None]:
+    """{limit: positive integer, or None for no limit}; an unknown limit, 0, a negative or a non-integer is a 400
+    naming `limits.<name>`."""
+    if limits is None:
+        return {}
+    if not isinstance(limits, dict):
+        raise invalid(f"limits must be an object of {', '.join(LIMIT_FIELDS)}, not {limits!r}", field="limits")
+    checked = {}
+    for name, value in limits.items():
+        if name not in LIMIT_FIELDS:
+            raise invalid(f"limits.{name} is not a limit; the limits are {', '.join(LIMIT_FIELDS)}",
+                          field=f"limits.{name}")
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not
+                                  0 < value <= MAX_LIMIT):
+            raise invalid(f"limits.{name} must be a whole number from 1 to {MAX_LIMIT} (null or left out: no "
+                          f"limit), not {value!r}", field=f"limits.{name}")
+        checked[name] = value
+    return checked
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise invalid("a tenant name is 1-63 lowercase letters, digits and dashes, starting and ending with a "
+                      f"letter or digit, not {name!r}", field="name")
+    return name
+
+
+def _deployments(names) -> list[Deployment]:
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise invalid(f"deployments must be a list of deployment names, not {names!r}", field="deployments")
+    found = {d.name: d for d in Deployment.objects.filter(name__in=set(names))}
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise invalid(f"deployments: no deployment named {missing[0]!r}", field="deployments")
+    return [found[name] for name in sorted(found)]
+
+
+def tenant_create(*, name: str, priority_class: str = PriorityClass.STANDARD, limits: dict | None = None,
+                  deployments: list[str] = (), actor, reason: str = "",
+                  idempotency_key: str | None = None) -> Tenant:
+    """A new tenant (no keys yet: tenant_key_issue). 409 when the name is taken."""
+    _check_name(name)
+    check_priority_class(priority_class)
+    limits = check_limits(limits)
+    targets = _deployments(list(deployments))
+    params = {"verb": "create", "tenant": name, "priority_class": priority_class, "limits": limits,
+              "deployments": [d.name for d in targets]}
+
+    def write():
+        if Tenant.objects.filter(name=name).exists():
+            raise ControlPlaneError(f"tenant {name!r} already exists", status=409, extra={"field": "name"})
+        tenant = Tenant.objects.create(name=name, priority_class=priority_class, **limits)
+        tenant.deployments.set(targets)
+        return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key)
+
+    action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write, request=params)
+    return Tenant.objects.get(name=name)
+
+
+def tenant_update(*, tenant: Tenant, actor, reason: str = "", idempotency_key: str | None = None,
+                  priority_class=UNSET, limits=UNSET, deployments=UNSET) -> Tenant:
+    """Change what is given: the class, the limits named in `limits` (null removes one; the others stay) and the
+    whole list of deployments. The gateways apply it at their next membership poll."""
+    changes: dict = {}
+    if priority_class is not UNSET:
+        changes["priority_class"] = check_priority_class(priority_class)
+    if limits is not UNSET:
+        changes.update(check_limits(limits))
+    targets = _deployments(deployments) if deployments is not UNSET else None
+    params = {"verb": "update", "tenant": tenant.name, **changes}
+    if targets is not None:
+        params["deployments"] = [d.name for d in targets]
+
+    def write():
+        with transaction.atomic():
+            Tenant.objects.filter(pk=tenant.pk).update(updated_at=timezone.now(), **changes)
+            if targets is not None:
+                tenant.deployments.set(targets)
+            return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key)
+
+    action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write, request=params)
+    return Tenant.objects.prefetch_related("deployments").get(pk=tenant.pk)
+
+
+def tenant_delete(*, tenant: Tenant, actor, reason: str = "", idempotency_key: str | None = None) -> None:
+    """The tenant and its keys go; its keys stop working on every gateway at its next poll."""
+    params = {"verb": "delete", "tenant": tenant.name,
+              "num_keys": TenantKey.objects.filter(tenant=tenant).count()}
+
+    def write():
+        Tenant.objects.filter(pk=tenant.pk).delete()
+        return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key)
+
+    action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write,
+                request={"verb": "delete", "tenant": tenant.name})
+
+
+def _check_expiry(expires_at) -> datetime | None:
+    if expires_at is None:
+        return None
+    if not isinstance(expires_at, datetime):
+        raise invalid(f"expires_at must be a date and time, not {expires_at!r}", field="expires_at")
+    if timezone.is_naive(expires_at):
+        raise invalid("expires_at must carry a time zone (e.g. 2027-01-01T00:00:00Z)", field="expires_at")
+    if expires_at <= timezone.now():
+        raise invalid(f"expires_at {expires_at.isoformat()} is in the past", field="expires_at")
+    return expires_at
+
+
+def tenant_key_issue(*, tenant: Tenant, name: str = "", expires_at: datetime | None = None, actor,
+                     reason: str = "", idempotency_key: str | None = None) -> tuple[TenantKey, str]:
+    """A new key for the tenant: (its row, the key). The key is returned this once and stored as its SHA-256.
+    A repeated idempotency key is a 409 (the key it issued cannot be shown again: revoke it and issue another)."""
+    expires_at = _check_expiry(expires_at)
+    if not isinstance(name, str) or len(name) > 100:
+        raise invalid("a key's name is at most 100 characters", field="name")
+    issued: list[tuple[TenantKey, str]] = []
+    params = {"verb": "key_issue", "tenant": tenant.name, "name": name,
+              "expires_at": expires_at.isoformat() if expires_at else None}
+
+    def write():
+        key = KEY_PREFIX + secrets.token_urlsafe(30)  # 240 random bits
+        row = TenantKey.objects.create(tenant=tenant, name=name, key_hash=key_hash(key), prefix=key[:10],
+                                       expires_at=expires_at, created_by=as_actor(actor).user)
+        issued.append((row, key))
+        return _record({**params, "key_id": row.pk, "prefix": row.prefix}, actor=actor, reason=reason,
+                       idempotency_key=idempotency_key)
+
+    earlier = action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write, request=params)
+    if not issued:
+        raise ControlPlaneError("a key was already issued under this idempotency key (key "
+                                f"{earlier.params.get('key_id')}); a key is shown only once: revoke it and issue "
+                                "another", status=409, extra={"key_id": earlier.params.get("key_id")})
+    return issued[0]
+
+
+def tenant_key_revoke(*, key: TenantKey, actor, reason: str = "", idempotency_key: str | None = None) -> TenantKey:
+    """The key stops working on every gateway at its next poll; its row stays (revoked_at set) for the record.
+    Revoking a revoked key changes nothing and records nothing."""
+    params = {"verb": "key_revoke", "tenant": key.tenant.name, "key_id": key.pk, "prefix": key.prefix}
+
+    def write():
+        TenantKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key)
+
+    if key.revoked_at is None:
+        action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write, request=params)
+    return TenantKey.objects.select_related("tenant", "created_by").get(pk=key.pk)
+
+
+def deployment_access_set(*, deployment: Deployment, requires_key: bool, actor, reason: str = "",
+                          idempotency_key: str | None = None) -> bool:
+    """Mark a deployment as requiring a tenant key, or open it again; its gateways follow at their next poll."""
+    if not isinstance(requires_key, bool):
+        raise invalid(f"requires_key must be true or false, not {requires_key!r}", field="requires_key")
+    params = {"verb": "access", "requires_key": requires_key}
+
+    def write():
+        DeploymentAccess.objects.update_or_create(deployment=deployment, defaults={
+            "requires_key": requires_key, "updated_at": timezone.now()})
+        return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key, deployment=deployment)
+
+    action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write,
+                request={**params, "deployment": deployment.name})
+    return requires_key
