@@ -13,7 +13,7 @@ from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.engine.config import QUANTIZATIONS
-from inference.engine.speculative import SpeculativeError, parse_speculative
+from inference.engine.speculation_policy import SpeculativeError, parse_speculative
 from inference.worker.sim.profile import ProfileError, load_profile
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -52,7 +52,7 @@ _CHOICE_SETTINGS = {"quantization": QUANTIZATIONS}
 # sleeps that long per decode step. Accepted only while settings.TANDEM_ALLOW_TEST_FAULTS is on.
 TEST_FAULT = "test_fault"
 TEST_FAULT_RE = re.compile(r"^(error|slow:\d{1,3}(\.\d{1,3})?)$")
-# "speculative": null or an object (the engine's own check, inference/engine/speculative.py); decode and colocated
+# "speculative": null or an object (the engine's own check, inference/engine/speculation_policy.py); decode and colocated
 # workers only: a prefill part refuses it, and prefill workers are started without the common part's.
 SPECULATIVE = "speculative"
 # "simulate": a profile (a built-in name or a JSON file); the workers are simulated (inference.worker.sim).

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inference.checks import is_int, is_number
-from inference.engine.speculative import SpeculativeError, parse_speculative
+from inference.engine.speculation_policy import SpeculativeError, parse_speculative
 from inference.roles import Role
 
 # "auto": the model config's own dtype, resolved when the model loads (inference/engine/precision.py).
@@ -67,7 +67,7 @@ class Config:
     # K/V from a prefill worker and computes no prompt: the setting does nothing there.
     prefix_caching: bool = True
     max_model_len: int | None = None  # None: from the model config
-    # Speculative decoding (speculative.py): None (off) or {"method": "ngram" | "layers", "num_tokens": k, ...},
+    # Speculative decoding (speculation_policy.py): None (off) or {"method": "ngram" | "layers", "num_tokens": k, ...},
     # kept here with its defaults filled in. Decode and colocated roles only: a prefill engine samples one token.
     speculative: dict | None = None
     # torch.compile of the decode step (compilation.py): inductor on a CPU (needs a C++ compiler; without one the

@@ -12,8 +12,8 @@ from inference.engine.config import Config
 from inference.engine.model_runner import ModelRunner
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import SamplingParams, Sequence
-from inference.engine.spec_decode import SpecDecoder
-from inference.engine.speculative import Speculator, parse_speculative
+from inference.engine.speculation_forward import SpecDecoder
+from inference.engine.speculation_policy import Speculator, parse_speculative
 from inference.roles import Role
 
 

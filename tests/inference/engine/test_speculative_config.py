@@ -1,6 +1,6 @@
 """The `speculative` setting is checked where it enters (Config: a ConfigError naming it and the key inside it), the
 n-gram proposer finds the latest earlier occurrence of the longest suffix, a sequence drafts only inside its
-request's end and its blocks, and one whose drafts keep failing pauses (the off rule in speculative.py)."""
+request's end and its blocks, and one whose drafts keep failing pauses (the off rule in speculation_policy.py)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from inference.engine import Config, SamplingParams, Sequence
 from inference.engine.block_manager import BlockManager
 from inference.engine.config import ConfigError
-from inference.engine.speculative import PAUSE_GROWTH, PAUSE_MAX, PAUSE_MIN, WINDOW, Speculator, parse_speculative, propose_ngram
+from inference.engine.speculation_policy import PAUSE_GROWTH, PAUSE_MAX, PAUSE_MIN, WINDOW, Speculator, parse_speculative, propose_ngram
 from inference.roles import Role
 
 

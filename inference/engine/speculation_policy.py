@@ -1,6 +1,6 @@
 """Speculative decoding, the torch-free part: the setting, the n-gram proposer, how many tokens each sequence may
 draft this step, and when a sequence stops drafting. The device side (layer drafts, the verify forward, the
-acceptance rule) is `spec_decode.py`.
+acceptance rule) is `speculation_forward.py`.
 
 A decode step with speculation feeds each decoding sequence [last token, d1..dk] in one forward and keeps the longest
 accepted prefix of the drafts plus the model's own next token, so a step yields 1..k+1 tokens.
@@ -135,7 +135,7 @@ class _SeqState:
 
 
 class Speculator:
-    """Plans each decode step's drafts and keeps the counts; `decoder` (spec_decode.SpecDecoder) runs the device
+    """Plans each decode step's drafts and keeps the counts; `decoder` (speculation_forward.SpecDecoder) runs the device
     side. The engine calls `step` in place of the model runner's run for a decode step."""
 
     def __init__(self, config: SpeculativeConfig, *, decoder, block_manager: BlockManager, max_model_len: int,
