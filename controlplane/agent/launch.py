@@ -80,12 +80,14 @@ def argv_for(worker: Worker, port: int) -> list[str]:
             "--control-plane", settings.TANDEM_PUBLIC_URL, "--deployment", worker.deployment.name,
         )
     revision = worker.revision
+    engine_settings = settings_for(worker)
+    # A role's own dtype (its part of the engine settings) overrides the revision's: stages may differ.
+    dtype = engine_settings.pop("dtype", None) or revision.dtype
     argv = processes.python_argv(
         "inference.worker", "--role", worker.role, "--model", revision.model_path, "--port", str(port),
-        "--host", worker.host, "--revision", str(revision.number), "--dtype", revision.dtype,
+        "--host", worker.host, "--revision", str(revision.number), "--dtype", dtype,
     )
     known = _worker_flags()
-    engine_settings = settings_for(worker)
     if engine_settings.get("device") == "auto":
         # "auto" is resolved where the hardware is known: the node's GPUs (NVML at agent start), else the CPU.
         engine_settings["device"] = "cuda" if worker.node and worker.node.gpus else "cpu"

@@ -58,9 +58,10 @@ SPECULATIVE = "speculative"
 # "simulate": a profile (a built-in name or a JSON file); the workers are simulated (inference.worker.sim).
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
                                     "device", "simulate", SPECULATIVE, TEST_FAULT]))
-# Keys of the common part only: a revision's fields, which every worker of the revision must share (a prefill and a
-# decode worker of different dtypes cannot hand over a KV cache).
-_COMMON_ONLY = ("dtype",)
+# `dtype` in common is the revision's dtype (revision_dtype moves it there); in a role's part it overrides it for that
+# role's workers (prefill float32 on a CPU without BF16 arithmetic, decode bfloat16, say): the gateway names the
+# decode worker's dtype in each prefill request and the prefill worker converts its KV to it (docs/contracts.md).
+ROLE_DTYPE = "dtype"
 # Revision.engine_settings is {"common": {...}, <role>: {...}}: a role's part overrides common for its workers.
 COMMON = "common"
 ALL_ROLES = tuple(PoolRole.values)
@@ -169,16 +170,15 @@ def _settings_part(part, *, where: str) -> dict:
         return {}
     if not isinstance(part, dict):
         raise invalid(f"engine_settings.{where} must be an object of engine settings", field=f"engine_settings.{where}")
-    allowed = [*ENGINE_SETTING_KEYS, *(_COMMON_ONLY if where == COMMON else ())]
+    allowed = [*ENGINE_SETTING_KEYS, ROLE_DTYPE]
     for key in part:
-        if key in _COMMON_ONLY and where != COMMON:
-            raise invalid(f"{where}.{key} cannot differ by role: prefill and decode workers of one revision must "
-                          f"agree on it for the KV handoff; set it in common (or as the revision's {key})",
-                          field=f"engine_settings.{where}.{key}")
         if key not in allowed:
             raise invalid(f"{where}.{key} is not an engine setting; allowed: {', '.join(sorted(allowed))}",
                           field=f"engine_settings.{where}.{key}")
-    return {key: value if key in _COMMON_ONLY else _setting_value(key, value, where=where)
+        if key == ROLE_DTYPE and where != COMMON and part[key] not in DTYPES:
+            raise invalid(f"{where}.dtype {part[key]!r} is not one of {', '.join(DTYPES)}",
+                          field=f"engine_settings.{where}.dtype")
+    return {key: value if key == ROLE_DTYPE else _setting_value(key, value, where=where)
             for key, value in part.items()}
 
 
@@ -187,7 +187,8 @@ def validate_engine_settings(engine_settings, *, roles: tuple[str, ...] = ALL_RO
 
     A role's part overrides common for that role's workers. `roles` are the deployment's (its mode's): a part for
     another role is a 400 naming it. A flat dict of settings (the shape before per-role parts) is read as common.
-    `dtype` may be given in common only; the caller moves it to the revision's dtype (`revision_dtype`).
+    `dtype` in common is the revision's (the caller moves it there: `revision_dtype`); in a role's part it is that
+    role's dtype.
     """
     if engine_settings is None:
         return {COMMON: {}}

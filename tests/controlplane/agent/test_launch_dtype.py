@@ -1,4 +1,5 @@
 """A worker is launched with its revision's dtype (`auto` passed as is: the worker resolves it where the model is),
+or its role's own where the revision's engine settings give one,
 boolean engine settings become bare flags, and a new process starts with no reported dtype."""
 from __future__ import annotations
 
@@ -27,6 +28,16 @@ def test_the_revisions_dtype_reaches_the_worker_and_auto_is_resolved_there(deplo
     assert parse_args(argv).engine.dtype == "auto"
     pinned = _worker_argv(deployment, online_node, _revision(deployment, dtype="float32"))
     assert parse_args(pinned).engine.dtype == "float32"
+
+
+def test_a_roles_own_dtype_overrides_the_revisions_for_that_role_only(deployment, online_node):
+    revision = _revision(deployment, dtype="auto", engine_settings={"common": {}, "prefill": {"dtype": "float32"}})
+    argv = _worker_argv(deployment, online_node, revision)  # a decode worker: the revision's
+    assert parse_args(argv).engine.dtype == "auto"
+    prefill = Worker(deployment=deployment, role="prefill", node=online_node, id=98, revision=revision)
+    argv = launch.argv_for(prefill, 1235)
+    argv = argv[argv.index("inference.worker") + 1:]
+    assert argv.count("--dtype") == 1 and parse_args(argv).engine.dtype == "float32"
 
 
 def test_a_true_boolean_setting_is_a_bare_flag_and_a_false_one_is_left_out(deployment, online_node):

@@ -60,9 +60,12 @@ def test_a_part_must_be_an_object(part):
     assert _refused({"decode": part}).extra["field"] == "engine_settings.decode"
 
 
-def test_dtype_is_per_revision_so_a_role_cannot_set_it():
-    error = _refused({"decode": {"dtype": "bfloat16"}})
-    assert error.message.startswith("decode.dtype cannot differ by role")
+def test_a_role_may_run_its_own_dtype_and_a_bad_one_is_refused_naming_it():
+    settings = validate_engine_settings({"prefill": {"dtype": "float32"}, "decode": {"dtype": "bfloat16"}},
+                                        roles=DISAGGREGATED)
+    assert settings["prefill"] == {"dtype": "float32"} and settings["decode"] == {"dtype": "bfloat16"}
+    error = _refused({"decode": {"dtype": "int4"}})
+    assert error.extra["field"] == "engine_settings.decode.dtype" and "'int4' is not one of" in error.message
 
 
 def test_common_dtype_becomes_the_revisions_dtype_and_must_agree_with_the_field():
