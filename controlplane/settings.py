@@ -369,6 +369,13 @@ TANDEM_ROLLOUT_INTERVAL_S = env_int("TANDEM_ROLLOUT_INTERVAL_S", 2, minimum=1)
 # A revision's `test_fault` engine setting (workers answer errors or run slow) is a test aid: refused unless on.
 TANDEM_ALLOW_TEST_FAULTS = env_bool("TANDEM_ALLOW_TEST_FAULTS", False)
 
+# --- chaos experiments ----------------------------------------------------------------------------------
+INSTALLED_APPS += ["controlplane.chaos.apps.ChaosConfig"]
+# How often the chaos driver samples the gateways of opted-in deployments and steps every running experiment.
+TANDEM_CHAOS_INTERVAL_S = env_int("TANDEM_CHAOS_INTERVAL_S", 2, minimum=1)
+# The longest fault an experiment may hold (a pause is released by the node agent by then in any case).
+TANDEM_CHAOS_MAX_DURATION_S = env_int("TANDEM_CHAOS_MAX_DURATION_S", 600, minimum=1)
+
 # --- autoscaling ------------------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.autoscaling.apps.AutoscalingConfig"]
 # The autoscaler (HPA's algorithm, evaluated every TANDEM_SCRAPE_INTERVAL_S): tolerance in percent, stabilisation

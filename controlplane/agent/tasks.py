@@ -9,6 +9,7 @@ from celery import Task, shared_task
 from django.db import OperationalError
 
 from controlplane.agent import runtime
+from controlplane.agent.faults import AGENT_FAULT_INJECT, AGENT_FAULT_REVERT, fault_inject, fault_revert
 from controlplane.agent.workers import worker_start, worker_stop
 from controlplane.celery import AGENT_START_WORKER, AGENT_STOP_WORKER
 from controlplane.services.restarts import WorkerFailure, worker_failure_record
@@ -35,3 +36,14 @@ def agent_start_worker(self, worker_id: int) -> str:
 @shared_task(name=AGENT_STOP_WORKER, bind=True, **RETRY)
 def agent_stop_worker(self, worker_id: int, deadline_s: float) -> str:
     return worker_stop(worker_id=worker_id, node_name=runtime.node_name, deadline_s=deadline_s)
+
+
+@shared_task(name=AGENT_FAULT_INJECT, **RETRY)
+def agent_fault_inject(key: str, kind: str, worker_id: int, until: float, audit: dict) -> str:
+    """A chaos fault on one of this node's workers (controlplane.agent.faults): its outcome is an Action row."""
+    return fault_inject(key=key, kind=kind, worker_id=worker_id, until=until, audit=audit)
+
+
+@shared_task(name=AGENT_FAULT_REVERT, **RETRY)
+def agent_fault_revert(key: str, kind: str, worker_id: int, audit: dict) -> str:
+    return fault_revert(key=key, kind=kind, worker_id=worker_id, audit=audit)

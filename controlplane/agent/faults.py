@@ -1,0 +1,195 @@
+"""Process faults on this host, carried out by the node agent, which owns the worker processes: `kill` (SIGKILL the
+worker's process group) and `pause` (SIGSTOP it, SIGCONT at its deadline).
+
+The agent is the executor, never the policy: a fault arrives as a message naming the worker, the kind, a deadline
+(`until`, Unix seconds) and the audit params to copy onto its rows; what happened is reported as Action rows
+(services.actions), one when the fault is injected and one when it is reverted, each under an idempotency key derived
+from the fault's `key`. Whoever asked (the chaos app) reads those rows: a message delivered twice injects once.
+
+A pause's deadline is enforced here, by a timer in the agent process: the worker is released at `until` even when
+the broker, the control worker or the database is gone by then. A revert message releases it earlier. A revert for a
+fault this process does not know (the agent restarted meanwhile) still sends SIGCONT to the worker's recorded
+process, which is harmless for a process that runs.
+
+Only real processes can be signalled: in a simulated fleet (runtime.launcher is not the `processes` module) a fault is
+refused and reported as failed.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import DatabaseError
+
+from controlplane.agent import launch, processes, runtime
+from controlplane.models import ActionKind, ActionStatus, Worker
+from controlplane.services.actions import Actor, DuplicateAction, action_create, action_find
+
+log = logging.getLogger(__name__)
+
+AGENT_FAULT_INJECT = "controlplane.agent.tasks.agent_fault_inject"
+AGENT_FAULT_REVERT = "controlplane.agent.tasks.agent_fault_revert"
+FAULT_KINDS = ("kill", "pause")
+# The audit rows of a fault. ActionKind has no `fault` value: adding one changes the Action.kind field's choices,
+# which needs a migration of the core app (see docs/chaos.md); `start`/`stop` carry params.event instead.
+INJECTED_KIND, REVERTED_KIND = ActionKind.START, ActionKind.STOP
+
+
+def injected_key(key: str) -> str:
+    return f"{key}:injected"
+
+
+def reverted_key(key: str) -> str:
+    return f"{key}:reverted"
+
+
+@dataclass(slots=True)
+class _Pause:
+    handle: processes.ProcessHandle
+    timer: threading.Timer
+    until: float
+    worker_id: int
+    audit: dict
+
+
+# Pauses this process holds, by fault key: the timer that releases each one at its deadline.
+_paused: dict[str, _Pause] = {}
+_paused_lock = threading.Lock()
+
+
+def paused_keys() -> list[str]:
+    with _paused_lock:
+        return sorted(_paused)
+
+
+def _actor() -> Actor:
+    return Actor.system(f"node agent {runtime.node_name or settings.TANDEM_NODE_NAME}")
+
+
+def _record(*, kind: str, key: str, worker: Worker | None, event: str, audit: dict, outcome: str,
+            status: str = ActionStatus.SUCCEEDED, error: str = "", **result) -> None:
+    """One audit row of what this agent did; a database that refuses it is logged, never raised (the signal was
+    sent or not, whatever the row says)."""
+    try:
+        action_create(
+            kind=kind, actor=_actor(), deployment=worker.deployment if worker else None, worker=worker,
+            reason=f"{event.replace('_', ' ')}: {outcome}" + (f" ({error})" if error else ""), status=status,
+            idempotency_key=key, params={**audit, "event": event, "worker": worker.id if worker else None},
+            result={"outcome": outcome, **({"error": error} if error else {}), **result})
+    except DuplicateAction:
+        pass
+    except DatabaseError as exc:
+        log.warning("fault %s: the audit row (%s) was not written: %r", key, event, exc)
+
+
+def _worker(worker_id: int) -> Worker | None:
+    return Worker.objects.select_related("deployment", "node").filter(id=worker_id).first()
+
+
+def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
+    """The worker's process when it lives on this host; never a pid of another node's worker (a routing bug must
+    not signal whatever process has that number here)."""
+    if worker is None or runtime.launcher is not processes:
+        return None
+    if runtime.node_name is not None and (worker.node is None or worker.node.name != runtime.node_name):
+        log.error("a fault for worker %s of node %r reached the agent of %r: ignored", worker.id,
+                  worker.node and worker.node.name, runtime.node_name)
+        return None
+    handle = launch.handle_of(worker)
+    return handle if handle is not None and processes.is_alive(handle) else None
+
+
+def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: dict | None = None) -> str:
+    """Inject one fault into one worker's process. Returns the outcome: "killed", "paused", "duplicate" (this key
+    was injected before), "expired" (the deadline passed before the message arrived), "gone" (no live process), or
+    "unsupported".
+
+    1. A key already injected (its row exists) is not injected again: a re-delivered message is a no-op.
+    2. pause: SIGSTOP the process group and arm the release timer for min(until, now + the maximum duration).
+    3. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
+    """
+    audit = dict(audit or {})
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
+    if action_find(injected_key(key)) is not None:
+        return "duplicate"
+    worker = _worker(worker_id)
+    common = dict(kind=INJECTED_KIND, key=injected_key(key), worker=worker, event="fault_injected",
+                  audit={**audit, "fault": kind})
+    if runtime.launcher is not processes:
+        _record(**common, outcome="unsupported", status=ActionStatus.FAILED,
+                error="process faults need real processes; this agent runs a simulated fleet")
+        return "unsupported"
+    now = time.time()
+    remaining = min(until - now, float(settings.TANDEM_CHAOS_MAX_DURATION_S))
+    if kind == "pause" and remaining <= 0:
+        _record(**common, outcome="expired", status=ActionStatus.FAILED,
+                error=f"the fault's deadline passed {now - until:.1f} s before the message arrived")
+        return "expired"
+    handle = _live_handle(worker)
+    if handle is None:
+        _record(**common, outcome="gone", status=ActionStatus.FAILED, error="the worker has no live process")
+        return "gone"
+    if kind == "kill":
+        processes.signal_group(handle, signal.SIGKILL)
+        _record(**common, outcome="killed", pid=handle.pid, signal="SIGKILL")
+        log.info("fault %s: worker %s (pid %d) killed", key, worker_id, handle.pid)
+        return "killed"
+    with _paused_lock:
+        if key in _paused:
+            return "duplicate"
+        timer = threading.Timer(remaining, _release, args=(key, "the agent's deadline"))
+        timer.daemon = True
+        _paused[key] = _Pause(handle=handle, timer=timer, until=now + remaining, worker_id=worker_id,
+                              audit={**audit, "fault": kind})
+        processes.signal_group(handle, signal.SIGSTOP)
+        timer.start()
+    _record(**common, outcome="paused", pid=handle.pid, signal="SIGSTOP", until=now + remaining)
+    log.info("fault %s: worker %s (pid %d) paused for %.1f s", key, worker_id, handle.pid, remaining)
+    return "paused"
+
+
+def _release(key: str, by: str) -> str | None:
+    """SIGCONT a pause this process holds (at its deadline, or on a revert). None when it holds no such pause."""
+    with _paused_lock:
+        pause = _paused.pop(key, None)
+        if pause is None:
+            return None
+        pause.timer.cancel()
+        resumed = processes.signal_group(pause.handle, signal.SIGCONT)
+    outcome = "resumed" if resumed else "gone"
+    log.info("fault %s: worker %s released by %s (%s)", key, pause.worker_id, by, outcome)
+    try:
+        worker = _worker(pause.worker_id)
+    except DatabaseError:
+        worker = None
+    _record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=pause.audit,
+            outcome=outcome, by=by, pid=pause.handle.pid, late_s=round(max(0.0, time.time() - pause.until), 3))
+    return outcome
+
+
+def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = None) -> str:
+    """Undo one fault. Returns "resumed", "already-reverted", "nothing-to-revert" (a kill: supervision restarts the
+    worker) or "gone".
+
+    A pause this process holds is released now (its timer cancelled). One it does not hold (the agent restarted,
+    or the deadline released it) gets SIGCONT on the worker's recorded process unless its revert row exists."""
+    audit = {**(audit or {}), "fault": kind}
+    outcome = _release(key, "a revert")
+    if outcome is not None:
+        return outcome
+    if action_find(reverted_key(key)) is not None:
+        return "already-reverted"
+    worker = _worker(worker_id)
+    if kind == "kill":
+        outcome = "nothing-to-revert"
+    else:
+        handle = _live_handle(worker)
+        outcome = "resumed" if handle is not None and processes.signal_group(handle, signal.SIGCONT) else "gone"
+    _record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=audit,
+            outcome=outcome, by="a revert")
+    return outcome

@@ -1,0 +1,229 @@
+"""The chaos API, under /api/v1/deployments/{name}/chaos:
+
+    GET, PUT  .../chaos                          the opt-in (admins set it; off by default)
+    GET, POST .../chaos/experiments              list (viewer), create (admin)
+    GET, PATCH, DELETE .../chaos/experiments/{experiment}
+    POST      .../chaos/experiments/{experiment}/run      start a run (operator): 201, 403 not opted in, 409
+    GET       .../chaos/runs, .../chaos/runs/{id}, .../chaos/runs/{id}/report
+    POST      .../chaos/runs/{id}/abort          (operator)
+"""
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from controlplane.api.serializers import ActionSerializer
+from controlplane.api.views.base import (ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, WriteInputSerializer,
+                                         write_kwargs)
+from controlplane.chaos.models import ChaosRun, Experiment
+from controlplane.chaos.report import run_report
+from controlplane.chaos.selectors import (chaos_settings_of, experiment_get, experiment_list, run_active, run_get,
+                                          run_list)
+from controlplane.chaos.services import (chaos_enable, experiment_create, experiment_delete, experiment_update,
+                                         run_abort, run_start)
+from controlplane.selectors import deployment_get
+
+
+class StrictSerializer(serializers.Serializer):
+    """An unknown field is a 400 naming it, never ignored."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({
+                    name: [f"unknown field; this request accepts {', '.join(sorted(self.fields))}"]
+                    for name in unknown})
+        return super().to_internal_value(data)
+
+
+class ChaosSettingsOutput(serializers.Serializer):
+    deployment = serializers.CharField(source="deployment.name")
+    enabled = serializers.BooleanField()
+    updated_at = serializers.DateTimeField(allow_null=True, default=None)
+    updated_by = serializers.CharField(source="updated_by.username", allow_null=True, default=None)
+
+
+class ChaosSettingsInput(WriteInputSerializer):
+    enabled = serializers.JSONField(help_text="true: experiments may run on this deployment; false: none may.")
+
+
+class ChaosSettingsView(ApiView):
+    write_permission = ADMINISTER
+
+    @extend_schema(responses={200: ChaosSettingsOutput, **READ_ERRORS},
+                   description="Whether chaos experiments may run on the deployment (off by default). Viewer.")
+    def get(self, request, name: str):
+        deployment = deployment_get(name)
+        active = run_active(deployment)
+        return Response({**ChaosSettingsOutput(chaos_settings_of(deployment)).data,
+                         "active_run": active.pk if active else None})
+
+    @extend_schema(request=ChaosSettingsInput, responses={200: ChaosSettingsOutput, **ERRORS},
+                   description="Opt the deployment in to chaos experiments, or out (409 while a run is active). "
+                               "Admin.")
+    def put(self, request, name: str):
+        deployment = deployment_get(name)
+        data = ChaosSettingsInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        action = chaos_enable(deployment=deployment, enabled=data.validated_data["enabled"],
+                              **write_kwargs(request, data.validated_data))
+        return Response({**ChaosSettingsOutput(chaos_settings_of(deployment)).data,
+                         "action": ActionSerializer(action).data})
+
+
+class ExperimentOutput(serializers.ModelSerializer):
+    deployment = serializers.CharField(source="deployment.name")
+    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
+
+    class Meta:
+        model = Experiment
+        fields = ["name", "deployment", "description", "target", "faults", "duration_s", "hypothesis",
+                  "abort_conditions", "recovery_timeout_s", "created_at", "updated_at", "created_by"]
+
+
+_EXPERIMENT_HELP = {
+    "target": "{\"role\": \"decode\", \"count\": 1} or {\"role\": \"decode\", \"percent\": 50}: ready workers of a "
+              "pool (or the gateway), chosen at random when the run starts.",
+    "faults": "[{\"kind\": \"pause\", \"duration_s\": 5}] or [{\"kind\": \"kill\"}]: applied to every target.",
+    "duration_s": "How long the faults last (at most TANDEM_CHAOS_MAX_DURATION_S).",
+    "hypothesis": "Checks that must hold before the faults and again after them: [{\"metric\": \"error_ratio\", "
+                  "\"max\": 0.005, \"window_s\": 10}, {\"metric\": \"ttft_p99_seconds\", \"max_baseline_ratio\": "
+                  "1.5}, {\"metric\": \"ready_workers\", \"role\": \"decode\", \"min\": 1}].",
+    "abort_conditions": "[{\"metric\": \"error_ratio\", \"above\": 0.05, \"window_s\": 5, \"for_s\": 10}]: any one "
+                        "breached that long reverts every fault at once.",
+    "recovery_timeout_s": "How long after the revert the hypothesis may take to hold again (default 120).",
+}
+
+
+class ExperimentInput(StrictSerializer):
+    name = serializers.JSONField()
+    description = serializers.JSONField(required=False, default="")
+    target = serializers.JSONField(help_text=_EXPERIMENT_HELP["target"])
+    faults = serializers.JSONField(help_text=_EXPERIMENT_HELP["faults"])
+    duration_s = serializers.JSONField(help_text=_EXPERIMENT_HELP["duration_s"])
+    hypothesis = serializers.JSONField(help_text=_EXPERIMENT_HELP["hypothesis"])
+    abort_conditions = serializers.JSONField(required=False, default=None, help_text=_EXPERIMENT_HELP[
+        "abort_conditions"])
+    recovery_timeout_s = serializers.JSONField(required=False, default=120,
+                                               help_text=_EXPERIMENT_HELP["recovery_timeout_s"])
+
+
+class ExperimentPatchInput(StrictSerializer):
+    description = serializers.JSONField(required=False)
+    target = serializers.JSONField(required=False, help_text=_EXPERIMENT_HELP["target"])
+    faults = serializers.JSONField(required=False, help_text=_EXPERIMENT_HELP["faults"])
+    duration_s = serializers.JSONField(required=False, help_text=_EXPERIMENT_HELP["duration_s"])
+    hypothesis = serializers.JSONField(required=False, help_text=_EXPERIMENT_HELP["hypothesis"])
+    abort_conditions = serializers.JSONField(required=False, help_text=_EXPERIMENT_HELP["abort_conditions"])
+    recovery_timeout_s = serializers.JSONField(required=False, help_text=_EXPERIMENT_HELP["recovery_timeout_s"])
+
+
+class ExperimentListView(ApiView):
+    write_permission = ADMINISTER
+
+    @extend_schema(responses={200: ExperimentOutput(many=True), **READ_ERRORS},
+                   description="The deployment's chaos experiments. Viewer.")
+    def get(self, request, name: str):
+        return Response(ExperimentOutput(experiment_list(deployment_get(name)), many=True).data)
+
+    @extend_schema(request=ExperimentInput, responses={201: ExperimentOutput, **ERRORS},
+                   description="Create an experiment (400 naming the bad field; 409 when the name is taken). Admin.")
+    def post(self, request, name: str):
+        deployment = deployment_get(name)
+        data = ExperimentInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        experiment = experiment_create(deployment=deployment, actor=request.user, **data.validated_data)
+        return Response(ExperimentOutput(experiment).data, status=status.HTTP_201_CREATED)
+
+
+class ExperimentDetailView(ApiView):
+    write_permission = ADMINISTER
+
+    @extend_schema(responses={200: ExperimentOutput, **READ_ERRORS}, description="One experiment. Viewer.")
+    def get(self, request, name: str, experiment: str):
+        return Response(ExperimentOutput(experiment_get(deployment_get(name), experiment)).data)
+
+    @extend_schema(request=ExperimentPatchInput, responses={200: ExperimentOutput, **ERRORS},
+                   description="Change some of an experiment's fields; a run in progress keeps its copy. Admin.")
+    def patch(self, request, name: str, experiment: str):
+        found = experiment_get(deployment_get(name), experiment)
+        data = ExperimentPatchInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(ExperimentOutput(experiment_update(experiment=found, actor=request.user,
+                                                           **data.validated_data)).data)
+
+    @extend_schema(responses={204: None, **ERRORS},
+                   description="Delete an experiment; its runs keep their reports. 409 while one runs. Admin.")
+    def delete(self, request, name: str, experiment: str):
+        experiment_delete(experiment=experiment_get(deployment_get(name), experiment), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class RunOutput(serializers.ModelSerializer):
+    deployment = serializers.CharField(source="deployment.name")
+    experiment = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
+
+    class Meta:
+        model = ChaosRun
+        fields = ["id", "deployment", "experiment", "status", "verdict", "targets", "faults", "started_at",
+                  "fault_ends_at", "reverted_at", "recovered_at", "finished_at", "abort_reason", "created_by"]
+
+    def get_experiment(self, run) -> str | None:
+        return run.spec.get("name")
+
+
+class ExperimentRunView(ApiView):
+    write_permission = OPERATE
+
+    @extend_schema(request=WriteInputSerializer, responses={201: RunOutput, **ERRORS},
+                   description="Start a run: the hypothesis is checked first (409 `not_steady` naming each failing "
+                               "check), then the faults are injected by the node agents. 403 `chaos_disabled` when "
+                               "the deployment has not opted in; 409 while another run is active. Operator.")
+    def post(self, request, name: str, experiment: str):
+        found = experiment_get(deployment_get(name), experiment)
+        data = WriteInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = run_start(experiment=found, **write_kwargs(request, data.validated_data))
+        return Response(RunOutput(run).data, status=status.HTTP_201_CREATED)
+
+
+class RunListView(ApiView):
+    @extend_schema(responses={200: RunOutput(many=True), **READ_ERRORS},
+                   description="The deployment's chaos runs, newest first. Viewer.")
+    def get(self, request, name: str):
+        return Response(RunOutput(run_list(deployment_get(name))[:100], many=True).data)
+
+
+class RunDetailView(ApiView):
+    @extend_schema(responses={200: RunOutput, **READ_ERRORS}, description="One run. Viewer.")
+    def get(self, request, name: str, run_id: int):
+        return Response(RunOutput(run_get(deployment_get(name), run_id)).data)
+
+
+class RunAbortView(ApiView):
+    write_permission = OPERATE
+
+    @extend_schema(request=WriteInputSerializer, responses={202: RunOutput, **ERRORS},
+                   description="Revert every fault now (a recovering run stops waiting and finishes). 409 once "
+                               "finished. Operator.")
+    def post(self, request, name: str, run_id: int):
+        run = run_get(deployment_get(name), run_id)
+        data = WriteInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        kwargs = write_kwargs(request, data.validated_data)
+        return Response(RunOutput(run_abort(run=run, actor=kwargs["actor"], reason=kwargs["reason"])).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+
+class RunReportView(ApiView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
+                   description="The run's report: hypothesis before, during and after, recovery time, requests "
+                               "sent/failed/migrated, the faults as the agents reported them, the actions the "
+                               "system took meanwhile, the verdict. Final once the run finished. Viewer.")
+    def get(self, request, name: str, run_id: int):
+        run = run_get(deployment_get(name), run_id)
+        return Response(run.report if run.finished_at else run_report(run))

@@ -1,0 +1,181 @@
+"""Checks of an experiment's fields: target, faults, duration, hypothesis, abort conditions; each 400 names its
+field ("hypothesis[1].max")."""
+from __future__ import annotations
+
+from django.conf import settings
+
+from controlplane.agent.faults import FAULT_KINDS
+from controlplane.errors import invalid
+from controlplane.models import WorkerRole
+from controlplane.observability.catalog import METRICS
+from controlplane.observability.series import AGGREGATIONS
+from controlplane.services.validation import NAME_RE, each_object
+from inference.checks import is_number
+
+# Read from the gateway's own counters over exactly the check's window (hypothesis.gateway_numbers).
+GATEWAY_METRICS = ("error_ratio", "server_error_ratio", "ttft_p99_seconds", "itl_p99_seconds", "e2e_p99_seconds",
+                   "requests")
+READY_WORKERS = "ready_workers"  # Worker rows of the role that are ready, now
+POOL_ROLES = (WorkerRole.PREFILL, WorkerRole.DECODE, WorkerRole.COLOCATED)
+MAX_WINDOW_S = 120  # the gateway samples kept cover this much (and a margin)
+MAX_FAULTS = 10
+MAX_CHECKS = 20
+MAX_TARGET_COUNT = 64
+DEFAULT_CHECK_WINDOW_S = 10
+DEFAULT_ABORT_WINDOW_S = 5
+_CHECK_BOUNDS = ("max", "min", "max_baseline_ratio")
+_ABORT_BOUNDS = ("above", "below")
+
+
+def _number(value, *, field: str, low: float, high: float, integer: bool = False):
+    if isinstance(value, bool) or not is_number(value) or (integer and not float(value).is_integer()) \
+            or not low <= value <= high:
+        kind = "an integer" if integer else "a number"
+        raise invalid(f"{field} must be {kind} in {low:g}..{high:g}, not {value!r}", field=field)
+    return int(value) if integer else float(value)
+
+
+def _unknown(item: dict, allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(item) - set(allowed))
+    if unknown:
+        raise invalid(f"{where}.{unknown[0]} is not a field here; known: {', '.join(allowed)}",
+                      field=f"{where}.{unknown[0]}")
+
+
+def validate_experiment_name(name) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise invalid(f"name {name!r} must be 1-63 lowercase letters, digits or '-', starting and ending with a "
+                      "letter or digit", field="name")
+    return name
+
+
+def validate_duration(duration_s) -> float:
+    return _number(duration_s, field="duration_s", low=1, high=settings.TANDEM_CHAOS_MAX_DURATION_S)
+
+
+def validate_target(target, roles: set[str]) -> dict:
+    """{"role": R, "count": N} or {"role": R, "percent": P}; R a pool role of the deployment, or "gateway"."""
+    if not isinstance(target, dict):
+        raise invalid("target must be an object: {\"role\": \"decode\", \"count\": 1}", field="target")
+    _unknown(target, ("role", "count", "percent"), "target")
+    role = target.get("role")
+    if role not in roles:
+        raise invalid(f"target.role {role!r} is not a role of this deployment; it has {', '.join(sorted(roles))}",
+                      field="target.role")
+    if "count" in target and "percent" in target:
+        raise invalid("target takes count or percent, not both", field="target.percent")
+    if "percent" in target:
+        return {"role": role, "percent": _number(target["percent"], field="target.percent", low=1, high=100,
+                                                 integer=True)}
+    return {"role": role, "count": _number(target.get("count", 1), field="target.count", low=1,
+                                           high=MAX_TARGET_COUNT, integer=True)}
+
+
+def validate_faults(faults, duration_s: float) -> list[dict]:
+    if not isinstance(faults, list) or not 1 <= len(faults) <= MAX_FAULTS:
+        raise invalid(f"faults must be a list of 1 to {MAX_FAULTS} faults", field="faults")
+    cleaned = []
+    for where, fault in each_object(faults, field="faults"):
+        _unknown(fault, ("kind", "duration_s"), where)
+        kind = fault.get("kind")
+        if kind not in FAULT_KINDS:
+            raise invalid(f"{where}.kind {kind!r} is not a fault this version carries out; known: "
+                          f"{', '.join(FAULT_KINDS)}", field=f"{where}.kind")
+        if kind == "kill":
+            if "duration_s" in fault:
+                raise invalid(f"{where}.duration_s: a kill has no duration", field=f"{where}.duration_s")
+            cleaned.append({"kind": kind})
+        elif "duration_s" in fault:
+            cleaned.append({"kind": kind, "duration_s": _number(fault["duration_s"], field=f"{where}.duration_s",
+                                                                low=1, high=duration_s)})
+        else:
+            cleaned.append({"kind": kind})  # the experiment's duration, whatever it is changed to
+
+    return cleaned
+
+
+def _metric(item: dict, where: str, roles: set[str]) -> tuple[str, str]:
+    metric = item.get("metric")
+    role = item.get("role")
+    if metric in GATEWAY_METRICS:
+        if role not in (None, WorkerRole.GATEWAY):
+            raise invalid(f"{where}.role: {metric} is read from the gateway's counters (role gateway)",
+                          field=f"{where}.role")
+        return metric, WorkerRole.GATEWAY
+    if metric == READY_WORKERS or metric in METRICS:
+        pool_roles = sorted(roles - {WorkerRole.GATEWAY})
+        if role not in pool_roles:
+            raise invalid(f"{where}.role {role!r} must name a pool of this deployment ({', '.join(pool_roles)})",
+                          field=f"{where}.role")
+        return metric, role
+    raise invalid(f"{where}.metric {metric!r} is unknown; known: {', '.join(GATEWAY_METRICS)}, {READY_WORKERS}, "
+                  "or a stored series of a pool (GET /api/v1/metrics/query lists them)", field=f"{where}.metric")
+
+
+def _windowed(item: dict, where: str, metric: str, default_window: int) -> dict:
+    extra = {}
+    if metric != READY_WORKERS:
+        extra["window_s"] = _number(item.get("window_s", default_window), field=f"{where}.window_s", low=1,
+                                    high=MAX_WINDOW_S, integer=True)
+    elif "window_s" in item:
+        raise invalid(f"{where}.window_s: ready_workers is read now, not over a window", field=f"{where}.window_s")
+    if metric not in GATEWAY_METRICS and metric != READY_WORKERS:
+        aggregation = item.get("aggregation", "max")
+        if aggregation not in AGGREGATIONS:
+            raise invalid(f"{where}.aggregation {aggregation!r} is not one of {', '.join(AGGREGATIONS)}",
+                          field=f"{where}.aggregation")
+        extra["aggregation"] = aggregation
+    elif "aggregation" in item:
+        raise invalid(f"{where}.aggregation is for stored series only", field=f"{where}.aggregation")
+    return extra
+
+
+def validate_hypothesis(checks, roles: set[str]) -> list[dict]:
+    """1..20 checks, each one metric with exactly one bound: max, min or max_baseline_ratio (at most this many
+    times its value before the fault)."""
+    if not isinstance(checks, list) or not 1 <= len(checks) <= MAX_CHECKS:
+        raise invalid(f"hypothesis must be a list of 1 to {MAX_CHECKS} checks", field="hypothesis")
+    cleaned = []
+    for where, check in each_object(checks, field="hypothesis"):
+        _unknown(check, ("metric", "role", *_CHECK_BOUNDS, "window_s", "aggregation"), where)
+        metric, role = _metric(check, where, roles)
+        bounds = [key for key in _CHECK_BOUNDS if key in check]
+        if len(bounds) != 1:
+            raise invalid(f"{where} needs exactly one of {', '.join(_CHECK_BOUNDS)}", field=f"{where}.max")
+        bound = bounds[0]
+        if bound == "max_baseline_ratio":
+            if metric in (READY_WORKERS, "requests"):
+                raise invalid(f"{where}.max_baseline_ratio is for rates, ratios and latencies, not {metric}",
+                              field=f"{where}.max_baseline_ratio")
+            value = _number(check[bound], field=f"{where}.{bound}", low=1, high=1000)
+        else:
+            value = _number(check[bound], field=f"{where}.{bound}", low=0, high=1e12)
+        cleaned.append({"metric": metric, "role": role, bound: value,
+                        **_windowed(check, where, metric, DEFAULT_CHECK_WINDOW_S)})
+    return cleaned
+
+
+def validate_abort_conditions(conditions, roles: set[str]) -> list[dict]:
+    """0..20 conditions, each one metric with `above` or `below`, over `window_s`, breached for `for_s` on end
+    (0: the first pass that sees it aborts)."""
+    if conditions is None:
+        return []
+    if not isinstance(conditions, list) or len(conditions) > MAX_CHECKS:
+        raise invalid(f"abort_conditions must be a list of at most {MAX_CHECKS} conditions",
+                      field="abort_conditions")
+    cleaned = []
+    for where, condition in each_object(conditions, field="abort_conditions"):
+        _unknown(condition, ("metric", "role", *_ABORT_BOUNDS, "window_s", "for_s", "aggregation"), where)
+        metric, role = _metric(condition, where, roles)
+        bounds = [key for key in _ABORT_BOUNDS if key in condition]
+        if len(bounds) != 1:
+            raise invalid(f"{where} needs exactly one of above, below", field=f"{where}.above")
+        cleaned.append({"metric": metric, "role": role,
+                        bounds[0]: _number(condition[bounds[0]], field=f"{where}.{bounds[0]}", low=0, high=1e12),
+                        "for_s": _number(condition.get("for_s", 0), field=f"{where}.for_s", low=0, high=3600),
+                        **_windowed(condition, where, metric, DEFAULT_ABORT_WINDOW_S)})
+    return cleaned
+
+
+def validate_recovery_timeout(value) -> float:
+    return _number(value, field="recovery_timeout_s", low=1, high=3600)

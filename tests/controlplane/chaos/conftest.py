@@ -1,0 +1,172 @@
+"""Chaos tests: `demo` opted in, with ready prefill and decode rows behind a real HTTP server standing in for the
+gateway's /metrics (the driver reads it over HTTP as it reads the real gateway), a decode row whose process is a real
+child process (the agent signals it for real), and the agent's tasks run in this process when the services send
+them."""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from datetime import datetime, timezone as dt_timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psutil
+import pytest
+
+from tests.controlplane.rollouts.conftest import exposition
+
+
+class FakeGateway:
+    """GET /metrics: `revisions` as the gateway's exposition ({1: {"ok": n, "errors": n, "ttft": s}}), plus
+    `migrations` and `retries` counters."""
+
+    def __init__(self):
+        self.revisions: dict[int, dict] = {1: {"ok": 0}}
+        self.migrations = 0
+        self.retries = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = (exposition(owner.revisions)
+                        + "# TYPE tandem_request_migrations_total counter\n"
+                        + f'tandem_request_migrations_total{{reason="worker_gone"}} {owner.migrations}\n'
+                        + "# TYPE tandem_gateway_retries_total counter\n"
+                        + f'tandem_gateway_retries_total{{kind="upstream_error"}} {owner.retries}\n').encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def serve(self, ok: int, errors: int = 0, ttft: float = 0.03):
+        self.revisions = {1: {"ok": ok, "errors": errors, "ttft": ttft}}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def gateway():
+    server = FakeGateway()
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def no_pause_outlives_its_test():
+    """Run ids start again in each test's rolled-back database: a pause one test left must not make the next
+    test's fault of the same key a duplicate."""
+    from controlplane.agent import faults, processes
+
+    yield
+    with faults._paused_lock:
+        left = list(faults._paused.values())
+        faults._paused.clear()
+    for pause in left:
+        pause.timer.cancel()
+        processes.signal_group(pause.handle, signal.SIGCONT)
+
+
+@pytest.fixture
+def child_processes():
+    """spawn(marker) → a real child process (sleep) in its own session; all killed afterwards."""
+    from controlplane.agent import processes
+
+    handles = []
+
+    def spawn(marker: str, tmp_dir):
+        handle = processes.spawn([sys.executable, "-c", "import time; time.sleep(300)"],
+                                 log_path=tmp_dir / f"child-{marker}.log", marker=marker)
+        handles.append(handle)
+        return handle
+
+    yield spawn
+    for handle in handles:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            processes.signal_group(handle, sig)
+        processes.wait_exit(handle, 10)
+
+
+def process_state(pid: int) -> str:
+    try:
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
+def wait_until(what: str, condition, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture
+def world(deployment, online_node, make_worker, gateway, admin, child_processes, tmp_path):
+    """`demo` opted in: a ready prefill row, a ready decode row whose process is a real child, a ready gateway row
+    whose /metrics is `gateway`."""
+    from controlplane.chaos.services import chaos_enable
+    from controlplane.models import Worker, WorkerRole
+
+    make_worker(deployment, "prefill")
+    decode = make_worker(deployment, "decode")
+    handle = child_processes(str(decode.id), tmp_path)
+    Worker.objects.filter(pk=decode.pk).update(
+        pid=handle.pid, started_at=datetime.fromtimestamp(handle.create_time, tz=dt_timezone.utc))
+    make_worker(deployment, WorkerRole.GATEWAY, port=gateway.port)
+    chaos_enable(deployment=deployment, enabled=True, actor=admin)
+    decode.refresh_from_db()
+    return {"deployment": deployment, "decode": decode, "handle": handle}
+
+
+@pytest.fixture
+def agent_inline(monkeypatch):
+    """The agent's fault tasks, when a service sends them (after commit), run here and now as the node's agent
+    would run them; every message is recorded as (task, args, queue)."""
+    from controlplane.agent import tasks as agent_tasks
+    from controlplane.celery import app
+
+    # task_send publishes from a thread of its own (a broker timeout) unless eager: here, in this thread, which
+    # sees the test's uncommitted rows.
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    messages: list[tuple[str, tuple, str | None]] = []
+    for name in ("agent_fault_inject", "agent_fault_revert"):
+        task = getattr(agent_tasks, name)
+
+        def apply_async(args=(), kwargs=None, queue=None, _name=name, _task=task, **options):
+            messages.append((_name, tuple(args), queue))
+            _task.run(*args)
+
+        monkeypatch.setattr(task, "apply_async", apply_async)
+    yield messages
+    app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def experiment(world, admin):
+    """pause the decode worker for 5 s; hypothesis: error ratio <= 0.05 over 5 s, TTFT P99 <= 2x before, a ready
+    decode worker; abort on error ratio > 0.5 over 5 s held for 4 s."""
+    from controlplane.chaos.services import experiment_create
+
+    return experiment_create(
+        deployment=world["deployment"], actor=admin, name="pause-decode", target={"role": "decode", "count": 1},
+        faults=[{"kind": "pause"}], duration_s=5,
+        hypothesis=[{"metric": "error_ratio", "max": 0.05, "window_s": 5},
+                    {"metric": "ttft_p99_seconds", "max_baseline_ratio": 2, "window_s": 5},
+                    {"metric": "ready_workers", "role": "decode", "min": 1}],
+        abort_conditions=[{"metric": "error_ratio", "above": 0.5, "window_s": 5, "for_s": 4}],
+        recovery_timeout_s=30)
