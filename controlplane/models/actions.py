@@ -27,6 +27,7 @@ class ActionKind(models.TextChoices):
     ROLLOUT = "rollout"  # a canary or A/B rollout started, paused, resumed, stepped or ended
     PROMOTE = "promote"  # a rollout's revision made current: running until the old workers are replaced
     ABORT = "abort"  # a rollout aborted (by its analysis or an operator): its revision's workers drain
+    TENANT = "tenant"  # a tenant, its keys or a deployment's key requirement changed (controlplane/tenants)
 
 
 class ActorType(models.TextChoices):

@@ -12,16 +12,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.errors import ControlPlaneError, invalid
-from controlplane.models import ActionStatus, Deployment
+from controlplane.models import ActionKind, ActionStatus, Deployment
 from controlplane.services.actions import action_create, action_once, as_actor
 from controlplane.services.tokens import key_hash
 from controlplane.services.validation import NAME_RE
 from controlplane.tenants.models import LIMIT_FIELDS, DeploymentAccess, PriorityClass, Tenant, TenantKey
 
 # The audit rows' kind. Every tenant change is one kind, told apart by params["verb"] (create, update, delete,
-# key_issue, key_revoke, access). Not yet an ActionKind value: adding one alters Action.kind's choices, a migration
-# of the core app (see docs/tenants.md).
-TENANT_ACTION = "tenant"
+# key_issue, key_revoke, access).
+TENANT_ACTION = ActionKind.TENANT
 # The largest limit a column holds (PositiveIntegerField); far beyond any real rate.
 MAX_LIMIT = 2**31 - 1
 KEY_PREFIX = "tk-"

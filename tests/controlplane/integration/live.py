@@ -34,6 +34,7 @@ FAST_ENV = {
     # Rollouts: the driver every second, and revisions with a test_fault (workers that answer errors) accepted.
     "TANDEM_ROLLOUT_INTERVAL_S": "1",
     "TANDEM_ALLOW_TEST_FAULTS": "1",
+    "TANDEM_CHAOS_INTERVAL_S": "1",  # the chaos driver every second
 }
 
 
