@@ -6,44 +6,17 @@
 Fitted by least squares with every coefficient kept ≥ 0 (a negative term would predict a faster step under more
 load, which extrapolates badly): coefficients that come out negative are dropped and the rest refitted.
 
-`as_dict` ({"a", "b", "c"}) is the one stage-cost format, shared with the simulated worker's profiles
-(inference/stage_costs.py: PrefillCost and DecodeCost, the same terms read on the worker's side; this package may
-not import it, and tests/controlplane/capacity/sizing/test_shared_format.py keeps the two in step).
+The curves are the one stage-cost format's classes (inference/stage_costs.py: pure, shared with the simulated
+worker's profiles), so a stored fit is what a simulated worker reads.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
+from inference.stage_costs import DecodeCost as DecodeCurve
+from inference.stage_costs import PrefillCost as PrefillCurve
 
-@dataclass(frozen=True, slots=True)
-class PrefillCurve:
-    a: float
-    b: float
-    c: float = 0.0
-
-    def step_seconds(self, batch_tokens: float, sum_sq_tokens: float | None = None) -> float:
-        """A step over prompts of `batch_tokens` in all, whose lengths squared sum to `sum_sq_tokens` (None: one
-        prompt). Attention's cost is quadratic in each prompt's length, not in the batch's total."""
-        sum_sq = batch_tokens * batch_tokens if sum_sq_tokens is None else sum_sq_tokens
-        return self.a + self.b * batch_tokens + self.c * sum_sq
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeCurve:
-    a: float
-    b: float
-    c: float = 0.0
-
-    def step_seconds(self, batch: float, context: float) -> float:
-        return self.a + self.b * batch + self.c * batch * context
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["DecodeCurve", "PrefillCurve", "fit_decode", "fit_prefill"]
 
 
 def _nonnegative_lstsq(columns: list[np.ndarray], y: np.ndarray) -> list[float]:
