@@ -6,6 +6,8 @@ control plane is away. The official openai client works with api_key=."""
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import time
 
 import openai
@@ -47,6 +49,7 @@ def fleet(request, tiny_model_dir, tmp_path_factory):
     gateway = start_gateway("gateway", ["--control-plane", control_plane.url, "--deployment", "demo",
                                         "--token", TOKEN, "--membership-interval", "0.2"],
                             tmp_path_factory.mktemp("gateway-tenants"))
+    gateway.extra["worker"] = worker
     yield control_plane, gateway
     gateway.stop()
     control_plane.stop()
@@ -113,7 +116,13 @@ def test_a_tenant_at_its_concurrency_limit_gets_a_429_until_its_request_ends(fle
                              "stream": True}, stream=True, timeout=120) as running:
         assert running.status_code == 200
         next(running.iter_lines())  # the first chunk: the request is in flight
-        error = _error(_complete(gateway, KEYS["solo"]), 429)
+        # Held in flight by the OS (SIGSTOP), however fast the worker would finish it: the check is not a race.
+        worker = gateway.extra["worker"]
+        os.kill(worker.popen.pid, signal.SIGSTOP)
+        try:
+            error = _error(_complete(gateway, KEYS["solo"]), 429)
+        finally:
+            os.kill(worker.popen.pid, signal.SIGCONT)
         assert error["param"] == "max_concurrent_requests"
         assert _complete(gateway, KEYS["acme"]).status_code == 200  # other tenants are not held up
         for _ in running.iter_lines():

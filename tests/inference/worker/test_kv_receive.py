@@ -99,8 +99,9 @@ def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, referenc
         "truncated": lambda: (good[:len(good) - 100], "corrupt"),
         "wrong_shape": lambda: (encode_payload(good_payload(
             reference, "x", k=reference["k"][:, :-1], v=reference["v"][:, :-1])), f"expected [4, {num_tokens}, 2, 48]"),
-        "wrong_dtype": lambda: (encode_payload(good_payload(
-            reference, "x", k=reference["k"].half(), v=reference["v"].half())), "dtype float16"),
+        # Tensors of another dtype than the header's layout names (encode_payload converts, so a sender's own).
+        "wrong_dtype": lambda: (st_save({"k": reference["k"].half(), "v": reference["v"].half()}, metadata={
+            "tandem": json.dumps(good_payload(reference, "x").header())}), "dtype float16"),
         "wrong_layout": lambda: (encode_payload(good_payload(
             reference, "x", kv_layout={**reference["layout"], "num_kv_heads": 4})), "mismatch on num_kv_heads"),
         "wrong_revision": lambda: (encode_payload(good_payload(reference, "x", revision="6")), "revision"),
