@@ -45,7 +45,8 @@ class FakeGateway:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # A short poll: shutdown() waits up to one poll interval (0.5 s by default, per test).
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def serve(self, ok: int, errors: int = 0, ttft: float = 0.03):
         self.revisions = {1: {"ok": ok, "errors": errors, "ttft": ttft}}
