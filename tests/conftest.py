@@ -60,6 +60,13 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("slowest test files")
     for path, seconds in slowest:
         terminalreporter.write_line(f"{seconds:7.1f} s  {path}")
+    # And by folder (two levels: tests/controlplane/integration, tests/inference/gateway, ...), where the time goes.
+    folders: dict[str, float] = {}
+    for path, seconds in _FILE_SECONDS.items():
+        folder = "/".join(path.split("/")[:3]) if path.count("/") >= 3 else path.rsplit("/", 1)[0]
+        folders[folder] = folders.get(folder, 0.0) + seconds
+    terminalreporter.write_line("by folder: " + ", ".join(
+        f"{folder} {seconds:.0f} s" for folder, seconds in sorted(folders.items(), key=lambda item: -item[1])[:12]))
     limit = _max_file_seconds()
     over = [(path, seconds) for path, seconds in slowest if limit is not None and seconds > limit]
     for path, seconds in over:
