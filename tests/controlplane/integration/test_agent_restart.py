@@ -6,7 +6,7 @@ import pytest
 
 from tests.controlplane.integration.conftest import DEPLOYMENT, completion, wait_steady
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 
 def test_workers_survive_a_node_agent_restart_and_are_re_adopted(live, deployment):

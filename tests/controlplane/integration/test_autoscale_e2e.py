@@ -10,7 +10,7 @@ import requests
 
 from tests.procs import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 NAME = "it-autoscale"
 

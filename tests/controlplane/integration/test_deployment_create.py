@@ -6,7 +6,7 @@ import pytest
 
 from tests.controlplane.integration.conftest import DEPLOYMENT, completion, wait_steady
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 
 def test_a_deployment_created_through_the_api_serves_completions_through_its_gateway(live, deployment):

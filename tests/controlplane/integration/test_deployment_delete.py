@@ -7,7 +7,7 @@ import pytest
 from tests.controlplane.integration.conftest import completion
 from tests.procs import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 
 def test_deleting_a_colocated_deployment_stops_its_processes_and_keeps_its_actions(live, deployment,

@@ -9,7 +9,7 @@ import pytest
 
 from tests.controlplane.integration.conftest import DEPLOYMENT, completion, wait_steady
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 
 class Trickle(threading.Thread):

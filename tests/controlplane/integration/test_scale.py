@@ -5,7 +5,7 @@ import pytest
 
 from tests.controlplane.integration.conftest import DEPLOYMENT, completion, wait_steady
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 
 def _scale(live, replicas: int) -> dict:

@@ -11,7 +11,7 @@ import requests
 from tests.controlplane.integration.live import IsolatedServices, live_stack_start, live_stack_stop
 from tests.procs import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 NAME = "sim-demo"
 NUM_NODES = 3

@@ -8,7 +8,7 @@ import pytest
 
 from tests.controlplane.integration.conftest import DEPLOYMENT, completion, wait_steady
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends]
 
 
 def test_a_killed_decode_worker_is_restarted_with_a_new_pid_and_an_action_row(live, deployment):
