@@ -174,6 +174,7 @@ class TokenStream:
             return
         upstream = leg.upstream.__aiter__()
         ejected = asyncio.ensure_future(leg.ejected.wait())
+        step = None
         try:
             while True:
                 step = asyncio.ensure_future(upstream.__anext__())
@@ -190,6 +191,11 @@ class TokenStream:
                 yield event
         finally:
             ejected.cancel()
+            if step is not None and not step.done():
+                # Cancelled while waiting (the request's deadline, say): stop the read before anyone closes the
+                # upstream, which cannot be closed while a read of it runs.
+                step.cancel()
+                await asyncio.gather(step, return_exceptions=True)
 
     async def close(self) -> None:
         await self._leg.close()

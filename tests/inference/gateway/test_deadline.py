@@ -1,6 +1,10 @@
-"""A request with no first token within --request-timeout answers 504 in OpenAI's error shape: nothing hangs."""
+"""A request with no first token, or no end, within --request-timeout answers 504 in OpenAI's error shape: nothing
+hangs."""
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 
 import pytest
@@ -37,3 +41,30 @@ def test_a_request_stuck_on_a_stalled_worker_times_out_with_504(fleet):
     while complete(gateway.url, {"model": "tandem", "prompt": "hello", "max_tokens": 2}).status_code != 200:
         assert time.monotonic() < deadline, "the worker never served again after its stall"
         time.sleep(0.5)
+
+
+def test_a_stream_whose_worker_stalls_mid_way_ends_at_the_deadline_with_an_error_event(fleet, tmp_path):
+    """The deadline may fall while the gateway waits for the next token (not only for the first): the stream ends
+    with an error event and [DONE], and the worker's stream is closed cleanly. The worker is stopped by the OS
+    (SIGSTOP) after the first chunk; the gateway's probes would eject it only after ~2 s, the 1.5 s deadline comes
+    first."""
+    _, worker = fleet
+    gateway = start_gateway("gateway-deadline-mid", ["--colocated", worker.url, "--request-timeout", "1.5"], tmp_path)
+    try:
+        with requests.post(gateway.url + "/v1/completions", stream=True, timeout=60, json={
+                "model": "tandem", "prompt": "hello", "max_tokens": 500, "ignore_eos": True, "stream": True}) as resp:
+            assert resp.status_code == 200, resp.text
+            lines = resp.iter_lines(decode_unicode=True)
+            assert next(line for line in lines if line.startswith("data: "))  # the first token: mid-stream now
+            os.kill(worker.popen.pid, signal.SIGSTOP)
+            try:
+                rest = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+            finally:
+                os.kill(worker.popen.pid, signal.SIGCONT)
+        assert rest[-1] == "[DONE]"
+        errors = [json.loads(line)["error"] for line in rest[:-1] if '"error"' in line]
+        assert errors and "request-timeout" in errors[-1]["message"], rest[-3:]
+        log = gateway.log()
+        assert "Traceback" not in log and "already running" not in log, log
+    finally:
+        gateway.stop()
