@@ -15,8 +15,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from controlplane.api.serializers import ActionSerializer
-from controlplane.api.views.base import (ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, WriteInputSerializer,
-                                         write_kwargs)
+from controlplane.api.views.base import (ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, StrictSerializer,
+                                         WriteInputSerializer, write_kwargs)
 from controlplane.chaos.models import ChaosRun, Experiment
 from controlplane.chaos.report import run_report
 from controlplane.chaos.selectors import (chaos_settings_of, experiment_get, experiment_list, run_active, run_get,
@@ -24,19 +24,6 @@ from controlplane.chaos.selectors import (chaos_settings_of, experiment_get, exp
 from controlplane.chaos.services import (chaos_enable, experiment_create, experiment_delete, experiment_update,
                                          run_abort, run_start)
 from controlplane.selectors import deployment_get
-
-
-class StrictSerializer(serializers.Serializer):
-    """An unknown field is a 400 naming it, never ignored."""
-
-    def to_internal_value(self, data):
-        if hasattr(data, "keys"):
-            unknown = sorted(set(data.keys()) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({
-                    name: [f"unknown field; this request accepts {', '.join(sorted(self.fields))}"]
-                    for name in unknown})
-        return super().to_internal_value(data)
 
 
 class ChaosSettingsOutput(serializers.Serializer):

@@ -26,15 +26,9 @@ class ApiView(APIView):
         return [permission()]
 
 
-class WriteInputSerializer(serializers.Serializer):
-    """Fields every write accepts. An unknown field is a 400 naming it, not ignored (DRF's default): a rollback
-    sent `{"to_revision": 1}` would otherwise roll back to the previous revision, not to revision 1."""
-
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
-    idempotency_key = serializers.CharField(
-        required=False, allow_null=True, max_length=255, default=None,
-        help_text="Repeat a request with the same key and it is done once: the first action is returned. "
-                  "The Idempotency-Key header works too.")
+class StrictSerializer(serializers.Serializer):
+    """An unknown field is a 400 naming it, not ignored (DRF's default): a rollback sent `{"to_revision": 1}` would
+    otherwise roll back to the previous revision, not to revision 1."""
 
     def to_internal_value(self, data):
         if hasattr(data, "keys"):
@@ -44,6 +38,16 @@ class WriteInputSerializer(serializers.Serializer):
                     name: [f"unknown field; this request accepts {', '.join(sorted(self.fields))}"]
                     for name in unknown})
         return super().to_internal_value(data)
+
+
+class WriteInputSerializer(StrictSerializer):
+    """Fields every write accepts (and no other: StrictSerializer)."""
+
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    idempotency_key = serializers.CharField(
+        required=False, allow_null=True, max_length=255, default=None,
+        help_text="Repeat a request with the same key and it is done once: the first action is returned. "
+                  "The Idempotency-Key header works too.")
 
 
 def write_kwargs(request, data: dict) -> dict:
