@@ -22,3 +22,18 @@ def teacher_forced_shortfall(model, prompt, tokens) -> list[float]:
         logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1].float()  # [n, V]
     chosen = logits.gather(1, torch.tensor(tokens).unsqueeze(1)).squeeze(1)  # [n]
     return (logits.max(dim=1).values - chosen).tolist()
+
+
+def stepwise_shortfall(model, prompt, tokens) -> list[float]:
+    """As teacher_forced_shortfall, but with the engine's call shapes: the prompt in one forward, then each token in
+    a forward of its own over the model's cache. Where a kernel's rounding depends on the call (fbgemm's INT8
+    quantizes each call's activations with that call's own scale), this reference rounds as the engine does."""
+    shortfalls = []
+    with torch.inference_mode():
+        out = model(torch.tensor([prompt]), use_cache=True)
+        for i, token in enumerate(tokens):
+            logits = out.logits[0, -1].float()  # [V]
+            shortfalls.append((logits.max() - logits[token]).item())
+            if i + 1 < len(tokens):
+                out = model(torch.tensor([[token]]), cache=out.cache, use_cache=True)
+    return shortfalls
