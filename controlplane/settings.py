@@ -347,6 +347,10 @@ TANDEM_DRAIN_GRACE_S = env_int("TANDEM_DRAIN_GRACE_S", 3, minimum=0)
 TANDEM_RESTART_BACKOFF_MAX_S = env_int("TANDEM_RESTART_BACKOFF_MAX_S", 60, minimum=1)
 # Threads of the node agent's Celery pool: stops block for the drain deadline, so several run at once.
 TANDEM_AGENT_CONCURRENCY = env_int("TANDEM_AGENT_CONCURRENCY", 8, minimum=1)
+# The node agent measures its host's roofline (matmul peaks, read bandwidth: a child process, a few seconds) when it
+# starts and on demand (POST /api/v1/nodes/<name>/measure); off where many agents start on a busy host (tests).
+TANDEM_HOST_MEASURE = env_bool("TANDEM_HOST_MEASURE", True)
+TANDEM_HOST_MEASURE_TIMEOUT_S = env_int("TANDEM_HOST_MEASURE_TIMEOUT_S", 120, minimum=5)
 
 # --- observability ----------------------------------------------------------------------------------------
 # Scrape every worker's and gateway's /metrics this often (Celery beat → periodic queue), at most this many at once.
@@ -366,8 +370,6 @@ INSTALLED_APPS += ["controlplane.observability.apps.ObservabilityConfig"]
 INSTALLED_APPS += ["controlplane.rollouts.apps.RolloutsConfig"]
 # How often the rollout driver steps every running rollout (Celery beat, periodic queue).
 TANDEM_ROLLOUT_INTERVAL_S = env_int("TANDEM_ROLLOUT_INTERVAL_S", 2, minimum=1)
-# A revision's `test_fault` engine setting (workers answer errors or run slow) is a test aid: refused unless on.
-TANDEM_ALLOW_TEST_FAULTS = env_bool("TANDEM_ALLOW_TEST_FAULTS", False)
 
 # --- chaos experiments ----------------------------------------------------------------------------------
 INSTALLED_APPS += ["controlplane.chaos.apps.ChaosConfig"]

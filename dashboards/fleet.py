@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from django.utils.dateparse import parse_datetime
+
 from controlplane.alerting.models import Alert, AlertState
 from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
@@ -96,5 +98,22 @@ def fleet_rows(*, now: float | None = None) -> list[DeploymentRow]:
 def node_rows() -> list[dict]:
     live = Counter(Worker.objects.filter(status__in=LIVE_STATUSES, node__isnull=False)
                    .values_list("node_id", flat=True))
-    return [{"node": node, "online": node.is_online(), "num_workers": live.get(node.pk, 0), "gpus": node.gpus or []}
-            for node in Node.objects.order_by("name")]
+    return [{"node": node, "online": node.is_online(), "num_workers": live.get(node.pk, 0), "gpus": node.gpus or [],
+             "roofline": roofline_rows(node.roofline)} for node in Node.objects.order_by("name")]
+
+
+def roofline_rows(roofline: dict | None) -> dict:
+    """A node's measured roofline for the page: {"lines": matmul GFLOP/s per precision and read GB/s at one thread
+    and at all cores, "measured_at": datetime or None, "simulated": bool}; no lines before its agent has measured."""
+    roofline = roofline or {}
+    lines = []
+    for key, title in (("one_thread", "1 thread"), ("all_cores", "all {threads} cores")):
+        figures = roofline.get(key)
+        if not figures or (key == "all_cores" and figures.get("threads") == 1):
+            continue
+        peaks = " · ".join(f"{precision} {gflops:g}" for precision, gflops in figures.get("matmul_gflops", {}).items())
+        lines.append(f"{title.format(threads=figures.get('threads', '?'))}: {peaks} GFLOP/s · "
+                     f"read {figures.get('read_gbs', 0):g} GB/s")
+    measured_at = roofline.get("measured_at")
+    return {"lines": lines, "measured_at": parse_datetime(measured_at) if isinstance(measured_at, str) else None,
+            "simulated": roofline.get("source") == "simulated"}

@@ -2,8 +2,10 @@
 current values (one column with both sets for a colocated deployment), and the GPU health charts (temperature,
 allocator fragmentation) below them.
 
-Prefill: TTFT, prompt tokens/s, queue length, batch tokens per step, compute utilisation. Decode: inter-token
-latency, generated tokens/s, running sequences, KV cache usage, memory. On a GPU host compute and memory are NVML's
+Prefill: TTFT, prompt tokens/s, queue length, batch tokens per step, compute utilisation, and its roofline
+efficiency (matmul FLOP/s over the host's peak, inference.roofline). Decode: inter-token latency, generated tokens/s,
+running sequences, KV cache usage, memory, and its roofline efficiency (weight bytes per step over step time times
+the host's read bandwidth). On a GPU host compute and memory are NVML's
 series; on a CPU host they are the worker processes' CPU use per thread (process_cpu_seconds_total's rate divided
 by the threads the revision gives each worker) and resident memory, and the page says so. Latency charts carry the
 deployment's objective as a dashed line.
@@ -31,6 +33,8 @@ PREFIX_ABSENT = ("no data yet: no prompt was admitted,<br>or the workers run wit
                  "(tandem_prefix_cache_*_tokens_total)")
 SPEC_ABSENT = ("no drafts: the revision has no speculative<br>setting, or its workers drafted nothing yet")
 NO_GPU = "no GPU on this host:<br>workers export these series<br>only on a GPU host"
+ROOFLINE_ABSENT = ("no data yet: the stage has run no step, or its node<br>has not measured its host (the node "
+                   "page),<br>or the workers are simulated")
 # An objective far above the measured P99 would flatten its line to the floor: below this share of the objective
 # the objective is named in the title instead of drawn.
 OBJECTIVE_DRAWN_ABOVE = 0.25
@@ -72,6 +76,8 @@ def stage_indicators(stage: str, *, has_gpu: bool) -> tuple[Indicator, ...]:
             Indicator("prefix_cache", "Prefix cache hit rate per worker (prompt tokens found cached)", "ratio",
                       (Line("prefix_cache_hit_ratio", ""),), per_worker=True, empty=PREFIX_ABSENT),
             compute,
+            Indicator("prefill_roofline", "Prefill roofline per worker (matmul FLOP/s ÷ the host's peak)", "ratio",
+                      (Line("prefill_roofline_ratio", ""),), per_worker=True, empty=ROOFLINE_ABSENT),
         )
     memory = (Indicator("memory", "GPU memory per worker", "bytes", (Line("gpu_memory_used_bytes", ""),),
                         per_worker=True) if has_gpu else
@@ -88,6 +94,8 @@ def stage_indicators(stage: str, *, has_gpu: bool) -> tuple[Indicator, ...]:
                    Line("spec_accepted_tokens_per_second", "accepted")),
                   value_metric="spec_acceptance_ratio", empty=SPEC_ABSENT),
         memory,
+        Indicator("decode_roofline", "Decode roofline per worker (weights read per step ÷ the host's bandwidth)",
+                  "ratio", (Line("decode_roofline_ratio", ""),), per_worker=True, empty=ROOFLINE_ABSENT),
     )
 
 

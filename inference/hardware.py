@@ -11,6 +11,9 @@ from pathlib import Path
 # As /proc/cpuinfo spells them (x86 `flags`, Arm `Features`).
 FAST_FLOAT16_CPU_FLAGS = frozenset({"avx512_fp16", "amx_fp16", "asimdhp"})
 NATIVE_BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+# An int8 dot product that accumulates in 32 bits (VNNI, AMX-INT8, Arm's dot product): where INT8 weights run at full
+# 8-bit precision and pay in decode (inference/engine/quantization.py keeps the same set).
+INT8_DOT_PRODUCT_CPU_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
 
 
 @functools.cache
@@ -30,3 +33,7 @@ def cpu_flags() -> frozenset[str]:
 
 def cpu_has_native_bfloat16() -> bool:
     return bool(cpu_flags() & NATIVE_BFLOAT16_CPU_FLAGS)
+
+
+def cpu_has_int8_dot_product() -> bool:
+    return bool(cpu_flags() & INT8_DOT_PRODUCT_CPU_FLAGS)

@@ -11,7 +11,9 @@ Types:
   quantiles can be aggregated across workers)
 - gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio, and on workers the info
   metric tandem_worker_info{dtype, dtype_requested, revision, quantization} = 1 once the model is loaded, and
-  tandem_model_weight_bytes (what the loaded weights take, after any quantization); prefix caching:
+  tandem_model_weight_bytes (what the loaded weights take, after any quantization), and
+  tandem_prefill_roofline_ratio / tandem_decode_roofline_ratio (each stage's efficiency against its host's roofline,
+  inference.roofline; absent where the worker has no host figures or the stage has not run); prefix caching:
   tandem_prefix_cache_blocks (KV blocks keyed by their prefix, in use or evictable) and tandem_prefix_cache_hit_ratio
   (hit / queried tokens since the worker started; a dashboard over a window uses the counters' rates instead)
 - counters: tandem_prompt_tokens_total, tandem_generation_tokens_total, tandem_prefill_tokens_computed_total,
@@ -162,6 +164,14 @@ class TandemMetrics:
                                   (*BASE_LABELS, "dtype", "dtype_requested", "revision", "quantization"), registry=r)
         self.model_weight_bytes = gauge("tandem_model_weight_bytes",
                                         "Bytes the loaded model's weights take (after any quantization).")
+        # Unbound until the stage has run a step against a known host figure (inference.roofline): a worker that
+        # cannot say exports no series, rather than a 0 that reads as "far below its roofline".
+        self._roofline = {stage: Gauge(f"tandem_{stage}_roofline_ratio", doc, BASE_LABELS, registry=r)
+                          for stage, doc in (
+                              ("prefill", "Prefill matmul FLOP/s (2 x parameters x tokens) / the host's matmul peak "
+                                          "for this worker's threads and precision, over the last minute of prefill."),
+                              ("decode", "Weight bytes per decode step / (step time x the host's read bandwidth for "
+                                         "this worker's threads), over the last minute of decode."))}
 
         self.prefix_cache_queried_tokens = counter(
             "tandem_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache at admission.")
@@ -191,6 +201,11 @@ class TandemMetrics:
         quantization), Prometheus' info-metric idiom: a gauge of 1 whose labels carry the facts."""
         self._worker_info.labels(role=self.role, model=self.model, dtype=dtype, dtype_requested=dtype_requested,
                                  revision=revision, quantization=quantization).set(1)
+
+    def set_roofline(self, stage: str, value: float | None) -> None:
+        """tandem_<stage>_roofline_ratio: the stage's efficiency against its host's roofline (None: not known)."""
+        if value is not None:
+            self._roofline[stage].labels(role=self.role, model=self.model).set(value)
 
     def watch_devices(self, devices: list[str], *, visible_devices: str | None = None) -> None:
         """Export torch's allocator slack of the CUDA devices among `devices` (called once the model is loaded, so

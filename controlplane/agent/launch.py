@@ -5,7 +5,8 @@ engine settings for role R (its common part overridden by R's part) as flags (`-
 `--key` alone when true, and `--no-key` when false where the worker has that form, for settings on by default).
 Threads: the engine setting `threads` where the revision sets it, else the pool's `threads_per_worker` (what
 placement reserves for the worker), else 1. D may be `auto`: the
-worker resolves it from the model's config when it loads. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
+worker resolves it from the model's config when it loads. A CPU worker on a node that has measured its host also
+gets `--host-peak-gflops` and `--host-bandwidth-gbs` (its share of the host's roofline), to report its efficiency. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
 with the `tandem-gateway` service user's token (viewer: it only reads /endpoints) in its environment
 (TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
 """
@@ -22,6 +23,7 @@ from django.conf import settings
 from controlplane.agent import processes
 from controlplane.models import Pool, Worker, WorkerPurpose, WorkerRole
 from controlplane.models.workers import LIVE_STATUSES
+from inference.roofline import format_gflops_flag, peaks_for_threads
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +95,6 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         engine_settings["device"] = "cuda" if worker.node and worker.node.gpus else "cpu"
     # SIGTERM must finish draining before the agent's SIGKILL deadline.
     engine_settings.setdefault("drain_timeout", max(1, settings.TANDEM_STOP_DEADLINE_S - 2))
-    test_fault = engine_settings.pop("test_fault", None)
-    if test_fault is not None:
-        # A test aid, accepted by the API only while TANDEM_ALLOW_TEST_FAULTS is on: passed even to a worker that
-        # does not know the flag, which then refuses to start instead of silently serving without the fault.
-        argv += ["--test-fault", str(test_fault)]
     if worker.role == WorkerRole.PREFILL:
         engine_settings.pop("speculative", None)  # decode and colocated only (a prefill part is refused at the API)
     budget = kv_budget_for(worker, engine_settings)
@@ -117,7 +114,21 @@ def argv_for(worker: Worker, port: int) -> list[str]:
             argv += [flag, json.dumps(value, sort_keys=True)]
             continue
         argv += [flag] if value is True else [flag, str(value)]  # a boolean setting is a flag without a value
-    return argv
+    return argv + host_peak_flags(worker, engine_settings)
+
+
+def host_peak_flags(worker: Worker, engine_settings: dict) -> list[str]:
+    """The host's roofline for this worker's threads (inference.roofline.peaks_for_threads), which it reports its
+    efficiency against: none where the node has not measured its host, and for a worker on a GPU (the figures are
+    the CPU's)."""
+    node = worker.node
+    if node is None or str(engine_settings.get("device", "cpu")) != "cpu":
+        return []
+    peaks = peaks_for_threads(node.roofline, engine_settings.get("threads") or 1)
+    if peaks is None:
+        return []
+    flags = ["--host-peak-gflops", format_gflops_flag(peaks.matmul_gflops)] if peaks.matmul_gflops else []
+    return flags + (["--host-bandwidth-gbs", f"{peaks.read_gbs:g}"] if peaks.read_gbs else [])
 
 
 def kv_budget_for(worker: Worker, engine_settings: dict) -> int | None:

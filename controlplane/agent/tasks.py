@@ -10,8 +10,10 @@ from django.db import OperationalError
 
 from controlplane.agent import runtime
 from controlplane.agent.faults import AGENT_FAULT_INJECT, AGENT_FAULT_REVERT, fault_inject, fault_revert
+from controlplane.agent.host import host_measure
 from controlplane.agent.workers import worker_start, worker_stop
 from controlplane.celery import AGENT_START_WORKER, AGENT_STOP_WORKER
+from controlplane.services.nodes import AGENT_MEASURE_HOST
 from controlplane.services.restarts import WorkerFailure, worker_failure_record
 
 # SQLite answers "database is locked" when a writer holds the lock past the busy timeout: retry a few times.
@@ -39,11 +41,19 @@ def agent_stop_worker(self, worker_id: int, deadline_s: float) -> str:
 
 
 @shared_task(name=AGENT_FAULT_INJECT, **RETRY)
-def agent_fault_inject(key: str, kind: str, worker_id: int, until: float, audit: dict) -> str:
-    """A chaos fault on one of this node's workers (controlplane.agent.faults): its outcome is an Action row."""
-    return fault_inject(key=key, kind=kind, worker_id=worker_id, until=until, audit=audit)
+def agent_fault_inject(key: str, kind: str, worker_id: int, until: float, audit: dict,
+                       params: dict | None = None) -> str:
+    """A chaos fault on one of this node's workers (controlplane.agent.faults): its outcome is an Action row.
+    `params`: the fault's own settings (an error fault's ratio, a latency fault's ms)."""
+    return fault_inject(key=key, kind=kind, worker_id=worker_id, until=until, audit=audit, params=params)
 
 
 @shared_task(name=AGENT_FAULT_REVERT, **RETRY)
 def agent_fault_revert(key: str, kind: str, worker_id: int, audit: dict) -> str:
     return fault_revert(key=key, kind=kind, worker_id=worker_id, audit=audit)
+
+
+@shared_task(name=AGENT_MEASURE_HOST, **RETRY)
+def agent_measure_host(node_name: str) -> str:
+    """Measure this node's host again (controlplane.agent.host); a child process of a few seconds."""
+    return host_measure(node_name=node_name)

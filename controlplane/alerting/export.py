@@ -28,6 +28,8 @@ GAUGES = {
     "resident_memory_bytes": ("process_resident_memory_bytes", "sum"),
     "gpu_memory_fragmentation_bytes": ("tandem_gpu_memory_fragmentation_bytes", "sum"),
     "up": ("up", "avg"),
+    "prefill_roofline_ratio": ("tandem_prefill_roofline_ratio", "avg"),
+    "decode_roofline_ratio": ("tandem_decode_roofline_ratio", "avg"),
     # The control plane's own /metrics (labels deployment and role), not a worker's.
     "unschedulable_replicas": ("tandem_pool_unschedulable_replicas", "sum"),
 }

@@ -14,6 +14,7 @@ def verb(route: str, view, name: str) -> list:
 urlpatterns = [
     path("nodes/", nodes.NodeListView.as_view(), name="node-list"),
     path("nodes/<str:name>/", nodes.NodeDetailView.as_view(), name="node-detail"),
+    *verb("nodes/<str:name>/measure", nodes.NodeMeasureView, "node-measure"),
     path("deployments/", deployments.DeploymentListView.as_view(), name="deployment-list"),
     path("deployments/<str:name>/", deployments.DeploymentDetailView.as_view(), name="deployment-detail"),
     path("deployments/<str:name>/revisions/", deployments.RevisionListView.as_view(), name="revision-list"),

@@ -129,12 +129,16 @@ def experiment_delete(*, experiment: Experiment, actor) -> None:
 def _targets(deployment: Deployment, target: dict) -> list[dict]:
     """The workers a run breaks: ready workers of the role with a live process, `count` of them or `percent`
     (rounded up, at least one), chosen at random. 409 when the role has fewer ready workers."""
-    workers = list(Worker.objects.filter(deployment=deployment, role=target["role"], status=WorkerStatus.READY,
-                                         pid__isnull=False, node__isnull=False).select_related("node"))
+    workers = Worker.objects.filter(deployment=deployment, role=target["role"], status=WorkerStatus.READY,
+                                    pid__isnull=False, node__isnull=False).select_related("node")
+    if "revision" in target:
+        workers = workers.filter(revision__number=target["revision"])
+    workers = list(workers)
     wanted = target.get("count") or max(1, math.ceil(len(workers) * target["percent"] / 100))
     if len(workers) < wanted:
-        raise conflict(f"the {target['role']} role of {deployment.name!r} has {len(workers)} ready worker(s); the "
-                       f"experiment targets {wanted}")
+        of = f" of revision {target['revision']}" if "revision" in target else ""
+        raise conflict(f"the {target['role']} role of {deployment.name!r} has {len(workers)} ready worker(s){of}; "
+                       f"the experiment targets {wanted}")
     chosen = sorted(random.sample(workers, wanted), key=lambda w: w.pk)
     return [{"worker": w.pk, "role": w.role, "node": w.node.name, "queue": w.node.queue, "pid": w.pid}
             for w in chosen]
@@ -172,7 +176,7 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         started = timezone.now()
         faults = [{"key": "", "kind": fault["kind"], "worker": t["worker"], "queue": t["queue"],
-                   "duration_s": fault.get("duration_s")}
+                   "duration_s": fault.get("duration_s"), "params": validation.fault_params(fault)}
                   for fault in spec["faults"] for t in targets]
         try:
             with transaction.atomic():
@@ -193,7 +197,7 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
         audit = {"chaos_run": run.pk, "experiment": spec["name"]}
         for fault in faults:
             until = started.timestamp() + (fault["duration_s"] or spec["duration_s"])
-            args = (fault["key"], fault["kind"], fault["worker"], until, audit)
+            args = (fault["key"], fault["kind"], fault["worker"], until, audit, fault["params"])
             transaction.on_commit(lambda a=args, q=fault["queue"]: task_send(AGENT_FAULT_INJECT, args=a, queue=q),
                                   robust=True)
         return action

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from controlplane.agent.faults import FAULT_KINDS
+from controlplane.agent.proxy_faults import PROXY_KINDS
 from controlplane.errors import invalid
 from controlplane.models import WorkerRole
 from controlplane.observability.catalog import METRICS
@@ -54,21 +55,40 @@ def validate_duration(duration_s) -> float:
 
 
 def validate_target(target, roles: set[str]) -> dict:
-    """{"role": R, "count": N} or {"role": R, "percent": P}; R a pool role of the deployment, or "gateway"."""
+    """{"role": R, "count": N} or {"role": R, "percent": P}; R a pool role of the deployment, or "gateway";
+    optionally "revision": the workers of that revision only (a canary's)."""
     if not isinstance(target, dict):
         raise invalid("target must be an object: {\"role\": \"decode\", \"count\": 1}", field="target")
-    _unknown(target, ("role", "count", "percent"), "target")
+    _unknown(target, ("role", "count", "percent", "revision"), "target")
     role = target.get("role")
     if role not in roles:
         raise invalid(f"target.role {role!r} is not a role of this deployment; it has {', '.join(sorted(roles))}",
                       field="target.role")
     if "count" in target and "percent" in target:
         raise invalid("target takes count or percent, not both", field="target.percent")
+    revision = {}
+    if "revision" in target:
+        revision["revision"] = _number(target["revision"], field="target.revision", low=1, high=1 << 31,
+                                       integer=True)
     if "percent" in target:
         return {"role": role, "percent": _number(target["percent"], field="target.percent", low=1, high=100,
-                                                 integer=True)}
+                                                 integer=True), **revision}
     return {"role": role, "count": _number(target.get("count", 1), field="target.count", low=1,
-                                           high=MAX_TARGET_COUNT, integer=True)}
+                                           high=MAX_TARGET_COUNT, integer=True), **revision}
+
+
+# The settings of each fault kind beyond `kind` and `duration_s`: (field, low, high, default; None: required).
+FAULT_PARAMS = {
+    "kill": {}, "pause": {},
+    "error": {"ratio": (0.01, 1, 1.0)},  # the fraction of generation requests answered 500
+    "latency": {"ms": (1, 60_000, None), "line_ms": (0, 10_000, 0)},  # before each request; each streamed line
+    "reset": {"ratio": (0.01, 1, 1.0)},  # the fraction of generation requests whose connection is cut
+}
+
+
+def fault_params(fault: dict) -> dict:
+    """A validated fault's own settings (what the agent passes to the fault proxy)."""
+    return {key: fault[key] for key in FAULT_PARAMS[fault["kind"]] if key in fault}
 
 
 def validate_faults(faults, duration_s: float) -> list[dict]:
@@ -76,21 +96,24 @@ def validate_faults(faults, duration_s: float) -> list[dict]:
         raise invalid(f"faults must be a list of 1 to {MAX_FAULTS} faults", field="faults")
     cleaned = []
     for where, fault in each_object(faults, field="faults"):
-        _unknown(fault, ("kind", "duration_s"), where)
         kind = fault.get("kind")
         if kind not in FAULT_KINDS:
             raise invalid(f"{where}.kind {kind!r} is not a fault this version carries out; known: "
                           f"{', '.join(FAULT_KINDS)}", field=f"{where}.kind")
-        if kind == "kill":
-            if "duration_s" in fault:
-                raise invalid(f"{where}.duration_s: a kill has no duration", field=f"{where}.duration_s")
-            cleaned.append({"kind": kind})
-        elif "duration_s" in fault:
-            cleaned.append({"kind": kind, "duration_s": _number(fault["duration_s"], field=f"{where}.duration_s",
-                                                                low=1, high=duration_s)})
-        else:
-            cleaned.append({"kind": kind})  # the experiment's duration, whatever it is changed to
-
+        _unknown(fault, ("kind", *(() if kind == "kill" else ("duration_s",)), *FAULT_PARAMS[kind]), where)
+        item = {"kind": kind}
+        if "duration_s" in fault:  # else the experiment's duration, whatever it is changed to
+            item["duration_s"] = _number(fault["duration_s"], field=f"{where}.duration_s", low=1, high=duration_s)
+        for key, (low, high, default) in FAULT_PARAMS[kind].items():
+            if key not in fault and default is None:
+                raise invalid(f"{where}.{key} is required for a {kind} fault", field=f"{where}.{key}")
+            item[key] = _number(fault.get(key, default), field=f"{where}.{key}", low=low, high=high)
+        cleaned.append(item)
+    proxied = [index for index, fault in enumerate(cleaned) if fault["kind"] in PROXY_KINDS]
+    if len(proxied) > 1:
+        # Each would put a fault proxy in front of the same workers, and undoing one would cut the other's path.
+        raise invalid(f"faults[{proxied[1]}]: an experiment takes one of {', '.join(PROXY_KINDS)} (a fault proxy "
+                      "in front of each target worker), not several", field=f"faults[{proxied[1]}].kind")
     return cleaned
 
 

@@ -22,6 +22,10 @@ class Node(models.Model):
     # What operators set (the agent's --label, the API, the admin), e.g. {"class": "bandwidth"}; they win over
     # detected labels of the same name. Pools select nodes by labels (Pool.node_selector).
     labels = models.JSONField(default=dict, blank=True)
+    # The host's roofline (inference.roofline_measure): matmul GFLOP/s per precision and read GB/s, at one thread
+    # and at all cores, with "measured_at"; {} until the agent has measured. Simulated nodes carry a made-up one
+    # ("source": "simulated"). Workers get their share as flags (controlplane.agent.launch).
+    roofline = models.JSONField(default=dict, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -9,7 +9,8 @@ Pool aggregates (worker None) combine the workers of one (deployment, role) at t
   `histogram_quantile(q, sum by (le) (rate(x_bucket[w])))`), never an average of per-worker quantiles;
 - rates and counts (qps, tokens/s, requests running/waiting, bytes, watts): sum over workers;
 - ratios of counters (error_ratio, server_error_ratio): from the summed counters;
-- utilisation-like ratios (kv cache, GPU utilisation, GPU memory ratio, CPU): mean over workers that report them;
+- utilisation-like ratios (kv cache, GPU utilisation, GPU memory ratio, CPU, roofline ratios): mean over workers
+  that report them;
 - batch tokens per step: summed token counts over summed step counts;
 - temperature: max; `up`: the fraction of the pool's targets that answered (1.0 all up, 0.0 all down).
 
@@ -72,6 +73,16 @@ _CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
     "spec_proposed_tokens_per_second": (42, PoolAggregate.SUM, "tokens/second"),
     "spec_accepted_tokens_per_second": (43, PoolAggregate.SUM, "tokens/second"),
     "spec_acceptance_ratio": (44, PoolAggregate.COUNTER_RATIO, "ratio"),
+    # The gateway's admission queue (inference/gateway/admission.py), all classes and tenants together: requests
+    # waiting now, and how long admitted requests waited (what a TTFT read from the workers misses). Ids from 60.
+    "queue_length": (60, PoolAggregate.SUM, "requests"),
+    "queue_wait_p50_seconds": (61, PoolAggregate.HISTOGRAM, "seconds"),
+    "queue_wait_p90_seconds": (62, PoolAggregate.HISTOGRAM, "seconds"),
+    "queue_wait_p99_seconds": (63, PoolAggregate.HISTOGRAM, "seconds"),
+    # Each stage against its host's roofline (inference.roofline): prefill matmul FLOP/s / peak, decode weight bytes
+    # per step / (step time x read bandwidth); workers export them once they know their host's figures. Ids from 50.
+    "prefill_roofline_ratio": (50, PoolAggregate.MEAN, "ratio"),
+    "decode_roofline_ratio": (51, PoolAggregate.MEAN, "ratio"),
 }
 
 METRICS: tuple[str, ...] = tuple(_CATALOG)
@@ -87,6 +98,9 @@ HISTOGRAMS = {
     "e2e": "tandem_e2e_request_latency_seconds",
 }
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+# Histograms stored the same way that are not request latencies (a rollout's analysis reads HISTOGRAMS only).
+GATEWAY_HISTOGRAMS = {"queue_wait": "tandem_gateway_queue_wait_seconds"}
+STORED_HISTOGRAMS = {**HISTOGRAMS, **GATEWAY_HISTOGRAMS}
 
 # The worker statuses whose /metrics are scraped, and so whose series a per-worker read always names (value None
 # when silent): those that hold a process.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from controlplane.observability.catalog import HISTOGRAMS, QUANTILES
+from controlplane.observability.catalog import QUANTILES, STORED_HISTOGRAMS
 from controlplane.observability.exposition import Reading
 from controlplane.observability.quantiles import aligned_bucket_increases, counter_increase, histogram_quantile, sum_buckets
 
@@ -20,7 +20,8 @@ _RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "genera
                   "spec_accepted")
 _GAUGE_SERIES = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "gpu_utilization_ratio",
                  "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts", "resident_memory_bytes",
-                 "gpu_memory_fragmentation_bytes")
+                 "gpu_memory_fragmentation_bytes", "prefill_roofline_ratio", "decode_roofline_ratio",
+                 "queue_length")
 
 
 def trim_snapshots(snapshots: list[dict], now: float, window_s: float) -> list[dict]:
@@ -64,7 +65,7 @@ def increments_of(state: dict) -> Increments | None:
         if len(values) == len(ring):
             inc.counters[key] = counter_increase(values)
     for key, bounds in state["le"].items():
-        if key not in HISTOGRAMS:
+        if key not in STORED_HISTOGRAMS:
             continue
         les = [math.inf if b == "+Inf" else float(b) for b in bounds]
         history = [s["h"][key] for s in ring if key in s["h"]]
@@ -137,7 +138,7 @@ def pool_increments(increments: list[Increments]) -> Increments | None:
         parts = [i.counters[key] for i in increments if key in i.counters]
         if parts:
             pool.counters[key] = sum(parts)
-    for key in HISTOGRAMS:
+    for key in STORED_HISTOGRAMS:
         parts = [i.histograms[key] for i in increments if i.histograms.get(key)]
         if parts:
             pool.histograms[key] = sum_buckets(parts)

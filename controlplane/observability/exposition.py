@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.observability.catalog import HISTOGRAMS
+from controlplane.observability.catalog import STORED_HISTOGRAMS
 
 CLIENT_ERROR_KINDS = frozenset({
     "invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value",
     "invalid_request", "model_not_found", "request_too_large", "not_found", "overloaded", "worker_rejected",
-    "client_disconnected", "bad_request", "validation",
+    "client_disconnected", "bad_request", "validation", "queue_full",
 })
 
-_HISTOGRAM_BUCKETS = {name + "_bucket": key for key, name in HISTOGRAMS.items()}
+_HISTOGRAM_BUCKETS = {name + "_bucket": key for key, name in STORED_HISTOGRAMS.items()}
 # Counter samples → key in Reading.counters.
 _COUNTERS = {
     "tandem_prompt_tokens_total": "prompt_tokens",
@@ -57,9 +57,12 @@ _GAUGES = {
     "tandem_gpu_power_watts": ("gpu_power_watts", "sum"),
     "tandem_gpu_memory_fragmentation_bytes": ("gpu_memory_fragmentation_bytes", "sum"),
     "process_resident_memory_bytes": ("resident_memory_bytes", "sum"),
+    "tandem_gateway_queue_length": ("queue_length", "sum"),  # summed over the classes and tenants
+    "tandem_prefill_roofline_ratio": ("prefill_roofline_ratio", "max"),
+    "tandem_decode_roofline_ratio": ("decode_roofline_ratio", "max"),
 }
 _ERRORS = "tandem_request_errors_total"
-_WANTED = tuple(sorted({*HISTOGRAMS.values(), *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES,
+_WANTED = tuple(sorted({*STORED_HISTOGRAMS.values(), *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES,
                         _ERRORS.removesuffix("_total")}))
 
 # One sample line without escapes: name{label="value",...} value [timestamp]

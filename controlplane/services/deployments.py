@@ -88,7 +88,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
                       min_replicas: dict | None = None, max_replicas: dict | None = None,
                       gateway_port: int | None = None, placement: dict | None = None,
                       objectives: dict | None = None, actor, reason: str = "",
-                      idempotency_key: str | None = None) -> Action:
+                      idempotency_key: str | None = None, comment: str = "initial revision") -> Action:
     """Create a deployment with revision 1, its pools and a `create` action; reconcile starts its workers.
 
     1. Validate name, mode, model folder, dtype (the field or engine_settings.common.dtype; default auto), engine
@@ -129,7 +129,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
                                                created_by=actor.user)
         revision = Revision.objects.create(deployment=deployment, number=1, model_path=model_path,
                                            dtype=dtype, engine_settings=engine_settings,
-                                           comment="initial revision", created_by=actor.user)
+                                           comment=comment, created_by=actor.user)
         deployment.current_revision = revision
         deployment.save(update_fields=["current_revision"])
         Pool.objects.bulk_create([Pool(deployment=deployment, **spec) for spec in specs])

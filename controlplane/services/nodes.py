@@ -1,4 +1,5 @@
-"""Node labels: what operators set on a node (a hardware class, a zone), which pools select nodes by."""
+"""Node labels: what operators set on a node (a hardware class, a zone), which pools select nodes by; and the
+host's roofline, which its agent measures (controlplane.agent.host), at start or when an operator asks."""
 from __future__ import annotations
 
 import re
@@ -7,6 +8,7 @@ from django.db import transaction
 
 from controlplane.errors import invalid
 from controlplane.models import ActionKind, ActionStatus, Node
+from controlplane.celery import task_send
 from controlplane.services.actions import action_create, as_actor
 from inference.weights import WEIGHT_LABEL, parse_weight
 
@@ -52,3 +54,18 @@ def node_labels_set(*, node: Node, labels: dict, actor, reason: str = "") -> Nod
         action_create(kind=ActionKind.LABEL, actor=actor, reason=reason or f"labels of node {node.name}",
                       status=ActionStatus.SUCCEEDED, params={"node": node.name, "from": previous, "to": labels})
     return node
+
+
+# The agent task's name (controlplane.agent.host.AGENT_MEASURE_HOST): sent by name, services do not import the agent.
+AGENT_MEASURE_HOST = "controlplane.agent.tasks.agent_measure_host"
+
+
+def node_roofline_set(*, node: Node, roofline: dict) -> None:
+    """Store what the node's agent measured of its host (written by the agent only)."""
+    Node.objects.filter(pk=node.pk).update(roofline=roofline)
+
+
+def node_measure_request(*, node: Node) -> bool:
+    """Ask the node's agent to measure its host again (a message on its queue, done when the agent takes it; the
+    node's `roofline.measured_at` says when it was). Returns whether the broker took the message."""
+    return task_send(AGENT_MEASURE_HOST, args=(node.name,), queue=node.queue)

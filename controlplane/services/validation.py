@@ -48,16 +48,12 @@ _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
 # key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).
 _CHOICE_SETTINGS = {"quantization": QUANTIZATIONS}
-# A test aid (the worker's --test-fault): "error" answers every generate request with HTTP 500, "slow:<seconds>"
-# sleeps that long per decode step. Accepted only while settings.TANDEM_ALLOW_TEST_FAULTS is on.
-TEST_FAULT = "test_fault"
-TEST_FAULT_RE = re.compile(r"^(error|slow:\d{1,3}(\.\d{1,3})?)$")
 # "speculative": null or an object (the engine's own check, inference/engine/speculation_policy.py); decode and colocated
 # workers only: a prefill part refuses it, and prefill workers are started without the common part's.
 SPECULATIVE = "speculative"
 # "simulate": a profile (a built-in name or a JSON file); the workers are simulated (inference.worker.sim).
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
-                                    "device", "simulate", SPECULATIVE, TEST_FAULT]))
+                                    "device", "simulate", SPECULATIVE]))
 # `dtype` in common is the revision's dtype (revision_dtype moves it there); in a role's part it overrides it for that
 # role's workers (prefill float32 on a CPU without BF16 arithmetic, decode bfloat16, say): the gateway names the
 # decode worker's dtype in each prefill request and the prefill worker converts its KV to it (docs/contracts.md).
@@ -118,13 +114,7 @@ def validate_model_path(model_path) -> str:
 def _setting_value(key: str, value, *, where: str):
     """One engine setting of one part (`where` is "common" or a role), checked; 400 naming part and key."""
     name, field = f"{where}.{key}", f"engine_settings.{where}.{key}"
-    if key == TEST_FAULT:
-        if not settings.TANDEM_ALLOW_TEST_FAULTS:
-            raise invalid(f"{name} is a test aid (workers that answer errors or run slow), accepted only when "
-                          "TANDEM_ALLOW_TEST_FAULTS is on", field=field)
-        if not isinstance(value, str) or not TEST_FAULT_RE.match(value):
-            raise invalid(f"{name} must be \"error\" or \"slow:<seconds>\", not {value!r}", field=field)
-    elif key == SPECULATIVE:
+    if key == SPECULATIVE:
         if where == PoolRole.PREFILL:
             raise invalid(f"{name} is for decode and colocated workers: a prefill worker samples only the first "
                           "token (set it in common or decode)", field=field)

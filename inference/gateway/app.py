@@ -17,6 +17,7 @@ import uuid
 import aiohttp
 from aiohttp import web
 
+from inference.gateway.admission import Admission
 from inference.gateway.config import Config
 from inference.gateway.membership import ControlPlaneMembership, apply_static
 from inference.gateway.metrics import GatewayMetrics
@@ -81,6 +82,9 @@ class Gateway:
         # Keys and limits come with the membership (tenancy.py); a static gateway is open.
         self.tenants = TenantGate(lambda: self.membership.tenancy if self.membership is not None else OPEN)
         self.metrics.registry.register(self.tenants.collector(self.model))
+        self.admission = Admission(self.router.capacity, max_queued=config.max_queued,
+                                   deadlines=config.queue_deadlines)
+        self.metrics.registry.register(self.admission.collector(self.model))
         self._tasks: list[asyncio.Task] = []
         self._num_running = 0
 
@@ -108,6 +112,7 @@ class Gateway:
         if self.membership is not None:
             self._tasks.append(asyncio.create_task(self.membership.run(self.session), name="membership"))
         self._tasks.append(asyncio.create_task(self.router.run_health_loop(self.session), name="health"))
+        self._tasks.append(asyncio.create_task(self.admission.run(), name="admission"))
 
     async def stop(self, app: web.Application) -> None:
         for task in self._tasks:
@@ -213,6 +218,12 @@ class Gateway:
         if too_long is not None:
             series.count_error(too_long.code)
             return error_response(too_long, headers)
+        try:
+            # A slot among the requests that may run at once; waits in the admission queue when none is free.
+            ticket.slot = await self.admission.acquire(ticket.tenant, ticket.priority_class)
+        except ApiError as error:
+            series.count_error(error.code)
+            return error_response(error, headers)
         request_id = ("chatcmpl-" if endpoint is Endpoint.CHAT else "cmpl-") + uuid.uuid4().hex
         deadline = asyncio.get_running_loop().time() + self.config.request_timeout
         self._num_running += 1
@@ -246,7 +257,8 @@ class Gateway:
                 series.count_error("timeout")
                 return error_response(self._timed_out("no first token"), headers)
             ticket.stream = stream
-            served = Served(series, headers, received, deadline)
+            ticket.slot.charge(prompt_tokens=stream.prompt_tokens)
+            served = Served(series, headers, received, deadline, ticket)
             try:
                 if gen.stream:
                     return await self._stream(request, gen, stream, request_id, served)
@@ -268,7 +280,7 @@ class Gateway:
                 async for text, num_tokens in stream.deltas():
                     texts.append(text)
                     if num_tokens:
-                        served.observe_token()
+                        served.observe_token(num_tokens)
         except TimeoutError:
             served.series.count_error("timeout")
             return error_response(self._timed_out("the request did not finish"), served.headers)
@@ -295,7 +307,7 @@ class Gateway:
                         if text:
                             await response.write(encoder.text(text))
                         if num_tokens:
-                            served.observe_token()
+                            served.observe_token(num_tokens)
             except (StreamBroken, TimeoutError) as exc:
                 if isinstance(exc, TimeoutError):
                     # The overall deadline hit mid-stream: end the stream in-band rather than with a 504.
@@ -310,6 +322,10 @@ class Gateway:
             tail = encoder.finish(stream.finish.reason)
             if gen.include_usage:
                 tail += encoder.usage(stream.finish.prompt_tokens, stream.finish.completion_tokens)
+            # Free the workers' and the tenant's slots before the client reads [DONE]: a client that sends its next
+            # request at once must find them free (stream.close is idempotent; _serve's finally calls it again).
+            await stream.close()
+            served.ticket.release()
             await response.write_eof(tail + SSE_DONE)
             served.observe_finish(stream)
         except ConnectionResetError:
@@ -322,14 +338,18 @@ class Served:
     """One request from its first token on: the revision's series it is measured into, its response headers, and its
     client-side clock (arrival, the last token, the deadline)."""
 
-    __slots__ = ("series", "headers", "received", "deadline", "_last")
+    __slots__ = ("series", "headers", "received", "deadline", "ticket", "_last")
 
-    def __init__(self, series: RequestSeries, headers: dict[str, str], received: float, deadline: float) -> None:
+    def __init__(self, series: RequestSeries, headers: dict[str, str], received: float, deadline: float,
+                 ticket: Ticket) -> None:
         self.series, self.headers, self.received, self.deadline = series, headers, received, deadline
+        self.ticket = ticket
         self._last: float | None = None
 
-    def observe_token(self) -> None:
-        """TTFT for the first token, inter-token latency for the others."""
+    def observe_token(self, num_tokens: int) -> None:
+        """TTFT for the first token, inter-token latency for the others; the tokens count on the tenant's virtual
+        token counter as they are served (admission.py)."""
+        self.ticket.slot.charge(completion_tokens=num_tokens)
         now = time.perf_counter()
         if self._last is None:
             self.series.time_to_first_token.observe(now - self.received)

@@ -4,9 +4,11 @@ from __future__ import annotations
 import os
 
 import argparse
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_MAX_QUEUED, parse_deadline
 from inference.gateway.prefix_affinity import DEFAULT_NUM_CHARS
 from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
 from inference.weights import parse_weight, weight_problem
@@ -73,6 +75,10 @@ class Config:
     # Filled into a request that leaves them out (temperature, top_p, top_k, max_tokens). With --control-plane the
     # deployment's, from each membership poll, instead.
     sampling_defaults: dict = field(default_factory=dict)
+    # Admission (admission.py): how many requests may wait for a slot (0: none, a full fleet answers 429 at once),
+    # and how long a request of each class may wait before it is shed with 503.
+    max_queued: int = DEFAULT_MAX_QUEUED
+    queue_deadlines: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -102,6 +108,12 @@ class Config:
             raise ValueError("--max-body-bytes must be at least 1024")
         if self.max_outstanding_per_worker < 1:
             raise ValueError("--max-outstanding-per-worker must be at least 1")
+        if self.max_queued < 0:
+            raise ValueError("--admission-queue must be at least 0")
+        self.queue_deadlines = {**DEFAULT_DEADLINES, **self.queue_deadlines}
+        if set(self.queue_deadlines) != set(DEFAULT_DEADLINES) or not all(
+                math.isfinite(s) and s > 0 for s in self.queue_deadlines.values()):
+            raise ValueError(f"--queue-deadline takes the classes {', '.join(DEFAULT_DEADLINES)}, each > 0 seconds")
         if self.max_migrations < 0:
             raise ValueError("--max-migrations must be at least 0")
         if self.prefix_affinity_chars < 1:
@@ -168,7 +180,18 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--prefix-affinity-chars", type=int, default=DEFAULT_NUM_CHARS,
                         help="how many leading characters of a prompt (a chat: of its messages up to the first user "
                              "message) make the affinity key")
+    parser.add_argument("--admission-queue", type=int, default=DEFAULT_MAX_QUEUED, metavar="N",
+                        help="requests that may wait for a free slot when every worker holds "
+                             "--max-outstanding-per-worker (0: none, answer 429 at once)")
+    parser.add_argument("--queue-deadline", action="append", metavar="CLASS=SECONDS",
+                        help="how long a request of a priority class may wait in the admission queue before a 503 "
+                             "(repeatable; defaults: " + ", ".join(f"{c}={s:g}" for c, s in DEFAULT_DEADLINES.items())
+                             + ")")
     args = parser.parse_args(argv)
+    try:
+        queue_deadlines = dict(parse_deadline(item) for item in args.queue_deadline or ())
+    except ValueError as exc:
+        parser.error(str(exc))
     sampling_defaults = {name: getattr(args, f"default_{name}") for name in SAMPLING_DEFAULT_FIELDS
                          if getattr(args, f"default_{name}") is not None}
     try:
@@ -183,6 +206,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             membership_interval=args.membership_interval, connect_timeout=args.connect_timeout,
             max_migrations=args.max_migrations, sampling_defaults=sampling_defaults,
             prefix_affinity=args.prefix_affinity, prefix_affinity_chars=args.prefix_affinity_chars,
+            max_queued=args.admission_queue, queue_deadlines=queue_deadlines,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -221,6 +221,17 @@ class Router:
             parts.append(f"{label}: " + ", ".join(group.missing()))
         return "; ".join(parts)
 
+    def capacity(self) -> int:
+        """Requests that may run at once (admission.py): --max-outstanding-per-worker for each ready worker that
+        holds streams (decode, or colocated) of every complete group. A prefill worker holds a request only until its
+        first token, so it bounds nothing here (a full one still answers 429 through `pick`)."""
+        total = 0
+        for group in self.groups:
+            if group.is_complete:
+                role = Role.DECODE if group.mode is Mode.DISAGGREGATED else Role.COLOCATED
+                total += sum(w.is_ready for w in group.workers(role))
+        return total * self.config.max_outstanding_per_worker
+
     def pick(self, group: Group, role: Role, exclude: set[str] = frozenset(), key: str | None = None) -> Worker:
         """The ready worker of `role` in `group` with the least (outstanding + 1) / weight, ties to the one picked
         longest ago, skipping `exclude` (workers this request already failed on); with an affinity `key`, where

@@ -26,9 +26,10 @@ from types import MappingProxyType
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from inference.gateway.admission import ANONYMOUS, ANONYMOUS_CLASS, BANDS
 from inference.gateway.openai_protocol import ApiError
 
-PRIORITY_CLASSES = ("interactive", "standard", "batch")
+PRIORITY_CLASSES = BANDS  # the admission queue dispatches them in this order
 LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "max_tokens")
 # A tenant's name is a label value and a log word: the control plane's name rule (a DNS label).
 TENANT_RE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -186,18 +187,32 @@ def _unauthorized(message: str, code: str) -> ApiError:
 
 
 class Ticket:
-    """One admitted request: releases its concurrency slot and counts its tokens (from the stream's real usage)
-    when it ends. A request without a tenant gets a ticket that counts nothing."""
+    """One admitted request: releases its concurrency slot (and its admission slot, `slot`, once it has one) and
+    counts its tokens (from the stream's real usage) when it ends. A request without a tenant gets a ticket that
+    counts nothing."""
 
-    __slots__ = ("state", "clock", "stream", "_done")
+    __slots__ = ("state", "clock", "stream", "slot", "_done")
 
     def __init__(self, state: TenantState | None, clock: Callable[[], float]) -> None:
-        self.state, self.clock, self.stream, self._done = state, clock, None, False
+        self.state, self.clock, self.stream, self.slot, self._done = state, clock, None, None, False
+
+    @property
+    def tenant(self) -> str:
+        """Who admission counts it against: the tenant, or every anonymous caller of an open deployment as one."""
+        return self.state.policy.name if self.state is not None else ANONYMOUS
+
+    @property
+    def priority_class(self) -> str:
+        return self.state.policy.priority_class if self.state is not None else ANONYMOUS_CLASS
 
     def release(self) -> None:
-        if self.state is None or self._done:
+        if self._done:
             return
         self._done = True
+        if self.slot is not None:
+            self.slot.release()
+        if self.state is None:
+            return
         state, stream = self.state, self.stream
         state.num_running -= 1
         finish = stream.finish if stream is not None else None

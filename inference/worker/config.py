@@ -3,25 +3,18 @@
 The engine's settings form the engine's own `Config`, checked there; `WorkerConfig` holds it and adds what the HTTP
 server needs. A bad value of either exits 2 with a message that names the flag. With `--simulate PROFILE` the engine's
 part is the profile's `SimSettings` instead (no model folder needed); the server's part is the same and checked alike.
-
-`--enable-test-faults` is a test aid: it adds `POST /debug/fault`, which breaks the engine loop on demand. The control
-plane never passes it (it is not an engine setting a revision can carry), so no production worker serves that route.
-
-`--test-fault error | slow:<seconds>` is another test aid, separate from that one (faults.py): the worker fails or
-crawls on every request while its health stays ok, as a bad canary revision would. The control plane passes it only
-for a revision whose engine settings carry `test_fault`, which it allows only under a test setting.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from inference.engine.config import DTYPES, QUANTIZATIONS, Config, ConfigError
+from inference import roofline
 from inference.roles import Role
-from inference.worker.faults import TestFault
 from inference.worker.sim.profile import ProfileError, SimSettings, load_profile
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -45,12 +38,10 @@ class WorkerConfig:
     # /health says dead when the engine loop has not ticked for this long. Generous: one long CPU prefill step
     # (2048 tokens of a 135M model on one loaded core) takes seconds, and a false "dead" gets a worker replaced.
     stall_timeout: float = 30.0
-    # Test aids (see the module docstring): POST /debug/fault, and a pause before the model load so that tests see
-    # the "starting" state.
-    enable_test_faults: bool = False
-    test_load_delay: float = 0.0
-    test_fault: str | None = None  # "error" or "slow:<seconds>" (faults.py); parsed into `fault`
-    fault: TestFault | None = field(init=False, default=None)
+    # The host's roofline for this worker's threads, from its node agent (inference.roofline): matmul GFLOP/s per
+    # precision and read GB/s. The worker reports its efficiency against them; without them it reports none.
+    host_peak_gflops: dict[str, float] | None = None
+    host_bandwidth_gbs: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -62,15 +53,8 @@ class WorkerConfig:
         for name in ("drain_timeout", "kv_push_timeout", "stream_claim_timeout", "stall_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, f"must be > 0 seconds, got {getattr(self, name)}")
-        if self.test_load_delay < 0:
-            raise ConfigError("test_load_delay", f"must be >= 0 seconds, got {self.test_load_delay}")
-        if self.test_load_delay and not self.enable_test_faults:
-            raise ConfigError("test_load_delay", "is a test aid: it needs --enable-test-faults")
-        if self.test_fault is not None:
-            try:
-                self.fault = TestFault.parse(self.test_fault)
-            except ValueError as exc:
-                raise ConfigError("test_fault", str(exc)) from None
+        if self.host_bandwidth_gbs is not None and not self.host_bandwidth_gbs > 0:
+            raise ConfigError("host_bandwidth_gbs", f"must be > 0, got {self.host_bandwidth_gbs}")
 
     @property
     def simulated(self) -> bool:
@@ -112,6 +96,13 @@ def parse_speculative_flag(text: str) -> dict | None:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not JSON: {text!r} (e.g. '{{\"method\": \"ngram\", "
                                          f"\"num_tokens\": 4}}')") from None
+
+
+def parse_gflops_flag(text: str) -> dict[str, float]:
+    try:
+        return roofline.parse_gflops_flag(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,19 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode: seconds a received request waits for its stream before it is aborted")
     p.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds without an engine-loop tick before /health reports dead")
+    p.add_argument("--host-peak-gflops", type=parse_gflops_flag, default=None, metavar="PRECISION=GFLOPS,...",
+                   help="the host's matmul peak for this worker's threads per precision, e.g. float32=57.9,int8=80 "
+                        "(the node agent passes its measurement): the worker reports its prefill efficiency "
+                        "against it")
+    p.add_argument("--host-bandwidth-gbs", type=float, default=None, metavar="GB/S",
+                   help="the host's read bandwidth for this worker's threads (the node agent passes it): the worker "
+                        "reports its decode efficiency against it")
     p.add_argument("--simulate", metavar="PROFILE", default=None,
                    help="run a simulated worker: no model, latencies from PROFILE (a JSON file or a built-in name "
                         "such as tiny-cpu; docs/simulated-worker.md); --model then only names what it serves")
-    # Test aids: never for production; the control plane never passes them.
-    p.add_argument("--enable-test-faults", action="store_true",
-                   help="TEST AID, never in production: serve POST /debug/fault, which kills, fails or stalls the "
-                        "engine loop on demand (the test suite's fault injection)")
-    p.add_argument("--test-load-delay", type=float, default=0.0, metavar="SECONDS",
-                   help="TEST AID, needs --enable-test-faults: wait this long before loading the model, so that "
-                        "tests see the 'starting' state")
-    p.add_argument("--test-fault", default=None, metavar="error|slow:SECONDS",
-                   help="TEST AID, never in production: 'error' answers every generation request with HTTP 500; "
-                        "'slow:SECONDS' waits that long before each token. /health stays ok and shows test_fault")
     return p
 
 

@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.1
 MAX_CONSECUTIVE_STEP_FAILURES = 3
-STALL_FAULT_S = 2.0
 
 
 class LoopState(Enum):
@@ -86,12 +85,10 @@ class EngineRequest:
 
 
 class EngineLoop:
-    def __init__(self, make_engine: Callable[[], object], metrics: TandemMetrics, *, role: Role,
-                 faults_enabled: bool = False):
+    def __init__(self, make_engine: Callable[[], object], metrics: TandemMetrics, *, role: Role):
         self.make_engine = make_engine
         self.metrics = metrics
         self.role = role
-        self.faults_enabled = faults_enabled
         self.state = LoopState.STARTING
         self.reason = "loading the model"
         self.heartbeat = time.monotonic()
@@ -101,8 +98,10 @@ class EngineLoop:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._open: dict[str, EngineRequest] = {}
         self._stop = threading.Event()
-        self._fault: str | None = None
         self._num_prefill_tokens_seen = 0
+        # inference.roofline.StageRoofline, set on this thread once the model is loaded (ModelEngine) where the host's
+        # figures are known: each step's time is counted against them.
+        self.roofline = None
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
     # -- called from the asyncio thread --------------------------------------------------------------------------
@@ -119,12 +118,6 @@ class EngineLoop:
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
-
-    def inject_fault(self, kind: str, seconds: float = STALL_FAULT_S) -> None:
-        """Test aid (--enable-test-faults): "die" kills the thread, "step_error" makes the next step raise,
-        "stall" blocks the loop for `seconds` (STALL_FAULT_S unless told)."""
-        assert self.faults_enabled
-        self._commands.put(("fault", (kind, seconds)))
 
     def seconds_since_heartbeat(self) -> float:
         return time.monotonic() - self.heartbeat
@@ -163,10 +156,9 @@ class EngineLoop:
             if not engine.has_unfinished():
                 continue
             try:
-                if self._fault == "step_error":
-                    self._fault = None
-                    raise RuntimeError("injected step failure (--enable-test-faults)")
+                started = time.perf_counter()
                 outputs = engine.step()
+                step_s = time.perf_counter() - started
                 num_failures = 0
                 if engine.num_step_tokens:
                     self.metrics.batch_tokens_per_step.observe(engine.num_step_tokens)
@@ -178,7 +170,7 @@ class EngineLoop:
                     raise
                 continue
             # Stats first: a client that sees a token and then scrapes /metrics sees this step counted.
-            self._publish_stats()
+            self._publish_stats(step_s=step_s)
             for out in outputs:
                 try:
                     self._deliver(out)
@@ -198,20 +190,10 @@ class EngineLoop:
             elif kind == "abort":
                 if self._open.pop(arg, None) is not None:
                     self.engine.abort(arg)
-            elif kind == "fault":
-                self._apply_fault(*arg)
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return
-
-    def _apply_fault(self, kind: str, seconds: float) -> None:
-        if kind == "die":
-            raise RuntimeError("injected engine-loop death (--enable-test-faults)")
-        if kind == "stall":
-            time.sleep(seconds)
-        elif kind == "step_error":
-            self._fault = kind
 
     def _admit(self, req: EngineRequest) -> None:
         """Hand a request to the engine; the engine's ValueError (it checks the request too) rejects it alone."""
@@ -354,11 +336,18 @@ class EngineLoop:
         self.metrics.count_error("engine")
         req.emit(Event("error", message=message, kind="engine"))
 
-    def _publish_stats(self) -> None:
+    def _publish_stats(self, *, step_s: float | None = None) -> None:
+        """The engine's stats to /info and /metrics; after a step (`step_s`, its time), that step to the roofline."""
         stats = self.engine.stats()
         self.stats = stats  # one reference swap: readers on other threads see the old dict or the new one
         self.metrics.set_engine_stats(stats)
         num_computed = stats.get("num_prefill_tokens_computed", 0)
-        if num_computed > self._num_prefill_tokens_seen:
-            self.metrics.prefill_tokens_computed.inc(num_computed - self._num_prefill_tokens_seen)
+        num_new_prefill = max(0, num_computed - self._num_prefill_tokens_seen)
+        if num_new_prefill:
+            self.metrics.prefill_tokens_computed.inc(num_new_prefill)
             self._num_prefill_tokens_seen = num_computed
+        if step_s is not None and self.roofline is not None:
+            stage = self.roofline.observe_step(num_tokens=self.engine.num_step_tokens,
+                                               num_prefill_tokens=num_new_prefill, seconds=step_s)
+            if stage is not None:
+                self.metrics.set_roofline(stage, self.roofline.efficiency(stage))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -24,12 +24,11 @@ JOB_POLL_S = 1.0
 
 class Job:
     def __init__(self, request_id: str, arrival: float, *, health: Callable[[], tuple[str, str]],
-                 metrics: TandemMetrics, token_delay: Callable[[], Awaitable[None]] | None = None):
+                 metrics: TandemMetrics):
         self.request_id = request_id
         self.arrival = arrival
         self.health = health  # () -> (status, reason), as /health reports it
         self.metrics = metrics
-        self.token_delay = token_delay  # awaited before each token is sent (--test-fault slow)
         self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self.events: asyncio.Queue[Event] = asyncio.Queue()
@@ -115,8 +114,6 @@ async def _write_events(response: web.StreamResponse, job: Job) -> None:
     while True:
         event = await job.next_event()
         if event.type == "token":
-            if job.token_delay is not None:
-                await job.token_delay()
             await response.write(ndjson.encode({"type": "token", "token_ids": event.token_ids, "text": event.text}))
             continue
         if event.type == "done":

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
 from inference.engine.config import QUANTIZATION_NOTES
 from inference.metrics import TandemMetrics
+from inference.roofline import StageRoofline, count_parameters, precision_key
 from inference.worker.config import WorkerConfig
 from inference.worker.engine_loop import EngineLoop, EngineRequest, LoopState
 from inference.worker.protocol import RequestError
@@ -72,8 +72,7 @@ class ModelEngine:
     def __init__(self, config: WorkerConfig, metrics: TandemMetrics):
         self.config = config
         self.metrics = metrics
-        self.loop = EngineLoop(self._make_engine, metrics, role=config.engine.role,
-                               faults_enabled=config.enable_test_faults)
+        self.loop = EngineLoop(self._make_engine, metrics, role=config.engine.role)
         self.kv = WireKV()
         self.vocab_size = 0
         self.tokenizer = None
@@ -83,9 +82,19 @@ class ModelEngine:
     def _make_engine(self):
         from inference.engine import LLMEngine  # torch: on the engine thread, while /health answers "starting"
 
-        if self.config.test_load_delay:
-            time.sleep(self.config.test_load_delay)
-        return LLMEngine(self.config.engine)
+        engine = LLMEngine(self.config.engine)
+        self.loop.roofline = self._stage_roofline(engine)
+        return engine
+
+    def _stage_roofline(self, engine) -> StageRoofline | None:
+        """The worker's stages against the host's figures its node agent passed (none passed: no efficiency)."""
+        config = self.config
+        if config.host_peak_gflops is None and config.host_bandwidth_gbs is None:
+            return None
+        precision = precision_key(engine.dtype, engine.quantization)
+        return StageRoofline(num_parameters=count_parameters(config.engine.model), weight_bytes=engine.weight_bytes,
+                             peak_gflops=(config.host_peak_gflops or {}).get(precision),
+                             read_gbs=config.host_bandwidth_gbs, precision=precision)
 
     # -- what the server reads of the loop ---------------------------------------------------------------------------
 
@@ -99,7 +108,8 @@ class ModelEngine:
 
     @property
     def stats(self) -> dict:
-        return self.loop.stats
+        roofline = self.loop.roofline
+        return {**self.loop.stats, "roofline": roofline.snapshot() if roofline is not None else None}
 
     def is_alive(self) -> bool:
         return self.loop.is_alive()
@@ -112,9 +122,6 @@ class ModelEngine:
 
     def abort(self, request_id: str) -> None:
         self.loop.abort(request_id)
-
-    def inject_fault(self, kind: str, seconds: float) -> None:
-        self.loop.inject_fault(kind, seconds)
 
     # -- life ------------------------------------------------------------------------------------------------------
 

@@ -31,8 +31,6 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         num_resumed = len(req.resume_token_ids)
         job = host.open_job(req.request_id, arrival)
         try:
-            if job.token_delay is not None:
-                await job.token_delay()  # --test-fault slow: the one step a prefill worker runs takes longer
             host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed)
             await job.wait_admitted()
             event = await job.next_event()

@@ -63,9 +63,6 @@ class WorkerEngine(Protocol):
 
     def abort(self, request_id: str) -> None: ...
 
-    def inject_fault(self, kind: str, seconds: float) -> None:
-        """Test aid (--enable-test-faults): "die", "step_error" or "stall" for `seconds`."""
-
 
 class RoleHost(Protocol):
     """What a role's handlers (colocated.py, prefill.py, decode.py) use of the server: reading an admitted request,
@@ -77,11 +74,8 @@ class RoleHost(Protocol):
     vocab_size: int
     kv: KVCodec
 
-    def check_test_fault(self) -> None:
-        """--test-fault error: raise its 500 (read_body does this first)."""
-
     async def read_body(self, request: web.Request, limit: int) -> bytes:
-        """Admit the request (test fault, draining, readiness, the in-flight limit), then read at most `limit`."""
+        """Admit the request (draining, readiness, the in-flight limit), then read at most `limit`."""
 
     async def read_generate(self, request: web.Request, *, need_decode_url: bool) -> tuple[GenerateRequest,
                                                                                             list[int]]:

@@ -14,12 +14,6 @@ A model that fails to load makes the process exit 1 (a node agent sees a crash, 
 
 The role's routes (`colocated`, `prefill`, `decode`) are handed this server as a `RoleHost` (seams.py): admitted
 bodies, jobs, the model's facts; `jobs` gets only the engine's health and the metrics it needs.
-
-Test aid: with `--enable-test-faults` (never passed by the control plane) the worker also serves
-`POST /debug/fault {"kind": "die" | "step_error" | "stall", "seconds": S}`, which breaks its engine loop on demand
-(a stall lasts S seconds, 0 < S <= 60, STALL_FAULT_S unless told). With
-`--test-fault error | slow:<seconds>` (faults.py) every generation request fails or crawls, while /health stays ok
-and says `test_fault`.
 """
 from __future__ import annotations
 
@@ -35,7 +29,7 @@ from inference.metrics import CONTENT_TYPE, TandemMetrics
 from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
 from inference.worker.config import WorkerConfig
-from inference.worker.engine_loop import STALL_FAULT_S, EngineRequest, LoopState
+from inference.worker.engine_loop import EngineRequest, LoopState
 from inference.worker.model_engine import ModelEngine
 from inference.worker.protocol import GenerateRequest, RequestError, error_response, parse_generate, parse_json
 from inference.worker.seams import KVCodec, WorkerEngine
@@ -113,8 +107,6 @@ class WorkerServer:
             self.exit_code = 1
             self.exit_event.set()
             return
-        if self.config.fault:
-            info["test_fault"] = self.config.test_fault
         self.info = info
         log.info("ready: %s", info)
 
@@ -144,8 +136,6 @@ class WorkerServer:
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_view)
         app.router.add_get("/info", self.info_view)
-        if self.config.enable_test_faults:
-            app.router.add_post("/debug/fault", self.fault_view)
         ROLE_ROUTES[self.config.engine.role](app, self)
         return app
 
@@ -172,7 +162,6 @@ class WorkerServer:
 
     async def health(self, request: web.Request) -> web.Response:
         status, reason = self.health_status()
-        fault = {"test_fault": self.config.test_fault} if self.config.fault else {}
         if status == "ok":
             return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
                                       "revision": self.config.revision, "dtype": self.info["dtype"],
@@ -182,8 +171,8 @@ class WorkerServer:
                                       "prefix_caching": self.info["prefix_caching"],
                                       **({"max_prompt_chars": self.info["max_prompt_chars"]}
                                          if self.info.get("max_prompt_chars") else {}),
-                                      **self.markers, **fault})
-        return web.json_response({"status": status, "reason": reason, **self.markers, **fault}, status=503)
+                                      **self.markers})
+        return web.json_response({"status": status, "reason": reason, **self.markers}, status=503)
 
     def health_status(self) -> tuple[str, str]:
         el = self.engine
@@ -209,34 +198,13 @@ class WorkerServer:
             raise RequestError("the model is still loading", status=503, type="unavailable", code="starting")
         stats = self.engine.stats
         return web.json_response({**self.info, "num_kv_blocks": stats.get("num_kv_blocks_total"),
+                                  # Each stage against the host's roofline (inference.roofline); None: not known.
+                                  "roofline": stats.get("roofline"),
                                   "prefix_cache": {key.removeprefix("prefix_cache_"): stats.get(key, 0) for key in
                                                    ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens",
                                                     "prefix_cache_blocks")}})
 
-    async def fault_view(self, request: web.Request) -> web.Response:
-        """Test aid (--enable-test-faults only): break the engine loop as the request's `kind` says."""
-        body = parse_json(await self._read(request, self.config.max_body_bytes))
-        kind = body.get("kind") if isinstance(body, dict) else None
-        if kind not in ("die", "step_error", "stall"):
-            raise RequestError("kind must be die, step_error or stall", param="kind")
-        seconds = body.get("seconds", STALL_FAULT_S)
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 60:
-            raise RequestError(f"seconds must be a number in (0, 60], got {seconds!r}", param="seconds")
-        self.engine.inject_fault(kind, float(seconds))
-        return web.json_response({"injected": kind, "seconds": float(seconds)})
-
     # -- admission and requests (the RoleHost of seams.py) -------------------------------------------------------
-
-    def check_test_fault(self) -> None:
-        """--test-fault error: fail the request with a 500 before it touches the engine (faults.py)."""
-        if self.config.fault and self.config.fault.error:
-            raise RequestError("this worker runs with --test-fault error (a test aid): it fails every request",
-                               status=500, type="test_fault", code="test_fault", kind="test_fault")
-
-    async def test_fault_delay(self) -> None:
-        """--test-fault slow:<seconds>: wait before a token (or a prefill step) without holding up the event loop."""
-        if self.config.fault and self.config.fault.delay_s:
-            await asyncio.sleep(self.config.fault.delay_s)
 
     def check_admission(self) -> None:
         """503 while draining or not ready; 429 while the worker holds its admission limit of requests."""
@@ -253,8 +221,7 @@ class WorkerServer:
                                headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def read_body(self, request: web.Request, limit: int) -> bytes:
-        """Admit the request (--test-fault error, draining, readiness, the in-flight limit), then read its body."""
-        self.check_test_fault()
+        """Admit the request (draining, readiness, the in-flight limit), then read its body."""
         self.check_admission()
         return await self._read(request, limit)
 
@@ -291,9 +258,7 @@ class WorkerServer:
         if request_id in self.jobs:
             raise RequestError(f"request_id {request_id!r} is already in flight on this worker", status=409,
                                param="request_id", code="duplicate_request_id")
-        slow = self.config.fault is not None and self.config.fault.delay_s > 0
-        job = jobs.Job(request_id, arrival, health=self.health_status, metrics=self.metrics,
-                       token_delay=self.test_fault_delay if slow else None)
+        job = jobs.Job(request_id, arrival, health=self.health_status, metrics=self.metrics)
         self.jobs[request_id] = job
         return job
 

@@ -34,10 +34,11 @@ def test_a_disaggregated_deployment_shows_prefill_and_decode_columns_with_their_
     assert [c["role"] for c in stages["columns"]] == ["prefill", "decode"]
     prefill, decode = stages["columns"]
     assert [v["key"] for v in prefill["values"]] == ["ttft", "prompt_tokens", "queue", "batch", "prefix_cache",
-                                                      "compute"]
-    assert [v["key"] for v in decode["values"]] == ["itl", "gen_tokens", "running", "kv", "spec", "memory"]
+                                                      "compute", "prefill_roofline"]
+    assert [v["key"] for v in decode["values"]] == ["itl", "gen_tokens", "running", "kv", "spec", "memory",
+                                                     "decode_roofline"]
     assert prefill["order"] == [f"stage-prefill-{k}" for k in ("ttft", "prompt_tokens", "queue", "batch",
-                                                                       "prefix_cache", "compute")]
+                                                                       "prefix_cache", "compute", "prefill_roofline")]
     assert set(prefill["order"] + decode["order"]) <= set(stages["figures"])
     html = _page(client_for(viewer))
     assert 'id="stage-prefill"' in html and 'id="stage-decode"' in html
@@ -49,8 +50,8 @@ def test_a_colocated_deployment_has_one_column_with_both_sets(client_for, viewer
     stages = _stages(client_for(viewer), "solo")
     assert [c["role"] for c in stages["columns"]] == ["colocated"]
     keys = [v["key"] for v in stages["columns"][0]["values"]]
-    assert keys == ["ttft", "prompt_tokens", "queue", "batch", "prefix_cache", "compute", "itl", "gen_tokens",
-                    "running", "kv", "spec", "memory"]
+    assert keys == ["ttft", "prompt_tokens", "queue", "batch", "prefix_cache", "compute", "prefill_roofline",
+                    "itl", "gen_tokens", "running", "kv", "spec", "memory", "decode_roofline"]
     assert "Prefill and decode" in _page(client_for(viewer), "solo")
 
 

@@ -80,6 +80,21 @@ DEFAULT_RULES: tuple[dict, ...] = (
      "comparison": ">", "threshold": 0.9, "for_s": 300, "severity": "warning", "actions": [SCALE_UP, NOTIFY_ALL],
      "summary": "KV cache of the {{ $labels.role }} pool of {{ $labels.deployment }} is {{ $value }} used (> 90% for "
                 "5 minutes)"},
+    # Each stage against its host's roofline (inference.roofline): a wrong dtype, a noisy neighbour, a throttled CPU
+    # or GPU. Thresholds far below what a healthy CPU worker reaches (SmolLM2, one thread, a busy AVX512 host:
+    # prefill 0.45-0.71 of the matmul peak, single-stream decode 0.11-0.19 of the bandwidth limit, its step bound
+    # by per-step overhead), so that a healthy demo never fires; no figure (an unmeasured host) is no data.
+    {"key": "prefill-roofline", "metric": "prefill_roofline_ratio", "stage": "prefill", "aggregation": "max",
+     "window_s": 60, "comparison": "<", "threshold": 0.2, "for_s": 300, "severity": "warning",
+     "actions": [NOTIFY_ALL],
+     "summary": "Prefill of the {{ $labels.role }} pool of {{ $labels.deployment }} runs at {{ $value }} of its host's "
+                "matmul peak (< 20% for 5 minutes): a dtype the CPU does not compute natively, a busy or throttled "
+                "host?"},
+    {"key": "decode-roofline", "metric": "decode_roofline_ratio", "stage": "decode", "aggregation": "max",
+     "window_s": 60, "comparison": "<", "threshold": 0.05, "for_s": 300, "severity": "warning",
+     "actions": [NOTIFY_ALL],
+     "summary": "Decode of the {{ $labels.role }} pool of {{ $labels.deployment }} runs at {{ $value }} of its host's "
+                "bandwidth limit (< 5% for 5 minutes): a busy or throttled host, or a batch too large for it?"},
 )
 # default_key → the objective its threshold follows.
 OBJECTIVE_RULES = {spec["key"]: spec["objective"] for spec in DEFAULT_RULES if "objective" in spec}

@@ -5,10 +5,10 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from controlplane.api.serializers import NodeSerializer
-from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView, WriteInputSerializer
+from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView, WriteInputSerializer
 from controlplane.models import Node
 from controlplane.selectors import node_get
-from controlplane.services.nodes import node_labels_set
+from controlplane.services.nodes import node_labels_set, node_measure_request
 
 
 class NodeListView(ApiView):
@@ -20,6 +20,12 @@ class NodeListView(ApiView):
 
 class NodeLabelsInput(WriteInputSerializer):
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
+
+
+class NodeMeasureAnswer(serializers.Serializer):
+    node = serializers.CharField()
+    queued = serializers.BooleanField(help_text="whether the broker took the message in time")
+    measured_at = serializers.CharField(allow_null=True, help_text="when the figures the node holds now were taken")
 
 
 class NodeDetailView(ApiView):
@@ -37,3 +43,18 @@ class NodeDetailView(ApiView):
         node = node_labels_set(node=node, labels=data.validated_data["labels"], actor=request.user,
                                reason=data.validated_data["reason"])
         return Response(NodeSerializer(node).data)
+
+
+class NodeMeasureView(ApiView):
+    write_permission = OPERATE
+
+    @extend_schema(request=None, responses={202: NodeMeasureAnswer, **ERRORS},
+                   description="Ask the node's agent to measure its host's roofline again (matmul peak per "
+                               "precision, read bandwidth: a few seconds on the host). The answer comes before the "
+                               "figures: the node's `roofline.measured_at` says when they were taken. Workers "
+                               "started afterwards are judged against the new figures. Operator.")
+    def post(self, request, name: str):
+        node = node_get(name)
+        queued = node_measure_request(node=node)
+        return Response({"node": node.name, "queued": queued, "measured_at": (node.roofline or {}).get("measured_at")},
+                        status=202)

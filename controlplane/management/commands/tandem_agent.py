@@ -25,6 +25,7 @@ class Command(BaseCommand):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
+        from controlplane.agent.host import host_measure_in_background
         from controlplane.agent.node import Heartbeat, node_adopt, node_register
         from controlplane.celery import app
         from controlplane.errors import ControlPlaneError
@@ -46,6 +47,8 @@ class Command(BaseCommand):
         runtime.node_name = name
         node = node_register(name=name, address=address or settings.TANDEM_NODE_ADDRESS, labels=labels)
         node_adopt(node=node)
+        if settings.TANDEM_HOST_MEASURE:
+            host_measure_in_background(node_name=node.name)  # a child process, a few seconds: start is not held up
         heartbeat = Heartbeat(node, settings.TANDEM_HEARTBEAT_INTERVAL_S)
         heartbeat.start()
         try:

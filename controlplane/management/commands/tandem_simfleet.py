@@ -29,6 +29,7 @@ class Command(BaseCommand):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
+        from controlplane.agent.host import host_measure
         from controlplane.agent.node import node_adopt, node_register
         from controlplane.agent.simulated import FleetHeartbeat, SimulatedProcesses, hosts_start
         from controlplane.celery import app
@@ -57,9 +58,11 @@ class Command(BaseCommand):
         (settings.VAR_DIR / f"simfleet-{prefix}.json").write_text(json.dumps({"hosts": urls, "nodes": nodes}))
         runtime.node_name = None  # one process for many nodes: tasks act on the row's node
         runtime.launcher = SimulatedProcesses(urls)
+        runtime.simulated = True
         fleet = [node_register(name=f"{prefix}-{i:03d}", address="127.0.0.1", labels=labels) for i in range(nodes)]
         for node in fleet:
             node_adopt(node=node)
+            host_measure(node_name=node.name)  # a simulated roofline: no benchmark runs
         heartbeat = FleetHeartbeat(fleet, settings.TANDEM_HEARTBEAT_INTERVAL_S)
         heartbeat.start()
         self.stdout.write(f"simulated fleet: {nodes} nodes ({prefix}-000..), {hosts} worker hosts {urls}")

@@ -20,7 +20,7 @@ from inference.metrics import TandemMetrics
 from inference.roles import Role
 from inference.worker.config import WorkerConfig
 from inference.worker.detokenize import Delta
-from inference.worker.engine_loop import STALL_FAULT_S, EngineRequest, Event, LoopState
+from inference.worker.engine_loop import EngineRequest, Event, LoopState
 from inference.worker.sim.kv import FakeKV
 from inference.worker.sim.profile import RoleProfile, SimSettings
 from inference.worker.sim.words import SimText, token_id, tokenize
@@ -47,20 +47,13 @@ class SimEngine:
         self._wakeup = asyncio.Event()
         self._decode_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._stall_started: float | None = None
-        self._stall_until = 0.0
-        self._step_error = False
 
     # -- life ------------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if not self.config.test_load_delay:
-            self.state, self.reason = LoopState.READY, ""
+        self.state, self.reason = LoopState.READY, ""
 
     async def wait_loaded(self) -> dict | None:
-        if self.state is LoopState.STARTING:
-            await asyncio.sleep(self.config.test_load_delay)
-            self.state, self.reason = LoopState.READY, ""
         config, layout = self.config, self.profile.kv_layout
         self.metrics.set_worker_info(dtype=layout["dtype"], dtype_requested=layout["dtype"],
                                      revision=config.revision or "")
@@ -90,26 +83,12 @@ class SimEngine:
         return self.state is not LoopState.DEAD
 
     def seconds_since_heartbeat(self) -> float:
-        """Zero unless a stall fault holds the engine: nothing here can get stuck on its own."""
-        return 0.0 if not self._stalled() else time.monotonic() - self._stall_started
-
-    def _stalled(self) -> bool:
-        if self._stall_started is not None and time.monotonic() >= self._stall_until:
-            self._stall_started = None
-        return self._stall_started is not None
+        """Zero: nothing here can get stuck on its own (a stopped process answers nothing at all)."""
+        return 0.0
 
     async def tokenize(self, prompt: str | None, messages: list[dict] | None) -> list[int]:
         text = prompt if prompt is not None else " ".join(m["content"] for m in messages)
         return tokenize(text, self.vocab_size) or [1]
-
-    def inject_fault(self, kind: str, seconds: float = STALL_FAULT_S) -> None:
-        if kind == "die":
-            self.state, self.reason = LoopState.DEAD, "engine loop died: injected (--enable-test-faults)"
-            self._fail_all("the engine loop stopped: injected death (--enable-test-faults)")
-        elif kind == "stall":
-            self._stall_started, self._stall_until = time.monotonic(), time.monotonic() + seconds
-        else:
-            self._step_error = True
 
     # -- requests --------------------------------------------------------------------------------------------------
 
@@ -156,13 +135,11 @@ class SimEngine:
         async with self._prefill_lock:
             self.metrics.requests_waiting.inc()
             try:
-                await self._sleep(self.costs.prefill_seconds(len(req.prompt_token_ids)))
+                await asyncio.sleep(self.costs.prefill_seconds(len(req.prompt_token_ids)))
             finally:
                 self.metrics.requests_waiting.dec()
         if self.open.get(req.request_id) is not req:
             return  # aborted meanwhile
-        if self._take_step_error():
-            return
         self.metrics.prompt_tokens.inc(req.num_prompt_tokens)
         self.metrics.prefill_tokens_computed.inc(len(req.prompt_token_ids))
         finish_reason = self._emit_token(req)
@@ -200,37 +177,13 @@ class SimEngine:
                 continue
             batch = list(self.running)
             context = sum(r.num_prompt_tokens + r.num_completion_tokens for r in batch)
-            await self._sleep(self.costs.decode_step_seconds(len(batch), context))
-            if self._take_step_error():
-                continue
+            await asyncio.sleep(self.costs.decode_step_seconds(len(batch), context))
             for req in batch:
                 if self.open.get(req.request_id) is not req:
                     continue  # aborted during the step
                 if self._emit_token(req) is not None:
                     self.running.remove(req)
                     del self.open[req.request_id]
-
-    async def _sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        while self._stalled():  # --enable-test-faults "stall": no step ends until it is over
-            await asyncio.sleep(self._stall_until - time.monotonic())
-
-    def _take_step_error(self) -> bool:
-        """--enable-test-faults "step_error": this step fails every open request, as a real failed step does."""
-        if not self._step_error:
-            return False
-        self._step_error = False
-        self._fail_all("engine step failed: injected step failure (--enable-test-faults)")
-        return True
-
-    def _fail_all(self, message: str) -> None:
-        for req in self.open.values():
-            req.emit(Event("error", message=message, kind="engine"))
-            self.metrics.count_error("engine")
-        self.open.clear()
-        self.waiting.clear()
-        self.running.clear()
-        self._update_gauges()
 
     def _emit_token(self, req: EngineRequest) -> str | None:
         """Give `req` its next token; return its finish reason if that token ends it."""

@@ -7,7 +7,7 @@ def test_a_new_deployment_gets_the_default_rules(deployment):
     rules = {r.default_key: r for r in AlertRule.objects.filter(deployment=deployment)}
     assert set(rules) == {"p99-latency", "gpu-utilization", "gpu-memory", "error-ratio", "server-error-ratio",
                           "qps-drop", "worker-down", "unschedulable", "prefill-ttft", "decode-itl",
-                          "decode-tokens-drop", "kv-usage"}
+                          "decode-tokens-drop", "kv-usage", "prefill-roofline", "decode-roofline"}
     p99 = rules["p99-latency"]
     assert (p99.metric, p99.role, p99.comparison, p99.threshold) == ("e2e_p99_seconds", "gateway", ">", 60.0)
     gpu = rules["gpu-utilization"]
@@ -53,5 +53,5 @@ def test_a_second_deployment_gets_its_own_rules(deployment, make_deployment):
     from controlplane.alerting.models import AlertRule
 
     other = make_deployment("other", mode="colocated")
-    assert AlertRule.objects.filter(deployment=other).count() == 12
-    assert AlertRule.objects.filter(deployment=deployment).count() == 12
+    assert AlertRule.objects.filter(deployment=other).count() == 14
+    assert AlertRule.objects.filter(deployment=deployment).count() == 14

@@ -76,7 +76,14 @@ def test_each_role_gets_what_its_role_allows(who, method, url, body, needed, ok_
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("change,field,words", [
-    ({"faults": [{"kind": "latency"}]}, "faults[0].kind", "is not a fault this version carries out"),
+    ({"faults": [{"kind": "cpu-hog"}]}, "faults[0].kind", "is not a fault this version carries out"),
+    ({"faults": [{"kind": "latency"}]}, "faults[0].ms", "is required for a latency fault"),
+    ({"faults": [{"kind": "latency", "ms": 100, "line_ms": 20_000}]}, "faults[0].line_ms", "in 0..10000"),
+    ({"faults": [{"kind": "error", "ratio": 2}]}, "faults[0].ratio", "in 0.01..1"),
+    ({"faults": [{"kind": "error", "ms": 5}]}, "faults[0].ms", "is not a field here"),
+    ({"faults": [{"kind": "error"}, {"kind": "reset", "ratio": 0.1}]}, "faults[1].kind", "not several"),
+    ({"faults": [{"kind": "kill", "duration_s": 5}]}, "faults[0].duration_s", "is not a field here"),
+    ({"target": {"role": "decode", "revision": 0}}, "target.revision", "must be an integer"),
     ({"target": {"role": "colocated"}}, "target.role", "is not a role of this deployment"),
     ({"duration_s": 100_000}, "duration_s", "must be a number in 1..600"),
     ({"hypothesis": [{"metric": "p99", "max": 1}]}, "hypothesis[0].metric", "is unknown"),

@@ -31,10 +31,9 @@ FAST_ENV = {
     "TANDEM_RESTART_BACKOFF_MAX_S": "4",
     "OMP_NUM_THREADS": "1",
     "PYTHONUNBUFFERED": "1",
-    # Rollouts: the driver every second, and revisions with a test_fault (workers that answer errors) accepted.
-    "TANDEM_ROLLOUT_INTERVAL_S": "1",
-    "TANDEM_ALLOW_TEST_FAULTS": "1",
+    "TANDEM_ROLLOUT_INTERVAL_S": "1",  # the rollout driver every second
     "TANDEM_CHAOS_INTERVAL_S": "1",  # the chaos driver every second
+    "TANDEM_HOST_MEASURE": "0",  # no roofline benchmark at each agent start (tests/controlplane/agent measures once)
 }
 
 

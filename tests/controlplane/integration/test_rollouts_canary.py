@@ -17,6 +17,7 @@ from tests.controlplane.integration.conftest import DEPLOYMENT, wait_steady
 
 pytestmark = pytest.mark.integration
 ROLLOUTS = f"deployments/{DEPLOYMENT}/rollouts"
+CHAOS = f"deployments/{DEPLOYMENT}/chaos"
 SETTINGS = {"threads": 1, "kv_cache_bytes": 16 << 20}
 
 
@@ -117,18 +118,42 @@ def test_a_healthy_canary_walks_its_steps_and_is_promoted_without_a_failed_reque
     assert sorted(a["params"]["step"] for a in steps) == [1, 2]  # each step moved on from once
 
 
+def _fail_canary(live, revision: int) -> dict:
+    """A chaos run whose fault makes the canary's prefill worker answer every generation request with a 500: its
+    node agent puts a fault proxy in front of it, which the gateway's membership then names (docs/chaos.md)."""
+    assert live.api("PUT", CHAOS, json={"enabled": True, "reason": "canary test"}).status_code == 200
+    name = f"fail-canary-{revision}"
+    created = live.api("POST", f"{CHAOS}/experiments", json={
+        "name": name, "target": {"role": "prefill", "revision": revision, "count": 1},
+        "faults": [{"kind": "error", "ratio": 1}], "duration_s": 300,
+        "hypothesis": [{"metric": "ready_workers", "role": "prefill", "min": 1}], "recovery_timeout_s": 60})
+    assert created.status_code == 201, created.text
+    live.wait_for(f"revision {revision}'s prefill worker to be ready", lambda: any(
+        w["role"] == "prefill" and w["revision"] == revision and w["status"] == "ready"
+        for w in live.workers(DEPLOYMENT)), timeout=240)
+    started = live.api("POST", f"{CHAOS}/experiments/{name}/run", json={})
+    assert started.status_code == 201, started.text
+    run = started.json()
+    live.wait_for("the agent to put the fault proxy in place", lambda: any(
+        a["params"].get("event") == "fault_injected" and a["params"].get("chaos_run") == run["id"]
+        and a["status"] == "succeeded" for a in live.actions(DEPLOYMENT)), timeout=60)
+    return run
+
+
 def test_a_canary_that_answers_errors_is_aborted_and_no_client_sees_a_failure(live, deployment):
     stable = _current(live)
     _settle(live, stable)
     interval_s, min_requests = 2, 5
     clients = Clients(deployment, interval_s=0.1)
     clients.start()
+    run = None
     try:
         rollout = _start(live, {
-            "revision": {"engine_settings": {**SETTINGS, "test_fault": "error"}, "comment": "broken canary"},
+            "revision": {"engine_settings": SETTINGS, "comment": "broken canary"},
             "strategy": "canary", "steps": [{"weight": 50, "duration_s": 600}],
             "analysis": {"min_requests": min_requests, "interval_s": interval_s}})
         tried = str(rollout["revision"])
+        run = _fail_canary(live, rollout["revision"])
         # Each request the canary fails before its first token is answered by stable, and counted on the canary's
         # series, which the analysis reads: wait until the gateway counted min_requests of them.
         judged_from = live.wait_for(
@@ -150,6 +175,8 @@ def test_a_canary_that_answers_errors_is_aborted_and_no_client_sees_a_failure(li
         time.sleep(3)  # a window of requests that must all stay on stable
     finally:
         clients.stop()
+        if run is not None:
+            live.api("POST", f"{CHAOS}/runs/{run['id']}/abort", json={"reason": "the canary test is over"})
     # Not one client failure: what the canary failed, stable answered.
     assert clients.failed() == [], clients.failed()
     assert not [o for o in clients.outcomes if o[0] > after and o[1] != str(stable)]

@@ -78,9 +78,9 @@ def test_malformed_text_is_refused(text):
 def test_every_gateway_client_error_code_is_a_client_kind():
     # The 4xx codes the gateway answers (inference/gateway) must not count as server errors.
     for code in ("invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value",
-                 "model_not_found", "request_too_large", "overloaded"):
+                 "model_not_found", "request_too_large", "overloaded", "queue_full"):
         assert code in exposition.CLIENT_ERROR_KINDS
-    for code in ("timeout", "no_ready_workers", "engine", "kv_transfer", "internal"):
+    for code in ("timeout", "no_ready_workers", "engine", "kv_transfer", "internal", "queue_timeout"):
         assert code not in exposition.CLIENT_ERROR_KINDS
 
 

@@ -85,16 +85,8 @@ def test_the_same_idempotency_key_returns_the_same_rollout(steady, operator):
     assert other.status == 422
 
 
-def test_test_faults_are_refused_unless_the_setting_allows_them(steady, operator, settings):
-    settings.TANDEM_ALLOW_TEST_FAULTS = False
+def test_test_fault_is_no_engine_setting_any_more(steady, operator):
+    """Workers are made to fail from outside (a chaos fault, docs/chaos.md), never by a revision's setting."""
     error = _error(lambda: rollout_start(deployment=steady, actor=operator,
                                          revision={"engine_settings": {"test_fault": "error"}}))
-    assert error.status == 400 and "test aid" in error.message
-    assert error.extra["field"] == "engine_settings.common.test_fault"
-    settings.TANDEM_ALLOW_TEST_FAULTS = True
-    bad = _error(lambda: rollout_start(deployment=steady, actor=operator,
-                                       revision={"engine_settings": {"test_fault": "explode"}}))
-    assert bad.status == 400 and bad.extra["field"] == "engine_settings.common.test_fault"
-    rollout = rollout_start(deployment=steady, actor=operator,
-                            revision={"engine_settings": {"test_fault": "slow:0.5"}})
-    assert rollout.revision.settings_for("decode")["test_fault"] == "slow:0.5"
+    assert error.status == 400 and error.extra["field"] == "engine_settings.common.test_fault"

@@ -58,15 +58,15 @@ def shared_workers(request, tmp_path_factory, key: str, specs: list[tuple[str, s
     return {name: proc for (name, _), proc in zip(specs, _SHARED[key])}
 
 
-# One worker that holds at most one request (--max-num-seqs 1 --max-queue 0) and takes test-only faults
-# (--enable-test-faults serves its POST /debug/fault). Shared by the modules that need either; restarted if killed.
-FAULTY_FLEET = [("colocated-faulty", "colocated")]
-FAULTY_ARGS = ["--max-num-seqs", "1", "--max-queue", "0", "--enable-test-faults"]
+# One worker that holds at most one request (--max-num-seqs 1 --max-queue 0), for the modules that fill it, stop it
+# (SIGSTOP) or kill it; restarted if killed.
+SINGLE_FLEET = [("colocated-single", "colocated")]
+SINGLE_ARGS = ["--max-num-seqs", "1", "--max-queue", "0"]
 
 
-def faulty_worker(request, tmp_path_factory, model_dir: Path) -> Proc:
-    return shared_workers(request, tmp_path_factory, "faulty", FAULTY_FLEET, model_dir,
-                          FAULTY_ARGS)["colocated-faulty"]
+def single_worker(request, tmp_path_factory, model_dir: Path) -> Proc:
+    return shared_workers(request, tmp_path_factory, "single", SINGLE_FLEET, model_dir,
+                          SINGLE_ARGS)["colocated-single"]
 
 
 def start_gateway(name: str, args: list[str], log_dir: Path, *, wait_ready: bool = True) -> Proc:

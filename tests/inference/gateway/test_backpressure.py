@@ -1,16 +1,19 @@
 """Backpressure answers 429 with Retry-After in OpenAI's error shape: when every worker is at
 --max-outstanding-per-worker, and when the worker itself answers 429 (its admission queue is full).
 
-The worker is made to hold requests by its test-only stall fault (its engine loop sleeps 6 s), so that two
-requests are surely in flight together, even on a loaded host that is slow to send them."""
+The worker (one request fills it) runs in the test process around its real engine in a test double
+(tests/inference/worker/inprocess.py) whose steps hang until the test lets them go: the first request is surely still
+in flight when the second comes, however fast the model and however loaded the host."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 
 import pytest
 import requests
 
-from tests.inference.gateway.support import complete, faulty_worker, start_gateway, stop_all
+from tests.inference.gateway.support import WORKER_ARGS, complete, start_gateway, stop_all
+from tests.inference.worker.inprocess import InProcessWorker
 
 pytestmark = pytest.mark.integration
 
@@ -18,22 +21,41 @@ BODY = {"model": "tandem", "prompt": "Once upon a time", "max_tokens": 4, "tempe
 
 
 @pytest.fixture(scope="module")
-def fleet(request, tiny_model_dir, tmp_path_factory):
+def fleet(tiny_model_dir, tmp_path_factory):
     # One request in flight fills this worker: the next one gets the worker's own 429.
-    worker = faulty_worker(request, tmp_path_factory, tiny_model_dir)
-    log_dir = tmp_path_factory.mktemp("gateway-backpressure")
-    limited = start_gateway("gateway-limited", ["--colocated", worker.url, "--max-outstanding-per-worker", "1"],
-                            log_dir)
-    unlimited = start_gateway("gateway-unlimited", ["--colocated", worker.url], log_dir)
-    yield worker, limited, unlimited
-    stop_all([limited, unlimited])
+    worker = InProcessWorker("--role", "colocated", "--model", str(tiny_model_dir), *WORKER_ARGS,
+                             "--max-num-seqs", "1", "--max-queue", "0").start()
+    gateways = []
+    try:
+        worker.wait_ready()
+        log_dir = tmp_path_factory.mktemp("gateway-backpressure")
+        # No admission queue: a full fleet answers 429 at once (a queue would hold the second request instead).
+        gateways.append(start_gateway("gateway-limited", ["--colocated", worker.url, "--admission-queue", "0",
+                                                          "--max-outstanding-per-worker", "1"], log_dir))
+        gateways.append(start_gateway("gateway-unlimited", ["--colocated", worker.url], log_dir))
+        yield worker, *gateways
+    finally:
+        stop_all(gateways)
+        worker.stop()
 
 
-def _two_at_once_during_a_stall(worker_url: str, gateway_url: str) -> list[requests.Response]:
-    requests.post(worker_url + "/debug/fault", json={"kind": "stall", "seconds": 6}, timeout=5).raise_for_status()
-    with ThreadPoolExecutor(2) as pool:
-        answers = list(pool.map(lambda _: complete(gateway_url, BODY, timeout=60), range(2)))
-    return sorted(answers, key=lambda r: r.status_code)
+def _two_at_once(worker: InProcessWorker, gateway_url: str) -> tuple[requests.Response, requests.Response]:
+    """A first request that the worker holds (its engine's steps hang), and a second one sent meanwhile: both
+    answers, the second's first."""
+    worker.engine.running.clear()
+    first = {}
+    thread = threading.Thread(target=lambda: first.setdefault("resp", complete(gateway_url, BODY, timeout=60)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not worker.server.jobs:
+            assert time.monotonic() < deadline, f"the first request never reached the worker: {first}"
+            time.sleep(0.01)
+        second = complete(gateway_url, BODY, timeout=60)
+    finally:
+        worker.engine.running.set()
+        thread.join(60)
+    return second, first["resp"]
 
 
 def _assert_429(resp: requests.Response) -> dict:
@@ -47,15 +69,15 @@ def _assert_429(resp: requests.Response) -> dict:
 
 def test_a_request_beyond_the_gateway_outstanding_limit_gets_429(fleet):
     worker, limited, _ = fleet
-    served, refused = _two_at_once_during_a_stall(worker.url, limited.url)
-    assert served.status_code == 200, served.text
+    refused, served = _two_at_once(worker, limited.url)
     assert "1 outstanding" in _assert_429(refused)["message"]
+    assert served.status_code == 200, served.text
     assert complete(limited.url, BODY).status_code == 200
 
 
 def test_a_full_worker_429_comes_back_as_429(fleet):
     worker, _, unlimited = fleet
-    served, refused = _two_at_once_during_a_stall(worker.url, unlimited.url)
-    assert served.status_code == 200, served.text
+    refused, served = _two_at_once(worker, unlimited.url)
     assert "full" in _assert_429(refused)["message"]
+    assert served.status_code == 200, served.text
     assert complete(unlimited.url, BODY).status_code == 200

@@ -1,16 +1,19 @@
 """After a request's first token nothing can be retried: a worker failure ends a stream with an SSE error chunk
-then [DONE] and answers a non-streaming request 502; a client that goes away aborts the request on the worker."""
+then [DONE] and answers a non-streaming request 502; a client that goes away aborts the request on the worker.
+
+The engine step that fails mid-way is a real worker's, in the test process, around its real engine in a test double
+(tests/inference/worker/inprocess.py); the killed worker is a process SIGKILLed."""
 from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import pytest
 import requests
 
-from tests.inference.gateway.support import complete, faulty_worker, start_gateway
+from tests.inference.gateway.support import WORKER_ARGS, complete, single_worker, start_gateway
+from tests.inference.worker.inprocess import InProcessWorker
 
 pytestmark = pytest.mark.integration
 
@@ -19,9 +22,8 @@ LONG = {"model": "tandem", "prompt": "Once upon a time", "max_tokens": 480, "tem
 
 @pytest.fixture(scope="module")
 def fleet(request, tiny_model_dir, tmp_path_factory):
-    # Its POST /debug/fault makes the next engine step raise; the last test here kills it (it is restarted for
-    # any module that needs it afterwards).
-    worker = faulty_worker(request, tmp_path_factory, tiny_model_dir)
+    # The last test here kills it (it is restarted for any module that needs it afterwards).
+    worker = single_worker(request, tmp_path_factory, tiny_model_dir)
     gateway = start_gateway("gateway", ["--colocated", worker.url],
                             tmp_path_factory.mktemp("gateway-failure-after-first-token"))
     yield gateway, worker
@@ -51,21 +53,30 @@ def test_a_client_that_disconnects_mid_stream_aborts_the_request_on_the_worker(f
     assert _metric(gateway.url, "tandem_gateway_worker_outstanding_requests{") == 0
 
 
-def test_a_non_streaming_request_that_fails_midway_answers_502(fleet):
-    gateway, worker = fleet
-    answer = {}
-    before = _metric(worker.url, "tandem_generation_tokens_total{")
-    thread = threading.Thread(target=lambda: answer.setdefault("resp", complete(gateway.url, LONG, timeout=120)))
-    thread.start()
+@pytest.fixture(scope="module")
+def in_process(tiny_model_dir, tmp_path_factory):
+    """A gateway in front of a worker in this process, whose engine the test can make fail."""
+    worker = InProcessWorker("--role", "colocated", "--model", str(tiny_model_dir), *WORKER_ARGS,
+                             "--max-num-seqs", "1", "--max-queue", "0").start()
+    gateway = None
     try:
-        deadline = time.monotonic() + 30
-        while _metric(worker.url, "tandem_generation_tokens_total{") <= before:
-            assert time.monotonic() < deadline, "the request never produced a token"
-            time.sleep(0.01)
-        requests.post(worker.url + "/debug/fault", json={"kind": "step_error"}, timeout=5).raise_for_status()
+        worker.wait_ready()
+        gateway = start_gateway("gateway-in-process", ["--colocated", worker.url],
+                                tmp_path_factory.mktemp("gateway-failure-in-process"))
+        yield gateway, worker
     finally:
-        thread.join(120)
-    resp = answer["resp"]
+        if gateway is not None:
+            gateway.stop()
+        worker.stop()
+
+
+def test_a_non_streaming_request_that_fails_midway_answers_502(in_process):
+    gateway, worker = in_process
+    before = _metric(worker.url, "tandem_generation_tokens_total{")
+    # The prefill step and 4 decode steps succeed, the next one raises, as a failed kernel does.
+    worker.engine.steps_before_failing, worker.engine.fail_steps = 5, 1
+    resp = complete(gateway.url, LONG, timeout=120)
+    assert _metric(worker.url, "tandem_generation_tokens_total{") - before == 5  # the failure came mid-way
     assert resp.status_code == 502, resp.text
     error = resp.json()["error"]
     assert error["type"] == "upstream_error" and "engine step failed" in error["message"]

@@ -2,8 +2,8 @@
 another ready worker pair of the same revision, and the client sees a pause, not an error. Greedy output, finish
 reason and usage equal those of an undisturbed run, stop strings included, streaming or not.
 
-Which worker serves a request is read from the gateway's /health (outstanding requests per worker). That worker's
-engine loop is stalled (its test-only fault: 2 s asleep) before it is killed, so its requests are surely mid-stream."""
+Which worker serves a request is read from the gateway's /health (outstanding requests per worker). That worker is
+stopped by the OS (SIGSTOP) before it is killed, so its requests are surely mid-stream."""
 from __future__ import annotations
 
 import json
@@ -37,7 +37,7 @@ def fleet(request, tiny_model_dir, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("gateway-migration")
     workers = dict(zip(("decode-1", "decode-2", "colocated-1", "colocated-2"), start_workers(
         [("decode-1", "decode"), ("decode-2", "decode"), ("colocated-1", "colocated"), ("colocated-2", "colocated")],
-        tiny_model_dir, log_dir, ["--enable-test-faults"])))
+        tiny_model_dir, log_dir)))
     decode_urls = f"{workers['decode-1'].url},{workers['decode-2'].url}"
     colocated_urls = f"{workers['colocated-1'].url},{workers['colocated-2'].url}"
     state = {"workers": workers, "gateways": {}}
@@ -133,15 +133,15 @@ def _migrations(gateway_url: str) -> float:
 
 
 def _kill_a_busy_worker(gateway_url: str, workers: dict, candidates: list[str], started) -> int:
-    """Once `started()` holds, stall then SIGKILL the candidate worker holding the most requests; return how many
-    it held (its requests cannot finish while it is stalled, so each was cut mid-stream)."""
+    """Once `started()` holds, stop (SIGSTOP) then SIGKILL the candidate worker holding the most requests; return
+    how many it held (its requests cannot finish while it is stopped, so each was cut mid-stream)."""
     deadline = time.monotonic() + TIMEOUT_S
     while not started():
         assert time.monotonic() < deadline, "the requests never started"
         time.sleep(0.01)
     by_url = {workers[name].url: workers[name] for name in candidates}
     busiest = max(by_url, key=lambda url: worker_states(gateway_url)[url][1])
-    requests.post(busiest + "/debug/fault", json={"kind": "stall"}, timeout=10).raise_for_status()
+    os.kill(by_url[busiest].popen.pid, signal.SIGSTOP)
     num_held = worker_states(gateway_url)[busiest][1]
     by_url[busiest].kill9()
     return num_held

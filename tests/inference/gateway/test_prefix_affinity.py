@@ -11,11 +11,13 @@ import requests
 
 from tests.inference.gateway.support import complete, start_gateway, start_workers, stop_all
 from tests.inference.worker.support import metric
+from tests.procs import start_fault_proxy
 
 pytestmark = pytest.mark.integration
 
-# Each worker waits 0.2 s before each token it sends, so that a streaming request stays outstanding a while.
-SLOW = ["--test-fault", "slow:0.2"]
+# A fault proxy in front of each worker (a chaos `latency` fault, as a node agent starts it) holds each streamed token
+# 0.2 s, so that a streaming request stays outstanding at the gateway a while.
+SLOW = ["--line-latency-ms", "200"]
 SYSTEM = ("You are a careful assistant for a bakery. Answer questions about bread, opening hours and orders. "
           "Keep answers short, polite and factual; never invent prices that are not listed in the menu. ") * 2
 
@@ -23,11 +25,14 @@ SYSTEM = ("You are a careful assistant for a bakery. Answer questions about brea
 @pytest.fixture(scope="module")
 def fleet(tiny_model_dir, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("gateway-prefix-affinity")
-    workers = start_workers([("a", "colocated", SLOW), ("b", "colocated", SLOW)], tiny_model_dir, log_dir)
+    workers = start_workers([("a", "colocated"), ("b", "colocated")], tiny_model_dir, log_dir)
     procs = list(workers)
     try:
-        procs.append(start_gateway("gateway", ["--colocated", ",".join(w.url for w in workers)], log_dir))
-        yield procs[2], workers
+        proxies = [start_fault_proxy(f"proxy-{w.name}", w.url, log_dir, *SLOW) for w in workers]
+        procs += proxies
+        gateway = start_gateway("gateway", ["--colocated", ",".join(p.url for p in proxies)], log_dir)
+        procs.append(gateway)
+        yield gateway, workers
     finally:
         stop_all(procs)
 

@@ -1,7 +1,8 @@
 """A real gateway in front of two revisions of real tiny-model prefill/decode pairs, its membership polled from a
 stand-in control plane that splits traffic between them (docs/contracts.md): the split holds over 200 requests as
 counted from the response headers and from the workers' own metrics, each user stays on one variant, a weight set
-to 0 moves all traffic within one poll, and a canary revision whose worker fails (--test-fault error) before the
+to 0 moves all traffic within one poll, and a canary revision whose worker fails (a chaos `error` fault: the
+fault proxy a node agent puts in front of it, which the membership names) before the
 first token has the request answered by stable (the failure counted against the canary), or, with no stable group,
 answers its errors under its own revision.
 
@@ -19,6 +20,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.inference.gateway.support import TOKEN, ControlPlane, sse_events, start_gateway, start_workers, stop_all
+from tests.procs import start_fault_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -33,13 +35,16 @@ def fleet(tiny_model_dir, tmp_path_factory):
     workers = start_workers([
         ("prefill-1", "prefill", ["--revision", "1"]), ("decode-1", "decode", ["--revision", "1"]),
         ("prefill-2", "prefill", ["--revision", "2"]), ("decode-2", "decode", ["--revision", "2"]),
-        ("prefill-3-failing", "prefill", ["--revision", "3", "--test-fault", "error"]),
+        ("prefill-3", "prefill", ["--revision", "3"]),
     ], tiny_model_dir, log_dir, timeout=600)  # five model loads at once on a shared two-core host
     control_plane = ControlPlane()
     control_plane.endpoints["mode"] = "disaggregated"
     control_plane.start()
     procs = list(workers)
     try:
+        failing = start_fault_proxy("prefill-3-failing", workers[-1].url, log_dir, "--error-ratio", "1")
+        procs.append(failing)
+        workers.append(failing)
         gateway = start_gateway("gateway", ["--control-plane", control_plane.url, "--deployment", "demo",
                                             "--token", TOKEN, "--membership-interval", "0.2"],
                                 log_dir, wait_ready=False)
@@ -135,7 +140,7 @@ def test_a_50_50_split_over_200_requests_lands_within_40_to_60_percent_by_header
     # Each revision's prefill and decode worker served exactly the requests the headers gave that revision.
     assert served == {"prefill-1": by_header[("1", "a")], "decode-1": by_header[("1", "a")],
                       "prefill-2": by_header[("2", "b")], "decode-2": by_header[("2", "b")],
-                      "prefill-3-failing": 0}, (served, by_header)
+                      "prefill-3": 0, "prefill-3-failing": 0}, (served, by_header)
     # The gateway's own series say the same, by revision.
     for revision, variant in (("1", "a"), ("2", "b")):
         counted = _sum(gateway.url, "tandem_request_success_total", revision=revision) - before_gateway[revision]
@@ -213,7 +218,7 @@ def test_a_request_a_failing_canary_fails_before_its_first_token_is_answered_by_
     _, gateway, workers = fleet
     _serve(fleet, _group(workers, 3, 100, "canary", prefill="prefill-3-failing"), _group(workers, 1, 0, "stable"))
     health = requests.get(workers["prefill-3-failing"].url + "/health", timeout=10).json()
-    assert health["status"] == "ok" and health["test_fault"] == "error"
+    assert health["status"] == "ok" and health["revision"] == "3"  # ready through the proxy, as a bad canary is
     errors_before = _sum(gateway.url, "tandem_request_errors_total", revision="3")
     stable_before = _sum(gateway.url, "tandem_request_success_total", revision="1")
     for stream in (False, True):
@@ -234,7 +239,7 @@ def test_a_failing_canary_without_a_stable_group_answers_its_errors_under_its_ow
         resp = _post(gateway, {**BODY, "stream": stream})
         assert resp.status_code == 502, resp.text
         assert resp.headers["X-Tandem-Revision"] == "3" and resp.headers["X-Tandem-Variant"] == "canary"
-        assert "--test-fault error" in resp.json()["error"]["message"]
+        assert "chaos fault proxy" in resp.json()["error"]["message"]
     assert _sum(gateway.url, "tandem_request_errors_total", revision="3") - errors_before == 2
     # A request refused before any group was picked counts under revision "".
     refused_before = _sum(gateway.url, "tandem_request_errors_total", revision="")

@@ -126,7 +126,7 @@ def test_unknown_routes_and_methods_answer_in_the_error_shape(worker):
     assert_openai_error(requests.get(f"{worker.url}/v1/generate", timeout=HTTP_TIMEOUT_S), 405)
     # A colocated worker has no decode routes.
     assert_openai_error(post(worker.url, "/v1/kv", data=b"x"), 404)
-    # Nor, without --enable-test-faults, the test suite's fault hook.
+    # Nor a fault hook: tests break a worker from outside it.
     assert_openai_error(post(worker.url, "/debug/fault", json={"kind": "die"}), 404)
 
 

@@ -28,7 +28,8 @@ def run_worker(*args: str) -> subprocess.CompletedProcess:
     (["--role", "colocated", "--model", "{model}", "--port", "1", "--prefill-chunk-size", "0"],
      "--prefill-chunk-size must be a positive integer"),
     (["--model", "{model}", "--port", "1"], "--role"),
-    (["--role", "decode", "--model", "{model}", "--port", "1", "--test-load-delay", "2"], "--enable-test-faults"),
+    # The worker has no fault hook to switch on: faults are injected from outside it.
+    (["--role", "decode", "--model", "{model}", "--port", "1", "--enable-test-faults"], "unrecognized arguments"),
 ])
 def test_a_bad_flag_exits_2_naming_it(tiny_model_dir, args, fragment):
     result = run_worker(*(a.replace("{model}", str(tiny_model_dir)) for a in args))
@@ -51,14 +52,6 @@ def test_the_kv_pool_defaults_to_auto(tiny_model_dir):
     assert (parse_args(argv).engine.kv_cache_bytes, parse_args(argv).engine.kv_memory_fraction) == ("auto", None)
     config = parse_args([*argv, "--kv-cache-bytes", "auto", "--kv-memory-fraction", "0.5"]).engine
     assert (config.kv_cache_bytes, config.kv_memory_fraction) == ("auto", 0.5)
-
-
-def test_the_test_fault_hook_is_off_unless_its_flag_is_given(tiny_model_dir):
-    from inference.worker.config import parse_args
-
-    argv = ["--role", "colocated", "--model", str(tiny_model_dir), "--port", "0"]
-    assert not parse_args(argv).enable_test_faults
-    assert parse_args([*argv, "--enable-test-faults"]).enable_test_faults
 
 
 def test_a_model_that_fails_to_load_exits_1_with_the_reason(tmp_path):

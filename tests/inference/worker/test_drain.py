@@ -7,6 +7,7 @@ import signal
 import pytest
 import requests
 
+from inference.worker.sim.profile import BUILTIN
 from tests.inference.worker.support import HTTP_TIMEOUT_S, START_TIMEOUT_S, assert_openai_error, start_worker
 from tests.procs import wait_http
 
@@ -19,10 +20,14 @@ NUM_TOKENS = 200
 def workers(tiny_model_dir, tmp_path_factory):
     """Two workers, each for one SIGTERM; started together so that their model loads overlap."""
     log_dir = tmp_path_factory.mktemp("logs")
-    # The patient one sends a token every 50 ms at most (200 tokens: 10 s), so its open request surely outlasts the
-    # test's checks on a loaded host; the tiny model alone would finish it in about a second.
-    started = {"patient": start_worker("patient", "colocated", tiny_model_dir, log_dir, "--test-fault", "slow:0.05",
-                                       wait=False),
+    # The patient one is the same server in front of a simulated engine whose decode step takes 50 ms (200 tokens:
+    # 10 s), so its open request surely outlasts the test's checks on a loaded host; the tiny model alone would
+    # finish it in about a second.
+    profile = json.loads(json.dumps(BUILTIN["tiny-cpu"]))
+    profile["roles"]["colocated"]["decode"] = {"a": 0.05}
+    (log_dir / "patient.json").write_text(json.dumps({**profile, "name": "patient"}))
+    started = {"patient": start_worker("patient", "colocated", tiny_model_dir, log_dir,
+                                       "--simulate", str(log_dir / "patient.json"), wait=False),
                "hasty": start_worker("hasty", "colocated", tiny_model_dir, log_dir, "--drain-timeout", "0.5",
                                      wait=False)}
     try:

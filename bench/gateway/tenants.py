@@ -1,0 +1,238 @@
+"""Tenants sharing a saturated fleet: the gateway's admission queue with fair queuing (VTC) against today's behaviour,
+measured in the same run on the same simulated worker (`--simulate`, no model: the numbers are about scheduling).
+
+One simulated colocated worker runs at most --slots sequences at once (its --max-num-seqs). Two tenants of class
+standard reach it through a stand-in control plane, by one of two gateways started side by side:
+- `fifo` (today): --admission-queue 0 and the default --max-outstanding-per-worker, so every request goes straight
+  to the worker, which queues what it cannot run in arrival order;
+- `admission`: --max-outstanding-per-worker = --slots (+ --headroom), so the gateway holds the backlog in its admission queue and
+  dispatches it by virtual token counter (with a deadline long enough that nothing is shed: this measures order).
+
+Two scenarios, each run through both gateways:
+- isolation: tenant `noisy` keeps --noisy-streams long requests in flight (closed loop, 4x the slots by default);
+  tenant `quiet` sends one short streamed request every --quiet-interval s. Reported: quiet's TTFT and end-to-end
+  latency P50/P99 (and unloaded, before the noise starts), and each tenant's share of the completion tokens served.
+- fairness: both tenants keep long requests in flight, noisy 10x as many as quiet, so both stay backlogged.
+  Reported: each tenant's share of completion tokens (goal of the issue: within 20 % of each other).
+
+    python bench/gateway/tenants.py                       # about 2 minutes
+    python bench/gateway/tenants.py --duration 10 --slots 4
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import emit, environment  # noqa: E402
+
+KEYS = {"noisy": "tk-noisy-0123456789", "quiet": "tk-quiet-0123456789"}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="smollm2-cpu", help="simulated worker profile (tiny-cpu, smollm2-cpu)")
+    p.add_argument("--slots", type=int, default=8, help="sequences the worker runs at once")
+    p.add_argument("--duration", type=float, default=25.0, help="seconds measured per scenario and gateway")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before measuring")
+    p.add_argument("--noisy-streams", type=int, default=None, help="noisy's requests in flight (default 4x slots)")
+    p.add_argument("--long-tokens", type=int, default=64, help="max_tokens of a long request")
+    p.add_argument("--short-tokens", type=int, default=16, help="max_tokens of quiet's short request")
+    p.add_argument("--quiet-interval", type=float, default=1.0)
+    p.add_argument("--headroom", type=int, default=0,
+                   help="admission gateway: --max-outstanding-per-worker = slots + this (a few waiting at the worker "
+                        "keep its batch full between one request's end and the next one's arrival)")
+    return p.parse_args(argv)
+
+
+def _tenant(name: str) -> dict:
+    return {"class": "standard", "limits": {}, "allowed": True,
+            "keys": [{"hash": hashlib.sha256(KEYS[name].encode()).hexdigest(), "expires_at": None}]}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+
+class Load:
+    """Closed-loop and periodic clients against one gateway; what finished inside the measured window."""
+
+    def __init__(self, session, url: str, window: tuple[float, float]) -> None:
+        self.session, self.url, self.window = session, url, window
+        self.tokens = {name: 0 for name in KEYS}
+        self.failures: dict[str, int] = {}
+        self.quiet_ttft: list[float] = []
+        self.quiet_e2e: list[float] = []
+
+    def _in_window(self, t: float) -> bool:
+        return self.window[0] <= t <= self.window[1]
+
+    async def request(self, tenant: str, max_tokens: int, stream: bool) -> tuple[float, float] | None:
+        """(TTFT, e2e) seconds, or None when it failed; counts its completion tokens if it ended in the window."""
+        body = {"model": "demo", "prompt": "one two three four", "max_tokens": max_tokens, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        started = time.monotonic()
+        ttft, completion = None, 0
+        try:
+            async with self.session.post(self.url + "/v1/completions", json=body,
+                                         headers={"Authorization": f"Bearer {KEYS[tenant]}"}) as resp:
+                if resp.status != 200:
+                    self.failures[f"{tenant}:{resp.status}"] = self.failures.get(f"{tenant}:{resp.status}", 0) + 1
+                    await resp.read()
+                    return None
+                if stream:
+                    async for line in resp.content:
+                        if not line.startswith(b"data: {"):
+                            continue
+                        chunk = json.loads(line[6:])
+                        if ttft is None and chunk.get("choices"):
+                            ttft = time.monotonic() - started
+                        if chunk.get("usage"):
+                            completion = chunk["usage"]["completion_tokens"]
+                else:
+                    completion = (await resp.json())["usage"]["completion_tokens"]
+        except Exception as exc:  # noqa: BLE001 - a bench counts failures, whatever they are
+            key = f"{tenant}:{type(exc).__name__}"
+            self.failures[key] = self.failures.get(key, 0) + 1
+            return None
+        ended = time.monotonic()
+        if self._in_window(ended):
+            self.tokens[tenant] += completion
+        return (ttft if ttft is not None else ended - started), ended - started
+
+    async def closed_loop(self, tenant: str, max_tokens: int, until: float) -> None:
+        while time.monotonic() < until:
+            if await self.request(tenant, max_tokens, stream=False) is None:
+                await asyncio.sleep(0.2)  # a refused request: back off a little, as a client would
+
+    async def periodic(self, tenant: str, max_tokens: int, interval: float, until: float) -> None:
+        tasks = []
+
+        async def one() -> None:
+            started = time.monotonic()
+            result = await self.request(tenant, max_tokens, stream=True)
+            if result is not None and self._in_window(started):
+                self.quiet_ttft.append(result[0])
+                self.quiet_e2e.append(result[1])
+
+        while time.monotonic() < until:
+            tasks.append(asyncio.create_task(one()))
+            await asyncio.sleep(interval)
+        await asyncio.gather(*tasks)
+
+
+async def scenario(url: str, name: str, args) -> dict:
+    import aiohttp
+
+    noisy_streams = args.noisy_streams or 4 * args.slots
+    start = time.monotonic()
+    window = (start + args.warmup, start + args.warmup + args.duration)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=600)) as session:
+        load = Load(session, url, window)
+        if name == "isolation":
+            clients = [load.closed_loop("noisy", args.long_tokens, window[1]) for _ in range(noisy_streams)]
+            clients.append(load.periodic("quiet", args.short_tokens, args.quiet_interval, window[1]))
+        else:
+            quiet_streams = args.slots // 2 + 1  # more than its fair half of the slots: always backlogged
+            clients = [load.closed_loop("noisy", args.long_tokens, window[1]) for _ in range(10 * quiet_streams)]
+            clients += [load.closed_loop("quiet", args.long_tokens, window[1]) for _ in range(quiet_streams)]
+        await asyncio.gather(*clients)
+    total = sum(load.tokens.values()) or 1
+    result = {"token_share": {t: round(n / total, 3) for t, n in load.tokens.items()},
+              "completion_tokens_per_s": {t: round(n / args.duration, 1) for t, n in load.tokens.items()},
+              "failed": load.failures}
+    if name == "isolation":
+        result.update({"quiet_requests": len(load.quiet_e2e),
+                       "quiet_ttft_p50_s": _pct(load.quiet_ttft, 0.5), "quiet_ttft_p99_s": _pct(load.quiet_ttft, 0.99),
+                       "quiet_e2e_p50_s": _pct(load.quiet_e2e, 0.5), "quiet_e2e_p99_s": _pct(load.quiet_e2e, 0.99)})
+    return result
+
+
+async def unloaded(url: str, args, num: int = 10) -> dict:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        load = Load(session, url, (0.0, float("inf")))
+        results = [await load.request("quiet", args.short_tokens, stream=True) for _ in range(num)]
+    e2e = [r[1] for r in results if r]
+    ttft = [r[0] for r in results if r]
+    return {"ttft_p50_s": _pct(ttft, 0.5), "e2e_p50_s": _pct(e2e, 0.5)}
+
+
+def run(args) -> dict:
+    from tests.inference.gateway.support import TOKEN, ControlPlane
+    from tests.procs import free_port, start, wait_http
+
+    log_dir = Path(tempfile.mkdtemp(prefix="tandem-bench-tenants-"))
+    port = free_port()
+    procs = []
+    control_plane = ControlPlane()
+    try:
+        worker = start("sim-colocated", ["-m", "inference.worker", "--simulate", args.profile, "--role", "colocated",
+                                         "--model", "/models/sim-model", "--port", str(port), "--max-num-seqs",
+                                         str(args.slots)], log_dir)
+        procs.append(worker)
+        worker_url = f"http://127.0.0.1:{port}"
+        wait_http(worker, worker_url + "/health", timeout=60)
+        control_plane.start()
+        control_plane.endpoints.update({"groups": [{"revision": 1, "prefill": [], "decode": [],
+                                                    "colocated": [worker_url]}], "requires_key": True,
+                                        "tenants": {name: _tenant(name) for name in KEYS}})
+        gateways = {}
+        for mode, flags in (("fifo", ["--admission-queue", "0"]),
+                            ("admission", ["--max-outstanding-per-worker", str(args.slots + args.headroom),
+                                           # Measure scheduling, not shedding: the backlog may wait long.
+                                           "--queue-deadline", "standard=600"])):
+            gw_port = free_port()
+            proc = start(f"gateway-{mode}", ["-m", "inference.gateway", "--port", str(gw_port), "--control-plane",
+                                             control_plane.url, "--deployment", "demo", "--token", TOKEN, *flags],
+                         log_dir)
+            procs.append(proc)
+            gateways[mode] = f"http://127.0.0.1:{gw_port}"
+            wait_http(proc, gateways[mode] + "/health", timeout=60)
+        results = {"unloaded_quiet": asyncio.run(unloaded(gateways["admission"], args))}
+        for name in ("isolation", "fairness"):
+            # Alternate the order so that drift on a shared machine does not favour one gateway.
+            order = ("fifo", "admission") if name == "isolation" else ("admission", "fifo")
+            results[name] = {mode: asyncio.run(scenario(gateways[mode], name, args)) for mode in order}
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        control_plane.stop()
+    iso, fair = results["isolation"], results["fairness"]
+    unloaded_ttft = results["unloaded_quiet"]["ttft_p50_s"]
+    goals = {}
+    if iso["admission"]["quiet_ttft_p99_s"] and unloaded_ttft:
+        goals["isolation: quiet TTFT P99 <= 1.5x unloaded (admission)"] = (
+            iso["admission"]["quiet_ttft_p99_s"] <= 1.5 * unloaded_ttft)
+    shares = fair["admission"]["token_share"]
+    goals["fairness: token shares within 20% of each other (admission)"] = (
+        min(shares.values()) >= 0.8 * max(shares.values()))
+    return {"benchmark": "gateway_tenants", "profile": args.profile, "slots": args.slots, "headroom": args.headroom,
+            "noisy_streams": args.noisy_streams or 4 * args.slots, "long_tokens": args.long_tokens,
+            "short_tokens": args.short_tokens, "duration_s": args.duration, **results,
+            "speedup_quiet_e2e_p50": (round(iso["fifo"]["quiet_e2e_p50_s"] / iso["admission"]["quiet_e2e_p50_s"], 2)
+                                      if iso["fifo"]["quiet_e2e_p50_s"] and iso["admission"]["quiet_e2e_p50_s"]
+                                      else None),
+            "goals": goals, "environment": environment()}
+
+
+def main(argv=None) -> int:
+    emit(run(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

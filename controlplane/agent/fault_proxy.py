@@ -1,0 +1,208 @@
+"""The fault proxy: an HTTP reverse proxy that the node agent puts in front of one worker for a chaos fault
+(controlplane.agent.proxy_faults), so that the worker's answers fail or crawl without a test hook in the worker.
+
+    python -m controlplane.agent.fault_proxy --upstream http://127.0.0.1:8001 --port 8101 --until 1767225600 \
+        [--error-ratio 0.5] [--latency-ms 200] [--line-latency-ms 50] [--reset-ratio 0.1]
+
+While the gateway's membership names the proxy instead of the worker (the agent swaps the Worker row's port), every
+request goes through it. The faults touch only generation requests (paths under `/v1/`: generate, prefill, the KV
+push, a decode stream); `/health`, `/info` and `/metrics` pass through untouched, as a real engine that fails or
+crawls still answers its health check (a bad canary's workers are ready and fail requests: that is what the
+rollout's analysis, not supervision, must catch):
+
+- `--error-ratio R`: that fraction of generation requests is answered `500 {"error": {"code": "fault_injected"}}`
+  at once, without reaching the worker (fault `error`);
+- `--latency-ms MS`: each generation request waits that long before it is forwarded; `--line-latency-ms MS`: each
+  line of a streamed answer (an NDJSON token event) waits that long before it is passed on (fault `latency`);
+- `--reset-ratio R`: that fraction of generation requests has its connection cut (closed without an answer) before
+  it reaches the worker, as a dropped connection does (fault `reset`).
+
+Everything else is passed through as it comes, both ways: request bodies in chunks (a KV push), answers line by line
+or chunk by chunk, so that a stream stays a stream; a client that goes away closes the upstream request too.
+
+The proxy enforces its own deadline: at `--until` (Unix seconds) the faults stop, whether or not anyone tells it,
+and it goes on as a plain pass-through, so that a worker whose agent or control plane is gone is neither failing nor
+unreachable. SIGTERM (the agent's revert, once the Worker row names the worker again) stops the faults at once, goes
+on forwarding for `--drain-s` (gateways that have not polled the membership since still send here) and until no
+request is open (at most 60 s more), then exits 0. Pure asyncio + aiohttp: no Django.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import signal
+import sys
+import time
+
+import aiohttp
+from aiohttp import web
+
+log = logging.getLogger("fault_proxy")
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and the ones aiohttp sets itself: never copied across.
+HOP_HEADERS = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                         "transfer-encoding", "upgrade", "host"))
+FAULTED_PREFIX = "/v1/"
+MAX_DRAIN_WAIT_S = 60.0
+CHUNK_BYTES = 1 << 16
+
+
+class FaultProxy:
+    def __init__(self, *, upstream: str, until: float, error_ratio: float = 0.0, latency_ms: float = 0.0,
+                 line_latency_ms: float = 0.0, reset_ratio: float = 0.0, rng: random.Random | None = None):
+        self.upstream = upstream.rstrip("/")
+        self.until = until
+        self.error_ratio = error_ratio
+        self.latency_s = latency_ms / 1000
+        self.line_latency_s = line_latency_ms / 1000
+        self.reset_ratio = reset_ratio
+        self.reverted = False
+        self.open_requests = 0
+        self.injected = {"error": 0, "latency": 0, "reset": 0}
+        self.rng = rng or random.Random()
+        self.session: aiohttp.ClientSession | None = None
+
+    def active(self) -> bool:
+        """Whether the faults apply now: not reverted, and the deadline has not passed."""
+        return not self.reverted and time.time() < self.until
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=0)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _app) -> None:
+        # No connection limit (aiohttp's default is 100): the gateway's concurrency is the worker's to bound.
+        self.session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0),
+                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+
+    async def _close(self, _app) -> None:
+        await self.session.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.open_requests += 1
+        try:
+            faulted = request.path.startswith(FAULTED_PREFIX) and self.active()
+            if faulted and self.reset_ratio and self.rng.random() < self.reset_ratio:
+                self.injected["reset"] += 1
+                if request.transport is not None:
+                    request.transport.close()  # no answer at all: the client sees the connection dropped
+                return web.Response(status=502)  # never sent
+            if faulted and self.error_ratio and self.rng.random() < self.error_ratio:
+                self.injected["error"] += 1
+                return web.json_response(status=500, data={"error": {
+                    "message": f"fault injected by the chaos fault proxy (error, ratio {self.error_ratio:g}): this "
+                               "worker's answers fail", "type": "server_error", "code": "fault_injected"}})
+            if faulted and (self.latency_s or self.line_latency_s):
+                self.injected["latency"] += 1
+                await asyncio.sleep(self.latency_s)
+            return await self._forward(request, line_delay=faulted and self.line_latency_s > 0)
+        finally:
+            self.open_requests -= 1
+
+    async def _forward(self, request: web.Request, *, line_delay: bool) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        body = request.content.iter_chunked(CHUNK_BYTES) if request.body_exists else None
+        try:
+            upstream = await self.session.request(request.method, self.upstream + request.rel_url.raw_path_qs,
+                                                  headers=headers, data=body, allow_redirects=False)
+        except aiohttp.ClientError as exc:
+            return web.json_response(status=502, data={"error": {
+                "message": f"the fault proxy could not reach {self.upstream}: {exc!r}", "type": "server_error",
+                "code": "upstream_unreachable"}})
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers={
+                k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
+            await response.prepare(request)
+            pending = b""
+            async for chunk in upstream.content.iter_chunked(CHUNK_BYTES):
+                if not line_delay:
+                    await response.write(chunk)
+                    continue
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if self.active():
+                        await asyncio.sleep(self.line_latency_s)
+                    await response.write(line + b"\n")
+            if pending:
+                await response.write(pending)
+            await response.write_eof()
+        return response
+
+    async def drain(self, drain_s: float) -> None:
+        """After a revert: forward a while longer (gateways that still have the old membership), then until no request
+        is open (bounded)."""
+        await asyncio.sleep(drain_s)
+        deadline = time.monotonic() + MAX_DRAIN_WAIT_S
+        while self.open_requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a ratio in 0..1")
+    return value
+
+
+def _ms(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 600_000:
+        raise argparse.ArgumentTypeError(f"{text} is not milliseconds in 0..600000")
+    return value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m controlplane.agent.fault_proxy", description=__doc__.split("\n")[0])
+    p.add_argument("--upstream", required=True, help="the worker's base URL, e.g. http://127.0.0.1:8001")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--until", type=float, required=True, help="Unix seconds: the faults stop then, told or not")
+    p.add_argument("--error-ratio", type=_ratio, default=0.0, help="fraction of generation requests answered 500")
+    p.add_argument("--latency-ms", type=_ms, default=0.0, help="added before each generation request")
+    p.add_argument("--line-latency-ms", type=_ms, default=0.0, help="added before each line of a streamed answer")
+    p.add_argument("--reset-ratio", type=_ratio, default=0.0,
+                   help="fraction of generation requests whose connection is cut without an answer")
+    p.add_argument("--drain-s", type=float, default=3.0, help="forwarding goes on this long after SIGTERM")
+    return p.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    proxy = FaultProxy(upstream=args.upstream, until=args.until, error_ratio=args.error_ratio,
+                       latency_ms=args.latency_ms, line_latency_ms=args.line_latency_ms, reset_ratio=args.reset_ratio)
+    runner = web.AppRunner(proxy.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.host, args.port).start()
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    print(json.dumps({"event": "listening", "port": args.port, "upstream": proxy.upstream, "until": args.until,
+                      "error_ratio": args.error_ratio, "latency_ms": args.latency_ms,
+                      "line_latency_ms": args.line_latency_ms, "reset_ratio": args.reset_ratio}), flush=True)
+    remaining = args.until - time.time()
+    try:
+        await asyncio.wait_for(stopped.wait(), timeout=max(0.0, remaining))
+        print(json.dumps({"event": "reverted", "injected": proxy.injected}), flush=True)
+    except asyncio.TimeoutError:
+        print(json.dumps({"event": "deadline", "injected": proxy.injected}), flush=True)
+        await stopped.wait()  # past the deadline: a plain pass-through until the agent's revert stops it
+    proxy.reverted = True
+    await proxy.drain(args.drain_s)
+    await runner.cleanup()
+    print(json.dumps({"event": "exit", "injected": proxy.injected}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The proxy faults `error`, `latency` and `reset`: the node agent starts a fault proxy (controlplane.agent.fault_proxy) in
+front of a worker and points the worker's row at it, so that the gateway's membership (and the health checks, which
+the proxy passes through) reach the worker through the proxy; the revert points the row back and stops the proxy.
+
+The row is moved with conditional UPDATEs on the port read: a worker restarted meanwhile (a new port) is left where
+it is, and the fault is over for it. The proxy carries the fault's deadline and stops faulting at it by itself; the
+agent's timer (controlplane.agent.faults) reverts the row then too. What a later revert needs (the proxy's pid and
+create time, both ports) is on the injected Action row's result, so that an agent restarted meanwhile can undo it.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from controlplane.agent import processes
+from controlplane.models import Worker
+
+log = logging.getLogger(__name__)
+
+PROXY_KINDS = ("error", "latency", "reset")
+PROXY_MODULE = "controlplane.agent.fault_proxy"
+LISTEN_TIMEOUT_S = 15.0
+
+
+class ProxyFailed(Exception):
+    pass
+
+
+def proxy_flags(kind: str, params: dict) -> list[str]:
+    """The fault proxy's flags of one fault (params as the chaos app validated them)."""
+    if kind in ("error", "reset"):
+        return [f"--{kind}-ratio", str(params.get("ratio", 1.0))]
+    flags = ["--latency-ms", str(params.get("ms", 0))]
+    if params.get("line_ms"):
+        flags += ["--line-latency-ms", str(params["line_ms"])]
+    return flags
+
+
+def marker_of(key: str) -> str:
+    return f"fault-proxy:{key}"
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def proxy_start(*, key: str, kind: str, worker: Worker, until: float, params: dict) -> dict:
+    """Start the proxy in front of the worker and point the row at it. Returns what a revert needs; raises
+    ProxyFailed (the proxy stopped again) when it does not listen in time or the worker moved meanwhile."""
+    upstream_port, host = worker.port, worker.host
+    port = processes.free_port(host)
+    argv = processes.python_argv(PROXY_MODULE, "--upstream", f"http://{host}:{upstream_port}", "--host", host,
+                                 "--port", str(port), "--until", f"{until:.3f}", *proxy_flags(kind, params))
+    log_path = Path(settings.TANDEM_LOG_DIR) / f"fault-proxy-worker-{worker.id}.log"
+    handle = processes.spawn(argv, log_path=log_path, marker=marker_of(key), cwd=Path(settings.BASE_DIR))
+    deadline = time.monotonic() + LISTEN_TIMEOUT_S
+    while not _listening(host, port):
+        if not processes.is_alive(handle) or time.monotonic() > deadline:
+            processes.signal_group(handle, signal.SIGKILL)
+            raise ProxyFailed(f"the fault proxy did not listen on port {port}: "
+                              f"{processes.log_tail(log_path, num_lines=5)}")
+        time.sleep(0.05)
+    if not Worker.objects.filter(pk=worker.pk, port=upstream_port).update(port=port):
+        processes.signal_group(handle, signal.SIGKILL)
+        raise ProxyFailed("the worker moved (restarted on another port) while the proxy started")
+    log.info("fault %s: worker %s reached through the fault proxy on port %d (pid %d)", key, worker.id, port,
+             handle.pid)
+    return {"proxy_pid": handle.pid, "proxy_started": handle.create_time, "proxy_port": port,
+            "upstream_port": upstream_port}
+
+
+def proxy_stop(*, key: str, worker_id: int, state: dict) -> str:
+    """Point the row back at the worker (unless it moved since) and SIGTERM the proxy, which drains and exits.
+    Returns "restored", or "gone" when neither the row nor the proxy needed anything."""
+    moved_back = Worker.objects.filter(pk=worker_id, port=state["proxy_port"]).update(port=state["upstream_port"])
+    handle = processes.ProcessHandle(pid=state["proxy_pid"], create_time=state["proxy_started"],
+                                     marker=marker_of(key))
+    stopped = processes.signal_group(handle, signal.SIGTERM)
+    return "restored" if moved_back or stopped else "gone"

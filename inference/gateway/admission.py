@@ -1,0 +1,274 @@
+"""Admission: a bounded queue per deployment in front of the workers, dispatched by priority band and, within a band,
+fairly across tenants by the tokens they were served.
+
+The gateway lets at most `capacity()` requests run at once (`--max-outstanding-per-worker` times the ready workers
+that hold streams: colocated, or decode). A request that finds them all taken waits here instead of getting a 429
+straight away, up to its class's deadline (`--queue-deadline`); when a slot frees, the next request goes:
+
+1. the first band with a request waiting, in the order interactive, standard, batch (strict priority);
+2. within the band, the backlogged tenant with the smallest virtual token counter (VTC, Sheng et al., "Fairness in
+   Serving Large Language Models", OSDI 2024): each tenant's counter grows by the prompt tokens and
+   COMPLETION_WEIGHT × the completion tokens it is served, charged as they stream. A tenant that becomes backlogged
+   is lifted to the smallest counter among the backlogged tenants of its band (to the last dispatched tenant's when
+   none is), so time spent idle earns no credit to spend later in a burst;
+3. within the tenant, its oldest request.
+
+Shed: 429 `queue_full` when `--admission-queue` requests already wait (0: admission steps aside and a full fleet
+answers the router's straight 429 `overloaded`, as before there was a queue), 503
+`queue_timeout` when a request's deadline passes while it waits; both with Retry-After. Requests of an open
+deployment (no key) count as one tenant, ANONYMOUS, of class standard.
+
+`FairQueue` is the pure part (no asyncio, no clock: tested one decision at a time); `Admission` wraps it with
+futures, deadlines and the series on /metrics.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from inference.gateway.openai_protocol import ApiError
+
+BANDS = ("interactive", "standard", "batch")  # dispatch order
+ANONYMOUS = "_anonymous"  # not a valid tenant name (tenancy.TENANT_RE), so it cannot collide with one
+ANONYMOUS_CLASS = "standard"
+COMPLETION_WEIGHT = 2.0  # VTC's w_q / w_p: a generated token costs about twice a prompt token to serve
+DEFAULT_MAX_QUEUED = 1024
+DEFAULT_DEADLINES = {"interactive": 10.0, "standard": 30.0, "batch": 120.0}
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+SHED_REASONS = ("queue_full", "queue_timeout")
+RETRY_AFTER = "1"
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    tenant: str
+    priority_class: str
+    enqueued: float
+    deadline: float
+    future: asyncio.Future | None = None
+
+
+class FairQueue:
+    """Waiting requests by band and tenant, and every tenant's virtual token counter."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, float] = {}
+        self.bands: dict[str, dict[str, deque[Waiter]]] = {band: {} for band in BANDS}
+        self.last_counter: dict[str, float] = {band: 0.0 for band in BANDS}
+        self.num_queued = 0
+
+    def push(self, waiter: Waiter) -> None:
+        band = self.bands[waiter.priority_class]
+        queue = band.get(waiter.tenant)
+        if queue is None:
+            # The tenant becomes backlogged: lift it so that idle time earns no credit.
+            floor = min((self.counters[t] for t in band), default=self.last_counter[waiter.priority_class])
+            self.counters[waiter.tenant] = max(self.counters.get(waiter.tenant, 0.0), floor)
+            queue = band[waiter.tenant] = deque()
+        queue.append(waiter)
+        self.num_queued += 1
+
+    def pop(self) -> Waiter | None:
+        """The next request to dispatch (module docstring), or None when none waits."""
+        for priority_class, band in self.bands.items():
+            if not band:
+                continue
+            tenant = min(band, key=lambda t: self.counters[t])
+            queue = band[tenant]
+            waiter = queue.popleft()
+            if not queue:
+                del band[tenant]
+            self.last_counter[priority_class] = self.counters[tenant]
+            self.num_queued -= 1
+            return waiter
+        return None
+
+    def remove(self, waiter: Waiter) -> bool:
+        """Take out a request that stopped waiting (its deadline passed, its client left); False if not queued."""
+        band = self.bands[waiter.priority_class]
+        queue = band.get(waiter.tenant)
+        if queue is None or waiter not in queue:
+            return False
+        queue.remove(waiter)
+        if not queue:
+            del band[waiter.tenant]
+        self.num_queued -= 1
+        return True
+
+    def charge(self, tenant: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        self.counters[tenant] = (self.counters.get(tenant, 0.0) + prompt_tokens
+                                 + COMPLETION_WEIGHT * completion_tokens)
+
+    def queued(self) -> dict[tuple[str, str], int]:
+        """(class, tenant) → requests waiting."""
+        return {(c, t): len(q) for c, band in self.bands.items() for t, q in band.items()}
+
+
+class Slot:
+    """One admitted request's place among the `capacity()` running: charges its tenant's counter as tokens are
+    served, and frees the place (dispatching the next waiter) once, when released."""
+
+    __slots__ = ("admission", "tenant", "_done")
+
+    def __init__(self, admission: Admission, tenant: str) -> None:
+        self.admission, self.tenant, self._done = admission, tenant, False
+
+    def charge(self, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        self.admission.queue.charge(self.tenant, prompt_tokens, completion_tokens)
+
+    def release(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.admission.num_running -= 1
+        self.admission.dispatch()
+
+
+class WaitStats:
+    """One (class, tenant)'s queue waits (a histogram) and shed requests, for /metrics."""
+
+    __slots__ = ("buckets", "total", "count", "shed")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * len(WAIT_BUCKETS)
+        self.total = 0.0
+        self.count = 0
+        self.shed = dict.fromkeys(SHED_REASONS, 0)
+
+    def observe(self, seconds: float) -> None:
+        self.total += seconds
+        self.count += 1
+        for i, bound in enumerate(WAIT_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+
+
+class Admission:
+    def __init__(self, capacity: Callable[[], int], *, max_queued: int = DEFAULT_MAX_QUEUED,
+                 deadlines: Mapping[str, float] = DEFAULT_DEADLINES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.capacity, self.max_queued, self.deadlines, self.clock = capacity, max_queued, dict(deadlines), clock
+        self.queue = FairQueue()
+        self.num_running = 0
+        self.stats: dict[tuple[str, str], WaitStats] = {}
+
+    def _stats(self, priority_class: str, tenant: str) -> WaitStats:
+        stats = self.stats.get((priority_class, tenant))
+        if stats is None:
+            stats = self.stats[(priority_class, tenant)] = WaitStats()
+        return stats
+
+    def _has_room(self) -> bool:
+        return self.num_running < self.capacity()
+
+    def _admit(self, tenant: str, priority_class: str, waited_s: float) -> Slot:
+        self.num_running += 1
+        self._stats(priority_class, tenant).observe(waited_s)
+        return Slot(self, tenant)
+
+    async def acquire(self, tenant: str, priority_class: str) -> Slot:
+        """A slot to run the request in, at once or after a wait; ApiError 429 (queue full) or 503 (deadline)."""
+        # No queue, or no capacity known (no ready worker): admit, and let the router answer as it does (429
+        # overloaded, 503 no_ready_workers).
+        if not self.max_queued or self.capacity() <= 0 or (not self.queue.num_queued and self._has_room()):
+            return self._admit(tenant, priority_class, 0.0)
+        stats = self._stats(priority_class, tenant)
+        if self.queue.num_queued >= self.max_queued:
+            stats.shed["queue_full"] += 1
+            raise ApiError(429, f"the gateway is at capacity: its admission queue is full ({self.max_queued} "
+                                "requests waiting); retry later", type="rate_limit_error",
+                           code="queue_full", headers={"Retry-After": RETRY_AFTER})
+        now = self.clock()
+        deadline_s = self.deadlines[priority_class]
+        waiter = Waiter(tenant, priority_class, now, now + deadline_s, asyncio.get_running_loop().create_future())
+        self.queue.push(waiter)
+        self.dispatch()  # capacity may have grown since the last dispatch (a worker came back)
+        try:
+            done, _ = await asyncio.wait((waiter.future,), timeout=deadline_s)
+        except asyncio.CancelledError:  # the client went away while it waited
+            if not self.queue.remove(waiter) and waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.result().release()
+            raise
+        if not done:
+            self.queue.remove(waiter)
+            stats.shed["queue_timeout"] += 1
+            raise ApiError(503, f"the request waited {deadline_s:g} s in the gateway's admission queue, the "
+                                f"deadline of class {priority_class}; the fleet is saturated, retry later",
+                           type="service_unavailable", code="queue_timeout", headers={"Retry-After": RETRY_AFTER})
+        return waiter.future.result()
+
+    def dispatch(self) -> None:
+        """Hand free slots to waiters, in FairQueue order. Called when a slot frees and when capacity may have
+        grown (a worker came back)."""
+        while self.queue.num_queued and self._has_room():
+            waiter = self.queue.pop()
+            if waiter.future.done():  # cancelled between its wake-up and its removal
+                continue
+            waiter.future.set_result(self._admit(waiter.tenant, waiter.priority_class,
+                                                 self.clock() - waiter.enqueued))
+
+    async def run(self, interval: float = 0.2) -> None:
+        """Dispatch now and then: capacity grows without a slot being freed when a worker becomes ready."""
+        while True:
+            await asyncio.sleep(interval)
+            self.dispatch()
+
+    def collector(self, model: str) -> Collector:
+        return AdmissionCollector(self, model)
+
+
+class AdmissionCollector(Collector):
+    """Queue length, wait and shed requests by class and tenant (the `tenant` label takes the tenants this gateway
+    has seen queue or run, and ANONYMOUS)."""
+
+    def __init__(self, admission: Admission, model: str) -> None:
+        self.admission, self.model = admission, model
+
+    def collect(self):
+        admission = self.admission
+        base = ["role", "model"]
+        labels = [*base, "class", "tenant"]
+        length = GaugeMetricFamily("tandem_gateway_queue_length", "Requests waiting in the admission queue.",
+                                   labels=labels)
+        wait = HistogramMetricFamily("tandem_gateway_queue_wait_seconds", "Time admitted requests waited in the "
+                                     "admission queue (0 for those that found a free slot).", labels=labels)
+        shed = CounterMetricFamily("tandem_gateway_queue_shed", "Requests refused by admission: queue_full (429) "
+                                   "or queue_timeout (503, the class's deadline passed).",
+                                   labels=[*labels, "reason"])
+        queued = admission.queue.queued()
+        for key in sorted(set(admission.stats) | set(queued)):
+            values = ["gateway", self.model, *key]
+            length.add_metric(values, queued.get(key, 0))
+            stats = admission.stats.get(key) or WaitStats()
+            wait.add_metric(values, [*((str(b), n) for b, n in zip(WAIT_BUCKETS, stats.buckets)),
+                                     ("+Inf", stats.count)], stats.total)
+            for reason, num in stats.shed.items():
+                shed.add_metric([*values, reason], num)
+        running = GaugeMetricFamily("tandem_gateway_admission_running", "Requests holding an admission slot.",
+                                    labels=base)
+        running.add_metric(["gateway", self.model], admission.num_running)
+        capacity = GaugeMetricFamily("tandem_gateway_admission_capacity", "Requests that may run at once "
+                                     "(--max-outstanding-per-worker × ready streaming workers).", labels=base)
+        capacity.add_metric(["gateway", self.model], admission.capacity())
+        yield from (length, wait, shed, running, capacity)
+
+
+def parse_deadline(text: str) -> tuple[str, float]:
+    """`CLASS=SECONDS` of --queue-deadline."""
+    priority_class, sep, seconds = text.partition("=")
+    if not sep or priority_class not in BANDS:
+        raise ValueError(f"--queue-deadline {text!r}: give CLASS=SECONDS, CLASS one of {', '.join(BANDS)}")
+    try:
+        value = float(seconds)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"--queue-deadline {text!r}: the seconds must be a number > 0")
+    return priority_class, value
