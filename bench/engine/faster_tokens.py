@@ -80,21 +80,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 # -- the machine -------------------------------------------------------------------------------------------------
 
 def memory_bandwidth(num_bytes: int = 512 << 20, tries: int = 5) -> dict:
-    """Bytes per second this process reads (sum of a float32 tensor far larger than any cache) and copies."""
-    import torch
+    """Bytes per second this process reads and copies (inference.roofline_measure, what node agents measure)."""
+    from inference.roofline_measure import memory_bandwidth as measure
 
-    x = torch.ones(num_bytes // 4)
-    y = torch.empty_like(x)
-    best_read = best_copy = float("inf")
-    for _ in range(tries):
-        with Timer() as t:
-            x.sum()
-        best_read = min(best_read, t.seconds)
-        with Timer() as t:
-            y.copy_(x)
-        best_copy = min(best_copy, t.seconds)
-    return {"read_bytes_per_s": round(num_bytes / best_read), "copy_bytes_per_s": round(2 * num_bytes / best_copy),
-            "tensor_bytes": num_bytes, "threads": torch.get_num_threads()}
+    return measure(num_bytes, tries)
 
 
 # -- timing helpers ----------------------------------------------------------------------------------------------

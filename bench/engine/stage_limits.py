@@ -8,17 +8,22 @@ One JSON document with:
   prompt (same dtype, same threads; transformers computes the last position's logits only, as the engine does),
   prompt tokens/s, their ratio, and achieved FLOP/s (2 x parameters x tokens) as a share of the matmul peak; and
   chunked prefill (the engine's default chunk) against the one pass;
-- `decode`: single-stream decode step time per precision (float32, bfloat16 where native, INT8) against the time to
-  read its weights once at the measured bandwidth, and INT8 against float32;
-- `levers`: each decode lever alone against the float32 engine without it, with its greedy output checked token
-  for token: `fused_projections` (q/k/v and gate/up as one matmul each), `prepacked_linears` (MKL's packed GEMM),
-  `compile` (the engine setting: torch.compile of the decode step, with its warm-up);
+- `decode`: per precision (float32, bfloat16 where native, INT8), the engine's lean decode forward against its
+  reference forward (`lean_decode=False`) in the same run: single-stream step time against the time to read its
+  weights once at the measured bandwidth, tensor ops per step, tokens/s at 16 concurrent requests; INT8 against
+  float32;
+- `levers`: each decode lever alone against the float32 engine without it, both on the reference forward (which the
+  levers change), with its greedy output checked token for token: `fused_projections` (q/k/v and gate/up as one
+  matmul each; the lean forward always runs them fused), `prepacked_linears` (MKL's packed GEMM), `compile` (the
+  engine setting: torch.compile of the decode step, with its warm-up); and on the lean forward
+  `transposed_projections` (float32 fused weights stored [K, N]: faster reads, another summation order);
 - `goals`: each goal of the issue, met (true) or not (false), with the value it was judged on.
 
 Timings are best of `--repeats`; decode steps are read without the prefill (N tokens minus 1 token, over N - 1).
 
     python bench/engine/stage_limits.py            # SmolLM2, 1 thread
     python bench/engine/stage_limits.py --quick    # fewer tokens and repeats
+    python bench/engine/stage_limits.py --sections decode --levers ""   # the decode section alone
 """
 from __future__ import annotations
 
@@ -42,9 +47,10 @@ GOALS = {
     "decode_int8_step_vs_weights_read": ("<=", 1.5),
     "decode_int8_vs_float32": (">=", 2.0),
     **{f"{lever}_greedy_token_identical": ("==", True) for lever in ("fused_projections", "prepacked_linears",
-                                                                     "compile")},
+                                                                     "compile", "transposed_projections")},
 }
-LEVERS = ("fused_projections", "prepacked_linears", "compile")
+LEVERS = ("fused_projections", "prepacked_linears", "compile", "transposed_projections")
+CONCURRENT = 16  # requests of the decode section's batched figure
 # The matmul of the issue's table: a 2,048-token prompt through SmolLM2's MLP up projection (576 -> 1536).
 MATMUL_SHAPE = (2048, 576, 1536)
 
@@ -54,18 +60,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="smollm2", help="smollm2, tiny or a model folder")
     p.add_argument("--threads", type=int, default=1, help="torch threads for every side (default 1)")
     p.add_argument("--quick", action="store_true", help="fewer decode tokens, one repeat, a shorter prompt")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed rounds, the best kept (default 2, 1 with --quick; more on a busy machine)")
+    p.add_argument("--sections", default="prefill,decode", help="comma-separated: prefill, decode")
     p.add_argument("--levers", default=",".join(LEVERS),
                    help=f"comma-separated, each measured alone: {', '.join(LEVERS)} (compile's warm-up takes "
                         "minutes on a busy CPU); empty for none")
     args = p.parse_args(argv)
     args.levers = [lever for lever in args.levers.split(",") if lever]
+    args.sections = [section for section in args.sections.split(",") if section]
     unknown = set(args.levers) - set(LEVERS)
     if unknown:
         p.error(f"unknown --levers {sorted(unknown)}; known: {', '.join(LEVERS)}")
     args.prompt_tokens = 512 if args.quick else 2048
     args.decode_prompt_tokens = 32
     args.new_tokens = 12 if args.quick else 40
-    args.repeats = 1 if args.quick else 2
+    args.repeats = args.repeats or (1 if args.quick else 2)
     return args
 
 
@@ -78,39 +88,12 @@ def cpu_flags_of_interest() -> list[str]:
 
 
 def matmul_peaks(repeats: int) -> dict:
-    """GFLOP/s of one MATMUL_SHAPE matmul per dtype, best of a few."""
-    import warnings
+    """GFLOP/s of one MATMUL_SHAPE matmul per dtype, best of a few (inference.roofline_measure, what node agents
+    measure; here bfloat16 is measured even where it is not native, and torch._int_mm beside fbgemm's kernel)."""
+    from inference.roofline_measure import matmul_gflops
 
-    import torch
-
-    m, k, n = MATMUL_SHAPE
-    flops = 2 * m * k * n
-
-    def best_gflops(fn, tries: int) -> float:
-        fn()  # first call: lazy init, packing caches
-        best = math.inf
-        for _ in range(tries):
-            with Timer() as t:
-                fn()
-            best = min(best, t.seconds)
-        return round(flops / best / 1e9, 1)
-
-    tries = 3 + 2 * repeats
-    a32, b32 = torch.randn(m, k), torch.randn(k, n)
-    peaks = {"float32": best_gflops(lambda: a32 @ b32, tries)}
-    a16, b16 = a32.bfloat16(), b32.bfloat16()
-    # Without native bfloat16 a matmul converts inside and runs ~50x slower: one try tells.
-    peaks["bfloat16"] = best_gflops(lambda: a16 @ b16, tries if has_native_bfloat16() else 1)
-    a8 = torch.randint(-127, 128, (m, k), dtype=torch.int8)
-    b8 = torch.randint(-127, 128, (n, k), dtype=torch.int8).t()
-    peaks["int8_int_mm"] = best_gflops(lambda: torch._int_mm(a8, b8), tries)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        qw = torch.quantize_per_channel(torch.randn(n, k), torch.rand(n).double() / 100 + 1e-3,
-                                        torch.zeros(n, dtype=torch.long), 0, torch.qint8)
-        packed = torch.ops.quantized.linear_prepack(qw, None)
-    peaks["int8_fbgemm_linear_dynamic"] = best_gflops(
-        lambda: torch.ops.quantized.linear_dynamic(a32, packed, False), tries)
+    peaks = matmul_gflops(shape=MATMUL_SHAPE, tries=3 + 2 * repeats, bfloat16=True, int8_int_mm=True)
+    peaks["int8_fbgemm_linear_dynamic"] = peaks.pop("int8")
     return {"shape_mkn": list(MATMUL_SHAPE), "gflops": peaks}
 
 
@@ -226,27 +209,40 @@ def prefill_section(ctx: dict, args) -> dict:
 
 
 def decode_section(ctx: dict, args) -> dict:
-    """Single-stream decode per precision against the time to read its weights once at the measured bandwidth."""
+    """Decode per precision (float32, bfloat16 where native, INT8), the engine (its lean decode forward) against its
+    reference forward (lean_decode=False) in the same run: single-stream step time against the time to read the
+    weights once at the measured bandwidth, tensor ops per step, and tokens/s at CONCURRENT requests."""
     read_bps = ctx["machine"]["read_bandwidth"]["read_bytes_per_s"]
     precisions = {"float32": {"dtype": "float32"}, "int8": {"dtype": "float32", "quantization": "int8"}}
     if has_native_bfloat16():
         precisions["bfloat16"] = {"dtype": "bfloat16"}
-    engines = {name: make_engine(ctx["path"], args, **settings) for name, settings in precisions.items()}
-    prompts = ctx["decode_prompts"][:1]
-    for engine in engines.values():  # first calls pay for lazy init
-        engine_runner(engine)(prompts, 2)
-    rates = decode_rates({name: engine_runner(e) for name, e in engines.items()}, prompts, args.new_tokens,
-                         args.repeats)
-    out: dict = {"prompt_tokens": len(prompts[0]), "new_tokens": args.new_tokens,
-                 "bfloat16": "measured (native here)" if "bfloat16" in engines else "left out: not native here"}
-    for name, engine in engines.items():
+    paths = {"lean": {}, "reference": {"lean_decode": False}}
+    engines = {(name, path): make_engine(ctx["path"], args, **settings, **extra)
+               for name, settings in precisions.items() for path, extra in paths.items()}
+    runners = {f"{name}/{path}": engine_runner(e) for (name, path), e in engines.items()}
+    single, many = ctx["decode_prompts"][:1], ctx["concurrent_prompts"]
+    for run in runners.values():  # first calls pay for lazy init
+        run(single, 2)
+    rates = decode_rates(runners, single, args.new_tokens, args.repeats)
+    concurrent = decode_rates(runners, many, args.new_tokens, args.repeats)
+    out: dict = {"prompt_tokens": len(single[0]), "new_tokens": args.new_tokens, "concurrent": len(many),
+                 "bfloat16": "measured (native here)" if "bfloat16" in precisions else "left out: not native here"}
+    for name in precisions:
+        engine = engines[(name, "lean")]
         read_ms = engine.weight_bytes / read_bps * 1e3
-        out[name] = {"dtype": engine.dtype, "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
-                     "weights_read_once_ms": round(read_ms, 2), **rates[name],
-                     "step_vs_weights_read": ratio(rates[name]["step_ms"], read_ms),
-                     "step_ops": decode_step_ops(engine, prompts[0])}
-        ctx["goals"][f"decode_{name}_step_vs_weights_read"] = out[name]["step_vs_weights_read"]
-    out["int8_vs_float32"] = ratio(rates["float32"]["step_ms"], rates["int8"]["step_ms"])
+        row = {"dtype": engine.dtype, "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
+               "weights_read_once_ms": round(read_ms, 2)}
+        for path in paths:
+            step = rates[f"{name}/{path}"]
+            row[path] = {**step, "step_vs_weights_read": ratio(step["step_ms"], read_ms),
+                         "step_ops": decode_step_ops(engines[(name, path)], single[0]),
+                         f"tok_s_at_{len(many)}": concurrent[f"{name}/{path}"]["tok_s"]}
+        row["lean_speedup"] = {"single_stream": ratio(row["reference"]["step_ms"], row["lean"]["step_ms"]),
+                               f"at_{len(many)}": ratio(row["lean"][f"tok_s_at_{len(many)}"],
+                                                        row["reference"][f"tok_s_at_{len(many)}"])}
+        out[name] = row
+        ctx["goals"][f"decode_{name}_step_vs_weights_read"] = row["lean"]["step_vs_weights_read"]
+    out["int8_vs_float32"] = ratio(rates["float32/lean"]["step_ms"], rates["int8/lean"]["step_ms"])
     ctx["goals"]["decode_int8_vs_float32"] = out["int8_vs_float32"]
     release(*engines.values())
     return out
@@ -256,14 +252,21 @@ def lever_section(ctx: dict, args, lever: str) -> dict:
     """The float32 engine with one lever against the same without it: decode step and greedy tokens (and for
     compile its warm-up)."""
     from inference.engine import SamplingParams
-    from inference.engine.fusion import fuse_projections, prepack_linears
+    from inference.engine.fusion import fuse_projections, prepack_linears, transpose_projections
+    from inference.engine.lean_decode import LeanDecoder
 
-    plain = make_engine(ctx["path"], args)
-    other = make_engine(ctx["path"], args, compile=lever == "compile")
+    # On the reference forward, which the first three change (the lean decode forward fuses projections itself);
+    # transposed projections on the engine's default (lean) forward, rebuilt over the transposed weights.
+    lean = lever == "transposed_projections"
+    plain = make_engine(ctx["path"], args, lean_decode=lean)
+    other = make_engine(ctx["path"], args, compile=lever == "compile", lean_decode=lean)
     if lever == "fused_projections":
         fuse_projections(other.model_runner)
     elif lever == "prepacked_linears":
         prepack_linears(other.model_runner)
+    elif lever == "transposed_projections":
+        transpose_projections(other.model_runner)
+        other.model_runner.lean_decoder = LeanDecoder(other.model_runner)
     prompts = ctx["decode_prompts"]
     greedy = SamplingParams(max_tokens=args.new_tokens, temperature=0.0)
     agreement = greedy_agreement(plain.generate(prompts, greedy), other.generate(prompts, greedy))
@@ -306,10 +309,14 @@ def run(args) -> dict:
     vocab_size = AutoConfig.from_pretrained(path).vocab_size
     ctx = {"path": path, "machine": machine, "goals": {},
            "long_prompt": random_prompts(1, args.prompt_tokens, vocab_size, seed=11)[0],
-           "decode_prompts": random_prompts(4, args.decode_prompt_tokens, vocab_size, seed=7)}
+           "decode_prompts": random_prompts(4, args.decode_prompt_tokens, vocab_size, seed=7),
+           "concurrent_prompts": random_prompts(CONCURRENT, args.decode_prompt_tokens, vocab_size, seed=13)}
     doc = {"benchmark": "stage_limits", "model": args.model, "model_path": str(path), "threads": args.threads,
-           "quick": args.quick, "machine": machine, "prefill": prefill_section(ctx, args),
-           "decode": decode_section(ctx, args), "levers": {}}
+           "quick": args.quick, "machine": machine, "levers": {}}
+    if "prefill" in args.sections:
+        doc["prefill"] = prefill_section(ctx, args)
+    if "decode" in args.sections:
+        doc["decode"] = decode_section(ctx, args)
     for lever in args.levers:
         doc["levers"][lever] = lever_section(ctx, args, lever)
     doc["goals"] = judge(ctx["goals"])

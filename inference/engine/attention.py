@@ -74,7 +74,10 @@ class DecodeAttention:
     def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, mask: torch.Tensor):
         self.k_cache, self.v_cache = k_cache, v_cache  # [L, N, bs, Hkv, D]
         self.block_tables = block_tables  # [B, M]
-        self.mask = mask  # [B, 1, 1, S], S = M * block_size
+        # [B, 1, 1, S], S = M * block_size: True where a key is in the context, as 0 / -inf in the cache's dtype once
+        # per step (what SDPA would turn a boolean mask into in every layer's call).
+        self.mask = torch.zeros(mask.shape, dtype=k_cache.dtype, device=mask.device).masked_fill_(
+            mask.logical_not(), float("-inf"))
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         # q: [B, Hq, D] (k, v of this token are already in the cache)  ->  [B, Hq, D]

@@ -74,6 +74,9 @@ class Config:
     # engine runs eager and says why in compile_info), CUDA graphs ("reduce-overhead") on CUDA. Compiled during the
     # engine's construction, before a worker reports ready.
     compile: bool = False
+    # The lean decode forward (lean_decode.py): decode-only steps with ~40 % fewer tensor ops, bit-identical to the
+    # reference forward over the Hugging Face modules (False: the reference, for comparisons).
+    lean_decode: bool = True
 
     def __post_init__(self) -> None:
         self.model = str(self.model)
@@ -90,7 +93,7 @@ class Config:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
             raise ConfigError("quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}")
-        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile"):
+        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):

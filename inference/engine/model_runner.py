@@ -19,6 +19,8 @@ from inference.engine.attention import DecodeAttention, MixedAttention, PrefillA
 from inference.engine.compilation import compile_decode, pad_num_table_blocks, write_kv
 from inference.engine.config import Config
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
+from inference.engine.lean_decode import LeanDecoder
+from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
 from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
@@ -47,7 +49,6 @@ class ModelRunner:
         self.model = load_model(config.model, self.dtype, self.device)
         if config.quantization == "int8":
             quantize_model(self.model, kernel=default_kernel(self.device))
-        self.weight_bytes = weight_bytes(self.model)  # what the weights hold now, quantized or not
         self.fused_qkv = hasattr(self.model.model.layers[0].self_attn, "qkv_proj")
         hf = self.model.config
         self.vocab_size: int = hf.vocab_size
@@ -76,6 +77,15 @@ class ModelRunner:
         self.k_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.v_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.sampler = Sampler(self.device)
+        # The lean decode forward (lean_decode.py) fuses a float model's projections in place (exact) when built.
+        self.lean_decoder = None
+        if config.lean_decode:
+            reason = lean_unsupported_reason(self.model)
+            if reason is None:
+                self.lean_decoder = LeanDecoder(self)
+            else:
+                log.warning("lean decode: using the reference forward: %s", reason)
+        self.weight_bytes = weight_bytes(self.model)  # what the weights hold now, quantized or not
         # compile: the decode step's forward compiled and warmed up here, before the engine serves (compilation.py).
         self._compiled_decode_forward = None
         self.compile_info: dict = {"enabled": False, "backend": None, "mode": None, "warmup_s": 0.0, "fallback": None,
@@ -142,7 +152,10 @@ class ModelRunner:
             self._import_kv(seqs)
             prefill, decode = [], seqs
         input_ids, positions, slot_mapping, attention = self._prepare(prefill, decode)
-        forward = self._compiled_decode_forward if not prefill and self._compiled_decode_forward else self._forward
+        if prefill or not (self._compiled_decode_forward or self.lean_decoder):
+            forward = self._forward
+        else:
+            forward = self._compiled_decode_forward or self.lean_decoder.forward
         hidden = forward(input_ids, positions, slot_mapping, attention)  # [T, hidden]
         # Logits only at the last position of each sequence that samples (decodes, and chunks that end a prompt).
         sampling = [seq for seq in seqs if seq.samples_next_token]

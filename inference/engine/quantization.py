@@ -22,6 +22,7 @@ Outputs are not bit-identical to the unquantized model (the worker says so: conf
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -86,13 +87,20 @@ class FbgemmInt8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., K]  ->  [..., N] in x's dtype
-        flat = x.reshape(-1, self.in_features).float()  # [M, K]
-        row_max = flat.abs().amax(dim=1, keepdim=True).clamp_(min=torch.finfo(torch.float32).tiny)  # [M, 1]
-        anchored = torch.cat((flat / row_max, self.anchors.expand(flat.shape[0], 2)), dim=1)  # [M, K + 2]
+        # Few tensor ops: at batch 1 each costs about as much as a small matmul (max |x| as one norm, no casts or
+        # expand where they would do nothing).
+        flat = x.reshape(-1, self.in_features)  # [M, K]
+        if flat.dtype != torch.float32:
+            flat = flat.float()
+        row_max = torch.linalg.vector_norm(flat, math.inf, dim=1, keepdim=True).clamp_(
+            min=torch.finfo(torch.float32).tiny)  # [M, 1], max |x| per row
+        anchors = self.anchors if flat.shape[0] == 1 else self.anchors.expand(flat.shape[0], 2)
+        anchored = torch.cat((flat / row_max, anchors), dim=1)  # [M, K + 2]
         y = torch.ops.quantized.linear_dynamic(anchored, self._packed, self.reduce_range).mul_(row_max)  # [M, N]
         if self.bias is not None:
             y += self.bias
-        return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
+        y = y.view(*x.shape[:-1], self.out_features)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 fbgemm"

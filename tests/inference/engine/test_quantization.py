@@ -62,6 +62,14 @@ def test_a_token_gets_the_same_fbgemm_output_alone_or_in_any_batch(linear):
     assert _relative_error(batched[0], linear(x[0]).detach()) < 0.02
 
 
+def test_an_fbgemm_linear_answers_a_bfloat16_input_in_bfloat16_with_the_float32_inputs_values(linear):
+    module = FbgemmInt8Linear.from_linear(linear)
+    x = torch.randn(3, 192).bfloat16()
+    got = module(x)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, module(x.float()).bfloat16())
+
+
 def test_a_tied_matrix_serves_the_embedding_and_the_lm_head_from_one_int8_table():
     torch.manual_seed(1)
     table = torch.randn(1000, 64)

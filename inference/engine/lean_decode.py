@@ -1,0 +1,126 @@
+"""The lean decode forward: the same layers as ModelRunner._forward (the reference, over the Hugging Face modules),
+with ~40 % fewer tensor ops per step, for the step that runs once per generated token.
+
+A single-stream decode step multiplies one token by every weight once, so beside the matmuls its cost is per-op
+overhead: SmolLM2's reference step runs ~60 tensor ops per layer (RMSNorm as six, RoPE as seven for q and seven
+for k, a select per cache view, module calls around every linear). Here, per layer:
+
+- RMSNorm as one `F.rms_norm` (float32; in a narrower dtype as Hugging Face computes it: normalized in float32, cast,
+  then scaled by the weight);
+- RoPE for q and k at once, on the [T, Hq + Hkv, D] slice of the fused QKV output (`fusion.fuse_projections` on a
+  float model, quantization.py's `qkv_proj` on INT8): x * cos + roll(x, D/2) * sin', where sin' is sin with its
+  first half negated once per step: roll(x) * sin' = rotate_half(x) * sin element for element (negation is exact);
+- the linears called through `F.linear` on their weights (no module call), gate and up as one matmul;
+- the cache's per-layer views made once, not selected per layer and step.
+
+Every change is exact (the same elementwise operations in the same order; the fused projections compute each output
+column alone), so a lean step's hidden states equal the reference's bit for bit in float32, bfloat16 and INT8, and
+greedy output is token-identical (tests/inference/engine/test_lean_decode.py). What it saves is op overhead: at one
+thread the matrix-vector products still take most of a step (docs/performance.md).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.engine.fusion import FusedGatedMLP, fuse_projections
+from inference.engine.quantization import Int8GatedMLP
+
+Projection = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(slots=True)
+class LeanLayer:
+    input_norm: tuple[torch.Tensor, float]  # (weight [hidden], eps)
+    qkv: Projection  # [T, hidden] -> [T, (Hq + 2 Hkv) D]
+    o: Projection  # [T, Hq D] -> [T, hidden]
+    post_norm: tuple[torch.Tensor, float]
+    gate_up: Projection  # [T, hidden] -> [T, 2 I]
+    act: Callable[[torch.Tensor], torch.Tensor]
+    down: Projection  # [T, I] -> [T, hidden]
+    intermediate_size: int
+    scale: float
+
+
+def unsupported_reason(model) -> str | None:
+    """Why the lean forward cannot run this model exactly as the reference does, or None."""
+    for layer in model.model.layers:
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm):
+            if not hasattr(norm, "variance_epsilon") or getattr(norm, "weight", None) is None:
+                return f"{type(norm).__name__} is not Llama's RMSNorm"
+        if not hasattr(layer.self_attn, "scaling"):
+            return f"{type(layer.self_attn).__name__} has no attention scale"
+    return None
+
+
+def _projection(module: nn.Module) -> Projection:
+    if isinstance(module, nn.Linear):  # F.linear on the weights: no module call per step
+        return functools.partial(F.linear, weight=module.weight, bias=module.bias)
+    return module.forward
+
+
+def _norm(norm: nn.Module) -> tuple[torch.Tensor, float]:
+    return norm.weight, norm.variance_epsilon
+
+
+def rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+    # x: [T, hidden] -> [T, hidden], exactly Hugging Face's LlamaRMSNorm
+    weight, eps = norm
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
+
+
+class LeanDecoder:
+    """Built once per runner (after quantization): fuses a float model's projections in place, then holds each
+    layer's weights and callables; `forward` has the signature of ModelRunner._forward."""
+
+    def __init__(self, runner):
+        model = runner.model
+        if not runner.fused_qkv:  # a float model: q/k/v and gate/up as one matmul each, in place (exact)
+            fuse_projections(runner)
+        self.runner = runner
+        self.embed = model.model.embed_tokens
+        self.rotary = model.model.rotary_emb
+        self.layers = []
+        for layer in model.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            assert isinstance(mlp, (FusedGatedMLP, Int8GatedMLP)), "gate and up are fused on every path"
+            self.layers.append(LeanLayer(
+                input_norm=_norm(layer.input_layernorm), qkv=_projection(attn.qkv_proj), o=_projection(attn.o_proj),
+                post_norm=_norm(layer.post_attention_layernorm), gate_up=_projection(mlp.gate_up_proj),
+                act=mlp.act_fn, down=_projection(mlp.down_proj), intermediate_size=mlp.intermediate_size,
+                scale=attn.scaling))
+        shape = (runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
+        self.k_slots = runner.k_cache.view(shape).unbind(0)  # L x [N*bs, Hkv, D]
+        self.v_slots = runner.v_cache.view(shape).unbind(0)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
+                attention, num_layers: int | None = None) -> torch.Tensor:
+        # input_ids, positions, slot_mapping: [T]  ->  hidden: [T, hidden]
+        runner = self.runner
+        num_tokens = input_ids.shape[0]
+        h_q, h_kv, d = runner.num_heads, runner.num_kv_heads, runner.head_dim
+        x = self.embed(input_ids)  # [T, hidden]
+        cos, sin = self.rotary(x, positions.unsqueeze(0))  # [1, T, D] each, RoPE scaling as the model's own
+        cos = cos[0].unsqueeze(1)  # [T, 1, D]
+        # [T, 1, D], its first half negated: roll(x) * sin == rotate_half(x) * sin
+        sin = torch.cat((-sin[0, :, : d // 2], sin[0, :, d // 2:]), dim=-1).unsqueeze(1)
+        for layer_id, layer in enumerate(self.layers[:num_layers]):
+            qkv = layer.qkv(rms_norm(x, layer.input_norm)).view(num_tokens, h_q + 2 * h_kv, d)
+            qk = qkv[:, : h_q + h_kv]  # [T, Hq + Hkv, D]
+            qk = qk * cos + qk.roll(d // 2, -1) * sin
+            # q contiguous: with many sequences, SDPA over a strided q measured ~4% slower a step (SmolLM2, 16).
+            q, k, v = qk[:, :h_q].contiguous(), qk[:, h_q:], qkv[:, h_q + h_kv:]
+            self.k_slots[layer_id].index_copy_(0, slot_mapping, k)
+            self.v_slots[layer_id].index_copy_(0, slot_mapping, v)
+            o = attention(layer_id, q, k, v, layer.scale)  # [T, Hq, D]
+            x = x + layer.o(o.reshape(num_tokens, h_q * d))
+            gate, up = layer.gate_up(rms_norm(x, layer.post_norm)).split(layer.intermediate_size, dim=-1)
+            x = x + layer.down(layer.act(gate) * up)
+        return x
