@@ -1,0 +1,87 @@
+"""The fleet's settings, per part of the control plane: supervision, observability, rollouts, chaos, autoscaling,
+capacity, tenants and alerting (controlplane/settings.py imports them; Django's own settings stay there).
+
+Read from the environment here and nowhere else (STYLE.md), each with its default and bounds.
+"""
+from __future__ import annotations
+
+from controlplane.lib.env import env_bool, env_int
+
+# --- supervision ------------------------------------------------------------------------------------------
+# How long a started worker may take to answer /health 200 before the start counts as failed (model load).
+TANDEM_STARTUP_TIMEOUT_S = env_int("TANDEM_STARTUP_TIMEOUT_S", 120, minimum=1)
+# One /health probe's timeout; probes of all workers run concurrently.
+TANDEM_HEALTH_TIMEOUT_S = env_int("TANDEM_HEALTH_TIMEOUT_S", 2, minimum=1)
+# The node agent's heartbeat: Node.last_seen_at and a liveness check of each of its processes.
+TANDEM_HEARTBEAT_INTERVAL_S = env_int("TANDEM_HEARTBEAT_INTERVAL_S", 2, minimum=1)
+# A node whose agent has not beaten for this long gets no new workers.
+TANDEM_NODE_OFFLINE_AFTER_S = env_int("TANDEM_NODE_OFFLINE_AFTER_S", 30, minimum=2)
+# Between taking a worker out of the gateway's membership (status draining) and its SIGTERM: the gateway polls
+# membership every 2 s, so it must have stopped routing new requests there first.
+TANDEM_DRAIN_GRACE_S = env_int("TANDEM_DRAIN_GRACE_S", 3, minimum=0)
+# Restart backoff: 1, 2, 4, ... seconds, capped here.
+TANDEM_RESTART_BACKOFF_MAX_S = env_int("TANDEM_RESTART_BACKOFF_MAX_S", 60, minimum=1)
+# Threads of the node agent's Celery pool: stops block for the drain deadline, so several run at once.
+TANDEM_AGENT_CONCURRENCY = env_int("TANDEM_AGENT_CONCURRENCY", 8, minimum=1)
+# The node agent measures its host's roofline (matmul peaks, read bandwidth: a child process, a few seconds) when it
+# starts and on demand (POST /api/v1/nodes/<name>/measure); off where many agents start on a busy host (tests).
+TANDEM_HOST_MEASURE = env_bool("TANDEM_HOST_MEASURE", True)
+TANDEM_HOST_MEASURE_TIMEOUT_S = env_int("TANDEM_HOST_MEASURE_TIMEOUT_S", 120, minimum=5)
+
+# --- observability ----------------------------------------------------------------------------------------
+# Scrape every worker's and gateway's /metrics this often (Celery beat → periodic queue), at most this many at once.
+TANDEM_SCRAPE_INTERVAL_S = env_int("TANDEM_SCRAPE_INTERVAL_S", 5, minimum=1)
+TANDEM_SCRAPE_TIMEOUT_S = env_int("TANDEM_SCRAPE_TIMEOUT_S", 3, minimum=1)
+TANDEM_SCRAPE_CONCURRENCY = env_int("TANDEM_SCRAPE_CONCURRENCY", 100, minimum=1)
+# Scrape passes per interval, each of the deployments whose id modulo this is its shard: a large fleet's scrape
+# spread over several periodic workers (run as many `--queues periodic` workers as shards).
+TANDEM_SCRAPE_SHARDS = env_int("TANDEM_SCRAPE_SHARDS", 1, minimum=1)
+# Rates and latency quantiles are computed over this window of raw counters (Prometheus' rate(x[window])).
+TANDEM_SCRAPE_WINDOW_S = env_int("TANDEM_SCRAPE_WINDOW_S", 30, minimum=1)
+TANDEM_METRICS_RAW_RETENTION_S = env_int("TANDEM_METRICS_RAW_RETENTION_S", 6 * 3600, minimum=60)
+TANDEM_METRICS_ROLLUP_RETENTION_S = env_int("TANDEM_METRICS_ROLLUP_RETENTION_S", 14 * 86400, minimum=3600)
+
+# --- rollouts (canary, A/B) -----------------------------------------------------------------------------------
+# How often the rollout driver steps every running rollout (Celery beat, periodic queue).
+TANDEM_ROLLOUT_INTERVAL_S = env_int("TANDEM_ROLLOUT_INTERVAL_S", 2, minimum=1)
+
+# --- chaos experiments ----------------------------------------------------------------------------------
+# How often the chaos driver samples the gateways of opted-in deployments and steps every running experiment.
+TANDEM_CHAOS_INTERVAL_S = env_int("TANDEM_CHAOS_INTERVAL_S", 2, minimum=1)
+# The longest fault an experiment may hold (a pause is released by the node agent by then in any case).
+TANDEM_CHAOS_MAX_DURATION_S = env_int("TANDEM_CHAOS_MAX_DURATION_S", 600, minimum=1)
+
+# --- autoscaling ------------------------------------------------------------------------------------------
+# The autoscaler (HPA's algorithm, evaluated every TANDEM_SCRAPE_INTERVAL_S): tolerance in percent, stabilisation
+# windows, the largest change per step period, how long a manual scale pauses the autoscaler of that pool, and the
+# default targets of new policies.
+TANDEM_AUTOSCALE_TOLERANCE_PCT = env_int("TANDEM_AUTOSCALE_TOLERANCE_PCT", 10, minimum=0, maximum=100)
+TANDEM_AUTOSCALE_UP_STABILIZATION_S = env_int("TANDEM_AUTOSCALE_UP_STABILIZATION_S", 0, minimum=0)
+TANDEM_AUTOSCALE_DOWN_STABILIZATION_S = env_int("TANDEM_AUTOSCALE_DOWN_STABILIZATION_S", 300, minimum=0)
+TANDEM_AUTOSCALE_MAX_STEP = env_int("TANDEM_AUTOSCALE_MAX_STEP", 2, minimum=1)
+TANDEM_AUTOSCALE_STEP_PERIOD_S = env_int("TANDEM_AUTOSCALE_STEP_PERIOD_S", 60, minimum=0)
+TANDEM_AUTOSCALE_MANUAL_PAUSE_S = env_int("TANDEM_AUTOSCALE_MANUAL_PAUSE_S", 600, minimum=0)
+TANDEM_AUTOSCALE_TTFT_TARGET_MS = env_int("TANDEM_AUTOSCALE_TTFT_TARGET_MS", 1000, minimum=1)
+TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, minimum=1)
+
+# --- capacity ---------------------------------------------------------------------------------------------
+# Stage profiles, the capacity planner, per-pool schedules and predictive floors (controlplane/capacity/).
+# How often live traffic adds points (from the scraped series) to the current revisions' profiles.
+TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S = env_int("TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S", 300, minimum=10)
+
+# --- tenants (API keys, limits, the deployments that require a key) ----------------------------------------
+
+# --- alerting ---------------------------------------------------------------------------------------------
+# How often Celery beat runs one evaluation pass over every enabled alert rule.
+TANDEM_ALERT_EVAL_INTERVAL_S = env_int("TANDEM_ALERT_EVAL_INTERVAL_S", 5, minimum=1)
+# Outgoing webhooks: each try's timeout, the number of tries and the first backoff (doubled after each try).
+TANDEM_WEBHOOK_TIMEOUT_S = env_int("TANDEM_WEBHOOK_TIMEOUT_S", 5, minimum=1, maximum=60)
+TANDEM_WEBHOOK_MAX_ATTEMPTS = env_int("TANDEM_WEBHOOK_MAX_ATTEMPTS", 3, minimum=1, maximum=10)
+TANDEM_WEBHOOK_BACKOFF_MS = env_int("TANDEM_WEBHOOK_BACKOFF_MS", 1000, minimum=0)
+# Channel URLs that name or resolve to loopback, link-local, private or other non-public addresses are refused
+# (the control plane must not be made to call its own network's services); set to 1 for receivers on such networks.
+TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("TANDEM_WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
+# The most alerts one Alertmanager delivery may carry; more are ignored, and the response says how many.
+TANDEM_ALERTMANAGER_MAX_ALERTS = env_int("TANDEM_ALERTMANAGER_MAX_ALERTS", 100, minimum=1, maximum=10_000)
+# Ended alerts (with their transitions) and finished deliveries are pruned after this many days.
+TANDEM_ALERT_HISTORY_DAYS = env_int("TANDEM_ALERT_HISTORY_DAYS", 30, minimum=1)
