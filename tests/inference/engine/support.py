@@ -1,6 +1,9 @@
 """What the engine tests hold the engine to: Hugging Face's own greedy `generate` on the same tiny model."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import torch
 
 
@@ -37,3 +40,25 @@ def stepwise_shortfall(model, prompt, tokens) -> list[float]:
             if i + 1 < len(tokens):
                 out = model(torch.tensor([[token]]), cache=out.cache, use_cache=True)
     return shortfalls
+
+
+# A small random Llama-like model (Qwen2, Mistral) for the architecture tests, with the tiny model's tokenizer.
+SMALL = dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, eos_token_id=2, initializer_range=0.3)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def save_random_model(config_cls, model_cls, path: Path, tokenizer_dir: Path):
+    """Save a seeded random `model_cls` of SMALL's shape at `path`; Qwen2's q/k/v biases drawn so that they matter
+    (random init leaves them at zero)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = model_cls(config_cls(**SMALL)).eval()
+        if model.model.layers[0].self_attn.q_proj.bias is not None:
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                        projection.bias.normal_(0, 0.5)
+    model.save_pretrained(path)
+    for name in TOKENIZER_FILES:
+        shutil.copy(tokenizer_dir / name, path / name)

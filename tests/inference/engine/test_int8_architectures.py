@@ -1,32 +1,19 @@
 """int8 beyond Llama: Qwen2 (biased q/k/v, fused with their biases) and Mistral decode as Hugging Face `generate`
 does on the same quantized model, token for token."""
-import shutil
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine.quantization import quantize_model
-from tests.inference.engine.test_architectures import SMALL, TOKENIZER_FILES
+from tests.inference.engine.support import save_random_model
 
 
 @pytest.mark.parametrize("config_cls, model_cls", [(Qwen2Config, Qwen2ForCausalLM),
                                                    (MistralConfig, MistralForCausalLM)])
 def test_an_int8_llama_like_model_matches_hugging_face_on_the_same_quantized_model(tiny_model_dir, tmp_path,
                                                                                   config_cls, model_cls):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = model_cls(config_cls(**SMALL)).eval()
-        if config_cls is Qwen2Config:  # random init leaves biases at zero: make them matter
-            with torch.no_grad():
-                for layer in model.model.layers:
-                    layer.self_attn.k_proj.bias.normal_(0, 0.5)
-                    layer.self_attn.q_proj.bias.normal_(0, 0.5)
-                    layer.self_attn.v_proj.bias.normal_(0, 0.5)
-    model.save_pretrained(tmp_path)
-    for name in TOKENIZER_FILES:
-        shutil.copy(tiny_model_dir / name, tmp_path / name)
+    save_random_model(config_cls, model_cls, tmp_path, tiny_model_dir)
     engine = LLMEngine(Config(model=tmp_path, threads=1, kv_cache_bytes=1 << 20, quantization="int8"))
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 4096, (n,), generator=g).tolist() for n in (5, 21, 40)]

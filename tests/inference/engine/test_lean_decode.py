@@ -1,7 +1,6 @@
 """The lean decode forward computes what the reference forward (over the Hugging Face modules) computes: bit for bit
 in float32, bfloat16 and INT8 on the tiny Llama, token for token on Qwen2 (biased q/k/v) and Mistral, with far fewer
 tensor ops per step."""
-import shutil
 
 import pytest
 import torch
@@ -9,8 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine.support import random_prompts
-from tests.inference.engine.test_architectures import SMALL, TOKENIZER_FILES
+from tests.inference.engine.support import random_prompts, save_random_model
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 
@@ -59,17 +57,7 @@ def test_float32_greedy_output_is_token_identical_with_and_without_the_lean_path
                                                    (MistralConfig, MistralForCausalLM)])
 def test_qwen2_and_mistral_decode_token_identically_on_the_lean_path(tiny_model_dir, tmp_path, config_cls,
                                                                     model_cls):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = model_cls(config_cls(**SMALL)).eval()
-        if config_cls is Qwen2Config:  # random init leaves biases at zero: make them matter
-            with torch.no_grad():
-                for layer in model.model.layers:
-                    for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                        projection.bias.normal_(0, 0.5)
-    model.save_pretrained(tmp_path)
-    for name in TOKENIZER_FILES:
-        shutil.copy(tiny_model_dir / name, tmp_path / name)
+    save_random_model(config_cls, model_cls, tmp_path, tiny_model_dir)
     prompts = random_prompts([5, 21, 40], seed=1)
     lean, plain = engine(tmp_path), engine(tmp_path, lean_decode=False)
     assert lean.generate(prompts, GREEDY) == plain.generate(prompts, GREEDY)
