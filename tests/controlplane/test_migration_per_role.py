@@ -3,23 +3,16 @@ refuses while a revision has per-role parts (the flat shape cannot hold them).""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.controlplane.migrations import migrations_restored
 
 BEFORE = [("controlplane", "0008_node_labels_pool_placement")]
 AFTER = [("controlplane", "0009_per_role_engine_settings")]
 
 
-def _migrate(target):
-    executor = MigrationExecutor(connection)
-    executor.migrate(target)
-    return executor.loader.project_state(target).apps
-
-
 @pytest.mark.django_db(transaction=True)
 def test_flat_settings_move_into_common_and_back():
-    latest = MigrationExecutor(connection).loader.graph.leaf_nodes()
-    try:
+    with migrations_restored() as _migrate:
         old = _migrate(BEFORE)
         deployment = old.get_model("controlplane", "Deployment").objects.create(name="old", mode="disaggregated",
                                                                                 gateway_port=18001)
@@ -38,14 +31,11 @@ def test_flat_settings_move_into_common_and_back():
         Revision = old.get_model("controlplane", "Revision")
         assert Revision.objects.get(pk=flat.pk).engine_settings == {"threads": 2, "max_num_seqs": 8}
         assert Revision.objects.get(pk=empty.pk).engine_settings == {}
-    finally:
-        MigrationExecutor(connection).migrate(latest)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_reversing_refuses_while_a_revision_has_per_role_parts():
-    latest = MigrationExecutor(connection).loader.graph.leaf_nodes()
-    try:
+    with migrations_restored() as _migrate:
         new = _migrate(AFTER)
         deployment = new.get_model("controlplane", "Deployment").objects.create(name="split", mode="disaggregated",
                                                                                 gateway_port=18002)
@@ -54,5 +44,3 @@ def test_reversing_refuses_while_a_revision_has_per_role_parts():
             engine_settings={"common": {}, "decode": {"max_num_seqs": 256}})
         with pytest.raises(RuntimeError, match=r"split#1"):
             _migrate(BEFORE)
-    finally:
-        MigrationExecutor(connection).migrate(latest)

@@ -3,8 +3,8 @@ mode); one that already has a rule of that key keeps it."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.controlplane.migrations import migrations_restored
 
 BEFORE = [("alerting", "0002_stage_default_rules")]
 AFTER = [("alerting", "0003_roofline_default_rules")]
@@ -12,11 +12,8 @@ AFTER = [("alerting", "0003_roofline_default_rules")]
 
 @pytest.mark.django_db(transaction=True)
 def test_existing_deployments_get_the_roofline_rules():
-    executor = MigrationExecutor(connection)
-    latest = executor.loader.graph.leaf_nodes()
-    try:
-        executor.migrate(BEFORE)
-        old = executor.loader.project_state(BEFORE).apps
+    with migrations_restored() as migrate:
+        old = migrate(BEFORE)
         Deployment = old.get_model("controlplane", "Deployment")
         split = Deployment.objects.create(name="split", mode="disaggregated", gateway_port=18021)
         single = Deployment.objects.create(name="single", mode="colocated", gateway_port=18022)
@@ -24,9 +21,7 @@ def test_existing_deployments_get_the_roofline_rules():
             name="single:decode-roofline", deployment=single, role="colocated", metric="decode_roofline_ratio",
             aggregation="max", comparison="<", threshold=0.01, default_key="decode-roofline")
 
-        executor = MigrationExecutor(connection)
-        executor.migrate(AFTER)
-        Rule = executor.loader.project_state(AFTER).apps.get_model("alerting", "AlertRule")
+        Rule = migrate(AFTER).get_model("alerting", "AlertRule")
         rules = {(r.deployment_id, r.default_key): r for r in Rule.objects.all()}
         assert (rules[(split.pk, "prefill-roofline")].role, rules[(split.pk, "prefill-roofline")].threshold) == (
             "prefill", 0.2)
@@ -34,5 +29,3 @@ def test_existing_deployments_get_the_roofline_rules():
             "decode", 300)
         assert rules[(single.pk, "prefill-roofline")].role == "colocated"
         assert rules[(single.pk, "decode-roofline")].threshold == 0.01  # an operator's value stays
-    finally:
-        MigrationExecutor(connection).migrate(latest)

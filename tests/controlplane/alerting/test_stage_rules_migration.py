@@ -4,8 +4,8 @@ the objective only where it still has the old built-in 0.5 s."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.controlplane.migrations import migrations_restored
 
 BEFORE = [("controlplane", "0008_node_labels_pool_placement"), ("alerting", "0001_initial")]
 AFTER = [("alerting", "0002_stage_default_rules")]
@@ -13,11 +13,8 @@ AFTER = [("alerting", "0002_stage_default_rules")]
 
 @pytest.mark.django_db(transaction=True)
 def test_existing_deployments_get_objectives_and_the_stage_rules():
-    executor = MigrationExecutor(connection)
-    latest = executor.loader.graph.leaf_nodes()
-    try:
-        executor.migrate(BEFORE)
-        old = executor.loader.project_state(BEFORE).apps
+    with migrations_restored() as migrate:
+        old = migrate(BEFORE)
         Deployment = old.get_model("controlplane", "Deployment")
         OldRule = old.get_model("alerting", "AlertRule")
         split = Deployment.objects.create(name="split", mode="disaggregated", gateway_port=18011)
@@ -28,9 +25,7 @@ def test_existing_deployments_get_objectives_and_the_stage_rules():
                                    metric="e2e_p99_seconds", aggregation="last", comparison=">",
                                    threshold=threshold, default_key="p99-latency")
 
-        executor = MigrationExecutor(connection)
-        executor.migrate(AFTER)
-        new = executor.loader.project_state(AFTER).apps
+        new = migrate(AFTER)
         Rule = new.get_model("alerting", "AlertRule")
         assert new.get_model("controlplane", "Deployment").objects.get(pk=split.pk).objectives == {
             "ttft_p99_seconds": 10.0, "itl_p99_seconds": 1.0, "e2e_p99_seconds": 60.0}
@@ -43,5 +38,3 @@ def test_existing_deployments_get_objectives_and_the_stage_rules():
         assert rules[(split.pk, "p99-latency")].threshold == 60.0
         assert rules[(single.pk, "p99-latency")].threshold == 0.3  # an operator's value stays
         assert Rule.objects.count() == 2 + 2 * 4
-    finally:
-        MigrationExecutor(connection).migrate(latest)
