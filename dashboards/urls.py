@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboards.views import alerts, assets, capacity, controls, history, pages, rollouts
+from dashboards.views import alerts, assets, capacity, chaos, controls, history, pages, rollouts
 
 app_name = "dashboards"
 
@@ -20,6 +20,7 @@ urlpatterns = [
     path("deployments/<slug:name>/rollouts/<int:rollout_id>/", rollouts.rollout_page, name="rollout"),
     path("deployments/<slug:name>/rollouts/<int:rollout_id>/<slug:verb>", rollouts.rollout_verb_view,
          name="rollout-verb"),
+    path("deployments/<slug:name>/chaos/runs/<int:run_id>/abort", chaos.chaos_abort_view, name="chaos-abort"),
     path("workers/<int:worker_id>/restart", controls.worker_restart_view, name="worker-restart"),
     path("workers/<int:worker_id>/drain", controls.worker_drain_view, name="worker-drain"),
     path("actions/", history.actions_page, name="actions"),

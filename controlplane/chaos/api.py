@@ -6,8 +6,15 @@
     POST      .../chaos/experiments/{experiment}/run      start a run (operator): 201, 403 not opted in, 409
     GET       .../chaos/runs, .../chaos/runs/{id}, .../chaos/runs/{id}/report
     POST      .../chaos/runs/{id}/abort          (operator)
+    GET       .../chaos/experiments/{experiment}/steady-state      the hypothesis judged now (viewer)
+    GET       .../chaos/experiments/{experiment}/chaostoolkit.json the experiment as a Chaos Toolkit experiment
+    POST      .../chaos/import                   a new experiment from a Chaos Toolkit experiment (admin)
+    GET, POST .../chaos/schedules                game days: list (viewer), create (admin)
+    GET, PATCH, DELETE .../chaos/schedules/{id}  (PATCH: enabled; admin)
 """
 from __future__ import annotations
+
+import time
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -17,12 +24,16 @@ from rest_framework.response import Response
 from controlplane.api.serializers import ActionSerializer
 from controlplane.api.views.base import (ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, StrictSerializer,
                                          WriteInputSerializer, write_kwargs)
-from controlplane.chaos.models import ChaosRun, Experiment
+from controlplane.chaos.chaostoolkit import to_chaostoolkit
+from controlplane.chaos.models import ChaosRun, ChaosSchedule, Experiment
+from controlplane.chaos.schedules import next_times, schedule_create, schedule_delete, schedule_set_enabled
 from controlplane.chaos.report import run_report
-from controlplane.chaos.selectors import (chaos_settings_of, experiment_get, experiment_list, run_active, run_get,
-                                          run_list)
-from controlplane.chaos.services import (chaos_enable, experiment_create, experiment_delete, experiment_update,
-                                         run_abort, run_start)
+from controlplane.chaos.selectors import (chaos_settings_of, experiment_get, experiment_list,
+                                          experiment_steady_state, run_active, run_get, run_list,
+                                          schedule_get, schedule_list)
+from controlplane.chaos.services import (chaos_enable, experiment_create, experiment_delete, experiment_import,
+                                         experiment_update, run_abort, run_start)
+from controlplane.errors import invalid
 from controlplane.selectors import deployment_get
 
 
@@ -149,6 +160,40 @@ class ExperimentDetailView(ApiView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class ExperimentSteadyStateView(ApiView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
+                   description="The experiment's hypothesis judged now, as a run's start judges it: each check's "
+                               "value, limit and verdict (a `max_baseline_ratio` check also its baseline and "
+                               "ratio). What the Chaos Toolkit extension's probes read. Viewer.")
+    def get(self, request, name: str, experiment: str):
+        return Response(experiment_steady_state(experiment_get(deployment_get(name), experiment), now=time.time()))
+
+
+class ExperimentChaosToolkitView(ApiView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
+                   description="The experiment as a Chaos Toolkit experiment (docs/chaos.md): `chaos run` on it "
+                               "runs it through the tandem_chaostoolkit extension, with $TANDEM_URL and an "
+                               "operator's $TANDEM_TOKEN. POST it to .../chaos/import to import it. Viewer.")
+    def get(self, request, name: str, experiment: str):
+        found = experiment_get(deployment_get(name), experiment)
+        document = to_chaostoolkit(deployment=found.deployment.name, spec=found.spec(), description=found.description)
+        return Response(document, headers={"Content-Disposition": f'attachment; filename="{found.name}.json"'})
+
+
+class ExperimentImportView(ApiView):
+    write_permission = ADMINISTER
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: ExperimentOutput, **ERRORS},
+                   description="Create an experiment from a Chaos Toolkit experiment (the body): its title becomes "
+                               "the name. A 400 names the place in the document that cannot be mapped (another "
+                               "extension's activity, a tolerance with two bounds, ...) or that is invalid; 409 "
+                               "when the name is taken. Admin.")
+    def post(self, request, name: str):
+        deployment = deployment_get(name)
+        experiment = experiment_import(deployment=deployment, actor=request.user, document=request.data)
+        return Response(ExperimentOutput(experiment).data, status=status.HTTP_201_CREATED)
+
+
 class RunOutput(serializers.ModelSerializer):
     deployment = serializers.CharField(source="deployment.name")
     experiment = serializers.SerializerMethodField()
@@ -214,3 +259,90 @@ class RunReportView(ApiView):
     def get(self, request, name: str, run_id: int):
         run = run_get(deployment_get(name), run_id)
         return Response(run.report if run.finished_at else run_report(run))
+
+
+class ChaosScheduleOutput(serializers.ModelSerializer):
+    deployment = serializers.CharField(source="deployment.name")
+    experiment = serializers.CharField(source="experiment.name")
+    timezone = serializers.CharField(source="tz")
+    window = serializers.SerializerMethodField()
+    next_times = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
+
+    class Meta:
+        model = ChaosSchedule
+        fields = ["id", "deployment", "experiment", "cron", "timezone", "window", "enabled", "next_run_at",
+                  "next_times", "last_fired_at", "last_outcome", "last_run", "created_at", "created_by"]
+
+    def get_window(self, schedule) -> dict | None:
+        if not schedule.window_cron:
+            return None
+        return {"cron": schedule.window_cron, "duration_minutes": schedule.window_minutes}
+
+    def get_next_times(self, schedule) -> list[str]:
+        return [t.isoformat() for t in next_times(schedule)] if schedule.enabled else []
+
+
+class ChaosScheduleInput(StrictSerializer):
+    experiment = serializers.JSONField(help_text="The name of an experiment of this deployment.")
+    cron = serializers.JSONField(help_text="When it runs: a 5-field cron expression, e.g. \"0 10 * * 2\".")
+    timezone = serializers.JSONField(required=False, default="UTC", help_text="An IANA zone for both crons.")
+    window = serializers.JSONField(required=False, default=None,
+                                   help_text="When it may run: {\"cron\": \"0 9 * * 1-5\", \"duration_minutes\": "
+                                             "480}; a cron time outside it is skipped. None: any time.")
+    enabled = serializers.JSONField(required=False, default=True)
+
+
+class ChaosSchedulePatchInput(StrictSerializer):
+    enabled = serializers.JSONField(help_text="false pauses the schedule; true resumes it from now.")
+
+
+class ScheduleListView(ApiView):
+    write_permission = ADMINISTER
+
+    @extend_schema(responses={200: ChaosScheduleOutput(many=True), **READ_ERRORS},
+                   description="The deployment's game days. Viewer.")
+    def get(self, request, name: str):
+        return Response(ChaosScheduleOutput(schedule_list(deployment_get(name)), many=True).data)
+
+    @extend_schema(request=ChaosScheduleInput, responses={201: ChaosScheduleOutput, **ERRORS},
+                   description="Run an experiment at each cron time inside the window (400 naming the bad field). "
+                               "A start is an operator's start: the deployment's opt-in, one run at a time and the "
+                               "steady-state check decide; a refusal is a failed Action. Admin.")
+    def post(self, request, name: str):
+        deployment = deployment_get(name)
+        data = ChaosScheduleInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        experiment = fields.pop("experiment")
+        found = experiment_list(deployment).filter(name=experiment).first() if isinstance(experiment, str) else None
+        if found is None:
+            # A 400, not a 404: the URL is right, a field of the body is not.
+            raise invalid(f"experiment {experiment!r} is not an experiment of {deployment.name!r}",
+                          field="experiment")
+        schedule = schedule_create(experiment=found, actor=request.user, timezone_name=fields.pop("timezone"),
+                                   **fields)
+        return Response(ChaosScheduleOutput(schedule).data, status=status.HTTP_201_CREATED)
+
+
+class ScheduleDetailView(ApiView):
+    write_permission = ADMINISTER
+
+    @extend_schema(responses={200: ChaosScheduleOutput, **READ_ERRORS}, description="One game day. Viewer.")
+    def get(self, request, name: str, schedule_id: int):
+        return Response(ChaosScheduleOutput(schedule_get(deployment_get(name), schedule_id)).data)
+
+    @extend_schema(request=ChaosSchedulePatchInput, responses={200: ChaosScheduleOutput, **ERRORS},
+                   description="Pause or resume a game day. Admin.")
+    def patch(self, request, name: str, schedule_id: int):
+        schedule = schedule_get(deployment_get(name), schedule_id)
+        data = ChaosSchedulePatchInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(ChaosScheduleOutput(schedule_set_enabled(schedule=schedule, actor=request.user,
+                                                            **data.validated_data)).data)
+
+    @extend_schema(responses={204: None, **ERRORS},
+                   description="Delete a game day; a run it started goes on. Admin.")
+    def delete(self, request, name: str, schedule_id: int):
+        schedule_delete(schedule=schedule_get(deployment_get(name), schedule_id), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -3,14 +3,16 @@
 A pass (drive_chaos):
 1. Sample the gateway of every deployment that opted in or has an active run (GatewaySample): the hypothesis is
    judged on these, before a run (run_start reads the window that ends then) as during and after it.
-2. Step every active run (drive_run):
+2. Start the schedules whose time has come (schedules.schedules_start_due): after the samples, so that the
+   steady-state check of their start reads this pass's numbers.
+3. Step every active run (drive_run):
    - running: the abort conditions first (one breached for its `for_s` reverts every fault at once, and the run
      is aborted); then the hypothesis over each check's window, recorded on the timeline (a deviation during the
      faults is what the experiment measures, not a reason to stop); once the faults' time is up, revert them all.
    - recovering: the hypothesis over windows that start no earlier than the revert; the first pass where it holds
      is the recovery. The run finishes once it has recovered and the agent has reported every revert, or when the
      recovery timeout has passed (then it fails, and the report names what is missing).
-3. Prune the samples older than readings.SAMPLE_KEEP_S.
+4. Prune the samples older than readings.SAMPLE_KEEP_S.
 
 Idempotent: every move is a conditional UPDATE on the status read (services), so two drivers at once, or a driver
 killed mid-pass, neither skip nor repeat a move; a pause outlives neither: the agent releases it at its deadline.
@@ -26,6 +28,7 @@ from controlplane.agent.faults import reverted_key
 from controlplane.chaos.hypothesis import abort_decision, judge_hypothesis
 from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, RunStatus
 from controlplane.chaos.readings import check_values, sample_gateway, samples_prune
+from controlplane.chaos.schedules import schedules_start_due
 from controlplane.chaos.services import SYSTEM, run_finish, run_recovered, run_revert
 from controlplane.models import Action
 
@@ -45,6 +48,7 @@ def drive_chaos(*, now: float | None = None) -> dict:
         except Exception:
             log.exception("sampling the gateway of deployment %s failed", deployment_id)
             sampled[deployment_id] = False
+    scheduled = schedules_start_due(now=now)
     runs = {}
     for run_id, _ in active:
         try:
@@ -54,7 +58,7 @@ def drive_chaos(*, now: float | None = None) -> dict:
             log.exception("driving chaos run %s failed", run_id)
             runs[run_id] = "error"
     samples_prune(now=now)
-    return {"sampled": sampled, "runs": runs}
+    return {"sampled": sampled, "scheduled": scheduled, "runs": runs}
 
 
 def _append(run: ChaosRun, entry: dict, **fields) -> None:

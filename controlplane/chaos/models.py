@@ -130,3 +130,36 @@ class ChaosRun(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+
+class ChaosSchedule(models.Model):
+    """A game day: the experiment runs at each `cron` time (in the zone `tz`) that falls inside the allowed window
+    (`window_cron` opens it for `window_minutes`, same zone; none: any time). The driver starts the due ones
+    (schedules.py); a time is claimed by a conditional UPDATE of `next_run_at`, so it fires at most once however
+    many drivers run. A start goes through run_start: the opt-in, one run per deployment and steady state hold."""
+
+    deployment = models.ForeignKey("controlplane.Deployment", on_delete=models.CASCADE,
+                                   related_name="chaos_schedules")
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="schedules")
+    cron = models.CharField(max_length=100)
+    tz = models.CharField(max_length=64, default="UTC")  # an IANA zone; the API calls it `timezone`
+    window_cron = models.CharField(max_length=100, blank=True)
+    window_minutes = models.IntegerField(null=True, blank=True)
+    enabled = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField()
+    last_fired_at = models.DateTimeField(null=True, blank=True)  # the cron time it last handled
+    last_outcome = models.TextField(blank=True)  # "started run 12", "outside its window", "refused: ..."
+    last_run = models.ForeignKey(ChaosRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # Read by the driver's pass: the enabled schedules whose time has come (schedules.schedules_start_due).
+            models.Index(fields=["enabled", "next_run_at"], name="chaos_schedule_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"chaos schedule {self.pk} of {self.experiment_id}"

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from controlplane.agent.faults import AGENT_FAULT_INJECT, AGENT_FAULT_REVERT
 from controlplane.celery import task_send
-from controlplane.chaos import validation
+from controlplane.chaos import chaostoolkit, validation
 from controlplane.chaos.hypothesis import judge_hypothesis
 from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, Experiment, RunStatus
 from controlplane.chaos.readings import check_values
@@ -122,6 +122,20 @@ def experiment_delete(*, experiment: Experiment, actor) -> None:
         if ChaosRun.objects.filter(experiment=experiment, status__in=ACTIVE_STATUSES).exists():
             raise conflict(f"experiment {experiment.name!r} has an active run: abort it first")
         Experiment.objects.filter(pk=experiment.pk).delete()
+
+
+def experiment_import(*, deployment: Deployment, actor, document) -> Experiment:
+    """A new experiment from a Chaos Toolkit experiment (chaostoolkit.from_chaostoolkit). A 400 names the place in
+    the document: what cannot be mapped, or the mapped field that experiment_create refuses."""
+    fields = chaostoolkit.from_chaostoolkit(document)
+    try:
+        return experiment_create(deployment=deployment, actor=actor, **fields)
+    except ControlPlaneError as error:
+        if error.status == 400 and "field" in error.extra:
+            error.extra["field"] = chaostoolkit.ctk_field(error.extra["field"], document)
+            error.message = f"{error.extra['field']}: {error.message}"
+            error.args = (error.message,)
+        raise
 
 
 # --- runs ---------------------------------------------------------------------------------------------------------

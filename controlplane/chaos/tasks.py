@@ -14,4 +14,5 @@ DRIVE_CHAOS = "controlplane.chaos.tasks.drive_chaos_task"
 def drive_chaos_task() -> dict:
     done = drive_chaos()
     return {"sampled": {str(k): v for k, v in done["sampled"].items()},
+            "scheduled": {str(k): v for k, v in done["scheduled"].items()},
             "runs": {str(k): v for k, v in done["runs"].items()}}

@@ -16,7 +16,9 @@ from controlplane.revision_diff import PART_ORDER
 from controlplane.rollouts.models import Strategy
 from controlplane.rollouts.selectors import rollout_active
 from controlplane.selectors import deployment_get, deployment_rollout_in_progress
+from controlplane.tenant_provider import admission as admission_settings
 from dashboards.access import viewer_required
+from dashboards.chaos import chaos_section
 from dashboards.chart_cache import cached_json, max_ages
 from dashboards.fleet import fleet_rows, node_rows
 from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_range
@@ -108,10 +110,14 @@ def deployment_detail(request, name: str):
     context = live_context(request, deployment)
     revision = deployment.current_revision
     parts = engine_settings_parts(revision.engine_settings if revision else {})
-    context.update(schedules=schedule_rows(deployment.pools.order_by("role")))
+    context.update(schedules=schedule_rows(deployment.pools.order_by("role")), chaos=chaos_section(deployment))
     # In the gateway's field order: a JSON column's key order is the database's (PostgreSQL's jsonb sorts them).
     defaults = deployment.sampling_defaults or {}
     context.update(sampling_defaults=[(key, defaults[key]) for key in SAMPLING_DEFAULT_FIELDS if key in defaults])
+    admission = admission_settings(deployment)
+    rows = [("max_queued", admission["max_queued"])] if "max_queued" in admission else []
+    rows += [(f"queue_deadlines.{c}", f"{s:g} s") for c, s in (admission.get("queue_deadlines") or {}).items()]
+    context.update(admission=rows)
     has_gpu = deployment_has_gpu(deployment)
     context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES), has_gpu=has_gpu,
                    chart_max_ages=[(key, age) for key, age in max_ages().items() if age],
