@@ -16,6 +16,8 @@ from typing import Any
 class TenantProvider:
     # deployment → the keys of the endpoints answer that concern tenants ({} when none: open, no tenants)
     gateway_access: Callable[[Any], dict]
+    # deployment → its admission settings, for its page ({}: none set, the gateways' flags apply)
+    admission: Callable[[Any], dict] = lambda deployment: {}
 
 
 NO_TENANTS = TenantProvider(gateway_access=lambda deployment: {})
@@ -30,3 +32,7 @@ def provide(provider: TenantProvider) -> None:
 
 def gateway_access(deployment) -> dict:
     return _provider.gateway_access(deployment)
+
+
+def admission(deployment) -> dict:
+    return _provider.admission(deployment)

@@ -3,10 +3,12 @@ measured in the same run on the same simulated worker (`--simulate`, no model: t
 
 One simulated colocated worker runs at most --slots sequences at once (its --max-num-seqs). Two tenants of class
 standard reach it through a stand-in control plane, by one of two gateways started side by side:
-- `fifo` (today): --admission-queue 0 and the default --max-outstanding-per-worker, so every request goes straight
-  to the worker, which queues what it cannot run in arrival order;
-- `admission`: --max-outstanding-per-worker = --slots (+ --headroom), so the gateway holds the backlog in its admission queue and
-  dispatches it by virtual token counter (with a deadline long enough that nothing is shed: this measures order).
+- `before`: the behaviour before admission slots came from the workers: 256 slots per worker
+  (--worker-capacity-headroom 256, capped by the default --max-outstanding-per-worker 256), so every request goes
+  straight to the worker, which queues what it cannot run in arrival order;
+- `defaults`: no flags at all: the gateway admits the worker's max_num_seqs (from its /health) + the default headroom,
+  holds the backlog in its admission queue and dispatches it by virtual token counter, shedding what waits past its
+  class's deadline (--headroom N passes --worker-capacity-headroom N to it instead).
 
 Two scenarios, each run through both gateways:
 - isolation: tenant `noisy` keeps --noisy-streams long requests in flight (closed loop, 4x the slots by default);
@@ -32,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import emit, environment  # noqa: E402
+from inference.gateway.admission import DEFAULT_HEADROOM  # noqa: E402
 
 KEYS = {"noisy": "tk-noisy-0123456789", "quiet": "tk-quiet-0123456789"}
 
@@ -46,10 +49,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--long-tokens", type=int, default=64, help="max_tokens of a long request")
     p.add_argument("--short-tokens", type=int, default=16, help="max_tokens of quiet's short request")
     p.add_argument("--quiet-interval", type=float, default=1.0)
-    p.add_argument("--headroom", type=int, default=0,
-                   help="admission gateway: --max-outstanding-per-worker = slots + this (a few waiting at the worker "
-                        "keep its batch full between one request's end and the next one's arrival)")
+    p.add_argument("--headroom", type=int, default=None,
+                   help="`defaults` gateway: pass --worker-capacity-headroom N (default: none, the gateway's own "
+                        f"default, {DEFAULT_HEADROOM})")
     return p.parse_args(argv)
+
+
+def _headroom(args) -> int:
+    return DEFAULT_HEADROOM if args.headroom is None else args.headroom
 
 
 def _tenant(name: str) -> dict:
@@ -145,7 +152,8 @@ async def scenario(url: str, name: str, args) -> dict:
             clients = [load.closed_loop("noisy", args.long_tokens, window[1]) for _ in range(noisy_streams)]
             clients.append(load.periodic("quiet", args.short_tokens, args.quiet_interval, window[1]))
         else:
-            quiet_streams = args.slots // 2 + 1  # more than its fair half of the slots: always backlogged
+            # More than its fair half of the gateway's slots (what the worker runs + the headroom): always backlogged.
+            quiet_streams = (args.slots + _headroom(args)) // 2 + 1
             clients = [load.closed_loop("noisy", args.long_tokens, window[1]) for _ in range(10 * quiet_streams)]
             clients += [load.closed_loop("quiet", args.long_tokens, window[1]) for _ in range(quiet_streams)]
         await asyncio.gather(*clients)
@@ -191,10 +199,8 @@ def run(args) -> dict:
                                                     "colocated": [worker_url]}], "requires_key": True,
                                         "tenants": {name: _tenant(name) for name in KEYS}})
         gateways = {}
-        for mode, flags in (("fifo", ["--admission-queue", "0"]),
-                            ("admission", ["--max-outstanding-per-worker", str(args.slots + args.headroom),
-                                           # Measure scheduling, not shedding: the backlog may wait long.
-                                           "--queue-deadline", "standard=600"])):
+        defaults = [] if args.headroom is None else ["--worker-capacity-headroom", str(args.headroom)]
+        for mode, flags in (("before", ["--worker-capacity-headroom", "256"]), ("defaults", defaults)):
             gw_port = free_port()
             proc = start(f"gateway-{mode}", ["-m", "inference.gateway", "--port", str(gw_port), "--control-plane",
                                              control_plane.url, "--deployment", "demo", "--token", TOKEN, *flags],
@@ -202,10 +208,10 @@ def run(args) -> dict:
             procs.append(proc)
             gateways[mode] = f"http://127.0.0.1:{gw_port}"
             wait_http(proc, gateways[mode] + "/health", timeout=60)
-        results = {"unloaded_quiet": asyncio.run(unloaded(gateways["admission"], args))}
+        results = {"unloaded_quiet": asyncio.run(unloaded(gateways["defaults"], args))}
         for name in ("isolation", "fairness"):
             # Alternate the order so that drift on a shared machine does not favour one gateway.
-            order = ("fifo", "admission") if name == "isolation" else ("admission", "fifo")
+            order = ("before", "defaults") if name == "isolation" else ("defaults", "before")
             results[name] = {mode: asyncio.run(scenario(gateways[mode], name, args)) for mode in order}
     finally:
         for proc in reversed(procs):
@@ -214,17 +220,17 @@ def run(args) -> dict:
     iso, fair = results["isolation"], results["fairness"]
     unloaded_ttft = results["unloaded_quiet"]["ttft_p50_s"]
     goals = {}
-    if iso["admission"]["quiet_ttft_p99_s"] and unloaded_ttft:
-        goals["isolation: quiet TTFT P99 <= 1.5x unloaded (admission)"] = (
-            iso["admission"]["quiet_ttft_p99_s"] <= 1.5 * unloaded_ttft)
-    shares = fair["admission"]["token_share"]
-    goals["fairness: token shares within 20% of each other (admission)"] = (
+    if iso["defaults"]["quiet_ttft_p99_s"] and unloaded_ttft:
+        goals["isolation: quiet TTFT P99 <= 1.5x unloaded (defaults)"] = (
+            iso["defaults"]["quiet_ttft_p99_s"] <= 1.5 * unloaded_ttft)
+    shares = fair["defaults"]["token_share"]
+    goals["fairness: token shares within 20% of each other (defaults)"] = (
         min(shares.values()) >= 0.8 * max(shares.values()))
-    return {"benchmark": "gateway_tenants", "profile": args.profile, "slots": args.slots, "headroom": args.headroom,
+    return {"benchmark": "gateway_tenants", "profile": args.profile, "slots": args.slots, "headroom": _headroom(args),
             "noisy_streams": args.noisy_streams or 4 * args.slots, "long_tokens": args.long_tokens,
             "short_tokens": args.short_tokens, "duration_s": args.duration, **results,
-            "speedup_quiet_e2e_p50": (round(iso["fifo"]["quiet_e2e_p50_s"] / iso["admission"]["quiet_e2e_p50_s"], 2)
-                                      if iso["fifo"]["quiet_e2e_p50_s"] and iso["admission"]["quiet_e2e_p50_s"]
+            "speedup_quiet_e2e_p50": (round(iso["before"]["quiet_e2e_p50_s"] / iso["defaults"]["quiet_e2e_p50_s"], 2)
+                                      if iso["before"]["quiet_e2e_p50_s"] and iso["defaults"]["quiet_e2e_p50_s"]
                                       else None),
             "goals": goals, "environment": environment()}
 

@@ -7,8 +7,8 @@ Threads: the engine setting `threads` where the revision sets it, else the pool'
 placement reserves for the worker), else 1. D may be `auto`: the
 worker resolves it from the model's config when it loads. A CPU worker on a node that has measured its host also
 gets `--host-peak-gflops` and `--host-bandwidth-gbs` (its share of the host's roofline), to report its efficiency. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
-with the `tandem-gateway` service user's token (viewer: it only reads /endpoints) in its environment
-(TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
+`--quota-state FILE` (quota_state_path), with the `tandem-gateway` service user's token (viewer: it only reads
+/endpoints) in its environment (TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
 """
 from __future__ import annotations
 
@@ -55,6 +55,12 @@ def gateway_token(deployment_name: str) -> str:
     return token_issue(user=user, name=f"gateway {deployment_name}", replace=True)
 
 
+def quota_state_path(deployment_name: str, port: int) -> Path:
+    """Where a gateway keeps its tenants' minute of usage across a restart (inference/gateway/quota_state.py): one
+    file per deployment and port, so the gateway started again in its place reads what the last one saved."""
+    return settings.VAR_DIR / "gateway-state" / f"{deployment_name}-{port}.quota.json"
+
+
 def log_path_for(worker: Worker) -> Path:
     prefix = "profile-" if worker.purpose == WorkerPurpose.PROFILE else ""
     return settings.TANDEM_LOG_DIR / f"{prefix}{worker.deployment.name}-{worker.role}-{worker.id}.log"
@@ -80,6 +86,7 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         return processes.python_argv(
             "inference.gateway", "--port", str(port), "--host", worker.host,
             "--control-plane", settings.TANDEM_PUBLIC_URL, "--deployment", worker.deployment.name,
+            "--quota-state", str(quota_state_path(worker.deployment.name, port)),
         )
     revision = worker.revision
     engine_settings = settings_for(worker)

@@ -8,11 +8,12 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView, WriteInputSerializer, id_or_404, write_kwargs
+from controlplane.errors import invalid
 from controlplane.selectors import deployment_get
 from controlplane.tenants import services
 from controlplane.tenants.models import LIMIT_FIELDS, PriorityClass, Tenant
-from controlplane.tenants.selectors import (deployment_requires_key, tenant_get, tenant_key_get, tenant_key_list,
-                                            tenant_list)
+from controlplane.tenants.selectors import (deployment_admission, deployment_requires_key, tenant_get,
+                                            tenant_key_get, tenant_key_list, tenant_list)
 
 LIMITS_HELP = ("An object of " + ", ".join(LIMIT_FIELDS) + ": each a whole number >= 1, or null / left out for no "
                "limit. Tokens per minute count prompt + completion tokens.")
@@ -74,14 +75,22 @@ class KeyIssueInput(WriteInputSerializer):
                                            help_text="when the key stops working (ISO 8601 with a time zone)")
 
 
+ADMISSION_HELP = ("The deployment's admission queue, as its gateways apply it at their next poll: an object of "
+                  "max_queued (requests that may wait, 0..1000000; 0: no queue) and queue_deadlines (class → seconds "
+                  "a request may wait, > 0), each optional; null or {}: the gateways' flags.")
+
+
 class AccessInput(WriteInputSerializer):
-    requires_key = serializers.JSONField(help_text="true: the gateway refuses requests without a tenant key")
+    requires_key = serializers.JSONField(required=False,
+                                         help_text="true: the gateway refuses requests without a tenant key")
+    admission = serializers.JSONField(required=False, allow_null=True, help_text=ADMISSION_HELP)
 
 
 class AccessOutput(serializers.Serializer):
     deployment = serializers.CharField()
     requires_key = serializers.BooleanField()
     tenants = serializers.ListField(child=serializers.CharField(), help_text="the tenants that may use it")
+    admission = serializers.DictField(help_text=ADMISSION_HELP)
 
 
 def _valid(serializer_class, request):
@@ -171,22 +180,32 @@ class KeyDetailView(ApiView):
 def _access_out(deployment) -> dict:
     tenants = Tenant.objects.filter(deployments=deployment).values_list("name", flat=True)
     return {"deployment": deployment.name, "requires_key": deployment_requires_key(deployment),
-            "tenants": sorted(tenants)}
+            "tenants": sorted(tenants), "admission": deployment_admission(deployment)}
 
 
 class AccessView(ApiView):
     @extend_schema(responses={200: AccessOutput, **READ_ERRORS},
-                   description="Whether the deployment's gateway requires a tenant key, and which tenants may use "
-                               "it. A deployment is open until marked otherwise. Viewer.")
+                   description="Whether the deployment's gateway requires a tenant key, which tenants may use "
+                               "it, and its admission settings. A deployment is open until marked otherwise. "
+                               "Viewer.")
     def get(self, request, name: str):
         return Response(_access_out(deployment_get(name)))
 
     @extend_schema(request=AccessInput, responses={200: AccessOutput, **ERRORS},
-                   description="Require a tenant key (`requires_key: true`) or open the deployment again. Its "
-                               "gateways follow at their next membership poll. Admin.")
+                   description="Require a tenant key (`requires_key: true`) or open the deployment again, or set "
+                               "its admission settings (`admission`): one of the two per request. Its gateways "
+                               "follow at their next membership poll. Admin.")
     def patch(self, request, name: str):
         deployment = deployment_get(name)
         values = _valid(AccessInput, request)
-        services.deployment_access_set(deployment=deployment, requires_key=values["requires_key"],
-                                       **write_kwargs(request, values))
+        given = [key for key in ("requires_key", "admission") if key in request.data]
+        if len(given) != 1:
+            raise invalid("a PATCH changes exactly one setting: give requires_key or admission"
+                          + (" (not both)" if given else ""), field="requires_key" if not given else given[1])
+        if given == ["admission"]:
+            services.deployment_admission_set(deployment=deployment, admission=values["admission"],
+                                              **write_kwargs(request, values))
+        else:
+            services.deployment_access_set(deployment=deployment, requires_key=values["requires_key"],
+                                           **write_kwargs(request, values))
         return Response(_access_out(deployment))

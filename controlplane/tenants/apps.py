@@ -14,4 +14,5 @@ class TenantsConfig(AppConfig):
         from controlplane import tenant_provider
         from controlplane.tenants import selectors
 
-        tenant_provider.provide(tenant_provider.TenantProvider(gateway_access=selectors.gateway_access))
+        tenant_provider.provide(tenant_provider.TenantProvider(gateway_access=selectors.gateway_access,
+                                                               admission=selectors.deployment_admission))

@@ -68,12 +68,16 @@ class TenantKey(models.Model):
 
 
 class DeploymentAccess(models.Model):
-    """Whether a deployment's gateway requires a tenant key. A deployment without a row is open (no key needed):
-    the demo stays open until an admin says otherwise."""
+    """Whether a deployment's gateway requires a tenant key, and its admission queue's settings. A deployment without
+    a row is open (no key needed) and queues as its gateways' flags say: the demo stays open until an admin says
+    otherwise."""
 
     deployment = models.OneToOneField("controlplane.Deployment", on_delete=models.CASCADE, primary_key=True,
                                       related_name="+")
     requires_key = models.BooleanField(default=False)
+    # The admission queue's settings its gateways poll (inference.gateway.admission.check_admission_settings:
+    # max_queued, queue_deadlines by class); {}: the gateways' flags.
+    admission = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

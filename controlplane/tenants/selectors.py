@@ -38,6 +38,12 @@ def deployment_requires_key(deployment) -> bool:
     return DeploymentAccess.objects.filter(deployment=deployment, requires_key=True).exists()
 
 
+def deployment_admission(deployment) -> dict:
+    """The admission settings an admin set for the deployment ({}: none, its gateways' flags apply)."""
+    return dict(DeploymentAccess.objects.filter(deployment=deployment).values_list("admission", flat=True).first()
+                or {})
+
+
 def active_keys(now=None) -> QuerySet[TenantKey]:
     now = now or timezone.now()
     return TenantKey.objects.filter(revoked_at__isnull=True).filter(
@@ -49,15 +55,20 @@ def gateway_access(deployment) -> dict:
     every tenant with an active key: its class, limits, whether it may use this deployment (`allowed`: a key of a
     tenant that may not gets 404 model_not_found rather than 401), and its keys' hashes with their expiry (the
     gateway checks it between polls). Never a key itself. Nothing (an open deployment, as the core says without
-    this app) when the deployment is open and no tenant has a key."""
+    this app) when the deployment is open and no tenant has a key. `admission`: the deployment's admission settings,
+    when an admin set any (the gateways' flags say what they leave out)."""
     # Every gateway polls this every few seconds: one query in the common case (open, no keys), two otherwise.
     flags = (Deployment.objects.filter(pk=deployment.pk)
              .annotate(requires_key=Exists(DeploymentAccess.objects.filter(deployment=OuterRef("pk"),
                                                                            requires_key=True)),
-                       has_keys=Exists(active_keys()))
-             .values("requires_key", "has_keys").first()) or {"requires_key": False, "has_keys": False}
+                       has_keys=Exists(active_keys()),
+                       has_admission=Exists(DeploymentAccess.objects.filter(deployment=OuterRef("pk"))
+                                            .exclude(admission={})))
+             .values("requires_key", "has_keys", "has_admission").first()) or {
+        "requires_key": False, "has_keys": False, "has_admission": False}
+    admission = {"admission": deployment_admission(deployment)} if flags["has_admission"] else {}
     if not flags["requires_key"] and not flags["has_keys"]:
-        return {}
+        return admission
     may_use = Tenant.deployments.through.objects.filter(tenant_id=OuterRef("tenant_id"), deployment_id=deployment.pk)
     keys = (active_keys().select_related("tenant").annotate(allowed=Exists(may_use))
             .order_by("tenant__name", "id"))
@@ -68,4 +79,4 @@ def gateway_access(deployment) -> dict:
                                                  "allowed": key.allowed, "keys": []})
         entry["keys"].append({"hash": key.key_hash,
                               "expires_at": key.expires_at.timestamp() if key.expires_at is not None else None})
-    return {"requires_key": flags["requires_key"], "tenants": tenants}
+    return {"requires_key": flags["requires_key"], "tenants": tenants, **admission}

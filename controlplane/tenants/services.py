@@ -17,9 +17,10 @@ from controlplane.services.actions import action_create, action_once, as_actor
 from controlplane.services.tokens import key_hash
 from controlplane.services.validation import NAME_RE
 from controlplane.tenants.models import LIMIT_FIELDS, DeploymentAccess, PriorityClass, Tenant, TenantKey
+from inference.gateway.admission import AdmissionSettingsError, check_admission_settings
 
 # The audit rows' kind. Every tenant change is one kind, told apart by params["verb"] (create, update, delete,
-# key_issue, key_revoke, access).
+# key_issue, key_revoke, access, admission).
 TENANT_ACTION = ActionKind.TENANT
 # The largest limit a column holds (PositiveIntegerField); far beyond any real rate.
 MAX_LIMIT = 2**31 - 1
@@ -188,6 +189,27 @@ def tenant_key_revoke(*, key: TenantKey, actor, reason: str = "", idempotency_ke
     if key.revoked_at is None:
         action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write, request=params)
     return TenantKey.objects.select_related("tenant", "created_by").get(pk=key.pk)
+
+
+def deployment_admission_set(*, deployment: Deployment, admission: dict | None, actor, reason: str = "",
+                             idempotency_key: str | None = None) -> dict:
+    """Set the deployment's admission settings (None or {}: none, its gateways' flags apply); its gateways follow at
+    their next poll. A bad value is a 400 naming `admission.<field>`."""
+    try:
+        admission = check_admission_settings({} if admission is None else admission)
+    except AdmissionSettingsError as exc:
+        field = "admission" if exc.param == "admission" else f"admission.{exc.param}"
+        raise invalid(f"{field} {exc.requirement}", field=field) from None
+    params = {"verb": "admission", "admission": admission}
+
+    def write():
+        DeploymentAccess.objects.update_or_create(deployment=deployment, defaults={
+            "admission": admission, "updated_at": timezone.now()})
+        return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key, deployment=deployment)
+
+    action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write,
+                request={**params, "deployment": deployment.name})
+    return admission
 
 
 def deployment_access_set(*, deployment: Deployment, requires_key: bool, actor, reason: str = "",

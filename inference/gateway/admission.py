@@ -1,8 +1,9 @@
 """Admission: a bounded queue per deployment in front of the workers, dispatched by priority band and, within a band,
 fairly across tenants by the tokens they were served.
 
-The gateway lets at most `capacity()` requests run at once (`--max-outstanding-per-worker` times the ready workers
-that hold streams: colocated, or decode). A request that finds them all taken waits here instead of getting a 429
+The gateway lets at most `capacity()` requests run at once (routing.Router.capacity: for each ready worker that holds
+streams, colocated or decode, the max_num_seqs its /health reports + `--worker-capacity-headroom`, at most
+`--max-outstanding-per-worker`). A request that finds them all taken waits here instead of getting a 429
 straight away, up to its class's deadline (`--queue-deadline`); when a slot frees, the next request goes:
 
 1. the first band with a request waiting, in the order interactive, standard, batch (strict priority);
@@ -40,6 +41,9 @@ ANONYMOUS = "_anonymous"  # not a valid tenant name (tenancy.TENANT_RE), so it c
 ANONYMOUS_CLASS = "standard"
 COMPLETION_WEIGHT = 2.0  # VTC's w_q / w_p: a generated token costs about twice a prompt token to serve
 DEFAULT_MAX_QUEUED = 1024
+# Slots per streaming worker beyond its max_num_seqs (--worker-capacity-headroom): a request or two waiting at the
+# worker keep its batch full between one request's end and the next one's dispatch (docs/performance.md, tenants).
+DEFAULT_HEADROOM = 2
 DEFAULT_DEADLINES = {"interactive": 10.0, "standard": 30.0, "batch": 120.0}
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 SHED_REASONS = ("queue_full", "queue_timeout")
@@ -159,6 +163,11 @@ class Admission:
         self.num_running = 0
         self.stats: dict[tuple[str, str], WaitStats] = {}
 
+    def configure(self, max_queued: int, deadlines: Mapping[str, float]) -> None:
+        """New settings (a deployment's, from the membership poll): for requests that arrive from now on; those
+        already waiting keep the deadline they came with."""
+        self.max_queued, self.deadlines = max_queued, dict(deadlines)
+
     def _stats(self, priority_class: str, tenant: str) -> WaitStats:
         stats = self.stats.get((priority_class, tenant))
         if stats is None:
@@ -255,9 +264,57 @@ class AdmissionCollector(Collector):
                                     labels=base)
         running.add_metric(["gateway", self.model], admission.num_running)
         capacity = GaugeMetricFamily("tandem_gateway_admission_capacity", "Requests that may run at once "
-                                     "(--max-outstanding-per-worker × ready streaming workers).", labels=base)
+                                     "(each ready streaming worker's max_num_seqs + headroom, summed).", labels=base)
         capacity.add_metric(["gateway", self.model], admission.capacity())
         yield from (length, wait, shed, running, capacity)
+
+
+MAX_QUEUED_LIMIT = 1_000_000
+MAX_DEADLINE_S = 86_400.0
+ADMISSION_FIELDS = ("max_queued", "queue_deadlines")
+
+
+class AdmissionSettingsError(ValueError):
+    def __init__(self, param: str, requirement: str) -> None:
+        super().__init__(f"{param}: {requirement}")
+        self.param, self.requirement = param, requirement
+
+
+def check_admission_settings(settings: object) -> dict:
+    """A deployment's admission settings as the control plane stores them and the gateways poll them: an object with
+    `max_queued` (requests that may wait, 0..MAX_QUEUED_LIMIT; 0: no queue) and `queue_deadlines` (class → seconds a
+    request may wait, > 0 and at most a day), each optional; what it leaves out, the gateway's flags say. A checked
+    copy, or AdmissionSettingsError naming the field (`max_queued`, `queue_deadlines.batch`)."""
+    if not isinstance(settings, dict):
+        raise AdmissionSettingsError("admission", "must be an object of " + " and ".join(ADMISSION_FIELDS))
+    for key in settings:
+        if key not in ADMISSION_FIELDS:
+            raise AdmissionSettingsError(str(key), "unknown setting (known: " + ", ".join(ADMISSION_FIELDS) + ")")
+    checked: dict = {}
+    if settings.get("max_queued") is not None:
+        value = settings["max_queued"]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_QUEUED_LIMIT:
+            raise AdmissionSettingsError("max_queued", f"must be a whole number in 0..{MAX_QUEUED_LIMIT}, "
+                                                       f"not {value!r}")
+        checked["max_queued"] = value
+    deadlines = settings.get("queue_deadlines")
+    if deadlines is not None:
+        if not isinstance(deadlines, dict):
+            raise AdmissionSettingsError("queue_deadlines", "must be an object of class → seconds")
+        checked_deadlines = {}
+        for priority_class, seconds in deadlines.items():
+            if priority_class not in BANDS:
+                raise AdmissionSettingsError(f"queue_deadlines.{priority_class}",
+                                             "unknown class (known: " + ", ".join(BANDS) + ")")
+            if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not math.isfinite(seconds)
+                    or not 0 < seconds <= MAX_DEADLINE_S):
+                raise AdmissionSettingsError(f"queue_deadlines.{priority_class}",
+                                             f"must be a number of seconds > 0 and <= {MAX_DEADLINE_S:g}, "
+                                             f"not {seconds!r}")
+            checked_deadlines[priority_class] = float(seconds)
+        if checked_deadlines:
+            checked["queue_deadlines"] = checked_deadlines
+    return checked
 
 
 def parse_deadline(text: str) -> tuple[str, float]:

@@ -17,6 +17,7 @@ import uuid
 import aiohttp
 from aiohttp import web
 
+from inference.gateway import quota_state
 from inference.gateway.admission import Admission
 from inference.gateway.config import Config
 from inference.gateway.membership import ControlPlaneMembership, apply_static
@@ -78,15 +79,21 @@ class Gateway:
         self.metrics = GatewayMetrics(model=self.model, router=self.router)
         self.session: aiohttp.ClientSession | None = None
         self.relay: Relay | None = None
-        self.membership = ControlPlaneMembership(config, self.router) if config.control_plane_url else None
+        self.admission = Admission(self.router.capacity, max_queued=config.max_queued,
+                                   deadlines=config.queue_deadlines)
+        # The deployment's admission settings (polled) override the flags; what they leave out, the flags say.
+        self.membership = ControlPlaneMembership(config, self.router, on_admission=self.configure_admission) \
+            if config.control_plane_url else None
         # Keys and limits come with the membership (tenancy.py); a static gateway is open.
         self.tenants = TenantGate(lambda: self.membership.tenancy if self.membership is not None else OPEN)
         self.metrics.registry.register(self.tenants.collector(self.model))
-        self.admission = Admission(self.router.capacity, max_queued=config.max_queued,
-                                   deadlines=config.queue_deadlines)
         self.metrics.registry.register(self.admission.collector(self.model))
         self._tasks: list[asyncio.Task] = []
         self._num_running = 0
+
+    def configure_admission(self, settings: dict) -> None:
+        self.admission.configure(max_queued=settings.get("max_queued", self.config.max_queued),
+                                 deadlines={**self.config.queue_deadlines, **settings.get("queue_deadlines", {})})
 
     # -- lifecycle ----------------------------------------------------------------------------------------------------
 
@@ -113,11 +120,17 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self.membership.run(self.session), name="membership"))
         self._tasks.append(asyncio.create_task(self.router.run_health_loop(self.session), name="health"))
         self._tasks.append(asyncio.create_task(self.admission.run(), name="admission"))
+        if self.config.quota_state is not None:  # tenants' minute of usage from the previous process (quota_state.py)
+            quota_state.load(self.tenants, self.config.quota_state)
+            self._tasks.append(asyncio.create_task(quota_state.run(self.tenants, self.config.quota_state),
+                                                   name="quota-state"))
 
     async def stop(self, app: web.Application) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.config.quota_state is not None:
+            quota_state.save_quietly(self.tenants, self.config.quota_state)
         if self.session is not None:
             await self.session.close()
 

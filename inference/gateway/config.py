@@ -5,10 +5,11 @@ import os
 
 import argparse
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 from enum import Enum
 
-from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_MAX_QUEUED, parse_deadline
+from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_HEADROOM, DEFAULT_MAX_QUEUED, parse_deadline
 from inference.gateway.prefix_affinity import DEFAULT_NUM_CHARS
 from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
 from inference.weights import parse_weight, weight_problem
@@ -60,6 +61,8 @@ class Config:
     max_body_bytes: int = 1 << 20
     request_timeout: float = 300.0
     max_outstanding_per_worker: int = 256
+    # Admission slots per streaming worker beyond the max_num_seqs its /health reports (routing.worker_capacity).
+    worker_capacity_headroom: int = DEFAULT_HEADROOM
     # How often every worker's /health is probed and how long one probe may take.
     health_interval: float = 1.0
     health_timeout: float = 1.0
@@ -79,6 +82,8 @@ class Config:
     # and how long a request of each class may wait before it is shed with 503.
     max_queued: int = DEFAULT_MAX_QUEUED
     queue_deadlines: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
+    # Where tenants' rpm/tpm bucket levels are kept across a restart (quota_state.py); None: in memory only.
+    quota_state: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -108,6 +113,8 @@ class Config:
             raise ValueError("--max-body-bytes must be at least 1024")
         if self.max_outstanding_per_worker < 1:
             raise ValueError("--max-outstanding-per-worker must be at least 1")
+        if self.worker_capacity_headroom < 0:
+            raise ValueError("--worker-capacity-headroom must be at least 0")
         if self.max_queued < 0:
             raise ValueError("--admission-queue must be at least 0")
         self.queue_deadlines = {**DEFAULT_DEADLINES, **self.queue_deadlines}
@@ -163,7 +170,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--served-model-name", help="the `model` clients send (default: the deployment, else tandem)")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
     parser.add_argument("--request-timeout", type=float, default=300.0, help="overall seconds per request")
-    parser.add_argument("--max-outstanding-per-worker", type=int, default=256)
+    parser.add_argument("--max-outstanding-per-worker", type=int, default=256,
+                        help="requests one worker may hold at most (an upper bound on the admission slots below, "
+                             "and the only one for a worker whose /health reports no max_num_seqs)")
+    parser.add_argument("--worker-capacity-headroom", type=int, default=DEFAULT_HEADROOM, metavar="N",
+                        help="admission slots per streaming worker beyond the max_num_seqs its /health reports: "
+                             "beyond that, requests wait in the gateway's fair queue, not the worker's FIFO "
+                             f"(default {DEFAULT_HEADROOM}: keeps the worker's batch full between a request's end and "
+                             "the next one's arrival)")
     parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between worker health probes")
     parser.add_argument("--health-timeout", type=float, default=1.0)
     parser.add_argument("--membership-interval", type=float, default=2.0, help="seconds between control-plane polls")
@@ -181,12 +195,16 @@ def parse_args(argv: list[str] | None = None) -> Config:
                         help="how many leading characters of a prompt (a chat: of its messages up to the first user "
                              "message) make the affinity key")
     parser.add_argument("--admission-queue", type=int, default=DEFAULT_MAX_QUEUED, metavar="N",
-                        help="requests that may wait for a free slot when every worker holds "
-                             "--max-outstanding-per-worker (0: none, answer 429 at once)")
+                        help="requests that may wait for a free slot when every worker holds its max_num_seqs + "
+                             "--worker-capacity-headroom (0: none, answer 429 at once)")
     parser.add_argument("--queue-deadline", action="append", metavar="CLASS=SECONDS",
                         help="how long a request of a priority class may wait in the admission queue before a 503 "
                              "(repeatable; defaults: " + ", ".join(f"{c}={s:g}" for c, s in DEFAULT_DEADLINES.items())
                              + ")")
+    parser.add_argument("--quota-state", type=Path, metavar="FILE",
+                        help="keep tenants' requests/tokens-per-minute usage in FILE across a restart (written every "
+                             "second and at stop; default: none, a restarted gateway gives every tenant a fresh "
+                             "minute)")
     args = parser.parse_args(argv)
     try:
         queue_deadlines = dict(parse_deadline(item) for item in args.queue_deadline or ())
@@ -202,11 +220,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
             control_plane_url=args.control_plane, deployment=args.deployment, token=args.token,
             served_model_name=args.served_model_name, max_body_bytes=args.max_body_bytes,
             request_timeout=args.request_timeout, max_outstanding_per_worker=args.max_outstanding_per_worker,
+            worker_capacity_headroom=args.worker_capacity_headroom,
             health_interval=args.health_interval, health_timeout=args.health_timeout,
             membership_interval=args.membership_interval, connect_timeout=args.connect_timeout,
             max_migrations=args.max_migrations, sampling_defaults=sampling_defaults,
             prefix_affinity=args.prefix_affinity, prefix_affinity_chars=args.prefix_affinity_chars,
-            max_queued=args.admission_queue, queue_deadlines=queue_deadlines,
+            max_queued=args.admission_queue, queue_deadlines=queue_deadlines, quota_state=args.quota_state,
         )
     except ValueError as exc:
         parser.error(str(exc))

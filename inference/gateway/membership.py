@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 import re
 
 import aiohttp
 
+from inference.gateway.admission import AdmissionSettingsError, check_admission_settings
 from inference.gateway.config import Config, Mode
 from inference.gateway.traffic_split import MAX_TRAFFIC_WEIGHT
 from inference.gateway.routing import Router
@@ -98,6 +100,18 @@ def parse_sampling_defaults(body: dict) -> dict:
         raise MembershipError(f"sampling_defaults: {exc}") from None
 
 
+def parse_admission(body: dict) -> dict:
+    """The deployment's admission settings (admission.check_admission_settings; absent or null: none, the gateway's
+    flags apply)."""
+    settings = body.get("admission")
+    if settings is None:
+        return {}
+    try:
+        return check_admission_settings(settings)
+    except AdmissionSettingsError as exc:
+        raise MembershipError(f"admission.{exc}" if exc.param != "admission" else str(exc)) from None
+
+
 def parse_tenants(body: dict) -> Tenancy:
     """Whether the deployment requires a key, and the tenants' keys (hashes), classes and limits (tenancy.py);
     absent: open, no tenants (a control plane without tenants)."""
@@ -108,9 +122,11 @@ def parse_tenants(body: dict) -> Tenancy:
 
 
 class ControlPlaneMembership:
-    def __init__(self, config: Config, router: Router) -> None:
+    def __init__(self, config: Config, router: Router,
+                 on_admission: Callable[[dict], None] = lambda settings: None) -> None:
         self.config = config
         self.router = router
+        self.on_admission = on_admission  # called with each good answer's admission settings ({}: none)
         self.url = f"{config.control_plane_url}/api/v1/deployments/{config.deployment}/endpoints"
         self.headers = {"Authorization": f"Token {config.token}"}
         self.num_polls_failed = 0
@@ -130,6 +146,7 @@ class ControlPlaneMembership:
                 mode, groups = parse_endpoints(body)
                 sampling_defaults = parse_sampling_defaults(body)
                 tenancy = parse_tenants(body)
+                admission = parse_admission(body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, MembershipError) as exc:
             self.num_polls_failed += 1
             error = f"control plane {self.url}: {type(exc).__name__}: {exc}"
@@ -145,6 +162,7 @@ class ControlPlaneMembership:
         self.router.set_groups(mode, groups)
         self.sampling_defaults = sampling_defaults
         self.tenancy = tenancy
+        self.on_admission(admission)
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         while True:

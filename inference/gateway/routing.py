@@ -61,6 +61,7 @@ class Worker:
     weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
     max_prompt_chars: int | None = None  # what its /health says no fitting prompt exceeds (None: not said)
     prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
+    max_num_seqs: int | None = None  # what its /health says it runs at once (None: not said)
     probe_timeouts: int = 0  # health probes in a row that got no answer in time (PROBE_TIMEOUTS_TO_DOWN)
     # Set when the worker is taken out of rotation: the streams it holds move on at once (TokenStream) instead of
     # waiting on a hung worker. A fresh one once it is ready again.
@@ -221,16 +222,25 @@ class Router:
             parts.append(f"{label}: " + ", ".join(group.missing()))
         return "; ".join(parts)
 
+    def worker_capacity(self, worker: Worker) -> int:
+        """Requests one worker that holds streams may run at once: the max_num_seqs its /health reports plus
+        --worker-capacity-headroom, at most --max-outstanding-per-worker (which alone counts where it reports none)."""
+        limit = self.config.max_outstanding_per_worker
+        if worker.max_num_seqs is None:
+            return limit
+        return min(limit, worker.max_num_seqs + self.config.worker_capacity_headroom)
+
     def capacity(self) -> int:
-        """Requests that may run at once (admission.py): --max-outstanding-per-worker for each ready worker that
-        holds streams (decode, or colocated) of every complete group. A prefill worker holds a request only until its
-        first token, so it bounds nothing here (a full one still answers 429 through `pick`)."""
+        """Requests that may run at once (admission.py): `worker_capacity` summed over each ready worker that holds
+        streams (decode, or colocated) of every complete group, so that requests wait in the gateway's fair queue
+        rather than in the workers' own FIFO queues. A prefill worker holds a request only until its first token, so
+        it bounds nothing here (a full one still answers 429 through `pick`)."""
         total = 0
         for group in self.groups:
             if group.is_complete:
                 role = Role.DECODE if group.mode is Mode.DISAGGREGATED else Role.COLOCATED
-                total += sum(w.is_ready for w in group.workers(role))
-        return total * self.config.max_outstanding_per_worker
+                total += sum(self.worker_capacity(w) for w in group.workers(role) if w.is_ready)
+        return total
 
     def pick(self, group: Group, role: Role, exclude: set[str] = frozenset(), key: str | None = None) -> Worker:
         """The ready worker of `role` in `group` with the least (outstanding + 1) / weight, ties to the one picked
@@ -310,6 +320,8 @@ class Router:
                 max_model_len = body.get("max_model_len")
                 worker.max_model_len = max_model_len if is_int(max_model_len) else None
                 worker.prefix_caching = body.get("prefix_caching") is True
+                max_num_seqs = body.get("max_num_seqs")
+                worker.max_num_seqs = max_num_seqs if is_int(max_num_seqs) and max_num_seqs >= 1 else None
                 max_prompt_chars = body.get("max_prompt_chars")
                 worker.max_prompt_chars = max_prompt_chars if is_int(max_prompt_chars) else None
         except asyncio.TimeoutError:  # aiohttp's own timeouts are asyncio.TimeoutError too

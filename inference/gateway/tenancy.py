@@ -157,6 +157,16 @@ class TenantState:
         self.num_limited: dict[str, int] = {}
         self.apply(policy, now)
 
+    def carry(self, carried: dict[str, list[float]], now: float, since_s: float) -> None:
+        """Start from a previous process's levels ({bucket: [per_minute, level]}, as of `since_s` ago), refilled
+        since, under the current limits: what was spent of the minute stays spent."""
+        for kind, (per_minute, level) in carried.items():
+            bucket = getattr(self, kind, None)
+            if isinstance(bucket, TokenBucket):
+                level = min(per_minute, level + max(0.0, since_s) * per_minute / 60.0)
+                bucket.level = min(float(bucket.per_minute), level + bucket.per_minute - per_minute)
+                bucket.updated = now
+
     def apply(self, policy: TenantPolicy, now: float) -> None:
         self.policy = policy
         self.requests = _bucket(self.requests, policy.limits.get("requests_per_minute"), now)
@@ -235,8 +245,12 @@ class TenantGate:
         self.source, self.clock, self.wall = source, clock, wall
         self.policy = OPEN
         self.states: dict[str, TenantState] = {}
+        # Bucket levels a previous process of this gateway saved (quota_state.py), by tenant, as of wall time
+        # `carried_at`: each tenant takes its own when the membership names it again.
+        self.carried: dict[str, dict[str, list[float]]] = {}
+        self.carried_at = 0.0
 
-    def _sync(self) -> Tenancy:
+    def sync(self) -> Tenancy:
         policy = self.source()
         if policy is not self.policy:
             now = self.clock()
@@ -245,6 +259,9 @@ class TenantGate:
                 state = self.states.get(name)
                 if state is None:
                     state = TenantState(tenant, now)
+                    carried = self.carried.pop(name, None)
+                    if carried is not None:
+                        state.carry(carried, now, self.wall() - self.carried_at)
                 else:
                     state.apply(tenant, now)
                 states[name] = state
@@ -258,7 +275,7 @@ class TenantGate:
         2. An expired key: 401 likewise (the control plane drops it at its next answer; this covers the time
            between, and a control plane that is away).
         3. A key of a tenant that may not use this deployment: 404 model_not_found (anonymous when open)."""
-        policy = self._sync()
+        policy = self.sync()
         key = _bearer(authorization)
         known = policy.keys.get(hashlib.sha256(key.encode()).hexdigest()) if key is not None else None
         if known is None:

@@ -169,6 +169,8 @@ class WorkerServer:
                                       "quantization": self.info["quantization"],
                                       "weight_bytes": self.info["weight_bytes"],
                                       "prefix_caching": self.info["prefix_caching"],
+                                      # What it runs at once: the gateway admits about this many (admission.py).
+                                      "max_num_seqs": self.info.get("max_num_seqs"),
                                       **({"max_prompt_chars": self.info["max_prompt_chars"]}
                                          if self.info.get("max_prompt_chars") else {}),
                                       **self.markers})

@@ -142,12 +142,12 @@ def test_keys_of_a_deleted_tenant_are_gone_and_its_paths_answer_404(admin_api, d
 
 def test_a_deployment_is_open_until_marked_and_requires_key_must_be_a_boolean(admin_api, viewer_api, deployment):
     assert viewer_api.get("/api/v1/deployments/demo/access").json() == {
-        "deployment": "demo", "requires_key": False, "tenants": []}
+        "deployment": "demo", "requires_key": False, "tenants": [], "admission": {}}
     bad = admin_api.patch("/api/v1/deployments/demo/access", {"requires_key": "yes"}, format="json")
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "requires_key"
     _create(admin_api)
     response = admin_api.patch("/api/v1/deployments/demo/access", {"requires_key": True}, format="json")
     assert response.status_code == 200
-    assert response.json() == {"deployment": "demo", "requires_key": True, "tenants": ["acme"]}
+    assert response.json() == {"deployment": "demo", "requires_key": True, "tenants": ["acme"], "admission": {}}
     assert admin_api.patch("/api/v1/deployments/nope/access", {"requires_key": True},
                            format="json").status_code == 404

@@ -18,6 +18,7 @@ ENDPOINTS = [
     ("delete", "/api/v1/tenants/acme/keys/{key}/", None, ADMIN, 200),
     ("get", "/api/v1/deployments/demo/access", None, VIEWER, 200),
     ("patch", "/api/v1/deployments/demo/access", {"requires_key": True}, ADMIN, 200),
+    ("patch", "/api/v1/deployments/demo/access", {"admission": {"max_queued": 8}}, ADMIN, 200),
 ]
 
 
