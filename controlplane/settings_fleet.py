@@ -5,7 +5,9 @@ Read from the environment here and nowhere else (STYLE.md), each with its defaul
 """
 from __future__ import annotations
 
-from controlplane.lib.env import env_bool, env_int
+from django.core.exceptions import ImproperlyConfigured
+
+from controlplane.lib.env import env_bool, env_int, env_str
 
 # --- supervision ------------------------------------------------------------------------------------------
 # How long a started worker may take to answer /health 200 before the start counts as failed (model load).
@@ -40,6 +42,19 @@ TANDEM_SCRAPE_SHARDS = env_int("TANDEM_SCRAPE_SHARDS", 1, minimum=1)
 TANDEM_SCRAPE_WINDOW_S = env_int("TANDEM_SCRAPE_WINDOW_S", 30, minimum=1)
 TANDEM_METRICS_RAW_RETENTION_S = env_int("TANDEM_METRICS_RAW_RETENTION_S", 6 * 3600, minimum=60)
 TANDEM_METRICS_ROLLUP_RETENTION_S = env_int("TANDEM_METRICS_ROLLUP_RETENTION_S", 14 * 86400, minimum=3600)
+# Where the control loops read series (observability/reader.py): "embedded" (Tandem scrapes and keeps the samples
+# in its own tables) or "prometheus" (Tandem does not scrape; it reads the recording rules of
+# `manage.py tandem_recording_rules` with PromQL instant queries at TANDEM_PROMETHEUS_URL, each bounded by the timeout).
+TANDEM_METRICS_BACKEND = (env_str("TANDEM_METRICS_BACKEND", "embedded") or "embedded").strip().lower()
+if TANDEM_METRICS_BACKEND not in ("embedded", "prometheus"):
+    raise ImproperlyConfigured(f"TANDEM_METRICS_BACKEND={TANDEM_METRICS_BACKEND!r} is not embedded or prometheus")
+TANDEM_PROMETHEUS_URL = (env_str("TANDEM_PROMETHEUS_URL", "") or "").strip().rstrip("/")
+if TANDEM_PROMETHEUS_URL and not TANDEM_PROMETHEUS_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"TANDEM_PROMETHEUS_URL={TANDEM_PROMETHEUS_URL!r} is not an http:// or https:// URL")
+if TANDEM_METRICS_BACKEND == "prometheus" and not TANDEM_PROMETHEUS_URL:
+    raise ImproperlyConfigured("TANDEM_METRICS_BACKEND=prometheus needs TANDEM_PROMETHEUS_URL "
+                               "(e.g. http://localhost:9090)")
+TANDEM_PROMETHEUS_TIMEOUT_S = env_int("TANDEM_PROMETHEUS_TIMEOUT_S", 3, minimum=1, maximum=60)
 
 # --- rollouts (canary, A/B) -----------------------------------------------------------------------------------
 # How often the rollout driver steps every running rollout (Celery beat, periodic queue).

@@ -28,7 +28,7 @@ from controlplane.autoscaling.models import AutoscaleMetric, AutoscalingPolicy
 from controlplane.capacity.services.bounds import pool_bounds
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionKind, ActorType, Pool, Worker, WorkerStatus
-from controlplane.observability.series import latest_pool_values
+from controlplane.observability.reader import MetricsUnavailable, reader
 from controlplane.services import pool_scale
 from controlplane.services.actions import Actor
 
@@ -58,7 +58,7 @@ def policy_for(pool) -> AutoscalingPolicy:
 
 def manual_pause(pool, policy: AutoscalingPolicy, *, now: datetime) -> Pause | None:
     """The pause a recent non-autoscaler scale of this pool imposes, or None (for the API's view)."""
-    return _pause_of(pool, policy, load_inputs([pool], now=now.timestamp()), now)
+    return _pause_of(pool, policy, load_inputs([pool], now=now.timestamp(), metrics=False), now)
 
 
 @dataclass(slots=True)
@@ -72,12 +72,14 @@ class Inputs:
     #                                                    params)] of recent scales, oldest first
 
 
-def load_inputs(pools, *, now: float) -> Inputs:
+def load_inputs(pools, *, now: float, metrics: bool = True) -> Inputs:
+    """The pools' inputs; `metrics=False` leaves out the series (a pause's view needs only the actions). Raises
+    MetricsUnavailable when the metrics backend does not answer."""
     deployment_ids = {pool.deployment_id for pool in pools}
     # The newest value of the last three scrapes: one missed scrape does not read as "no data".
-    latest = latest_pool_values(deployment_ids=deployment_ids, metrics=(*_OBSERVED, "qps"),
-                                window_s=3 * settings.TANDEM_SCRAPE_INTERVAL_S, now=now,
-                                roles={pool.role for pool in pools})
+    latest = reader().latest_pool_values(deployment_ids=deployment_ids, metrics=(*_OBSERVED, "qps"),
+                                         window_s=3 * settings.TANDEM_SCRAPE_INTERVAL_S, now=now,
+                                         roles={pool.role for pool in pools}) if metrics else {}
     ready = dict(Worker.objects.filter(pool__in=[p.pk for p in pools], status=WorkerStatus.READY)
                  .values("pool_id").annotate(n=Count("id")).values_list("pool_id", "n"))
     since = datetime.fromtimestamp(now, tz=dt_timezone.utc) - timedelta(
@@ -155,7 +157,18 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     pools = list(pools)
     policies = _policies_for(pools)
     active = [p for p in pools if p.deployment.autoscale_enabled and policies[p.pk].enabled]
-    inputs = load_inputs(active, now=now_s) if active else None
+    try:
+        inputs = load_inputs(active, now=now_s) if active else None
+    except MetricsUnavailable as exc:
+        # No data is not "idle": a pool is neither grown nor shrunk (nor moved to new bounds) until the backend
+        # answers again; each policy says why.
+        log.warning("autoscaler held, no pool evaluated: %s", exc)
+        for pool in active:
+            policies[pool.pk].last_decision = f"held: {exc}"[:4000]
+            policies[pool.pk].last_evaluated_at = now_dt
+        AutoscalingPolicy.objects.bulk_update([policies[p.pk] for p in active],
+                                              ["last_decision", "last_evaluated_at"], batch_size=200)
+        return [(pool, None) for pool in pools]
     # The floor and ceiling of each pool now: its own min..max narrowed by active schedules, raised by a
     # predictive floor (controlplane.capacity.services.bounds).
     limits = pool_bounds(active, now=now_dt) if active else {}

@@ -1,6 +1,6 @@
 """What a hypothesis is judged on, read from Tandem itself: the deployment gateway's cumulative counters (sampled by
 the driver every pass into GatewaySample), the ready Worker rows of a pool, and the observability app's stored
-series of a pool (observability.series.metric_values, the reader alert rules use)."""
+series of a pool (observability.reader: the reader alert rules use, of either metrics backend)."""
 from __future__ import annotations
 
 import logging
@@ -15,7 +15,7 @@ from controlplane.chaos.models import GatewaySample
 from controlplane.chaos.validation import GATEWAY_METRICS, READY_WORKERS
 from controlplane.models import Worker, WorkerRole, WorkerStatus
 from controlplane.observability.exposition import parse_exposition
-from controlplane.observability.series import metric_values
+from controlplane.observability.reader import MetricsUnavailable, reader
 from controlplane.rollouts.analysis import snapshot_of
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,12 @@ def check_values(deployment_id: int, checks: list[dict], *, now: float, since: f
             values.append(float(ready_workers(deployment_id, check["role"])))
         else:
             window = check["window_s"] if since is None else min(check["window_s"], max(now - since, 1.0))
-            series = metric_values(metric=metric, deployment=deployment_id, role=check["role"],
-                                   aggregation=check["aggregation"], window_s=window, now=now)
+            try:
+                series = reader().metric_values(metric=metric, deployment=deployment_id, role=check["role"],
+                                                aggregation=check["aggregation"], window_s=window, now=now)
+            except MetricsUnavailable as exc:
+                # No data (which never passes a check), not a failed pass: the driver still reverts on time.
+                log.warning("chaos: %s of deployment %s unread: %s", metric, deployment_id, exc)
+                series = []
             values.append(next((v.value for v in series if v.worker_id is None), None))
     return values

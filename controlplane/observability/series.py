@@ -1,4 +1,5 @@
-"""The one reader of the stored series: alert rules, the autoscaler, the query API and the dashboard all read here.
+"""The reader of the embedded store's series: the query API and the dashboard read here, alert rules and the
+autoscaler through observability.reader (whose embedded implementation is this module).
 
     metric_values(metric="ttft_p99_seconds", deployment=d, role="prefill", aggregation="max", window_s=60)
         one value per series over a window (alert rules, the fleet overview); None: no sample, which a rule must not

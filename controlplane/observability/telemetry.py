@@ -61,10 +61,13 @@ def _expected_intervals() -> dict[str, float]:
     """How often each periodic pass is meant to run (the kinds a stale control plane shows first)."""
     from django.conf import settings
 
-    return {CycleKind.RECONCILE: settings.TANDEM_RECONCILE_INTERVAL_S,
-            CycleKind.HEALTH: settings.TANDEM_RECONCILE_INTERVAL_S,
-            CycleKind.SCRAPE: settings.TANDEM_SCRAPE_INTERVAL_S,
-            CycleKind.ALERT_EVALUATION: settings.TANDEM_ALERT_EVAL_INTERVAL_S}
+    expected = {CycleKind.RECONCILE: settings.TANDEM_RECONCILE_INTERVAL_S,
+                CycleKind.HEALTH: settings.TANDEM_RECONCILE_INTERVAL_S,
+                CycleKind.SCRAPE: settings.TANDEM_SCRAPE_INTERVAL_S,
+                CycleKind.ALERT_EVALUATION: settings.TANDEM_ALERT_EVAL_INTERVAL_S}
+    if settings.TANDEM_METRICS_BACKEND == "prometheus":
+        del expected[CycleKind.SCRAPE]  # Prometheus scrapes: Tandem runs no scrape pass
+    return expected
 
 
 def stale_after_s(interval_s: float) -> float:

@@ -19,6 +19,7 @@ from controlplane.alerting.models import ACTIVE_STATES, Alert, AlertRule, AlertS
 from controlplane.alerting.services.rule_actions import alert_act, alert_notify_resolved
 from controlplane.alerting.services.silences import active_silences, silence_for
 from controlplane.alerting.services.state import fingerprint, next_state
+from controlplane.observability.reader import MetricsUnavailable, reader
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class EvaluationReport:
     transitions: list[tuple[str, str, str, str]] = field(default_factory=list)  # (rule, fingerprint, from, to)
     num_actions: int = 0
     duration_s: float = 0.0
+    held: str = ""  # why the pass evaluated no rule: the metrics backend did not answer
 
 
 def _fmt(value: float | None) -> str:
@@ -67,13 +69,12 @@ def read_key(rule: AlertRule) -> tuple:
 def read_observations(rule: AlertRule, *, now: datetime, deployment_ids: list[int]) -> list[Observation]:
     """What `rule`'s read (read_key) observes in these deployments, in one read: per deployment and role, or per
     worker (silent workers of each deployment included, with no value)."""
-    from controlplane.observability.series import metric_values
-
     if not deployment_ids:
         return []
     what = f"{rule.aggregation}({rule.metric}[{rule.window_s}s])"
     read = dict(metric=rule.metric, deployments=deployment_ids, role=rule.role or None, aggregation=rule.aggregation,
                 window_s=rule.window_s, now=now, per_worker=rule.per_worker)
+    metric_values = reader().metric_values
     current = metric_values(**read)
     if rule.compare_to_offset_s:
         earlier = {(v.deployment_id, v.role, v.worker_id): v.value
@@ -107,6 +108,8 @@ def _observations_by_rule(rules: list[AlertRule], *, now: datetime, deployment_i
                  else sorted({r.deployment_id for r in group}))
         try:
             observations = read_observations(group[0], now=now, deployment_ids=scope)
+        except MetricsUnavailable:
+            raise  # every read would fail alike: the pass holds (evaluate_rules)
         except Exception:
             log.exception("reading %s for %d alert rules failed", read_key(group[0]), len(group))
             continue
@@ -157,7 +160,13 @@ def evaluate_rules(*, now: datetime | None = None) -> EvaluationReport:
     for alert in Alert.objects.filter(state__in=ACTIVE_STATES, rule__enabled=True):
         active_by_rule[alert.rule_id].append(alert)
     rules = list(AlertRule.objects.filter(enabled=True).select_related("deployment").order_by("id"))
-    observed = _observations_by_rule(rules, now=now, deployment_ids=deployment_ids)
+    try:
+        observed = _observations_by_rule(rules, now=now, deployment_ids=deployment_ids)
+    except MetricsUnavailable as exc:
+        # Missing data is not "the condition no longer holds": no alert moves (fires, resolves) until the backend
+        # answers again. Alerts of disabled rules still close below (that needs no data).
+        log.warning("alert evaluation held, no rule evaluated: %s", exc)
+        report.held, rules = str(exc), []
     for rule in rules:
         report.num_rules += 1
         try:

@@ -1,7 +1,8 @@
 """GET /healthz, for load balancers, `tandem_run` and operators: no auth.
 
 503 when the web process cannot query its database (it cannot serve). Otherwise 200, with `status` "ok" or
-"degraded" and what is wrong: the broker does not answer, or a periodic pass (reconcile, health, scrape, alert
+"degraded" and what is wrong: the broker does not answer, Prometheus (TANDEM_METRICS_BACKEND=prometheus) does
+not (the alert evaluator and autoscaler then hold still), or a periodic pass (reconcile, health, scrape, alert
 evaluation) has not run for 5 of its intervals (the broker frozen, the Celery workers gone or wedged). Degraded is
 still 200: restarting the web process would not mend either, and a load balancer should keep sending it the API.
 """
@@ -71,9 +72,15 @@ def healthz(request):
     loops = cycle_freshness(STARTED)
     broker = broker_state()
     problems = [f"broker {broker}"] if broker != "ok" else []
+    from controlplane.observability.reader import reader
+
+    metrics_problem = reader().problem()  # None for the embedded store; Prometheus: cached readiness probe
+    if metrics_problem is not None:
+        problems.append(f"{metrics_problem}: alert evaluation and the autoscaler hold still")
     problems += [f"no {kind} pass for {loop['age_s']:.0f} s (stale after {loop['stale_after_s']:.0f} s)"
                  for kind, loop in loops.items() if loop["stale"]]
-    body = {"status": "degraded" if problems else "ok", "database": "ok", "broker": broker, "control_loops": loops}
+    body = {"status": "degraded" if problems else "ok", "database": "ok", "broker": broker, "control_loops": loops,
+            "metrics_backend": {"name": reader().name, "state": metrics_problem or "ok"}}
     if problems:
         body["problems"] = problems
     global _last_problems
