@@ -85,6 +85,8 @@ TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, 
 TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S = env_int("TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S", 300, minimum=10)
 
 # --- tenants (API keys, limits, the deployments that require a key) ----------------------------------------
+# Hourly usage rows per tenant and deployment (controlplane/tenants/usage.py) are kept this long (a bill's months).
+TANDEM_TENANT_USAGE_RETENTION_S = env_int("TANDEM_TENANT_USAGE_RETENTION_S", 400 * 86400, minimum=86400)
 
 # --- alerting ---------------------------------------------------------------------------------------------
 # How often Celery beat runs one evaluation pass over every enabled alert rule.

@@ -62,8 +62,19 @@ _GAUGES = {
     "tandem_decode_roofline_ratio": ("decode_roofline_ratio", "max"),
 }
 _ERRORS = "tandem_request_errors_total"
+# A gateway's per-tenant counters → key in Reading.by_tenant[tenant] (what the tenants app bills, see
+# controlplane/tenants/usage.py); rate-limited requests are summed over their `limit`, shed ones over `reason`.
+_TENANT_COUNTERS = {
+    "tandem_gateway_tenant_requests_total": "requests",
+    "tandem_gateway_tenant_errors_total": "errors",
+    "tandem_gateway_tenant_rate_limited_total": "rate_limited",
+    "tandem_gateway_queue_shed_total": "shed",
+}
+_TENANT_TOKENS = "tandem_gateway_tenant_tokens_total"  # kind="prompt" | "completion"
+_START_TIME = "process_start_time_seconds"
 _WANTED = tuple(sorted({*STORED_HISTOGRAMS.values(), *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES,
-                        _ERRORS.removesuffix("_total")}))
+                        _ERRORS.removesuffix("_total"), *(n.removesuffix("_total") for n in _TENANT_COUNTERS),
+                        _TENANT_TOKENS.removesuffix("_total"), _START_TIME}))
 
 # One sample line without escapes: name{label="value",...} value [timestamp]
 _LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)'                           # name
@@ -82,6 +93,10 @@ class Reading:
     # The same counters and histograms split by a `revision` label (the gateway labels its request metrics with
     # the revision that served): what canary analysis compares. Empty for a target without the label.
     by_revision: dict[str, "Reading"] = field(default_factory=dict)
+    # A gateway's cumulative per-tenant counters (requests, prompt_tokens, completion_tokens, errors, rate_limited,
+    # shed) by the `tenant` label, and its process's start time (Unix seconds; None when not exposed).
+    by_tenant: dict[str, dict[str, float]] = field(default_factory=dict)
+    started_at: float | None = None
 
 
 def _relevant_lines(text: str) -> list[str]:
@@ -150,6 +165,10 @@ def parse_exposition(text: str) -> Reading:
             counters["errors"] += value
             if labels.get("kind", "") not in CLIENT_ERROR_KINDS:
                 counters["server_errors"] += value
+        elif name in _TENANT_COUNTERS or name == _TENANT_TOKENS:
+            _fold_tenant_sample(reading.by_tenant, name, labels, value)
+        elif name == _START_TIME:
+            reading.started_at = value
         elif name in _GAUGES and not math.isnan(value):
             key, combine = _GAUGES[name]
             if key not in gauges:
@@ -166,6 +185,21 @@ def parse_exposition(text: str) -> Reading:
         part.histograms = {key: sorted(per_le.items()) for key, per_le in part_buckets.items()}
         reading.by_revision[revision] = part
     return reading
+
+
+def _fold_tenant_sample(by_tenant: dict, name: str, labels: dict, value: float) -> None:
+    tenant = labels.get("tenant")
+    if not tenant or math.isnan(value):
+        return
+    if name == _TENANT_TOKENS:
+        kind = labels.get("kind")
+        if kind not in ("prompt", "completion"):
+            return
+        key = f"{kind}_tokens"
+    else:
+        key = _TENANT_COUNTERS[name]
+    counters = by_tenant.setdefault(tenant, {})
+    counters[key] = counters.get(key, 0.0) + value
 
 
 def _fold_request_sample(counters: dict, buckets: dict, name: str, labels: dict, value: float) -> None:

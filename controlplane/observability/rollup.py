@@ -16,6 +16,7 @@ from django.db.models import Avg, Count, F, Max, Min
 from django.db.models.functions import Floor
 
 from controlplane.observability.models import RevisionSample, Rollup, Sample, ScrapeState
+from controlplane.tenants.usage import prune_usage
 
 MAX_MINUTES_PER_PASS = 120
 _LATE_MARGIN_S = 5.0
@@ -64,4 +65,4 @@ def prune(*, now: float | None = None) -> dict[str, int]:
     num_rollups, _ = Rollup.objects.filter(ts__lt=now - settings.TANDEM_METRICS_ROLLUP_RETENTION_S).delete()
     num_states, _ = ScrapeState.objects.filter(last_scrape_at__lt=raw_cutoff).delete()
     return {"samples": num_samples, "revision_samples": num_revision_samples, "rollups": num_rollups,
-            "scrape_states": num_states}
+            "scrape_states": num_states, "tenant_usage": prune_usage(now=now)}

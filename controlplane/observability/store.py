@@ -22,6 +22,7 @@ from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRA
 from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
 from controlplane.observability.models import RevisionSample, Sample, ScrapeState
 from controlplane.observability.scraper import Fetched, Target, scrape
+from controlplane.tenants.usage import add_usage, counter_deltas, usage_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     pool_up: dict[tuple[int, str], list[float]] = defaultdict(list)
     new_states: list[tuple] = []
     revision_rows: list[RevisionSample] = []
+    usage: list[tuple] = []
     num_up = 0
     for item in fetched:
         target = item.target
@@ -118,7 +120,12 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
         else:
             num_up += 1
             by_revision = (state or {}).get("rev") or {}
+            tenants_before = (state or {}).get("tenants")
             state = state_append(state, item.reading, ts, window)
+            if target.role == "gateway":  # what each tenant used since the last scrape (a bill's rows)
+                state["tenants"], growth = counter_deltas(tenants_before, item.reading.by_tenant,
+                                                          item.reading.started_at, ts)
+                usage.extend(usage_rows(ts, target.deployment_id, growth))
             values, inc = target_series(state, item.reading.gauges)
             pools[key].append((values, inc))
             error = ""
@@ -141,6 +148,7 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
         _insert_samples(rows)
         RevisionSample.objects.bulk_create(revision_rows, batch_size=500)
         _upsert_states(new_states)
+        add_usage(usage)  # in the states' transaction: a growth is added once, with the counters it was read from
     return len(rows), num_up
 
 

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from controlplane.tenants.models import DeploymentAccess, Tenant, TenantKey
+from controlplane.tenants.models import DeploymentAccess, Tenant, TenantKey, TenantUsage
 
 
 @admin.register(Tenant)
@@ -29,3 +29,10 @@ class TenantKeyAdmin(TenantAdmin):
 @admin.register(DeploymentAccess)
 class DeploymentAccessAdmin(TenantAdmin):
     list_display = ("deployment", "requires_key", "updated_at")
+
+
+@admin.register(TenantUsage)
+class TenantUsageAdmin(TenantAdmin):
+    list_display = ("hour", "tenant", "deployment", "requests", "prompt_tokens", "completion_tokens", "rate_limited",
+                    "shed")
+    list_filter = ("tenant",)

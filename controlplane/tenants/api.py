@@ -15,18 +15,22 @@ from controlplane.tenants.models import LIMIT_FIELDS, PriorityClass, Tenant
 from controlplane.tenants.selectors import (deployment_admission, deployment_requires_key, tenant_get,
                                             tenant_key_get, tenant_key_list, tenant_list)
 
+PRICES_HELP = ("An object of prompt, completion: the price per 1M tokens (a number >= 0, at most 6 decimals), or "
+               "null / left out for not priced; the usage export's cost column.")
 LIMITS_HELP = ("An object of " + ", ".join(LIMIT_FIELDS) + ": each a whole number >= 1, or null / left out for no "
                "limit. Tokens per minute count prompt + completion tokens.")
 
 
 class TenantOutput(serializers.ModelSerializer):
     limits = serializers.DictField(child=serializers.IntegerField())
+    prices = serializers.DictField(child=serializers.FloatField(), help_text="per 1M tokens: prompt, completion")
     deployments = serializers.SerializerMethodField()
     num_active_keys = serializers.SerializerMethodField()
 
     class Meta:
         model = Tenant
-        fields = ["name", "priority_class", "limits", "deployments", "num_active_keys", "created_at", "updated_at"]
+        fields = ["name", "priority_class", "limits", "prices", "deployments", "num_active_keys", "created_at",
+                  "updated_at"]
 
     def get_deployments(self, tenant) -> list[str]:
         return sorted(d.name for d in tenant.deployments.all())
@@ -61,12 +65,14 @@ class TenantCreateInput(WriteInputSerializer):
     limits = serializers.JSONField(required=False, default=None, help_text=LIMITS_HELP)
     deployments = serializers.JSONField(required=False, default=list,
                                         help_text="the names of the deployments the tenant's keys may use")
+    prices = serializers.JSONField(required=False, default=None, help_text=PRICES_HELP)
 
 
 class TenantUpdateInput(WriteInputSerializer):
     priority_class = serializers.CharField(required=False)
     limits = serializers.JSONField(required=False, help_text=LIMITS_HELP + " Limits not named stay as they are.")
     deployments = serializers.JSONField(required=False, help_text="the whole new list of deployment names")
+    prices = serializers.JSONField(required=False, help_text=PRICES_HELP + " Prices not named stay as they are.")
 
 
 class KeyIssueInput(WriteInputSerializer):
@@ -109,13 +115,14 @@ class TenantListView(ApiView):
         return Response(TenantOutput(tenant_list().prefetch_related("keys"), many=True).data)
 
     @extend_schema(request=TenantCreateInput, responses={201: TenantOutput, **ERRORS},
-                   description="Create a tenant: name, priority_class, limits, deployments. 400 naming a bad field "
-                               "(a limit of 0 or below, an unknown class or deployment); 409 when the name is "
-                               "taken. Admin.")
+                   description="Create a tenant: name, priority_class, limits, deployments, prices. 400 naming a "
+                               "bad field (a limit of 0 or below, an unknown class or deployment, a bad price); 409 "
+                               "when the name is taken. Admin.")
     def post(self, request):
         values = _valid(TenantCreateInput, request)
         tenant = services.tenant_create(name=values["name"], priority_class=values["priority_class"],
                                         limits=values["limits"], deployments=values["deployments"],
+                                        prices=values["prices"],
                                         **write_kwargs(request, values))
         return Response(_tenant_out(tenant.name), status=status.HTTP_201_CREATED)
 
@@ -126,12 +133,14 @@ class TenantDetailView(ApiView):
         return Response(_tenant_out(tenant_get(name).name))
 
     @extend_schema(request=TenantUpdateInput, responses={200: TenantOutput, **ERRORS},
-                   description="Change a tenant's class, limits (those named) or deployments (the whole list). "
+                   description="Change a tenant's class, limits or prices (those named) or deployments (the whole "
+                               "list). "
                                "Gateways apply it at their next membership poll. Admin.")
     def patch(self, request, name: str):
         tenant = tenant_get(name)
         values = _valid(TenantUpdateInput, request)
-        changes = {field: values[field] for field in ("priority_class", "limits", "deployments") if field in values}
+        changes = {field: values[field] for field in ("priority_class", "limits", "deployments", "prices")
+                   if field in values}
         services.tenant_update(tenant=tenant, **changes, **write_kwargs(request, values))
         return Response(_tenant_out(tenant.name))
 

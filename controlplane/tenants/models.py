@@ -18,6 +18,8 @@ class PriorityClass(models.TextChoices):
 
 # The limits a tenant may have, each optional (null: no limit). Tokens count prompt + completion.
 LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "max_tokens")
+# A tenant's prices per 1M tokens ("prices" in the API: kind → the model's field).
+PRICE_FIELDS = {"prompt": "price_prompt_per_million", "completion": "price_completion_per_million"}
 
 
 class Tenant(models.Model):
@@ -28,6 +30,9 @@ class Tenant(models.Model):
     tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
     max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
     max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Prices per 1M tokens (any currency; null: not priced), what the usage export turns tokens into a cost with.
+    price_prompt_per_million = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
+    price_completion_per_million = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     # The deployments (models) the tenant's keys may use; a key sent to any other gets 404 model_not_found.
     deployments = models.ManyToManyField("controlplane.Deployment", blank=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
@@ -43,6 +48,12 @@ class Tenant(models.Model):
     def limits(self) -> dict[str, int]:
         """The limits it has (a limit left out is no limit)."""
         return {field: getattr(self, field) for field in LIMIT_FIELDS if getattr(self, field) is not None}
+
+    @property
+    def prices(self) -> dict[str, float]:
+        """The prices per 1M tokens it has (prompt, completion)."""
+        return {kind: float(getattr(self, field)) for kind, field in PRICE_FIELDS.items()
+                if getattr(self, field) is not None}
 
 
 class TenantKey(models.Model):
@@ -82,3 +93,32 @@ class DeploymentAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}: {'key required' if self.requires_key else 'open'}"
+
+
+# The counters of a usage row, as the gateways count them per tenant (controlplane/tenants/usage.py).
+USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "errors", "rate_limited", "shed")
+
+
+class TenantUsage(models.Model):
+    """One tenant's use of one deployment in one hour (UTC), added to by every scrape of its gateways. By name, not
+    a key to Tenant: the rows outlive the tenant (a bill), and open deployments' callers without a key count as
+    `_anonymous`."""
+
+    tenant = models.CharField(max_length=63)
+    deployment = models.ForeignKey("controlplane.Deployment", on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()  # the hour's start
+    requests = models.PositiveBigIntegerField(default=0)  # admitted
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    errors = models.PositiveBigIntegerField(default=0)  # admitted requests that did not finish
+    rate_limited = models.PositiveBigIntegerField(default=0)  # refused with 429 over one of its limits
+    shed = models.PositiveBigIntegerField(default=0)  # refused by admission (queue full, deadline passed)
+
+    class Meta:
+        ordering = ["hour", "tenant", "deployment_id"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "deployment", "hour"], name="tenant_usage_hour")]
+        indexes = [models.Index(fields=["deployment", "hour"], name="tenant_usage_deployment_hour"),
+                   models.Index(fields=["hour"], name="tenant_usage_hour_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}@{self.deployment_id} {self.hour:%Y-%m-%d %H}:00"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 
 from django.db import transaction
 from django.utils import timezone
@@ -16,7 +17,8 @@ from controlplane.models import ActionKind, ActionStatus, Deployment
 from controlplane.services.actions import action_create, action_once, as_actor
 from controlplane.services.tokens import key_hash
 from controlplane.services.validation import NAME_RE
-from controlplane.tenants.models import LIMIT_FIELDS, DeploymentAccess, PriorityClass, Tenant, TenantKey
+from controlplane.tenants.models import (LIMIT_FIELDS, PRICE_FIELDS, DeploymentAccess, PriorityClass, Tenant,
+                                        TenantKey)
 from inference.gateway.admission import AdmissionSettingsError, check_admission_settings
 
 # The audit rows' kind. Every tenant change is one kind, told apart by params["verb"] (create, update, delete,
@@ -24,6 +26,7 @@ from inference.gateway.admission import AdmissionSettingsError, check_admission_
 TENANT_ACTION = ActionKind.TENANT
 # The largest limit a column holds (PositiveIntegerField); far beyond any real rate.
 MAX_LIMIT = 2**31 - 1
+MAX_PRICE = 1_000_000  # per 1M tokens
 KEY_PREFIX = "tk-"
 UNSET = object()
 
@@ -61,6 +64,31 @@ def check_limits(limits) -> dict[str, int | None]:
     return checked
 
 
+def check_prices(prices) -> dict[str, Decimal | None]:
+    """{model field: price per 1M tokens, or None for not priced} from {"prompt": ..., "completion": ...}; an unknown
+    kind, a negative, a non-number or more than 6 decimals is a 400 naming `prices.<kind>`."""
+    if prices is None:
+        return {}
+    if not isinstance(prices, dict):
+        raise invalid(f"prices must be an object of {', '.join(PRICE_FIELDS)}, not {prices!r}", field="prices")
+    checked = {}
+    for kind, value in prices.items():
+        if kind not in PRICE_FIELDS:
+            raise invalid(f"prices.{kind} is not a price; the prices are {', '.join(PRICE_FIELDS)} (per 1M tokens)",
+                          field=f"prices.{kind}")
+        price = None
+        if value is not None:
+            try:
+                price = Decimal(str(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            except InvalidOperation:
+                price = None
+            if price is None or not price.is_finite() or not 0 <= price <= MAX_PRICE or price != round(price, 6):
+                raise invalid(f"prices.{kind} must be a number from 0 to {MAX_PRICE} per 1M tokens with at most 6 "
+                              f"decimals (null: not priced), not {value!r}", field=f"prices.{kind}")
+        checked[PRICE_FIELDS[kind]] = price
+    return checked
+
+
 def _check_name(name) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise invalid("a tenant name is 1-63 lowercase letters, digits and dashes, starting and ending with a "
@@ -79,20 +107,23 @@ def _deployments(names) -> list[Deployment]:
 
 
 def tenant_create(*, name: str, priority_class: str = PriorityClass.STANDARD, limits: dict | None = None,
-                  deployments: list[str] = (), actor, reason: str = "",
+                  deployments: list[str] = (), prices: dict | None = None, actor, reason: str = "",
                   idempotency_key: str | None = None) -> Tenant:
     """A new tenant (no keys yet: tenant_key_issue). 409 when the name is taken."""
     _check_name(name)
     check_priority_class(priority_class)
     limits = check_limits(limits)
+    priced = check_prices(prices)
     targets = _deployments(list(deployments))
     params = {"verb": "create", "tenant": name, "priority_class": priority_class, "limits": limits,
               "deployments": [d.name for d in targets]}
+    if priced:
+        params["prices"] = _price_params(priced)
 
     def write():
         if Tenant.objects.filter(name=name).exists():
             raise ControlPlaneError(f"tenant {name!r} already exists", status=409, extra={"field": "name"})
-        tenant = Tenant.objects.create(name=name, priority_class=priority_class, **limits)
+        tenant = Tenant.objects.create(name=name, priority_class=priority_class, **limits, **priced)
         tenant.deployments.set(targets)
         return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key)
 
@@ -100,8 +131,14 @@ def tenant_create(*, name: str, priority_class: str = PriorityClass.STANDARD, li
     return Tenant.objects.get(name=name)
 
 
+def _price_params(priced: dict) -> dict:
+    """The audit row's prices (JSON: a Decimal as its text)."""
+    kinds = {field: kind for kind, field in PRICE_FIELDS.items()}
+    return {kinds[field]: None if price is None else str(price) for field, price in priced.items()}
+
+
 def tenant_update(*, tenant: Tenant, actor, reason: str = "", idempotency_key: str | None = None,
-                  priority_class=UNSET, limits=UNSET, deployments=UNSET) -> Tenant:
+                  priority_class=UNSET, limits=UNSET, deployments=UNSET, prices=UNSET) -> Tenant:
     """Change what is given: the class, the limits named in `limits` (null removes one; the others stay) and the
     whole list of deployments. The gateways apply it at their next membership poll."""
     changes: dict = {}
@@ -109,8 +146,12 @@ def tenant_update(*, tenant: Tenant, actor, reason: str = "", idempotency_key: s
         changes["priority_class"] = check_priority_class(priority_class)
     if limits is not UNSET:
         changes.update(check_limits(limits))
+    priced = check_prices(prices) if prices is not UNSET else {}
     targets = _deployments(deployments) if deployments is not UNSET else None
     params = {"verb": "update", "tenant": tenant.name, **changes}
+    if priced:
+        params["prices"] = _price_params(priced)
+        changes.update(priced)
     if targets is not None:
         params["deployments"] = [d.name for d in targets]
 

@@ -16,6 +16,7 @@ from controlplane.revision_diff import PART_ORDER
 from controlplane.rollouts.models import Strategy
 from controlplane.rollouts.selectors import rollout_active
 from controlplane.selectors import deployment_get, deployment_rollout_in_progress
+from controlplane.tenants.usage import usage_by_tenant
 from controlplane.tenant_provider import admission as admission_settings
 from dashboards.access import viewer_required
 from dashboards.chaos import chaos_section
@@ -117,7 +118,7 @@ def deployment_detail(request, name: str):
     admission = admission_settings(deployment)
     rows = [("max_queued", admission["max_queued"])] if "max_queued" in admission else []
     rows += [(f"queue_deadlines.{c}", f"{s:g} s") for c, s in (admission.get("queue_deadlines") or {}).items()]
-    context.update(admission=rows)
+    context.update(admission=rows, tenant_usage=usage_by_tenant(deployment))
     has_gpu = deployment_has_gpu(deployment)
     context.update(range_key=parse_range(request.GET.get("range")), ranges=list(RANGES), has_gpu=has_gpu,
                    chart_max_ages=[(key, age) for key, age in max_ages().items() if age],
