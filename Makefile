@@ -26,12 +26,16 @@ run: setup
 	$(PY) manage.py tandem_run
 
 # promtool (Debian's prometheus package) checks the exported alert rules and Grafana panels; installed here when
-# this is a Debian machine and we are root, else those tests skip.
+# this is a Debian machine and we are root, else those tests skip. stress-ng likewise (chaos cpu_hog, memory_pressure).
 tools:
 	@command -v promtool >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends prometheus \
 		>/dev/null 2>&1 && echo "installed promtool (Debian's prometheus)"; } || \
 		echo "promtool not installed: its tests skip (apt-get install prometheus)"
+	@command -v stress-ng >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends stress-ng \
+		>/dev/null 2>&1 && echo "installed stress-ng (the chaos resource faults)"; } || \
+		echo "stress-ng not installed: the chaos resource faults use the Python hog (apt-get install stress-ng)"
 
 test: models tools
 	$(PY) -m pytest $(PYTEST_ARGS)

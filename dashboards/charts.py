@@ -210,6 +210,27 @@ def empty_figure(title: str, reason: str, *, x_range: tuple[float, float] | None
     return {"data": [], "layout": layout}
 
 
+CHAOS_FILL = "rgba(220, 38, 38, 0.08)"  # a light red band: a fault was active, not an incident
+CHAOS_LABEL = "#b91c1c"
+
+
+def shade_windows(figure: dict, windows: list[dict]) -> dict:
+    """The figure with a band over each window ({"start", "end": unix seconds, "label"}) behind its lines and a
+    label at its top, so a chart shows the chaos fault beside what it caused. The figure is changed in place."""
+    if not windows:
+        return figure
+    layout = figure["layout"]
+    layout["shapes"] = layout.get("shapes", []) + [
+        {"type": "rect", "xref": "x", "yref": "paper", "x0": _ms(window["start"]), "x1": _ms(window["end"]),
+         "y0": 0, "y1": 1, "fillcolor": CHAOS_FILL, "line": {"width": 0}, "layer": "below"}
+        for window in windows]
+    layout["annotations"] = layout.get("annotations", []) + [
+        {"text": window["label"], "xref": "x", "yref": "paper", "x": _ms(window["start"]), "y": 1,
+         "xanchor": "left", "yanchor": "top", "showarrow": False, "font": {"size": 9, "color": CHAOS_LABEL}}
+        for window in windows]
+    return figure
+
+
 def num_points(figure: dict) -> int:
     """Points drawn by a figure (0 for an empty state)."""
     return sum(len(trace.get("x", [])) for trace in figure.get("data", []))

@@ -17,7 +17,8 @@ from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
 from controlplane.observability.series import SeriesQuery, auto_step, query_series_many
 from dashboards.buckets import histogram_top
-from dashboards.charts import Axis, Series, line_figure
+from dashboards.chaos import chaos_windows
+from dashboards.charts import Axis, Series, line_figure, shade_windows
 
 RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 # A fresh `make run` has minutes of data: an hour-wide default would squeeze them into a corner.
@@ -135,8 +136,9 @@ def chart_figures(deployment, *, range_key: str, now: float) -> dict:
                                  for item in items)
     has_samples = any(s.points for series in loaded.values() for s in series)
     reason = empty_reason(num_live_workers=num_live, has_samples=has_samples)
-    figures = {panel.key: line_figure(panel.title, loaded[panel.key], Axis(panel.unit), x_range=(start, end),
-                                      empty_reason=reason)
+    windows = chaos_windows(deployment, start=start, end=end)
+    figures = {panel.key: shade_windows(line_figure(panel.title, loaded[panel.key], Axis(panel.unit),
+                                                    x_range=(start, end), empty_reason=reason), windows)
                for panel in panels}
     return {"range": range_key, "start": start, "end": end, "step": step, "has_gpu": has_gpu,
-            "figures": figures, "order": [panel.key for panel in panels]}
+            "figures": figures, "order": [panel.key for panel in panels], "chaos_windows": windows}

@@ -21,7 +21,8 @@ from controlplane.observability.series import (SeriesQuery, as_unix, auto_step, 
                                                 query_series_many)
 from controlplane.services.objectives import objectives_merge
 from dashboards.buckets import histogram_top
-from dashboards.charts import Axis, Series, empty_figure, line_figure
+from dashboards.chaos import chaos_windows
+from dashboards.charts import Axis, Series, empty_figure, line_figure, shade_windows
 from dashboards.panels import RANGES, Line, deployment_has_gpu, empty_reason, range_start
 from dashboards.templatetags.dash import metric_value
 
@@ -238,5 +239,8 @@ def stage_charts(deployment, *, range_key: str, now: float) -> dict:
         figures[key] = (line_figure(indicator.title, series, Axis(indicator.unit), x_range=(start, now),
                                     empty_reason=reason) if has_gpu
                         else empty_figure(indicator.title, NO_GPU, x_range=(start, now)))
+    windows = chaos_windows(deployment, start=start, end=now)
+    for figure in figures.values():
+        shade_windows(figure, windows)
     return {"columns": columns, "figures": figures, "health_order": [key for key, _, _ in health],
-            "has_gpu": has_gpu}
+            "has_gpu": has_gpu, "chaos_windows": windows}

@@ -1,17 +1,19 @@
 """Faults on this host, carried out by the node agent, which owns the worker processes: `kill` (SIGKILL the worker's
-process group), `pause` (SIGSTOP it, SIGCONT at its deadline), and the proxy faults `error`, `latency` and `reset` (a
-fault proxy in front of the worker, which the worker's row points at until the deadline: proxy_faults.py).
+process group), `pause` (SIGSTOP it, SIGCONT at its deadline), the proxy faults `error`, `latency` and `reset` (a
+fault proxy in front of the worker, which the worker's row points at until the deadline: proxy_faults.py), and the
+resource faults `cpu_hog` and `memory_pressure` (a hog on the worker's host until the deadline: resource_faults.py).
 
 The agent is the executor, never the policy: a fault arrives as a message naming the worker, the kind, a deadline
 (`until`, Unix seconds) and the audit params to copy onto its rows; what happened is reported as Action rows
 (services.actions), one when the fault is injected and one when it is reverted, each under an idempotency key derived
 from the fault's `key`. Whoever asked (the chaos app) reads those rows: a message delivered twice injects once.
 
-A pause's or a proxy fault's deadline is enforced here, by a timer in the agent process: the worker is released (the
-row points at the worker again) at `until` even when the broker, the control worker or the database is gone by then;
-a fault proxy also stops faulting at `until` by itself, even without its agent. A revert message releases it earlier.
-A revert for a fault this process does not know (the agent restarted meanwhile) still sends SIGCONT to the worker's
-recorded process (harmless for a process that runs), or stops the proxy the injected row names.
+A pause's, a proxy fault's or a resource fault's deadline is enforced here, by a timer in the agent process: the
+worker is released (the row points at the worker again) at `until` even when the broker, the control worker or the
+database is gone by then; a fault proxy also stops faulting at `until` by itself, and a hog exits then, even without
+its agent. A revert message releases it earlier. A revert for a fault this process does not know (the agent
+restarted meanwhile) still sends SIGCONT to the worker's recorded process (harmless for a process that runs), or
+stops the proxy or the hog the injected row names.
 
 Only real processes can be signalled: in a simulated fleet (runtime.launcher is not the `processes` module) a fault is
 refused and reported as failed.
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import DatabaseError
 
-from controlplane.agent import launch, processes, proxy_faults, runtime
+from controlplane.agent import launch, processes, proxy_faults, resource_faults, runtime
 from controlplane.models import ActionKind, ActionStatus, Worker
 from controlplane.services.actions import Actor, DuplicateAction, action_create, action_find
 
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 
 AGENT_FAULT_INJECT = "controlplane.agent.tasks.agent_fault_inject"
 AGENT_FAULT_REVERT = "controlplane.agent.tasks.agent_fault_revert"
-FAULT_KINDS = ("kill", "pause", *proxy_faults.PROXY_KINDS)
+FAULT_KINDS = ("kill", "pause", *proxy_faults.PROXY_KINDS, *resource_faults.RESOURCE_KINDS)
 # The audit rows of a fault. ActionKind has no `fault` value: adding one changes the Action.kind field's choices,
 # which needs a migration of the core app (see docs/chaos.md); `start`/`stop` carry params.event instead.
 INJECTED_KIND, REVERTED_KIND = ActionKind.START, ActionKind.STOP
@@ -51,18 +53,19 @@ def reverted_key(key: str) -> str:
 
 @dataclass(slots=True)
 class _Pause:
-    handle: processes.ProcessHandle  # the worker's (pause) or the fault proxy's process
+    handle: processes.ProcessHandle  # the worker's (pause), the fault proxy's or the hog's process
     timer: threading.Timer
     until: float
     worker_id: int
     audit: dict
     proxy: dict | None = None  # a proxy fault: what proxy_faults.proxy_stop needs
+    resource: dict | None = None  # a resource fault: what resource_faults.hog_stop needs
 
 
-# Faults with a deadline this process holds (pauses and proxy faults), by fault key: the timer that releases each one
-# at its deadline.
+# Faults with a deadline this process holds (pauses, proxy and resource faults), by fault key: the timer that
+# releases each one at its deadline.
 _paused: dict[str, _Pause] = {}
-_starting: set[str] = set()  # proxy faults whose proxy is being started (outside the lock: it takes a moment)
+_starting: set[str] = set()  # proxy and resource faults whose process is starting (outside the lock: it takes a while)
 _paused_lock = threading.Lock()
 
 
@@ -110,15 +113,17 @@ def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
 
 def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: dict | None = None,
                  params: dict | None = None) -> str:
-    """Inject one fault into one worker's process. Returns the outcome: "killed", "paused", "proxied", "duplicate"
+    """Inject one fault into one worker's process (a resource fault: its host). Returns the outcome: "killed",
+    "paused", "proxied", "hogging", "duplicate"
     (this key was injected before), "expired" (the deadline passed before the message arrived), "gone" (no live
-    process), "failed" (the proxy did not start) or "unsupported".
+    process), "failed" (the proxy or the hog did not start, or more memory than the host has) or "unsupported".
 
     1. A key already injected (its row exists) is not injected again: a re-delivered message is a no-op.
     2. pause: SIGSTOP the process group and arm the release timer for min(until, now + the maximum duration).
     3. error, latency, reset: start the fault proxy (its own deadline the same), point the row at it, arm the
        timer.
-    4. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
+    4. cpu_hog, memory_pressure: start the hog on this host (its own deadline the same), arm the timer.
+    5. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
     """
     audit = dict(audit or {})
     if kind not in FAULT_KINDS:
@@ -147,8 +152,8 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         _record(**common, outcome="killed", pid=handle.pid, signal="SIGKILL")
         log.info("fault %s: worker %s (pid %d) killed", key, worker_id, handle.pid)
         return "killed"
-    if kind in proxy_faults.PROXY_KINDS:
-        return _proxy_inject(key=key, kind=kind, worker=worker, until=now + remaining, params=params or {},
+    if kind in proxy_faults.PROXY_KINDS or kind in resource_faults.RESOURCE_KINDS:
+        return _held_inject(key=key, kind=kind, worker=worker, until=now + remaining, params=params or {},
                              audit=audit, common=common)
     with _paused_lock:
         if key in _paused:
@@ -164,15 +169,23 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     return "paused"
 
 
-def _proxy_inject(*, key: str, kind: str, worker: Worker, until: float, params: dict, audit: dict,
-                  common: dict) -> str:
+def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: dict, audit: dict,
+                 common: dict) -> str:
+    """A fault with a process of its own (a fault proxy, a hog) held until its deadline."""
+    proxied = kind in proxy_faults.PROXY_KINDS
     with _paused_lock:
         if key in _paused or key in _starting:
             return "duplicate"
         _starting.add(key)
     try:
-        state = proxy_faults.proxy_start(key=key, kind=kind, worker=worker, until=until, params=params)
-    except proxy_faults.ProxyFailed as exc:
+        if proxied:
+            state = proxy_faults.proxy_start(key=key, kind=kind, worker=worker, until=until, params=params)
+            handle = processes.ProcessHandle(pid=state["proxy_pid"], create_time=state["proxy_started"],
+                                             marker=proxy_faults.marker_of(key))
+        else:
+            state = resource_faults.hog_start(key=key, kind=kind, worker_id=worker.id, until=until, params=params)
+            handle = resource_faults.hog_handle(key, state)
+    except (proxy_faults.ProxyFailed, resource_faults.ResourceRefused) as exc:
         _record(**common, outcome="failed", status=ActionStatus.FAILED, error=str(exc))
         return "failed"
     finally:
@@ -180,29 +193,32 @@ def _proxy_inject(*, key: str, kind: str, worker: Worker, until: float, params: 
             _starting.discard(key)
     timer = threading.Timer(max(0.0, until - time.time()), _release, args=(key, "the agent's deadline"))
     timer.daemon = True
-    handle = processes.ProcessHandle(pid=state["proxy_pid"], create_time=state["proxy_started"],
-                                     marker=proxy_faults.marker_of(key))
     with _paused_lock:
         _paused[key] = _Pause(handle=handle, timer=timer, until=until, worker_id=worker.id,
-                              audit={**audit, "fault": kind}, proxy=state)
+                              audit={**audit, "fault": kind}, proxy=state if proxied else None,
+                              resource=None if proxied else state)
         timer.start()
-    _record(**common, outcome="proxied", until=until, params=params, **state)
-    log.info("fault %s: worker %s behind the fault proxy (%s %s) until %.1f", key, worker.id, kind, params, until)
-    return "proxied"
+    outcome = "proxied" if proxied else "hogging"
+    _record(**common, outcome=outcome, until=until, params=params, **state)
+    log.info("fault %s: %s of worker %s (%s %s) until %.1f", key, "a fault proxy in front" if proxied else
+             "a hog on the host", worker.id, kind, params, until)
+    return outcome
 
 
 def _release(key: str, by: str) -> str | None:
-    """Undo a fault this process holds (at its deadline, or on a revert): SIGCONT a pause, or point the row back
-    and stop the proxy. None when it holds no such fault."""
+    """Undo a fault this process holds (at its deadline, or on a revert): SIGCONT a pause, point the row back and
+    stop the proxy, or stop the hog. None when it holds no such fault."""
     with _paused_lock:
         pause = _paused.pop(key, None)
         if pause is None:
             return None
         pause.timer.cancel()
-        if pause.proxy is None:
+        if pause.proxy is None and pause.resource is None:
             outcome = "resumed" if processes.signal_group(pause.handle, signal.SIGCONT) else "gone"
     if pause.proxy is not None:
         outcome = _proxy_stop(key, pause.worker_id, pause.proxy)
+    elif pause.resource is not None:
+        outcome = resource_faults.hog_stop(key=key, state=pause.resource)
     log.info("fault %s: worker %s released by %s (%s)", key, pause.worker_id, by, outcome)
     try:
         worker = _worker(pause.worker_id)
@@ -223,12 +239,12 @@ def _proxy_stop(key: str, worker_id: int, state: dict) -> str:
 
 
 def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = None) -> str:
-    """Undo one fault. Returns "resumed", "restored", "already-reverted", "nothing-to-revert" (a kill: supervision
-    restarts the worker) or "gone".
+    """Undo one fault. Returns "resumed", "restored", "stopped" (a hog), "already-reverted", "nothing-to-revert" (a
+    kill: supervision restarts the worker) or "gone".
 
     A fault this process holds is released now (its timer cancelled). A pause it does not hold (the agent restarted,
     or the deadline released it) gets SIGCONT on the worker's recorded process unless its revert row exists; a proxy
-    fault it does not hold is undone from what its injected row recorded."""
+    or resource fault it does not hold is undone from what its injected row recorded."""
     audit = {**(audit or {}), "fault": kind}
     outcome = _release(key, "a revert")
     if outcome is not None:
@@ -242,6 +258,10 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
         injected = action_find(injected_key(key))
         state = (injected.result or {}) if injected is not None else {}
         outcome = _proxy_stop(key, worker_id, state) if "proxy_port" in state else "gone"
+    elif kind in resource_faults.RESOURCE_KINDS:
+        injected = action_find(injected_key(key))
+        state = (injected.result or {}) if injected is not None else {}
+        outcome = resource_faults.hog_stop(key=key, state=state) if "hog_pid" in state else "gone"
     else:
         handle = _live_handle(worker)
         outcome = "resumed" if handle is not None and processes.signal_group(handle, signal.SIGCONT) else "gone"

@@ -24,7 +24,7 @@ from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, 
 from controlplane.chaos.readings import check_values
 from controlplane.chaos.report import run_report
 from controlplane.errors import ControlPlaneError, conflict
-from controlplane.models import ActionKind, ActionStatus, Deployment, Worker, WorkerRole, WorkerStatus
+from controlplane.models import ActionKind, ActionStatus, Deployment, Node, Worker, WorkerRole, WorkerStatus
 from controlplane.services.actions import Actor, action_create, action_once, as_actor, shown_idempotency_key
 
 STARTED_KIND, FINISHED_KIND, ABORTED_KIND = ActionKind.START, ActionKind.STOP, ActionKind.ABORT
@@ -185,6 +185,7 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
         raise ControlPlaneError("the system is not in steady state: " + "; ".join(before["failing"]), status=409,
                                 code="not_steady", extra={"failing": before["failing"], "checks": before["checks"]})
     targets = _targets(deployment, spec["target"])
+    validation.validate_memory_pressure(spec["faults"], Node.objects.filter(name__in={t["node"] for t in targets}))
 
     def write():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)

@@ -6,6 +6,7 @@ from django.conf import settings
 
 from controlplane.agent.faults import FAULT_KINDS
 from controlplane.agent.proxy_faults import PROXY_KINDS
+from controlplane.agent.resource_faults import MEMORY_FRACTION
 from controlplane.errors import invalid
 from controlplane.models import WorkerRole
 from controlplane.observability.catalog import METRICS
@@ -83,7 +84,10 @@ FAULT_PARAMS = {
     "error": {"ratio": (0.01, 1, 1.0)},  # the fraction of generation requests answered 500
     "latency": {"ms": (1, 60_000, None), "line_ms": (0, 10_000, 0)},  # before each request; each streamed line
     "reset": {"ratio": (0.01, 1, 1.0)},  # the fraction of generation requests whose connection is cut
+    "cpu_hog": {"workers": (1, 256, 1)},  # busy processes on the target worker's host
+    "memory_pressure": {"mib": (1, 1 << 20, None)},  # MiB allocated and touched on the target worker's host
 }
+INTEGER_PARAMS = ("workers", "mib")
 
 
 def fault_params(fault: dict) -> dict:
@@ -107,7 +111,8 @@ def validate_faults(faults, duration_s: float) -> list[dict]:
         for key, (low, high, default) in FAULT_PARAMS[kind].items():
             if key not in fault and default is None:
                 raise invalid(f"{where}.{key} is required for a {kind} fault", field=f"{where}.{key}")
-            item[key] = _number(fault.get(key, default), field=f"{where}.{key}", low=low, high=high)
+            item[key] = _number(fault.get(key, default), field=f"{where}.{key}", low=low, high=high,
+                                integer=key in INTEGER_PARAMS)
         cleaned.append(item)
     proxied = [index for index, fault in enumerate(cleaned) if fault["kind"] in PROXY_KINDS]
     if len(proxied) > 1:
@@ -115,6 +120,21 @@ def validate_faults(faults, duration_s: float) -> list[dict]:
         raise invalid(f"faults[{proxied[1]}]: an experiment takes one of {', '.join(PROXY_KINDS)} (a fault proxy "
                       "in front of each target worker), not several", field=f"faults[{proxied[1]}].kind")
     return cleaned
+
+
+def validate_memory_pressure(faults: list[dict], nodes) -> None:
+    """At run start: a memory_pressure fault asks at most MEMORY_FRACTION of the memory each target node registered
+    (detected_labels memory_gib; a node that registered none is judged by its agent, which refuses more than that
+    fraction of what it has available)."""
+    for index, fault in enumerate(faults):
+        if fault["kind"] != "memory_pressure":
+            continue
+        for node in nodes:
+            gib = (node.detected_labels or {}).get("memory_gib")
+            if is_number(gib) and fault["mib"] > gib * 1024 * MEMORY_FRACTION:
+                limit = int(gib * 1024 * MEMORY_FRACTION)
+                raise invalid(f"faults[{index}].mib: {fault['mib']:g} MiB is more than {MEMORY_FRACTION:g} of node "
+                              f"{node.name!r}'s memory ({limit} MiB)", field=f"faults[{index}].mib")
 
 
 def _metric(item: dict, where: str, roles: set[str]) -> tuple[str, str]:

@@ -75,7 +75,7 @@ def no_pause_outlives_its_test():
         faults._paused.clear()
     for pause in left:
         pause.timer.cancel()
-        processes.signal_group(pause.handle, signal.SIGKILL if pause.proxy else signal.SIGCONT)
+        processes.signal_group(pause.handle, signal.SIGKILL if pause.proxy or pause.resource else signal.SIGCONT)
 
 
 @pytest.fixture
