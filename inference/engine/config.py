@@ -77,6 +77,10 @@ class Config:
     # The lean decode forward (lean_decode.py): decode-only steps with ~40 % fewer tensor ops, bit-identical to the
     # reference forward over the Hugging Face modules (False: the reference, for comparisons).
     lean_decode: bool = True
+    # Prefill steps (whole prompts, chunks, mixed chunked steps) through the same lean forward, which is as exact for
+    # many tokens as for one (False: the reference forward, for comparisons). Needs lean_decode: the lean forward
+    # exists only when it is on.
+    lean_prefill: bool = True
 
     def __post_init__(self) -> None:
         self.model = str(self.model)
@@ -93,7 +97,8 @@ class Config:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
             raise ConfigError("quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}")
-        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode"):
+        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode",
+                     "lean_prefill"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):

@@ -16,7 +16,8 @@ for k, a select per cache view, module calls around every linear). Here, per lay
 Every change is exact (the same elementwise operations in the same order; the fused projections compute each output
 column alone), so a lean step's hidden states equal the reference's bit for bit in float32, bfloat16 and INT8, and
 greedy output is token-identical (tests/inference/engine/test_lean_decode.py). What it saves is op overhead: at one
-thread the matrix-vector products still take most of a step (docs/performance.md).
+thread the matrix-vector products still take most of a step (docs/performance.md). Prefill steps run it too
+(Config.lean_prefill): every change is as exact at many tokens a step (tests/inference/engine/test_lean_prefill.py).
 """
 from __future__ import annotations
 

@@ -152,10 +152,11 @@ class ModelRunner:
             self._import_kv(seqs)
             prefill, decode = [], seqs
         input_ids, positions, slot_mapping, attention = self._prepare(prefill, decode)
-        if prefill or not (self._compiled_decode_forward or self.lean_decoder):
-            forward = self._forward
+        if prefill:  # the lean forward where it is built and on for prefill (exact), else the reference
+            forward = self.lean_decoder.forward if self.lean_decoder and self.config.lean_prefill else self._forward
         else:
-            forward = self._compiled_decode_forward or self.lean_decoder.forward
+            forward = self._compiled_decode_forward or (self.lean_decoder.forward if self.lean_decoder
+                                                        else self._forward)
         hidden = forward(input_ids, positions, slot_mapping, attention)  # [T, hidden]
         # Logits only at the last position of each sequence that samples (decodes, and chunks that end a prompt).
         sampling = [seq for seq in seqs if seq.samples_next_token]
