@@ -34,10 +34,12 @@ def test_the_stage_columns_show_side_by_side_with_their_charts(page, live_server
     prefill, decode = page.locator("#stage-prefill").bounding_box(), page.locator("#stage-decode").bounding_box()
     assert prefill["x"] + prefill["width"] <= decode["x"] + 1
     assert abs(prefill["y"] - decode["y"]) < 2
-    # prefill: TTFT, prompt tokens, queue, batch, prefix cache, compute; decode: ITL, generated tokens, running, KV,
-    # speculative acceptance, memory.
-    assert page.locator("#stage-charts-prefill .chart").count() == 6
-    assert page.locator("#stage-charts-decode .chart").count() == 6
+    # prefill: TTFT, prompt tokens, queue, batch, prefix cache, compute, roofline; decode: ITL, generated tokens,
+    # running, KV, speculative acceptance, memory, roofline.
+    assert page.locator("#stage-charts-prefill .chart").count() == 7
+    assert page.locator("#stage-charts-decode .chart").count() == 7
+    assert page.locator("#chart-stage-prefill-prefill_roofline").count() == 1
+    assert page.locator("#chart-stage-decode-decode_roofline").count() == 1
     # Each column draws its own pool: TTFT of the prefill pool and its objective line, not the gateway's TTFT.
     drawn_chart(page, "stage-prefill-ttft")
     names = page.evaluate("() => document.getElementById('chart-stage-prefill-ttft').data.map(t => t.name)")
