@@ -317,6 +317,9 @@ TANDEM_DEMO_MODEL = env_str("TANDEM_DEMO_MODEL") or "smollm2"
 if TANDEM_DEMO_MODEL not in ("smollm2", "tiny"):
     raise ImproperlyConfigured(f"TANDEM_DEMO_MODEL={TANDEM_DEMO_MODEL!r} must be 'smollm2' or 'tiny'")
 TANDEM_DEMO_LOAD = env_bool("TANDEM_DEMO_LOAD", True)
+# make run gives the demo's decode role INT8 weights where the CPU has an int8 dot product (faster decode steps; the
+# decode worker's own copy of the weights: ~0.5 GiB more than the demo's 2 GB). Off by default.
+TANDEM_DEMO_DECODE_INT8 = env_bool("TANDEM_DEMO_DECODE_INT8", False)
 TANDEM_ADMIN_PASSWORD = env_str("TANDEM_ADMIN_PASSWORD")
 # The max_replicas a new pool gets when the request names none (min defaults to 1, or 0 for 0 replicas).
 TANDEM_DEFAULT_MAX_REPLICAS = 8

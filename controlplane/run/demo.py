@@ -78,9 +78,15 @@ def demo_engine_settings() -> tuple[dict, str]:
     interleaved rounds on a busy shared host): single-stream decode step float32 253 ms, bfloat16 242 ms, INT8 with
     bfloat16 activations 68 ms (INT8 with float32 ones 143 ms); a 512-token prefill float32 0.90 s, bfloat16 0.25 s.
     INT8 prefill measured faster still (0.11 s) but is not picked: it would change every prompt's KV, not only the
-    weights decode streams.
+    weights decode streams. The INT8 decode pick is off unless TANDEM_DEMO_DECODE_INT8=1: the decode worker's INT8
+    weights are its own (not the file both workers map), and the demo measured 1.93 GiB PSS with it against 1.47
+    without (after two requests, AVX512-BF16 + VNNI host), over the 2 GB it must fit in.
     """
     common = {"threads": 1}
+    if not settings.TANDEM_DEMO_DECODE_INT8:
+        return {"common": common}, (
+            "make run: both roles run dtype auto; INT8 decode weights (TANDEM_DEMO_DECODE_INT8=1, where the CPU has an "
+            "int8 dot product) step faster but take ~0.5 GiB more, over the demo's 2 GB")
     if not cpu_has_int8_dot_product():
         return {"common": common}, ("make run: both roles run dtype auto (no int8 dot product on this CPU, so INT8 "
                                     "weights would not pay in decode)")

@@ -7,10 +7,13 @@ for k, a select per cache view, module calls around every linear). Here, per lay
 
 - RMSNorm as one `F.rms_norm` (float32; in a narrower dtype as Hugging Face computes it: normalized in float32, cast,
   then scaled by the weight);
-- RoPE for q and k at once, on the [T, Hq + Hkv, D] slice of the fused QKV output (`fusion.fuse_projections` on a
-  float model, quantization.py's `qkv_proj` on INT8): x * cos + roll(x, D/2) * sin', where sin' is sin with its
-  first half negated once per step: roll(x) * sin' = rotate_half(x) * sin element for element (negation is exact);
-- the linears called through `F.linear` on their weights (no module call), gate and up as one matmul;
+- RoPE for q and k at once, on the [T, Hq + Hkv, D] slice of the QKV output (quantization.py's fused `qkv_proj` on
+  INT8; on a float model q, k and v as three matmuls over the model's own weights, concatenated): x * cos +
+  roll(x, D/2) * sin', where sin' is sin with its first half negated once per step: roll(x) * sin' =
+  rotate_half(x) * sin element for element (negation is exact);
+- the linears called through `F.linear` on their weights (no module call). A float model's weights are not fused
+  into new tensors: they stay the pages the model was loaded from, which every worker of that model on a host maps
+  once (fusing copied them into each process: the demo's two workers then took 0.3 GiB more);
 - the cache's per-layer views made once, not selected per layer and step.
 
 Every change is exact (the same elementwise operations in the same order; the fused projections compute each output
@@ -29,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.engine.fusion import FusedGatedMLP, fuse_projections
+from inference.engine.fusion import FusedGatedMLP
 from inference.engine.quantization import Int8GatedMLP
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
@@ -65,6 +68,12 @@ def _projection(module: nn.Module) -> Projection:
     return module.forward
 
 
+def _concatenated(*modules: nn.Module) -> Projection:
+    """Unfused projections as one: each output column is computed alone, as a fused matmul computes it (exact)."""
+    projections = [_projection(module) for module in modules]
+    return lambda x: torch.cat([projection(x) for projection in projections], dim=-1)
+
+
 def _norm(norm: nn.Module) -> tuple[torch.Tensor, float]:
     return norm.weight, norm.variance_epsilon
 
@@ -78,24 +87,26 @@ def rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
 
 
 class LeanDecoder:
-    """Built once per runner (after quantization): fuses a float model's projections in place, then holds each
-    layer's weights and callables; `forward` has the signature of ModelRunner._forward."""
+    """Built once per runner (after quantization): holds each layer's weights and callables; `forward` has the
+    signature of ModelRunner._forward."""
 
     def __init__(self, runner):
         model = runner.model
-        if not runner.fused_qkv:  # a float model: q/k/v and gate/up as one matmul each, in place (exact)
-            fuse_projections(runner)
         self.runner = runner
         self.embed = model.model.embed_tokens
         self.rotary = model.model.rotary_emb
         self.layers = []
         for layer in model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            assert isinstance(mlp, (FusedGatedMLP, Int8GatedMLP)), "gate and up are fused on every path"
+            fused_mlp = isinstance(mlp, (FusedGatedMLP, Int8GatedMLP))  # INT8, or fusion.fuse_projections before
             self.layers.append(LeanLayer(
-                input_norm=_norm(layer.input_layernorm), qkv=_projection(attn.qkv_proj), o=_projection(attn.o_proj),
-                post_norm=_norm(layer.post_attention_layernorm), gate_up=_projection(mlp.gate_up_proj),
-                act=mlp.act_fn, down=_projection(mlp.down_proj), intermediate_size=mlp.intermediate_size,
+                input_norm=_norm(layer.input_layernorm),
+                qkv=_projection(attn.qkv_proj) if hasattr(attn, "qkv_proj")
+                else _concatenated(attn.q_proj, attn.k_proj, attn.v_proj),
+                o=_projection(attn.o_proj), post_norm=_norm(layer.post_attention_layernorm),
+                gate_up=_projection(mlp.gate_up_proj) if fused_mlp else _concatenated(mlp.gate_proj, mlp.up_proj),
+                act=mlp.act_fn, down=_projection(mlp.down_proj),
+                intermediate_size=mlp.intermediate_size if fused_mlp else mlp.gate_proj.out_features,
                 scale=attn.scaling))
         shape = (runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
         self.k_slots = runner.k_cache.view(shape).unbind(0)  # L x [N*bs, Hkv, D]

@@ -77,7 +77,7 @@ class ModelRunner:
         self.k_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.v_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.sampler = Sampler(self.device)
-        # The lean decode forward (lean_decode.py) fuses a float model's projections in place (exact) when built.
+        # The lean decode forward (lean_decode.py): fewer ops per step, the same values as _forward.
         self.lean_decoder = None
         if config.lean_decode:
             reason = lean_unsupported_reason(self.model)

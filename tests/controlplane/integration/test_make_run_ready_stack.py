@@ -66,7 +66,7 @@ def test_the_first_conversion_shows_one_progress_bar_and_no_warning(first_conver
     assert all(line.startswith("smollm2:") for line in lines), "\n".join(lines)
 
 
-def test_the_demo_takes_at_most_two_gib_and_says_what_it_takes(run, capsys):
+def test_the_demo_takes_at_most_two_gb_and_says_what_it_takes(run, capsys):
     """Measured after the demo has served requests (a worker maps its weights at load, but its pages become resident
     as the forwards touch them). PSS, not the RSS sum: RSS counts each shared page once per process (torch's
     libraries, and the weights, which both workers map from one file), so its sum is more than the demo takes."""
@@ -86,7 +86,7 @@ def test_the_demo_takes_at_most_two_gib_and_says_what_it_takes(run, capsys):
     # web, control worker, beat, agent, gateway, prefill and decode at least (Celery forks children of its own).
     assert len(processes) >= 7 and int(line.group(3)) >= 7
     assert float(line.group(2)) <= float(line.group(1)) and pss <= rss
-    assert pss <= 2.0
+    assert pss * 2**30 <= 2e9  # 2 GB
 
 
 def _errors(gateway_url: str) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """make run picks the demo's engine settings per role for the CPU it runs on: prefill `auto` (bfloat16 where native,
-compute-bound), decode INT8 weights where the CPU has an int8 dot product (memory-bound), as prefill on an AVX2-only
-CPU; the reason is the revision's comment, which the deployment page shows beside the settings."""
+compute-bound); decode, with TANDEM_DEMO_DECODE_INT8=1, INT8 weights where the CPU has an int8 dot product
+(memory-bound), as prefill on an AVX2-only CPU or by default (the demo's 2 GB); the reason is the revision's comment,
+which the deployment page shows beside the settings."""
 from __future__ import annotations
 
 import json
@@ -22,6 +23,11 @@ def model(tmp_path):
     return path
 
 
+@pytest.fixture(autouse=True)
+def int8_decode_on(settings):
+    settings.TANDEM_DEMO_DECODE_INT8 = True
+
+
 @pytest.fixture
 def cpu(monkeypatch):
     def set_flags(flags):
@@ -35,6 +41,14 @@ def test_decode_runs_int8_weights_where_the_cpu_has_an_int8_dot_product(cpu):
     engine_settings, why = demo.demo_engine_settings()
     assert engine_settings == {"common": {"threads": 1}, "decode": {"quantization": "int8"}}
     assert "decode INT8 weights" in why and "bfloat16, computed natively here" in why
+
+
+def test_by_default_both_roles_run_auto_within_the_demos_memory(cpu, settings):
+    settings.TANDEM_DEMO_DECODE_INT8 = False
+    cpu(VNNI_BF16)
+    engine_settings, why = demo.demo_engine_settings()
+    assert engine_settings == {"common": {"threads": 1}}
+    assert "TANDEM_DEMO_DECODE_INT8=1" in why and "2 GB" in why
 
 
 def test_an_avx2_only_cpu_keeps_both_roles_on_auto(cpu):
