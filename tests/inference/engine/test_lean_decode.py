@@ -4,11 +4,10 @@ tensor ops per step."""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine.support import random_prompts, save_random_model
+from tests.inference.engine.support import CountOps, random_prompts, save_random_model
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 
@@ -66,20 +65,11 @@ def test_qwen2_and_mistral_decode_token_identically_on_the_lean_path(tiny_model_
 
 
 def test_a_lean_decode_step_runs_far_fewer_tensor_ops(tiny_model_dir):
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.num_ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.num_ops += 1
-            return func(*args, **(kwargs or {}))
-
     counts = {}
     for lean in (False, True):
         eng = engine(tiny_model_dir, lean_decode=lean)
         prefilled(eng, random_prompts([9], seed=2))
-        with Count() as count:
+        with CountOps() as count:
             eng.step()
         counts[lean] = count.num_ops
     assert counts[True] < 0.8 * counts[False], counts  # tiny: 222 against 295; SmolLM2 float32: 1,262 against 1,829

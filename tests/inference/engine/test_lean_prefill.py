@@ -6,12 +6,11 @@ query head."""
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine.attention import PrefillAttention
-from tests.inference.engine.support import random_prompts, save_random_model
+from tests.inference.engine.support import CountOps, random_prompts, save_random_model
 
 GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)
 
@@ -79,20 +78,11 @@ def test_qwen2_and_mistral_prefill_token_identically_on_the_lean_path(tiny_model
 
 
 def test_a_prefill_step_runs_the_lean_forward(tiny_model_dir):
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.num_ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.num_ops += 1
-            return func(*args, **(kwargs or {}))
-
     counts = {}
     for lean in (False, True):
         eng = engine(tiny_model_dir, lean_prefill=lean)
         eng.add_request("r0", random_prompts([30], seed=2)[0], SamplingParams(max_tokens=2, ignore_eos=True))
-        with Count() as count:
+        with CountOps() as count:
             eng.step()  # the whole prompt's prefill
         counts[lean] = count.num_ops
     assert counts[True] < 0.8 * counts[False], counts
