@@ -221,7 +221,7 @@ class Gateway:
                      ticket: Ticket) -> web.StreamResponse:
         try:
             # The header wins over the body's `user`: a client can pin its variant without touching its requests.
-            group = self.router.pick_group(request.headers.get(VARIANT_KEY_HEADER) or gen.user)
+            group = await self.router.pick_group_probed(request.headers.get(VARIANT_KEY_HEADER) or gen.user)
         except ApiError as error:
             self.metrics.count_error(error.code or "gateway")
             return error_response(error)

@@ -38,6 +38,8 @@ from inference.weights import DEFAULT_WEIGHT
 # A ready worker leaves rotation when this many health probes in a row get no answer within --health-timeout (with
 # the 1 s defaults: after about 2 s). A refused connection or an answer that is not ok takes it out at the first.
 PROBE_TIMEOUTS_TO_DOWN = 2
+# A request that finds no ready group while a just-listed worker awaits its first probe waits this long for it.
+FIRST_PROBE_WAIT_S = 2.0
 
 log = logging.getLogger("tandem.gateway.routing")
 
@@ -194,6 +196,20 @@ class Router:
         if group is None:
             raise self._no_group()
         return group
+
+    async def pick_group_probed(self, variant_key: str | None = None, wait_s: float = FIRST_PROBE_WAIT_S) -> Group:
+        """pick_group; but while a listed worker has not been probed yet (the membership just named it, and its first
+        probe was started then), wait up to `wait_s` for that probe before answering 503: a replacement listed in the
+        same poll that took out the worker it replaces would otherwise fail the requests of that moment."""
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            try:
+                return self.pick_group(variant_key)
+            except ApiError:
+                unprobed = any(w.state is WorkerState.UNKNOWN for w in self._workers.values())
+                if not unprobed or asyncio.get_running_loop().time() >= deadline:
+                    raise
+            await asyncio.sleep(0.05)
 
     def _no_group(self) -> ApiError:
         return ApiError(503, f"no ready worker group: {self.unavailable_reason()}", type="service_unavailable",
