@@ -102,6 +102,13 @@ def node_rows() -> list[dict]:
              "roofline": roofline_rows(node.roofline)} for node in Node.objects.order_by("name")]
 
 
+PRECISION_ORDER = ("float32", "bfloat16", "float16", "int8")
+
+
+def _precision_rank(precision: str) -> tuple[int, str]:
+    return (PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER), precision)
+
+
 def roofline_rows(roofline: dict | None) -> dict:
     """A node's measured roofline for the page: {"lines": matmul GFLOP/s per precision and read GB/s at one thread
     and at all cores, "measured_at": datetime or None, "simulated": bool}; no lines before its agent has measured."""
@@ -111,7 +118,8 @@ def roofline_rows(roofline: dict | None) -> dict:
         figures = roofline.get(key)
         if not figures or (key == "all_cores" and figures.get("threads") == 1):
             continue
-        peaks = " · ".join(f"{precision} {gflops:g}" for precision, gflops in figures.get("matmul_gflops", {}).items())
+        gflops = figures.get("matmul_gflops", {})  # a JSON object: PostgreSQL's jsonb keeps no key order
+        peaks = " · ".join(f"{precision} {gflops[precision]:g}" for precision in sorted(gflops, key=_precision_rank))
         lines.append(f"{title.format(threads=figures.get('threads', '?'))}: {peaks} GFLOP/s · "
                      f"read {figures.get('read_gbs', 0):g} GB/s")
     measured_at = roofline.get("measured_at")
