@@ -241,15 +241,8 @@ def deployment_admission_set(*, deployment: Deployment, admission: dict | None, 
     except AdmissionSettingsError as exc:
         field = "admission" if exc.param == "admission" else f"admission.{exc.param}"
         raise invalid(f"{field} {exc.requirement}", field=field) from None
-    params = {"verb": "admission", "admission": admission}
-
-    def write():
-        DeploymentAccess.objects.update_or_create(deployment=deployment, defaults={
-            "admission": admission, "updated_at": timezone.now()})
-        return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key, deployment=deployment)
-
-    action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write,
-                request={**params, "deployment": deployment.name})
+    _access_update(deployment, {"admission": admission}, {"verb": "admission", "admission": admission},
+                   actor=actor, reason=reason, idempotency_key=idempotency_key)
     return admission
 
 
@@ -258,13 +251,19 @@ def deployment_access_set(*, deployment: Deployment, requires_key: bool, actor, 
     """Mark a deployment as requiring a tenant key, or open it again; its gateways follow at their next poll."""
     if not isinstance(requires_key, bool):
         raise invalid(f"requires_key must be true or false, not {requires_key!r}", field="requires_key")
-    params = {"verb": "access", "requires_key": requires_key}
+    _access_update(deployment, {"requires_key": requires_key}, {"verb": "access", "requires_key": requires_key},
+                   actor=actor, reason=reason, idempotency_key=idempotency_key)
+    return requires_key
+
+
+def _access_update(deployment: Deployment, fields: dict, params: dict, *, actor, reason: str,
+                   idempotency_key: str | None) -> None:
+    """Set `fields` of the deployment's DeploymentAccess and record the change (once per idempotency key)."""
 
     def write():
-        DeploymentAccess.objects.update_or_create(deployment=deployment, defaults={
-            "requires_key": requires_key, "updated_at": timezone.now()})
+        DeploymentAccess.objects.update_or_create(deployment=deployment,
+                                                  defaults={**fields, "updated_at": timezone.now()})
         return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key, deployment=deployment)
 
     action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write,
                 request={**params, "deployment": deployment.name})
-    return requires_key
