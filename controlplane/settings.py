@@ -29,14 +29,17 @@ def _secret_key(production: bool, var_dir: Path) -> str:
         raise ImproperlyConfigured("SECRET_KEY must be set in production (TANDEM_PRODUCTION=1 or DJANGO_DEBUG=0)")
     path = var_dir / "secret_key"
     if not path.exists():
-        # O_EXCL: two processes starting at once must not write two different keys.
+        # Written whole under a name of its own, then linked into place: of two processes starting at once, one key
+        # wins and neither reads a file the other has created but not yet written.
+        own = path.with_name(f".secret_key.{os.getpid()}")
+        with os.fdopen(os.open(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(secrets.token_urlsafe(50))
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.link(own, path)
         except FileExistsError:
             pass
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(50))
+        finally:
+            own.unlink()
     key = path.read_text().strip()
     if not key:
         raise ImproperlyConfigured(f"{path} is empty: delete it to generate a new key")

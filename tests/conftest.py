@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -75,6 +76,11 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    # Every file's seconds as JSON, for whoever trims the suite (TANDEM_TEST_TIMES=path).
+    times_path = os.environ.get("TANDEM_TEST_TIMES", "").strip()
+    if times_path and _FILE_SECONDS:
+        with open(times_path, "w") as out:
+            json.dump(dict(sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])), out, indent=1)
     limit = _max_file_seconds()
     if limit is not None and exitstatus == 0 and any(seconds > limit for seconds in _FILE_SECONDS.values()):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

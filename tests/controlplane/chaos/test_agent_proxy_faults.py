@@ -80,7 +80,8 @@ def test_an_error_fault_points_the_row_at_a_failing_proxy_until_its_revert(sim_d
 @pytest.mark.django_db(transaction=True)
 def test_the_agents_own_deadline_reverts_a_latency_fault(sim_decode):
     port = sim_decode.port
-    assert faults.fault_inject(key="p-deadline", kind="latency", worker_id=sim_decode.pk, until=time.time() + 2,
+    # 6 s: the proxy's start takes ~2 s on a loaded machine, and the request below must still find it in place.
+    assert faults.fault_inject(key="p-deadline", kind="latency", worker_id=sim_decode.pk, until=time.time() + 6,
                                audit=AUDIT, params={"ms": 200, "line_ms": 10}) == "proxied"
     row = Worker.objects.get(pk=sim_decode.pk)
     began = time.monotonic()
