@@ -12,7 +12,7 @@ from controlplane.models import PoolRole
 from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
-from inference.engine.config import QUANTIZATIONS
+from inference.engine.config import QUANTIZATIONS, WEIGHT_LAYOUTS
 from inference.engine.speculation_policy import SpeculativeError, parse_speculative
 from inference.worker.sim.profile import ProfileError, load_profile
 
@@ -47,13 +47,17 @@ _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without
 # key -> (exclusive minimum, maximum) for the fractional engine settings.
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
 # key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).
-_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS}
+_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS, "weight_layout": WEIGHT_LAYOUTS}
 # "speculative": null or an object (the engine's own check, inference/engine/speculation_policy.py); decode and colocated
 # workers only: a prefill part refuses it, and prefill workers are started without the common part's.
 SPECULATIVE = "speculative"
 # "simulate": a profile (a built-in name or a JSON file); the workers are simulated (inference.worker.sim).
+# "shared_prompt": a system prompt every tenant may send, whose prefix-cache blocks all tenants reuse (the others are
+# each tenant's own: docs/tenants.md); it travels as a worker flag, so a character a command line cannot hold is
+# refused, and its length is bounded well below what one argument may carry.
+SHARED_PROMPT, MAX_SHARED_PROMPT_CHARS = "shared_prompt", 32_768
 ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
-                                    "device", "simulate", SPECULATIVE]))
+                                    "device", "simulate", SPECULATIVE, SHARED_PROMPT]))
 # `dtype` in common is the revision's dtype (revision_dtype moves it there); in a role's part it overrides it for that
 # role's workers (prefill float32 on a CPU without BF16 arithmetic, decode bfloat16, say): the gateway names the
 # decode worker's dtype in each prefill request and the prefill worker converts its KV to it (docs/contracts.md).
@@ -130,6 +134,10 @@ def _setting_value(key: str, value, *, where: str):
     elif key in _CHOICE_SETTINGS:
         if value not in _CHOICE_SETTINGS[key]:
             raise invalid(f"{name} {value!r} is not one of {', '.join(_CHOICE_SETTINGS[key])}", field=field)
+    elif key == SHARED_PROMPT:
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_SHARED_PROMPT_CHARS or "\x00" in value:
+            raise invalid(f"{name} must be a text of 1-{MAX_SHARED_PROMPT_CHARS} characters without NUL",
+                          field=field)
     elif key == "simulate":
         if not isinstance(value, str):
             raise invalid(f"{name} must be a profile name or file, not {value!r}", field=field)

@@ -1,15 +1,20 @@
 """Decode levers on a float model, each applied in place to a ModelRunner's loaded model and measured alone by
-bench/engine/stage_limits.py against the engine without it (none is on in the engine unless it pays there):
+bench/engine/stage_limits.py against the engine without it (only those that pay are on in the engine):
 
 - `fuse_projections`: q, k and v as one projection (`qkv_proj`, which the runner calls once when it finds it), and
   gate and up as one (`FusedGatedMLP`): fewer, larger matmuls per layer. Each output column is computed alone, so
   the outputs are bit-identical to the separate projections (checked in tests/inference/engine/test_fusion.py).
-- `transpose_projections` (CPU, float32): the fused projections' weights stored transposed, which one thread's
-  matrix-vector product streams faster. Not bit-identical to torch's own linear over the [N, K] weight.
+- `transpose_weights` (the engine's `weight_layout`, on by default for float32 on a CPU): every float linear's
+  weight stored transposed after fusing, which one thread's matrix-vector product streams faster. Not bit-identical
+  to torch's own linear over the [N, K] weight; greedy tokens are identical.
 - `prepack_linears` (CPU, float32): each linear's weight reordered once for MKL's packed GEMM (`_mkl_linear`, what
   inductor's weight prepacking uses), instead of on every call. Not bit-identical to torch's own linear.
 """
 from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -60,20 +65,75 @@ def fuse_projections(runner) -> None:
     runner.fused_qkv = True
 
 
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def file_dtype(model_dir) -> torch.dtype | None:
+    """The dtype of the float weights in the model folder's safetensors file(s) (read from the first file's header),
+    or None when it cannot tell."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    try:
+        with open(files[0], "rb") as f:
+            header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    except (OSError, ValueError, struct.error):
+        return None
+    dtypes = {entry.get("dtype") for key, entry in header.items() if key != "__metadata__"}
+    found = [SAFETENSORS_DTYPES[name] for name in dtypes if name in SAFETENSORS_DTYPES]
+    return found[0] if len(found) == 1 else None
+
+
+def choose_weight_layout(setting: str, *, dtype: torch.dtype, device: torch.device, quantization: str,
+                         stored: torch.dtype | None = None) -> tuple[str, str]:
+    """(layout, why) for Config.weight_layout: "as_loaded" or "transposed" (transpose_weights). `stored`: the dtype
+    in the model's file (file_dtype). auto transposes float32 weights on a CPU only where they are a private
+    conversion anyway: weights of the file's own dtype are mapped from it and shared by every worker of the host
+    (the demo saves its model in the dtype its workers run for that), and transposed copies would cost each worker
+    the whole model's RAM."""
+    if quantization != "none":
+        return "as_loaded", f"{quantization} weights lie as their kernels pack them"
+    if setting != "auto":
+        return setting, "asked for"
+    if device.type == "cpu" and dtype == torch.float32:
+        if stored == torch.float32:
+            return "as_loaded", ("auto: float32 weights mapped from a float32 file are shared by every worker of "
+                                 "the host; transposed copies (weight_layout=transposed: faster one-token steps) "
+                                 "would take the model's size in each worker")
+        return "transposed", ("auto: float32 on a CPU, converted from the file's dtype (a private copy anyway), and "
+                              "one-token matmuls read [in, out] weights faster (greedy tokens identical, values not "
+                              "bit-identical)")
+    return "as_loaded", f"auto: {str(dtype).removeprefix('torch.')} on {device.type} runs the weights as loaded"
+
+
 @torch.no_grad()
-def transpose_projections(runner) -> int:
-    """The fused q/k/v and gate/up weights of a float32 CPU model stored transposed ([K, N] in memory, the module
-    still sees [N, K]): F.linear then streams the weight one input row at a time, which MKL's single-token kernel
-    reads ~1.6x faster than the [N, K] rows for SmolLM2's 576-wide inputs. It sums in another order, so outputs are
-    not bit-identical. Fuses first (fuse_projections); returns how many weights were transposed. A lean decoder
-    built before holds the old weights: build it again after."""
+def transpose_weights(runner) -> int:
+    """Every float linear of the decoder layers and lm_head stored transposed ([in, out] in memory; the module still
+    sees [out, in], a transposed view), after fusing q/k/v and gate/up (fuse_projections). Returns how many weights
+    were transposed; a lean decoder built before holds the old weights: build it after.
+
+    Why: at one token a step, F.linear over an [out, in] weight is MKL's matrix-vector product, which one thread
+    runs at about half the rate a plain sum reads memory; over an [in, out] weight it streams the weight one input
+    row at a time, 1.2-1.3x faster a SmolLM2 float32 step (bench/engine/decode_kernels.py has each kernel). The sums
+    run in another order, so values are not bit-identical to the loaded layout's; greedy tokens are
+    (tests/inference/engine/test_weight_layout.py). Fusing costs nothing here: each weight is copied once anyway.
+    A tied embedding reads its rows from lm_head's transposed matrix (a strided gather of the same values), so the
+    matrix is still held once. Memory: the copies replace the loaded weights, which for a float32 model loaded
+    from a narrower file were a private conversion already; a file of the same dtype loses its shared mapping."""
+    model = runner.model
+    embed = model.model.embed_tokens
+    tied = isinstance(model.lm_head, nn.Linear) and model.lm_head.weight is embed.weight
     fuse_projections(runner)
+    linears = [m for layer in model.model.layers for m in layer.modules() if isinstance(m, nn.Linear)]
+    if isinstance(model.lm_head, nn.Linear):
+        linears.append(model.lm_head)
     num_transposed = 0
-    for layer in runner.model.model.layers:
-        for linear in (layer.self_attn.qkv_proj, layer.mlp.gate_up_proj):
-            if isinstance(linear, nn.Linear) and linear.weight.dtype == torch.float32 and linear.weight.is_contiguous():
-                linear.weight = nn.Parameter(linear.weight.t().contiguous().t(), requires_grad=False)
-                num_transposed += 1
+    for linear in linears:
+        if linear.weight.is_floating_point() and linear.weight.is_contiguous():
+            linear.weight = nn.Parameter(linear.weight.t().contiguous().t(), requires_grad=False)
+            num_transposed += 1
+    if tied:
+        embed.weight = model.lm_head.weight
     return num_transposed
 
 

@@ -7,13 +7,14 @@ for k, a select per cache view, module calls around every linear). Here, per lay
 
 - RMSNorm as one `F.rms_norm` (float32; in a narrower dtype as Hugging Face computes it: normalized in float32, cast,
   then scaled by the weight);
-- RoPE for q and k at once, on the [T, Hq + Hkv, D] slice of the QKV output (quantization.py's fused `qkv_proj` on
-  INT8; on a float model q, k and v as three matmuls over the model's own weights, concatenated): x * cos +
-  roll(x, D/2) * sin', where sin' is sin with its first half negated once per step: roll(x) * sin' =
-  rotate_half(x) * sin element for element (negation is exact);
-- the linears called through `F.linear` on their weights (no module call). A float model's weights are not fused
-  into new tensors: they stay the pages the model was loaded from, which every worker of that model on a host maps
-  once (fusing copied them into each process: the demo's two workers then took 0.3 GiB more);
+- RoPE for q and k at once, on the [T, Hq + Hkv, D] slice of the QKV output (a fused `qkv_proj` on INT8 and in the
+  transposed weight layout, fusion.py; on a float model as loaded q, k and v as three matmuls over the model's own
+  weights, concatenated): x * cos + roll(x, D/2) * sin', where sin' is sin with its first half negated once per
+  step: roll(x) * sin' = rotate_half(x) * sin element for element (negation is exact);
+- the linears called through `F.linear` on their weights (no module call). Weights as loaded are not fused into new
+  tensors: they stay the pages the model was loaded from, which every worker of that model on a host maps once
+  (fusing copied them into each process: the demo's two workers then took 0.3 GiB more); the transposed layout
+  copies them anyway, and fuses while it does;
 - the cache's per-layer views made once, not selected per layer and step.
 
 Every change is exact (the same elementwise operations in the same order; the fused projections compute each output

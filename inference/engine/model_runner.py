@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM
 from inference.engine.attention import DecodeAttention, MixedAttention, PrefillAttention
 from inference.engine.compilation import compile_decode, pad_num_table_blocks, write_kv
 from inference.engine.config import Config
+from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_weights
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.lean_decode import LeanDecoder
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
@@ -25,6 +26,7 @@ from inference.engine.precision import TORCH_DTYPES, choose_dtype
 from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
+from inference.engine.step_ops import count_decode_step_ops
 from inference.roles import Role
 
 # Architectures whose decoder layer is Llama's (pre-norm, RoPE, GQA attention, gated MLP) under the same module names.
@@ -50,6 +52,12 @@ class ModelRunner:
         if config.quantization == "int8":
             quantize_model(self.model, kernel=default_kernel(self.device))
         self.fused_qkv = hasattr(self.model.model.layers[0].self_attn, "qkv_proj")
+        # How the float linears' weights lie in memory (fusion.py): before the lean decoder takes them.
+        self.weight_layout, self.weight_layout_reason = choose_weight_layout(
+            config.weight_layout, dtype=self.dtype, device=self.device, quantization=config.quantization,
+            stored=file_dtype(config.model))
+        if self.weight_layout == "transposed":
+            transpose_weights(self)
         hf = self.model.config
         self.vocab_size: int = hf.vocab_size
         self.num_layers: int = hf.num_hidden_layers
@@ -86,6 +94,8 @@ class ModelRunner:
             else:
                 log.warning("lean decode: using the reference forward: %s", reason)
         self.weight_bytes = weight_bytes(self.model)  # what the weights hold now, quantized or not
+        # Tensor ops of one single-stream decode step (step_ops.py); a prefill engine runs none.
+        self.decode_step_ops = count_decode_step_ops(self) if config.role is not Role.PREFILL else None
         # compile: the decode step's forward compiled and warmed up here, before the engine serves (compilation.py).
         self._compiled_decode_forward = None
         self.compile_info: dict = {"enabled": False, "backend": None, "mode": None, "warmup_s": 0.0, "fallback": None,

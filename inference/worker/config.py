@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from inference.engine.config import DTYPES, QUANTIZATIONS, Config, ConfigError
+from inference.engine.config import DTYPES, QUANTIZATIONS, WEIGHT_LAYOUTS, Config, ConfigError
 from inference import roofline
 from inference.roles import Role
 from inference.worker.sim.profile import ProfileError, SimSettings, load_profile
+from inference.worker_secret import SECRET_ENV
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -42,6 +44,9 @@ class WorkerConfig:
     # precision and read GB/s. The worker reports its efficiency against them; without them it reports none.
     host_peak_gflops: dict[str, float] | None = None
     host_bandwidth_gbs: float | None = None
+    # The revision's worker secret (inference.worker_secret), from the environment, never a flag: the request
+    # endpoints refuse a request without it. None: they answer anyone (a worker started by hand).
+    secret: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -118,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
                    help="none (default), or int8: linear layers and embeddings in int8 with per-channel scales "
                         "(about a quarter of the float32 weight memory; outputs not bit-identical)")
+    p.add_argument("--weight-layout", default="auto", choices=WEIGHT_LAYOUTS,
+                   help="how the float linears' weights lie in memory: auto (default: transposed for float32 on a "
+                        "CPU, where one-token matmuls read them faster; as loaded elsewhere), as_loaded, or "
+                        "transposed (greedy tokens identical, values not bit-identical)")
     p.add_argument("--allow-slow-float16", action="store_true",
                    help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
@@ -145,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep full KV blocks keyed by their prefix after a request ends, so that later requests "
                         "sharing it compute only the rest (colocated and prefill; a decode worker has no use for "
                         "it); on by default")
+    p.add_argument("--shared-prompt", default=None, metavar="TEXT",
+                   help="the deployment's shared prompt (a system prompt all tenants send): with prefix caching, "
+                        "its blocks are reused across tenants, whose other blocks are keyed with their tenant "
+                        "(the request's cache_salt)")
     p.add_argument("--max-model-len", type=int, default=None, help="default: from the model config")
     p.add_argument("--speculative", type=parse_speculative_flag, default=None, metavar="JSON",
                    help="speculative decoding (decode and colocated roles): "
@@ -182,7 +195,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     """The command line as a WorkerConfig; a bad value exits 2 with the usage line and a message naming the flag."""
     parser = build_parser()
     try:
-        return worker_config(vars(parser.parse_args(argv)))
+        return worker_config({**vars(parser.parse_args(argv)), "secret": os.environ.get(SECRET_ENV) or None})
     except ProfileError as exc:
         parser.error(f"--simulate {exc}")
     except ConfigError as exc:

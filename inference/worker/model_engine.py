@@ -162,6 +162,11 @@ class ModelEngine:
                 "speculative": engine.speculative,
                 # torch.compile of the decode step: {"enabled", "backend", "mode", "warmup_s", "fallback", ...}.
                 "compile": engine.compile_info,
+                # {"setting", "layout" (as_loaded or transposed), "reason"}: how the float weights lie in memory.
+                "weight_layout": engine.weight_layout,
+                # Tensor ops (aten calls) of one single-stream decode step's eager forward and lm_head: the
+                # per-step overhead that no bandwidth removes (None on a prefill worker, which runs no decode step).
+                "decode_step_ops": engine.decode_step_ops,
                 # No prompt of more characters fits max_model_len tokens: the gateway refuses longer ones before
                 # they reach this worker's one tokenizer thread.
                 "max_prompt_chars": engine.max_model_len * max_token_chars(engine.tokenizer)}

@@ -5,7 +5,6 @@ import shutil
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def random_prompts(lengths, seed=0):
@@ -63,15 +62,3 @@ def save_random_model(config_cls, model_cls, path: Path, tokenizer_dir: Path):
     model.save_pretrained(path)
     for name in TOKENIZER_FILES:
         shutil.copy(tokenizer_dir / name, path / name)
-
-
-class CountOps(TorchDispatchMode):
-    """Counts the tensor ops (aten calls) run inside it: the per-step overhead no bandwidth removes."""
-
-    def __init__(self):
-        super().__init__()
-        self.num_ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.num_ops += 1
-        return func(*args, **(kwargs or {}))

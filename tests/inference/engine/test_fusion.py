@@ -1,14 +1,14 @@
 """The decode levers on a float32 model keep the engine's greedy tokens: fused projections exactly (bit-identical
 outputs), prepacked linears as measured here. Both apply to the reference forward (the lean decode forward fuses the
-projections itself and calls the weights directly), so these engines run without it."""
+projections itself and calls the weights directly), so these engines run without it, over the weights as loaded (the
+transposed layout, float32's default on a CPU, has tests of its own: test_weight_layout.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from inference.engine.fusion import fuse_projections, prepack_linears, transpose_projections
-from inference.engine.lean_decode import LeanDecoder
+from inference.engine.fusion import fuse_projections, prepack_linears
 from tests.inference.engine.support import random_prompts
 
 PROMPT_LENGTHS = [5, 16, 40, 90]
@@ -16,7 +16,7 @@ PROMPT_LENGTHS = [5, 16, 40, 90]
 
 def _engine(model_dir) -> LLMEngine:
     return LLMEngine(Config(model=model_dir, threads=1, dtype="float32", kv_cache_bytes=8 << 20,
-                            lean_decode=False))
+                            lean_decode=False, weight_layout="as_loaded"))
 
 
 def _generate(engine) -> list[list[int]]:
@@ -44,17 +44,3 @@ def test_prepacked_linears_give_the_same_greedy_tokens(tiny_model_dir, plain_out
     assert prepack_linears(engine.model_runner) == 7 * engine.model_runner.num_layers
     assert _generate(engine) == plain_outputs
 
-
-def test_transposed_projections_hold_each_weight_once_transposed_and_keep_the_greedy_tokens(tiny_model_dir,
-                                                                                           plain_outputs):
-    engine = _engine(tiny_model_dir)
-    runner = engine.model_runner
-    fuse_projections(runner)
-    qkv = runner.model.model.layers[0].self_attn.qkv_proj
-    x = torch.randn(2, qkv.in_features)
-    before = qkv(x)
-    assert transpose_projections(runner) == 2 * runner.num_layers
-    assert qkv.weight.t().is_contiguous() and qkv.weight.shape == (qkv.out_features, qkv.in_features)
-    torch.testing.assert_close(qkv(x), before, rtol=1e-5, atol=1e-5)  # another summation order, not the same bits
-    runner.lean_decoder = LeanDecoder(runner)  # the lean forward over the transposed weights
-    assert _generate(engine) == plain_outputs

@@ -7,7 +7,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from tests.inference.engine.support import CountOps, random_prompts, save_random_model
+from inference.engine.step_ops import CountOps
+from tests.inference.engine.support import random_prompts, save_random_model
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 

@@ -10,7 +10,8 @@ from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2Fo
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine.attention import PrefillAttention
-from tests.inference.engine.support import CountOps, random_prompts, save_random_model
+from inference.engine.step_ops import CountOps
+from tests.inference.engine.support import random_prompts, save_random_model
 
 GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)
 

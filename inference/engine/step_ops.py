@@ -1,0 +1,43 @@
+"""The tensor ops of one single-stream decode step, counted once when the engine is built (a worker reports the
+count on /info): at one token a step, what a step costs beyond reading the weights is mostly per-op overhead, so the
+count shows what a change of the forward saves, on the machine where it runs."""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from inference.engine.attention import DecodeAttention
+
+
+class CountOps(TorchDispatchMode):
+    """Counts the tensor ops (aten calls) run inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.num_ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.num_ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+@torch.inference_mode()
+def count_decode_step_ops(runner) -> int:
+    """Aten calls of one decode step of one sequence at position 0 (in KV block 0, zeroed after): the eager forward
+    decode steps run (the lean one where built; a compiled step fuses these into fewer kernels), the final norm and
+    lm_head. Sampling is left out: it depends on the request's parameters."""
+    device = runner.device
+    # Three tensors, as a real step has (and a compiled graph's guards want).
+    input_ids, positions, slot_mapping = (torch.zeros(1, dtype=torch.long, device=device) for _ in range(3))
+    tables = torch.zeros(1, 1, dtype=torch.long, device=device)  # [B, M]
+    mask = torch.zeros(1, 1, 1, runner.block_size, dtype=torch.bool, device=device)  # [B, 1, 1, S]
+    mask[..., 0] = True  # the one token written
+    attention = DecodeAttention(runner.k_cache, runner.v_cache, tables, mask)
+    forward = runner.lean_decoder.forward if runner.lean_decoder else runner._forward
+    try:
+        with CountOps() as count:
+            hidden = forward(input_ids, positions, slot_mapping, attention)  # [1, hidden]
+            runner.model.lm_head(runner.model.model.norm(hidden))
+    finally:
+        runner.clear_block(0)
+    return count.num_ops

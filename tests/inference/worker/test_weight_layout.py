@@ -1,0 +1,64 @@
+"""A worker says on /info how its float weights lie in memory (--weight-layout; which one auto picks:
+tests/inference/engine/test_weight_layout.py)
+and how many tensor ops one single-stream decode step runs; both layouts serve the same greedy tokens; a bad
+--weight-layout stops it at once naming the flag."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from tests.inference.worker.inprocess import InProcessWorker
+from tests.inference.worker.support import HTTP_TIMEOUT_S, generate, token_ids
+from tests.procs import ROOT
+
+WORKER_ARGS = ("--role", "colocated", "--threads", "1", "--kv-cache-bytes", "8M", "--dtype", "float32")
+
+
+@pytest.fixture(scope="module")
+def workers(tiny_model_dir):
+    started = {}
+    try:
+        for name, extra in (("auto", ()), ("transposed", ("--weight-layout", "transposed")),
+                            ("as_loaded", ("--weight-layout", "as_loaded"))):
+            started[name] = InProcessWorker(*WORKER_ARGS, "--model", str(tiny_model_dir), *extra).start()
+        for proc in started.values():
+            proc.wait_ready()
+        yield started
+    finally:
+        for proc in started.values():
+            proc.stop()
+
+
+def _info(proc) -> dict:
+    r = requests.get(f"{proc.url}/info", timeout=HTTP_TIMEOUT_S)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_info_reports_the_weight_layout_with_its_reason_and_the_decode_step_ops(workers):
+    auto, transposed = _info(workers["auto"]), _info(workers["transposed"])
+    as_loaded = _info(workers["as_loaded"])
+    # The tiny model's file is float32: its mapped weights stay shared, as loaded.
+    assert auto["weight_layout"]["setting"] == "auto" and auto["weight_layout"]["layout"] == "as_loaded"
+    assert "shared by every worker" in auto["weight_layout"]["reason"]
+    assert transposed["weight_layout"] == {"setting": "transposed", "layout": "transposed", "reason": "asked for"}
+    assert as_loaded["weight_layout"] == {"setting": "as_loaded", "layout": "as_loaded", "reason": "asked for"}
+    # Fused q/k/v and gate/up: fewer matmuls and no concatenation a layer.
+    assert 0 < transposed["decode_step_ops"] < as_loaded["decode_step_ops"] == auto["decode_step_ops"]
+
+
+def test_both_layouts_serve_the_same_greedy_tokens(workers):
+    outputs = [token_ids(generate(proc.url, prompt="the weights lie transposed in memory", max_tokens=24,
+                                  temperature=0, ignore_eos=True)) for proc in workers.values()]
+    assert len(outputs[0]) == 24 and outputs[0] == outputs[1] == outputs[2]
+
+
+def test_an_unknown_weight_layout_exits_2_naming_the_flag(tiny_model_dir):
+    result = subprocess.run([sys.executable, "-m", "inference.worker", "--role", "decode", "--model",
+                             str(tiny_model_dir), "--port", "1", "--weight-layout", "columns"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--weight-layout" in result.stderr, result.stderr
