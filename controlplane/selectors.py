@@ -125,7 +125,9 @@ def deployment_endpoints(deployment: Deployment) -> dict:
     a profile run's) by revision,
     newest revision first, each group with the routing weight of each of its workers (Pool.routing_weight). While a
     canary or A/B rollout concerns the groups, each carries its `traffic_weight` (0-100) and `variant`
-    (rollout_provider.traffic_weights); otherwise neither key is there and the newest complete group serves."""
+    (rollout_provider.traffic_weights); otherwise neither key is there and the newest complete group serves. A group
+    whose decode workers take their KV pushes elsewhere (Worker.kv_port: a chaos KV fault's proxy) carries
+    `kv_urls` (decode URL → KV URL), which the gateway hands the prefill worker instead of the decode URL."""
     workers = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.READY, port__isnull=False,
                                      revision__isnull=False, purpose=WorkerPurpose.SERVING)
                .exclude(role=WorkerRole.GATEWAY)
@@ -136,6 +138,8 @@ def deployment_endpoints(deployment: Deployment) -> dict:
                                                            "decode": [], "colocated": [], "weights": {}})
         group[worker.role].append(worker.url)
         group["weights"][worker.url] = worker.pool.routing_weight(worker.node) if worker.pool else 1
+        if worker.kv_port is not None and worker.role == WorkerRole.DECODE:
+            group.setdefault("kv_urls", {})[worker.url] = f"http://{worker.host}:{worker.kv_port}"
     split = traffic_weights(deployment, set(groups)) if groups else None
     if split is not None:
         variants = variant_names(deployment)

@@ -4,9 +4,11 @@ A payload is a safetensors file: tensors `k` and `v`, each [num_layers, num_prom
 in the revision's dtype, and one string metadata entry `tandem` holding the JSON header
 {"request_id", "prompt_token_ids", "first_token_id", "sampling", "kv_layout", "revision", "checksum"}.
 
-`checksum` is "crc32:<8 hex digits>" of the bytes of `k` then `v`: a transfer corrupted in flight (a flipped bit
-that leaves shapes and dtype intact, which nothing else would notice) is refused, never decoded into garbage. A
-payload without it (a sender older than the field) is accepted unchecked.
+`checksum` (inference.kv_checksum) is "crc32:<8 hex digits>" of the header's other fields, then the bytes of `k` then
+`v`: a transfer corrupted in flight (a flipped bit that leaves shapes, dtype and JSON intact, which nothing else
+would notice) is refused, never decoded into garbage. It is checked first, on the raw tensor bytes, so that a
+corrupted payload is named as one (KVChecksumError: the decode worker answers `kv_checksum_mismatch`, and the prefill
+worker pushes once more) rather than as whatever field the flip happened to land in. A payload without it is refused.
 
 safetensors never executes code on load (unlike pickle), and its own parser rejects offsets that point outside the
 buffer; `decode_payload` adds what safetensors cannot know: that the header is complete and well typed, and that the
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import json
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +26,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from inference import json_body
+from inference.kv_checksum import ChecksumMismatch, payload_checksum, verify
 
 METADATA_KEY = "tandem"
 HEADER_LEN_BYTES = 8  # safetensors: little-endian u64 header length, then the JSON header, then tensor bytes
@@ -37,6 +39,10 @@ LAYOUT_KEYS = ("num_layers", "num_kv_heads", "head_dim", "dtype")
 
 class KVWireError(ValueError):
     """A payload that cannot be accepted; the message is meant for the sender."""
+
+
+class KVChecksumError(KVWireError, ChecksumMismatch):
+    """A payload corrupted in flight (its checksum is missing or does not match)."""
 
 
 @dataclass(slots=True)
@@ -62,13 +68,10 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def checksum(*tensors: torch.Tensor) -> str:
-    """crc32 of the tensors' bytes in order (contiguous CPU tensors; any dtype): ~2 GB/s on one core."""
-    crc = 0
-    for t in tensors:
-        if t.numel():
-            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy(), crc)
-    return f"crc32:{crc:08x}"
+def checksum(header: dict, *tensors: torch.Tensor) -> str:
+    """kv_checksum.payload_checksum of the header and the tensors' bytes in order (contiguous CPU tensors; any dtype):
+    ~2 GB/s on one core."""
+    return payload_checksum(header, (t.reshape(-1).view(torch.uint8).numpy() for t in tensors if t.numel()))
 
 
 def encode_payload(payload: KVPayload) -> bytes:
@@ -79,20 +82,23 @@ def encode_payload(payload: KVPayload) -> bytes:
     dtype = getattr(torch, str(payload.kv_layout.get("dtype", dtype_name(payload.k.dtype))))
     k = payload.k.detach().to("cpu", dtype).contiguous()
     v = payload.v.detach().to("cpu", dtype).contiguous()
-    header = {**payload.header(), "checksum": checksum(k, v)}
+    header = payload.header()
+    header["checksum"] = checksum(header, k, v)
     return st_save({"k": k, "v": v}, metadata={METADATA_KEY: json.dumps(header)})
 
 
 def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None) -> KVPayload:
     """Parse and check a payload against the receiver's kv_layout (and revision, when both sides have one).
 
-    1. The safetensors header: length field, JSON, our `tandem` metadata and its fields with their types.
+    1. The safetensors header: length field, JSON, our `tandem` metadata; its checksum against the header and the
+       tensor bytes (safetensors writes `k` then `v`, contiguous, after the header); then its fields with their types.
     2. The layout: the dtype (first, naming both), then every LAYOUT_KEYS field equal to ours; the revisions equal
        when both are set.
     3. The tensors: exactly `k` and `v`, loaded by safetensors (which bounds-checks every offset), with our dtype and
        the shape [num_layers, len(prompt_token_ids), num_kv_heads, head_dim].
     """
-    header = _read_metadata(data)
+    header, data_start = _read_metadata(data)
+    verify(header, (memoryview(data)[data_start:],), KVChecksumError)
     request_id = _field(header, "request_id", str)
     if not request_id:
         raise KVWireError("header field 'request_id' is empty")
@@ -136,19 +142,14 @@ def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None)
         if tuple(t.shape) != expected_shape:
             raise KVWireError(f"tensor {name!r} has shape {list(t.shape)}, expected {list(expected_shape)} "
                               "[num_layers, num_prompt_tokens, num_kv_heads, head_dim]")
-    sent = header.get("checksum")
-    if sent is not None:
-        got = checksum(tensors["k"], tensors["v"])
-        if sent != got:
-            raise KVWireError(f"KV payload checksum mismatch: the header says {sent!r}, the tensors hash to {got!r} "
-                              "(corrupted in transit); push it again")
     known = {"request_id", "prompt_token_ids", "first_token_id", "sampling", "kv_layout", "revision", "checksum"}
     return KVPayload(request_id=request_id, prompt_token_ids=prompt_token_ids, first_token_id=first_token_id,
                      sampling=sampling, kv_layout=their_layout, revision=their_revision,
                      k=tensors["k"], v=tensors["v"], extra={k: v for k, v in header.items() if k not in known})
 
 
-def _read_metadata(data: bytes) -> dict:
+def _read_metadata(data: bytes) -> tuple[dict, int]:
+    """The `tandem` header, and where the tensor bytes begin."""
     if len(data) < HEADER_LEN_BYTES:
         raise KVWireError(f"payload of {len(data)} bytes is too short to be a safetensors file")
     (header_len,) = struct.unpack("<Q", data[:HEADER_LEN_BYTES])
@@ -175,7 +176,7 @@ def _read_metadata(data: bytes) -> dict:
         raise KVWireError(f"{METADATA_KEY!r} metadata is not valid JSON") from None
     if not isinstance(header, dict):
         raise KVWireError(f"{METADATA_KEY!r} metadata is not a JSON object")
-    return header
+    return header, HEADER_LEN_BYTES + header_len
 
 
 def _field(header: dict, name: str, kind: type):

@@ -2,7 +2,8 @@
 (controlplane.agent.proxy_faults), so that the worker's answers fail or crawl without a test hook in the worker.
 
     python -m controlplane.agent.fault_proxy --upstream http://127.0.0.1:8001 --port 8101 --until 1767225600 \
-        [--error-ratio 0.5] [--latency-ms 200] [--line-latency-ms 50] [--reset-ratio 0.1]
+        [--error-ratio 0.5] [--latency-ms 200] [--line-latency-ms 50] [--reset-ratio 0.1] \
+        [--partition [--partition-after-s 5]] [--corrupt-ratio 1 --corrupt-bytes 4]
 
 While the gateway's membership names the proxy instead of the worker (the agent swaps the Worker row's port), every
 request goes through it. The faults touch only generation requests (paths under `/v1/`: generate, prefill, the KV
@@ -15,7 +16,17 @@ rollout's analysis, not supervision, must catch):
 - `--latency-ms MS`: each generation request waits that long before it is forwarded; `--line-latency-ms MS`: each
   line of a streamed answer (an NDJSON token event) waits that long before it is passed on (fault `latency`);
 - `--reset-ratio R`: that fraction of generation requests has its connection cut (closed without an answer) before
-  it reaches the worker, as a dropped connection does (fault `reset`).
+  it reaches the worker, as a dropped connection does (fault `reset`);
+- `--partition`: from `--partition-after-s` seconds after it listens (default 0), every request on every path
+  (`/health` too: a partition spares nothing) is accepted and never answered, and an answer being streamed through
+  the proxy stops passing, until the faults stop; then each held connection is closed without an answer: a network
+  partition, as a client sees one (timeouts and stalls, not refusals) (fault `partition`). The delay lets gateways
+  route requests and streams through the proxy first, so that the partition cuts some in flight;
+- `--corrupt-ratio R`: that fraction of generation requests with a body has `--corrupt-bytes N` bytes of it, at
+  random places, XOR-ed with a random non-zero byte on the way (fault `kv_corrupt`: bytes flipped in flight).
+
+The KV faults (`kv_latency`, `kv_reset`, `kv_corrupt`) use the same flags on a proxy that only prefill workers'
+KV pushes reach (the decode worker's KV address, controlplane.agent.proxy_faults).
 
 Everything else is passed through as it comes, both ways: request bodies in chunks (a KV push), answers line by line
 or chunk by chunk, so that a stream stays a stream; a client that goes away closes the upstream request too.
@@ -52,22 +63,29 @@ CHUNK_BYTES = 1 << 16
 
 class FaultProxy:
     def __init__(self, *, upstream: str, until: float, error_ratio: float = 0.0, latency_ms: float = 0.0,
-                 line_latency_ms: float = 0.0, reset_ratio: float = 0.0, rng: random.Random | None = None):
+                 line_latency_ms: float = 0.0, reset_ratio: float = 0.0, partition_at: float | None = None,
+                 corrupt_ratio: float = 0.0, corrupt_bytes: int = 1, rng: random.Random | None = None):
         self.upstream = upstream.rstrip("/")
         self.until = until
         self.error_ratio = error_ratio
         self.latency_s = latency_ms / 1000
         self.line_latency_s = line_latency_ms / 1000
         self.reset_ratio = reset_ratio
+        self.partition_at = partition_at  # None: no partition
+        self.corrupt_ratio = corrupt_ratio
+        self.corrupt_bytes = corrupt_bytes
         self.reverted = False
         self.open_requests = 0
-        self.injected = {"error": 0, "latency": 0, "reset": 0}
+        self.injected = {"error": 0, "latency": 0, "reset": 0, "partition": 0, "corrupt": 0}
         self.rng = rng or random.Random()
         self.session: aiohttp.ClientSession | None = None
 
     def active(self) -> bool:
         """Whether the faults apply now: not reverted, and the deadline has not passed."""
         return not self.reverted and time.time() < self.until
+
+    def partitioned(self) -> bool:
+        return self.partition_at is not None and self.active() and time.time() >= self.partition_at
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=0)
@@ -87,6 +105,8 @@ class FaultProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.open_requests += 1
         try:
+            if self.partitioned():
+                return await self._hold(request)
             faulted = request.path.startswith(FAULTED_PREFIX) and self.active()
             if faulted and self.reset_ratio and self.rng.random() < self.reset_ratio:
                 self.injected["reset"] += 1
@@ -101,13 +121,40 @@ class FaultProxy:
             if faulted and (self.latency_s or self.line_latency_s):
                 self.injected["latency"] += 1
                 await asyncio.sleep(self.latency_s)
-            return await self._forward(request, line_delay=faulted and self.line_latency_s > 0)
+            body = None
+            if faulted and self.corrupt_ratio and request.body_exists and self.rng.random() < self.corrupt_ratio:
+                body = self._corrupt(await request.read())
+            return await self._forward(request, line_delay=faulted and self.line_latency_s > 0, body=body)
         finally:
             self.open_requests -= 1
 
-    async def _forward(self, request: web.Request, *, line_delay: bool) -> web.StreamResponse:
+    async def _hold(self, request: web.Request,
+                    response: web.StreamResponse | None = None) -> web.StreamResponse:
+        """Pass nothing more on while the partition lasts, then drop the client's connection (`response`: the one
+        being streamed when it fell)."""
+        self.injected["partition"] += 1
+        while self.partitioned():
+            await asyncio.sleep(min(0.1, max(0.0, self.until - time.time())))
+        if request.transport is not None:
+            request.transport.close()
+        return response or web.Response(status=504)  # never sent
+
+    def _corrupt(self, body: bytes) -> bytes:
+        """`corrupt_bytes` bytes of `body` at random places, each XOR-ed with a random non-zero byte."""
+        if not body:
+            return body
+        self.injected["corrupt"] += 1
+        data = bytearray(body)
+        for _ in range(self.corrupt_bytes):
+            data[self.rng.randrange(len(data))] ^= self.rng.randrange(1, 256)
+        return bytes(data)
+
+    async def _forward(self, request: web.Request, *, line_delay: bool,
+                       body: bytes | None = None) -> web.StreamResponse:
+        """Pass the request on (`body`: instead of the request's own, already read) and stream the answer back."""
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
-        body = request.content.iter_chunked(CHUNK_BYTES) if request.body_exists else None
+        if body is None and request.body_exists:
+            body = request.content.iter_chunked(CHUNK_BYTES)
         try:
             upstream = await self.session.request(request.method, self.upstream + request.rel_url.raw_path_qs,
                                                   headers=headers, data=body, allow_redirects=False)
@@ -121,6 +168,8 @@ class FaultProxy:
             await response.prepare(request)
             pending = b""
             async for chunk in upstream.content.iter_chunked(CHUNK_BYTES):
+                if self.partitioned():
+                    return await self._hold(request, response)
                 if not line_delay:
                     await response.write(chunk)
                     continue
@@ -157,6 +206,20 @@ def _ms(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is not seconds in 0..3600")
+    return value
+
+
+def _corrupt_count(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"{text} is not a byte count in 1..1024")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m controlplane.agent.fault_proxy", description=__doc__.split("\n")[0])
     p.add_argument("--upstream", required=True, help="the worker's base URL, e.g. http://127.0.0.1:8001")
@@ -168,23 +231,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--line-latency-ms", type=_ms, default=0.0, help="added before each line of a streamed answer")
     p.add_argument("--reset-ratio", type=_ratio, default=0.0,
                    help="fraction of generation requests whose connection is cut without an answer")
+    p.add_argument("--partition", action="store_true",
+                   help="every request, /health too, is held unanswered until the faults stop, then dropped")
+    p.add_argument("--partition-after-s", type=_seconds, default=0.0,
+                   help="the partition begins this long after the proxy listens (default: at once)")
+    p.add_argument("--corrupt-ratio", type=_ratio, default=0.0,
+                   help="fraction of generation requests whose body has bytes flipped on the way")
+    p.add_argument("--corrupt-bytes", type=_corrupt_count, default=1, help="bytes flipped in a corrupted body")
     p.add_argument("--drain-s", type=float, default=3.0, help="forwarding goes on this long after SIGTERM")
     return p.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
     proxy = FaultProxy(upstream=args.upstream, until=args.until, error_ratio=args.error_ratio,
-                       latency_ms=args.latency_ms, line_latency_ms=args.line_latency_ms, reset_ratio=args.reset_ratio)
+                       latency_ms=args.latency_ms, line_latency_ms=args.line_latency_ms, reset_ratio=args.reset_ratio,
+                       corrupt_ratio=args.corrupt_ratio, corrupt_bytes=args.corrupt_bytes)
     runner = web.AppRunner(proxy.app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, args.host, args.port).start()
+    if args.partition:
+        proxy.partition_at = time.time() + args.partition_after_s
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
     print(json.dumps({"event": "listening", "port": args.port, "upstream": proxy.upstream, "until": args.until,
                       "error_ratio": args.error_ratio, "latency_ms": args.latency_ms,
-                      "line_latency_ms": args.line_latency_ms, "reset_ratio": args.reset_ratio}), flush=True)
+                      "line_latency_ms": args.line_latency_ms, "reset_ratio": args.reset_ratio,
+                      "partition_at": proxy.partition_at, "corrupt_ratio": args.corrupt_ratio,
+                      "corrupt_bytes": args.corrupt_bytes}), flush=True)
     remaining = args.until - time.time()
     try:
         await asyncio.wait_for(stopped.wait(), timeout=max(0.0, remaining))

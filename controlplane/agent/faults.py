@@ -1,6 +1,7 @@
 """Faults on this host, carried out by the node agent, which owns the worker processes: `kill` (SIGKILL the worker's
-process group), `pause` (SIGSTOP it, SIGCONT at its deadline), the proxy faults `error`, `latency` and `reset` (a
-fault proxy in front of the worker, which the worker's row points at until the deadline: proxy_faults.py), and the
+process group), `pause` (SIGSTOP it, SIGCONT at its deadline), the proxy faults `error`, `latency`, `reset` and
+`partition`, and the KV-push faults `kv_latency`, `kv_reset` and `kv_corrupt` (a fault proxy in front of the worker,
+which the worker's row, or its KV address, points at until the deadline: proxy_faults.py), and the
 resource faults `cpu_hog` and `memory_pressure` (a hog on the worker's host until the deadline: resource_faults.py).
 
 The agent is the executor, never the policy: a fault arrives as a message naming the worker, the kind, a deadline
@@ -15,8 +16,10 @@ its agent. A revert message releases it earlier. A revert for a fault this proce
 restarted meanwhile) still sends SIGCONT to the worker's recorded process (harmless for a process that runs), or
 stops the proxy or the hog the injected row names.
 
-Only real processes can be signalled: in a simulated fleet (runtime.launcher is not the `processes` module) a fault is
-refused and reported as failed.
+In a simulated fleet the worker's "process" lives in a simulated worker host and is signalled through it
+(runtime.launcher.signal_group: a kill closes it with exit code -9, a pause holds every request to it and its engine);
+the proxy faults are the same real fault proxy in front of its real port. The resource faults load the real host,
+which many simulated nodes share: they are refused there ("unsupported"; the chaos app refuses them first, 400).
 """
 from __future__ import annotations
 
@@ -101,14 +104,14 @@ def _worker(worker_id: int) -> Worker | None:
 def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
     """The worker's process when it lives on this host; never a pid of another node's worker (a routing bug must
     not signal whatever process has that number here)."""
-    if worker is None or runtime.launcher is not processes:
+    if worker is None:
         return None
     if runtime.node_name is not None and (worker.node is None or worker.node.name != runtime.node_name):
         log.error("a fault for worker %s of node %r reached the agent of %r: ignored", worker.id,
                   worker.node and worker.node.name, runtime.node_name)
         return None
     handle = launch.handle_of(worker)
-    return handle if handle is not None and processes.is_alive(handle) else None
+    return handle if handle is not None and runtime.launcher.is_alive(handle) else None
 
 
 def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: dict | None = None,
@@ -120,8 +123,8 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
 
     1. A key already injected (its row exists) is not injected again: a re-delivered message is a no-op.
     2. pause: SIGSTOP the process group and arm the release timer for min(until, now + the maximum duration).
-    3. error, latency, reset: start the fault proxy (its own deadline the same), point the row at it, arm the
-       timer.
+    3. error, latency, reset, partition, kv_*: start the fault proxy (its own deadline the same), point the row
+       (or its KV address) at it, arm the timer.
     4. cpu_hog, memory_pressure: start the hog on this host (its own deadline the same), arm the timer.
     5. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
     """
@@ -133,9 +136,9 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     worker = _worker(worker_id)
     common = dict(kind=INJECTED_KIND, key=injected_key(key), worker=worker, event="fault_injected",
                   audit={**audit, "fault": kind})
-    if runtime.launcher is not processes:
+    if runtime.simulated and kind in resource_faults.RESOURCE_KINDS:
         _record(**common, outcome="unsupported", status=ActionStatus.FAILED,
-                error="process faults need real processes; this agent runs a simulated fleet")
+                error="resource faults load the real host, which a simulated fleet's nodes share")
         return "unsupported"
     now = time.time()
     remaining = min(until - now, float(settings.TANDEM_CHAOS_MAX_DURATION_S))
@@ -148,7 +151,7 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         _record(**common, outcome="gone", status=ActionStatus.FAILED, error="the worker has no live process")
         return "gone"
     if kind == "kill":
-        processes.signal_group(handle, signal.SIGKILL)
+        runtime.launcher.signal_group(handle, signal.SIGKILL)
         _record(**common, outcome="killed", pid=handle.pid, signal="SIGKILL")
         log.info("fault %s: worker %s (pid %d) killed", key, worker_id, handle.pid)
         return "killed"
@@ -162,7 +165,7 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         timer.daemon = True
         _paused[key] = _Pause(handle=handle, timer=timer, until=now + remaining, worker_id=worker_id,
                               audit={**audit, "fault": kind})
-        processes.signal_group(handle, signal.SIGSTOP)
+        runtime.launcher.signal_group(handle, signal.SIGSTOP)
         timer.start()
     _record(**common, outcome="paused", pid=handle.pid, signal="SIGSTOP", until=now + remaining)
     log.info("fault %s: worker %s (pid %d) paused for %.1f s", key, worker_id, handle.pid, remaining)
@@ -214,7 +217,7 @@ def _release(key: str, by: str) -> str | None:
             return None
         pause.timer.cancel()
         if pause.proxy is None and pause.resource is None:
-            outcome = "resumed" if processes.signal_group(pause.handle, signal.SIGCONT) else "gone"
+            outcome = "resumed" if runtime.launcher.signal_group(pause.handle, signal.SIGCONT) else "gone"
     if pause.proxy is not None:
         outcome = _proxy_stop(key, pause.worker_id, pause.proxy)
     elif pause.resource is not None:
@@ -238,6 +241,18 @@ def _proxy_stop(key: str, worker_id: int, state: dict) -> str:
         return "failed"
 
 
+def _wait_started(key: str) -> None:
+    """A revert that arrives while the fault's proxy or hog is still starting (the inject and the revert run on
+    two threads of the agent; a short fault's revert can overtake its start) waits for the start to end: else it
+    finds nothing to undo, reports "gone", and the fault stays until its deadline."""
+    deadline = time.monotonic() + proxy_faults.LISTEN_TIMEOUT_S + 5.0
+    while time.monotonic() < deadline:
+        with _paused_lock:
+            if key not in _starting:
+                return
+        time.sleep(0.05)
+
+
 def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = None) -> str:
     """Undo one fault. Returns "resumed", "restored", "stopped" (a hog), "already-reverted", "nothing-to-revert" (a
     kill: supervision restarts the worker) or "gone".
@@ -246,6 +261,7 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
     or the deadline released it) gets SIGCONT on the worker's recorded process unless its revert row exists; a proxy
     or resource fault it does not hold is undone from what its injected row recorded."""
     audit = {**(audit or {}), "fault": kind}
+    _wait_started(key)
     outcome = _release(key, "a revert")
     if outcome is not None:
         return outcome
@@ -264,7 +280,8 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
         outcome = resource_faults.hog_stop(key=key, state=state) if "hog_pid" in state else "gone"
     else:
         handle = _live_handle(worker)
-        outcome = "resumed" if handle is not None and processes.signal_group(handle, signal.SIGCONT) else "gone"
+        outcome = "resumed" if handle is not None and runtime.launcher.signal_group(handle, signal.SIGCONT) \
+            else "gone"
     _record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=audit,
             outcome=outcome, by="a revert")
     return outcome

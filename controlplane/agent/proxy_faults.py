@@ -1,6 +1,12 @@
-"""The proxy faults `error`, `latency` and `reset`: the node agent starts a fault proxy (controlplane.agent.fault_proxy) in
-front of a worker and points the worker's row at it, so that the gateway's membership (and the health checks, which
-the proxy passes through) reach the worker through the proxy; the revert points the row back and stops the proxy.
+"""The proxy faults: the node agent starts a fault proxy (controlplane.agent.fault_proxy) in front of a worker and
+points the worker's row at it; the revert points the row back and stops the proxy.
+
+- `error`, `latency`, `reset`, `partition` move the row's `port`, so that the gateway's membership (and the health
+  checks, which the proxy passes through, except under a partition) reach the worker through the proxy.
+- `kv_latency`, `kv_reset`, `kv_corrupt` move the row's `kv_port` (a decode worker's only), its KV address: the
+  membership hands it to the gateway as `kv_urls`, the gateway hands it to the prefill worker as the place to push
+  the KV, and nothing else reaches the proxy. The gateway's own requests, streams and probes, the health checks and
+  the scraper still reach the worker directly, so only the prefill → decode push is faulted.
 
 The row is moved with conditional UPDATEs on the port read: a worker restarted meanwhile (a new port) is left where
 it is, and the fault is over for it. The proxy carries the fault's deadline and stops faulting at it by itself; the
@@ -18,11 +24,12 @@ from pathlib import Path
 from django.conf import settings
 
 from controlplane.agent import processes
-from controlplane.models import Worker
+from controlplane.models import Worker, WorkerRole
 
 log = logging.getLogger(__name__)
 
-PROXY_KINDS = ("error", "latency", "reset")
+KV_KINDS = ("kv_latency", "kv_reset", "kv_corrupt")
+PROXY_KINDS = ("error", "latency", "reset", "partition", *KV_KINDS)
 PROXY_MODULE = "controlplane.agent.fault_proxy"
 LISTEN_TIMEOUT_S = 15.0
 
@@ -33,6 +40,11 @@ class ProxyFailed(Exception):
 
 def proxy_flags(kind: str, params: dict) -> list[str]:
     """The fault proxy's flags of one fault (params as the chaos app validated them)."""
+    kind = kind.removeprefix("kv_")
+    if kind == "partition":  # begins `onset_s` after the proxy listens: gateways route through it first
+        return ["--partition", "--partition-after-s", str(params.get("onset_s", 0))]
+    if kind == "corrupt":
+        return ["--corrupt-ratio", str(params.get("ratio", 1.0)), "--corrupt-bytes", str(int(params.get("bytes", 1)))]
     if kind in ("error", "reset"):
         return [f"--{kind}-ratio", str(params.get("ratio", 1.0))]
     flags = ["--latency-ms", str(params.get("ms", 0))]
@@ -54,9 +66,15 @@ def _listening(host: str, port: int) -> bool:
 
 
 def proxy_start(*, key: str, kind: str, worker: Worker, until: float, params: dict) -> dict:
-    """Start the proxy in front of the worker and point the row at it. Returns what a revert needs; raises
-    ProxyFailed (the proxy stopped again) when it does not listen in time or the worker moved meanwhile."""
+    """Start the proxy in front of the worker and point the row at it (its `port`, or its `kv_port` for a KV
+    fault). Returns what a revert needs; raises ProxyFailed (the proxy stopped again) when the worker cannot take
+    the fault, the proxy does not listen in time, or the worker moved meanwhile."""
     upstream_port, host = worker.port, worker.host
+    on_kv = kind in KV_KINDS
+    if on_kv and worker.role != WorkerRole.DECODE:
+        raise ProxyFailed(f"a {kind} fault is on the KV push to a decode worker; worker {worker.id} is {worker.role}")
+    if on_kv and worker.kv_port is not None:
+        raise ProxyFailed(f"worker {worker.id}'s KV pushes already go through port {worker.kv_port}")
     port = processes.free_port(host)
     argv = processes.python_argv(PROXY_MODULE, "--upstream", f"http://{host}:{upstream_port}", "--host", host,
                                  "--port", str(port), "--until", f"{until:.3f}", *proxy_flags(kind, params))
@@ -69,19 +87,25 @@ def proxy_start(*, key: str, kind: str, worker: Worker, until: float, params: di
             raise ProxyFailed(f"the fault proxy did not listen on port {port}: "
                               f"{processes.log_tail(log_path, num_lines=5)}")
         time.sleep(0.05)
-    if not Worker.objects.filter(pk=worker.pk, port=upstream_port).update(port=port):
+    moved = (Worker.objects.filter(pk=worker.pk, port=upstream_port, kv_port__isnull=True).update(kv_port=port)
+             if on_kv else Worker.objects.filter(pk=worker.pk, port=upstream_port).update(port=port))
+    if not moved:
         processes.signal_group(handle, signal.SIGKILL)
         raise ProxyFailed("the worker moved (restarted on another port) while the proxy started")
-    log.info("fault %s: worker %s reached through the fault proxy on port %d (pid %d)", key, worker.id, port,
-             handle.pid)
+    log.info("fault %s: worker %s reached through the fault proxy on port %d (pid %d)%s", key, worker.id, port,
+             handle.pid, " by KV pushes" if on_kv else "")
     return {"proxy_pid": handle.pid, "proxy_started": handle.create_time, "proxy_port": port,
-            "upstream_port": upstream_port}
+            "upstream_port": upstream_port, **({"kv": True} if on_kv else {})}
 
 
 def proxy_stop(*, key: str, worker_id: int, state: dict) -> str:
-    """Point the row back at the worker (unless it moved since) and SIGTERM the proxy, which drains and exits.
-    Returns "restored", or "gone" when neither the row nor the proxy needed anything."""
-    moved_back = Worker.objects.filter(pk=worker_id, port=state["proxy_port"]).update(port=state["upstream_port"])
+    """Point the row back at the worker (unless it moved since; a KV fault: no KV address again) and SIGTERM the
+    proxy, which drains and exits. Returns "restored", or "gone" when neither the row nor the proxy needed
+    anything."""
+    if state.get("kv"):
+        moved_back = Worker.objects.filter(pk=worker_id, kv_port=state["proxy_port"]).update(kv_port=None)
+    else:
+        moved_back = Worker.objects.filter(pk=worker_id, port=state["proxy_port"]).update(port=state["upstream_port"])
     handle = processes.ProcessHandle(pid=state["proxy_pid"], create_time=state["proxy_started"],
                                      marker=marker_of(key))
     stopped = processes.signal_group(handle, signal.SIGTERM)

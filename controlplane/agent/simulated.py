@@ -6,7 +6,8 @@ same agent tasks (`controlplane.agent.workers`) and answer /health and /metrics 
 Only the worker processes are replaced: a simulated worker (`inference.worker.sim`) lives in one of a few
 simulated worker hosts (`python -m inference.worker.sim.host`), since a thousand worker interpreters would not fit
 a small machine; `SimulatedProcesses` spawns, checks and stops them through the hosts' control API with the
-meaning `controlplane.agent.processes` gives real processes. Anything else the agent starts (a deployment's gateway)
+meaning `controlplane.agent.processes` gives real processes, and signals them for the chaos faults (`signal_group`:
+kill, stop, continue) through the hosts' control API. Anything else the agent starts (a deployment's gateway)
 runs as a real process.
 
 With one process for many nodes, the agent tasks do not check that a task reached its own node's agent
@@ -15,6 +16,7 @@ With one process for many nodes, the agent tasks do not check that a task reache
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ from django.db import close_old_connections
 
 from controlplane.agent import processes
 from controlplane.agent.processes import ProcessHandle
+from inference.worker_secret import SECRET_ENV
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +96,9 @@ class SimulatedProcesses:
             host = min(range(len(self.host_urls)), key=lambda i: self._load[i])
             self._load[host] += 1
         try:
-            r = self.session.post(f"{self.host_urls[host]}/workers", json={"id": marker, "argv": flags},
-                                  timeout=HTTP_TIMEOUT_S)
+            # The worker secret a real process finds in its environment travels in the body, not in argv.
+            r = self.session.post(f"{self.host_urls[host]}/workers", timeout=HTTP_TIMEOUT_S, json={
+                "id": marker, "argv": flags, "secret": (env or {}).get(SECRET_ENV)})
         except requests.RequestException as exc:
             raise SimHostError(f"simulated worker host {host} unreachable: {exc}") from None
         if r.status_code != 200:
@@ -139,6 +143,31 @@ class SimulatedProcesses:
             time.sleep(STOP_POLL_S)
         self.session.delete(url, params={"kill": "1"}, timeout=HTTP_TIMEOUT_S)
         return "killed"
+
+    def signal_group(self, handle: ProcessHandle, sig: int) -> bool:
+        """What `processes.signal_group` does to a real process, through its host: SIGKILL closes the worker at once
+        (it exits -9), SIGSTOP holds it (nothing answered, no progress) and SIGCONT releases it. False when it is
+        gone. A hold outlives this agent by at most TANDEM_CHAOS_MAX_DURATION_S: the host releases it then."""
+        if not self.is_simulated(handle.pid):
+            return processes.signal_group(handle, sig)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT):
+            raise ValueError(f"a simulated worker takes SIGKILL, SIGSTOP or SIGCONT, not {signal.Signals(sig).name}")
+        if not self.is_alive(handle):
+            return False
+        url = f"{self.host_urls[self._host_of(handle.pid)]}/workers/{handle.marker}"
+        try:
+            if sig == signal.SIGKILL:
+                r = self.session.delete(url, params={"kill": "1"}, timeout=HTTP_TIMEOUT_S)
+            elif sig == signal.SIGSTOP:
+                r = self.session.post(f"{url}/pause", json={"seconds": settings.TANDEM_CHAOS_MAX_DURATION_S},
+                                      timeout=HTTP_TIMEOUT_S)
+            else:
+                r = self.session.delete(f"{url}/pause", timeout=HTTP_TIMEOUT_S)
+        except requests.RequestException as exc:
+            log.warning("simulated worker host of pid %d did not take %s: %s", handle.pid,
+                        signal.Signals(sig).name, exc)
+            return False
+        return r.status_code in (200, 202)
 
     def reap(self) -> dict[int, int]:
         exited = processes.reap()

@@ -71,9 +71,10 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
         return "spawn-failed"
 
     started_at = datetime.fromtimestamp(handle.create_time, tz=dt_timezone.utc)
+    # kv_port: a KV fault's proxy was in front of the previous process, not this one (proxy_faults).
     num_updated = Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING, pid__isnull=True).update(
         pid=handle.pid, port=port, log_path=str(log_path), started_at=started_at, last_error="",
-        gpu_index=gpu_index,
+        gpu_index=gpu_index, kv_port=None,
     )
     if num_updated != 1:
         # The row was drained or deleted while we spawned: this process must not outlive it.

@@ -18,9 +18,10 @@ from django.utils import timezone
 
 from controlplane.agent.faults import AGENT_FAULT_INJECT, AGENT_FAULT_REVERT
 from controlplane.celery import task_send
-from controlplane.chaos import chaostoolkit, validation
+from controlplane.chaos import chaostoolkit, library, validation
 from controlplane.chaos.hypothesis import judge_hypothesis
-from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, Experiment, RunStatus
+from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, Experiment, RunStatus, Verdict
+from controlplane.chaos.notify import run_end_notify
 from controlplane.chaos.readings import check_values
 from controlplane.chaos.report import run_report
 from controlplane.errors import ControlPlaneError, conflict
@@ -78,7 +79,7 @@ def _cleaned(deployment: Deployment, fields: dict) -> dict:
     duration_s = validation.validate_duration(fields["duration_s"])
     cleaned["duration_s"] = duration_s
     cleaned["target"] = validation.validate_target(fields["target"], roles)
-    cleaned["faults"] = validation.validate_faults(fields["faults"], duration_s)
+    cleaned["faults"] = validation.validate_faults(fields["faults"], duration_s, cleaned["target"]["role"])
     cleaned["hypothesis"] = validation.validate_hypothesis(fields["hypothesis"], roles)
     cleaned["abort_conditions"] = validation.validate_abort_conditions(fields.get("abort_conditions"), roles)
     cleaned["recovery_timeout_s"] = validation.validate_recovery_timeout(fields.get("recovery_timeout_s", 120))
@@ -124,6 +125,17 @@ def experiment_delete(*, experiment: Experiment, actor) -> None:
         Experiment.objects.filter(pk=experiment.pk).delete()
 
 
+def experiment_from_template(*, deployment: Deployment, actor, template, name=None, role=None, count=1,
+                             duration_s=None) -> Experiment:
+    """A new experiment from a built-in template (library.TEMPLATES): its faults, hypothesis and abort conditions,
+    with the target role (default: the template's), count and duration (default: the template's) given here. The
+    name defaults to the template's key. 400 naming the bad field; 409 when the name is taken."""
+    found = library.template_get(template)
+    fields = library.template_fields(found, role=found.role if role in (None, "") else role, count=count,
+                                     duration_s=found.duration_s if duration_s in (None, "") else duration_s)
+    return experiment_create(deployment=deployment, actor=actor, name=name or found.key, **fields)
+
+
 def experiment_import(*, deployment: Deployment, actor, document) -> Experiment:
     """A new experiment from a Chaos Toolkit experiment (chaostoolkit.from_chaostoolkit). A 400 names the place in
     the document: what cannot be mapped, or the mapped field that experiment_create refuses."""
@@ -165,9 +177,10 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     2. The hypothesis before: each check over its window ending now. 409 naming each failing check when it does
        not hold (the system is not in steady state, or the gateway's samples do not cover the window yet). Its
        values are the baselines of `max_baseline_ratio` checks.
-    3. The targets (ready workers of the role), the run row (one active per deployment: a partial unique
-       constraint), its `start` Action; after commit, one agent message per (fault, target) on the target's node
-       queue.
+    3. The targets (ready workers of the role); 400 for a fault their nodes cannot take (a resource fault on a
+       simulated node, more memory than a node has).
+    4. The run row (one active per deployment: a partial unique constraint), its `start` Action; after commit, one
+       agent message per (fault, target) on the target's node queue.
     """
     actor = as_actor(actor)
     deployment = experiment.deployment
@@ -185,7 +198,9 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
         raise ControlPlaneError("the system is not in steady state: " + "; ".join(before["failing"]), status=409,
                                 code="not_steady", extra={"failing": before["failing"], "checks": before["checks"]})
     targets = _targets(deployment, spec["target"])
-    validation.validate_memory_pressure(spec["faults"], Node.objects.filter(name__in={t["node"] for t in targets}))
+    nodes = list(Node.objects.filter(name__in={t["node"] for t in targets}))
+    validation.validate_real_hosts(spec["faults"], nodes)
+    validation.validate_memory_pressure(spec["faults"], nodes)
 
     def write():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
@@ -284,8 +299,8 @@ def run_recovered(*, run: ChaosRun, at) -> bool:
 
 
 def run_finish(*, run: ChaosRun, at=None) -> bool:
-    """recovering → finished with its verdict and report (report.run_report), and the `stop` Action. False when
-    another driver finished it first."""
+    """recovering → finished with its verdict and report (report.run_report), and the `stop` Action; an aborted or
+    failed run also notifies every enabled channel (notify.py). False when another driver finished it first."""
     with transaction.atomic():
         locked = ChaosRun.objects.select_for_update().filter(pk=run.pk, status=RunStatus.RECOVERING).first()
         if locked is None:
@@ -300,5 +315,7 @@ def run_finish(*, run: ChaosRun, at=None) -> bool:
                       status=ActionStatus.SUCCEEDED, idempotency_key=f"chaos-{locked.pk}-finished",
                       params={"chaos_run": locked.pk, "event": "chaos_finished", "experiment": locked.spec.get("name"),
                               "verdict": report["verdict"], "recovery_s": report["recovery_s"]})
+        if report["verdict"] in (Verdict.ABORTED, Verdict.FAILED):
+            run_end_notify(run=locked, report=report)
     return True
 

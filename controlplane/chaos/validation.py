@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 
 from controlplane.agent.faults import FAULT_KINDS
-from controlplane.agent.proxy_faults import PROXY_KINDS
-from controlplane.agent.resource_faults import MEMORY_FRACTION
+from controlplane.agent.proxy_faults import KV_KINDS, PROXY_KINDS
+from controlplane.agent.resource_faults import MEMORY_FRACTION, RESOURCE_KINDS
 from controlplane.errors import invalid
 from controlplane.models import WorkerRole
 from controlplane.observability.catalog import METRICS
@@ -84,10 +84,17 @@ FAULT_PARAMS = {
     "error": {"ratio": (0.01, 1, 1.0)},  # the fraction of generation requests answered 500
     "latency": {"ms": (1, 60_000, None), "line_ms": (0, 10_000, 0)},  # before each request; each streamed line
     "reset": {"ratio": (0.01, 1, 1.0)},  # the fraction of generation requests whose connection is cut
+    # Every connection to the worker held unanswered, health checks included, from `onset_s` after the proxy takes
+    # the worker's place (gateways poll the membership every 2 s by default: then it cuts requests in flight too).
+    "partition": {"onset_s": (0, 60, 5)},
+    # On the prefill -> decode KV push only (a decode worker's KV address), as latency, reset, and bytes flipped:
+    "kv_latency": {"ms": (1, 60_000, None)},
+    "kv_reset": {"ratio": (0.01, 1, 1.0)},
+    "kv_corrupt": {"ratio": (0.01, 1, 1.0), "bytes": (1, 1024, 1)},  # the fraction of pushes; bytes flipped in each
     "cpu_hog": {"workers": (1, 256, 1)},  # busy processes on the target worker's host
     "memory_pressure": {"mib": (1, 1 << 20, None)},  # MiB allocated and touched on the target worker's host
 }
-INTEGER_PARAMS = ("workers", "mib")
+INTEGER_PARAMS = ("workers", "mib", "bytes")
 
 
 def fault_params(fault: dict) -> dict:
@@ -95,7 +102,8 @@ def fault_params(fault: dict) -> dict:
     return {key: fault[key] for key in FAULT_PARAMS[fault["kind"]] if key in fault}
 
 
-def validate_faults(faults, duration_s: float) -> list[dict]:
+def validate_faults(faults, duration_s: float, role: str | None = None) -> list[dict]:
+    """The faults, each with its settings; `role`, the target's: a KV fault needs decode workers."""
     if not isinstance(faults, list) or not 1 <= len(faults) <= MAX_FAULTS:
         raise invalid(f"faults must be a list of 1 to {MAX_FAULTS} faults", field="faults")
     cleaned = []
@@ -105,6 +113,9 @@ def validate_faults(faults, duration_s: float) -> list[dict]:
             raise invalid(f"{where}.kind {kind!r} is not a fault this version carries out; known: "
                           f"{', '.join(FAULT_KINDS)}", field=f"{where}.kind")
         _unknown(fault, ("kind", *(() if kind == "kill" else ("duration_s",)), *FAULT_PARAMS[kind]), where)
+        if kind in KV_KINDS and role is not None and role != WorkerRole.DECODE:
+            raise invalid(f"{where}.kind {kind} faults the KV push from prefill to decode workers: target.role must "
+                          f"be decode, not {role!r}", field=f"{where}.kind")
         item = {"kind": kind}
         if "duration_s" in fault:  # else the experiment's duration, whatever it is changed to
             item["duration_s"] = _number(fault["duration_s"], field=f"{where}.duration_s", low=1, high=duration_s)
@@ -113,6 +124,11 @@ def validate_faults(faults, duration_s: float) -> list[dict]:
                 raise invalid(f"{where}.{key} is required for a {kind} fault", field=f"{where}.{key}")
             item[key] = _number(fault.get(key, default), field=f"{where}.{key}", low=low, high=high,
                                 integer=key in INTEGER_PARAMS)
+        lasts = item.get("duration_s", duration_s)
+        if kind == "partition" and item["onset_s"] >= lasts:
+            raise invalid(f"{where}.onset_s: the partition would begin {item['onset_s']:g} s in, when the fault's "
+                          f"{lasts:g} s are over; give a shorter onset_s (default 5) or a longer duration_s",
+                          field=f"{where}.onset_s")
         cleaned.append(item)
     proxied = [index for index, fault in enumerate(cleaned) if fault["kind"] in PROXY_KINDS]
     if len(proxied) > 1:
@@ -135,6 +151,17 @@ def validate_memory_pressure(faults: list[dict], nodes) -> None:
                 limit = int(gib * 1024 * MEMORY_FRACTION)
                 raise invalid(f"faults[{index}].mib: {fault['mib']:g} MiB is more than {MEMORY_FRACTION:g} of node "
                               f"{node.name!r}'s memory ({limit} MiB)", field=f"faults[{index}].mib")
+
+
+def validate_real_hosts(faults: list[dict], nodes) -> None:
+    """At run start: a resource fault (RESOURCE_KINDS) loads the target node's real host, which every node of a
+    simulated fleet (label simulated=true) shares with the others and with their simulated worker host: 400."""
+    simulated = sorted(node.name for node in nodes if node.all_labels.get("simulated") == "true")
+    for index, fault in enumerate(faults):
+        if fault["kind"] in RESOURCE_KINDS and simulated:
+            raise invalid(f"faults[{index}].kind: a {fault['kind']} fault loads a real host; node "
+                          f"{simulated[0]!r} is simulated (many simulated nodes share one host), so only process "
+                          f"and network faults run there", field=f"faults[{index}].kind")
 
 
 def _metric(item: dict, where: str, roles: set[str]) -> tuple[str, str]:

@@ -88,6 +88,9 @@ class Worker(models.Model):
     purpose = models.CharField(max_length=10, choices=WorkerPurpose.choices, default=WorkerPurpose.SERVING)
     host = models.CharField(max_length=255, default="127.0.0.1")
     port = models.PositiveIntegerField(null=True, blank=True)
+    # Where prefill workers push a decode worker's KV cache when not to `port`: a chaos KV fault's proxy
+    # (controlplane.agent.proxy_faults), so that only the KV push crosses it. Null: `port`.
+    kv_port = models.PositiveIntegerField(null=True, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=WorkerStatus.choices, default=WorkerStatus.PENDING)
     restart_count = models.PositiveIntegerField(default=0)

@@ -72,7 +72,17 @@ def parse_endpoints(body: object) -> tuple[Mode, list[dict]]:
             if problem:
                 raise MembershipError(f"the weight of {url} in revision {revision} {problem}")
         _check_split(group, revision)
+        _check_kv_urls(group, revision)
     return mode, groups
+
+
+def _check_kv_urls(group: dict, revision: object) -> None:
+    """Optional `kv_urls`: decode URL → the URL its KV pushes go to (a chaos KV fault's proxy), handed to the
+    prefill worker instead of the decode URL. URLs it names that the group does not list are ignored."""
+    kv_urls = group.get("kv_urls") or {}
+    if not isinstance(kv_urls, dict) or not all(
+            isinstance(url, str) and url.startswith(("http://", "https://")) for url in kv_urls.values()):
+        raise MembershipError(f"'kv_urls' of revision {revision} is not an object of URL → http(s) URL")
 
 
 def _check_split(group: dict, revision: object) -> None:

@@ -3,7 +3,9 @@
 `Relay.start` returns only once the request's first token is in hand (or it finished without one), so that
 everything that can still be retried or answered with a clean HTTP status happens before the client sees a byte.
 After that, `TokenStream.deltas` relays the rest; when the worker streaming it dies, the stream moves the request to
-another worker pair of the same revision through `Relay._resume` (token_stream.py).
+another worker pair of the same revision through `Relay._resume` (token_stream.py). Before the first token, an attempt
+whose prefill or decode worker the router takes out of rotation (a hung or partitioned worker) fails at once and is
+retried, rather than waiting out the KV push's timeout.
 
 Which failures take a worker out of rotation: only a connection that fails (refused, reset, timed out) or, through
 the router's probes, a failed /health. A worker's error answer to one request (a 5xx, an error event) excludes it
@@ -11,9 +13,10 @@ from that request's retry only: one bad request must not lock everyone else out 
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 
 import aiohttp
 
@@ -24,6 +27,7 @@ from inference.gateway.prefix_affinity import affinity_key
 from inference.gateway.routing import Group, Router, Worker, overloaded
 from inference.gateway.token_stream import TRANSPORT_ERRORS, Finish, Leg, StreamBroken, TokenStream
 from inference.roles import Role
+from inference.worker_secret import SECRET_HEADER, revision_secret
 
 log = logging.getLogger("tandem.gateway.relay")
 
@@ -117,6 +121,13 @@ class Relay:
         raise ApiError(502, f"the request failed on the workers: {failure.message}", type="upstream_error",
                        code=failure.kind)
 
+    def _headers(self, group: Group) -> dict[str, str]:
+        """What every request to a worker of `group` carries: its revision's worker secret, where the gateway has
+        the deployment's key (inference.worker_secret), so that during a rollout each revision gets its own."""
+        if self.config.worker_key is None:
+            return JSON_HEADERS
+        return {**JSON_HEADERS, SECRET_HEADER: revision_secret(self.config.worker_key, group.revision)}
+
     def _affinity_key(self, body: dict) -> str | None:
         return affinity_key(body, self.config.prefix_affinity_chars) if self.config.prefix_affinity else None
 
@@ -137,6 +148,12 @@ class Relay:
             excluded.add(worker.url)
             raise AttemptFailed("overloaded", f"{worker.role.value} worker {worker.url} is full",
                                 resp.headers.get("Retry-After", "1"))
+        if resp.status in (401, 403):
+            # The worker refused this gateway's worker secret: a deployment misconfigured, not the client's fault
+            # (a 401 relayed would tell an OpenAI client that its own key is wrong).
+            excluded.add(worker.url)
+            raise AttemptFailed("worker_auth", f"{worker.role.value} worker {worker.url} refused the gateway's "
+                                               f"worker secret: HTTP {resp.status} {await _error_text(resp)}")
         if 400 <= resp.status < 500:
             headers = {"Retry-After": resp.headers["Retry-After"]} if "Retry-After" in resp.headers else {}
             raise WorkerRejected(resp.status, await resp.read(), resp.content_type, headers)
@@ -160,7 +177,7 @@ class Relay:
         resp = None
         try:
             payload = json.dumps({"request_id": request_id, **body}).encode()
-            resp = await self.session.post(worker.url + "/v1/generate", data=payload, headers=JSON_HEADERS)
+            resp = await self.session.post(worker.url + "/v1/generate", data=payload, headers=self._headers(group))
             if resp.status != 200:
                 await self._classify(resp, worker, excluded)
             events = ndjson.read(resp.content)
@@ -209,23 +226,14 @@ class Relay:
         release_prefill = self._acquire(prefill)
         release_decode = self._acquire(decode)
         try:
-            fields = {"request_id": request_id, **body, "decode_url": decode.url}
+            # Where the prefill worker pushes the KV: the decode worker, or its KV address (a chaos KV fault's proxy,
+            # which only the push crosses: this gateway's own stream and probes go to decode.url).
+            fields = {"request_id": request_id, **body, "decode_url": decode.kv_url or decode.url}
             if decode.dtype:  # the prefill worker converts its KV to the decode worker's dtype
                 fields["decode_kv_dtype"] = decode.dtype
             payload = json.dumps(fields).encode()
-            try:
-                async with self.session.post(prefill.url + "/v1/prefill", data=payload, headers=JSON_HEADERS) as resp:
-                    if resp.status == 502:
-                        await self._kv_transfer_failed(resp, prefill, decode, excluded)
-                    if resp.status != 200:
-                        await self._classify(resp, prefill, excluded)
-                    result = await resp.json(content_type=None)
-                    prompt_tokens = int(result.get("prompt_tokens") or 0)
-            except TRANSPORT_ERRORS as exc:
-                raise self._transport_failed(prefill, excluded, exc) from None
-            except (ValueError, TypeError, AttributeError) as exc:
-                excluded.add(prefill.url)
-                raise AttemptFailed("bad_worker_answer", f"prefill {prefill.url} answered {exc}") from None
+            result, prompt_tokens = await self._unless_ejected(
+                self._prefill(group, prefill, decode, payload, excluded), (prefill, decode), excluded)
         except BaseException:
             release_decode()
             raise
@@ -241,8 +249,49 @@ class Relay:
             finish = Finish(result.get("finish_reason"), prompt_tokens, num_resumed + len(pending[0][1]))
             return Leg(prompt_tokens, pending, finish, streamed_by=prefill.url)
         responses: list[aiohttp.ClientResponse] = []
-        return Leg(prompt_tokens, pending, None, self._decode_events(decode, request_id, responses), [release_decode],
-                   responses, decode.url, lambda reason: self.router.mark_down(decode, reason), decode.ejected)
+        return Leg(prompt_tokens, pending, None, self._decode_events(decode, request_id, responses, group),
+                   [release_decode], responses, decode.url, lambda reason: self.router.mark_down(decode, reason),
+                   decode.ejected)
+
+    async def _prefill(self, group: Group, prefill: Worker, decode: Worker, payload: bytes,
+                       excluded: set[str]) -> tuple[dict, int]:
+        """POST /v1/prefill, which answers once the KV is on the decode worker: (answer, prompt tokens)."""
+        try:
+            async with self.session.post(prefill.url + "/v1/prefill", data=payload,
+                                         headers=self._headers(group)) as resp:
+                if resp.status == 502:
+                    await self._kv_transfer_failed(resp, prefill, decode, excluded)
+                if resp.status != 200:
+                    await self._classify(resp, prefill, excluded)
+                result = await resp.json(content_type=None)
+                return result, int(result.get("prompt_tokens") or 0)
+        except TRANSPORT_ERRORS as exc:
+            raise self._transport_failed(prefill, excluded, exc) from None
+        except (ValueError, TypeError, AttributeError) as exc:
+            excluded.add(prefill.url)
+            raise AttemptFailed("bad_worker_answer", f"prefill {prefill.url} answered {exc}") from None
+
+    @staticmethod
+    async def _unless_ejected(work: Coroutine, workers: tuple[Worker, ...], excluded: set[str]):
+        """`work`'s result, unless the router takes one of `workers` out of rotation first: then the attempt fails
+        at once (retried without that worker). A prefill request holds the KV push, which a hung or partitioned
+        decode worker would otherwise hold for the prefill worker's whole --kv-push-timeout (30 s)."""
+        task = asyncio.ensure_future(work)
+        gone = {asyncio.ensure_future(worker.ejected.wait()): worker for worker in workers}
+        try:
+            await asyncio.wait((task, *gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in gone:
+                waiter.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if not task.cancelled():
+            return task.result()
+        worker = next(worker for waiter, worker in gone.items() if waiter.done() and not waiter.cancelled())
+        excluded.add(worker.url)
+        raise AttemptFailed("worker_ejected", f"{worker.role.value} worker {worker.url} was taken out of rotation "
+                                              f"before the first token: {worker.reason}")
 
     async def _kv_transfer_failed(self, resp: aiohttp.ClientResponse, prefill: Worker, decode: Worker,
                                   excluded: set[str]) -> None:
@@ -262,10 +311,10 @@ class Relay:
             raise AttemptFailed("overloaded", message)
         raise AttemptFailed("kv_transfer", message)
 
-    async def _decode_events(self, decode: Worker, request_id: str,
-                             responses: list[aiohttp.ClientResponse]) -> AsyncIterator[dict]:
+    async def _decode_events(self, decode: Worker, request_id: str, responses: list[aiohttp.ClientResponse],
+                             group: Group) -> AsyncIterator[dict]:
         """The decode worker's stream, opened on first use; its response joins `responses` for TokenStream.close."""
-        resp = await self.session.get(f"{decode.url}/v1/stream/{request_id}")
+        resp = await self.session.get(f"{decode.url}/v1/stream/{request_id}", headers=self._headers(group))
         responses.append(resp)
         if resp.status != 200:
             # It lost the request (restarted, or the stream came too late): another decode worker can take it.

@@ -61,6 +61,7 @@ class Worker:
     dtype: str | None = None  # what the worker's /health says it runs; None until a probe answers ok
     max_model_len: int | None = None  # the context its /health says it serves (its KV pool may hold less than the model)
     weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
+    kv_url: str | None = None  # a decode worker's: where prefill pushes its KV when not to `url` (membership kv_urls)
     max_prompt_chars: int | None = None  # what its /health says no fitting prompt exceeds (None: not said)
     prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
     max_num_seqs: int | None = None  # what its /health says it runs at once (None: not said)
@@ -124,7 +125,8 @@ class Group:
         return {"revision": self.revision, "mode": self.mode.value, "traffic_weight": self.traffic_weight,
                 "variant": self.variant, **{
             role.value: [{"url": w.url, "state": w.state.value, "reason": w.reason if not w.is_ready else None,
-                          "outstanding": w.num_outstanding, "weight": w.weight, "dtype": w.dtype}
+                          "outstanding": w.num_outstanding, "weight": w.weight, "dtype": w.dtype,
+                          **({"kv_url": w.kv_url} if w.kv_url else {})}
                          for w in self.workers(role)]
             for role in self.roles}}
 
@@ -152,18 +154,20 @@ class Router:
     def set_groups(self, mode: Mode, groups: list[dict]) -> None:
         """Replace the membership. Workers already known keep their state and outstanding count and take the weight
         the new membership gives (`weights`: URL → weight, default 1); new ones wait for their first probe, which is
-        started right away."""
+        started right away. A decode worker's `kv_url` is what the membership's `kv_urls` says now (None: its URL)."""
         new_groups: list[Group] = []
         known: dict[tuple[Role, str], Worker] = {}
         for spec in groups:
             group = Group(revision=spec.get("revision"), mode=mode, traffic_weight=spec.get("traffic_weight"),
                           variant=spec.get("variant"))
             weights = {url.rstrip("/"): weight for url, weight in (spec.get("weights") or {}).items()}
+            kv_urls = {url.rstrip("/"): kv_url.rstrip("/") for url, kv_url in (spec.get("kv_urls") or {}).items()}
             for role in group.roles:
                 for url in spec.get(role.value) or []:
                     key = (role, url.rstrip("/"))
                     worker = known.get(key) or self._workers.get(key) or Worker(url=key[1], role=role)
                     worker.weight = weights.get(key[1], DEFAULT_WEIGHT)
+                    worker.kv_url = kv_urls.get(key[1])
                     known[key] = worker
                     group.workers(role).append(worker)
             new_groups.append(group)

@@ -12,6 +12,7 @@ from functools import partial
 from aiohttp import web
 
 from inference.checks import is_int
+from inference.kv_checksum import ChecksumMismatch
 from inference.worker.jobs import stream_job
 from inference.worker.protocol import (REQUEST_ID_RE, RequestError, check_logit_bias, fit_max_tokens,
                                       parse_sampling)
@@ -25,7 +26,9 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         try:
             header, kv = await host.kv.decode(body, kv_layout=host.info["kv_layout"], revision=host.config.revision)
         except ValueError as exc:  # the codec's own error: what is wrong with the payload, for the sender
-            raise RequestError(f"bad KV payload: {exc}", code="bad_kv_payload") from None
+            # A corrupted push has its own code: the sender pushes it once more (prefill.push_kv).
+            code = "kv_checksum_mismatch" if isinstance(exc, ChecksumMismatch) else "bad_kv_payload"
+            raise RequestError(f"bad KV payload: {exc}", code=code) from None
         request_id, prompt_token_ids, first_token_id = (header["request_id"], header["prompt_token_ids"],
                                                         header["first_token_id"])
         if not REQUEST_ID_RE.match(request_id):

@@ -2,6 +2,8 @@
 
 It answers only after the decode worker accepted the payload, so a 200 means the request lives on there; a push that
 fails answers 502 (decode_unreachable / decode_full / decode_rejected) so that the gateway can retry on another decode worker.
+A push the decode worker refuses as corrupted in flight (its checksum: `kv_checksum_mismatch`) is pushed once more
+first: the prefill worker still holds the KV, and a fault on the path should not cost the request its decode worker.
 """
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ from aiohttp import web
 
 from inference.worker.protocol import RequestError
 from inference.worker.seams import RoleHost
+from inference.worker_secret import SECRET_HEADER
 
 KV_CONTENT_TYPE = "application/octet-stream"
+NUM_PUSHES = 2  # a push refused as corrupted in flight is pushed once more before the gateway is told
+CORRUPTED = "kv_checksum_mismatch"  # the decode worker's code for it (decode.py)
 
 
 def add_routes(app: web.Application, host: RoleHost) -> None:
@@ -31,7 +36,8 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         num_resumed = len(req.resume_token_ids)
         job = host.open_job(req.request_id, arrival)
         try:
-            host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed)
+            host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed,
+                        cache_salt=req.cache_salt)
             await job.wait_admitted()
             event = await job.next_event()
             if event.type != "token":
@@ -70,31 +76,41 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
 
 async def push_kv(session: aiohttp.ClientSession, decode_url: str, header: dict, kv: tuple,
                   host: RoleHost) -> tuple[int, float]:
-    """Serialize (host.kv) and POST to decode_url/v1/kv; return (bytes, seconds) or raise a 502."""
+    """Serialize (host.kv) and POST to decode_url/v1/kv, once more if it arrived corrupted; return (bytes, seconds)
+    or raise a 502."""
     started = time.monotonic()
     data = await host.kv.encode(header, kv)
     url = f"{decode_url}/v1/kv"
     timeout = aiohttp.ClientTimeout(total=host.config.kv_push_timeout)
-    try:
-        async with session.post(url, data=data, headers={"Content-Type": KV_CONTENT_TYPE}, timeout=timeout) as r:
-            if r.status != 200:
-                detail = await _error_message(r)
+    headers = {"Content-Type": KV_CONTENT_TYPE}
+    if host.config.secret is not None:
+        # A decode worker of this request's revision (decode refuses another's KV layout) holds the same secret.
+        headers[SECRET_HEADER] = host.config.secret
+    for attempt in range(NUM_PUSHES):
+        try:
+            async with session.post(url, data=data, headers=headers, timeout=timeout) as r:
+                if r.status == 200:
+                    break
+                code, detail = await _error_of(r)
+                if code == CORRUPTED and attempt + 1 < NUM_PUSHES:
+                    continue
                 # A full decode worker is backpressure, a refused payload a failure: the gateway answers 429 or 502.
                 raise RequestError(f"decode worker {decode_url} refused the KV cache: HTTP {r.status}: {detail}",
                                    status=502, type="kv_transfer_error",
                                    code="decode_full" if r.status == 429 else "decode_rejected")
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise RequestError(f"decode worker {decode_url} unreachable: {exc!r}", status=502,
-                           type="kv_transfer_error", code="decode_unreachable") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RequestError(f"decode worker {decode_url} unreachable: {exc!r}", status=502,
+                               type="kv_transfer_error", code="decode_unreachable") from None
     seconds = time.monotonic() - started
     host.metrics.kv_transfer_bytes.inc(len(data))
     host.metrics.kv_transfer_seconds.observe(seconds)
     return len(data), seconds
 
 
-async def _error_message(response: aiohttp.ClientResponse) -> str:
+async def _error_of(response: aiohttp.ClientResponse) -> tuple[str | None, str]:
+    """(code, message) of an error answer."""
     try:
         body = await response.json(content_type=None)
-        return str(body["error"]["message"])
+        return body["error"].get("code"), str(body["error"]["message"])
     except Exception:  # not our error shape: show the start of whatever it was
-        return (await response.text(errors="replace"))[:300]
+        return None, (await response.text(errors="replace"))[:300]

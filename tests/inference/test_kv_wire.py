@@ -1,13 +1,16 @@
-"""The KV wire format round-trips exactly and rejects every malformed payload with a message naming the problem."""
+"""The KV wire format round-trips exactly and rejects every malformed payload with a message naming the problem; a
+payload corrupted anywhere (tensor bytes, header values) or without its checksum is refused as corrupted."""
 from __future__ import annotations
 
 import json
 import pickle
+import struct
 
 import pytest
 import torch
 from safetensors.torch import save as st_save
 
+from inference.kv_checksum import ChecksumMismatch, payload_checksum
 from inference.kv_wire import KVPayload, KVWireError, decode_payload, encode_payload
 
 LAYOUT = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 8, "dtype": "float32", "block_size": 16}
@@ -21,6 +24,15 @@ def payload(num_tokens: int = 5, **overrides) -> KVPayload:
                   k=torch.randn(shape, generator=g), v=torch.randn(shape, generator=g))
     fields.update(overrides)
     return KVPayload(**fields)
+
+
+def signed_save(tensors: dict, header: dict) -> bytes:
+    """A payload as a sender other than encode_payload writes it (any tensors, any header), with a valid checksum:
+    that of the header and the data that follows safetensors' header (which the metadata does not change)."""
+    bare = st_save(tensors)
+    (header_len,) = struct.unpack("<Q", bare[:8])
+    header = {**header, "checksum": payload_checksum(header, (bare[8 + header_len:],))}
+    return st_save(tensors, metadata={"tandem": json.dumps(header)})
 
 
 def test_it_round_trips_tensors_and_header_exactly():
@@ -92,7 +104,7 @@ def test_encoding_converts_the_tensors_to_the_dtype_the_layout_names():
 
 def test_it_rejects_a_dtype_that_the_layout_does_not_announce():
     sent = payload()  # a sender that writes float16 tensors under a float32 layout (not encode_payload: it converts)
-    data = st_save({"k": sent.k.half(), "v": sent.v.half()}, metadata={"tandem": json.dumps(sent.header())})
+    data = signed_save({"k": sent.k.half(), "v": sent.v.half()}, sent.header())
     with pytest.raises(KVWireError, match="dtype float16, expected float32"):
         decode_payload(data, kv_layout=LAYOUT)
 
@@ -110,12 +122,12 @@ def test_it_rejects_missing_or_mistyped_header_fields():
     header = good.header()
     del header["first_token_id"]
     with pytest.raises(KVWireError, match="lacks the field 'first_token_id'"):
-        decode_payload(st_save(t, metadata={"tandem": json.dumps(header)}), kv_layout=LAYOUT)
+        decode_payload(signed_save(t, header), kv_layout=LAYOUT)
     header = {**good.header(), "prompt_token_ids": ["a", "b"]}
     with pytest.raises(KVWireError, match="prompt_token_ids"):
-        decode_payload(st_save(t, metadata={"tandem": json.dumps(header)}), kv_layout=LAYOUT)
+        decode_payload(signed_save(t, header), kv_layout=LAYOUT)
     with pytest.raises(KVWireError, match="exactly the tensors"):
-        decode_payload(st_save({"k": good.k}, metadata={"tandem": json.dumps(good.header())}), kv_layout=LAYOUT)
+        decode_payload(signed_save({"k": good.k}, good.header()), kv_layout=LAYOUT)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -125,12 +137,33 @@ def test_a_bit_flipped_in_flight_is_refused_by_its_checksum(dtype):
     data = bytearray(encode_payload(sent))
     assert torch.equal(decode_payload(bytes(data), kv_layout=layout).v, sent.v)  # intact: accepted
     data[-3] ^= 0x10  # one bit of the last tensor's bytes: shapes, dtype and header all still parse
-    with pytest.raises(KVWireError, match="checksum mismatch.*corrupted in transit"):
+    with pytest.raises(KVWireError, match="checksum mismatch.*corrupted in transit") as refused:
         decode_payload(bytes(data), kv_layout=layout)
+    assert isinstance(refused.value, ChecksumMismatch)  # the decode worker's kv_checksum_mismatch
 
 
-def test_a_payload_from_a_sender_without_checksums_is_accepted_unchecked():
+# The `tandem` header is a JSON string inside safetensors' JSON header: its quotes are escaped there.
+@pytest.mark.parametrize("old, new", [(rb'\"first_token_id\": 7', rb'\"first_token_id\": 8'),
+                                      (rb'\"prompt_token_ids\": [10, ', rb'\"prompt_token_ids\": [11, '),
+                                      (rb'\"temperature\": 0.0', rb'\"temperature\": 0.9')])
+def test_a_header_value_flipped_in_flight_is_refused_by_its_checksum(old, new):
+    """Valid JSON that says something else (one byte changed): no shape or layout check would notice it, the
+    checksum does."""
+    data = encode_payload(payload())
+    assert data.count(old) == 1
+    with pytest.raises(KVWireError, match="checksum mismatch") as refused:
+        decode_payload(data.replace(old, new), kv_layout=LAYOUT)
+    assert isinstance(refused.value, ChecksumMismatch)
+
+
+def test_a_payload_without_a_checksum_is_refused_as_corrupted():
+    """A flip in the key `checksum` must not turn a corrupted payload into an unchecked one."""
     sent = payload()
     data = st_save({"k": sent.k, "v": sent.v}, metadata={"tandem": json.dumps(sent.header())})
-    got = decode_payload(data, kv_layout=LAYOUT)
-    assert torch.equal(got.k, sent.k)
+    with pytest.raises(KVWireError, match="no checksum") as refused:
+        decode_payload(data, kv_layout=LAYOUT)
+    assert isinstance(refused.value, ChecksumMismatch)
+    renamed = encode_payload(sent).replace(rb'\"checksum\"', rb'\"checksuN\"')
+    assert renamed != encode_payload(sent)
+    with pytest.raises(KVWireError, match="no checksum"):
+        decode_payload(renamed, kv_layout=LAYOUT)

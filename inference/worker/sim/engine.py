@@ -47,6 +47,9 @@ class SimEngine:
         self._wakeup = asyncio.Event()
         self._decode_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
+        # Cleared while the host holds this worker as a stopped process (SimHost's pause): no step completes.
+        self._unheld = asyncio.Event()
+        self._unheld.set()
 
     # -- life ------------------------------------------------------------------------------------------------------
 
@@ -81,6 +84,14 @@ class SimEngine:
 
     def is_alive(self) -> bool:
         return self.state is not LoopState.DEAD
+
+    def hold(self) -> None:
+        """Make no progress, as a stopped (SIGSTOP) process makes none: the step under way completes only once
+        released; its tokens come late, never lost."""
+        self._unheld.clear()
+
+    def release(self) -> None:
+        self._unheld.set()
 
     def seconds_since_heartbeat(self) -> float:
         """Zero: nothing here can get stuck on its own (a stopped process answers nothing at all)."""
@@ -136,6 +147,7 @@ class SimEngine:
             self.metrics.requests_waiting.inc()
             try:
                 await asyncio.sleep(self.costs.prefill_seconds(len(req.prompt_token_ids)))
+                await self._unheld.wait()
             finally:
                 self.metrics.requests_waiting.dec()
         if self.open.get(req.request_id) is not req:
@@ -178,6 +190,7 @@ class SimEngine:
             batch = list(self.running)
             context = sum(r.num_prompt_tokens + r.num_completion_tokens for r in batch)
             await asyncio.sleep(self.costs.decode_step_seconds(len(batch), context))
+            await self._unheld.wait()
             for req in batch:
                 if self.open.get(req.request_id) is not req:
                     continue  # aborted during the step

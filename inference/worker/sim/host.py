@@ -5,12 +5,22 @@ only its own port and an asyncio server, so one host process carries hundreds of
 host:port and scraped over real HTTP. A node agent drives the host through a small control API, as it would spawn
 and signal processes (controlplane.agent.simulated):
 
-- `POST /workers {"id": MARKER, "argv": [worker flags]}` starts a worker from the same flags as `python -m
-  inference.worker --simulate PROFILE ...`; answers {"id", "pid", "started_at", "port"} (pid: a virtual process id,
+- `POST /workers {"id": MARKER, "argv": [worker flags], "secret": S}` starts a worker from the same flags as
+  `python -m inference.worker --simulate PROFILE ...`, with the worker secret a process gets in its environment
+  (optional; inference.worker_secret); answers {"id", "pid", "started_at", "port"} (pid: a virtual process id,
   unique in this host), 400 naming a bad flag, 409 for an id already running, 503 when the port cannot be bound.
 - `DELETE /workers/{id}?drain_timeout=S` drains it as SIGTERM would and closes it; `?kill=1` closes it at once
   (a crash, for tests); answers 202.
-- `GET /workers` lists the running ones and the exit codes of those that ended since (`exited`).
+- `POST /workers/{id}/pause {"seconds": S}` holds it as SIGSTOP holds a process: every request to it (health
+  checks, streams, the KV push) waits unanswered and its engine makes no progress, until `DELETE
+  /workers/{id}/pause` (as SIGCONT) or S seconds (a bound, so that a worker whose agent is gone is not held for
+  ever); answers 200 {"paused": true}, 404 for an unknown id. A worker killed meanwhile (`?kill=1`) closes as it is.
+- `GET /workers` lists the running ones (`paused` says which are held) and the exit codes of those that ended since
+  (`exited`).
+
+These are how the node agent carries out chaos faults on a simulated worker (controlplane.agent.faults): `kill` is
+`?kill=1` (exit code -9, as the supervisor sees a SIGKILLed process), `pause` is the hold above; the proxy faults
+need nothing here (a real fault proxy in front of the worker's real port).
 """
 from __future__ import annotations
 
@@ -35,10 +45,49 @@ PID_BASE = 1_000_000_000  # virtual pids: PID_BASE + host index * PID_SPAN + n, 
 PID_SPAN = 10_000_000
 
 
+class HostedWorker(WorkerServer):
+    """The worker server, with a hold in front of every request for the host's pause (a stopped process
+    answers nothing, on any path). Nothing else differs: a simulated worker is the same server."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unheld = asyncio.Event()
+        self.unheld.set()
+        self.release_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def paused(self) -> bool:
+        return not self.unheld.is_set()
+
+    def pause(self, seconds: float) -> None:
+        if self.release_timer is not None:
+            self.release_timer.cancel()
+        self.release_timer = asyncio.get_running_loop().call_later(seconds, self.resume)
+        self.unheld.clear()
+        self.engine.hold()
+
+    def resume(self) -> None:
+        if self.release_timer is not None:
+            self.release_timer.cancel()
+            self.release_timer = None
+        self.unheld.set()
+        self.engine.release()
+
+    def build_app(self) -> web.Application:
+        app = super().build_app()
+        app.middlewares.insert(0, self._hold_middleware)
+        return app
+
+    @web.middleware
+    async def _hold_middleware(self, request: web.Request, handler):
+        await self.unheld.wait()
+        return await handler(request)
+
+
 class SimHost:
     def __init__(self, index: int):
         self.index = index
-        self.workers: dict[str, tuple[int, float, WorkerServer]] = {}  # id -> (pid, started_at, worker)
+        self.workers: dict[str, tuple[int, float, HostedWorker]] = {}  # id -> (pid, started_at, worker)
         self.exited: dict[int, int] = {}  # virtual pid -> exit code, until listed once
         self._next = 0
 
@@ -48,6 +97,8 @@ class SimHost:
         app.router.add_get("/workers", self.list_workers)
         app.router.add_post("/workers", self.start_worker)
         app.router.add_delete("/workers/{id}", self.stop_worker)
+        app.router.add_post("/workers/{id}/pause", self.pause_worker)
+        app.router.add_delete("/workers/{id}/pause", self.resume_worker)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
@@ -59,7 +110,7 @@ class SimHost:
         return web.json_response({
             "workers": [{"id": wid, "pid": pid, "started_at": started, "port": w.config.port,
                          "role": w.config.engine.role,
-                         "draining": w.draining} for wid, (pid, started, w) in self.workers.items()],
+                         "draining": w.draining, "paused": w.paused} for wid, (pid, started, w) in self.workers.items()],
             "exited": {str(pid): code for pid, code in exited.items()}})
 
     async def start_worker(self, request: web.Request) -> web.Response:
@@ -69,9 +120,12 @@ class SimHost:
             return _error("body must be JSON: {id, argv}", 400)
         wid, argv = body.get("id") if isinstance(body, dict) else None, body.get("argv") if isinstance(body, dict) \
             else None
+        secret = body.get("secret") if isinstance(body, dict) else None
         if not isinstance(wid, str) or not wid or not isinstance(argv, list) \
                 or not all(isinstance(a, str) for a in argv):
             return _error("give id (a string) and argv (a list of strings)", 400)
+        if secret is not None and (not isinstance(secret, str) or not secret):
+            return _error("secret must be a non-empty string when given", 400)
         if wid in self.workers:
             return _error(f"worker {wid!r} is running here already", 409)
         parser = build_parser()
@@ -81,14 +135,14 @@ class SimHost:
                 args = vars(parser.parse_args(argv))
             if not args["simulate"]:
                 return _error("argv lacks --simulate PROFILE: this host runs simulated workers only", 400)
-            config = worker_config(args)
+            config = worker_config({**args, "secret": secret})
         except SystemExit:
             return _error(f"bad worker flags: {stderr.getvalue().strip().splitlines()[-1:]}", 400)
         except ProfileError as exc:
             return _error(f"--simulate {exc}", 400)
         except ConfigError as exc:
             return _error(f"bad worker flags: --{exc.field.replace('_', '-')} {exc.requirement}", 400)
-        worker = WorkerServer(config, process_metrics=False)
+        worker = HostedWorker(config, process_metrics=False)
         try:
             await worker.start(shutdown_timeout=1.0)
         except OSError as exc:
@@ -121,6 +175,29 @@ class SimHost:
         if not worker.draining or kill:
             asyncio.get_running_loop().create_task(stop())
         return web.json_response({"id": wid, "stopping": True}, status=202)
+
+    async def pause_worker(self, request: web.Request) -> web.Response:
+        entry = self.workers.get(request.match_info["id"])
+        if entry is None:
+            return _error(f"no worker {request.match_info['id']!r} here", 404)
+        try:
+            body = await request.json()
+            seconds = float(body["seconds"])
+        except (ValueError, TypeError, KeyError):
+            return _error("body must be JSON: {\"seconds\": S}, S > 0", 400)
+        if not 0 < seconds < float("inf"):
+            return _error(f"seconds must be a positive number, got {seconds}", 400)
+        entry[2].pause(seconds)
+        log.info("worker %s paused for at most %.1f s", request.match_info["id"], seconds)
+        return web.json_response({"id": request.match_info["id"], "paused": True})
+
+    async def resume_worker(self, request: web.Request) -> web.Response:
+        entry = self.workers.get(request.match_info["id"])
+        if entry is None:
+            return _error(f"no worker {request.match_info['id']!r} here", 404)
+        was_paused = entry[2].paused
+        entry[2].resume()
+        return web.json_response({"id": request.match_info["id"], "paused": False, "resumed": was_paused})
 
 
 def _error(message: str, status: int) -> web.Response:

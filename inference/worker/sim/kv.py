@@ -1,6 +1,8 @@
 """The fake KV payload: the real wire format (inference.kv_wire: safetensors with `k`, `v` and the `tandem` JSON
-header), written and checked without torch. The tensors are zeros of the profile's small kv_layout; a real decode
-worker would refuse them only for that layout, never for their framing.
+header, its checksum included), written and checked without torch. The tensors are zeros of the profile's small
+kv_layout; a real decode worker would refuse them only for that layout, never for their framing. The checksum is the
+real one (inference.kv_checksum), checked first, so that a push corrupted in flight is refused by a simulated decode
+worker as by a real one.
 """
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import struct
 
 from inference import json_body
+from inference.kv_checksum import ChecksumMismatch, payload_checksum, verify
 
 METADATA_KEY = "tandem"
 ST_DTYPES = {"float32": ("F32", 4), "bfloat16": ("BF16", 2), "float16": ("F16", 2)}
@@ -18,12 +21,17 @@ class FakeKVError(ValueError):
     """A payload a simulated decode worker refuses; the message is for the sender."""
 
 
+class FakeKVChecksumError(FakeKVError, ChecksumMismatch):
+    """A payload corrupted in flight."""
+
+
 def encode_fake_payload(header: dict, kv_layout: dict) -> bytes:
     """A safetensors file holding zero `k` and `v` [num_layers, num_prompt_tokens, num_kv_heads, head_dim]."""
     st_dtype, itemsize = ST_DTYPES[kv_layout["dtype"]]
     shape = [kv_layout["num_layers"], len(header["prompt_token_ids"]), kv_layout["num_kv_heads"],
              kv_layout["head_dim"]]
     nbytes = itemsize * shape[0] * shape[1] * shape[2] * shape[3]
+    header = {**header, "checksum": payload_checksum(header, (bytes(2 * nbytes),))}
     st_header = {"__metadata__": {METADATA_KEY: json.dumps(header)},
                  "k": {"dtype": st_dtype, "shape": shape, "data_offsets": [0, nbytes]},
                  "v": {"dtype": st_dtype, "shape": shape, "data_offsets": [nbytes, 2 * nbytes]}}
@@ -46,6 +54,7 @@ def decode_fake_payload(data: bytes, *, kv_layout: dict) -> dict:
         raise FakeKVError(f"payload has no readable {METADATA_KEY!r} metadata header") from None
     if not isinstance(header, dict):
         raise FakeKVError(f"{METADATA_KEY!r} metadata is not a JSON object")
+    verify(header, (memoryview(data)[8 + header_len:],), FakeKVChecksumError)
     for name, kind in (("request_id", str), ("prompt_token_ids", list), ("first_token_id", int),
                        ("sampling", dict), ("kv_layout", dict)):
         if not isinstance(header.get(name), kind):

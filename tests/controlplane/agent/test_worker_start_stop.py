@@ -90,3 +90,14 @@ def test_stop_terminates_the_process_and_marks_the_worker_stopped(deployment, on
     worker.refresh_from_db()
     assert worker.status == WorkerStatus.STOPPED and worker.stopped_at is not None
     assert not processes.is_alive(handle)
+
+
+def test_a_new_process_takes_its_kv_pushes_on_its_own_port(deployment, online_node, fake_worker_argv,
+                                                           cleanup_processes):
+    """A chaos KV fault's proxy was in front of the previous process (Worker.kv_port), not in front of this one."""
+    worker = _pending(deployment, online_node)
+    Worker.objects.filter(pk=worker.pk).update(kv_port=40999)
+    assert worker_start(worker_id=worker.id, node_name="local") == "started"
+    worker.refresh_from_db()
+    cleanup_processes.append(launch.handle_of(worker))
+    assert worker.kv_port is None and worker.port

@@ -171,3 +171,31 @@ def experiment(world, admin):
                     {"metric": "ready_workers", "role": "decode", "min": 1}],
         abort_conditions=[{"metric": "error_ratio", "above": 0.5, "window_s": 5, "for_s": 4}],
         recovery_timeout_s=30)
+
+
+def fault_leftovers(*, keys, ports: dict[int, int]) -> list[str]:
+    """What the faults of `keys` left behind, one sentence each (empty: nothing): a worker process still stopped (a
+    pause never released), a fault proxy or hog still running (found by its marker, whatever its pid), a Worker row
+    whose port is not the one it had before (`ports`: worker id → port) or whose KV address still names a proxy."""
+    from controlplane.agent import processes, proxy_faults, resource_faults
+    from controlplane.models import Worker
+
+    markers = {proxy_faults.marker_of(key) for key in keys} | {resource_faults.marker_of(key) for key in keys}
+    left = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            marker = proc.environ().get(processes.MARKER_ENV)
+        except (psutil.Error, OSError):
+            continue
+        if marker in markers:
+            left.append(f"process {proc.pid} ({marker}) still runs")
+    for worker in Worker.objects.filter(pk__in=ports):
+        if worker.port != ports[worker.pk]:
+            left.append(f"worker {worker.pk}'s row names port {worker.port}, not its own {ports[worker.pk]}")
+        if worker.kv_port is not None:
+            left.append(f"worker {worker.pk}'s KV pushes still go to port {worker.kv_port}")
+        if worker.pid and process_state(worker.pid) == psutil.STATUS_STOPPED:
+            left.append(f"worker {worker.pk}'s process {worker.pid} is still stopped")
+    return left

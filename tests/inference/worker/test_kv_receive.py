@@ -15,6 +15,7 @@ from safetensors.torch import save as st_save
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from inference.kv_wire import KVPayload, encode_payload
+from tests.inference.test_kv_wire import signed_save
 from tests.inference.worker.support import (
     HTTP_TIMEOUT_S, assert_openai_error, metric, read_stream, start_worker, token_ids)
 
@@ -85,12 +86,12 @@ def _deep_header(reference) -> bytes:
     """A payload whose `tandem` header nests 5,000 levels (json.loads raised RecursionError on it: a 500)."""
     header = json.dumps(good_payload(reference, "deep").header())
     deep = header[:-1] + ', "x": ' + "[" * 5000 + "]" * 5000 + "}"
-    return st_save({"k": reference["k"], "v": reference["v"]}, metadata={"tandem": deep})
+    return st_save({"k": reference["k"], "v": reference["v"]}, metadata={"tandem": deep})  # refused before its checksum
 
 
 @pytest.mark.parametrize("case", ["garbage", "truncated", "wrong_shape", "wrong_dtype", "wrong_layout",
                                   "wrong_revision", "out_of_vocab", "too_long", "bad_sampling", "no_header",
-                                  "bad_request_id", "deep_header", "bad_resumed_count"])
+                                  "bad_request_id", "deep_header", "bad_resumed_count", "corrupted"])
 def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, reference, case):
     good = encode_payload(good_payload(reference, f"bad-{case}"))
     num_tokens = len(reference["ids"])
@@ -100,8 +101,8 @@ def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, referenc
         "wrong_shape": lambda: (encode_payload(good_payload(
             reference, "x", k=reference["k"][:, :-1], v=reference["v"][:, :-1])), f"expected [4, {num_tokens}, 2, 48]"),
         # Tensors of another dtype than the header's layout names (encode_payload converts, so a sender's own).
-        "wrong_dtype": lambda: (st_save({"k": reference["k"].half(), "v": reference["v"].half()}, metadata={
-            "tandem": json.dumps(good_payload(reference, "x").header())}), "dtype float16"),
+        "wrong_dtype": lambda: (signed_save({"k": reference["k"].half(), "v": reference["v"].half()},
+                                            good_payload(reference, "x").header()), "dtype float16"),
         "wrong_layout": lambda: (encode_payload(good_payload(
             reference, "x", kv_layout={**reference["layout"], "num_kv_heads": 4})), "mismatch on num_kv_heads"),
         "wrong_revision": lambda: (encode_payload(good_payload(reference, "x", revision="6")), "revision"),
@@ -115,8 +116,11 @@ def test_a_bad_payload_answers_400_and_the_worker_stays_healthy(decode, referenc
         "deep_header": lambda: (_deep_header(reference), "deeper than 32 levels"),
         "bad_resumed_count": lambda: (encode_payload(good_payload(
             reference, "x", extra={"num_resumed_tokens": num_tokens})), "num_resumed_tokens"),
+        "corrupted": lambda: (good[:-5] + bytes([good[-5] ^ 0x01]) + good[-4:], "checksum mismatch"),
     }[case]()
-    assert_openai_error(post_kv(decode.url, data), 400, fragment)
+    error = assert_openai_error(post_kv(decode.url, data), 400, fragment)
+    # Only a corrupted push has the code that makes the prefill worker push it again.
+    assert (error["code"] == "kv_checksum_mismatch") == (case in ("corrupted", "truncated"))
     assert requests.get(f"{decode.url}/health", timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
@@ -149,8 +153,7 @@ def test_a_duplicate_request_id_in_flight_is_refused_with_409(decode, reference)
 
 def test_a_header_naming_extra_tensors_is_refused(decode, reference):
     header = good_payload(reference, "extra-1").header()
-    data = st_save({"k": reference["k"], "v": reference["v"], "evil": torch.zeros(1)},
-                   metadata={"tandem": json.dumps(header)})
+    data = signed_save({"k": reference["k"], "v": reference["v"], "evil": torch.zeros(1)}, header)
     assert_openai_error(post_kv(decode.url, data), 400, "exactly the tensors")
 
 

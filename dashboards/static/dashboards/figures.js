@@ -1,11 +1,11 @@
-// Rollout page: the overlaid per-revision charts (stable solid, the tried revision dashed) from the figures the
-// page embeds as JSON; the page itself reloads every 5 s while the rollout is active.
+// Pages that embed their chart figures as JSON (the rollout page, a chaos run's report): each element with
+// data-figures="<id of a json_script>" gets one plotly chart per figure ({key, data, layout}); the page itself
+// reloads while what it shows is in progress.
 (function () {
   "use strict";
-  function start() {
-    var container = document.getElementById("rollout-charts");
-    var source = document.getElementById("rollout-figures");
-    if (!container || !source || !window.Plotly) { return; }
+  function draw(container) {
+    var source = document.getElementById(container.dataset.figures);
+    if (!source) { return; }
     JSON.parse(source.textContent).forEach(function (figure) {
       var div = document.createElement("div");
       div.className = "chart";
@@ -14,6 +14,10 @@
       container.appendChild(div);
       window.Plotly.newPlot(div, figure.data, figure.layout, {displayModeBar: false, responsive: true});
     });
+  }
+  function start() {
+    if (!window.Plotly) { return; }
+    Array.prototype.forEach.call(document.querySelectorAll("[data-figures]"), draw);
   }
   if (document.readyState === "complete") { start(); } else { window.addEventListener("load", start); }
 })();
