@@ -9,6 +9,8 @@ worker resolves it from the model's config when it loads. A CPU worker on a node
 gets `--host-peak-gflops` and `--host-bandwidth-gbs` (its share of the host's roofline), to report its efficiency. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
 `--quota-state FILE` (quota_state_path), with the `tandem-gateway` service user's token (viewer: it only reads
 /endpoints) in its environment (TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
+Secrets between them (inference.worker_secret), in the environment too: a worker gets its revision's worker secret,
+a gateway the deployment's worker key, from which it derives each revision's.
 """
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ import psutil
 from django.conf import settings
 
 from controlplane.agent import processes
+from controlplane.lib.worker_keys import deployment_worker_key, worker_secret_for
 from controlplane.models import Pool, Worker, WorkerPurpose, WorkerRole
 from controlplane.models.workers import LIVE_STATUSES
 from inference.roofline import format_gflops_flag, peaks_for_threads
+from inference.worker_secret import KEY_ENV, SECRET_ENV
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +124,9 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         if isinstance(value, dict):  # an object setting (speculative) travels as JSON
             argv += [flag, json.dumps(value, sort_keys=True)]
             continue
+        if isinstance(value, str) and value.startswith("-"):  # a text setting (shared_prompt) argparse must not
+            argv.append(f"{flag}={value}")                      # take for an option
+            continue
         argv += [flag] if value is True else [flag, str(value)]  # a boolean setting is a flag without a value
     return argv + host_peak_flags(worker, engine_settings)
 
@@ -157,8 +164,10 @@ def kv_budget_for(worker: Worker, engine_settings: dict) -> int | None:
     return host_budget // num_workers
 
 
-# The agent's own secrets and control-plane settings are none of an inference process's business.
-_PRIVATE_ENV = ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "TANDEM_ADMIN_PASSWORD")
+# The agent's own secrets and control-plane settings are none of an inference process's business; a worker secret
+# or key in the agent's own environment is no deployment's (each process gets its own below).
+_PRIVATE_ENV = ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "TANDEM_ADMIN_PASSWORD",
+                SECRET_ENV, KEY_ENV)
 
 
 def gpu_pick(worker: Worker) -> int | None:
@@ -187,6 +196,9 @@ def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
     env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
     if worker.role == WorkerRole.GATEWAY:
         env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token(worker.deployment.name)
+        env[KEY_ENV] = deployment_worker_key(worker.deployment)
+    elif worker.revision is not None:
+        env[SECRET_ENV] = worker_secret_for(worker.deployment, worker.revision.number)
     if gpu_index is not None:
         # The process sees only its GPU (as cuda:0), so `--device cuda` lands on the one picked for it.
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)

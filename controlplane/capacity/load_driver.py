@@ -105,8 +105,10 @@ class Driver:
     """One profile run against started workers: `serving_url` takes prompts (prefill or colocated worker),
     `decode_url` is the decode worker of a disaggregated run (None for colocated)."""
 
-    def __init__(self, *, serving_url: str, decode_url: str | None, timeout: float = 300.0):
+    def __init__(self, *, serving_url: str, decode_url: str | None, timeout: float = 300.0,
+                 headers: dict[str, str] | None = None):
         self.serving_url, self.decode_url, self.timeout = serving_url.rstrip("/"), decode_url, timeout
+        self.headers = headers or {}  # sent with every request: the workers' secret (inference.worker_secret)
 
     async def prefill_once(self, session, num_tokens: int, batch: int) -> tuple[int, float]:
         """(prompt tokens, seconds until the last of `batch` simultaneous prompts had its first token)."""
@@ -173,7 +175,7 @@ class Driver:
         """{"prefill": [points], "decode": [points]}; progress(fraction, what) after each level."""
         points = {"prefill": [], "decode": []}
         done = 0
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=self.headers) as session:
             await self.prefill_once(session, 8, 1)  # warm-up: first-call costs are not a property of the load
             for num_tokens in levels.prompt_tokens:
                 for batch in levels.prefill_batches:
@@ -200,15 +202,16 @@ class Driver:
 
 
 def drive(*, serving_url: str, decode_url: str | None, levels: Levels, progress: Progress,
-          timeout: float = 300.0) -> dict:
+          timeout: float = 300.0, headers: dict[str, str] | None = None) -> dict:
     """Run the levels on an event loop in a thread of its own; `progress` is called in the caller's thread (it
-    writes the job row, and database calls do not belong on an event loop)."""
+    writes the job row, and database calls do not belong on an event loop). `headers` go with every request."""
     events: queue.Queue = queue.Queue()
     outcome: dict = {}
 
     def run() -> None:
         try:
-            outcome["points"] = asyncio.run(Driver(serving_url=serving_url, decode_url=decode_url, timeout=timeout)
+            outcome["points"] = asyncio.run(Driver(serving_url=serving_url, decode_url=decode_url, timeout=timeout,
+                                                   headers=headers)
                                             .run(levels, lambda fraction, step: events.put((fraction, step))))
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc

@@ -7,6 +7,12 @@ cryptographic digest, not Python's `hash`: a client who could craft a colliding 
 K/V. Only full blocks whose K/V are computed are ever keyed (the block manager registers them after each step), so a
 cached block never changes again.
 
+A sequence with a cache salt (its tenant's, docs/tenants.md) keys its blocks with it (blake2b's key), so that it
+shares blocks only with sequences of the same salt: a crafted prompt cannot tell by its time to first token whether
+another tenant sent that prompt. The exception is the deployment's shared prompt (`num_shared_tokens`): the blocks
+that hold nothing but its leading tokens are keyed without salt, so every tenant reuses them. They hold only what
+the deployment shares with all, so a hit on them tells nobody anything private.
+
 The cache keeps a block after the last sequence that used it lets go (reference count 0): such a block is free to
 reuse but still holds its K/V, and sits in `evictable`, least recently released first. A sequence that releases its
 blocks releases its last block first, so a prompt's tail is evicted before its head (a head block is what other
@@ -24,8 +30,24 @@ from inference.engine.sequence import Sequence
 _ROOT = b""  # the parent key of a sequence's first block
 
 
-def block_key(parent: bytes, token_ids: list[int]) -> bytes:
-    return hashlib.blake2b(parent + array("q", token_ids).tobytes(), digest_size=16).digest()
+def block_key(parent: bytes, token_ids: list[int], salt: bytes = b"") -> bytes:
+    """`salt` (at most 64 bytes) keys the digest; empty: unsalted."""
+    return hashlib.blake2b(parent + array("q", token_ids).tobytes(), digest_size=16, key=salt).digest()
+
+
+def num_shared_tokens(token_ids: list[int], shared_prefixes: list[list[int]]) -> int:
+    """How many leading tokens of a prompt are the shared prompt's: its longest common prefix with any of its
+    tokenizations (as a prompt's start, as a chat's system message). Token-wise, so that text merged into the shared
+    prompt's last token is never counted as shared."""
+    best = 0
+    for shared in shared_prefixes:
+        n = 0
+        for a, b in zip(token_ids, shared):
+            if a != b:
+                break
+            n += 1
+        best = max(best, n)
+    return best
 
 
 class PrefixCache:
@@ -44,11 +66,12 @@ class PrefixCache:
 
     def keys(self, seq: Sequence, num_blocks: int) -> list[bytes]:
         """The keys of the first `num_blocks` blocks of `seq` (all full), memoised on the sequence: its tokens only
-        ever grow, so a full block's key never changes."""
+        ever grow, so a full block's key never changes. Salted, but for the blocks within its shared prompt."""
         bs, keys = self.block_size, seq.block_hashes
         while len(keys) < num_blocks:
             i = len(keys)
-            keys.append(block_key(keys[-1] if keys else _ROOT, seq.token_ids[i * bs:(i + 1) * bs]))
+            salt = b"" if (i + 1) * bs <= seq.num_shared_tokens else seq.cache_salt
+            keys.append(block_key(keys[-1] if keys else _ROOT, seq.token_ids[i * bs:(i + 1) * bs], salt))
         return keys[:num_blocks]
 
     def match(self, seq: Sequence, num_tokens: int) -> list[int]:

@@ -30,7 +30,7 @@ class Sequence:
     """
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                 num_resumed_tokens: int = 0):
+                 num_resumed_tokens: int = 0, cache_salt: bytes = b"", num_shared_tokens: int = 0):
         assert prompt_token_ids, "an empty prompt is rejected at the edge"
         assert 0 <= num_resumed_tokens < len(prompt_token_ids), "resumed tokens follow a prompt"
         self.request_id = request_id
@@ -48,6 +48,10 @@ class Sequence:
         # block manager has keyed.
         self.block_hashes: list[bytes] = []
         self.num_registered_blocks = 0
+        # Its tenant's salt for those keys (b"": none), and how many leading tokens are the deployment's shared
+        # prompt, whose blocks are keyed unsalted (prefix_cache.py).
+        self.cache_salt = cache_salt
+        self.num_shared_tokens = num_shared_tokens
         # Until a step samples from it: its tokens are prefilled (in one step or in chunks), not decoded. Set again
         # when a preempted sequence starts over; a decode role's sequence arrives prefilled.
         self.is_prefilling = True

@@ -13,6 +13,7 @@ from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_HEADROOM, DEF
 from inference.gateway.prefix_affinity import DEFAULT_NUM_CHARS
 from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
 from inference.weights import parse_weight, weight_problem
+from inference.worker_secret import KEY_ENV
 
 
 class Mode(str, Enum):
@@ -84,6 +85,9 @@ class Config:
     queue_deadlines: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
     # Where tenants' rpm/tpm bucket levels are kept across a restart (quota_state.py); None: in memory only.
     quota_state: Path | None = None
+    # The deployment's worker key (inference.worker_secret): each request to a worker carries the secret of the
+    # worker's revision derived from it. From the environment only; None: the workers are sent no secret.
+    worker_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -226,6 +230,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
             max_migrations=args.max_migrations, sampling_defaults=sampling_defaults,
             prefix_affinity=args.prefix_affinity, prefix_affinity_chars=args.prefix_affinity_chars,
             max_queued=args.admission_queue, queue_deadlines=queue_deadlines, quota_state=args.quota_state,
+            # Never a flag: `ps` shows a command line.
+            worker_key=os.environ.get(KEY_ENV) or None,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -73,6 +73,7 @@ class EngineRequest:
     first_token_id: int | None = None  # decode role: the prefill worker's first token, with its K/V
     kv: tuple | None = None
     num_resumed_tokens: int = 0
+    cache_salt: bytes = b""  # its tenant's prefix-cache salt (inference/engine/prefix_cache.py)
     # From admission on: its text, the tokens it generated (resumed ones included) and when the last one came.
     detok: TextDecoder | None = None
     num_completion_tokens: int = 0
@@ -210,7 +211,7 @@ class EngineLoop:
             params = replace(req.params, max_tokens=req.params.max_tokens - req.num_resumed_tokens)
             if req.first_token_id is None:
                 engine.add_request(req.request_id, req.prompt_token_ids, params,
-                                   num_resumed_tokens=req.num_resumed_tokens)
+                                   num_resumed_tokens=req.num_resumed_tokens, cache_salt=req.cache_salt)
             else:
                 # Replay the prefill worker's first token through an identical detokenizer, so that this one
                 # releases exactly the text the prefill worker did not (and sees stop strings spanning it).

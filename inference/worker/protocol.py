@@ -6,6 +6,7 @@ and the engine share). Nothing past this module sees an unchecked value.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from inference.sampling_params import SamplingError, SamplingParams, sampling_fi
 KV_DTYPES = ("float32", "bfloat16", "float16")  # what a KV payload may carry, and convert between
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # it travels in URL paths (/v1/stream/{request_id})
 MAX_MESSAGES = 1024
+MAX_CACHE_SALT_CHARS = 256
 
 
 class RequestError(Exception):
@@ -62,6 +64,9 @@ class GenerateRequest:
     max_tokens_to_context: bool = False
     # Tokens this request generated on a worker that died; the gateway sent them on (docs/contracts.md).
     resume_token_ids: list[int] = field(default_factory=list)
+    # The digest of the body's `cache_salt` (the gateway sends its tenant): its prefix-cache blocks are its tenant's
+    # own (inference/engine/prefix_cache.py). b"": none, shared with every unsalted request.
+    cache_salt: bytes = b""
 
     def fit_to_context(self, num_prompt_tokens: int, context: dict, vocab_size: int) -> None:
         """Resolve a null max_tokens and cap it to what this worker's KV pool holds (see fit_max_tokens), then refuse
@@ -136,7 +141,18 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
     return GenerateRequest(request_id=request_id, prompt=prompt, messages=messages, params=params, stop=stop,
                            max_tokens_to_context="max_tokens" in body and body["max_tokens"] is None,
                            decode_url=decode_url, decode_kv_dtype=decode_kv_dtype,
-                           resume_token_ids=resume_token_ids)
+                           resume_token_ids=resume_token_ids, cache_salt=_parse_cache_salt(body.get("cache_salt")))
+
+
+def _parse_cache_salt(salt) -> bytes:
+    """A 16-byte digest of the salt text (any length up to the limit keys blake2b alike), or b"" for none."""
+    if salt is None:
+        return b""
+    if not isinstance(salt, str) or not 0 < len(salt) <= MAX_CACHE_SALT_CHARS:
+        got = f"{len(salt)} characters" if isinstance(salt, str) else json_type(salt)
+        raise RequestError(f"cache_salt must be a string of 1-{MAX_CACHE_SALT_CHARS} characters, got {got}",
+                           param="cache_salt")
+    return hashlib.blake2b(salt.encode(), digest_size=16, person=b"tandem-salt").digest()
 
 
 def parse_sampling(body: dict, allow_null_max_tokens: bool = False) -> tuple[SamplingParams, list[str]]:

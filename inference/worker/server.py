@@ -10,6 +10,8 @@ Order of life:
 2. serve; /health is 200 only while the engine loop ticks;
 3. on SIGTERM/SIGINT: refuse new requests (503, /health "draining"), let open ones finish for --drain-timeout,
    abort the rest, stop the engine thread, exit 0.
+With a worker secret (inference.worker_secret) every route but /health, /metrics and /info answers only requests
+that carry it: 401 without, 403 with a wrong one.
 A model that fails to load makes the process exit 1 (a node agent sees a crash, not a zombie that answers 503).
 
 The role's routes (`colocated`, `prefill`, `decode`) are handed this server as a `RoleHost` (seams.py): admitted
@@ -34,6 +36,7 @@ from inference.worker.model_engine import ModelEngine
 from inference.worker.protocol import GenerateRequest, RequestError, error_response, parse_generate, parse_json
 from inference.worker.seams import KVCodec, WorkerEngine
 from inference.worker.sim.engine import SimEngine
+from inference.worker_secret import SECRET_ENV, SECRET_HEADER, secret_matches
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ RETRY_AFTER_S = 1
 DRAIN_POLL_S = 0.05
 # aiohttp's own cap on request bodies; each route enforces its tighter limit while reading (see read_body).
 APP_MAX_BODY = 1 << 40
+# Probes and scrapes: open to the control plane, the gateways and Prometheus without the worker secret.
+OPEN_PATHS = frozenset({"/health", "/metrics", "/info"})
 ROLE_ROUTES = {Role.COLOCATED: colocated.add_routes, Role.PREFILL: prefill.add_routes,
                Role.DECODE: decode.add_routes}
 
@@ -131,7 +136,8 @@ class WorkerServer:
     # -- the app ---------------------------------------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
-        app = web.Application(client_max_size=APP_MAX_BODY, middlewares=[self._errors_middleware])
+        app = web.Application(client_max_size=APP_MAX_BODY,
+                              middlewares=[self._errors_middleware, self._secret_middleware])
         app["server"] = self
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_view)
@@ -159,6 +165,22 @@ class WorkerServer:
             log.exception("unhandled error in %s %s", request.method, request.path)
             self.metrics.count_error("internal")
             return error_response("internal error in the worker (logged)", status=500, type="internal_error")
+
+    @web.middleware
+    async def _secret_middleware(self, request: web.Request, handler):
+        """Only the deployment's gateways and workers, which hold the revision's secret, reach the request routes;
+        checked before the body is read or the request admitted."""
+        if self.config.secret is not None and request.path not in OPEN_PATHS:
+            given = request.headers.get(SECRET_HEADER)
+            if given is None:
+                raise RequestError(f"this worker serves its deployment's gateways and workers only: send the "
+                                   f"revision's worker secret in the {SECRET_HEADER} header", status=401,
+                                   type="authentication_error", code="missing_worker_secret", kind="unauthorized")
+            if not secret_matches(self.config.secret, given):
+                raise RequestError(f"the {SECRET_HEADER} header does not hold this worker's secret (a gateway or "
+                                   "worker of another deployment or revision?)", status=403,
+                                   type="authentication_error", code="wrong_worker_secret", kind="unauthorized")
+        return await handler(request)
 
     async def health(self, request: web.Request) -> web.Response:
         status, reason = self.health_status()
@@ -268,10 +290,11 @@ class WorkerServer:
         return self.jobs.get(request_id)
 
     def submit(self, job: jobs.Job, prompt_token_ids: list[int], params, stop: list[str], *,
-               first_token_id: int | None = None, kv: tuple | None = None, num_resumed_tokens: int = 0) -> None:
+               first_token_id: int | None = None, kv: tuple | None = None, num_resumed_tokens: int = 0,
+               cache_salt: bytes = b"") -> None:
         """`prompt_token_ids` ends with the `num_resumed_tokens` a resumed request generated before."""
         self.engine.submit(EngineRequest(job.request_id, prompt_token_ids, params, stop, job.emit,
-                                           job.arrival, first_token_id, kv, num_resumed_tokens))
+                                         job.arrival, first_token_id, kv, num_resumed_tokens, cache_salt))
         job.submitted = True
 
     def close_job(self, job: jobs.Job, *, kind: str = "client_disconnect") -> None:
@@ -295,6 +318,9 @@ async def serve(config: WorkerConfig) -> int:
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
         return 1
+    if config.secret is None:
+        log.warning("no worker secret ($%s): the request routes answer anyone who reaches port %s", SECRET_ENV,
+                    config.port)
     if config.simulated:
         log.info("simulated %s worker (profile %s) listening on http://%s:%s", config.engine.role,
                  config.engine.profile.name, config.host, config.port)

@@ -23,9 +23,11 @@ from controlplane.capacity.selectors import ProfilePlacement, profile_placement
 from controlplane.capacity.services.profiles import profile_save
 from controlplane.capacity.sizing.calibration import model_from_points
 from controlplane.errors import ControlPlaneError, conflict, invalid
+from controlplane.lib.worker_keys import worker_secret_for
 from controlplane.models import Deployment, DeploymentMode, Pool, Worker, WorkerStatus
 from controlplane.supervision.placement import selector_text
 from controlplane.supervision.profile_workers import profile_worker_start, profile_workers_stop
+from inference.worker_secret import SECRET_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +210,10 @@ def profile_run(*, deployment: Deployment, quick: bool = False, node_class: str 
         decode_info = infos["colocated" if colocated else "decode"]
         levels = Levels.for_run(quick=quick, max_model_len=min(i["max_model_len"] for i in infos.values()),
                                 max_num_seqs=decode_info["max_num_seqs"])
+        # The profiling workers hold the revision's worker secret, as its serving workers do.
         points = drive(serving_url=serving, decode_url=None if colocated else urls["decode"], levels=levels,
-                       progress=lambda f, s: progress(0.05 + 0.9 * f, s))
+                       progress=lambda f, s: progress(0.05 + 0.9 * f, s),
+                       headers={SECRET_HEADER: worker_secret_for(deployment, revision.number)})
     finally:
         started.close()
     serving_info = infos[roles[-1]]
