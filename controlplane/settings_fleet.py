@@ -87,6 +87,9 @@ TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S = env_int("TANDEM_CAPACITY_LIVE_REFINE_IN
 # --- tenants (API keys, limits, the deployments that require a key) ----------------------------------------
 # Hourly usage rows per tenant and deployment (controlplane/tenants/usage.py) are kept this long (a bill's months).
 TANDEM_TENANT_USAGE_RETENTION_S = env_int("TANDEM_TENANT_USAGE_RETENTION_S", 400 * 86400, minimum=86400)
+# At most this many tenants: each is a `tenant` label value on every gateway's /metrics (~50 series, its TTFT
+# histogram the most) and a ring in its scrape state, so the label's cardinality stays bounded.
+TANDEM_MAX_TENANTS = env_int("TANDEM_MAX_TENANTS", 100, minimum=1)
 
 # --- alerting ---------------------------------------------------------------------------------------------
 # How often Celery beat runs one evaluation pass over every enabled alert rule.

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboards.views import alerts, assets, capacity, chaos, controls, history, pages, rollouts
+from dashboards.views import alerts, assets, capacity, chaos, controls, history, pages, rollouts, tenants
 
 app_name = "dashboards"
 
@@ -20,9 +20,17 @@ urlpatterns = [
     path("deployments/<slug:name>/rollouts/<int:rollout_id>/", rollouts.rollout_page, name="rollout"),
     path("deployments/<slug:name>/rollouts/<int:rollout_id>/<slug:verb>", rollouts.rollout_verb_view,
          name="rollout-verb"),
+    path("deployments/<slug:name>/chaos/runs/<int:run_id>", chaos.chaos_run_page, name="chaos-run"),
     path("deployments/<slug:name>/chaos/runs/<int:run_id>/abort", chaos.chaos_abort_view, name="chaos-abort"),
+    path("deployments/<slug:name>/chaos/run", chaos.chaos_run_start_view, name="chaos-run-start"),
+    path("deployments/<slug:name>/chaos/opt-in", chaos.chaos_opt_in_view, name="chaos-opt-in"),
+    path("deployments/<slug:name>/chaos/experiments", chaos.chaos_experiment_create_view,
+         name="chaos-experiment-create"),
     path("workers/<int:worker_id>/restart", controls.worker_restart_view, name="worker-restart"),
     path("workers/<int:worker_id>/drain", controls.worker_drain_view, name="worker-drain"),
+    path("tenants/", tenants.tenants_page, name="tenants"),
+    path("tenants/<slug:name>/", tenants.tenant_page, name="tenant"),
+    path("tenants/<slug:name>/charts.json", tenants.tenant_charts, name="tenant-charts"),
     path("actions/", history.actions_page, name="actions"),
     path("alerts/", alerts.alerts_page, name="alerts"),
     path("alerts/<int:alert_id>/silence", alerts.silence_create_view, name="alert-silence"),

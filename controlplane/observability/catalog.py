@@ -83,6 +83,11 @@ _CATALOG: dict[str, tuple[int, PoolAggregate, str]] = {
     # per step / (step time x read bandwidth); workers export them once they know their host's figures. Ids from 50.
     "prefill_roofline_ratio": (50, PoolAggregate.MEAN, "ratio"),
     "decode_roofline_ratio": (51, PoolAggregate.MEAN, "ratio"),
+    # Per tenant only (TenantSample, observability/tenant_rates.py): the share of a limit a tenant used over the
+    # rate window, e.g. tokens per minute / its tokens_per_minute, at the gateway where it ran closest (limits are
+    # per gateway). Ids from 70.
+    "tokens_per_minute_quota_ratio": (70, PoolAggregate.MAX, "ratio"),
+    "requests_per_minute_quota_ratio": (71, PoolAggregate.MAX, "ratio"),
 }
 
 METRICS: tuple[str, ...] = tuple(_CATALOG)
@@ -101,6 +106,17 @@ QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 # Histograms stored the same way that are not request latencies (a rollout's analysis reads HISTOGRAMS only).
 GATEWAY_HISTOGRAMS = {"queue_wait": "tandem_gateway_queue_wait_seconds"}
 STORED_HISTOGRAMS = {**HISTOGRAMS, **GATEWAY_HISTOGRAMS}
+
+# The series stored per (deployment, tenant) from a gateway's per-tenant metrics (TenantSample): what a tenant's page
+# draws and what a rule scoped to a tenant may read. The quota ratios exist only per tenant.
+TENANT_METRICS = ("qps", "prompt_tokens_per_second", "generation_tokens_per_second", "error_ratio",
+                  "ttft_p50_seconds", "ttft_p90_seconds", "ttft_p99_seconds", "queue_wait_p50_seconds",
+                  "queue_wait_p90_seconds", "queue_wait_p99_seconds", "tokens_per_minute_quota_ratio",
+                  "requests_per_minute_quota_ratio")
+TENANT_ONLY_METRICS = ("tokens_per_minute_quota_ratio", "requests_per_minute_quota_ratio")
+# A gateway's per-tenant histograms, stored the same way (by the tenant label): (metric prefix, source histogram).
+TENANT_HISTOGRAMS = {"ttft": "tandem_gateway_tenant_time_to_first_token_seconds",
+                     "queue_wait": "tandem_gateway_queue_wait_seconds"}
 
 # The worker statuses whose /metrics are scraped, and so whose series a per-worker read always names (value None
 # when silent): those that hold a process.

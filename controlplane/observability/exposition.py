@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.observability.catalog import STORED_HISTOGRAMS
+from controlplane.observability.catalog import STORED_HISTOGRAMS, TENANT_HISTOGRAMS
 
 CLIENT_ERROR_KINDS = frozenset({
     "invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value",
@@ -71,10 +71,15 @@ _TENANT_COUNTERS = {
     "tandem_gateway_queue_shed_total": "shed",
 }
 _TENANT_TOKENS = "tandem_gateway_tenant_tokens_total"  # kind="prompt" | "completion"
+# A gateway's histograms split by their `tenant` label (summed over the others: the queue wait's class) → key in
+# Reading.tenant_histograms[tenant]; and the limits it enforces per tenant (tenant_limits).
+_TENANT_BUCKETS = {name + "_bucket": key for key, name in TENANT_HISTOGRAMS.items()}
+_TENANT_LIMIT = "tandem_gateway_tenant_limit"
 _START_TIME = "process_start_time_seconds"
 _WANTED = tuple(sorted({*STORED_HISTOGRAMS.values(), *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES,
                         _ERRORS.removesuffix("_total"), *(n.removesuffix("_total") for n in _TENANT_COUNTERS),
-                        _TENANT_TOKENS.removesuffix("_total"), _START_TIME}))
+                        _TENANT_TOKENS.removesuffix("_total"), *TENANT_HISTOGRAMS.values(), _TENANT_LIMIT,
+                        _START_TIME}))
 
 # One sample line without escapes: name{label="value",...} value [timestamp]
 _LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)'                           # name
@@ -97,6 +102,10 @@ class Reading:
     # shed) by the `tenant` label, and its process's start time (Unix seconds; None when not exposed).
     by_tenant: dict[str, dict[str, float]] = field(default_factory=dict)
     started_at: float | None = None
+    # A gateway's per-tenant histograms (TENANT_HISTOGRAMS keys: ttft, queue_wait), cumulative (le, count) pairs,
+    # and the limits it enforces per tenant ({tenant: {"tokens_per_minute": 6000.0, ...}}).
+    tenant_histograms: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
+    tenant_limits: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _relevant_lines(text: str) -> list[str]:
@@ -144,9 +153,16 @@ def parse_exposition(text: str) -> Reading:
     counters.update(success=0.0, errors=0.0, server_errors=0.0)
     buckets: dict[str, dict[float, float]] = {}
     per_revision: dict[str, tuple[Reading, dict[str, dict[float, float]]]] = {}
+    per_tenant: dict[str, dict[str, dict[float, float]]] = {}
     num_samples = 0
     for name, labels, value in _samples(text):
         num_samples += 1
+        if name in _TENANT_BUCKETS and labels.get("tenant"):
+            per_le = per_tenant.setdefault(labels["tenant"], {}).setdefault(_TENANT_BUCKETS[name], {})
+            le = float(labels["le"])
+            per_le[le] = per_le.get(le, 0.0) + value
+            if name not in _HISTOGRAM_BUCKETS:
+                continue
         revision = labels.get("revision")
         if revision is not None and (name in _HISTOGRAM_BUCKETS or name in _COUNTERS or name == _ERRORS):
             part = per_revision.get(revision)
@@ -169,6 +185,8 @@ def parse_exposition(text: str) -> Reading:
             _fold_tenant_sample(reading.by_tenant, name, labels, value)
         elif name == _START_TIME:
             reading.started_at = value
+        elif name == _TENANT_LIMIT and labels.get("tenant") and labels.get("limit") and not math.isnan(value):
+            reading.tenant_limits.setdefault(labels["tenant"], {})[labels["limit"]] = value
         elif name in _GAUGES and not math.isnan(value):
             key, combine = _GAUGES[name]
             if key not in gauges:
@@ -184,6 +202,8 @@ def parse_exposition(text: str) -> Reading:
     for revision, (part, part_buckets) in per_revision.items():
         part.histograms = {key: sorted(per_le.items()) for key, per_le in part_buckets.items()}
         reading.by_revision[revision] = part
+    reading.tenant_histograms = {tenant: {key: sorted(per_le.items()) for key, per_le in histograms.items()}
+                                 for tenant, histograms in per_tenant.items()}
     return reading
 
 

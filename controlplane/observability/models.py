@@ -82,6 +82,30 @@ class RevisionSample(models.Model):
         ]
 
 
+class TenantSample(models.Model):
+    """One value of one series of one tenant of a deployment (pooled over its gateways) at one scrape
+    (observability/tenant_rates.py). By name, as TenantUsage: the rows outlive a deleted tenant, and callers of an
+    open deployment without a key are `_anonymous`. Written only for a tenant that used the deployment in the rate
+    window; read by the tenant page's charts and by alert rules scoped to a tenant; pruned with raw samples'
+    retention (rollup.prune), never rolled up."""
+
+    ts = models.FloatField()  # Unix seconds of the scrape
+    deployment_id = models.BigIntegerField()
+    tenant = models.CharField(max_length=63)
+    metric = models.PositiveSmallIntegerField()  # catalog.METRIC_IDS (catalog.TENANT_METRICS)
+    value = models.FloatField()
+
+    class Meta:
+        indexes = [
+            # Read by the tenant page (one tenant, its metrics, every deployment, a time range) and by rules scoped
+            # to a tenant (one tenant and metric over a window), as index range scans.
+            models.Index(fields=["tenant", "metric", "deployment_id", "ts"], name="tenant_sample_series",
+                         include=["value"]),
+            # Read by retention pruning.
+            models.Index(fields=["ts"], name="tenant_sample_ts"),
+        ]
+
+
 class ScrapeState(models.Model):
     """The recent raw counters and histogram buckets of one target, so that any Celery process can compute rates.
 

@@ -20,8 +20,9 @@ from django.db.models.functions import Mod
 from controlplane.models import Pool
 from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRAPED_STATUSES, PoolAggregate
 from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
-from controlplane.observability.models import RevisionSample, Sample, ScrapeState
+from controlplane.observability.models import RevisionSample, Sample, ScrapeState, TenantSample
 from controlplane.observability.scraper import Fetched, Target, scrape
+from controlplane.observability.tenant_rates import tenant_increments, tenant_states, tenant_values
 from controlplane.tenants.usage import add_usage, counter_deltas, usage_rows
 
 
@@ -81,8 +82,9 @@ def failed_targets(shard: Shard = ALL) -> list[Target]:
 
 def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = None, shard: Shard = ALL) -> CycleResult:
     """1. scrape every target (of the shard's deployments) concurrently (failed workers count as targets that did
-    not answer); 2. derive each target's series from its snapshots in the window; 3. aggregate per (deployment,
-    role); 4. write samples and states in one short transaction."""
+    not answer); 2. derive each target's series from its snapshots in the window (a gateway's per revision and per
+    tenant too); 3. aggregate per (deployment, role), and per (deployment, tenant) over its gateways (tenant_rates);
+    4. write samples and states in one short transaction."""
     down: list[Target] = []
     if targets is None:
         targets, down = scrape_targets(shard), failed_targets(shard)
@@ -109,6 +111,8 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     new_states: list[tuple] = []
     revision_rows: list[RevisionSample] = []
     usage: list[tuple] = []
+    # deployment → tenant → (its increments, its limits) at each of the deployment's gateways
+    tenant_parts: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     num_up = 0
     for item in fetched:
         target = item.target
@@ -121,11 +125,18 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
             num_up += 1
             by_revision = (state or {}).get("rev") or {}
             tenants_before = (state or {}).get("tenants")
+            tenant_rings = (state or {}).get("tenant_rings")
             state = state_append(state, item.reading, ts, window)
             if target.role == "gateway":  # what each tenant used since the last scrape (a bill's rows)
                 state["tenants"], growth = counter_deltas(tenants_before, item.reading.by_tenant,
                                                           item.reading.started_at, ts)
                 usage.extend(usage_rows(ts, target.deployment_id, growth))
+                state["tenant_rings"] = tenant_states(tenant_rings, item.reading, ts, window)
+                for tenant, tenant_state in state["tenant_rings"].items():
+                    inc = tenant_increments(tenant_state)
+                    if inc is not None:
+                        tenant_parts[target.deployment_id][tenant].append(
+                            (inc, item.reading.tenant_limits.get(tenant, {})))
             values, inc = target_series(state, item.reading.gauges)
             pools[key].append((values, inc))
             error = ""
@@ -144,9 +155,13 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     for deployment_id, role, num in shard.filter(Pool.objects.all()).values_list("deployment_id", "role",
                                                                                    "unschedulable_replicas"):
         rows.append((ts, deployment_id, role, None, METRIC_IDS["unschedulable_replicas"], float(num)))
+    tenant_rows = [(ts, deployment_id, tenant, METRIC_IDS[name], value)
+                   for deployment_id, tenants in tenant_parts.items() for tenant, parts in tenants.items()
+                   for name, value in tenant_values(parts).items()]
     with transaction.atomic():
         _insert_samples(rows)
         RevisionSample.objects.bulk_create(revision_rows, batch_size=500)
+        _insert_tenant_samples(tenant_rows)
         _upsert_states(new_states)
         add_usage(usage)  # in the states' transaction: a growth is added once, with the counters it was read from
     return len(rows), num_up
@@ -204,6 +219,15 @@ def _insert_samples(rows: list[tuple]) -> None:
                     copy.write_row(row)
             return
         cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)", rows)
+
+
+def _insert_tenant_samples(rows: list[tuple]) -> None:
+    if not rows:
+        return
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.executemany(f"INSERT INTO {quote(TenantSample._meta.db_table)} (ts, deployment_id, tenant, metric, "
+                           "value) VALUES (%s, %s, %s, %s, %s)", rows)
 
 
 def _pool_values(workers: list[tuple[dict, Increments | None]]) -> dict[str, float | None]:

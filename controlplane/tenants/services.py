@@ -9,6 +9,7 @@ import secrets
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -123,6 +124,10 @@ def tenant_create(*, name: str, priority_class: str = PriorityClass.STANDARD, li
     def write():
         if Tenant.objects.filter(name=name).exists():
             raise ControlPlaneError(f"tenant {name!r} already exists", status=409, extra={"field": "name"})
+        if Tenant.objects.count() >= settings.TANDEM_MAX_TENANTS:
+            raise ControlPlaneError(f"there are {settings.TANDEM_MAX_TENANTS} tenants already, the most this control "
+                                    "plane keeps (TANDEM_MAX_TENANTS: each is a label value on every gateway's "
+                                    "metrics); delete one first", status=409, extra={"field": "name"})
         tenant = Tenant.objects.create(name=name, priority_class=priority_class, **limits, **priced)
         tenant.deployments.set(targets)
         return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key)

@@ -1,6 +1,6 @@
 """What the gateway measures of one served request, on the client's side of the wire: time to first token, inter-token
-latency and end-to-end latency into the serving revision's series, and each streamed token charged to the tenant's
-virtual token counter (admission.py)."""
+latency and end-to-end latency into the serving revision's series (TTFT into the tenant's too), and each streamed
+token charged to the tenant's virtual token counter (admission.py)."""
 from __future__ import annotations
 
 import time
@@ -29,6 +29,7 @@ class Served:
         now = time.perf_counter()
         if self._last is None:
             self.series.time_to_first_token.observe(now - self.received)
+            self.ticket.observe_ttft(now - self.received)
         else:
             self.series.inter_token_latency.observe(now - self._last)
         self._last = now

@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from inference.gateway.admission import ANONYMOUS, ANONYMOUS_CLASS, BANDS
 from inference.gateway.openai_protocol import ApiError
+from inference.gateway.tenant_metrics import Histogram, TenantCollector
+from inference.metrics import TTFT_BUCKETS
 
 PRIORITY_CLASSES = BANDS  # the admission queue dispatches them in this order
 LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "max_tokens")
@@ -155,6 +156,7 @@ class TenantState:
         self.num_completion_tokens = 0
         self.num_errors = 0
         self.num_limited: dict[str, int] = {}
+        self.ttft = Histogram(TTFT_BUCKETS)
         self.apply(policy, now)
 
     def carry(self, carried: dict[str, list[float]], now: float, since_s: float) -> None:
@@ -214,6 +216,11 @@ class Ticket:
     @property
     def priority_class(self) -> str:
         return self.state.policy.priority_class if self.state is not None else ANONYMOUS_CLASS
+
+    def observe_ttft(self, seconds: float) -> None:
+        """The request's time to first token, into its tenant's histogram (none for an anonymous caller)."""
+        if self.state is not None:
+            self.state.ttft.observe(seconds)
 
     def release(self) -> None:
         if self._done:
@@ -331,6 +338,9 @@ class TenantGate:
             state.requests.take(1, now)
         state.num_running += 1
         state.num_requests += 1
+        # The workers key this tenant's prefix-cache blocks with it: another tenant's prompt cannot find them, so
+        # its time to first token says nothing of what this tenant sent (the shared prompt's blocks excepted).
+        worker_body["cache_salt"] = state.policy.name
         return Ticket(state, self.clock)
 
     @staticmethod
@@ -343,33 +353,3 @@ class TenantGate:
 
     def collector(self, model: str) -> Collector:
         return TenantCollector(self, model)
-
-
-class TenantCollector(Collector):
-    """Per-tenant series read at scrape time: the `tenant` label takes only the tenants the membership names."""
-
-    def __init__(self, gate: TenantGate, model: str) -> None:
-        self.gate, self.model = gate, model
-
-    def collect(self):
-        base = ["role", "model", "tenant"]
-        requests = CounterMetricFamily("tandem_gateway_tenant_requests", "Requests admitted, by tenant.",
-                                       labels=base)
-        tokens = CounterMetricFamily("tandem_gateway_tenant_tokens", "Prompt and completion tokens of the tenant's "
-                                     "requests (what its tokens_per_minute counts).", labels=[*base, "kind"])
-        errors = CounterMetricFamily("tandem_gateway_tenant_errors", "Admitted requests that did not finish.",
-                                     labels=base)
-        limited = CounterMetricFamily("tandem_gateway_tenant_rate_limited", "Requests refused with 429, by the "
-                                      "limit they were over.", labels=[*base, "limit"])
-        running = GaugeMetricFamily("tandem_gateway_tenant_requests_running", "The tenant's requests in flight.",
-                                    labels=base)
-        for name, state in sorted(self.gate.states.items()):
-            labels = ["gateway", self.model, name]
-            requests.add_metric(labels, state.num_requests)
-            tokens.add_metric([*labels, "prompt"], state.num_prompt_tokens)
-            tokens.add_metric([*labels, "completion"], state.num_completion_tokens)
-            errors.add_metric(labels, state.num_errors)
-            for limit in ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests"):
-                limited.add_metric([*labels, limit], state.num_limited.get(limit, 0))
-            running.add_metric(labels, state.num_running)
-        yield from (requests, tokens, errors, limited, running)

@@ -12,17 +12,20 @@ BUTTON_MARKERS = ("data-testid=\"scale-up-decode\"", "data-testid=\"restart-", "
 
 @pytest.fixture
 def pages(second_revision, deployment, make_worker):
-    """A deployment with revision 2 current, a ready worker of each role and a firing alert with a silence."""
+    """A deployment with revision 2 current, a ready worker of each role, a firing alert with a silence and a
+    tenant."""
     from datetime import timedelta
 
     from django.utils import timezone
 
     from controlplane.alerting.models import Alert, AlertRule, Silence
+    from controlplane.tenants.models import Tenant
 
     make_worker(deployment, "prefill")
     make_worker(deployment, "decode")
     rule = AlertRule.objects.create(name="p99-high", deployment=deployment, metric="e2e_p99_seconds",
                                     comparison=">", threshold=0.5)
+    Tenant.objects.create(name="acme")
     now = timezone.now()
     Alert.objects.create(rule=rule, fingerprint="f1", labels={"alertname": "p99-high", "deployment": "demo"},
                          deployment=deployment, state="firing", value=0.9, active_at=now, fired_at=now,
@@ -38,11 +41,14 @@ def pages(second_revision, deployment, make_worker):
         "/alerts/": "silence-",
         f"/alerts/rules/{rule.pk}/": None,
         "/actions/": None,
+        "/tenants/": None,
+        "/tenants/acme/": None,
     }
 
 
 def test_anonymous_visitors_are_sent_to_the_login_page_from_every_page(client, pages):
-    for url in list(pages) + ["/deployments/demo/charts.json", "/deployments/demo/stages.json"]:
+    for url in list(pages) + ["/deployments/demo/charts.json", "/deployments/demo/stages.json",
+                              "/tenants/acme/charts.json"]:
         response = client.get(url)
         assert response.status_code == 302, url
         assert response["Location"].startswith(f"/accounts/login/?next={url}"), url

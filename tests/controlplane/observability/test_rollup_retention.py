@@ -55,8 +55,8 @@ def test_prune_deletes_what_is_past_retention():
     # A gateway's per-revision series are kept as long as raw samples.
     RevisionSample.objects.create(ts=now - 3700, deployment_id=1, revision=1, metric=QPS, value=3.0)
     RevisionSample.objects.create(ts=now - 60, deployment_id=1, revision=2, metric=QPS, value=4.0)
-    assert prune(now=now) == {"samples": 1, "revision_samples": 1, "rollups": 1, "scrape_states": 1,
-                              "tenant_usage": 0}
+    assert prune(now=now) == {"samples": 1, "revision_samples": 1, "tenant_samples": 0, "rollups": 1,
+                              "scrape_states": 1, "tenant_usage": 0}
     assert list(Sample.objects.values_list("value", flat=True)) == [2.0]
     assert list(RevisionSample.objects.values_list("value", flat=True)) == [4.0]
     assert list(ScrapeState.objects.values_list("worker_id", flat=True)) == [6]

@@ -72,6 +72,17 @@ def test_a_taken_name_is_a_409(admin_api, deployment):
     assert response.status_code == 409 and response.json()["error"]["field"] == "name"
 
 
+def test_tenants_beyond_the_cap_are_refused_so_the_tenant_label_stays_bounded(admin_api, deployment, settings):
+    from controlplane.tenants.models import Tenant
+
+    settings.TANDEM_MAX_TENANTS = 2
+    assert _create(admin_api, name="one").status_code == 201
+    assert _create(admin_api, name="two").status_code == 201
+    response = _create(admin_api, name="three")
+    assert response.status_code == 409 and "TANDEM_MAX_TENANTS" in response.json()["error"]["message"]
+    assert sorted(Tenant.objects.values_list("name", flat=True)) == ["one", "two"]
+
+
 def test_a_patch_changes_the_limits_it_names_and_null_removes_one(admin_api, deployment):
     _create(admin_api)
     response = admin_api.patch("/api/v1/tenants/acme/", {"limits": {"requests_per_minute": None, "max_tokens": 32},

@@ -203,3 +203,28 @@ def test_the_tenant_series_name_only_the_tenants_of_the_membership(fleet):
                and 'limit="requests_per_minute"' in line and float(line.rsplit(" ", 1)[1]) >= 1 for line in lines)
     tenants = {part.split('"')[1] for line in lines for part in line.split(",") if part.startswith("tenant=")}
     assert tenants <= set(KEYS) and "acme" in tenants
+
+
+def _sample(text: str, name: str, **labels) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_each_tenant_has_its_own_time_to_first_token_histogram_and_its_limits_on_metrics(fleet):
+    _, gateway = fleet
+    ttft = "tandem_gateway_tenant_time_to_first_token_seconds_count"
+    before = requests.get(gateway.url + "/metrics", timeout=10).text
+    assert _complete(gateway, KEYS["acme"]).status_code == 200
+    after = requests.get(gateway.url + "/metrics", timeout=10).text
+    assert _sample(after, ttft, tenant="acme") == (_sample(before, ttft, tenant="acme") or 0) + 1
+    # A tenant that may not use the deployment never got a first token: its histogram is there, empty.
+    assert _sample(after, ttft, tenant="other") == 0
+    assert _sample(after, "tandem_gateway_tenant_time_to_first_token_seconds_bucket", tenant="acme", le="+Inf") \
+        == _sample(after, ttft, tenant="acme")
+    assert _sample(after, "tandem_gateway_tenant_limit", tenant="slow", limit="requests_per_minute") == 2
+    assert _sample(after, "tandem_gateway_tenant_limit", tenant="tiny", limit="tokens_per_minute") == 30
+    # No limit, no series (max_tokens caps one request and is not metered).
+    assert _sample(after, "tandem_gateway_tenant_limit", tenant="acme") is None
+    assert _sample(after, "tandem_gateway_tenant_limit", tenant="sdk") is None
