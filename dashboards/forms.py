@@ -6,7 +6,7 @@ import json
 
 from django import forms
 
-from controlplane.alerting.models import Aggregation, Comparison, Severity
+from controlplane.alerting.models import CONTROL_LOOP_METRIC, Aggregation, Comparison, Severity
 from controlplane.alerting.models.rules import ScopeRole
 from controlplane.models import Deployment
 from controlplane.observability.catalog import METRICS
@@ -56,7 +56,10 @@ class RuleForm(forms.Form):
                                         required=False, empty_label="every deployment")
     role = forms.ChoiceField(choices=ScopeRole.choices, required=False)
     per_worker = forms.BooleanField(required=False, label="one alert per worker")
-    metric = forms.ChoiceField(choices=[(m, m) for m in METRICS])
+    tenant = forms.CharField(max_length=63, required=False,
+                             help_text="a tenant's name: read its series (one alert per deployment it uses)")
+    # The control plane's own loops last: a rule on them is stepped by /healthz (alerting.services.watchdog).
+    metric = forms.ChoiceField(choices=[(m, m) for m in (*METRICS, CONTROL_LOOP_METRIC)])
     aggregation = forms.ChoiceField(choices=Aggregation.choices, initial=Aggregation.AVG)
     window_s = forms.IntegerField(min_value=1, max_value=MAX_SECONDS, initial=60, label="window (s)")
     comparison = forms.ChoiceField(choices=Comparison.choices)

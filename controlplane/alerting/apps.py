@@ -16,6 +16,11 @@ class AlertingConfig(AppConfig):
         from controlplane.models import Deployment
 
         post_save.connect(on_deployment_saved, sender=Deployment, dispatch_uid="alerting-default-rules")
+        # The control-loop alert is stepped by the web process's /healthz probes (watchdog.py says why).
+        from controlplane.alerting.services.watchdog import on_healthz_probed
+        from controlplane.api.views.health import probed
+
+        probed.connect(on_healthz_probed, dispatch_uid="alerting-control-loop-watchdog")
         _schedule_evaluation()
         # Registered in every process: notifications enqueue deliveries by task name.
         from controlplane.alerting import tasks  # noqa: F401

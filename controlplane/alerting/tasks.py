@@ -43,10 +43,12 @@ def deliver_task(delivery_id: int) -> dict:
 @shared_task(name="controlplane.alerting.tasks.deliveries_sweep_task", **_RETRY)
 def deliveries_sweep_task() -> int:
     """Re-enqueue deliveries still pending a while after they were queued: their task was lost (the filesystem
-    broker drops in-flight messages on a crash). delivery_send's claim keeps a duplicate from sending twice at once."""
+    broker drops in-flight messages on a crash). delivery_send's claim keeps a duplicate from sending twice at once;
+    one tried in the last 2 minutes is left to whoever tries it (a Celery retry, or the web process's thread that
+    sends the watchdog's alerts), so a copy does not start over the tries it is still making."""
     stale = timezone.now() - timedelta(minutes=2)
     ids = list(Delivery.objects.filter(status=DeliveryStatus.PENDING, created_at__lt=stale)
-               .values_list("id", flat=True)[:100])
+               .exclude(last_attempt_at__gte=stale).values_list("id", flat=True)[:100])
     for delivery_id in ids:
         deliver_task.delay(delivery_id)
     return len(ids)

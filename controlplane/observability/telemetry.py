@@ -57,7 +57,7 @@ def record_cycle(kind: str, seconds: float, *, num_targets: int | None = None, n
         stat.save()
 
 
-def _expected_intervals() -> dict[str, float]:
+def expected_intervals() -> dict[str, float]:
     """How often each periodic pass is meant to run (the kinds a stale control plane shows first)."""
     from django.conf import settings
 
@@ -81,7 +81,7 @@ def cycle_freshness(since: float) -> dict[str, dict]:
     now = timezone.now().timestamp()
     last = dict(CycleStat.objects.filter(last_at__isnull=False).values_list("kind", "last_at"))
     freshness = {}
-    for kind, interval in _expected_intervals().items():
+    for kind, interval in expected_intervals().items():
         ran = last.get(kind)
         age = now - (ran.timestamp() if ran is not None else since)
         limit = stale_after_s(interval)

@@ -19,6 +19,9 @@ class RuleInput(serializers.Serializer):
                                               help_text="Deployment name; null: every deployment.")
     role = serializers.ChoiceField(choices=ScopeRole.choices, required=False, allow_blank=True, default="")
     per_worker = serializers.BooleanField(required=False, default=False)
+    tenant = serializers.CharField(max_length=63, required=False, allow_blank=True, default="",
+                                   help_text="A tenant's name: the rule reads its series, one alert per deployment "
+                                             "it uses; empty: the pools' series.")
     metric = serializers.CharField(max_length=64, help_text="A stored metric name (GET /api/v1/metrics/...).")
     aggregation = serializers.ChoiceField(choices=Aggregation.choices, required=False, default=Aggregation.AVG)
     window_s = serializers.IntegerField(min_value=1, max_value=MAX_SECONDS, required=False, default=60)
@@ -45,7 +48,7 @@ class RuleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AlertRule
-        fields = ["id", "name", "deployment", "role", "per_worker", "metric", "aggregation", "window_s",
+        fields = ["id", "name", "deployment", "role", "per_worker", "tenant", "metric", "aggregation", "window_s",
                   "comparison", "threshold", "compare_to_offset_s", "for_s", "keep_firing_for_s", "fire_on_no_data",
                   "severity", "labels", "annotations", "actions", "cooldown_s", "enabled", "default_key",
                   "condition", "created_at", "updated_at"]

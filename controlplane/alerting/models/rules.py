@@ -6,6 +6,11 @@ from django.db import models
 from django.utils import timezone
 
 
+# A metric of no deployment: each control loop's age over its stale limit (observability.telemetry). Rules on it
+# are fleet-level and stepped by the web process's watchdog (alerting.services.watchdog), not the evaluator pass.
+CONTROL_LOOP_METRIC = "control_loop_staleness_ratio"
+
+
 class Aggregation(models.TextChoices):
     AVG = "avg"
     MAX = "max"
@@ -63,6 +68,11 @@ class AlertRule(models.Model):
                                    related_name="alert_rules")
     role = models.CharField(max_length=20, blank=True, default="", choices=ScopeRole.choices)
     per_worker = models.BooleanField(default=False, help_text="One alert instance per worker instead of per pool.")
+    # A tenant's name: the rule reads that tenant's series (observability.catalog.TENANT_METRICS), one alert
+    # instance per deployment it uses. By name, as its series are: a rule outlives a deleted tenant and then sees
+    # no data.
+    tenant = models.CharField(max_length=63, blank=True, default="",
+                              help_text="Read this tenant's series (per deployment) instead of the pools'.")
     metric = models.CharField(max_length=64)
     aggregation = models.CharField(max_length=8, choices=Aggregation.choices, default=Aggregation.AVG)
     window_s = models.PositiveIntegerField(default=60)
@@ -98,7 +108,10 @@ class AlertRule(models.Model):
         return COMPARE[self.comparison](value, self.threshold)
 
     def describe(self) -> str:
-        left = f"{self.aggregation}({self.metric}[{self.window_s}s])"
+        if self.metric == CONTROL_LOOP_METRIC:  # per control loop: its age over its stale limit, right now
+            return f"{self.metric}{{loop}} {self.comparison} {self.threshold:g}"
+        selector = f'{{tenant="{self.tenant}"}}' if self.tenant else ""
+        left = f"{self.aggregation}({self.metric}{selector}[{self.window_s}s])"
         if self.compare_to_offset_s:
             left = f"{left} / {left} offset {self.compare_to_offset_s}s"
         return f"{left} {self.comparison} {self.threshold:g}"

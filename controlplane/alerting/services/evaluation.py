@@ -15,7 +15,8 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from controlplane.alerting.models import ACTIVE_STATES, Alert, AlertRule, AlertState, AlertTransition
+from controlplane.alerting.models import (ACTIVE_STATES, CONTROL_LOOP_METRIC, Alert, AlertRule, AlertState,
+                                         AlertTransition)
 from controlplane.alerting.services.rule_actions import alert_act, alert_notify_resolved
 from controlplane.alerting.services.silences import active_silences, silence_for
 from controlplane.alerting.services.state import fingerprint, next_state
@@ -32,6 +33,7 @@ class Observation:
     worker_id: int | None
     value: float | None  # None: no data (or no reference value for a relative rule)
     detail: str  # how the value came about, for the action's reason
+    tenant: str = ""  # the tenant whose series it is ("" for a pool's or a worker's)
 
 
 @dataclass(slots=True)
@@ -63,18 +65,26 @@ def rule_observations(rule: AlertRule, *, now: datetime, deployment_ids: list[in
 def read_key(rule: AlertRule) -> tuple:
     """Rules with the same key read the same series (of their own deployments): one read serves them all."""
     return (rule.metric, rule.role or None, rule.aggregation, rule.window_s, rule.per_worker,
-            rule.compare_to_offset_s)
+            rule.compare_to_offset_s, rule.tenant)
 
 
 def read_observations(rule: AlertRule, *, now: datetime, deployment_ids: list[int]) -> list[Observation]:
     """What `rule`'s read (read_key) observes in these deployments, in one read: per deployment and role, or per
-    worker (silent workers of each deployment included, with no value)."""
-    if not deployment_ids:
+    worker (silent workers of each deployment included, with no value); for a rule scoped to a tenant, that
+    tenant's series per deployment it used in the window. A control-loop rule reads none: its instances are the
+    control plane's own loops, stepped by the web process's watchdog."""
+    if not deployment_ids or rule.metric == CONTROL_LOOP_METRIC:
         return []
-    what = f"{rule.aggregation}({rule.metric}[{rule.window_s}s])"
-    read = dict(metric=rule.metric, deployments=deployment_ids, role=rule.role or None, aggregation=rule.aggregation,
-                window_s=rule.window_s, now=now, per_worker=rule.per_worker)
-    metric_values = reader().metric_values
+    if rule.tenant:
+        what = f'{rule.aggregation}({rule.metric}{{tenant="{rule.tenant}"}}[{rule.window_s}s])'
+        read = dict(metric=rule.metric, tenant=rule.tenant, deployments=deployment_ids,
+                    aggregation=rule.aggregation, window_s=rule.window_s, now=now)
+        metric_values = reader().tenant_metric_values
+    else:
+        what = f"{rule.aggregation}({rule.metric}[{rule.window_s}s])"
+        read = dict(metric=rule.metric, deployments=deployment_ids, role=rule.role or None,
+                    aggregation=rule.aggregation, window_s=rule.window_s, now=now, per_worker=rule.per_worker)
+        metric_values = reader().metric_values
     current = metric_values(**read)
     if rule.compare_to_offset_s:
         earlier = {(v.deployment_id, v.role, v.worker_id): v.value
@@ -91,7 +101,7 @@ def read_observations(rule: AlertRule, *, now: datetime, deployment_ids: list[in
             observed = value.value
             detail = f"{what} = {_fmt(value.value)}"
         observations.append(Observation(value.deployment_id, value.deployment_name, value.role,
-                                        value.worker_id, observed, detail))
+                                        value.worker_id, observed, detail, rule.tenant))
     return observations
 
 
@@ -128,6 +138,8 @@ def alert_labels(rule: AlertRule, obs: Observation) -> dict[str, str]:
                    "role": obs.role})
     if obs.worker_id is not None:
         labels["worker"] = str(obs.worker_id)
+    if obs.tenant:
+        labels["tenant"] = obs.tenant
     return labels
 
 
@@ -159,7 +171,9 @@ def evaluate_rules(*, now: datetime | None = None) -> EvaluationReport:
     active_by_rule: dict[int, list[Alert]] = defaultdict(list)
     for alert in Alert.objects.filter(state__in=ACTIVE_STATES, rule__enabled=True):
         active_by_rule[alert.rule_id].append(alert)
-    rules = list(AlertRule.objects.filter(enabled=True).select_related("deployment").order_by("id"))
+    # Control-loop rules are stepped by the web process's watchdog: this pass may be the loop that is stale.
+    rules = list(AlertRule.objects.filter(enabled=True).exclude(metric=CONTROL_LOOP_METRIC)
+                 .select_related("deployment").order_by("id"))
     try:
         observed = _observations_by_rule(rules, now=now, deployment_ids=deployment_ids)
     except MetricsUnavailable as exc:
@@ -184,8 +198,8 @@ def _close_alerts_of_disabled_rules(*, now: datetime, silences: list, report: Ev
     firing ones resolve (and say so to the channels that were told they fired)."""
     stale = Alert.objects.filter(state__in=ACTIVE_STATES, rule__enabled=False).select_related("rule")
     for alert in stale:
-        alert, previous = _step(alert.rule, alert, alert.labels, alert.fingerprint, None, now=now, report=report,
-                                keep_firing_for_s=0)
+        alert, previous = alert_step(alert.rule, alert, alert.labels, alert.fingerprint, None, now=now,
+                                     report=report, keep_firing_for_s=0)
         if alert is not None and previous == AlertState.FIRING and not silence_for(alert.labels, now=now,
                                                                                     silences=silences):
             report.num_actions += alert_notify_resolved(alert=alert, rule=alert.rule, now=now)
@@ -198,7 +212,7 @@ def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: Eva
     "not holding"). 3. Act on firing alerts and notify resolved ones, unless silenced.
 
     `deployment_ids` (every deployment) and `active` (this rule's pending and firing alerts) may be read once for a
-    whole pass by the caller; each _step is conditional on the state it read, so a stale read is harmless.
+    whole pass by the caller; each alert_step is conditional on the state it read, so a stale read is harmless.
     `observations`: read for a whole pass too (_observations_by_rule)."""
     if observations is None:
         observations = rule_observations(rule, now=now, deployment_ids=deployment_ids)
@@ -214,7 +228,7 @@ def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: Eva
         steps.append((alert, alert.labels, fp, None))
     for alert, labels, fp, obs in steps:
         report.num_instances += 1
-        alert, previous = _step(rule, alert, labels, fp, obs, now=now, report=report)
+        alert, previous = alert_step(rule, alert, labels, fp, obs, now=now, report=report)
         if alert is None:
             continue
         silence = silence_for(alert.labels, now=now, silences=silences)
@@ -227,8 +241,9 @@ def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: Eva
             report.num_actions += alert_notify_resolved(alert=alert, rule=rule, now=now)
 
 
-def _step(rule, alert, labels, fp, obs, *, now, report, keep_firing_for_s: int | None = None):
-    """Apply one evaluation to one instance; returns (alert or None, its state before)."""
+def alert_step(rule, alert, labels, fp, obs, *, now, report, keep_firing_for_s: int | None = None):
+    """Apply one evaluation to one instance; returns (alert or None, its state before). Also the control-loop
+    watchdog's step (alerting.services.watchdog), whose instances have no deployment."""
     value = obs.value if obs is not None else None
     holds = obs is not None and rule.holds(value)
     if alert is None:

@@ -1,14 +1,15 @@
-"""Notifications: queue one delivery per channel (rendered now, sent by a Celery task after commit), and send one
-delivery with bounded tries, backoff and a timeout."""
+"""Notifications: queue one delivery per channel (rendered now, sent by a Celery task after commit, or by a thread of
+this process for the control-loop watchdog), and send one delivery with bounded tries, backoff and a timeout."""
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -32,10 +33,12 @@ def channels_for(names: list[str] | None):
 
 
 def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: str, reason: str,
-           idempotency_key: str, now: datetime | None = None):
+           idempotency_key: str, now: datetime | None = None, deliver=None):
     """Record a `notify` Action (actor: the rule) and queue a delivery to each channel. Returns the Action.
     `now` is the evaluation's clock: the delivery rows carry it, so history pruning ages them on the same clock as
-    the alerts they belong to."""
+    the alerts they belong to. `deliver(delivery_id)` sends each after commit: delivery_enqueue (Celery, the
+    default) or delivery_send_in_thread."""
+    deliver = deliver or delivery_enqueue
     existing = action_find(idempotency_key)
     if existing is not None:
         return existing
@@ -56,9 +59,16 @@ def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: 
                 params={"event": event, "alert": alert.pk, "channels": [c.name for c in targets]},
                 idempotency_key=idempotency_key, result={"deliveries": [d.pk for d in deliveries]})
             for delivery in deliveries:
-                delivery_enqueue(delivery.pk)
+                deliver(delivery.pk)
     except DuplicateAction as dup:
         return dup.action
+    except IntegrityError:
+        # A concurrent notify with this key committed its deliveries first (their keys derive from it); its Action
+        # is the one.
+        existing = action_find(idempotency_key)
+        if existing is None:
+            raise
+        return existing
     return action
 
 
@@ -66,6 +76,22 @@ def delivery_enqueue(delivery_id: int) -> None:
     """Send the delivery after commit (by task name: the task module imports this one). A broker that is down
     leaves it pending; the sweep task sends it again."""
     transaction.on_commit(lambda: task_send(DELIVER_WEBHOOK, args=(delivery_id,)), robust=True)
+
+
+def delivery_send_in_thread(delivery_id: int) -> None:
+    """Send the delivery after commit from a daemon thread of this process, not through the broker (for alerts
+    about the broker or Celery themselves). delivery_send's per-try claim and the sweep's skip of deliveries tried
+    lately keep a later Celery copy from sending it again."""
+    def send():
+        try:
+            delivery_send(delivery_id=delivery_id)
+        except Exception:  # the row keeps its pending state; the sweep task retries it if Celery comes back
+            log.exception("sending delivery %s from this process failed", delivery_id)
+        finally:
+            connection.close()  # this thread's own connection
+
+    transaction.on_commit(lambda: threading.Thread(target=send, name=f"delivery-{delivery_id}", daemon=True).start(),
+                          robust=True)
 
 
 def _headers(channel: Channel, body: bytes) -> dict[str, str]:

@@ -14,7 +14,7 @@ from django.db import IntegrityError
 
 from controlplane.alerting.models import ActionType, Alert, AlertRule, RuleActionRun, RunStatus
 from controlplane.alerting.services import carry_out
-from controlplane.alerting.services.notifications import notify
+from controlplane.alerting.services.notifications import delivery_enqueue, notify
 from controlplane.services import Actor
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,10 @@ def reason_for(rule: AlertRule, alert: Alert, detail: str) -> str:
             f" (for {rule.for_s}s)")
 
 
-def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime) -> int:
+def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime, deliver=None) -> int:
     """Run each of the rule's actions for this firing that has not run yet and is not in cooldown.
-    Returns the number of actions carried out (done or failed)."""
+    Returns the number of actions carried out (done or failed). `deliver`: how a notify action's deliveries are
+    sent (notifications.notify; default: by Celery)."""
     num_run = 0
     for index, spec in enumerate(rule.actions or []):
         key = action_key(alert, index)
@@ -66,7 +67,7 @@ def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime) -> i
             continue
         reason = reason_for(rule, alert, detail)
         status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="firing",
-                                         now=now)
+                                         now=now, deliver=deliver)
         try:
             RuleActionRun.objects.create(rule=rule, alert=alert, action_index=index, kind=spec["type"],
                                          target=target, idempotency_key=key, action=action, status=status,
@@ -77,7 +78,7 @@ def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime) -> i
     return num_run
 
 
-def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime) -> int:
+def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime, deliver=None) -> int:
     """Send "resolved" to the channels that were told about this firing."""
     num_run = 0
     for index, spec in enumerate(rule.actions or []):
@@ -89,7 +90,7 @@ def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime) -> in
             continue
         reason = f"alert rule {rule.name!r} resolved on {alert.labels.get('deployment', '')}/{alert.role or 'all'}"
         status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="resolved",
-                                         now=now)
+                                         now=now, deliver=deliver)
         try:
             RuleActionRun.objects.create(rule=rule, alert=alert, action_index=index, kind=spec["type"],
                                          target=action_target(spec, alert), idempotency_key=key, action=action,
@@ -104,12 +105,13 @@ _RUN_STATUS = {carry_out.DONE: RunStatus.DONE, carry_out.SKIPPED: RunStatus.SKIP
                carry_out.REFUSED: RunStatus.FAILED}
 
 
-def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str, event: str, now: datetime):
+def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str, event: str, now: datetime,
+             deliver=None):
     """→ (RunStatus, Action or None, error text)."""
     kind = spec["type"]
     if kind == ActionType.NOTIFY:
         action = notify(alert=alert, rule=rule, channels=spec.get("channels"), event=event, reason=reason,
-                        idempotency_key=key, now=now)
+                        idempotency_key=key, now=now, deliver=deliver or delivery_enqueue)
         return RunStatus.DONE, action, ""
     if alert.deployment is None:
         return RunStatus.SKIPPED, None, "the alert has no deployment"

@@ -5,7 +5,7 @@ import re
 
 from django.db import IntegrityError, transaction
 
-from controlplane.alerting.models import ActionType, AlertRule, Channel
+from controlplane.alerting.models import CONTROL_LOOP_METRIC, ActionType, AlertRule, Channel
 from controlplane.alerting.models.rules import ScopeRole
 from controlplane.errors import conflict, invalid
 from controlplane.services.validation import each_object
@@ -13,7 +13,7 @@ from controlplane.services.validation import each_object
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 LABEL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Labels the evaluator sets itself: a rule's own labels may not redefine an instance's identity.
-RESERVED_LABELS = {"alertname", "severity", "deployment", "role", "worker"}
+RESERVED_LABELS = {"alertname", "severity", "deployment", "role", "worker", "tenant"}
 MAX_STEP = 64
 
 
@@ -78,7 +78,7 @@ def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
 
     merged = {}
     if instance is not None:
-        merged = {f: getattr(instance, f) for f in ("name", "deployment", "role", "per_worker", "metric",
+        merged = {f: getattr(instance, f) for f in ("name", "deployment", "role", "per_worker", "tenant", "metric",
                                                       "aggregation", "window_s", "comparison", "threshold",
                                                       "compare_to_offset_s", "for_s", "keep_firing_for_s",
                                                       "fire_on_no_data", "severity", "labels", "annotations",
@@ -88,8 +88,9 @@ def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise invalid("name must be 1-100 letters, digits, '_', '.', ':' or '-', starting with a letter or digit",
                       field="name")
-    if merged.get("metric") not in METRICS:
-        raise invalid(f"unknown metric {merged.get('metric')!r}; known: {', '.join(METRICS)}", field="metric")
+    if merged.get("metric") not in METRICS and merged.get("metric") != CONTROL_LOOP_METRIC:
+        raise invalid(f"unknown metric {merged.get('metric')!r}; known: {', '.join(METRICS)}, "
+                      f"{CONTROL_LOOP_METRIC}", field="metric")
     if merged.get("aggregation", "avg") not in AGGREGATIONS:
         raise invalid(f"aggregation must be one of {', '.join(AGGREGATIONS)}", field="aggregation")
     for field in ("window_s", "for_s", "keep_firing_for_s", "cooldown_s"):
@@ -120,7 +121,58 @@ def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
     merged["actions"] = validate_actions(merged.get("actions") or [], role=role,
                                          per_worker=bool(merged.get("per_worker")))
     merged["role"] = role
+    merged["tenant"] = _tenant_scope(merged)
+    if merged["metric"] == CONTROL_LOOP_METRIC:
+        _control_loop_scope(merged)
     return merged
+
+
+def _control_loop_scope(merged: dict) -> None:
+    """A control-loop rule is about the control plane itself, stepped per loop by the web process's watchdog
+    (alerting.services.watchdog): no deployment, role, worker or tenant to scope it, nothing to do but notify."""
+    for field, value in (("deployment", merged.get("deployment")), ("role", merged.get("role")),
+                         ("per_worker", merged.get("per_worker")),
+                         ("compare_to_offset_s", merged.get("compare_to_offset_s"))):
+        if value:
+            raise invalid(f"{CONTROL_LOOP_METRIC} is the control plane's own, per control loop: {field} must be "
+                          f"empty", field=field)
+    for index, action in enumerate(merged["actions"]):
+        if action["type"] != ActionType.NOTIFY:
+            raise invalid(f"actions[{index}]: a control-loop rule may only notify", field=f"actions[{index}].type")
+
+
+def _tenant_scope(merged: dict) -> str:
+    """The rule's tenant ("" for none), checked against its metric, scope and actions: a tenant's series are per
+    deployment as its gateways measured them, and some series exist only per tenant."""
+    from controlplane.observability.catalog import TENANT_METRICS, TENANT_ONLY_METRICS
+    from controlplane.tenants.models import Tenant
+
+    tenant, metric = merged.get("tenant") or "", merged.get("metric")
+    if not isinstance(tenant, str):
+        raise invalid("tenant must be a tenant's name (or empty: no tenant)", field="tenant")
+    if not tenant:
+        if metric in TENANT_ONLY_METRICS:
+            raise invalid(f"metric {metric!r} exists per tenant only: set tenant to the tenant it is about",
+                          field="tenant")
+        return ""
+    if not Tenant.objects.filter(name=tenant).exists():
+        raise invalid(f"no tenant named {tenant!r}", field="tenant")
+    if metric not in TENANT_METRICS:
+        raise invalid(f"metric {metric!r} is not stored per tenant; a rule with a tenant reads one of "
+                      f"{', '.join(TENANT_METRICS)}", field="metric")
+    if merged.get("role") not in ("", ScopeRole.GATEWAY):
+        raise invalid("a tenant's series are its gateways': role must be gateway or empty", field="role")
+    if merged.get("per_worker"):
+        raise invalid("a tenant's series are per deployment, not per worker: per_worker must be false",
+                      field="per_worker")
+    if merged.get("fire_on_no_data"):
+        raise invalid("a tenant's series exist only while it sends requests, so no data is its usual state: a rule "
+                      "with a tenant cannot fire on no data", field="fire_on_no_data")
+    for index, action in enumerate(merged["actions"]):
+        if action["type"] != ActionType.NOTIFY:
+            raise invalid(f"actions[{index}]: a rule scoped to a tenant may only notify (it is about one "
+                          f"tenant's traffic, not the pools')", field=f"actions[{index}].type")
+    return tenant
 
 
 def rule_create(**data) -> AlertRule:

@@ -32,8 +32,16 @@ def test_promtool_accepts_the_exported_default_and_custom_rules(deployment, make
     exported = yaml.safe_load(text)["groups"][0]["rules"]
     assert f"SUCCESS: {len(exported)} rules found" in check.stdout  # promtool read every rule we wrote
 
-    rules = {r["labels"]["tandem_rule"]: r for r in exported}
-    assert len(rules) == len(exported) >= 18  # the deployment's defaults (14, roofline's two among them) + 4 here
+    rules = {r["labels"]["tandem_rule"]: r for r in exported if "loop" not in r["labels"]}
+    loops = {r["labels"]["loop"]: r for r in exported if "loop" in r["labels"]}
+    assert len(rules) + len(loops) == len(exported)
+    assert len(rules) >= 18  # the deployment's defaults (14, roofline's two among them) + 4 here
+    # The fleet's control-loop rule (migration 0005): one rule per periodic pass over the control plane's /metrics.
+    assert set(loops) == {"reconcile", "health", "scrape", "alert_evaluation"}
+    assert loops["reconcile"]["labels"]["tandem_rule"] == "control-plane:control-loop-stale"
+    assert loops["reconcile"]["alert"] == "control_plane_control_loop_stale_reconcile"
+    assert loops["reconcile"]["expr"] == ('(time() - tandem_controlplane_cycle_last_run_timestamp_seconds'
+                                          '{kind="reconcile"}) / 30 > 1.0')
     assert {"demo:prefill-roofline", "demo:decode-roofline", "itl-slow", "any-kv-full"} <= set(rules)
     assert rules["demo:p99-latency"]["expr"] == (
         'histogram_quantile(0.99, sum by (le, role) (rate(tandem_e2e_request_latency_seconds_bucket'

@@ -44,7 +44,11 @@ def test_the_sweep_resends_deliveries_left_pending(quiet_deployment, make_rule, 
     write_sample(quiet_deployment, "decode", "kv_cache_usage_ratio", 0.95, timezone.now())
     evaluate_rules()  # its on-commit enqueue never runs inside the test's transaction: as if the task were lost
     assert tasks.deliveries_sweep_task() == 0  # just queued: its own task may still be on the way
-    Delivery.objects.update(created_at=timezone.now() - timedelta(minutes=5))
+    # Tried 10 s ago and still pending: whoever tries it (a retry, the web process's watchdog thread) owns it.
+    Delivery.objects.update(created_at=timezone.now() - timedelta(minutes=5),
+                            last_attempt_at=timezone.now() - timedelta(seconds=10))
+    assert tasks.deliveries_sweep_task() == 0
+    Delivery.objects.update(last_attempt_at=timezone.now() - timedelta(minutes=3))
     assert tasks.deliveries_sweep_task() == 1
     delivery = Delivery.objects.get()
     assert (delivery.status, delivery.attempts) == ("failed", 3)

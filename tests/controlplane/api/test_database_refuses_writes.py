@@ -1,6 +1,7 @@
 """While the database refuses writes (read-only), a write through the API answers 503 JSON saying so, with
-Retry-After, and changes nothing; reads still answer. The refusal is the database's own: SQLite's query_only
-pragma, PostgreSQL's read-only transaction mode, on the connection the request uses."""
+Retry-After, and changes nothing; reads still answer, and /healthz says "degraded" naming it. The refusal is the
+database's own: SQLite's query_only pragma, PostgreSQL's read-only transaction mode, on the connection the request
+uses."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -40,3 +41,13 @@ def test_a_write_while_the_database_is_read_only_is_a_503_json_that_changes_noth
         assert operator_api.get("/api/v1/deployments/demo/").status_code == 200  # reads still answer
     assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 1
     assert not Action.objects.filter(kind="scale").exists()
+
+
+def test_healthz_says_the_database_refuses_writes_and_still_answers_200(anon_api):
+    with read_only_database():
+        response = anon_api.get("/healthz")
+    assert response.status_code == 200  # reads still serve: a load balancer keeps sending traffic
+    body = response.json()
+    assert body["status"] == "degraded" and body["database"].startswith("read-only"), body
+    assert body["problems"][0].startswith("database read-only") and "API writes answer 503" in body["problems"][0]
+    assert anon_api.get("/healthz").json()["database"] == "ok"
