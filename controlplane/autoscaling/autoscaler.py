@@ -11,6 +11,11 @@ restarts. `PUT /api/v1/deployments/{name}/autoscaling` with `"resume": true` end
 
 Every change is a `scale` action with actor type `autoscaler` and the numbers in its reason; evaluations that keep
 the size write no row, but the pool's policy keeps the last decision's numbers (`last_decision`, shown by the API).
+
+The gateway's admission queue is a second signal of the pool that bounds admission (ADMISSION_ROLES: decode when the
+deployment is disaggregated, colocated otherwise; the gateway admits as many requests as those workers' batches
+hold, and prefill capacity does not raise that bound): with the policy's `queue_wait_target` set, a P99 queue wait
+over it scales that pool out, and requests waiting in the queue keep it from shrinking (hpa.decide).
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from datetime import datetime, timedelta, timezone as dt_timezone
 from django.conf import settings
 from django.db.models import Count
 
-from controlplane.autoscaling.hpa import Bounds, Decision, decide
+from controlplane.autoscaling.hpa import Bounds, Decision, QueueWait, decide
 from controlplane.autoscaling.models import AutoscaleMetric, AutoscalingPolicy
 from controlplane.capacity.services.bounds import pool_bounds
 from controlplane.errors import ControlPlaneError
@@ -35,6 +40,9 @@ from controlplane.services.actions import Actor
 log = logging.getLogger(__name__)
 
 ACTOR_NAME = "autoscaler"
+# The pools whose workers bound the gateway's admission (inference/gateway/admission.py: the max_num_seqs of each
+# ready streaming worker), and so the pools that the queue wait may scale.
+ADMISSION_ROLES = ("decode", "colocated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +85,9 @@ def load_inputs(pools, *, now: float, metrics: bool = True) -> Inputs:
     MetricsUnavailable when the metrics backend does not answer."""
     deployment_ids = {pool.deployment_id for pool in pools}
     # The newest value of the last three scrapes: one missed scrape does not read as "no data".
-    latest = reader().latest_pool_values(deployment_ids=deployment_ids, metrics=(*_OBSERVED, "qps"),
+    latest = reader().latest_pool_values(deployment_ids=deployment_ids, metrics=(*_OBSERVED, "qps", *_QUEUE),
                                          window_s=3 * settings.TANDEM_SCRAPE_INTERVAL_S, now=now,
-                                         roles={pool.role for pool in pools}) if metrics else {}
+                                         roles={pool.role for pool in pools} | {"gateway"}) if metrics else {}
     ready = dict(Worker.objects.filter(pool__in=[p.pk for p in pools], status=WorkerStatus.READY)
                  .values("pool_id").annotate(n=Count("id")).values_list("pool_id", "n"))
     since = datetime.fromtimestamp(now, tz=dt_timezone.utc) - timedelta(
@@ -96,6 +104,7 @@ def load_inputs(pools, *, now: float, metrics: bool = True) -> Inputs:
 
 _OBSERVED = ("ttft_p99_seconds", "itl_p99_seconds", "e2e_p99_seconds", "requests_waiting", "requests_running",
              "kv_cache_usage_ratio")
+_QUEUE = ("queue_wait_p99_seconds", "queue_length")  # the gateway's pool aggregates (role "gateway")
 
 
 def observe(pool, metric: str, inputs: Inputs) -> float | None:
@@ -114,6 +123,16 @@ def observe(pool, metric: str, inputs: Inputs) -> float | None:
     if value is None and metric.endswith("_seconds") and latest("qps") == 0:
         return 0.0
     return value
+
+
+def queue_wait_signal(pool, policy: AutoscalingPolicy, inputs: Inputs) -> QueueWait | None:
+    """The gateway queue of the pool's deployment as hpa.decide reads it; None unless the policy sets a queue wait
+    target and the pool bounds admission."""
+    if policy.queue_wait_target is None or pool.role not in ADMISSION_ROLES:
+        return None
+    return QueueWait(wait_p99=inputs.latest.get((pool.deployment_id, "gateway", "queue_wait_p99_seconds")),
+                     num_queued=inputs.latest.get((pool.deployment_id, "gateway", "queue_length")),
+                     target=policy.queue_wait_target)
 
 
 def _pause_of(pool, policy: AutoscalingPolicy, inputs: Inputs, now: datetime) -> Pause | None:
@@ -149,8 +168,9 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     """One evaluation of each pool; None for a pool whose autoscaler is off or paused.
 
     1. off (deployment or policy) → nothing; 2. paused by a manual scale → nothing (the decision text says so);
-    3. observe the policy metric; 4. hpa.decide; 5. hold a scale-up while earlier new workers are not ready yet
-    (their capacity is not in the metric yet; HPA likewise discounts unready pods); 6. scale via pool_scale.
+    3. observe the policy metric (and the gateway's queue wait, for a pool that bounds admission); 4. hpa.decide;
+    5. hold a scale-up while earlier new workers are not ready yet (their capacity is not in the metric yet; HPA
+    likewise discounts unready pods); 6. scale via pool_scale.
     """
     now_s = time.time() if now is None else now
     now_dt = datetime.fromtimestamp(now_s, tz=dt_timezone.utc)
@@ -159,6 +179,9 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     active = [p for p in pools if p.deployment.autoscale_enabled and policies[p.pk].enabled]
     try:
         inputs = load_inputs(active, now=now_s) if active else None
+        # The floor and ceiling of each pool now: its own min..max narrowed by active schedules, raised by a
+        # predictive floor (controlplane.capacity.services.bounds), which reads the series too.
+        limits = pool_bounds(active, now=now_dt) if active else {}
     except MetricsUnavailable as exc:
         # No data is not "idle": a pool is neither grown nor shrunk (nor moved to new bounds) until the backend
         # answers again; each policy says why.
@@ -169,9 +192,6 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
         AutoscalingPolicy.objects.bulk_update([policies[p.pk] for p in active],
                                               ["last_decision", "last_evaluated_at"], batch_size=200)
         return [(pool, None) for pool in pools]
-    # The floor and ceiling of each pool now: its own min..max narrowed by active schedules, raised by a
-    # predictive floor (controlplane.capacity.services.bounds).
-    limits = pool_bounds(active, now=now_dt) if active else {}
     results, updates = [], []
     for pool in pools:
         policy = policies[pool.pk]
@@ -197,7 +217,8 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
             tolerance=settings.TANDEM_AUTOSCALE_TOLERANCE_PCT / 100, metric=policy.metric,
             history=[(float(ts), int(n)) for ts, n in policy.recommendations], now=now_s,
             up_window_s=settings.TANDEM_AUTOSCALE_UP_STABILIZATION_S,
-            down_window_s=settings.TANDEM_AUTOSCALE_DOWN_STABILIZATION_S, bounds=bounds)
+            down_window_s=settings.TANDEM_AUTOSCALE_DOWN_STABILIZATION_S, bounds=bounds,
+            queue=queue_wait_signal(pool, policy, inputs))
         if decision.desired > current and num_ready < current:
             decision = Decision(current, current, decision.raw,
                                 f"{decision.reason}; held: {num_ready} of {current} workers ready, waiting for "
@@ -218,6 +239,7 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
                                     actor=Actor.autoscaler(ACTOR_NAME), reason=decision.reason,
                                     idempotency_key=f"autoscaler:{pool.pk}:{now_s:.3f}")
                 text = f"{text} (action #{action.pk})"
+                log.info("autoscaler scaled %s %d → %d: %s", pool, current, decision.desired, decision.reason)
             except ControlPlaneError as exc:
                 log.warning("autoscaler could not scale %s: %s", pool, exc.message)
                 text = f"{text}; not applied: {exc.message}"

@@ -14,6 +14,10 @@ class AutoscaleMetric(models.TextChoices):
     KV_CACHE_USAGE = "kv_cache_usage_ratio"
 
 
+# A queue wait target above this is no target: the gateway's longest default class deadline is 120 s.
+MAX_QUEUE_WAIT_TARGET_S = 3600.0
+
+
 class AutoscalingPolicy(models.Model):
     """How the autoscaler sizes one pool. It acts only while the deployment's `autoscale_enabled` and this policy's
     `enabled` are both on. `recommendations` keeps [ts, replicas] of the last scale-down stabilisation window.
@@ -23,6 +27,9 @@ class AutoscalingPolicy(models.Model):
     enabled = models.BooleanField(default=True)
     metric = models.CharField(max_length=40, choices=AutoscaleMetric.choices)
     target = models.FloatField()
+    # Seconds of gateway admission-queue wait (P99) that the pool bounding admission may let requests wait before it
+    # scales out whatever `metric` says; None: not read (autoscaler.queue_wait_signal).
+    queue_wait_target = models.FloatField(null=True, blank=True)
     recommendations = models.JSONField(default=list, blank=True)
     # A manual scale after this instant pauses the autoscaler (autoscaler.manual_pause); PUT resume sets it to now.
     resumed_at = models.DateTimeField(null=True, blank=True)

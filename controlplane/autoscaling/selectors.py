@@ -22,6 +22,7 @@ def autoscaling_view(*, deployment) -> dict:
             "enabled": policy.enabled,
             "metric": policy.metric,
             "target": policy.target,
+            "queue_wait_target": policy.queue_wait_target,
             "replicas": pool.desired_replicas,
             "min_replicas": pool.min_replicas,
             "max_replicas": pool.max_replicas,

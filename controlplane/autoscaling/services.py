@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.autoscaling.autoscaler import policy_for
+from controlplane.autoscaling.autoscaler import ADMISSION_ROLES, policy_for
 from controlplane.autoscaling.models import AutoscalingPolicy
 from controlplane.errors import invalid
 from controlplane.models import ActionKind, ActionStatus
@@ -13,13 +13,20 @@ from controlplane.services.actions import action_create
 
 
 def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools: dict | None = None) -> None:
-    """Change the deployment's switch and its pools' policies (400 naming a role the deployment has no pool for)."""
+    """Change the deployment's switch and its pools' policies (400 naming a role the deployment has no pool for,
+    or a queue wait target on a pool that does not bound the gateway's admission)."""
     pools = pools or {}
     by_role = {pool.role: pool for pool in deployment.pools.all()}
     unknown = sorted(set(pools) - set(by_role))
     if unknown:
         raise invalid(f"deployment {deployment.name!r} has no pool {', '.join(unknown)} "
                       f"(its pools: {', '.join(sorted(by_role))})", field="pools")
+    for role, changes in sorted(pools.items()):
+        if changes.get("queue_wait_target") is not None and role not in ADMISSION_ROLES:
+            admitting = [r for r in ADMISSION_ROLES if r in by_role]
+            raise invalid(f"pools.{role}.queue_wait_target: the {role} pool does not bound the gateway's admission "
+                          f"queue, so more {role} workers would not shorten it; set it on the "
+                          f"{' or '.join(admitting)} pool", field=f"pools.{role}.queue_wait_target")
     with transaction.atomic():
         _record(deployment=deployment, actor=actor, enabled=enabled, pools=pools)
         if enabled is not None and enabled != deployment.autoscale_enabled:
@@ -27,7 +34,8 @@ def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools:
             deployment.save(update_fields=["autoscale_enabled"])
         for role, changes in pools.items():
             policy = policy_for(by_role[role])
-            fields = {key: changes[key] for key in ("enabled", "metric", "target") if key in changes}
+            fields = {key: changes[key] for key in ("enabled", "metric", "target", "queue_wait_target")
+                      if key in changes}
             if changes.get("resume"):
                 fields["resumed_at"] = timezone.now()
             if fields:

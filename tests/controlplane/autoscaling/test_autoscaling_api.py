@@ -23,6 +23,23 @@ def test_an_operator_turns_it_on_and_changes_a_pool_policy(operator_api, deploym
     assert Deployment.objects.get(name="demo").autoscale_enabled
 
 
+def test_an_operator_sets_and_clears_the_queue_wait_target_of_the_decode_pool(operator_api, deployment):
+    assert operator_api.get(URL).json()["pools"]["decode"]["queue_wait_target"] is None  # off by default
+    body = operator_api.put(URL, {"pools": {"decode": {"queue_wait_target": 0.5}}}, format="json").json()
+    assert body["pools"]["decode"]["queue_wait_target"] == 0.5
+    body = operator_api.put(URL, {"pools": {"decode": {"queue_wait_target": None}}}, format="json").json()
+    assert body["pools"]["decode"]["queue_wait_target"] is None
+
+
+def test_a_refused_queue_wait_target_changes_nothing(operator_api, deployment):
+    response = operator_api.put(URL, {"enabled": True, "pools": {"decode": {"queue_wait_target": 0.5},
+                                                                 "prefill": {"queue_wait_target": 0.5}}},
+                                format="json")
+    assert response.status_code == 400, response.content
+    body = operator_api.get(URL).json()
+    assert body["enabled"] is False and body["pools"]["decode"]["queue_wait_target"] is None
+
+
 def test_a_manual_scale_shows_as_a_pause_until_resumed(operator_api, deployment):
     scale = operator_api.post("/api/v1/deployments/demo/scale", {"role": "decode", "replicas": 2}, format="json")
     assert scale.status_code in (200, 202), scale.content
@@ -42,6 +59,12 @@ def test_viewers_cannot_change_it(viewer_api, deployment):
     ({"pools": {"decode": {"metric": "vibes"}}}, "pools.decode.metric"),
     ({"pools": {"decode": {"target": 0}}}, "pools.decode.target"),
     ({"enabled": "maybe"}, "enabled"),
+    ({"pools": {"decode": {"queue_wait_target": 0}}}, "pools.decode.queue_wait_target"),
+    ({"pools": {"decode": {"queue_wait_target": "nan"}}}, "pools.decode.queue_wait_target"),
+    ({"pools": {"decode": {"queue_wait_target": 7200}}}, "pools.decode.queue_wait_target"),
+    ({"pools": {"decode": {"queue_wait_target": "soon"}}}, "pools.decode.queue_wait_target"),
+    ({"pools": {"prefill": {"queue_wait_target": 0.5}}},
+     "pools.prefill.queue_wait_target: the prefill pool does not bound the gateway's admission queue"),
 ])
 def test_bad_input_answers_400_saying_what_is_wrong(operator_api, deployment, body, words):
     response = operator_api.put(URL, body, format="json")

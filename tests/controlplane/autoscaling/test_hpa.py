@@ -1,14 +1,14 @@
 """The autoscaler's arithmetic (HPA's algorithm), one evaluation at a time."""
 import pytest
 
-from controlplane.autoscaling.hpa import Bounds, decide, recommend
+from controlplane.autoscaling.hpa import Bounds, QueueWait, decide, recommend
 
 WIDE = Bounds(min_replicas=1, max_replicas=20, max_step=20, step_base=2)
 
 
-def evaluate(current, observed, *, history=(), now=1000.0, target=1.0, bounds=WIDE, up=0.0, down=300.0):
+def evaluate(current, observed, *, history=(), now=1000.0, target=1.0, bounds=WIDE, up=0.0, down=300.0, queue=None):
     return decide(current=current, observed=observed, target=target, tolerance=0.1, metric="ttft_p99_seconds",
-                  history=list(history), now=now, up_window_s=up, down_window_s=down, bounds=bounds)
+                  history=list(history), now=now, up_window_s=up, down_window_s=down, bounds=bounds, queue=queue)
 
 
 def test_it_scales_by_the_ratio_of_observed_to_target_rounded_up():
@@ -79,3 +79,23 @@ def test_old_recommendations_leave_the_history():
 def test_a_zero_target_is_refused():
     with pytest.raises(ValueError, match="target must be positive"):
         recommend(1, 1.0, 0.0, 0.1)
+
+
+def test_a_queue_wait_over_target_wins_over_a_pool_metric_that_looks_fine():
+    decision, history = evaluate(2, 0.5, queue=QueueWait(wait_p99=1.5, num_queued=3, target=0.5))
+    assert (decision.raw, decision.desired) == (6, 6)  # ceil(2 × 3.0); the TTFT alone asks for 1
+    assert "queue wait P99 1.5 s > target 0.5 s: ceil(2 × 3.000) = 6" in decision.reason
+    assert history[-1] == (1000.0, 6)
+
+
+def test_a_short_queue_wait_never_argues_for_shrinking():
+    decision, _ = evaluate(4, 0.5, history=[(999.0, 4)], down=0.0,
+                           queue=QueueWait(wait_p99=0.0, num_queued=0, target=0.5))
+    assert decision.desired == 2  # the pool metric's ceil(4 × 0.5); the queue's 0 is not taken
+
+
+def test_requests_in_the_queue_hold_a_scale_in_but_not_a_scale_out():
+    queued = QueueWait(wait_p99=None, num_queued=2, target=0.5)
+    decision, _ = evaluate(4, 0.5, history=[(999.0, 4)], down=0.0, queue=queued)
+    assert decision.desired == 4 and "no scale-in while 2 requests wait" in decision.reason
+    assert evaluate(4, 2.0, queue=queued)[0].desired == 8
