@@ -47,7 +47,8 @@ def cached_json(kind: str, deployment, range_key: str, build, *, now: float) -> 
         body = cache.get(key)
         if body is not None:
             return body
-    body = json.dumps(build()).encode()
-    if age:
+    built = build()
+    body = json.dumps(built).encode()
+    if age and not built.get("error"):  # a backend that did not answer is asked again on the next refresh
         cache.set(key, body, timeout=age)
     return body

@@ -10,6 +10,7 @@ chart means "zero" or "no data".
 """
 from __future__ import annotations
 
+import html
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -208,6 +209,32 @@ def empty_figure(title: str, reason: str, *, x_range: tuple[float, float] | None
     layout["annotations"] = [{"text": reason, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
                               "showarrow": False, "font": {"size": 12, "color": "#6b7280"}}]
     return {"data": [], "layout": layout}
+
+
+ERROR_COLOUR = "#b91c1c"
+
+
+def error_figure(title: str, error: str, *, x_range: tuple[float, float] | None = None) -> dict:
+    """No traces, and why the series could not be read (the metrics backend did not answer, or refused the query)
+    written in red where the lines would be: an empty chart would read as "no traffic". `layout.meta.error`
+    carries the message for the page's script and the tests."""
+    figure = empty_figure(title, f"could not read the series:<br>{_wrapped(html.escape(error, quote=False))}",
+                          x_range=x_range)
+    figure["layout"]["annotations"][0]["font"]["color"] = ERROR_COLOUR
+    figure["layout"]["meta"] = {"error": error}
+    return figure
+
+
+def _wrapped(text: str, width: int = 60) -> str:
+    """Plotly draws an annotation on one line: break a long message at spaces every ~width characters."""
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "<br>".join([*lines, line]) if line else "<br>".join(lines)
 
 
 CHAOS_FILL = "rgba(220, 38, 38, 0.08)"  # a light red band: a fault was active, not an incident

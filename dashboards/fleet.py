@@ -9,7 +9,7 @@ from django.utils.dateparse import parse_datetime
 from controlplane.alerting.models import Alert, AlertState
 from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.series import metric_values
+from controlplane.observability.reader import MetricsUnavailable, reader
 from controlplane.selectors import deployment_list
 
 # Headline numbers: the latest value over the last minute. The gateway's client-side view is what users see, so it
@@ -77,12 +77,15 @@ def fleet_rows(*, now: float | None = None) -> list[DeploymentRow]:
     deployments = list(deployment_list())
     firing = Counter(Alert.objects.filter(state=AlertState.FIRING, deployment__isnull=False)
                      .values_list("deployment_id", flat=True))
-    latest: dict[str, dict[int, dict[str, float | None]]] = {}
-    for key, (metric, _) in HEADLINES.items():
-        by_deployment: dict[int, dict[str, float | None]] = {}
-        for value in metric_values(metric=metric, aggregation="last", window_s=HEADLINE_WINDOW_S, now=now):
-            by_deployment.setdefault(value.deployment_id, {})[value.role] = value.value
-        latest[key] = by_deployment
+    latest: dict[str, dict[int, dict[str, float | None]]] = {key: {} for key in HEADLINES}
+    unavailable = ""  # the metrics backend did not answer: each row says so under its health, headlines are "–"
+    try:
+        for key, (metric, _) in HEADLINES.items():
+            for value in reader().metric_values(metric=metric, aggregation="last", window_s=HEADLINE_WINDOW_S,
+                                                now=now):
+                latest[key].setdefault(value.deployment_id, {})[value.role] = value.value
+    except MetricsUnavailable as exc:
+        latest, unavailable = {key: {} for key in HEADLINES}, f"metrics unavailable: {exc}"
     rows = []
     for deployment in deployments:
         pools = list(deployment.pools.all())
@@ -91,7 +94,8 @@ def fleet_rows(*, now: float | None = None) -> list[DeploymentRow]:
         headlines = {key: pick_headline(latest[key].get(deployment.pk, {}), roles)
                      for key, (_, roles) in HEADLINES.items()}
         rows.append(DeploymentRow(deployment=deployment, pools=pools, health=health,
-                                  num_firing=firing.get(deployment.pk, 0), headlines=headlines, problems=problems))
+                                  num_firing=firing.get(deployment.pk, 0), headlines=headlines,
+                                  problems=problems + ([unavailable] if unavailable else [])))
     return rows
 
 

@@ -1,6 +1,6 @@
-"""The deployment page's charts: which stored series each panel draws, read through the observability app's
-series query (`query_series_many`, the same code as `GET /api/v1/metrics/query`), turned into figures by
-`dashboards.charts`.
+"""The deployment page's charts: which stored series each panel draws, read through the metrics backend's reader
+(`observability.reader`: `query_range`, the same read as `GET /api/v1/metrics/query`), turned into figures by
+`dashboards.charts`. A backend that does not answer draws every chart as its error (charts.error_figure).
 
 Pool panels draw the pool aggregates of every role (the gateway's client-side view included: its latencies are
 what users see); worker panels draw one line per worker. A host without GPUs gets CPU and memory panels instead of
@@ -15,10 +15,11 @@ from django.conf import settings
 
 from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.series import SeriesQuery, auto_step, query_series_many
+from controlplane.observability.reader import MetricsUnavailable, reader
+from controlplane.observability.series import SeriesQuery, auto_step
 from dashboards.buckets import histogram_top
 from dashboards.chaos import chaos_windows
-from dashboards.charts import Axis, Series, line_figure, shade_windows
+from dashboards.charts import Axis, Series, error_figure, line_figure, shade_windows
 
 RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 # A fresh `make run` has minutes of data: an hour-wide default would squeeze them into a corner.
@@ -110,7 +111,8 @@ def range_start(deployment, *, seconds: float, now: float) -> float:
 
 
 def chart_figures(deployment, *, range_key: str, now: float) -> dict:
-    """{"range", "start", "end", "has_gpu", "figures": {panel key: figure}, "num_points": {key: n}}."""
+    """{"range", "start", "end", "has_gpu", "figures": {panel key: figure}, "order", "chaos_windows", "error"};
+    "error": why the series could not be read (each figure then says so), else None."""
     seconds = RANGES[range_key]
     start, end = range_start(deployment, seconds=seconds, now=now), now
     step = auto_step(start, end)
@@ -125,9 +127,13 @@ def chart_figures(deployment, *, range_key: str, now: float) -> dict:
     # Named roles and workers rather than "every worker": exact index prefixes, see SeriesQuery. All lines at once:
     # the pool lines are one read per source, the per-worker lines another.
     lines = [(panel, line) for panel in panels for line in panel.lines]
-    found = query_series_many([SeriesQuery(metric=line.metric, deployment_id=deployment.pk, role=roles,
-                                           worker=workers if panel.per_worker else None, start=start, end=end,
-                                           step=step) for panel, line in lines], now=now)
+    error = None
+    try:
+        found = reader().query_range([SeriesQuery(metric=line.metric, deployment_id=deployment.pk, role=roles,
+                                                  worker=workers if panel.per_worker else None, start=start,
+                                                  end=end, step=step) for panel, line in lines], now=now)
+    except MetricsUnavailable as exc:
+        found, error = [("", [])] * len(lines), str(exc)
     loaded: dict[str, list[Series]] = {panel.key: [] for panel in panels}
     for (panel, line), (_, items) in zip(lines, found):
         loaded[panel.key].extend(Series(_series_name(line, item["role"], item["worker_id"]), item["points"],
@@ -137,8 +143,9 @@ def chart_figures(deployment, *, range_key: str, now: float) -> dict:
     has_samples = any(s.points for series in loaded.values() for s in series)
     reason = empty_reason(num_live_workers=num_live, has_samples=has_samples)
     windows = chaos_windows(deployment, start=start, end=end)
-    figures = {panel.key: shade_windows(line_figure(panel.title, loaded[panel.key], Axis(panel.unit),
+    figures = {panel.key: shade_windows(error_figure(panel.title, error, x_range=(start, end)) if error else
+                                        line_figure(panel.title, loaded[panel.key], Axis(panel.unit),
                                                     x_range=(start, end), empty_reason=reason), windows)
                for panel in panels}
     return {"range": range_key, "start": start, "end": end, "step": step, "has_gpu": has_gpu,
-            "figures": figures, "order": [panel.key for panel in panels], "chaos_windows": windows}
+            "figures": figures, "order": [panel.key for panel in panels], "chaos_windows": windows, "error": error}

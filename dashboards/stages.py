@@ -9,6 +9,9 @@ the host's read bandwidth). On a GPU host compute and memory are NVML's
 series; on a CPU host they are the worker processes' CPU use per thread (process_cpu_seconds_total's rate divided
 by the threads the revision gives each worker) and resident memory, and the page says so. Latency charts carry the
 deployment's objective as a dashed line.
+
+Series and values are read through the metrics backend's reader (observability.reader); when it does not answer,
+every chart is drawn as that error and every value reads "unavailable", never as an empty chart or "–" (no data).
 """
 from __future__ import annotations
 
@@ -17,16 +20,17 @@ from datetime import datetime, timezone
 
 from controlplane.models import DeploymentMode, Worker
 from controlplane.models.workers import LIVE_STATUSES
-from controlplane.observability.series import (SeriesQuery, as_unix, auto_step, latest_pool_values,
-                                                query_series_many)
+from controlplane.observability.reader import MetricsUnavailable, reader
+from controlplane.observability.series import SeriesQuery, as_unix, auto_step
 from controlplane.services.objectives import objectives_merge
 from dashboards.buckets import histogram_top
 from dashboards.chaos import chaos_windows
-from dashboards.charts import Axis, Series, empty_figure, line_figure, shade_windows
+from dashboards.charts import Axis, Series, empty_figure, error_figure, line_figure, shade_windows
 from dashboards.panels import RANGES, Line, deployment_has_gpu, empty_reason, range_start
 from dashboards.templatetags.dash import metric_value
 
 VALUE_WINDOW_S = 60
+UNAVAILABLE = "unavailable"  # a value the metrics backend could not give (not "–": no data)
 # Plotly draws an annotation on one line unless told: <br> keeps the reason inside a narrow chart.
 BATCH_ABSENT = ("no data yet: the workers export no<br>tandem_batch_tokens_per_step histogram<br>"
                 "(tokens fed per engine step), or took no step")
@@ -136,24 +140,30 @@ def _value_of(indicator: Indicator) -> tuple[str, str]:
 
 def stage_values(deployment, *, has_gpu: bool, now: float | None = None) -> list[dict]:
     """Each column with its current values: [{"role", "title", "stages", "values": [{"key", "label", "metric",
-    "value", "text"}]}], the pool aggregate's newest value in the past minute (value None, text "–": no data), all
-    read in one query."""
+    "value", "text"}], "error"}], the pool aggregate's newest value in the past minute (value None, text "–": no
+    data; text "unavailable" and the column's "error" set: the backend did not answer), all read in one query."""
     now = as_unix(now)
     threads = worker_threads(deployment)
     columns = [{**column, "indicators": [indicator for stage in column["stages"]
                                          for indicator in stage_indicators(stage, has_gpu=has_gpu)]}
                for column in stage_columns(deployment)]
-    latest = latest_pool_values(deployment_ids=[deployment.pk], now=now, window_s=VALUE_WINDOW_S,
-                                metrics={_value_of(i)[0] for column in columns for i in column["indicators"]},
-                                roles={column["role"] for column in columns})
+    error = None
+    try:
+        latest = reader().latest_pool_values(
+            deployment_ids=[deployment.pk], now=now, window_s=VALUE_WINDOW_S,
+            metrics={_value_of(i)[0] for column in columns for i in column["indicators"]},
+            roles={column["role"] for column in columns})
+    except MetricsUnavailable as exc:
+        latest, error = {}, str(exc)
     for column in columns:
         values = []
+        column["error"] = error
         for indicator in column.pop("indicators"):
             metric, unit = _value_of(indicator)
             value = latest.get((deployment.pk, column["role"], metric))
             if value is not None and indicator.per_thread:
                 value /= threads
-            text = metric_value(value, unit or metric)
+            text = UNAVAILABLE if error else metric_value(value, unit or metric)
             if value is not None and indicator.objective:
                 text += f" (objective {metric_value(objectives_of(deployment)[indicator.objective], metric)})"
             values.append({"key": indicator.key, "label": indicator.title, "metric": metric, "value": value,
@@ -184,7 +194,8 @@ def _series(indicator: Indicator, found: list[tuple[str, list[dict]]], *, thread
 
 def stage_charts(deployment, *, range_key: str, now: float) -> dict:
     """{"columns": [{"role", "title", "order": [chart keys], "values": [...]}], "figures": {key: figure},
-    "health_order": [keys], "has_gpu"}. Chart keys are "stage-<role>-<indicator>" and "health-<indicator>".
+    "health_order": [keys], "has_gpu", "error"}. Chart keys are "stage-<role>-<indicator>" and
+    "health-<indicator>"; "error": why the series could not be read (each chart then shows it), else None.
 
     1. Read every chart's series. 2. Say why an empty chart is empty (panels.empty_reason, unless the indicator has
     its own reason). 3. Draw, with each latency chart's objective."""
@@ -197,10 +208,11 @@ def stage_charts(deployment, *, range_key: str, now: float) -> dict:
     workers = tuple(Worker.objects.filter(deployment=deployment).exclude(stopped_at__lt=since)
                     .values_list("id", flat=True))
     read = dict(deployment=deployment, workers=workers, start=start, end=now, step=step)
-    # Every chart's queries first, then one query_series_many: the lines of one scope are read together.
+    # Every chart's queries first, then one query_range: the lines of one scope are read together.
     wanted: list[tuple[str, Indicator, list[SeriesQuery]]] = []
     columns = []
-    for column in stage_values(deployment, has_gpu=has_gpu, now=now):
+    current = stage_values(deployment, has_gpu=has_gpu, now=now)
+    for column in current:
         order = []
         for stage in column["stages"]:
             for indicator in stage_indicators(stage, has_gpu=has_gpu):
@@ -213,7 +225,15 @@ def stage_charts(deployment, *, range_key: str, now: float) -> dict:
     if has_gpu:
         wanted += [(f"health-{indicator.key}", indicator, _queries(indicator, role=tuple(deployment.roles), **read))
                    for indicator in GPU_HEALTH]
-    found = iter(query_series_many([query for _, _, queries in wanted for query in queries], now=now))
+    all_queries = [query for _, _, queries in wanted for query in queries]
+    # The values' read failed a moment ago: the same backend is not asked (and waited for) again.
+    error = next((column["error"] for column in current if column["error"]), None)
+    found = iter([("", [])] * len(all_queries))
+    if error is None:
+        try:
+            found = iter(reader().query_range(all_queries, now=now))
+        except MetricsUnavailable as exc:
+            error = str(exc)
     loaded = [(key, indicator, _series(indicator, [next(found) for _ in queries], threads=threads))
               for key, indicator, queries in wanted]
     charts = loaded[:num_charts]
@@ -225,6 +245,9 @@ def stage_charts(deployment, *, range_key: str, now: float) -> dict:
     figures: dict[str, dict] = {}
     for key, indicator, series in charts:
         title = indicator.title
+        if error:
+            figures[key] = error_figure(title, error, x_range=(start, now))
+            continue
         if series and indicator.objective:
             objective = objectives[indicator.objective]
             peak = max((p[1] for item in series for p in item.points), default=0.0)
@@ -236,11 +259,15 @@ def stage_charts(deployment, *, range_key: str, now: float) -> dict:
         figures[key] = line_figure(title, series, Axis(indicator.unit), x_range=(start, now),
                                    empty_reason=indicator.empty or reason)
     for key, indicator, series in health:
-        figures[key] = (line_figure(indicator.title, series, Axis(indicator.unit), x_range=(start, now),
-                                    empty_reason=reason) if has_gpu
-                        else empty_figure(indicator.title, NO_GPU, x_range=(start, now)))
+        if not has_gpu:
+            figures[key] = empty_figure(indicator.title, NO_GPU, x_range=(start, now))
+        elif error:
+            figures[key] = error_figure(indicator.title, error, x_range=(start, now))
+        else:
+            figures[key] = line_figure(indicator.title, series, Axis(indicator.unit), x_range=(start, now),
+                                       empty_reason=reason)
     windows = chaos_windows(deployment, start=start, end=now)
     for figure in figures.values():
         shade_windows(figure, windows)
     return {"columns": columns, "figures": figures, "health_order": [key for key, _, _ in health],
-            "has_gpu": has_gpu, "chaos_windows": windows}
+            "has_gpu": has_gpu, "chaos_windows": windows, "error": error}

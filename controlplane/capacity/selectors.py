@@ -1,5 +1,6 @@
 """Reads of capacity state shared by the capacity API, the capacity and deployment pages and the capacity services:
-profiles and profile jobs, schedule rows, and the traffic and live points read from the scraped series."""
+profiles and profile jobs, schedule rows, and the traffic and live points read from the series (through the
+metrics backend's reader, observability.reader: Tandem's own store or Prometheus)."""
 from __future__ import annotations
 
 import time
@@ -14,10 +15,10 @@ from controlplane.capacity.models import PoolSchedule, PredictiveScaling, Profil
 from controlplane.capacity.sizing.calibration import fit_vs_live
 from controlplane.capacity.sizing.simulation import Traffic
 from controlplane.capacity.sizing.windows import Window
-from controlplane.errors import invalid, not_found
+from controlplane.errors import ControlPlaneError, invalid, not_found
 from controlplane.models import (Deployment, DeploymentMode, Node, Pool, Worker, WorkerPurpose, WorkerRole,
                                  WorkerStatus)
-from controlplane.observability.series import metric_values
+from controlplane.observability.reader import MetricsUnavailable, reader
 from controlplane.supervision.placement import online_nodes
 
 MAX_HOURS = 24 * 7
@@ -170,8 +171,8 @@ def predictive_rows(deployment: Deployment) -> dict:
 # --- traffic and live points, from the scraped series ---
 
 def traffic_from_metrics(*, deployment: Deployment, hours: float, now=None) -> Traffic:
-    """Mean request rate and prompt/output lengths of the last `hours` of the deployment's scraped series. 400 when
-    there was no traffic in that window."""
+    """Mean request rate and prompt/output lengths of the last `hours` of the deployment's series. 400 when there
+    was no traffic in that window, 503 when the metrics backend does not answer."""
     if not 0 < hours <= MAX_HOURS:
         raise invalid(f"hours must be within 0..{MAX_HOURS}, not {hours}", field="traffic.hours")
     colocated = deployment.mode == DeploymentMode.COLOCATED
@@ -180,20 +181,24 @@ def traffic_from_metrics(*, deployment: Deployment, hours: float, now=None) -> T
     window = hours * 3600
 
     def mean(metric: str, role: str) -> float | None:
-        values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg", window_s=window,
-                               now=now)
+        values = reader().metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg",
+                                        window_s=window, now=now)
         value = values[0].value if values else None
         if value is None and window > settings.TANDEM_METRICS_RAW_RETENTION_S:
             # A window past raw retention reads the minute rollups only; a deployment younger than the first
             # rollup still has its raw samples.
-            values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg",
-                                   window_s=settings.TANDEM_METRICS_RAW_RETENTION_S, now=now)
+            values = reader().metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg",
+                                            window_s=settings.TANDEM_METRICS_RAW_RETENTION_S, now=now)
             value = values[0].value if values else None
         return value
 
-    rate = mean("qps", entry)
-    prompt_rate = mean("prompt_tokens_per_second", entry)
-    output_rate = mean("generation_tokens_per_second", exit_)
+    try:
+        rate = mean("qps", entry)
+        prompt_rate = mean("prompt_tokens_per_second", entry)
+        output_rate = mean("generation_tokens_per_second", exit_)
+    except MetricsUnavailable as exc:
+        raise ControlPlaneError(f"cannot read the traffic of {deployment.name!r}: {exc}; enter a traffic profile "
+                                f"by hand", status=503, code="metrics_unavailable") from None
     if not rate or rate <= 0 or not prompt_rate or not output_rate:
         raise invalid(f"no traffic of {deployment.name!r} in the last {hours:g} hours to plan from; enter a traffic "
                       f"profile by hand", field="traffic.hours")
@@ -202,8 +207,8 @@ def traffic_from_metrics(*, deployment: Deployment, hours: float, now=None) -> T
 
 
 def _value(deployment, metric: str, role: str, window_s: float, now: float) -> float | None:
-    values = metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg", window_s=window_s,
-                           now=now)
+    values = reader().metric_values(metric=metric, deployment=deployment, role=role, aggregation="avg",
+                                    window_s=window_s, now=now)
     return values[0].value if values else None
 
 
@@ -214,7 +219,7 @@ def live_points(deployment: Deployment, *, window_s: float = 300, now: float | N
     Decode: the pool's P50 inter-token latency is the step time at the batch each worker ran (requests running ÷
     ready workers) and the context of the traffic (mean prompt + half the mean output). Prefill: the P50 TTFT at the
     mean prompt length (it includes the time a prompt waited in the queue; calibration.refit keeps it out of the
-    fit)."""
+    fit). Raises MetricsUnavailable when the metrics backend does not answer."""
     now = time.time() if now is None else now
     colocated = deployment.mode == DeploymentMode.COLOCATED
     entry, exit_ = ("colocated", "colocated") if colocated else ("prefill", "decode")

@@ -9,12 +9,13 @@
   pool aggregation rules: catalog.py. Client vs server (5xx) error kinds: exposition.py.
 - Store (models.py, rollup.py): one row per (target, scrape, metric); 1-minute rollups; retention raw 6 h,
   rollups 14 days (settings), pruned by `observability.rollup_and_prune` every minute.
-- Read (series.py, the one reader): `metric_values` (one value per series over a window: alert rules, the fleet
-  overview), `latest_pool_values` (the autoscaler) and `query_series` (points over a range: GET
+- Read (series.py, the embedded store's reader): `metric_values` (one value per series over a window: alert rules,
+  the fleet overview), `latest_pool_values` (the autoscaler) and `query_series_many` (points over a range: GET
   /api/v1/metrics/query in api.py, and the dashboard's charts).
-- The backend seam (reader.py): alert rules, the autoscaler and chaos checks read through `reader()`, the embedded
-  store above or, with TANDEM_METRICS_BACKEND=prometheus, PromQL over Prometheus (promql.py) and the recording rules
-  it needs (recording_rules.py; `manage.py tandem_recording_rules`). Tandem then does not scrape.
+- The backend seam (reader.py): alert rules, the autoscaler, chaos checks, rollout analysis, the pages' charts and
+  values, the query API and the capacity planner read through `reader()`, the embedded store above or, with
+  TANDEM_METRICS_BACKEND=prometheus, PromQL over Prometheus (promql.py) and the recording rules it needs
+  (recording_rules.py; `manage.py tandem_recording_rules`). Tandem then does not scrape.
 - Re-export: GET /metrics, the control plane's own series (telemetry.py, metrics_view.py).
 
 The autoscaler, which acts on these series, is the package controlplane.autoscaling, with its policy table. The

@@ -7,15 +7,19 @@ import time
 from datetime import timezone as dt_timezone
 
 from django.conf import settings
+from django.http import HttpResponse
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
+from controlplane.api.serializers import ErrorSerializer
 from controlplane.api.views.base import ERRORS, ApiView
-from controlplane.errors import invalid
+from controlplane.errors import ControlPlaneError, invalid
 from controlplane.observability.catalog import METRICS, UNITS
-from controlplane.observability.series import MAX_POINTS, SeriesQuery, auto_step, query_series
+from controlplane.observability.reader import MetricsUnavailable, reader
+from controlplane.observability.recording_rules import rules_file
+from controlplane.observability.series import MAX_POINTS, SeriesQuery, auto_step
 from controlplane.selectors import deployment_get
 
 ROLES = ("prefill", "decode", "colocated", "gateway")
@@ -106,7 +110,7 @@ class SeriesResponseSerializer(serializers.Serializer):
     start = serializers.FloatField()
     end = serializers.FloatField()
     step = serializers.FloatField()
-    source = serializers.ChoiceField(choices=["raw", "rollup"])
+    source = serializers.ChoiceField(choices=["raw", "rollup", "prometheus"])
     series = SeriesSerializer(many=True)
 
 
@@ -131,13 +135,18 @@ class MetricsQueryView(ApiView):
             _query_parameter("end", "Unix seconds or ISO 8601; default: now"),
             _query_parameter("step", "Seconds per point; default: about 300 points"),
         ],
-        responses={200: SeriesResponseSerializer, **ERRORS},
-        description="Stored series of one metric over a time range (viewer). Raw samples for ranges up to 2 h "
-                    "inside raw retention, 1-minute rollups otherwise.")
+        responses={200: SeriesResponseSerializer, **ERRORS, 503: ErrorSerializer},
+        description="Stored series of one metric over a time range (viewer), from the metrics backend: with the "
+                    "embedded one, raw samples for ranges up to 2 h inside raw retention, 1-minute rollups "
+                    "otherwise; with Prometheus, a query_range over Tandem's recording rules. 503 when the "
+                    "backend does not answer.")
     def get(self, request):
         now = time.time()
         query, deployment = parse_query(request.query_params, now=now)
-        source, series = query_series(query, now=now)
+        try:
+            source, series = reader().query_range([query], now=now)[0]
+        except MetricsUnavailable as exc:
+            raise ControlPlaneError(str(exc), status=503, code="metrics_unavailable") from None
         for item in series:
             item["deployment"] = deployment.name
             del item["deployment_id"]
@@ -157,6 +166,21 @@ class PrometheusTargetsView(ApiView):
         from controlplane.observability.prometheus import sd_targets
 
         return Response(sd_targets())
+
+
+class PrometheusRulesView(ApiView):
+    """GET /api/v1/prometheus/rules.yml (viewer and up): the recording rules that the `prometheus` metrics backend
+    reads, as `manage.py tandem_recording_rules` writes them for the configured window and interval, so that an
+    operator's Prometheus (or a sidecar that fills its `rule_files`) can fetch them from the control plane rather
+    than from a file copied by hand (docs/prometheus.md)."""
+
+    @extend_schema(operation_id="v1_prometheus_rules_retrieve", responses={(200, "application/yaml"): str, **ERRORS},
+                   description="The Prometheus recording rules file (YAML) of the `prometheus` metrics backend.")
+    def get(self, request):
+        text = rules_file(window_s=settings.TANDEM_SCRAPE_WINDOW_S, interval_s=settings.TANDEM_SCRAPE_INTERVAL_S)
+        response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+        response["Content-Disposition"] = 'inline; filename="tandem.yml"'
+        return response
 
 
 class GrafanaDashboardView(ApiView):

@@ -4,6 +4,8 @@ series of the catalog that Prometheus can compute, per worker and per pool, the 
 
     tandem_worker:<catalog name>{deployment, pool, worker}
     tandem_pool:<catalog name>{deployment, pool}
+    tandem_tenant:<catalog name>{deployment, tenant}   (catalog.TENANT_METRICS, from the gateways' tenant series)
+    tandem_revision:<catalog name>{deployment, revision}   (REVISION_METRICS, from the gateways' request series)
 
 `deployment`, `pool` and `worker` are the target labels of Tandem's HTTP service discovery (prometheus.sd_targets).
 Rates and quantiles are over TANDEM_SCRAPE_WINDOW_S, like the embedded store's; pool quantiles come from the summed
@@ -19,14 +21,23 @@ from __future__ import annotations
 
 import functools
 
-from controlplane.observability.catalog import POOL_AGGREGATES, QUANTILES, STORED_HISTOGRAMS, PoolAggregate
+from controlplane.observability.catalog import (HISTOGRAMS, POOL_AGGREGATES, QUANTILES, STORED_HISTOGRAMS,
+                                                TENANT_HISTOGRAMS, TENANT_METRICS, TENANT_ONLY_METRICS, PoolAggregate)
 from controlplane.observability.exposition import CLIENT_ERROR_KINDS
 
 WORKER = "deployment, pool, worker"
 POOL = "deployment, pool"
 WORKER_PREFIX = "tandem_worker:"
 POOL_PREFIX = "tandem_pool:"
+TENANT = "deployment, tenant"
+TENANT_PREFIX = "tandem_tenant:"
 NOT_SCRAPED = ("unschedulable_replicas",)
+REVISION = "deployment, revision"
+REVISION_PREFIX = "tandem_revision:"
+# A revision's request series, from the gateways' `revision`-labelled metrics (what store._revision_rows keeps per
+# revision, and what the rollout and A/B pages chart).
+REVISION_METRICS = (*(f"{prefix}_{label}_seconds" for prefix in HISTOGRAMS for label in QUANTILES),
+                    "qps", "error_ratio", "server_error_ratio")
 
 _REQUESTS = '{__name__=~"tandem_request_success_total|tandem_request_errors_total"}'
 # Gauges: (source series, how a worker's several label sets combine: per GPU, per queue class).
@@ -115,19 +126,62 @@ def _pool_expr(name: str, window: str) -> str | None:
     return f"{combine} by ({POOL}) ({WORKER_PREFIX}{name})"
 
 
+def _tenant_expr(name: str, window: str) -> str:
+    """A tenant's series over its deployment's gateways, as tenant_rates.py computes it: rates and quantiles from
+    the summed counters and buckets; a quota ratio at the gateway where the tenant ran closest to its limit."""
+    for prefix, histogram in TENANT_HISTOGRAMS.items():
+        for label, q in QUANTILES.items():
+            if name == f"{prefix}_{label}_seconds":
+                return f"histogram_quantile({q}, sum by (le, {TENANT}) (rate({histogram}_bucket[{window}])))"
+    requests, tokens = "tandem_gateway_tenant_requests_total", "tandem_gateway_tenant_tokens_total"
+    simple = {"qps": _rate(requests, TENANT, window),
+              "error_ratio": f"{_rate('tandem_gateway_tenant_errors_total', TENANT, window)} "
+                             f"/ {_rate(requests, TENANT, window)}",
+              "prompt_tokens_per_second": _rate(f'{tokens}{{kind="prompt"}}', TENANT, window),
+              "generation_tokens_per_second": _rate(f'{tokens}{{kind="completion"}}', TENANT, window)}
+    if name in simple:
+        return simple[name]
+    gateway = "deployment, worker, tenant"
+    counted = {"tokens_per_minute_quota_ratio": (tokens, "tokens_per_minute"),
+               "requests_per_minute_quota_ratio": (requests, "requests_per_minute")}[name]
+    return (f"max by ({TENANT}) (60 * {_rate(counted[0], gateway, window)} / on ({gateway}) "
+            f'max by ({gateway}) (tandem_gateway_tenant_limit{{limit="{counted[1]}"}}))')
+
+
+def _revision_expr(name: str, window: str) -> str:
+    """A revision's series over its deployment's gateways, from the `revision` label the gateway puts on its request
+    metrics (http_sd gives a gateway's target an empty `revision`, so the gateway's own survives). Workers' series
+    carry their target's `revision` too: `pool="gateway"` keeps to what the gateway saw, as the embedded store does."""
+    on = 'pool="gateway", revision!=""'
+    for prefix, histogram in HISTOGRAMS.items():
+        for label, q in QUANTILES.items():
+            if name == f"{prefix}_{label}_seconds":
+                return f"histogram_quantile({q}, sum by (le, {REVISION}) (rate({histogram}_bucket{{{on}}}[{window}])))"
+    success = f"tandem_request_success_total{{{on}}}"
+    requests = _rate(f'{{__name__=~"tandem_request_success_total|tandem_request_errors_total", {on}}}', REVISION,
+                     window)
+    if name == "qps":
+        return requests
+    kinds = "" if name == "error_ratio" else f', kind!~"{"|".join(sorted(CLIENT_ERROR_KINDS))}"'
+    errors = _rate(f"tandem_request_errors_total{{{on}{kinds}}}", REVISION, window)
+    return f"({errors} or 0 * {_rate(success, REVISION, window)}) / {requests}"
+
+
 def rules(*, window_s: int) -> list[tuple[str, str]]:
-    """(record, expr) of every rule, worker rules first (pool rules of gauges read them)."""
+    """(record, expr) of every rule, worker rules first (pool rules of gauges read them), then tenant and revision
+    rules."""
     window = f"{int(window_s)}s"
     worker, pool = [], []
     for name in POOL_AGGREGATES:
-        if name in NOT_SCRAPED:
+        if name in NOT_SCRAPED or name in TENANT_ONLY_METRICS:
             continue
         expr = _worker_expr(name, window)
         if expr is None:
             continue
         worker.append((WORKER_PREFIX + name, expr))
         pool.append((POOL_PREFIX + name, _pool_expr(name, window)))
-    return worker + pool
+    return (worker + pool + [(TENANT_PREFIX + name, _tenant_expr(name, window)) for name in TENANT_METRICS]
+            + [(REVISION_PREFIX + name, _revision_expr(name, window)) for name in REVISION_METRICS])
 
 
 @functools.cache

@@ -3,8 +3,9 @@
 A pass over one rollout (drive_rollout):
 1. Wait until every pool has its `tried_replicas` ready workers of the tried revision; then the step's timer
    starts (a step never elapses while its workers start).
-2. A step with analysis (and every A/B step): the first pass records the gateway's per-revision counters as the
-   window's baseline; each later pass at least `interval_s` after the last compares the tried revision with stable
+2. A step with analysis (and every A/B step): the first pass records the gateway's per-revision counters (read
+   through the metrics backend's reader: the gateway itself, or Prometheus' last scrape of it) as the window's
+   baseline; each later pass at least `interval_s` after the last compares the tried revision with stable
    over the window (analysis.judge). A failure aborts at once, with the failing numbers.
 3. When the step's duration has elapsed: with analysis, only once it is judged (lacking data waits, never passes);
    then the next step, and after the last a canary is promoted and an A/B experiment completes with its report.
@@ -18,12 +19,12 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.models import Worker, WorkerRole, WorkerStatus
-from controlplane.observability.scraper import Target, scrape
+from controlplane.observability.reader import MetricsUnavailable, reader
+from controlplane.observability.scraper import Target
 from controlplane.rollouts.analysis import judge, significance, snapshot_of, window_numbers
 from controlplane.rollouts.models import AnalysisRun, Rollout, RolloutStatus, Strategy, Verdict
 from controlplane.rollouts.selectors import tried_replicas
@@ -47,19 +48,22 @@ def drive_rollouts(*, now=None) -> dict[int, str]:
 
 
 def gateway_snapshots(deployment_id: int) -> dict[str, dict] | None:
-    """The deployment gateway's cumulative request metrics per revision ({"3": snapshot, ...}); None when the
-    gateway does not answer (the analysis then waits)."""
+    """The deployment gateway's cumulative request metrics per revision ({"3": snapshot, ...}), through the metrics
+    backend's reader; None when there are none to read or the backend does not answer (the analysis then waits:
+    lacking data never passes)."""
     gateway = (Worker.objects.filter(deployment_id=deployment_id, role=WorkerRole.GATEWAY, port__isnull=False,
                                      status__in=(WorkerStatus.STARTING, WorkerStatus.READY))
                .order_by("-id").first())
     if gateway is None:
         return None
-    fetched = scrape([Target(gateway.id, deployment_id, gateway.role, gateway.url)],
-                     timeout_s=settings.TANDEM_SCRAPE_TIMEOUT_S, concurrency=1)[0]
-    if fetched.reading is None:
-        log.info("rollout analysis: gateway %s did not answer: %s", gateway.id, fetched.error)
+    try:
+        by_revision = reader().gateway_revisions(Target(gateway.id, deployment_id, gateway.role, gateway.url))
+    except MetricsUnavailable as exc:
+        log.info("rollout analysis waits: %s", exc)
         return None
-    return {revision: snapshot_of(part) for revision, part in fetched.reading.by_revision.items()}
+    if by_revision is None:
+        return None
+    return {revision: snapshot_of(part) for revision, part in by_revision.items()}
 
 
 def _tried_ready(rollout: Rollout) -> bool:

@@ -9,6 +9,7 @@ import math
 from controlplane.capacity.selectors import (live_points, profile_checks, profile_job_latest, profile_list,
                                              schedule_rows)
 from controlplane.capacity.sizing.calibration import DISAGREE_FACTOR
+from controlplane.observability.reader import MetricsUnavailable
 from dashboards.access import viewer_required
 from dashboards.profiles import check_text, fit_lines, profile_figures
 from dashboards.stages import objectives_of
@@ -24,12 +25,17 @@ def profiles_context(deployment) -> dict:
     profiles = list(profile_list(deployment))
     for profile in profiles:
         profile.fit_lines = fit_lines(profile.fits or {})
-    live = live_points(deployment) if profiles else {"prefill": [], "decode": []}
+    live, metrics_error = {"prefill": [], "decode": []}, ""
+    if profiles:
+        try:
+            live = live_points(deployment)
+        except MetricsUnavailable as exc:  # the stored points still show; the page says why no live ones
+            metrics_error = str(exc)
     checks = profile_checks(deployment, live=live) if profiles else []
     return {"deployment": deployment, "profiles": profiles, "figures": profile_figures(profiles, live_now=live),
             "disagreements": [check_text(check) for check in checks if check["disagrees"]],
             "agreements": [check_text(check) for check in checks if not check["disagrees"]],
-            "disagree_factor": DISAGREE_FACTOR}
+            "disagree_factor": DISAGREE_FACTOR, "metrics_error": metrics_error}
 
 
 def _plain(ms: float) -> float | int:

@@ -13,14 +13,14 @@ from django.shortcuts import redirect
 from django.urls import reverse
 
 from controlplane.errors import ControlPlaneError
-from controlplane.observability.catalog import METRIC_IDS
-from controlplane.observability.models import RevisionSample
+from controlplane.observability.reader import MetricsUnavailable, reader
+from controlplane.observability.series import auto_step
 from controlplane.rollouts.report import rollout_report
 from controlplane.rollouts.selectors import rollout_get
 from controlplane.rollouts.services import rollout_abort, rollout_pause, rollout_promote, rollout_resume
 from dashboards.access import operator_required, viewer_required
 from dashboards.buckets import histogram_top
-from dashboards.charts import Axis, Series, line_figure
+from dashboards.charts import Axis, Series, error_figure, line_figure
 from dashboards.views.common import page, posted_key
 from dashboards.views.pages import get_deployment_or_404
 
@@ -31,7 +31,7 @@ CHART_METRICS = (("e2e_p99_seconds", "P99 end-to-end latency", "seconds"),
                  ("ttft_p99_seconds", "P99 time to first token", "seconds"),
                  ("itl_p99_seconds", "P99 inter-token latency", "seconds"), ("error_ratio", "Error ratio", "ratio"),
                  ("qps", "Requests per second", "requests_per_second"))
-MAX_POINTS = 2000  # per series (a longer one is downsampled): almost 3 hours at one scrape every 5 s
+MAX_POINTS = 2000  # per series (a longer one is downsampled); auto_step gives about 300
 
 
 def _rollout_or_404(deployment, rollout_id: int):
@@ -42,23 +42,27 @@ def _rollout_or_404(deployment, rollout_id: int):
 
 
 def rollout_figures(rollout, *, now: datetime | None = None) -> list[dict]:
-    """One figure per metric over the rollout's life, in the deployment page's style: the series the scraper stored
-    per revision from the gateway (observability.RevisionSample), stable's line solid, the tried revision's dashed.
-    Each is {"key": metric, "data", "layout"}."""
+    """One figure per metric over the rollout's life, in the deployment page's style: the gateway's series per
+    revision, read through the metrics backend (embedded: observability.RevisionSample; prometheus: the
+    tandem_revision: recording rules) as the mean of each step, stable's line solid, the tried revision's dashed.
+    A backend that does not answer draws every chart as its error. Each is {"key": metric, "data", "layout"}."""
     start = rollout.created_at.timestamp() - 60
     end = (rollout.finished_at or now or datetime.now(tz=dt_timezone.utc)).timestamp() + 60
     revisions = {rollout.stable_revision.number: (rollout.variants[0], "solid"),
                  rollout.revision.number: (rollout.variants[1], "dash")}
-    rows = (RevisionSample.objects.filter(deployment_id=rollout.deployment_id, revision__in=list(revisions),
-                                          metric__in=[METRIC_IDS[m] for m, _, _ in CHART_METRICS], ts__gte=start,
-                                          ts__lte=end)
-            .order_by("ts").values_list("revision", "metric", "ts", "value"))
-    series: dict[tuple[int, int], list[list[float]]] = {}
-    for revision, metric, ts, value in rows.iterator():
-        series.setdefault((revision, metric), []).append([ts, value])
+    error = None
+    try:
+        series = reader().revision_range(deployment_id=rollout.deployment_id, revisions=list(revisions),
+                                         metrics=[metric for metric, _, _ in CHART_METRICS], start=start, end=end,
+                                         step=auto_step(start, end))
+    except MetricsUnavailable as exc:
+        series, error = {}, str(exc)
     figures = []
     for metric, title, unit in CHART_METRICS:
-        lines = [Series(f"{name} (#{revision})", series.get((revision, METRIC_IDS[metric]), []), dash,
+        if error:
+            figures.append({"key": metric, **error_figure(title, error, x_range=(start, end))})
+            continue
+        lines = [Series(f"{name} (#{revision})", series.get((revision, metric), []), dash,
                         group=name, top=histogram_top(metric))
                  for revision, (name, dash) in revisions.items()]
         figure = line_figure(title, lines, Axis(unit), x_range=(start, end), max_points=MAX_POINTS,

@@ -18,7 +18,7 @@ from django.utils import timezone
 from controlplane.capacity.models import PoolSchedule, PredictiveScaling
 from controlplane.capacity.selectors import schedule_window
 from controlplane.models import DeploymentMode, Pool
-from controlplane.observability.series import metric_values
+from controlplane.observability.reader import reader
 
 DAY_S = 86400
 
@@ -32,7 +32,8 @@ class PoolBounds:
 
 def forecast_rps(pool: Pool, *, now: datetime, lead_time_s: int, history_days: int) -> float | None:
     """The request rate the pool will see within the next `lead_time_s`: for each of the previous days, the highest
-    rate between the same time of day and lead_time_s later; their mean. None without any history."""
+    rate between the same time of day and lead_time_s later; their mean. None without any history. Raises
+    MetricsUnavailable when the metrics backend does not answer (the autoscaler then holds still)."""
     entry_role = pool.role
     if pool.deployment.mode == DeploymentMode.DISAGGREGATED and pool.role == "decode":
         entry_role = "prefill"  # decode pools count the requests the prefill pool hands them; same rate
@@ -40,8 +41,8 @@ def forecast_rps(pool: Pool, *, now: datetime, lead_time_s: int, history_days: i
     window = max(lead_time_s, 60)
     for day in range(1, history_days + 1):
         # (now − day, now − day + lead]: what that day did over the next lead time (rollups, past raw retention).
-        values = metric_values(metric="qps", deployment=pool.deployment_id, role=entry_role, aggregation="max",
-                               window_s=window, offset_s=day * DAY_S - window, now=now)
+        values = reader().metric_values(metric="qps", deployment=pool.deployment_id, role=entry_role,
+                                        aggregation="max", window_s=window, offset_s=day * DAY_S - window, now=now)
         if values and values[0].value is not None:
             peaks.append(values[0].value)
     if not peaks:

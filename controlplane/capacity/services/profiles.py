@@ -3,6 +3,8 @@ from the scraped series added to the current revision's profiles (selectors.live
 (sizing.calibration.refit). Live points are kept apart by source "live", and plotted apart from the synthetic ones."""
 from __future__ import annotations
 
+import logging
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -11,6 +13,9 @@ from controlplane.capacity.selectors import live_points
 from controlplane.capacity.sizing.calibration import refit
 from controlplane.capacity.sizing.curves import kv_bytes_per_token
 from controlplane.models import Deployment
+from controlplane.observability.reader import MetricsUnavailable
+
+log = logging.getLogger(__name__)
 
 MAX_LIVE_POINTS = 200  # per stage and profile: the newest are kept
 
@@ -43,8 +48,12 @@ def profile_save(*, revision, node_class: str, role: str, points: dict, info: di
 
 def profile_live_refine(*, deployment: Deployment, window_s: float = 300, now: float | None = None) -> int:
     """Add the live points of the last window to the current revision's profiles and refit; returns how many
-    points were added."""
-    points = live_points(deployment, window_s=window_s, now=now)
+    points were added (none while the metrics backend does not answer: the next pass reads again)."""
+    try:
+        points = live_points(deployment, window_s=window_s, now=now)
+    except MetricsUnavailable as exc:
+        log.info("no live points for %s: %s", deployment.name, exc)
+        return 0
     added = 0
     with transaction.atomic():
         for profile in Profile.objects.select_for_update().filter(revision=deployment.current_revision_id):

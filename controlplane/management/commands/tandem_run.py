@@ -1,8 +1,9 @@
 """`make run` = `python manage.py tandem_run`: everything on this machine, in one foreground command.
 
-1. Check the web and gateway ports (every run: a busy one is a clear error naming its holder), migrate, prepare
-   the demo model (TANDEM_DEMO_MODEL: smollm2 or tiny), ensure the admin user and the `demo` deployment (1 prefill,
-   1 decode, gateway on TANDEM_GATEWAY_PORT, moved there when the setting changed).
+1. Check that TANDEM_PROMETHEUS_URL answers a query (the prometheus metrics backend only) and the web and gateway
+   ports (every run: a busy one is a clear error naming its holder), migrate, prepare the demo model
+   (TANDEM_DEMO_MODEL: smollm2 or tiny), ensure the admin user and the `demo` deployment (1 prefill, 1 decode,
+   gateway on TANDEM_GATEWAY_PORT, moved there when the setting changed).
 2. Start and supervise web (runserver), one Celery control worker, Celery beat and the node agent (which labels
    this node tandem.demo=true, the label both demo pools select); a child that dies is restarted with backoff, and
    each restart is an action row (actor system "tandem_run").
@@ -51,6 +52,8 @@ class Command(BaseCommand):
         web_port, gateway_port = settings.TANDEM_WEB_PORT, settings.TANDEM_GATEWAY_PORT
         if web_port == gateway_port:
             raise CommandError(f"TANDEM_WEB_PORT and TANDEM_GATEWAY_PORT are both {web_port}; set them apart")
+        if settings.TANDEM_METRICS_BACKEND == "prometheus":
+            self._prometheus_check()
         # Every run, before anything starts: a busy port is one clear line now, not a gateway that crash-loops
         # into `failed` behind a silent wait.
         self._port_check(web_port, what="the web server's", setting="TANDEM_WEB_PORT", avoid=(gateway_port,))
@@ -110,6 +113,19 @@ class Command(BaseCommand):
             stack.stop(["web"])
             self.out(f"stopped in {time.monotonic() - stopping:.1f} s (Celery and agent {celery_s:.1f} s, "
                      f"{len(outcomes)} worker and gateway processes {workers_s:.1f} s). Bye.")
+
+    def _prometheus_check(self) -> None:
+        """TANDEM_PROMETHEUS_URL must answer a PromQL query before anything starts: an unreachable or wrong URL (not
+        Prometheus, or a path it does not serve the API under) is one line now, not a stack whose pages, alerts and
+        autoscaler all hold still on `metrics unavailable`."""
+        from controlplane.observability.promql import MetricsUnavailable, PrometheusReader
+
+        prometheus = PrometheusReader(url=settings.TANDEM_PROMETHEUS_URL,
+                                      timeout_s=settings.TANDEM_PROMETHEUS_TIMEOUT_S)
+        try:
+            prometheus.query("vector(1)", at=time.time())
+        except MetricsUnavailable as error:
+            raise CommandError(f"TANDEM_METRICS_BACKEND=prometheus: {error}; check TANDEM_PROMETHEUS_URL") from None
 
     def _port_check(self, port: int, **kwargs) -> None:
         try:

@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 
 from controlplane.autoscaling.models import AutoscaleMetric
-from controlplane.observability.catalog import METRICS
-from controlplane.observability.recording_rules import NOT_SCRAPED, recorded_metrics, rules, rules_file
+from controlplane.observability.catalog import METRICS, TENANT_METRICS, TENANT_ONLY_METRICS
+from controlplane.observability.recording_rules import (NOT_SCRAPED, REVISION_METRICS, recorded_metrics, rules,
+                                                        rules_file)
 
 PROMTOOL = shutil.which("promtool")
 
@@ -20,7 +21,8 @@ def test_promtool_accepts_the_rules_file(tmp_path):
     path.write_text(rules_file(window_s=30, interval_s=5))
     out = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"SUCCESS: {2 * len(recorded_metrics())} rules found" in out.stdout
+    num_rules = 2 * len(recorded_metrics()) + len(TENANT_METRICS) + len(REVISION_METRICS)
+    assert f"SUCCESS: {num_rules} rules found" in out.stdout
 
 
 def test_the_command_writes_the_window_and_interval_of_the_settings(settings, tmp_path):
@@ -37,8 +39,21 @@ def test_every_series_the_loops_read_is_recorded_per_worker_and_per_pool():
     autoscaled = {metric.removesuffix("_per_worker") for metric in AutoscaleMetric.values}
     for name in autoscaled | {"qps", "error_ratio", "server_error_ratio", "up", "kv_cache_usage_ratio"}:
         assert f"tandem_worker:{name}" in records and f"tandem_pool:{name}" in records, name
-    # Everything the workers export is recorded; only the control plane's own figure is not.
-    assert set(METRICS) - recorded_metrics() == set(NOT_SCRAPED)
+    # Everything the workers export is recorded; only the control plane's own figure is not (and the quota ratios,
+    # which exist per tenant only).
+    assert set(METRICS) - recorded_metrics() == set(NOT_SCRAPED) | set(TENANT_ONLY_METRICS)
+    assert {f"tandem_tenant:{name}" for name in TENANT_METRICS} <= records
+
+
+def test_tenant_series_come_from_the_gateways_tenant_series_summed_over_gateways():
+    exprs = dict(rules(window_s=30))
+    assert exprs["tandem_tenant:ttft_p99_seconds"] == (
+        "histogram_quantile(0.99, sum by (le, deployment, tenant) "
+        "(rate(tandem_gateway_tenant_time_to_first_token_seconds_bucket[30s])))")
+    # Limits are per gateway: the ratio is taken per gateway, then the largest.
+    assert exprs["tandem_tenant:tokens_per_minute_quota_ratio"].startswith("max by (deployment, tenant) (60 * ")
+    assert 'tandem_gateway_tenant_limit{limit="tokens_per_minute"}' in \
+        exprs["tandem_tenant:tokens_per_minute_quota_ratio"]
 
 
 def test_pool_quantiles_and_ratios_come_from_summed_series_not_worker_values():
@@ -48,3 +63,15 @@ def test_pool_quantiles_and_ratios_come_from_summed_series_not_worker_values():
         "(rate(tandem_time_to_first_token_seconds_bucket[30s])))")
     assert "tandem_worker:" not in exprs["tandem_pool:error_ratio"]
     assert exprs["tandem_pool:kv_cache_usage_ratio"] == "avg by (deployment, pool) (tandem_worker:kv_cache_usage_ratio)"
+
+
+def test_revision_series_come_from_the_gateways_revision_label_summed_over_gateways():
+    from dashboards.views.rollouts import CHART_METRICS
+
+    exprs = dict(rules(window_s=30))
+    assert {f"tandem_revision:{metric}" for metric, _, _ in CHART_METRICS} <= set(exprs)
+    assert exprs["tandem_revision:itl_p99_seconds"] == (
+        "histogram_quantile(0.99, sum by (le, deployment, revision) "
+        '(rate(tandem_inter_token_latency_seconds_bucket{pool="gateway", revision!=""}[30s])))')
+    # Workers carry their target's revision label too: only the gateway's requests count.
+    assert all('pool="gateway", revision!=""' in exprs[f"tandem_revision:{name}"] for name in REVISION_METRICS)
