@@ -4,6 +4,7 @@ child process (the agent signals it for real), and the agent's tasks run in this
 them."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psutil
 import pytest
+import requests
 
 from tests.controlplane.rollouts.conftest import exposition
 
@@ -199,3 +201,31 @@ def fault_leftovers(*, keys, ports: dict[int, int]) -> list[str]:
         if worker.pid and process_state(worker.pid) == psutil.STATUS_STOPPED:
             left.append(f"worker {worker.pk}'s process {worker.pid} is still stopped")
     return left
+
+
+@contextlib.contextmanager
+def simulated_worker_for(row, role: str, log_path):
+    """`row` (a Worker) served by a real simulated worker of `role` started here: the row gets its pid, port and start
+    time, as the agent would write them; stopped at the end."""
+    from controlplane.agent import processes
+    from controlplane.models import Worker
+    from tests.procs import free_port
+
+    port = free_port()
+    handle = processes.spawn([sys.executable, "-m", "inference.worker", "--simulate", "tiny-cpu", "--role", role,
+                              "--model", "/m/sim", "--port", str(port)], log_path=log_path, marker=str(row.pk))
+    try:
+        Worker.objects.filter(pk=row.pk).update(
+            pid=handle.pid, port=port, started_at=datetime.fromtimestamp(handle.create_time, tz=dt_timezone.utc))
+
+        def answers() -> bool:
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until("the simulated worker to answer", answers, timeout=60)
+        row.refresh_from_db()
+        yield row
+    finally:
+        processes.stop(handle, deadline_s=5)

@@ -5,21 +5,18 @@ proxy while everything else reaches the worker directly; each is reverted by a r
 from the injected row by an agent restarted meanwhile, and by a run's abort, and leaves nothing behind."""
 from __future__ import annotations
 
-import sys
 import time
-from datetime import datetime, timezone as dt_timezone
 
 import pytest
 import requests
 
-from controlplane.agent import faults, processes
+from controlplane.agent import faults
 from controlplane.chaos.services import experiment_create, run_abort, run_start
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, Worker
 from controlplane.selectors import deployment_endpoints
 from inference.worker.sim.kv import encode_fake_payload
-from tests.controlplane.chaos.conftest import fault_leftovers, wait_until
-from tests.procs import free_port
+from tests.controlplane.chaos.conftest import fault_leftovers, simulated_worker_for, wait_until
 
 AUDIT = {"chaos_run": 1, "experiment": "t"}
 pytestmark = pytest.mark.integration
@@ -29,20 +26,8 @@ pytestmark = pytest.mark.integration
 def sim_decode(world, tmp_path, settings):
     """world's decode row, served by a real simulated decode worker."""
     settings.TANDEM_LOG_DIR = tmp_path / "logs"
-    decode = world["decode"]
-    port = free_port()
-    handle = processes.spawn([sys.executable, "-m", "inference.worker", "--simulate", "tiny-cpu", "--role",
-                              "decode", "--model", "/m/sim", "--port", str(port)],
-                             log_path=tmp_path / "sim.log", marker=str(decode.pk))
-    try:
-        Worker.objects.filter(pk=decode.pk).update(
-            pid=handle.pid, port=port, started_at=datetime.fromtimestamp(handle.create_time, tz=dt_timezone.utc))
-        wait_until("the simulated worker to answer", lambda: _status(f"http://127.0.0.1:{port}/health") == 200,
-                   timeout=60)
-        decode.refresh_from_db()
+    with simulated_worker_for(world["decode"], "decode", tmp_path / "sim.log") as decode:
         yield decode
-    finally:
-        processes.stop(handle, deadline_s=5)
 
 
 def _status(url: str, timeout: float = 2) -> int | str:

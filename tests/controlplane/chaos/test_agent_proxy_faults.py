@@ -5,9 +5,7 @@ with no message; an agent restarted meanwhile reverts it from the injected row; 
 settings to the agent."""
 from __future__ import annotations
 
-import sys
 import time
-from datetime import datetime, timezone as dt_timezone
 
 import pytest
 import requests
@@ -16,8 +14,7 @@ from controlplane.agent import faults, processes
 from controlplane.chaos.models import ChaosRun, RunStatus
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, Worker
-from tests.controlplane.chaos.conftest import wait_until
-from tests.procs import free_port
+from tests.controlplane.chaos.conftest import simulated_worker_for, wait_until
 
 AUDIT = {"chaos_run": 1, "experiment": "t"}
 BODY = {"prompt": "a b c", "max_tokens": 3, "ignore_eos": True}
@@ -28,27 +25,8 @@ pytestmark = pytest.mark.integration
 def sim_decode(world, tmp_path, settings):
     """world's decode row, served by a real simulated worker (a colocated one: it answers /v1/generate)."""
     settings.TANDEM_LOG_DIR = tmp_path / "logs"
-    decode = world["decode"]
-    port = free_port()
-    handle = processes.spawn([sys.executable, "-m", "inference.worker", "--simulate", "tiny-cpu", "--role",
-                              "colocated", "--model", "/m/sim", "--port", str(port)],
-                             log_path=tmp_path / "sim.log", marker=str(decode.pk))
-    try:
-        Worker.objects.filter(pk=decode.pk).update(
-            pid=handle.pid, port=port, started_at=datetime.fromtimestamp(handle.create_time, tz=dt_timezone.utc))
-        wait_until("the simulated worker to answer", lambda: _get(f"http://127.0.0.1:{port}/health") == 200,
-                   timeout=60)
-        decode.refresh_from_db()
+    with simulated_worker_for(world["decode"], "colocated", tmp_path / "sim.log") as decode:
         yield decode
-    finally:
-        processes.stop(handle, deadline_s=5)
-
-
-def _get(url: str) -> int | None:
-    try:
-        return requests.get(url, timeout=2).status_code
-    except requests.RequestException:
-        return None
 
 
 def _injected(key: str) -> Action:

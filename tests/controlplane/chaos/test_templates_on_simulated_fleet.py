@@ -28,7 +28,7 @@ from inference.worker.sim.profile import BUILTIN
 from tests.controlplane.integration.live import IsolatedServices, live_stack_start, live_stack_stop
 from tests.procs import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.backends]
+pytestmark = pytest.mark.integration
 
 NAME = "sim-chaos"
 CHAOS = f"deployments/{NAME}/chaos"
