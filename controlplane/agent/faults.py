@@ -118,10 +118,12 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
                  params: dict | None = None) -> str:
     """Inject one fault into one worker's process (a resource fault: its host). Returns the outcome: "killed",
     "paused", "proxied", "hogging", "duplicate"
-    (this key was injected before), "expired" (the deadline passed before the message arrived), "gone" (no live
-    process), "failed" (the proxy or the hog did not start, or more memory than the host has) or "unsupported".
+    (this key was injected before), "cancelled" (its revert arrived first), "expired" (the deadline passed before the
+    message arrived), "gone" (no live process), "failed" (the proxy or the hog did not start, or more memory than
+    the host has) or "unsupported".
 
-    1. A key already injected (its row exists) is not injected again: a re-delivered message is a no-op.
+    1. A key already injected (its row exists) is not injected again: a re-delivered message is a no-op; a key
+       already reverted is not injected at all.
     2. pause: SIGSTOP the process group and arm the release timer for min(until, now + the maximum duration).
     3. error, latency, reset, partition, kv_*: start the fault proxy (its own deadline the same), point the row
        (or its KV address) at it, arm the timer.
@@ -136,6 +138,12 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     worker = _worker(worker_id)
     common = dict(kind=INJECTED_KIND, key=injected_key(key), worker=worker, event="fault_injected",
                   audit={**audit, "fault": kind})
+    if action_find(reverted_key(key)) is not None:
+        # Its revert came first (the two messages travel apart, and a short fault's revert can overtake its inject):
+        # injected now, the fault would stay until its deadline with no revert left to come.
+        _record(**common, outcome="cancelled", status=ActionStatus.FAILED,
+                error="its revert arrived first: nothing injected")
+        return "cancelled"
     if runtime.simulated and kind in resource_faults.RESOURCE_KINDS:
         _record(**common, outcome="unsupported", status=ActionStatus.FAILED,
                 error="resource faults load the real host, which a simulated fleet's nodes share")

@@ -90,3 +90,15 @@ def test_another_nodes_worker_is_never_signalled(world, monkeypatch):
     assert faults.fault_inject(key="k-node", kind="pause", worker_id=world["decode"].pk, until=time.time() + 30,
                                audit=AUDIT) == "gone"
     assert process_state(world["handle"].pid) != "stopped"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_inject_that_arrives_after_its_revert_injects_nothing(world):
+    pid = world["handle"].pid
+    assert faults.fault_revert(key="k-late", kind="pause", worker_id=world["decode"].pk, audit=AUDIT) == "resumed"
+    assert faults.fault_inject(key="k-late", kind="pause", worker_id=world["decode"].pk, until=time.time() + 60,
+                               audit=AUDIT) == "cancelled"
+    assert process_state(pid) in ("sleeping", "running") and faults.paused_keys() == []
+    injected = Action.objects.get(idempotency_key=faults.injected_key("k-late"))
+    assert injected.status == ActionStatus.FAILED and injected.result["outcome"] == "cancelled"
+
