@@ -192,32 +192,20 @@ class FaultProxy:
             await asyncio.sleep(0.05)
 
 
-def _ratio(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a ratio in 0..1")
-    return value
+def _bounded(convert, low: float, high: float, what: str):
+    """An argparse type: `convert(text)` within [low, high], else an error naming `what`."""
+    def parse(text: str):
+        value = convert(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not {what} in {low:g}..{high:g}")
+        return value
+    return parse
 
 
-def _ms(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 600_000:
-        raise argparse.ArgumentTypeError(f"{text} is not milliseconds in 0..600000")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text} is not seconds in 0..3600")
-    return value
-
-
-def _corrupt_count(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"{text} is not a byte count in 1..1024")
-    return value
+_ratio = _bounded(float, 0, 1, "a ratio")
+_ms = _bounded(float, 0, 600_000, "milliseconds")
+_seconds = _bounded(float, 0, 3600, "seconds")
+_corrupt_count = _bounded(int, 1, 1024, "a byte count")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -26,12 +26,12 @@ pytestmark = pytest.mark.integration
 BODY = {"prompt": "a b c", "max_tokens": 4, "ignore_eos": True}
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("fault-proxy")
+def _sim_worker(tmp_path_factory, role: str):
+    """A simulated worker of `role` (tiny-cpu profile) for the module; stopped at its end."""
+    log_dir = tmp_path_factory.mktemp(f"fault-proxy-{role}")
     port = free_port()
-    proc = start("sim-worker", ["-m", "inference.worker", "--simulate", "tiny-cpu", "--role", "colocated", "--model",
-                                "/m/sim", "--port", str(port)], log_dir)
+    proc = start(f"sim-{role}", ["-m", "inference.worker", "--simulate", "tiny-cpu", "--role", role, "--model",
+                                 "/m/sim", "--port", str(port)], log_dir)
     proc.url = f"http://127.0.0.1:{port}"
     proc.log_dir = log_dir
     try:
@@ -39,6 +39,11 @@ def worker(tmp_path_factory):
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    yield from _sim_worker(tmp_path_factory, "colocated")
 
 
 @pytest.fixture
@@ -181,17 +186,7 @@ def test_a_partition_holds_every_request_health_too_and_drops_it_when_it_heals(w
 
 @pytest.fixture(scope="module")
 def sim_decode(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("fault-proxy-decode")
-    port = free_port()
-    proc = start("sim-decode", ["-m", "inference.worker", "--simulate", "tiny-cpu", "--role", "decode", "--model",
-                                "/m/sim", "--port", str(port)], log_dir)
-    proc.url = f"http://127.0.0.1:{port}"
-    proc.log_dir = log_dir
-    try:
-        wait_http(proc, proc.url + "/health", timeout=60)
-        yield proc
-    finally:
-        proc.stop()
+    yield from _sim_worker(tmp_path_factory, "decode")
 
 
 def test_a_corrupt_fault_flips_bytes_of_the_kv_push_and_the_decode_worker_refuses_every_one(sim_decode):

@@ -6,22 +6,11 @@ import pytest
 
 from controlplane.autoscaling.autoscaler import autoscale_pool
 from controlplane.autoscaling.models import AutoscalingPolicy
-from controlplane.models import Action, ActorType, Pool
+from controlplane.models import Action, ActorType
 from controlplane.observability.catalog import METRIC_IDS
 from controlplane.observability.models import Sample
 from controlplane.services import pool_scale
-
-
-@pytest.fixture
-def scaled(deployment, make_worker):
-    deployment.autoscale_enabled = True
-    deployment.save()
-    make_worker(deployment, "decode")  # one ready decode worker
-    return deployment
-
-
-def pool_of(deployment, role="decode"):
-    return Pool.objects.select_related("deployment").get(deployment=deployment, role=role)
+from tests.controlplane.autoscaling.support import pool_of
 
 
 def observe(deployment, metric, value, *, role="decode", at=None):

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from controlplane.autoscaling.autoscaler import autoscale_pool
-from controlplane.models import Action, ActorType, Pool
+from controlplane.models import Action, ActorType
 from controlplane.services import pool_scale
+from tests.controlplane.autoscaling.support import pool_of
 from tests.controlplane.observability.seeded_prometheus import PROMETHEUS, PROMTOOL, seed_embedded, serving
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None,
@@ -52,10 +53,6 @@ def scaled(request, settings, prometheus, deployment, make_worker):
     deployment.save()
     make_worker(deployment, "decode")
     return deployment
-
-
-def pool_of(deployment, role="decode"):
-    return Pool.objects.select_related("deployment").get(deployment=deployment, role=role)
 
 
 def autoscaler_actions(deployment):

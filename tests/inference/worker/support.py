@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -24,6 +25,22 @@ def start_worker(name: str, role: str, model_dir: Path, log_dir: Path, *extra: s
     if wait:
         procs.wait_http(proc, proc.url + "/health", timeout=START_TIMEOUT_S)
     return proc
+
+
+@contextmanager
+def workers_started(roles: tuple[str, ...], model_dir: Path, log_dir: Path, *extra: str, env: dict | None = None):
+    """One real worker per role, started together (their model loads overlap), each named after its role; all
+    stopped at the end."""
+    started = {}
+    try:
+        for role in roles:
+            started[role] = start_worker(role, role, model_dir, log_dir, *extra, env=env, wait=False)
+        for proc in started.values():
+            procs.wait_http(proc, proc.url + "/health", timeout=START_TIMEOUT_S)
+        yield started
+    finally:
+        for proc in started.values():
+            proc.stop()
 
 
 def read_stream(response: requests.Response) -> list[dict]:

@@ -11,8 +11,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.inference.worker.support import (
-    HTTP_TIMEOUT_S, assert_openai_error, generate, metric, read_stream, start_worker, text, token_ids)
-from tests.procs import free_port, wait_http
+    HTTP_TIMEOUT_S, assert_openai_error, generate, metric, read_stream, text, token_ids,
+    workers_started)
+from tests.procs import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -23,20 +24,9 @@ MAX_TOKENS = 12
 
 @pytest.fixture(scope="module")
 def workers(tiny_model_dir, tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("logs")
-    started = {}
-    try:
-        # Started together: their model loads overlap.
-        for role in ("prefill", "decode", "colocated"):
-            started[role] = start_worker(role, role, tiny_model_dir, log_dir, wait=False)
-        # Room for three model loads at once on a loaded host: at load ~22 (a 1,000-worker simulated fleet beside
-        # the suite) they were not healthy within 120 s.
-        for proc in started.values():
-            wait_http(proc, proc.url + "/health", timeout=360)
+    roles = ("prefill", "decode", "colocated")
+    with workers_started(roles, tiny_model_dir, tmp_path_factory.mktemp("logs")) as started:
         yield started
-    finally:
-        for proc in started.values():
-            proc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import requests
 
 from inference.worker_secret import SECRET_ENV, SECRET_HEADER
 from tests.inference.worker.support import (
-    HTTP_TIMEOUT_S, assert_openai_error, read_stream, start_worker, text)
+    HTTP_TIMEOUT_S, assert_openai_error, read_stream, text, workers_started)
 from tests.procs import free_port, start, wait_http
 
 pytestmark = pytest.mark.integration
@@ -22,16 +22,9 @@ WRONG = {SECRET_HEADER: "revision-6-secret"}
 @pytest.fixture(scope="module")
 def pair(tiny_model_dir, tmp_path_factory):
     """A real prefill and decode worker of one revision, holding its secret (as the node agent starts them)."""
-    log_dir = tmp_path_factory.mktemp("worker-secret")
-    started = {role: start_worker(role, role, tiny_model_dir, log_dir, "--revision", "7",
-                                  env={SECRET_ENV: SECRET}, wait=False) for role in ("prefill", "decode")}
-    try:
-        for proc in started.values():
-            wait_http(proc, proc.url + "/health", timeout=360)
+    with workers_started(("prefill", "decode"), tiny_model_dir, tmp_path_factory.mktemp("worker-secret"),
+                         "--revision", "7", env={SECRET_ENV: SECRET}) as started:
         yield started
-    finally:
-        for proc in started.values():
-            proc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,20 @@ from tests.procs import free_port, start, wait_http
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
+def host_process(tmp_path_factory, index: int):
+    """A simulated worker host (`--index` keeps its port range apart from other modules'), stopped at the end."""
     port = free_port()
-    proc = start("simhost", ["-m", "inference.worker.sim.host", "--port", str(port), "--index", "3"],
-                 tmp_path_factory.mktemp("simhost"))
+    proc = start("simhost", ["-m", "inference.worker.sim.host", "--port", str(port), "--index", str(index)],
+                 tmp_path_factory.mktemp(f"simhost-{index}"))
     proc.url = f"http://127.0.0.1:{port}"
     wait_http(proc, proc.url + "/health", timeout=60)
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    yield from host_process(tmp_path_factory, 3)
 
 
 def wait_until(predicate, timeout: float) -> None:

@@ -9,21 +9,15 @@ import time
 import pytest
 import requests
 
-from tests.inference.worker.sim.test_host import worker_argv
-from tests.procs import free_port, start, wait_http
+from tests.inference.worker.sim.test_host import host_process, worker_argv
+from tests.procs import free_port
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    port = free_port()
-    proc = start("simhost", ["-m", "inference.worker.sim.host", "--port", str(port), "--index", "4"],
-                 tmp_path_factory.mktemp("simhost-pause"))
-    proc.url = f"http://127.0.0.1:{port}"
-    wait_http(proc, proc.url + "/health", timeout=60)
-    yield proc
-    proc.stop()
+    yield from host_process(tmp_path_factory, 4)
 
 
 def started(host, wid: str) -> str:
