@@ -2,7 +2,9 @@
 process group), `pause` (SIGSTOP it, SIGCONT at its deadline), the proxy faults `error`, `latency`, `reset` and
 `partition`, and the KV-push faults `kv_latency`, `kv_reset` and `kv_corrupt` (a fault proxy in front of the worker,
 which the worker's row, or its KV address, points at until the deadline: proxy_faults.py), and the
-resource faults `cpu_hog` and `memory_pressure` (a hog on the worker's host until the deadline: resource_faults.py).
+resource faults `cpu_hog` and `memory_pressure` (a hog on the worker's host until the deadline: resource_faults.py),
+and the control faults `broker_freeze` (the Celery broker hangs until the deadline) and `agent_kill` (this agent
+SIGKILLs itself; its supervisor starts it again): control_faults.py.
 
 The agent is the executor, never the policy: a fault arrives as a message naming the worker, the kind, a deadline
 (`until`, Unix seconds) and the audit params to copy onto its rows; what happened is reported as Action rows
@@ -24,23 +26,27 @@ which many simulated nodes share: they are refused there ("unsupported"; the cha
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError
+from django.utils import timezone
 
-from controlplane.agent import launch, processes, proxy_faults, resource_faults, runtime
-from controlplane.models import ActionKind, ActionStatus, Worker
+from controlplane.agent import control_faults, launch, processes, proxy_faults, resource_faults, runtime
+from controlplane.models import Action, ActionKind, ActionStatus, Worker
 from controlplane.services.actions import Actor, DuplicateAction, action_create, action_find
 
 log = logging.getLogger(__name__)
 
 AGENT_FAULT_INJECT = "controlplane.agent.tasks.agent_fault_inject"
 AGENT_FAULT_REVERT = "controlplane.agent.tasks.agent_fault_revert"
-FAULT_KINDS = ("kill", "pause", *proxy_faults.PROXY_KINDS, *resource_faults.RESOURCE_KINDS)
+FAULT_KINDS = ("kill", "pause", *proxy_faults.PROXY_KINDS, *resource_faults.RESOURCE_KINDS,
+               *control_faults.CONTROL_KINDS)
 # The audit rows of a fault. ActionKind has no `fault` value: adding one changes the Action.kind field's choices,
 # which needs a migration of the core app (see docs/chaos.md); `start`/`stop` carry params.event instead.
 INJECTED_KIND, REVERTED_KIND = ActionKind.START, ActionKind.STOP
@@ -56,17 +62,18 @@ def reverted_key(key: str) -> str:
 
 @dataclass(slots=True)
 class _Pause:
-    handle: processes.ProcessHandle  # the worker's (pause), the fault proxy's or the hog's process
+    handle: processes.ProcessHandle | None  # the worker's (pause), the fault proxy's or the hog's process
     timer: threading.Timer
     until: float
     worker_id: int
     audit: dict
     proxy: dict | None = None  # a proxy fault: what proxy_faults.proxy_stop needs
     resource: dict | None = None  # a resource fault: what resource_faults.hog_stop needs
+    freeze: dict | None = None  # a broker freeze: what control_faults.freeze_stop needs
 
 
-# Faults with a deadline this process holds (pauses, proxy and resource faults), by fault key: the timer that
-# releases each one at its deadline.
+# Faults with a deadline this process holds (pauses, proxy and resource faults, a broker freeze), by fault key: the
+# timer that releases each one at its deadline.
 _paused: dict[str, _Pause] = {}
 _starting: set[str] = set()  # proxy and resource faults whose process is starting (outside the lock: it takes a while)
 _paused_lock = threading.Lock()
@@ -116,8 +123,8 @@ def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
 
 def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: dict | None = None,
                  params: dict | None = None) -> str:
-    """Inject one fault into one worker's process (a resource fault: its host). Returns the outcome: "killed",
-    "paused", "proxied", "hogging", "duplicate"
+    """Inject one fault into one worker's process (a resource fault: its host; agent_kill: its node's agent;
+    broker_freeze: the broker). Returns the outcome: "killed", "paused", "proxied", "hogging", "frozen", "duplicate"
     (this key was injected before), "cancelled" (its revert arrived first), "expired" (the deadline passed before the
     message arrived), "gone" (no live process), "failed" (the proxy or the hog did not start, or more memory than
     the host has) or "unsupported".
@@ -128,7 +135,8 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     3. error, latency, reset, partition, kv_*: start the fault proxy (its own deadline the same), point the row
        (or its KV address) at it, arm the timer.
     4. cpu_hog, memory_pressure: start the hog on this host (its own deadline the same), arm the timer.
-    5. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
+    5. broker_freeze: freeze the broker (control_faults), arm the timer. agent_kill: write the row, SIGKILL this agent.
+    6. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
     """
     audit = dict(audit or {})
     if kind not in FAULT_KINDS:
@@ -150,10 +158,13 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         return "unsupported"
     now = time.time()
     remaining = min(until - now, float(settings.TANDEM_CHAOS_MAX_DURATION_S))
-    if kind != "kill" and remaining <= 0:
+    if kind not in ("kill", "agent_kill") and remaining <= 0:
         _record(**common, outcome="expired", status=ActionStatus.FAILED,
                 error=f"the fault's deadline passed {now - until:.1f} s before the message arrived")
         return "expired"
+    if kind in control_faults.CONTROL_KINDS:
+        return _control_inject(key=key, kind=kind, worker=worker, until=now + remaining, params=params or {},
+                               audit=audit, common=common)
     handle = _live_handle(worker)
     if handle is None:
         _record(**common, outcome="gone", status=ActionStatus.FAILED, error="the worker has no live process")
@@ -180,10 +191,36 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     return "paused"
 
 
+def _control_inject(*, key: str, kind: str, worker: Worker | None, until: float, params: dict, audit: dict,
+                    common: dict) -> str:
+    """agent_kill or broker_freeze, carried out by a node agent process only (an eager task in the control worker
+    would kill or freeze the control plane itself). The node is the worker's (agent_kill) or the carrier's that the
+    chaos app chose (params["node"], broker_freeze)."""
+    node = params.get("node") or (worker.node.name if worker is not None and worker.node is not None else None)
+    refused = None
+    if runtime.node_name is None and not runtime.simulated:
+        refused = "unsupported", "carried out by a node agent process only; this process is not one"
+    elif worker is None:
+        refused = "gone", "the target worker has no row"
+    elif runtime.node_name is not None and node != runtime.node_name:
+        refused = "failed", f"meant for the agent of node {node!r}, not {runtime.node_name!r}"
+    if refused is not None:
+        _record(**common, outcome=refused[0], status=ActionStatus.FAILED, error=refused[1])
+        return refused[0]
+    if kind == "broker_freeze":
+        return _held_inject(key=key, kind=kind, worker=worker, until=until, params={"node": node}, audit=audit,
+                            common=common)
+    # The row first: once this agent is gone, nobody could write it; a message delivered again finds it.
+    _record(**common, outcome="killed", node=node, agent_pid=os.getpid(), signal="SIGKILL",
+            simulated=runtime.simulated)
+    control_faults.agent_kill(node)
+    return "killed"
+
+
 def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: dict, audit: dict,
                  common: dict) -> str:
-    """A fault with a process of its own (a fault proxy, a hog) held until its deadline."""
-    proxied = kind in proxy_faults.PROXY_KINDS
+    """A fault with a process of its own (a fault proxy, a hog) or a broker freeze, held until its deadline."""
+    proxied, frozen = kind in proxy_faults.PROXY_KINDS, kind == "broker_freeze"
     with _paused_lock:
         if key in _paused or key in _starting:
             return "duplicate"
@@ -193,10 +230,12 @@ def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: d
             state = proxy_faults.proxy_start(key=key, kind=kind, worker=worker, until=until, params=params)
             handle = processes.ProcessHandle(pid=state["proxy_pid"], create_time=state["proxy_started"],
                                              marker=proxy_faults.marker_of(key))
+        elif frozen:
+            state, handle = {**control_faults.freeze_start(key=key), **params}, None
         else:
             state = resource_faults.hog_start(key=key, kind=kind, worker_id=worker.id, until=until, params=params)
             handle = resource_faults.hog_handle(key, state)
-    except (proxy_faults.ProxyFailed, resource_faults.ResourceRefused) as exc:
+    except (proxy_faults.ProxyFailed, resource_faults.ResourceRefused, control_faults.FreezeFailed) as exc:
         _record(**common, outcome="failed", status=ActionStatus.FAILED, error=str(exc))
         return "failed"
     finally:
@@ -207,12 +246,12 @@ def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: d
     with _paused_lock:
         _paused[key] = _Pause(handle=handle, timer=timer, until=until, worker_id=worker.id,
                               audit={**audit, "fault": kind}, proxy=state if proxied else None,
-                              resource=None if proxied else state)
+                              resource=state if not proxied and not frozen else None, freeze=state if frozen else None)
         timer.start()
-    outcome = "proxied" if proxied else "hogging"
+    outcome = "proxied" if proxied else "frozen" if frozen else "hogging"
     _record(**common, outcome=outcome, until=until, params=params, **state)
-    log.info("fault %s: %s of worker %s (%s %s) until %.1f", key, "a fault proxy in front" if proxied else
-             "a hog on the host", worker.id, kind, params, until)
+    log.info("fault %s: %s (worker %s; %s %s) until %.1f", key, "a fault proxy in front" if proxied else
+             "the broker frozen" if frozen else "a hog on the host", worker.id, kind, params, until)
     return outcome
 
 
@@ -224,19 +263,22 @@ def _release(key: str, by: str) -> str | None:
         if pause is None:
             return None
         pause.timer.cancel()
-        if pause.proxy is None and pause.resource is None:
+        if pause.proxy is None and pause.resource is None and pause.freeze is None:
             outcome = "resumed" if runtime.launcher.signal_group(pause.handle, signal.SIGCONT) else "gone"
     if pause.proxy is not None:
         outcome = _proxy_stop(key, pause.worker_id, pause.proxy)
     elif pause.resource is not None:
         outcome = resource_faults.hog_stop(key=key, state=pause.resource)
-    log.info("fault %s: worker %s released by %s (%s)", key, pause.worker_id, by, outcome)
+    elif pause.freeze is not None:
+        outcome = control_faults.freeze_stop(key=key, state=pause.freeze)
+    log.info("fault %s (worker %s) released by %s: %s", key, pause.worker_id, by, outcome)
     try:
         worker = _worker(pause.worker_id)
     except DatabaseError:
         worker = None
     _record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=pause.audit,
-            outcome=outcome, by=by, pid=pause.handle.pid, late_s=round(max(0.0, time.time() - pause.until), 3))
+            outcome=outcome, by=by, pid=pause.handle.pid if pause.handle else None,
+            late_s=round(max(0.0, time.time() - pause.until), 3))
     return outcome
 
 
@@ -262,8 +304,9 @@ def _wait_started(key: str) -> None:
 
 
 def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = None) -> str:
-    """Undo one fault. Returns "resumed", "restored", "stopped" (a hog), "already-reverted", "nothing-to-revert" (a
-    kill: supervision restarts the worker) or "gone".
+    """Undo one fault. Returns "resumed", "restored", "stopped" (a hog), "thawed" (a broker), "restarted" (an agent
+    killed, back), "already-reverted", "nothing-to-revert" (a kill: supervision restarts the worker), "agent-down" (a
+    simulated agent killed and not back yet: its restart writes the revert row) or "gone".
 
     A fault this process holds is released now (its timer cancelled). A pause it does not hold (the agent restarted,
     or the deadline released it) gets SIGCONT on the worker's recorded process unless its revert row exists; a proxy
@@ -286,6 +329,15 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
         injected = action_find(injected_key(key))
         state = (injected.result or {}) if injected is not None else {}
         outcome = resource_faults.hog_stop(key=key, state=state) if "hog_pid" in state else "gone"
+    elif kind == "broker_freeze":
+        injected = action_find(injected_key(key))
+        state = (injected.result or {}) if injected is not None else {}
+        outcome = control_faults.freeze_stop(key=key, state=state) if "broker" in state else "gone"
+    elif kind == "agent_kill":
+        node = worker.node.name if worker is not None and worker.node is not None else None
+        if node is not None and control_faults.agent_is_down(node):
+            return "agent-down"
+        outcome = "restarted"  # this message reached the node's agent: a live one, started again
     else:
         handle = _live_handle(worker)
         outcome = "resumed" if handle is not None and runtime.launcher.signal_group(handle, signal.SIGCONT) \
@@ -293,3 +345,35 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
     _record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=audit,
             outcome=outcome, by="a revert")
     return outcome
+
+
+def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) -> list[str]:
+    """After this node's agent started (again): the control faults its predecessor carried and nobody reverted get
+    their revert rows now. An agent_kill is over (this agent is its restart: `restarted`, with the workers adopted);
+    a broker freeze is thawed at once (its timer died with the old agent, and no revert can come through a frozen
+    broker). Returns the keys reverted."""
+    since = timezone.now() - timedelta(days=1)
+    rows = Action.objects.filter(created_at__gte=since, kind=INJECTED_KIND, status=ActionStatus.SUCCEEDED,
+                                 params__event="fault_injected", params__fault__in=control_faults.CONTROL_KINDS,
+                                 result__node=node_name).select_related("worker", "deployment")
+    resumed = []
+    for row in rows:
+        key = (row.idempotency_key or "").removesuffix(":injected")
+        if not key or action_find(reverted_key(key)) is not None:
+            continue
+        fault = row.params["fault"]
+        if fault == "broker_freeze" and _release(key, "the agent's restart") is not None:
+            resumed.append(key)  # held by this very process (a simulated agent's restart): released, row written
+            continue
+        if fault == "agent_kill":
+            outcome = "restarted"
+            extra = {"adopted": (adopted or {}).get("adopted", []),
+                     "down_s": round((timezone.now() - row.created_at).total_seconds(), 3)}
+        else:
+            outcome, extra = control_faults.freeze_stop(key=key, state=row.result or {}), {}
+        audit = {k: v for k, v in (row.params or {}).items() if k not in ("event", "worker")}
+        _record(kind=REVERTED_KIND, key=reverted_key(key), worker=row.worker, event="fault_reverted", audit=audit,
+                outcome=outcome, by="the agent's restart", **extra)
+        log.info("fault %s (%s) of node %s: %s at the agent's restart", key, fault, node_name, outcome)
+        resumed.append(key)
+    return resumed

@@ -215,25 +215,65 @@ def hosts_start(num_hosts: int, *, log_dir: Path) -> tuple[list[processes.Proces
     return handles, urls
 
 
+# Simulated agents killed by the chaos fault agent_kill: node name -> when its supervisor starts it again (monotonic).
+SIM_RESTART_S = 1.0  # a supervisor's first backoff (controlplane.run.stack)
+_agents_down: dict[str, float] = {}
+_agents_lock = threading.Lock()
+
+
+def agent_kill(node_name: str) -> None:
+    """The simulated agent of `node_name` dies: no heartbeat of that node until it is started again, SIM_RESTART_S
+    from now, when it adopts its workers as a restarted agent does (FleetHeartbeat). Its queue is still consumed (one
+    Celery worker serves every node of the fleet); its workers, in the simulated hosts, keep serving."""
+    with _agents_lock:
+        _agents_down[node_name] = time.monotonic() + SIM_RESTART_S
+
+
+def agent_is_down(node_name: str) -> bool:
+    with _agents_lock:
+        return node_name in _agents_down
+
+
 class FleetHeartbeat(threading.Thread):
     """node_heartbeat for every node of the fleet, one round per interval; the round's duration is logged, since it
-    is what a simulated fleet costs its own agent."""
+    is what a simulated fleet costs its own agent. A node whose simulated agent was killed is skipped until its
+    restart, which adopts its workers (node_adopt) and then calls `on_agent_restart(node, adopted)`."""
 
-    def __init__(self, nodes: list, interval_s: float):
+    def __init__(self, nodes: list, interval_s: float, on_agent_restart=None):
         super().__init__(name="fleet-heartbeat", daemon=True)
         self.nodes, self.interval_s = nodes, interval_s
+        self.on_agent_restart = on_agent_restart
         self._stop_event = threading.Event()
         self.last_round_s = 0.0
+
+    def _agent_down(self, node) -> bool:
+        """True while the node's simulated agent is dead; restarts it once its time has come."""
+        from controlplane.agent.node import node_adopt
+
+        with _agents_lock:
+            restart_at = _agents_down.get(node.name)
+        if restart_at is None:
+            return False
+        if time.monotonic() < restart_at:
+            return True
+        adopted = node_adopt(node=node)
+        if self.on_agent_restart is not None:
+            self.on_agent_restart(node, adopted)
+        with _agents_lock:
+            _agents_down.pop(node.name, None)
+        return False
 
     def run(self) -> None:
         from controlplane.agent.node import node_heartbeat
 
-        while not self._stop_event.wait(max(0.0, self.interval_s - self.last_round_s)):
+        while not self._stop_event.wait(max(0.0, min(self.interval_s - self.last_round_s,
+                                                     SIM_RESTART_S if _agents_down else self.interval_s))):
             started = time.monotonic()
             close_old_connections()
             for node in self.nodes:
                 try:
-                    node_heartbeat(node=node)
+                    if not self._agent_down(node):
+                        node_heartbeat(node=node)
                 except Exception:
                     log.exception("heartbeat of node %s failed", node.name)
             self.last_round_s = time.monotonic() - started

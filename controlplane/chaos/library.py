@@ -70,6 +70,14 @@ TEMPLATES = (
     Template("memory-pressure", "Memory pressure on a worker's host",
              "512 MiB allocated and held on the host of one decode worker.",
              WorkerRole.DECODE, ({"kind": "memory_pressure", "mib": 512},), 60),
+    Template("broker-freeze", "Freeze the control plane's broker",
+             "The Celery broker hangs (accepts, passes nothing) for the duration, then comes back: the data plane "
+             "must keep serving while the control plane cannot reach its agents.",
+             WorkerRole.DECODE, ({"kind": "broker_freeze"},), 60),
+    Template("agent-kill", "Kill a node agent",
+             "SIGKILL the node agent of one decode worker's host: its supervisor starts it again, which adopts the "
+             "workers (never restarts them); they keep serving meanwhile.",
+             WorkerRole.DECODE, ({"kind": "agent_kill"},), 30),
 )
 BY_KEY = {template.key: template for template in TEMPLATES}
 

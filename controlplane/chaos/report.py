@@ -82,6 +82,9 @@ def verdict_of(run: ChaosRun, faults: list[dict]) -> tuple[str, list[str]]:
         if fault["injected"] is None or not fault["injected"]["ok"]:
             reasons.append(f"{where} was not injected" + (f": {fault['injected']['outcome']}"
                                                           if fault["injected"] else " (no word from the agent)"))
+        elif fault["reverted"] is None and fault["kind"] == "agent_kill":
+            reasons.append(f"{where}: not reverted: the node agent has not come back (nothing restarted it? run it "
+                           "under a supervisor: make run, systemd Restart=)")
         elif fault["reverted"] is None:
             reasons.append(f"{where}: no revert reported by the agent")
     if run.recovered_at is None:

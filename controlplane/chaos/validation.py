@@ -2,13 +2,18 @@
 field ("hypothesis[1].max")."""
 from __future__ import annotations
 
-from django.conf import settings
+import socket
+from datetime import timedelta
 
+from django.conf import settings
+from django.utils import timezone
+
+from controlplane.agent.control_faults import broker_here
 from controlplane.agent.faults import FAULT_KINDS
 from controlplane.agent.proxy_faults import KV_KINDS, PROXY_KINDS
 from controlplane.agent.resource_faults import MEMORY_FRACTION, RESOURCE_KINDS
 from controlplane.errors import invalid
-from controlplane.models import WorkerRole
+from controlplane.models import Node, WorkerRole
 from controlplane.observability.catalog import METRICS
 from controlplane.observability.series import AGGREGATIONS
 from controlplane.services.validation import NAME_RE, each_object
@@ -93,7 +98,12 @@ FAULT_PARAMS = {
     "kv_corrupt": {"ratio": (0.01, 1, 1.0), "bytes": (1, 1024, 1)},  # the fraction of pushes; bytes flipped in each
     "cpu_hog": {"workers": (1, 256, 1)},  # busy processes on the target worker's host
     "memory_pressure": {"mib": (1, 1 << 20, None)},  # MiB allocated and touched on the target worker's host
+    # The Celery broker hangs for the duration (by an agent on the broker's host: broker_freeze_carrier); the
+    # target's deployment is the one whose clients the hypothesis reads.
+    "broker_freeze": {},
+    "agent_kill": {},  # SIGKILL the node agent of the target worker's host; its supervisor starts it again
 }
+INSTANT_KINDS = ("kill", "agent_kill")  # over at once: no duration of their own
 INTEGER_PARAMS = ("workers", "mib", "bytes")
 
 
@@ -112,7 +122,7 @@ def validate_faults(faults, duration_s: float, role: str | None = None) -> list[
         if kind not in FAULT_KINDS:
             raise invalid(f"{where}.kind {kind!r} is not a fault this version carries out; known: "
                           f"{', '.join(FAULT_KINDS)}", field=f"{where}.kind")
-        _unknown(fault, ("kind", *(() if kind == "kill" else ("duration_s",)), *FAULT_PARAMS[kind]), where)
+        _unknown(fault, ("kind", *(() if kind in INSTANT_KINDS else ("duration_s",)), *FAULT_PARAMS[kind]), where)
         if kind in KV_KINDS and role is not None and role != WorkerRole.DECODE:
             raise invalid(f"{where}.kind {kind} faults the KV push from prefill to decode workers: target.role must "
                           f"be decode, not {role!r}", field=f"{where}.kind")
@@ -162,6 +172,30 @@ def validate_real_hosts(faults: list[dict], nodes) -> None:
             raise invalid(f"faults[{index}].kind: a {fault['kind']} fault loads a real host; node "
                           f"{simulated[0]!r} is simulated (many simulated nodes share one host), so only process "
                           f"and network faults run there", field=f"faults[{index}].kind")
+
+
+def broker_freeze_carrier(faults: list[dict], nodes) -> Node | None:
+    """At run start: the node whose agent carries out the experiment's broker_freeze (None: it has none), one on the
+    broker's host: for a filesystem broker or one at a local address, this (the web server's) host; else the host
+    the broker URL names, by node address or hostname. The target workers' nodes first, then any online node. 400
+    naming the fault when no online node's agent can reach the broker's process."""
+    index = next((i for i, fault in enumerate(faults) if fault["kind"] == "broker_freeze"), None)
+    if index is None:
+        return None
+    where = broker_here()
+    local = where["scheme"] == "filesystem" or where.get("host") in ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+    hosts = {socket.gethostname()} if local else {where.get("host")}  # as node_register records it
+    since = timezone.now() - timedelta(seconds=settings.TANDEM_NODE_OFFLINE_AFTER_S)
+    online = list(Node.objects.filter(last_seen_at__gte=since).order_by("name"))
+    first = {node.pk for node in nodes}
+    for node in sorted(online, key=lambda node: node.pk not in first):
+        if node.hostname in hosts or (not local and node.address in hosts):
+            return node
+    broker = (f"a filesystem broker ({where['folder']}) on {socket.gethostname()}" if where["scheme"] == "filesystem"
+              else f"the {where['scheme']} broker at {where.get('host')}:{where.get('port', '?')}")
+    seen = ", ".join(f"{node.name} ({node.hostname or node.address})" for node in online[:5]) or "none"
+    raise invalid(f"faults[{index}].kind: a broker_freeze is carried out by a node agent on the broker's host, and "
+                  f"{broker} has none online (online nodes: {seen})", field=f"faults[{index}].kind")
 
 
 def _metric(item: dict, where: str, roles: set[str]) -> tuple[str, str]:

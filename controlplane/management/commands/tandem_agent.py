@@ -25,6 +25,7 @@ class Command(BaseCommand):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
+        from controlplane.agent.faults import faults_resume_after_restart
         from controlplane.agent.host import host_measure_in_background
         from controlplane.agent.node import Heartbeat, node_adopt, node_register
         from controlplane.celery import app
@@ -46,7 +47,9 @@ class Command(BaseCommand):
             raise CommandError(exc.message) from None
         runtime.node_name = name
         node = node_register(name=name, address=address or settings.TANDEM_NODE_ADDRESS, labels=labels)
-        node_adopt(node=node)
+        adopted = node_adopt(node=node)
+        # Before consuming: a broker this node's last agent froze would hold this one's first message forever.
+        faults_resume_after_restart(node_name=node.name, adopted=adopted)
         if settings.TANDEM_HOST_MEASURE:
             host_measure_in_background(node_name=node.name)  # a child process, a few seconds: start is not held up
         heartbeat = Heartbeat(node, settings.TANDEM_HEARTBEAT_INTERVAL_S)

@@ -29,6 +29,7 @@ class Command(BaseCommand):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
+        from controlplane.agent.faults import faults_resume_after_restart
         from controlplane.agent.host import host_measure
         from controlplane.agent.node import node_adopt, node_register
         from controlplane.agent.simulated import FleetHeartbeat, SimulatedProcesses, hosts_start
@@ -61,9 +62,10 @@ class Command(BaseCommand):
         runtime.simulated = True
         fleet = [node_register(name=f"{prefix}-{i:03d}", address="127.0.0.1", labels=labels) for i in range(nodes)]
         for node in fleet:
-            node_adopt(node=node)
+            faults_resume_after_restart(node_name=node.name, adopted=node_adopt(node=node))
             host_measure(node_name=node.name)  # a simulated roofline: no benchmark runs
-        heartbeat = FleetHeartbeat(fleet, settings.TANDEM_HEARTBEAT_INTERVAL_S)
+        heartbeat = FleetHeartbeat(fleet, settings.TANDEM_HEARTBEAT_INTERVAL_S, on_agent_restart=lambda node, adopted:
+                                   faults_resume_after_restart(node_name=node.name, adopted=adopted))
         heartbeat.start()
         self.stdout.write(f"simulated fleet: {nodes} nodes ({prefix}-000..), {hosts} worker hosts {urls}")
         try:

@@ -69,14 +69,17 @@ def gateway():
 def no_pause_outlives_its_test():
     """Run ids start again in each test's rolled-back database: a pause one test left must not make the next
     test's fault of the same key a duplicate."""
-    from controlplane.agent import faults, processes
+    from controlplane.agent import control_faults, faults, processes
 
     yield
     with faults._paused_lock:
-        left = list(faults._paused.values())
+        left = list(faults._paused.items())
         faults._paused.clear()
-    for pause in left:
+    for key, pause in left:
         pause.timer.cancel()
+        if pause.freeze is not None:
+            control_faults.freeze_stop(key=key, state=pause.freeze)
+            continue
         processes.signal_group(pause.handle, signal.SIGKILL if pause.proxy or pause.resource else signal.SIGCONT)
 
 

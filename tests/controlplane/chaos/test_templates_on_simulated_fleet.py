@@ -1,7 +1,8 @@
 """Every built-in experiment template (controlplane.chaos.library) run end to end on a simulated fleet: a real
 control plane, Celery, chaos driver and gateway, and simulated workers in a simulated worker host, whose node agent
 carries out each fault (a kill closes the worker as SIGKILL would, a pause holds it, the proxy faults put the real
-fault proxy in front of its port). Under a steady trickle of client requests each run must start (the hypothesis
+fault proxy in front of its port, a broker freeze holds the real broker's freeze lock, an agent kill stops the
+node's simulated agent until its restart). Under a steady trickle of client requests each run must start (the hypothesis
 holds before), inject, revert every fault, recover and pass; a resource fault is refused with a 400, since a
 simulated fleet's nodes share one real host.
 
@@ -35,8 +36,10 @@ CHAOS = f"deployments/{NAME}/chaos"
 DURATION_S = 2
 WINDOW_S = 3
 PREFILL_S = 0.55
-INJECTED = {"kill": "killed", "pause": "paused", **{kind: "proxied" for kind in PROXY_KINDS}}
-REVERTED = {"kill": "nothing-to-revert", "pause": "resumed", **{kind: "restored" for kind in PROXY_KINDS}}
+INJECTED = {"kill": "killed", "pause": "paused", **{kind: "proxied" for kind in PROXY_KINDS}, "broker_freeze": "frozen",
+            "agent_kill": "killed"}
+REVERTED = {"kill": "nothing-to-revert", "pause": "resumed", **{kind: "restored" for kind in PROXY_KINDS},
+            "broker_freeze": "thawed", "agent_kill": "restarted"}
 
 
 class Trickle(threading.Thread):
@@ -158,6 +161,13 @@ def test_the_template_runs_on_simulated_workers_and_reverts_every_fault(fleet, t
     # Reverted for real: no worker is held by its host, and the membership the gateway polls (worker URLs, KV
     # addresses) names no fault proxy.
     assert _held_workers(fleet) == []
+    if "agent_kill" in kinds:
+        # The restarted agent adopted the node's workers: the target was neither restarted nor replaced.
+        worker, = [fault["worker"] for fault in report["faults"]]
+        reverted = fleet.action(report["faults"][0]["reverted"]["action"])["result"]
+        assert worker in reverted["adopted"] and reverted["by"] == "the agent's restart", reverted
+        after = fleet.api("GET", f"workers/{worker}/").json()
+        assert after["status"] == "ready" and after["pid"] == run["targets"][0]["pid"], after
     for fault in report["faults"]:
         if fault["kind"] == "kill":
             # Supervision saw what it sees of a SIGKILLed process, and restarted it.

@@ -1,0 +1,68 @@
+"""Where a run sends its control faults: a broker_freeze once, to the agent of a node on the broker's host (400
+naming the fault when there is none online), an agent_kill once per node of its targets; and a run whose killed agent
+never came back (no supervisor) fails with a report that says the fault was not reverted."""
+from __future__ import annotations
+
+import socket
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from controlplane.chaos.report import verdict_of
+from controlplane.chaos.services import experiment_create, run_start
+from controlplane.errors import ControlPlaneError
+from controlplane.models import Node, Worker
+from tests.controlplane.chaos.test_driver import steady_history
+
+
+def _experiment(world, admin, fault: dict, count: int = 1):
+    return experiment_create(deployment=world["deployment"], actor=admin, name=fault["kind"].replace("_", "-"),
+                             target={"role": "decode", "count": count}, faults=[fault], duration_s=5,
+                             hypothesis=[{"metric": "ready_workers", "role": "decode", "min": 1}])
+
+
+@pytest.mark.django_db
+def test_a_broker_freeze_with_no_agent_on_the_brokers_host_is_a_400_naming_the_fault(world, admin, operator,
+                                                                                     online_node):
+    online_node.hostname = "elsewhere.example"
+    online_node.save(update_fields=["hostname"])
+    with pytest.raises(ControlPlaneError) as refused:
+        run_start(experiment=_experiment(world, admin, {"kind": "broker_freeze"}), actor=operator)
+    assert refused.value.status == 400 and refused.value.extra["field"] == "faults[0].kind"
+    assert "broker's host" in refused.value.message and "local (elsewhere.example)" in refused.value.message
+
+
+@pytest.mark.django_db
+def test_a_broker_freeze_goes_once_to_an_agent_on_the_brokers_host(world, admin, operator, online_node, gateway,
+                                                                   agent_inline, django_capture_on_commit_callbacks):
+    steady_history(gateway, time.time())
+    online_node.hostname = "elsewhere.example"  # the target's node: not the broker's host
+    online_node.save(update_fields=["hostname"])
+    carrier = Node.objects.create(name="broker-host", hostname=socket.gethostname(),
+                                  queue=Node.queue_for("broker-host"), last_seen_at=online_node.last_seen_at)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = run_start(experiment=_experiment(world, admin, {"kind": "broker_freeze"}), actor=operator)
+    assert [(f["kind"], f["queue"], f["params"]) for f in run.faults] == [
+        ("broker_freeze", carrier.queue, {"node": "broker-host"})]
+    injects = [message for message in agent_inline if message[0] == "agent_fault_inject"]
+    assert len(injects) == 1 and injects[0][2] == carrier.queue
+
+
+@pytest.mark.django_db
+def test_an_agent_kill_goes_once_per_node(world, admin, operator, gateway, make_worker, agent_inline,
+                                          django_capture_on_commit_callbacks):
+    steady_history(gateway, time.time())
+    make_worker(world["deployment"], "decode")  # a second ready decode worker, on the same node
+    assert Worker.objects.filter(role="decode", status="ready").count() == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        run = run_start(experiment=_experiment(world, admin, {"kind": "agent_kill"}, count=2), actor=operator)
+    assert len(run.targets) == 2 and [f["kind"] for f in run.faults] == ["agent_kill"]
+    assert [message[0] for message in agent_inline] == ["agent_fault_inject"]
+
+
+def test_an_agent_kill_that_nobody_reverted_fails_the_run_saying_so():
+    run = SimpleNamespace(recovered_at=1, abort_reason="", spec={"recovery_timeout_s": 60})
+    killed = {"kind": "agent_kill", "worker": 7, "injected": {"ok": True, "outcome": "killed"}, "reverted": None}
+    verdict, reasons = verdict_of(run, [killed])
+    assert verdict == "failed" and "not reverted: the node agent has not come back" in reasons[0]
