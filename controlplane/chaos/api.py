@@ -9,6 +9,8 @@
     GET       .../chaos/experiments/{experiment}/steady-state      the hypothesis judged now (viewer)
     GET       .../chaos/experiments/{experiment}/chaostoolkit.json the experiment as a Chaos Toolkit experiment
     POST      .../chaos/import                   a new experiment from a Chaos Toolkit experiment (admin)
+    GET       .../chaos/templates                the built-in templates (viewer)
+    POST      .../chaos/templates/{key}          a new experiment from one of them (admin)
     GET, POST .../chaos/schedules                game days: list (viewer), create (admin)
     GET, PATCH, DELETE .../chaos/schedules/{id}  (PATCH: enabled; admin)
 """
@@ -24,6 +26,7 @@ from rest_framework.response import Response
 from controlplane.api.serializers import ActionSerializer
 from controlplane.api.views.base import (ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, StrictSerializer,
                                          WriteInputSerializer, write_kwargs)
+from controlplane.chaos import library
 from controlplane.chaos.chaostoolkit import to_chaostoolkit
 from controlplane.chaos.models import ChaosRun, ChaosSchedule, Experiment
 from controlplane.chaos.schedules import next_times, schedule_create, schedule_delete, schedule_set_enabled
@@ -31,8 +34,8 @@ from controlplane.chaos.report import run_report
 from controlplane.chaos.selectors import (chaos_settings_of, experiment_get, experiment_list,
                                           experiment_steady_state, run_active, run_get, run_list,
                                           schedule_get, schedule_list)
-from controlplane.chaos.services import (chaos_enable, experiment_create, experiment_delete, experiment_import,
-                                         experiment_update, run_abort, run_start)
+from controlplane.chaos.services import (chaos_enable, experiment_create, experiment_delete, experiment_from_template,
+                                         experiment_import, experiment_update, run_abort, run_start)
 from controlplane.errors import invalid
 from controlplane.selectors import deployment_get
 
@@ -191,6 +194,39 @@ class ExperimentImportView(ApiView):
     def post(self, request, name: str):
         deployment = deployment_get(name)
         experiment = experiment_import(deployment=deployment, actor=request.user, document=request.data)
+        return Response(ExperimentOutput(experiment).data, status=status.HTTP_201_CREATED)
+
+
+class TemplateInput(StrictSerializer):
+    name = serializers.JSONField(required=False, default=None, help_text="Default: the template's key.")
+    role = serializers.JSONField(required=False, default=None, help_text="Default: the template's role.")
+    count = serializers.JSONField(required=False, default=1, help_text="How many workers of the role (default 1).")
+    duration_s = serializers.JSONField(required=False, default=None, help_text="Default: the template's.")
+
+
+class TemplateListView(ApiView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
+                   description="The built-in experiment templates (docs/chaos.md#templates): key, title, "
+                               "description, role, faults, duration. Viewer.")
+    def get(self, request, name: str):
+        deployment_get(name)
+        return Response([{"key": t.key, "title": t.title, "description": t.description, "role": t.role,
+                          "faults": list(t.faults), "duration_s": t.duration_s} for t in library.TEMPLATES])
+
+
+class TemplateCreateView(ApiView):
+    write_permission = ADMINISTER
+
+    @extend_schema(request=TemplateInput, responses={201: ExperimentOutput, **ERRORS},
+                   description="Create an experiment from a built-in template, as the deployment page's form does: "
+                               "its faults, hypothesis and abort condition, with the name, target role, count and "
+                               "duration given here (400 naming the bad field; 409 when the name is taken). Admin.")
+    def post(self, request, name: str, key: str):
+        deployment = deployment_get(name)
+        data = TemplateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        experiment = experiment_from_template(deployment=deployment, actor=request.user, template=key,
+                                              **data.validated_data)
         return Response(ExperimentOutput(experiment).data, status=status.HTTP_201_CREATED)
 
 

@@ -13,6 +13,8 @@ urlpatterns = [
     *verb("deployments/<str:name>/chaos/experiments/<str:experiment>/chaostoolkit.json",
           api.ExperimentChaosToolkitView, "chaos-experiment-chaostoolkit"),
     *verb("deployments/<str:name>/chaos/import", api.ExperimentImportView, "chaos-experiment-import"),
+    *verb("deployments/<str:name>/chaos/templates", api.TemplateListView, "chaos-template-list"),
+    *verb("deployments/<str:name>/chaos/templates/<str:key>", api.TemplateCreateView, "chaos-template-create"),
     *verb("deployments/<str:name>/chaos/runs", api.RunListView, "chaos-run-list"),
     *verb("deployments/<str:name>/chaos/runs/<int:run_id>", api.RunDetailView, "chaos-run-detail"),
     *verb("deployments/<str:name>/chaos/runs/<int:run_id>/abort", api.RunAbortView, "chaos-run-abort"),

@@ -31,6 +31,8 @@ ENDPOINTS = [
     ("post", f"{BASE}/runs/{{run}}/abort", {}, OPERATOR, 202),
     ("get", f"{BASE}/experiments/pause-decode/steady-state", None, VIEWER, 200),
     ("get", f"{BASE}/experiments/pause-decode/chaostoolkit.json", None, VIEWER, 200),
+    ("get", f"{BASE}/templates", None, VIEWER, 200),
+    ("post", f"{BASE}/templates/agent-kill", {"name": "from-template"}, ADMIN, 201),
     ("get", f"{BASE}/schedules", None, VIEWER, 200),
     ("post", f"{BASE}/schedules", {"experiment": "pause-decode", "cron": "0 10 * * 2"}, ADMIN, 201),
 ]
