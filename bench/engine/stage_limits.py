@@ -8,7 +8,10 @@ One JSON document with:
   prompt (same dtype, same threads; transformers computes the last position's logits only, as the engine does),
   prompt tokens/s, their ratio, and achieved FLOP/s (2 x parameters x tokens) as a share of the matmul peak; the
   engine's prefill through its lean forward (the default) against the reference forward (`lean_prefill=False`); and
-  chunked prefill (the engine's default chunk) against the one pass;
+  chunked prefill against the one pass, with the engine's default chunks (64 tokens beside decodes, 256 in a step
+  without any on a CPU) and with the fixed chunk of 64 in every step (`prefill_chunk_size_alone` = the chunk), and
+  for both the time to first token of a short prompt that arrives just after the long one's first step started (it
+  waits for that chunk, then runs in a step of its own);
 - `decode`: per precision (float32, bfloat16 where native, INT8), the engine's lean decode forward against its
   reference forward (`lean_decode=False`) in the same run: single-stream step time against the time to read its
   weights once at the measured bandwidth, tensor ops per step, tokens/s at 16 concurrent requests; INT8 against
@@ -58,6 +61,7 @@ LEVERS = ("fused_projections", "prepacked_linears", "compile", "transposed_weigh
 CONCURRENT = 16  # requests of the decode section's batched figure
 # The matmul of the issue's table: a 2,048-token prompt through SmolLM2's MLP up projection (576 -> 1536).
 MATMUL_SHAPE = (2048, 576, 1536)
+SHORT_PROMPT_TOKENS = 32  # the prompt that arrives behind the long one (chunked prefill's time to first token)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -126,6 +130,25 @@ def engine_runner(engine):
     return lambda prompts, n: engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
 
 
+def short_behind_long(engine, long_prompt: list[int], short_prompt: list[int]) -> tuple[float, float]:
+    """(wall, this thread's CPU) seconds to the short prompt's first token when it arrives just after the long
+    prompt's first step started: the worst moment, it waits for that whole step."""
+    from inference.engine import SamplingParams
+
+    params = SamplingParams(max_tokens=1, ignore_eos=True)
+    engine.add_request("long", long_prompt, params)
+    start_cpu, start = time.thread_time(), time.perf_counter()
+    engine.step()
+    engine.add_request("short", short_prompt, params)
+    while not any(out.request_id == "short" for out in engine.step()):
+        pass
+    seconds = time.perf_counter() - start, time.thread_time() - start_cpu
+    engine.abort("long")
+    while engine.has_unfinished():
+        engine.step()
+    return seconds
+
+
 def release(*objects) -> None:
     del objects
     gc.collect()
@@ -176,7 +199,9 @@ def prefill_section(ctx: dict, args) -> dict:
     path, prompt = ctx["path"], ctx["long_prompt"]
     one_pass = make_engine(path, args, chunked_prefill=False)
     reference = make_engine(path, args, chunked_prefill=False, lean_prefill=False)  # the forward over HF's modules
-    chunked = make_engine(path, args, chunked_prefill=True)  # the default chunk (64 tokens on a CPU)
+    chunked = make_engine(path, args, chunked_prefill=True)  # the default chunks (64 and 256 alone on a CPU)
+    chunk = chunked.config.prefill_chunk_size
+    fixed = make_engine(path, args, chunked_prefill=True, prefill_chunk_size_alone=chunk)  # 64 in every step
     hf = load_hf_model(path, "cpu", "float32")
     ids = torch.tensor([prompt])
 
@@ -186,11 +211,14 @@ def prefill_section(ctx: dict, args) -> dict:
 
     runs = {"engine_one_pass": lambda: engine_runner(one_pass)([prompt], 1)[0][0],
             "engine_chunked": lambda: engine_runner(chunked)([prompt], 1)[0][0],
+            "engine_chunked_fixed_chunk": lambda: engine_runner(fixed)([prompt], 1)[0][0],
             "engine_one_pass_reference_forward": lambda: engine_runner(reference)([prompt], 1)[0][0],
             "transformers_forward": hf_forward}
     best: dict[str, float] = {}
     cpu: dict[str, float] = {}  # this thread's CPU time: what a busy host inflates least (1 thread: all the work)
     first: dict[str, int] = {}
+    short = ctx["short_prompt"]
+    ttft: dict[str, list[float]] = {}  # engine -> [wall, CPU] seconds, best of the rounds
     for _ in range(args.repeats):  # in rounds, so that a busy spell slows all alike
         for name, run in runs.items():
             start = time.thread_time()
@@ -198,11 +226,16 @@ def prefill_section(ctx: dict, args) -> dict:
                 first[name] = run()
             best[name] = min(best.get(name, math.inf), t.seconds)
             cpu[name] = min(cpu.get(name, math.inf), time.thread_time() - start)
+        for name, engine in (("chunked", chunked), ("chunked_fixed_chunk", fixed)):
+            ttft[name] = [min(a, b) for a, b in zip(ttft.get(name, (math.inf,) * 2),
+                                                    short_behind_long(engine, prompt, short))]
     num_params = num_parameters(one_pass)
     flops = 2 * num_params * len(prompt)
     peak = ctx["machine"]["matmul"]["gflops"]["float32"] * 1e9
     out = {"dtype": {"engine": one_pass.dtype, "transformers": str(hf.dtype).removeprefix("torch.")},
-           "prompt_tokens": len(prompt), "chunk_tokens": chunked.config.prefill_chunk_size,
+           "prompt_tokens": len(prompt),
+           "chunk_tokens": {"chunked": {"beside_decodes": chunk, "alone": chunked.scheduler.step_token_budget_alone},
+                            "chunked_fixed_chunk": {"beside_decodes": chunk, "alone": chunk}},
            "num_parameters": num_params, "flops_counted": flops,
            "seconds": {k: round(v, 3) for k, v in best.items()},
            "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
@@ -213,14 +246,20 @@ def prefill_section(ctx: dict, args) -> dict:
            "engine_share_of_matmul_peak": round(flops / best["engine_one_pass"] / peak, 3),
            "transformers_share_of_matmul_peak": round(flops / best["transformers_forward"] / peak, 3),
            "chunked_overhead": round(best["engine_chunked"] / best["engine_one_pass"] - 1, 3),
+           "chunked_fixed_chunk_overhead": round(best["engine_chunked_fixed_chunk"] / best["engine_one_pass"] - 1, 3),
+           "short_prompt_ttft_s": {"prompt_tokens": len(short), "behind": "the long prompt's first step",
+                                    **{name: round(wall, 3) for name, (wall, _) in ttft.items()},
+                                    "cpu_seconds": {name: round(c, 3) for name, (_, c) in ttft.items()}},
            "by_cpu_time": {"engine_vs_transformers": ratio(cpu["transformers_forward"], cpu["engine_one_pass"]),
                            "lean_vs_reference_forward": ratio(cpu["engine_one_pass_reference_forward"],
                                                               cpu["engine_one_pass"]),
-                           "chunked_overhead": round(cpu["engine_chunked"] / cpu["engine_one_pass"] - 1, 3)}}
+                           "chunked_overhead": round(cpu["engine_chunked"] / cpu["engine_one_pass"] - 1, 3),
+                           "chunked_fixed_chunk_overhead": round(cpu["engine_chunked_fixed_chunk"]
+                                                                 / cpu["engine_one_pass"] - 1, 3)}}
     ctx["goals"].update(prefill_engine_vs_transformers=out["engine_vs_transformers"],
                         prefill_share_of_matmul_peak=out["engine_share_of_matmul_peak"],
                         chunked_prefill_overhead=out["chunked_overhead"])
-    release(one_pass, chunked, reference, hf)
+    release(one_pass, chunked, fixed, reference, hf)
     return out
 
 
@@ -325,6 +364,7 @@ def run(args) -> dict:
     vocab_size = AutoConfig.from_pretrained(path).vocab_size
     ctx = {"path": path, "machine": machine, "goals": {},
            "long_prompt": random_prompts(1, args.prompt_tokens, vocab_size, seed=11)[0],
+           "short_prompt": random_prompts(1, SHORT_PROMPT_TOKENS, vocab_size, seed=12)[0],
            "decode_prompts": random_prompts(4, args.decode_prompt_tokens, vocab_size, seed=7),
            "concurrent_prompts": random_prompts(CONCURRENT, args.decode_prompt_tokens, vocab_size, seed=13)}
     doc = {"benchmark": "stage_limits", "model": args.model, "model_path": str(path), "threads": args.threads,

@@ -32,6 +32,7 @@ _INT_SETTINGS = {
     "max_num_seqs": (1, 65_536),
     "max_num_batched_tokens": (1, 1 << 24),
     "prefill_chunk_size": (1, 1 << 24),
+    "prefill_chunk_size_alone": (1, 1 << 24),
     "max_model_len": (1, 1 << 24),
     "max_queue": (1, 1 << 20),
     "threads": (1, 1024),

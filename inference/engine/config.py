@@ -57,14 +57,22 @@ class Config:
     max_num_batched_tokens: int = 2048
     # Chunked prefill (colocated and prefill roles): a long prompt is prefilled in chunks, interleaved with the
     # decodes of the running batch (colocated) and with other prompts (prefill: shortest first), so that no step
-    # feeds more than min(prefill_chunk_size, max_num_batched_tokens) tokens. Off: a prompt is prefilled whole in one
-    # step, however long (the old way).
+    # feeds more than min(prefill_chunk_size, max_num_batched_tokens) tokens beside running decodes, and no more
+    # than min(prefill_chunk_size_alone, max_num_batched_tokens) in a step without any. Off: a prompt is prefilled
+    # whole in one step, however long (the old way).
     chunked_prefill: bool = True
-    # None: 64 on a CPU, 512 on CUDA. On one CPU thread a step of 64 SmolLM2 tokens takes ~0.3 s beside ~0.1 s for
-    # a plain decode step, and a 2,000-token prompt in chunks of 64 costs 3% more in all than in one step; chunks of
-    # 256 make every step ~2 s, which is what a stream would see (docs/engine.md, "Chunked prefill"). A GPU reads its weights
-    # in about the time it computes a few hundred tokens, so its chunks can be far larger at the same step time.
+    # The chunk beside running decodes, which each stream's next token waits for. None: 64 on a CPU, 512 on CUDA. On
+    # one CPU thread a step of 64 SmolLM2 tokens takes ~0.3 s beside ~0.1 s for a plain decode step; chunks of 256
+    # make every step ~2 s, which is what a stream would see (docs/engine.md, "Chunked prefill"). A GPU reads its
+    # weights in about the time it computes a few hundred tokens, so its chunks can be far larger at the same step time.
     prefill_chunk_size: int | None = None
+    # The chunk of a step with no decode in it (every step of a prefill worker; a colocated one's while no stream is
+    # past its prefill), at least prefill_chunk_size. None: 4 x prefill_chunk_size (256 on a CPU, 2,048 on CUDA).
+    # No stream waits on such a step, but every chunk is a pass over the weights: a 2,048-token SmolLM2 prompt costs
+    # 10-28 % more in chunks of 64 than in one pass on one CPU thread, under 5 % in chunks of 256; larger
+    # chunks gain nothing measurable and make a short prompt arriving behind a long one wait longer for its first
+    # token (one chunk's time; docs/performance.md).
+    prefill_chunk_size_alone: int | None = None
     # Prefix caching (colocated and prefill roles; block_manager.py, prefix_cache.py): full KV blocks are keyed by
     # their prefix and kept after a request ends while memory allows, so a later request that shares the prefix (a
     # system prompt, a chat's history) computes only the rest. Outputs are unchanged. A decode worker receives its
@@ -134,6 +142,12 @@ class Config:
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ConfigError(name, f"must be a positive integer, got {value!r}")
+        if self.prefill_chunk_size_alone is None:
+            self.prefill_chunk_size_alone = 4 * self.prefill_chunk_size
+        if not is_int(self.prefill_chunk_size_alone) or self.prefill_chunk_size_alone < self.prefill_chunk_size:
+            raise ConfigError("prefill_chunk_size_alone", f"must be an integer at least prefill_chunk_size "
+                                                          f"({self.prefill_chunk_size}), got "
+                                                          f"{self.prefill_chunk_size_alone!r}")
         try:
             spec = parse_speculative(self.speculative)
         except SpeculativeError as exc:

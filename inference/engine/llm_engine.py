@@ -80,7 +80,8 @@ class LLMEngine:
                                    max_num_batched_tokens=config.max_num_batched_tokens,
                                    max_model_len=self.max_model_len, eos_token_ids=self.model_runner.eos_token_ids,
                                    chunked_prefill=config.chunked_prefill,
-                                   prefill_chunk_size=config.prefill_chunk_size)
+                                   prefill_chunk_size=config.prefill_chunk_size,
+                                   prefill_chunk_size_alone=config.prefill_chunk_size_alone)
         spec = parse_speculative(config.speculative)
         self.speculative: dict | None = config.speculative
         self.speculator = None if spec is None else Speculator(

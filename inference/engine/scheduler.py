@@ -12,22 +12,27 @@ Per role:
   sequence never lacks a block and is never preempted. The price is admitting fewer sequences than lazy allocation
   would when many stop early; the gain is that no accepted request is ever lost or recomputed.
 
-Chunked prefill (colocated and prefill roles, `chunked_prefill=True`): a step feeds at most `step_token_budget`
-tokens. On colocated, every running sequence past its prefill decodes one token and the rest of the budget goes to
-prefill chunks, all in one forward (a mixed batch), so a long prompt no longer stalls the running streams for its
-whole prefill. A sequence holds blocks for all its tokens from its first chunk on and stays RUNNING while partly
-prefilled; only the chunk that reaches its last token samples. Preempting a partly prefilled sequence frees its
-blocks and it starts over (recompute), like any other.
+Chunked prefill (colocated and prefill roles, `chunked_prefill=True`): a step feeds at most its step budget of
+tokens, which depends on what shares the step. On colocated, every running sequence past its prefill decodes one
+token and the rest of `step_token_budget` (the chunk beside decodes, small: it is what each stream's inter-token
+latency waits for) goes to prefill chunks, all in one forward (a mixed batch), so a long prompt no longer stalls the
+running streams for its whole prefill. A step with no decode in it (a prefill worker's always; a colocated one's
+while no stream is past its prefill) has `step_token_budget_alone`, larger: no stream waits on it, and each chunk
+costs a pass over the weights, so small chunks alone would only make long prompts slower (measured in
+docs/performance.md); it stays bounded so that a short prompt arriving behind a long one waits for one such chunk,
+not the whole prompt. A sequence holds blocks for all its tokens from its first chunk on and stays RUNNING while
+partly prefilled; only the chunk that reaches its last token samples. Preempting a partly prefilled sequence frees
+its blocks and it starts over (recompute), like any other.
 
 Which prompts get the prefill budget: shortest remaining prefill first, with aging. Candidates (partly prefilled
-sequences and waiting ones) are ordered by their uncached tokens minus one step budget per step they waited in vain
-(`num_steps_starved`); each gets min(what it needs, what is left), except that a partial chunk never follows a
+sequences and waiting ones) are ordered by their uncached tokens minus this step's budget per step they waited in
+vain (`num_steps_starved`); each gets min(what it needs, what is left), except that a partial chunk never follows a
 prompt that completes in the same step (it would only make that step, and so that prompt's first token, later). So
 a 20-token prompt goes before the rest of a 2,000-token one, in a step of its own size, and the long one gets the
 whole budget of the steps between; if short prompts ever take every step, the long one's key falls by a budget per
-step until it leads: it waits at most about remaining / budget steps for a chunk. Admission stops at the first
-candidate, in that order, that cannot get blocks, so aging also protects a long prompt from being overtaken forever
-when KV memory is short.
+step until it leads: it waits at most about remaining / step_token_budget steps for a chunk (fewer where the steps
+have the larger budget). Admission stops at the first candidate, in that order, that cannot get blocks, so aging
+also protects a long prompt from being overtaken forever when KV memory is short.
 
 Prefix caching (block_manager.py, prefix_cache.py): a waiting sequence is admitted after the cached prefix it would
 start from (its token budget and its place among the candidates count only the rest), and postprocess keys the
@@ -45,7 +50,7 @@ from inference.roles import Role
 class Scheduler:
     def __init__(self, *, role: Role, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, eos_token_ids: frozenset[int], chunked_prefill: bool = False,
-                 prefill_chunk_size: int | None = None):
+                 prefill_chunk_size: int | None = None, prefill_chunk_size_alone: int | None = None):
         self.role = Role(role)
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
@@ -53,8 +58,11 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
         self.chunked_prefill = chunked_prefill and self.role is not Role.DECODE
-        # Chunked mode: the most tokens one step feeds, decode and prefill tokens together.
+        # Chunked mode: the most tokens one step feeds, decode and prefill tokens together, beside running decodes
+        # and in a step without any (None: the same as beside decodes).
         self.step_token_budget = min(max_num_batched_tokens, prefill_chunk_size or max_num_batched_tokens)
+        self.step_token_budget_alone = max(self.step_token_budget,
+                                           min(max_num_batched_tokens, prefill_chunk_size_alone or 0))
         self.num_batched_tokens = 0  # tokens the last scheduled step feeds (prefill and decode together)
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
@@ -85,7 +93,8 @@ class Scheduler:
             return self._schedule_decode(), False
         if self.chunked_prefill:
             decode = self._schedule_decode() if self.role is Role.COLOCATED else []
-            prefill = self._schedule_chunks(self.step_token_budget - len(decode))
+            prefill = self._schedule_chunks(self.step_token_budget if decode else self.step_token_budget_alone,
+                                            num_decode_tokens=len(decode))
             return prefill + decode, bool(prefill)  # prefill chunks first, then the decodes
         prefill = self._schedule_prefill()
         if prefill or self.role is Role.PREFILL:
@@ -175,12 +184,13 @@ class Scheduler:
             seq.is_prefilling = False
             self.running.append(seq)
 
-    def _schedule_chunks(self, budget: int) -> list[Sequence]:
-        """Give up to `budget` prefill tokens to partly prefilled and waiting sequences, shortest remaining first
-        with aging (see the module docstring). Returns them in that order, each with its num_scheduled_tokens."""
+    def _schedule_chunks(self, step_budget: int, *, num_decode_tokens: int) -> list[Sequence]:
+        """Give what the decodes leave of `step_budget` to partly prefilled and waiting sequences, shortest remaining
+        first with aging (see the module docstring). Returns them in that order, each with its num_scheduled_tokens."""
+        budget = step_budget - num_decode_tokens
         candidates = [seq for seq in self.running if seq.is_prefilling] + list(self.waiting)
         uncached = {id(seq): self._num_uncached(seq) for seq in candidates}
-        candidates.sort(key=lambda seq: uncached[id(seq)] - seq.num_steps_starved * self.step_token_budget)
+        candidates.sort(key=lambda seq: uncached[id(seq)] - seq.num_steps_starved * step_budget)
         scheduled: list[Sequence] = []
         admitting = True
         for seq in candidates:

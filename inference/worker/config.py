@@ -149,7 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "prompts, shortest first (prefill); on by default")
     p.add_argument("--prefill-chunk-size", type=int, default=None,
                    help="with --chunked-prefill: the most tokens one step feeds (decodes and prefill chunks "
-                        "together), at most --max-num-batched-tokens (default: 64 on a CPU, 512 on CUDA)")
+                        "together) beside running decodes, at most --max-num-batched-tokens (default: 64 on a CPU, "
+                        "512 on CUDA)")
+    p.add_argument("--prefill-chunk-size-alone", type=int, default=None,
+                   help="with --chunked-prefill: the most tokens a step without decodes feeds (every step of a "
+                        "prefill worker, a colocated one's while no stream is past its prefill), at least "
+                        "--prefill-chunk-size (default: 4 x --prefill-chunk-size)")
     p.add_argument("--prefix-caching", dest="prefix_caching", action=argparse.BooleanOptionalAction, default=True,
                    help="keep full KV blocks keyed by their prefix after a request ends, so that later requests "
                         "sharing it compute only the rest (colocated and prefill; a decode worker has no use for "

@@ -72,7 +72,7 @@ def test_boolean_settings_must_be_booleans(key, value):
 
 
 def test_chunked_prefill_and_its_chunk_size_are_engine_settings():
-    settings = {"chunked_prefill": False, "prefill_chunk_size": 512}
+    settings = {"chunked_prefill": False, "prefill_chunk_size": 512, "prefill_chunk_size_alone": 2048}
     assert validate_engine_settings(settings) == {"common": settings}
     assert validate_engine_settings({"prefill": settings}, roles=("prefill", "decode")) == {"common": {}, "prefill": settings}
     with pytest.raises(ControlPlaneError) as err:

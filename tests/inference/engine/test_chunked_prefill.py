@@ -14,7 +14,11 @@ SMOLLM2 = MODELS_DIR / "smollm2-135m"
 
 
 def engine_of(model_dir, **settings):
+    """An engine whose every step has the chunk given (prefill_chunk_size, also in steps without decodes), unless
+    prefill_chunk_size_alone says otherwise."""
     settings = {"threads": 1, "kv_cache_bytes": 8 << 20, "block_size": BLOCK_SIZE, **settings}
+    if "prefill_chunk_size" in settings:
+        settings.setdefault("prefill_chunk_size_alone", settings["prefill_chunk_size"])
     return LLMEngine(Config(model=model_dir, **settings))
 
 
@@ -168,3 +172,27 @@ def test_smollm2_in_float32_prefilled_in_chunks_matches_hugging_face():
     outputs = engine.generate(prompts, SamplingParams(max_tokens=8))
     for prompt, output in zip(prompts, outputs):
         assert output == hf_greedy(hf, prompt, 8), f"prompt of {len(prompt)} tokens"
+
+
+@pytest.mark.skipif(not (SMOLLM2 / "config.json").is_file(), reason=f"SmolLM2 is not prepared at {SMOLLM2}")
+def test_smollm2_in_larger_chunks_alone_and_small_ones_beside_a_stream_gives_the_one_pass_tokens():
+    long_prompt, short_prompt = random_prompts([300, 20], seed=15)
+    runs = {}
+    for chunked in (False, True):
+        engine = engine_of(SMOLLM2, dtype="float32", kv_cache_bytes=64 << 20, chunked_prefill=chunked,
+                           prefill_chunk_size=32, prefill_chunk_size_alone=128)
+        tokens: dict[str, list[int]] = {}
+        engine.add_request("long", long_prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+        step(engine, tokens)
+        step_sizes = [engine.num_step_tokens]
+        engine.add_request("short", short_prompt, SamplingParams(max_tokens=16, ignore_eos=True))
+        while engine.has_unfinished():
+            step(engine, tokens)
+            step_sizes.append(engine.num_step_tokens)
+        runs[chunked] = tokens, step_sizes
+    (whole, whole_sizes), (chunked, chunked_sizes) = runs[False], runs[True]
+    assert whole_sizes[:2] == [300, 20]
+    # A chunk of 128 while no stream decodes, the short prompt in a step of its own, then 31 prompt tokens a step
+    # beside its decode until the long prompt is done (172 = 20 + 5 x 31 - 3: its last chunk is 17 tokens).
+    assert chunked_sizes[:8] == [128, 20, 32, 32, 32, 32, 32, 18]
+    assert chunked == whole

@@ -23,7 +23,8 @@ def decode_engine(tiny_model_dir):
 
 def prefill(engine, requests):
     """requests: {id: (prompt, params)} -> {id: StepOutput} once every prompt is prefilled (in chunks of the
-    engine's prefill_chunk_size, so over several steps when they add up to more)."""
+    engine's prefill_chunk_size_alone, a prefill engine's steps having no decodes, so over several steps when they
+    add up to more)."""
     for request_id, (prompt, params) in requests.items():
         engine.add_request(request_id, prompt, params)
     outputs = {}

@@ -48,7 +48,7 @@ def test_a_lean_prefill_step_equals_the_reference_step_bit_for_bit(tiny_model_di
 
 
 def test_a_chunk_over_a_cached_prefix_equals_the_reference_bit_for_bit(tiny_model_dir):
-    eng = engine(tiny_model_dir, prefill_chunk_size=16, dtype="float32")
+    eng = engine(tiny_model_dir, prefill_chunk_size=16, prefill_chunk_size_alone=16, dtype="float32")
     eng.add_request("r0", random_prompts([50], seed=6)[0], SamplingParams(max_tokens=4, ignore_eos=True))
     eng.step()  # the first chunk, positions [0, 16)
     seqs, is_prefill = eng.scheduler.schedule()

@@ -90,7 +90,8 @@ def test_a_preempted_sequence_restarts_from_its_cached_blocks_with_the_same_toke
     # block, so B (the newest) is preempted; its full computed blocks stay cached while A takes its partial one, and
     # B starts again from them once A is done.
     bytes_per_block = engine_of(tiny_model_dir, kv_cache_bytes=1 << 20).model_runner.num_bytes_per_block
-    engine = engine_of(tiny_model_dir, kv_cache_bytes=11 * bytes_per_block, chunked_prefill=chunked_prefill)
+    engine = engine_of(tiny_model_dir, kv_cache_bytes=11 * bytes_per_block, chunked_prefill=chunked_prefill,
+                       prefill_chunk_size=64, prefill_chunk_size_alone=64)  # chunked: 64 tokens in every step
     prompts = random_prompts([47, 120], seed=21)
     params = [SamplingParams(max_tokens=4, ignore_eos=True), SamplingParams(max_tokens=8, ignore_eos=True)]
     outputs = engine.generate(prompts, params)

@@ -1,5 +1,6 @@
-"""The chunked scheduler, one step at a time, with no model (no torch): the step budget, mixed decode and prefill
-steps, and who gets the prefill budget (shortest remaining first, with aging so that a long prompt never starves)."""
+"""The chunked scheduler, one step at a time, with no model (no torch): the step budget (the chunk beside decodes,
+the larger one of a step without any), mixed decode and prefill steps, and who gets the prefill budget (shortest
+remaining first, with aging so that a long prompt never starves)."""
 from inference.engine.block_manager import BlockManager
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import SamplingParams, Sequence, SequenceStatus
@@ -7,10 +8,12 @@ from inference.engine.sequence import SamplingParams, Sequence, SequenceStatus
 EOS = 2
 
 
-def make(role="colocated", num_blocks=200, block_size=4, max_num_seqs=8, budget=16, max_num_batched_tokens=2048):
+def make(role="colocated", num_blocks=200, block_size=4, max_num_seqs=8, budget=16, max_num_batched_tokens=2048,
+         budget_alone=None):
     return Scheduler(role=role, block_manager=BlockManager(num_blocks, block_size), max_num_seqs=max_num_seqs,
                      max_num_batched_tokens=max_num_batched_tokens, max_model_len=4096,
-                     eos_token_ids=frozenset([EOS]), chunked_prefill=True, prefill_chunk_size=budget)
+                     eos_token_ids=frozenset([EOS]), chunked_prefill=True, prefill_chunk_size=budget,
+                     prefill_chunk_size_alone=budget_alone)
 
 
 def seq_of(request_id, num_tokens, max_tokens=50):
@@ -125,3 +128,45 @@ def test_the_step_budget_is_at_most_max_num_batched_tokens():
     sched = make(role="prefill", budget=256, max_num_batched_tokens=10)
     sched.add(seq_of("long", 25))
     assert step(sched) == {"long": 10}
+
+
+def test_a_prefill_worker_feeds_the_larger_budget_of_a_step_without_decodes():
+    sched = make(role="prefill", budget=16, budget_alone=64)
+    sched.add(seq_of("long", 100))
+    assert [step(sched) for _ in range(2)] == [{"long": 64}, {"long": 36}]
+
+
+def test_a_colocated_worker_takes_the_small_chunk_again_once_a_stream_decodes():
+    sched = make(budget=16, budget_alone=48)
+    sched.add(seq_of("long", 120))
+    assert step(sched) == {"long": 48}  # no stream past its prefill: no one's next token waits on this step
+    sched.add(seq_of("short", 5))
+    assert step(sched) == {"short": 5}  # shortest first, in a step of its own size
+    # "short" now decodes in every step: each step is back to the chunk beside decodes.
+    assert step(sched) == {"long": 15, "short": 1}
+    assert sched.num_batched_tokens == 16
+    assert step(sched) == {"long": 15, "short": 1}
+
+
+def test_without_a_larger_budget_alone_every_step_has_the_chunk_beside_decodes():
+    sched = make(role="prefill", budget=16)
+    assert sched.step_token_budget_alone == sched.step_token_budget == 16
+
+
+def test_the_budget_alone_is_at_most_max_num_batched_tokens_and_at_least_the_chunk():
+    assert make(budget=16, budget_alone=256, max_num_batched_tokens=100).step_token_budget_alone == 100
+    assert make(budget=16, budget_alone=8).step_token_budget_alone == 16
+
+
+def test_aging_stays_bounded_in_steps_of_the_larger_budget():
+    sched = make(role="prefill", budget=8, budget_alone=16)
+    sched.add(seq_of("long", 60))
+    starved = 0
+    for i in range(40):
+        sched.add(seq_of(f"short{i}", 16))  # a short prompt every step fills the whole budget
+        fed = step(sched)
+        if "long" in fed:
+            break
+        starved += 1
+    # Its key falls by this step's budget (16) per step in vain: 60 - 16k <= 16 (the newcomer's) after 3 steps.
+    assert starved == 3 and fed["long"] == 16

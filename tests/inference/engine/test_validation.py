@@ -16,6 +16,9 @@ from inference.engine import Config, LLMEngine, SamplingParams
     ({"max_model_len": 1}, "max_model_len"),
     ({"chunked_prefill": "yes"}, "chunked_prefill must be true or false"),
     ({"prefill_chunk_size": 0}, "prefill_chunk_size must be a positive integer"),
+    ({"prefill_chunk_size_alone": 32},
+     r"prefill_chunk_size_alone must be an integer at least prefill_chunk_size \(64\)"),
+    ({"prefill_chunk_size_alone": "big"}, "prefill_chunk_size_alone must be an integer"),
 ])
 def test_config_rejects_bad_values(tiny_model_dir, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -35,6 +38,13 @@ def test_the_prefill_chunk_size_defaults_by_device(tiny_model_dir):
     assert Config(model=tiny_model_dir).prefill_chunk_size == 64
     assert Config(model=tiny_model_dir, device="cuda").prefill_chunk_size == 512
     assert Config(model=tiny_model_dir, prefill_chunk_size=100).prefill_chunk_size == 100
+
+
+def test_the_chunk_of_a_step_without_decodes_defaults_to_four_chunks(tiny_model_dir):
+    assert Config(model=tiny_model_dir).prefill_chunk_size_alone == 256
+    assert Config(model=tiny_model_dir, device="cuda").prefill_chunk_size_alone == 2048
+    assert Config(model=tiny_model_dir, prefill_chunk_size=100).prefill_chunk_size_alone == 400
+    assert Config(model=tiny_model_dir, prefill_chunk_size_alone=64).prefill_chunk_size_alone == 64
 
 
 @pytest.fixture(scope="module")

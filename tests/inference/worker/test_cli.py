@@ -27,6 +27,8 @@ def run_worker(*args: str) -> subprocess.CompletedProcess:
     (["--role", "decode", "--model", "{model}", "--port", "1", "--dtype", "int3"], "--dtype"),
     (["--role", "colocated", "--model", "{model}", "--port", "1", "--prefill-chunk-size", "0"],
      "--prefill-chunk-size must be a positive integer"),
+    (["--role", "prefill", "--model", "{model}", "--port", "1", "--prefill-chunk-size-alone", "32"],
+     "--prefill-chunk-size-alone must be an integer at least prefill_chunk_size (64)"),
     (["--model", "{model}", "--port", "1"], "--role"),
     # The worker has no fault hook to switch on: faults are injected from outside it.
     (["--role", "decode", "--model", "{model}", "--port", "1", "--enable-test-faults"], "unrecognized arguments"),
@@ -97,3 +99,5 @@ def test_chunked_prefill_is_on_unless_turned_off(tiny_model_dir):
     assert parse_args([*argv, "--no-chunked-prefill"]).engine.chunked_prefill is False
     config = parse_args([*argv, "--chunked-prefill", "--prefill-chunk-size", "64"]).engine
     assert (config.chunked_prefill, config.prefill_chunk_size) == (True, 64)
+    assert (default.prefill_chunk_size_alone, config.prefill_chunk_size_alone) == (256, 256)  # 4 chunks
+    assert parse_args([*argv, "--prefill-chunk-size-alone", "1024"]).engine.prefill_chunk_size_alone == 1024
