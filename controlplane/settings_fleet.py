@@ -65,6 +65,8 @@ TANDEM_ROLLOUT_INTERVAL_S = env_int("TANDEM_ROLLOUT_INTERVAL_S", 2, minimum=1)
 TANDEM_CHAOS_INTERVAL_S = env_int("TANDEM_CHAOS_INTERVAL_S", 2, minimum=1)
 # The longest fault an experiment may hold (a pause is released by the node agent by then in any case).
 TANDEM_CHAOS_MAX_DURATION_S = env_int("TANDEM_CHAOS_MAX_DURATION_S", 600, minimum=1)
+# The most a disk_fill fault writes under var/ (MiB), whatever its max_mib: a fault on a big disk writes at most this.
+TANDEM_CHAOS_DISK_FILL_MAX_MIB = env_int("TANDEM_CHAOS_DISK_FILL_MAX_MIB", 4096, minimum=1)
 
 # --- autoscaling ------------------------------------------------------------------------------------------
 # The autoscaler (HPA's algorithm, evaluated every TANDEM_SCRAPE_INTERVAL_S): tolerance in percent, stabilisation

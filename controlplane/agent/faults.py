@@ -2,7 +2,8 @@
 process group), `pause` (SIGSTOP it, SIGCONT at its deadline), the proxy faults `error`, `latency`, `reset` and
 `partition`, and the KV-push faults `kv_latency`, `kv_reset` and `kv_corrupt` (a fault proxy in front of the worker,
 which the worker's row, or its KV address, points at until the deadline: proxy_faults.py), and the
-resource faults `cpu_hog` and `memory_pressure` (a hog on the worker's host until the deadline: resource_faults.py),
+resource faults `cpu_hog`, `memory_pressure` (a hog on the worker's host until the deadline) and `disk_fill` (a file
+under the host's var/ folder until the deadline): resource_faults.py,
 and the control faults `broker_freeze` (the Celery broker hangs until the deadline) and `agent_kill` (this agent
 SIGKILLs itself; its supervisor starts it again): control_faults.py.
 
@@ -14,9 +15,10 @@ from the fault's `key`. Whoever asked (the chaos app) reads those rows: a messag
 A pause's, a proxy fault's or a resource fault's deadline is enforced here, by a timer in the agent process: the
 worker is released (the row points at the worker again) at `until` even when the broker, the control worker or the
 database is gone by then; a fault proxy also stops faulting at `until` by itself, and a hog exits then, even without
-its agent. A revert message releases it earlier. A revert for a fault this process does not know (the agent
-restarted meanwhile) still sends SIGCONT to the worker's recorded process (harmless for a process that runs), or
-stops the proxy or the hog the injected row names.
+its agent (a fill file has no deadline of its own: a restarted agent takes it over from its injected row). A revert
+message releases it earlier. A revert for a fault this process does not know (the agent restarted meanwhile) still
+sends SIGCONT to the worker's recorded process (harmless for a process that runs), or stops the proxy or the hog, or
+deletes the fill file, that the injected row names.
 
 In a simulated fleet the worker's "process" lives in a simulated worker host and is signalled through it
 (runtime.launcher.signal_group: a kill closes it with exit code -9, a pause holds every request to it and its engine);
@@ -68,7 +70,7 @@ class _Pause:
     worker_id: int
     audit: dict
     proxy: dict | None = None  # a proxy fault: what proxy_faults.proxy_stop needs
-    resource: dict | None = None  # a resource fault: what resource_faults.hog_stop needs
+    resource: dict | None = None  # a resource fault: what resource_faults.resource_stop needs
     freeze: dict | None = None  # a broker freeze: what control_faults.freeze_stop needs
 
 
@@ -124,17 +126,18 @@ def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
 def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: dict | None = None,
                  params: dict | None = None) -> str:
     """Inject one fault into one worker's process (a resource fault: its host; agent_kill: its node's agent;
-    broker_freeze: the broker). Returns the outcome: "killed", "paused", "proxied", "hogging", "frozen", "duplicate"
-    (this key was injected before), "cancelled" (its revert arrived first), "expired" (the deadline passed before the
-    message arrived), "gone" (no live process), "failed" (the proxy or the hog did not start, or more memory than
-    the host has) or "unsupported".
+    broker_freeze: the broker). Returns the outcome: "killed", "paused", "proxied", "hogging", "filled", "frozen",
+    "duplicate" (this key was injected before), "cancelled" (its revert arrived first), "expired" (the deadline passed
+    before the message arrived), "gone" (no live process), "failed" (the proxy or the hog did not start, more memory
+    than the host has, a fill file not written) or "unsupported".
 
     1. A key already injected (its row exists) is not injected again: a re-delivered message is a no-op; a key
        already reverted is not injected at all.
     2. pause: SIGSTOP the process group and arm the release timer for min(until, now + the maximum duration).
     3. error, latency, reset, partition, kv_*: start the fault proxy (its own deadline the same), point the row
        (or its KV address) at it, arm the timer.
-    4. cpu_hog, memory_pressure: start the hog on this host (its own deadline the same), arm the timer.
+    4. cpu_hog, memory_pressure: start the hog on this host (its own deadline the same), arm the timer; disk_fill:
+       write the fill file under var/, arm the timer.
     5. broker_freeze: freeze the broker (control_faults), arm the timer. agent_kill: write the row, SIGKILL this agent.
     6. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
     """
@@ -233,31 +236,36 @@ def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: d
         elif frozen:
             state, handle = {**control_faults.freeze_start(key=key), **params}, None
         else:
-            state = resource_faults.hog_start(key=key, kind=kind, worker_id=worker.id, until=until, params=params)
-            handle = resource_faults.hog_handle(key, state)
+            state, handle = resource_faults.resource_start(key=key, kind=kind, worker_id=worker.id, until=until,
+                                                           params=params, node=runtime.node_name)
     except (proxy_faults.ProxyFailed, resource_faults.ResourceRefused, control_faults.FreezeFailed) as exc:
         _record(**common, outcome="failed", status=ActionStatus.FAILED, error=str(exc))
         return "failed"
     finally:
         with _paused_lock:
             _starting.discard(key)
+    _hold(key, handle=handle, until=until, worker_id=worker.id, audit={**audit, "fault": kind},
+          proxy=state if proxied else None, resource=state if not proxied and not frozen else None,
+          freeze=state if frozen else None)
+    outcome = "proxied" if proxied else "frozen" if frozen else "filled" if kind == "disk_fill" else "hogging"
+    _record(**common, outcome=outcome, until=until, params=params, **state)
+    log.info("fault %s: %s (worker %s; %s %s) until %.1f", key, "a fault proxy in front" if proxied else
+             "the broker frozen" if frozen else "a resource fault on the host", worker.id, kind, params, until)
+    return outcome
+
+
+def _hold(key: str, *, until: float, **fields) -> None:
+    """Hold a fault with a process (or a file) of its own until `until`: the timer that releases it."""
     timer = threading.Timer(max(0.0, until - time.time()), _release, args=(key, "the agent's deadline"))
     timer.daemon = True
     with _paused_lock:
-        _paused[key] = _Pause(handle=handle, timer=timer, until=until, worker_id=worker.id,
-                              audit={**audit, "fault": kind}, proxy=state if proxied else None,
-                              resource=state if not proxied and not frozen else None, freeze=state if frozen else None)
+        _paused[key] = _Pause(timer=timer, until=until, **fields)
         timer.start()
-    outcome = "proxied" if proxied else "frozen" if frozen else "hogging"
-    _record(**common, outcome=outcome, until=until, params=params, **state)
-    log.info("fault %s: %s (worker %s; %s %s) until %.1f", key, "a fault proxy in front" if proxied else
-             "the broker frozen" if frozen else "a hog on the host", worker.id, kind, params, until)
-    return outcome
 
 
 def _release(key: str, by: str) -> str | None:
     """Undo a fault this process holds (at its deadline, or on a revert): SIGCONT a pause, point the row back and
-    stop the proxy, or stop the hog. None when it holds no such fault."""
+    stop the proxy, stop the hog or delete the fill file. None when it holds no such fault."""
     with _paused_lock:
         pause = _paused.pop(key, None)
         if pause is None:
@@ -268,7 +276,7 @@ def _release(key: str, by: str) -> str | None:
     if pause.proxy is not None:
         outcome = _proxy_stop(key, pause.worker_id, pause.proxy)
     elif pause.resource is not None:
-        outcome = resource_faults.hog_stop(key=key, state=pause.resource)
+        outcome = resource_faults.resource_stop(key=key, state=pause.resource)
     elif pause.freeze is not None:
         outcome = control_faults.freeze_stop(key=key, state=pause.freeze)
     log.info("fault %s (worker %s) released by %s: %s", key, pause.worker_id, by, outcome)
@@ -304,9 +312,9 @@ def _wait_started(key: str) -> None:
 
 
 def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = None) -> str:
-    """Undo one fault. Returns "resumed", "restored", "stopped" (a hog), "thawed" (a broker), "restarted" (an agent
-    killed, back), "already-reverted", "nothing-to-revert" (a kill: supervision restarts the worker), "agent-down" (a
-    simulated agent killed and not back yet: its restart writes the revert row) or "gone".
+    """Undo one fault. Returns "resumed", "restored", "stopped" (a hog), "removed" (a fill file), "thawed" (a broker),
+    "restarted" (an agent killed, back), "already-reverted", "nothing-to-revert" (a kill: supervision restarts the
+    worker), "agent-down" (a simulated agent killed and not back yet: its restart writes the revert row) or "gone".
 
     A fault this process holds is released now (its timer cancelled). A pause it does not hold (the agent restarted,
     or the deadline released it) gets SIGCONT on the worker's recorded process unless its revert row exists; a proxy
@@ -328,7 +336,7 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
     elif kind in resource_faults.RESOURCE_KINDS:
         injected = action_find(injected_key(key))
         state = (injected.result or {}) if injected is not None else {}
-        outcome = resource_faults.hog_stop(key=key, state=state) if "hog_pid" in state else "gone"
+        outcome = resource_faults.resource_stop(key=key, state=state)
     elif kind == "broker_freeze":
         injected = action_find(injected_key(key))
         state = (injected.result or {}) if injected is not None else {}
@@ -351,10 +359,12 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
     """After this node's agent started (again): the control faults its predecessor carried and nobody reverted get
     their revert rows now. An agent_kill is over (this agent is its restart: `restarted`, with the workers adopted);
     a broker freeze is thawed at once (its timer died with the old agent, and no revert can come through a frozen
-    broker). Returns the keys reverted."""
+    broker). A disk_fill's file (which has no deadline of its own) is held again until its deadline, or deleted now
+    when that has passed. Returns the keys reverted or held again."""
     since = timezone.now() - timedelta(days=1)
     rows = Action.objects.filter(created_at__gte=since, kind=INJECTED_KIND, status=ActionStatus.SUCCEEDED,
-                                 params__event="fault_injected", params__fault__in=control_faults.CONTROL_KINDS,
+                                 params__event="fault_injected",
+                                 params__fault__in=(*control_faults.CONTROL_KINDS, "disk_fill"),
                                  result__node=node_name).select_related("worker", "deployment")
     resumed = []
     for row in rows:
@@ -365,13 +375,24 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
         if fault == "broker_freeze" and _release(key, "the agent's restart") is not None:
             resumed.append(key)  # held by this very process (a simulated agent's restart): released, row written
             continue
-        if fault == "agent_kill":
+        audit = {k: v for k, v in (row.params or {}).items() if k not in ("event", "worker")}
+        state = row.result or {}
+        if fault == "disk_fill":
+            with _paused_lock:
+                if key in _paused:
+                    continue  # held by this very process
+            if state.get("until", 0) > time.time():
+                _hold(key, handle=None, until=state["until"], worker_id=row.worker_id, audit=audit, resource=state)
+                log.info("fault %s (disk_fill) of node %s: held again until %.1f", key, node_name, state["until"])
+                resumed.append(key)
+                continue
+            outcome, extra = resource_faults.fill_remove(key=key, state=state), {}
+        elif fault == "agent_kill":
             outcome = "restarted"
             extra = {"adopted": (adopted or {}).get("adopted", []),
                      "down_s": round((timezone.now() - row.created_at).total_seconds(), 3)}
         else:
-            outcome, extra = control_faults.freeze_stop(key=key, state=row.result or {}), {}
-        audit = {k: v for k, v in (row.params or {}).items() if k not in ("event", "worker")}
+            outcome, extra = control_faults.freeze_stop(key=key, state=state), {}
         _record(kind=REVERTED_KIND, key=reverted_key(key), worker=row.worker, event="fault_reverted", audit=audit,
                 outcome=outcome, by="the agent's restart", **extra)
         log.info("fault %s (%s) of node %s: %s at the agent's restart", key, fault, node_name, outcome)

@@ -1,19 +1,27 @@
-"""The resource faults `cpu_hog` and `memory_pressure`: the node agent starts a hog on the target worker's host for the
-fault's duration, and stops it at the end, on an abort, or at its deadline.
+"""The resource faults `cpu_hog`, `memory_pressure` and `disk_fill`: the node agent starts a hog on the target
+worker's host for the fault's duration (or writes a fill file under its var/ folder), and stops it (deletes it) at
+the end, on an abort, or at its deadline.
 
 The hog is `stress-ng` where it is installed (Debian's package) and otherwise `python controlplane/agent/hog.py`,
 either one run under coreutils' `timeout`, and each carries the deadline itself (`--timeout`, `--until`): a hog
 outlives neither its deadline nor a dead agent, broker or control plane (it is never a die-with-parent child, so an
-agent restart does not end it early either). What a later revert needs (the hog's pid and create time) is on the
-injected Action row's result, so that an agent restarted meanwhile can stop it (as a proxy fault is undone).
+agent restart does not end it early either). What a later revert needs (the hog's pid and create time; the fill
+file's path) is on the injected Action row's result, so that an agent restarted meanwhile can stop it (as a proxy
+fault is undone).
 
 memory_pressure is bounded here as well as by the API (controlplane.chaos.validation, from the node's registered
-memory): at most MEMORY_FRACTION of the memory the host has available when the fault arrives.
+memory): at most MEMORY_FRACTION of the memory the host has available when the fault arrives. disk_fill writes one
+file, `chaos-disk-fill-<key>.fill` in the agent's var/ folder (its workers, logs and filesystem broker live there),
+as large as leaves `free_mib` MiB free on that filesystem, but never more than `max_mib` nor
+TANDEM_CHAOS_DISK_FILL_MAX_MIB: on a big disk, the bound is what it writes, not a full disk.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import math
+import os
+import re
 import shutil
 import signal
 import sys
@@ -27,10 +35,13 @@ from controlplane.agent import processes
 
 log = logging.getLogger(__name__)
 
-RESOURCE_KINDS = ("cpu_hog", "memory_pressure")
+HOG_KINDS = ("cpu_hog", "memory_pressure")
+RESOURCE_KINDS = (*HOG_KINDS, "disk_fill")
 HOG_SCRIPT = Path(__file__).with_name("hog.py")
 MEMORY_FRACTION = 0.5  # of the host's available memory, at most, for one memory_pressure fault
 GRACE_S = 5  # `timeout` SIGKILLs the hog this long after its own deadline, should it not have exited
+MIB = 1024 * 1024
+FILL_PREFIX, FILL_SUFFIX = "chaos-disk-fill-", ".fill"
 
 
 class ResourceRefused(Exception):
@@ -98,3 +109,85 @@ def hog_stop(*, key: str, state: dict) -> str:
         return "gone"
     processes.wait_exit(handle, 10)
     return "stopped"
+
+
+def fill_path(key: str) -> Path:
+    """The fill file of the fault `key`: in var/, named as chaos (`chaos-disk-fill-12-0-w3.fill`)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", key.removeprefix("chaos-"))
+    return Path(settings.VAR_DIR) / f"{FILL_PREFIX}{name}{FILL_SUFFIX}"
+
+
+def _allocate(fd: int, size: int) -> str:
+    """Reserve `size` bytes of the file: posix_fallocate (milliseconds, nothing written), else written (a filesystem
+    without fallocate); random bytes, so that a compressing filesystem stores them all. Returns how."""
+    if size == 0:
+        return "none"
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return "fallocate"
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+    chunk = os.urandom(MIB)
+    written = 0
+    while written < size:
+        written += os.write(fd, chunk[:min(MIB, size - written)])
+    os.fsync(fd)
+    return "write"
+
+
+def fill_start(*, key: str, params: dict, node: str | None) -> dict:
+    """Write the fill file: as much as leaves `free_mib` free on var/'s filesystem, at most `max_mib` and the
+    setting's bound (nothing when less is free already). Returns what a revert needs and what it did; raises
+    ResourceRefused when the file cannot be written (no partial file is left)."""
+    path = fill_path(key)
+    free_before = shutil.disk_usage(path.parent).free
+    bound = min(int(params["max_mib"]), settings.TANDEM_CHAOS_DISK_FILL_MAX_MIB) * MIB
+    size = max(0, min(bound, free_before - int(params["free_mib"]) * MIB)) // MIB * MIB
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            method = _allocate(fd, size)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise ResourceRefused(f"the fill file {path} was not written ({size // MIB} MiB): {exc}") from None
+    free_after = shutil.disk_usage(path.parent).free
+    log.info("fault %s: %s written (%d MiB, %s); %d MiB free before, %d after", key, path, size // MIB, method,
+             free_before // MIB, free_after // MIB)
+    return {"fill_path": str(path), "fill_mib": size // MIB, "method": method, "node": node,
+            "free_mib_before": free_before // MIB, "free_mib_after": free_after // MIB}
+
+
+def fill_remove(*, key: str, state: dict) -> str:
+    """Delete the fill file. Returns "removed", or "gone" when it was not there."""
+    path = Path(state["fill_path"])
+    # The path comes from a row: never delete anything but a fill file.
+    if not (path.name.startswith(FILL_PREFIX) and path.name.endswith(FILL_SUFFIX)):
+        log.error("fault %s: %s is not a fill file: not deleted", key, path)
+        return "gone"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return "gone"
+    log.info("fault %s: %s deleted", key, path)
+    return "removed"
+
+
+def resource_start(*, key: str, kind: str, worker_id: int, until: float, params: dict,
+                   node: str | None) -> tuple[dict, processes.ProcessHandle | None]:
+    """Start a resource fault: its state (what a revert needs) and the hog's process (None: a fill file)."""
+    if kind == "disk_fill":
+        return fill_start(key=key, params=params, node=node), None
+    state = hog_start(key=key, kind=kind, worker_id=worker_id, until=until, params=params)
+    return state, hog_handle(key, state)
+
+
+def resource_stop(*, key: str, state: dict) -> str:
+    """Undo a resource fault from its state: "stopped" (a hog), "removed" (a fill file) or "gone"."""
+    if "fill_path" in state:
+        return fill_remove(key=key, state=state)
+    if "hog_pid" in state:
+        return hog_stop(key=key, state=state)
+    return "gone"

@@ -70,6 +70,11 @@ TEMPLATES = (
     Template("memory-pressure", "Memory pressure on a worker's host",
              "512 MiB allocated and held on the host of one decode worker.",
              WorkerRole.DECODE, ({"kind": "memory_pressure", "mib": 512},), 60),
+    Template("disk-fill", "Disk nearly full under var/",
+             "One file under the var/ folder of one decode worker's host, as large as leaves 64 MiB free there (at "
+             "most TANDEM_CHAOS_DISK_FILL_MAX_MIB, 4096 MiB by default): logs, the filesystem broker and new files "
+             "must cope.",
+             WorkerRole.DECODE, ({"kind": "disk_fill", "free_mib": 64},), 60),
     Template("broker-freeze", "Freeze the control plane's broker",
              "The Celery broker hangs (accepts, passes nothing) for the duration, then comes back: the data plane "
              "must keep serving while the control plane cannot reach its agents.",

@@ -83,7 +83,9 @@ def validate_target(target, roles: set[str]) -> dict:
                                            high=MAX_TARGET_COUNT, integer=True), **revision}
 
 
-# The settings of each fault kind beyond `kind` and `duration_s`: (field, low, high, default; None: required).
+# The settings of each fault kind beyond `kind` and `duration_s`: (field, low, high, default; None: required). A
+# bound named by a string is that setting's value.
+DISK_FILL_BOUND = "TANDEM_CHAOS_DISK_FILL_MAX_MIB"
 FAULT_PARAMS = {
     "kill": {}, "pause": {},
     "error": {"ratio": (0.01, 1, 1.0)},  # the fraction of generation requests answered 500
@@ -98,13 +100,15 @@ FAULT_PARAMS = {
     "kv_corrupt": {"ratio": (0.01, 1, 1.0), "bytes": (1, 1024, 1)},  # the fraction of pushes; bytes flipped in each
     "cpu_hog": {"workers": (1, 256, 1)},  # busy processes on the target worker's host
     "memory_pressure": {"mib": (1, 1 << 20, None)},  # MiB allocated and touched on the target worker's host
+    # One file under the host's var/ folder, as large as leaves free_mib MiB free there, but at most max_mib MiB.
+    "disk_fill": {"free_mib": (0, 1 << 20, 64), "max_mib": (1, DISK_FILL_BOUND, DISK_FILL_BOUND)},
     # The Celery broker hangs for the duration (by an agent on the broker's host: broker_freeze_carrier); the
     # target's deployment is the one whose clients the hypothesis reads.
     "broker_freeze": {},
     "agent_kill": {},  # SIGKILL the node agent of the target worker's host; its supervisor starts it again
 }
 INSTANT_KINDS = ("kill", "agent_kill")  # over at once: no duration of their own
-INTEGER_PARAMS = ("workers", "mib", "bytes")
+INTEGER_PARAMS = ("workers", "mib", "bytes", "free_mib", "max_mib")
 
 
 def fault_params(fault: dict) -> dict:
@@ -130,6 +134,7 @@ def validate_faults(faults, duration_s: float, role: str | None = None) -> list[
         if "duration_s" in fault:  # else the experiment's duration, whatever it is changed to
             item["duration_s"] = _number(fault["duration_s"], field=f"{where}.duration_s", low=1, high=duration_s)
         for key, (low, high, default) in FAULT_PARAMS[kind].items():
+            high, default = (getattr(settings, v) if isinstance(v, str) else v for v in (high, default))
             if key not in fault and default is None:
                 raise invalid(f"{where}.{key} is required for a {kind} fault", field=f"{where}.{key}")
             item[key] = _number(fault.get(key, default), field=f"{where}.{key}", low=low, high=high,

@@ -69,7 +69,7 @@ def gateway():
 def no_pause_outlives_its_test():
     """Run ids start again in each test's rolled-back database: a pause one test left must not make the next
     test's fault of the same key a duplicate."""
-    from controlplane.agent import control_faults, faults, processes
+    from controlplane.agent import control_faults, faults, processes, resource_faults
 
     yield
     with faults._paused_lock:
@@ -79,6 +79,9 @@ def no_pause_outlives_its_test():
         pause.timer.cancel()
         if pause.freeze is not None:
             control_faults.freeze_stop(key=key, state=pause.freeze)
+            continue
+        if pause.resource is not None and "fill_path" in pause.resource:
+            resource_faults.fill_remove(key=key, state=pause.resource)
             continue
         processes.signal_group(pause.handle, signal.SIGKILL if pause.proxy or pause.resource else signal.SIGCONT)
 
@@ -181,7 +184,8 @@ def experiment(world, admin):
 def fault_leftovers(*, keys, ports: dict[int, int]) -> list[str]:
     """What the faults of `keys` left behind, one sentence each (empty: nothing): a worker process still stopped (a
     pause never released), a fault proxy or hog still running (found by its marker, whatever its pid), a Worker row
-    whose port is not the one it had before (`ports`: worker id → port) or whose KV address still names a proxy."""
+    whose port is not the one it had before (`ports`: worker id → port) or whose KV address still names a proxy, a
+    disk_fill's file still there."""
     from controlplane.agent import processes, proxy_faults, resource_faults
     from controlplane.models import Worker
 
@@ -196,6 +200,8 @@ def fault_leftovers(*, keys, ports: dict[int, int]) -> list[str]:
             continue
         if marker in markers:
             left.append(f"process {proc.pid} ({marker}) still runs")
+    left += [f"the fill file {path} is still there" for key in keys
+             if (path := resource_faults.fill_path(key)).exists()]
     for worker in Worker.objects.filter(pk__in=ports):
         if worker.port != ports[worker.pk]:
             left.append(f"worker {worker.pk}'s row names port {worker.port}, not its own {ports[worker.pk]}")

@@ -15,7 +15,8 @@ from controlplane.models import Action, ActionStatus
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("fault", [{"kind": "cpu_hog", "workers": 1}, {"kind": "memory_pressure", "mib": 16}])
+@pytest.mark.parametrize("fault", [{"kind": "cpu_hog", "workers": 1}, {"kind": "memory_pressure", "mib": 16},
+                                   {"kind": "disk_fill", "max_mib": 8}])
 def test_a_run_of_a_resource_fault_on_a_simulated_node_is_a_400_that_starts_nothing(
         world, admin, operator, online_node, fault):
     online_node.labels = {**(online_node.labels or {}), "simulated": "true"}
