@@ -1,23 +1,27 @@
-"""Tenants sharing a saturated fleet: the gateway's admission queue with fair queuing (VTC) against today's behaviour,
-measured in the same run on the same simulated worker (`--simulate`, no model: the numbers are about scheduling).
+"""Tenants sharing a saturated fleet: the gateway's admission queue with fair queuing (VTC), with and without
+preemption, against the behaviour before admission, measured in the same run on the same simulated worker
+(`--simulate`, no model: the numbers are about scheduling).
 
 One simulated colocated worker runs at most --slots sequences at once (its --max-num-seqs). Two tenants of class
-standard reach it through a stand-in control plane, by one of two gateways started side by side:
+standard reach it through a stand-in control plane, by one of three gateways started side by side:
 - `before`: the behaviour before admission slots came from the workers: 256 slots per worker
   (--worker-capacity-headroom 256, capped by the default --max-outstanding-per-worker 256), so every request goes
   straight to the worker, which queues what it cannot run in arrival order;
-- `defaults`: no flags at all: the gateway admits the worker's max_num_seqs (from its /health) + the default headroom,
-  holds the backlog in its admission queue and dispatches it by virtual token counter, shedding what waits past its
-  class's deadline (--headroom N passes --worker-capacity-headroom N to it instead).
+- `admission`: the gateway admits the worker's max_num_seqs (from its /health) + the default headroom, holds the
+  backlog in its admission queue and dispatches it by virtual token counter, shedding what waits past its class's
+  deadline, but never preempts (--max-preemptions 0): a waiting request waits for a running one to end;
+- `preemption`: no flags at all (the defaults): admission as above, and a waiting request that outranks a running one
+  (its tenant's counter lower by --preempt-margin) preempts it; the preempted stream resumes later
+  (--headroom N passes --worker-capacity-headroom N to both instead).
 
-Two scenarios, each run through both gateways:
+Two scenarios, each run through every gateway:
 - isolation: tenant `noisy` keeps --noisy-streams long requests in flight (closed loop, 4x the slots by default);
   tenant `quiet` sends one short streamed request every --quiet-interval s. Reported: quiet's TTFT and end-to-end
   latency P50/P99 (and unloaded, before the noise starts), and each tenant's share of the completion tokens served.
 - fairness: both tenants keep long requests in flight, noisy 10x as many as quiet, so both stay backlogged.
   Reported: each tenant's share of completion tokens (goal of the issue: within 20 % of each other).
 
-    python bench/gateway/tenants.py                       # about 2 minutes
+    python bench/gateway/tenants.py                       # about 3 minutes
     python bench/gateway/tenants.py --duration 10 --slots 4
 """
 from __future__ import annotations
@@ -50,8 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--short-tokens", type=int, default=16, help="max_tokens of quiet's short request")
     p.add_argument("--quiet-interval", type=float, default=1.0)
     p.add_argument("--headroom", type=int, default=None,
-                   help="`defaults` gateway: pass --worker-capacity-headroom N (default: none, the gateway's own "
-                        f"default, {DEFAULT_HEADROOM})")
+                   help="`admission` and `preemption` gateways: pass --worker-capacity-headroom N (default: none, "
+                        f"the gateway's own default, {DEFAULT_HEADROOM})")
     return p.parse_args(argv)
 
 
@@ -168,6 +172,19 @@ async def scenario(url: str, name: str, args) -> dict:
     return result
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def _preemptions(url: str) -> int:
+    """Preemptions the gateway counted so far, all tenants together (/metrics)."""
+    import requests
+
+    text = requests.get(url + "/metrics", timeout=10).text
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("tandem_gateway_preemptions_total{")))
+
+
 async def unloaded(url: str, args, num: int = 10) -> dict:
     import aiohttp
 
@@ -200,7 +217,8 @@ def run(args) -> dict:
                                         "tenants": {name: _tenant(name) for name in KEYS}})
         gateways = {}
         defaults = [] if args.headroom is None else ["--worker-capacity-headroom", str(args.headroom)]
-        for mode, flags in (("before", ["--worker-capacity-headroom", "256"]), ("defaults", defaults)):
+        for mode, flags in (("before", ["--worker-capacity-headroom", "256"]),
+                            ("admission", [*defaults, "--max-preemptions", "0"]), ("preemption", defaults)):
             gw_port = free_port()
             proc = start(f"gateway-{mode}", ["-m", "inference.gateway", "--port", str(gw_port), "--control-plane",
                                              control_plane.url, "--deployment", "demo", "--token", TOKEN, *flags],
@@ -208,11 +226,16 @@ def run(args) -> dict:
             procs.append(proc)
             gateways[mode] = f"http://127.0.0.1:{gw_port}"
             wait_http(proc, gateways[mode] + "/health", timeout=60)
-        results = {"unloaded_quiet": asyncio.run(unloaded(gateways["defaults"], args))}
+        results = {"unloaded_quiet": asyncio.run(unloaded(gateways["preemption"], args))}
         for name in ("isolation", "fairness"):
             # Alternate the order so that drift on a shared machine does not favour one gateway.
-            order = ("before", "defaults") if name == "isolation" else ("defaults", "before")
-            results[name] = {mode: asyncio.run(scenario(gateways[mode], name, args)) for mode in order}
+            order = ("before", "admission", "preemption")
+            order = order if name == "isolation" else order[::-1]
+            results[name] = {}
+            for mode in order:
+                before = _preemptions(gateways[mode])
+                results[name][mode] = asyncio.run(scenario(gateways[mode], name, args))
+                results[name][mode]["preemptions"] = _preemptions(gateways[mode]) - before
     finally:
         for proc in reversed(procs):
             proc.stop()
@@ -220,18 +243,19 @@ def run(args) -> dict:
     iso, fair = results["isolation"], results["fairness"]
     unloaded_ttft = results["unloaded_quiet"]["ttft_p50_s"]
     goals = {}
-    if iso["defaults"]["quiet_ttft_p99_s"] and unloaded_ttft:
-        goals["isolation: quiet TTFT P99 <= 1.5x unloaded (defaults)"] = (
-            iso["defaults"]["quiet_ttft_p99_s"] <= 1.5 * unloaded_ttft)
-    shares = fair["defaults"]["token_share"]
-    goals["fairness: token shares within 20% of each other (defaults)"] = (
-        min(shares.values()) >= 0.8 * max(shares.values()))
+    for mode in ("admission", "preemption"):
+        if iso[mode]["quiet_ttft_p99_s"] and unloaded_ttft:
+            iso[mode]["quiet_ttft_p50_vs_unloaded"] = _ratio(iso[mode]["quiet_ttft_p50_s"], unloaded_ttft)
+            iso[mode]["quiet_ttft_p99_vs_unloaded"] = _ratio(iso[mode]["quiet_ttft_p99_s"], unloaded_ttft)
+            goals[f"isolation: quiet TTFT P99 <= 1.5x unloaded ({mode})"] = (
+                iso[mode]["quiet_ttft_p99_s"] <= 1.5 * unloaded_ttft)
+        shares = fair[mode]["token_share"]
+        goals[f"fairness: token shares within 20% of each other ({mode})"] = (
+            min(shares.values()) >= 0.8 * max(shares.values()))
     return {"benchmark": "gateway_tenants", "profile": args.profile, "slots": args.slots, "headroom": _headroom(args),
             "noisy_streams": args.noisy_streams or 4 * args.slots, "long_tokens": args.long_tokens,
             "short_tokens": args.short_tokens, "duration_s": args.duration, **results,
-            "speedup_quiet_e2e_p50": (round(iso["before"]["quiet_e2e_p50_s"] / iso["defaults"]["quiet_e2e_p50_s"], 2)
-                                      if iso["before"]["quiet_e2e_p50_s"] and iso["defaults"]["quiet_e2e_p50_s"]
-                                      else None),
+            "speedup_quiet_e2e_p50": _ratio(iso["before"]["quiet_e2e_p50_s"], iso["preemption"]["quiet_e2e_p50_s"]),
             "goals": goals, "environment": environment()}
 
 

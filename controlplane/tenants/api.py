@@ -83,7 +83,9 @@ class KeyIssueInput(WriteInputSerializer):
 
 ADMISSION_HELP = ("The deployment's admission queue, as its gateways apply it at their next poll: an object of "
                   "max_queued (requests that may wait, 0..1000000; 0: no queue) and queue_deadlines (class → seconds "
-                  "a request may wait, > 0), each optional; null or {}: the gateways' flags.")
+                  "a request may wait, > 0), and preemption's max_preemptions (times one request may be preempted, "
+                  "0..100; 0: never), preempt_margin (virtual token counter units, >= 0) and preempt_min_tokens_left "
+                  "(>= 0), each optional; null or {}: the gateways' flags.")
 
 
 class AccessInput(WriteInputSerializer):

@@ -57,6 +57,7 @@ class Waiter:
     enqueued: float
     deadline: float
     future: asyncio.Future | None = None
+    requeued: bool = False  # a preempted request going back (preemption.py): its wait is no admission wait
 
 
 class FairQueue:
@@ -68,7 +69,8 @@ class FairQueue:
         self.last_counter: dict[str, float] = {band: 0.0 for band in BANDS}
         self.num_queued = 0
 
-    def push(self, waiter: Waiter) -> None:
+    def push(self, waiter: Waiter, *, front: bool = False) -> None:
+        """Queue a request behind its tenant's others, or ahead of them (`front`: a preempted one going back)."""
         band = self.bands[waiter.priority_class]
         queue = band.get(waiter.tenant)
         if queue is None:
@@ -76,8 +78,18 @@ class FairQueue:
             floor = min((self.counters[t] for t in band), default=self.last_counter[waiter.priority_class])
             self.counters[waiter.tenant] = max(self.counters.get(waiter.tenant, 0.0), floor)
             queue = band[waiter.tenant] = deque()
-        queue.append(waiter)
+        if front:
+            queue.appendleft(waiter)
+        else:
+            queue.append(waiter)
         self.num_queued += 1
+
+    def peek(self) -> tuple[str, str] | None:
+        """(class, tenant) of the request `pop` would return, or None when none waits."""
+        for priority_class, band in self.bands.items():
+            if band:
+                return priority_class, min(band, key=lambda t: self.counters[t])
+        return None
 
     def pop(self) -> Waiter | None:
         """The next request to dispatch (module docstring), or None when none waits."""
@@ -162,6 +174,8 @@ class Admission:
         self.queue = FairQueue()
         self.num_running = 0
         self.stats: dict[tuple[str, str], WaitStats] = {}
+        # Called when a request starts to wait and on each dispatch tick (preemption.Preemption.consider).
+        self.on_waiting: Callable[[], None] = lambda: None
 
     def configure(self, max_queued: int, deadlines: Mapping[str, float]) -> None:
         """New settings (a deployment's, from the membership poll): for requests that arrive from now on; those
@@ -174,7 +188,7 @@ class Admission:
             stats = self.stats[(priority_class, tenant)] = WaitStats()
         return stats
 
-    def _has_room(self) -> bool:
+    def has_room(self) -> bool:
         return self.num_running < self.capacity()
 
     def _admit(self, tenant: str, priority_class: str, waited_s: float) -> Slot:
@@ -182,11 +196,15 @@ class Admission:
         self._stats(priority_class, tenant).observe(waited_s)
         return Slot(self, tenant)
 
-    async def acquire(self, tenant: str, priority_class: str) -> Slot:
-        """A slot to run the request in, at once or after a wait; ApiError 429 (queue full) or 503 (deadline)."""
+    async def acquire(self, tenant: str, priority_class: str, *, requeued: bool = False) -> Slot:
+        """A slot to run the request in, at once or after a wait; ApiError 429 (queue full) or 503 (deadline).
+        `requeued`: a preempted request (preemption.py) going back, at the front of its tenant's queue, never shed
+        (its client already has an open answer) and not counted again among the queue waits."""
+        if requeued:
+            return await self._requeue(tenant, priority_class)
         # No queue, or no capacity known (no ready worker): admit, and let the router answer as it does (429
         # overloaded, 503 no_ready_workers).
-        if not self.max_queued or self.capacity() <= 0 or (not self.queue.num_queued and self._has_room()):
+        if not self.max_queued or self.capacity() <= 0 or (not self.queue.num_queued and self.has_room()):
             return self._admit(tenant, priority_class, 0.0)
         stats = self._stats(priority_class, tenant)
         if self.queue.num_queued >= self.max_queued:
@@ -199,6 +217,8 @@ class Admission:
         waiter = Waiter(tenant, priority_class, now, now + deadline_s, asyncio.get_running_loop().create_future())
         self.queue.push(waiter)
         self.dispatch()  # capacity may have grown since the last dispatch (a worker came back)
+        if not waiter.future.done():
+            self.on_waiting()
         try:
             done, _ = await asyncio.wait((waiter.future,), timeout=deadline_s)
         except asyncio.CancelledError:  # the client went away while it waited
@@ -213,21 +233,41 @@ class Admission:
                            type="service_unavailable", code="queue_timeout", headers={"Retry-After": RETRY_AFTER})
         return waiter.future.result()
 
+    async def _requeue(self, tenant: str, priority_class: str) -> Slot:
+        now = self.clock()
+        waiter = Waiter(tenant, priority_class, now, math.inf, asyncio.get_running_loop().create_future(),
+                        requeued=True)
+        self.queue.push(waiter, front=True)
+        self.dispatch()
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            if not self.queue.remove(waiter) and waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.result().release()
+            raise
+
     def dispatch(self) -> None:
         """Hand free slots to waiters, in FairQueue order. Called when a slot frees and when capacity may have
         grown (a worker came back)."""
-        while self.queue.num_queued and self._has_room():
+        while self.queue.num_queued and self.has_room():
             waiter = self.queue.pop()
             if waiter.future.done():  # cancelled between its wake-up and its removal
+                continue
+            if waiter.requeued:
+                self.num_running += 1
+                waiter.future.set_result(Slot(self, waiter.tenant))
                 continue
             waiter.future.set_result(self._admit(waiter.tenant, waiter.priority_class,
                                                  self.clock() - waiter.enqueued))
 
-    async def run(self, interval: float = 0.2) -> None:
-        """Dispatch now and then: capacity grows without a slot being freed when a worker becomes ready."""
+    async def run(self, interval: float = 0.05) -> None:
+        """Dispatch now and then: capacity grows without a slot being freed when a worker becomes ready; and a
+        waiting tenant's counter falls behind a running one's as that one is served (preemption.py)."""
         while True:
             await asyncio.sleep(interval)
             self.dispatch()
+            if self.queue.num_queued:
+                self.on_waiting()
 
     def collector(self, model: str) -> Collector:
         return AdmissionCollector(self, model)
@@ -271,7 +311,13 @@ class AdmissionCollector(Collector):
 
 MAX_QUEUED_LIMIT = 1_000_000
 MAX_DEADLINE_S = 86_400.0
-ADMISSION_FIELDS = ("max_queued", "queue_deadlines")
+MAX_PREEMPTIONS_LIMIT = 100
+MAX_PREEMPT_MARGIN = 1e12
+ADMISSION_FIELDS = ("max_queued", "queue_deadlines", "max_preemptions", "preempt_margin", "preempt_min_tokens_left")
+# Preemption's settings (preemption.py): name → (smallest, largest, whole numbers only).
+PREEMPTION_BOUNDS = {"max_preemptions": (0, MAX_PREEMPTIONS_LIMIT, True),
+                     "preempt_margin": (0, MAX_PREEMPT_MARGIN, False),
+                     "preempt_min_tokens_left": (0, MAX_QUEUED_LIMIT, True)}
 
 
 class AdmissionSettingsError(ValueError):
@@ -282,11 +328,12 @@ class AdmissionSettingsError(ValueError):
 
 def check_admission_settings(settings: object) -> dict:
     """A deployment's admission settings as the control plane stores them and the gateways poll them: an object with
-    `max_queued` (requests that may wait, 0..MAX_QUEUED_LIMIT; 0: no queue) and `queue_deadlines` (class → seconds a
-    request may wait, > 0 and at most a day), each optional; what it leaves out, the gateway's flags say. A checked
+    `max_queued` (requests that may wait, 0..MAX_QUEUED_LIMIT; 0: no queue), `queue_deadlines` (class → seconds a
+    request may wait, > 0 and at most a day) and preemption's `max_preemptions`, `preempt_margin` and
+    `preempt_min_tokens_left` (PREEMPTION_BOUNDS), each optional; what it leaves out, the gateway's flags say. A checked
     copy, or AdmissionSettingsError naming the field (`max_queued`, `queue_deadlines.batch`)."""
     if not isinstance(settings, dict):
-        raise AdmissionSettingsError("admission", "must be an object of " + " and ".join(ADMISSION_FIELDS))
+        raise AdmissionSettingsError("admission", "must be an object of " + ", ".join(ADMISSION_FIELDS))
     for key in settings:
         if key not in ADMISSION_FIELDS:
             raise AdmissionSettingsError(str(key), "unknown setting (known: " + ", ".join(ADMISSION_FIELDS) + ")")
@@ -297,6 +344,15 @@ def check_admission_settings(settings: object) -> dict:
             raise AdmissionSettingsError("max_queued", f"must be a whole number in 0..{MAX_QUEUED_LIMIT}, "
                                                        f"not {value!r}")
         checked["max_queued"] = value
+    for name, (low, high, whole) in PREEMPTION_BOUNDS.items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+                or not math.isfinite(value) or not low <= value <= high):
+            raise AdmissionSettingsError(name, f"must be {'a whole number' if whole else 'a number'} in "
+                                               f"{low}..{high:g}, not {value!r}")
+        checked[name] = value
     deadlines = settings.get("queue_deadlines")
     if deadlines is not None:
         if not isinstance(deadlines, dict):

@@ -10,9 +10,11 @@ picked says which one: `X-Tandem-Revision` and, when the membership names it, `X
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 
 import aiohttp
 from aiohttp import web
@@ -26,6 +28,7 @@ from inference.gateway.openai_protocol import (
     SSE_DONE, ApiError, ChunkEncoder, Endpoint, GenerationRequest, completion_response, parse_chat,
     parse_completion, parse_json_object, sse_error,
 )
+from inference.gateway.preemption import Preemption, preemption_settings
 from inference.gateway.relay import Relay, WorkerRejected
 from inference.gateway.routing import Group, Router
 from inference.gateway.served import Served
@@ -82,6 +85,7 @@ class Gateway:
         self.relay: Relay | None = None
         self.admission = Admission(self.router.capacity, max_queued=config.max_queued,
                                    deadlines=config.queue_deadlines)
+        self.preemption = Preemption(self.admission, config.preemption)
         # The deployment's admission settings (polled) override the flags; what they leave out, the flags say.
         self.membership = ControlPlaneMembership(config, self.router, on_admission=self.configure_admission) \
             if config.control_plane_url else None
@@ -89,12 +93,14 @@ class Gateway:
         self.tenants = TenantGate(lambda: self.membership.tenancy if self.membership is not None else OPEN)
         self.metrics.registry.register(self.tenants.collector(self.model))
         self.metrics.registry.register(self.admission.collector(self.model))
+        self.metrics.registry.register(self.preemption.collector(self.model))
         self._tasks: list[asyncio.Task] = []
         self._num_running = 0
 
     def configure_admission(self, settings: dict) -> None:
         self.admission.configure(max_queued=settings.get("max_queued", self.config.max_queued),
                                  deadlines={**self.config.queue_deadlines, **settings.get("queue_deadlines", {})})
+        self.preemption.configure(preemption_settings(settings, self.config.preemption))
 
     # -- lifecycle ----------------------------------------------------------------------------------------------------
 
@@ -241,11 +247,15 @@ class Gateway:
         request_id = ("chatcmpl-" if endpoint is Endpoint.CHAT else "cmpl-") + uuid.uuid4().hex
         deadline = asyncio.get_running_loop().time() + self.config.request_timeout
         self._num_running += 1
+        # The request may be preempted for a waiting one that outranks it (preemption.py), before or after its first
+        # token; either way it goes back to the queue and later resumes where it stopped.
+        preemptible = self.preemption.attach(ticket, gen.worker_body.get("max_tokens"))
         try:
             try:
                 async with asyncio.timeout_at(deadline):
                     try:
-                        stream = await self.relay.start(group, request_id, gen.worker_body)
+                        stream = await self.preemption.start(preemptible, functools.partial(
+                            self._start, group, request_id, gen.worker_body))
                     except ApiError as error:
                         fallback = self.router.fallback_group(group) if error.status >= 500 else None
                         if fallback is None:
@@ -259,7 +269,8 @@ class Gateway:
                         group = fallback
                         series = self.metrics.requests(revision=str(group.revision))
                         headers = group_headers(group)
-                        stream = await self.relay.start(group, f"{request_id}-stable", gen.worker_body)
+                        stream = await self.preemption.start(preemptible, functools.partial(
+                            self._start, group, f"{request_id}-stable", gen.worker_body))
             except ApiError as error:
                 series.count_error(error.code or "gateway")
                 return error_response(error, headers)
@@ -280,7 +291,12 @@ class Gateway:
             finally:
                 await stream.close()
         finally:
+            self.preemption.detach(preemptible)
             self._num_running -= 1
+
+    def _start(self, group: Group, request_id: str, body: dict, num_preemptions: int) -> Awaitable[TokenStream]:
+        # A try after a preemption gets a worker request id of its own: the worker may not have dropped the last one.
+        return self.relay.start(group, f"{request_id}-p{num_preemptions}" if num_preemptions else request_id, body)
 
     def _timed_out(self, what: str) -> ApiError:
         return ApiError(504, f"{what} within --request-timeout {self.config.request_timeout}s",

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_HEADROOM, DEFAULT_MAX_QUEUED, parse_deadline
+from inference.gateway.preemption import (
+    DEFAULT_MARGIN, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MIN_TOKENS_LEFT, PreemptionSettings,
+)
 from inference.gateway.prefix_affinity import DEFAULT_NUM_CHARS
 from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
 from inference.weights import parse_weight, weight_problem
@@ -83,6 +86,9 @@ class Config:
     # and how long a request of each class may wait before it is shed with 503.
     max_queued: int = DEFAULT_MAX_QUEUED
     queue_deadlines: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
+    # Preemption (preemption.py): how often one request may be preempted (0: never), how far behind (virtual token
+    # counter) a waiting tenant must be to preempt one of its band, and how few tokens left protect a request.
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     # Where tenants' rpm/tpm bucket levels are kept across a restart (quota_state.py); None: in memory only.
     quota_state: Path | None = None
     # The deployment's worker key (inference.worker_secret): each request to a worker carries the secret of the
@@ -125,6 +131,12 @@ class Config:
         if set(self.queue_deadlines) != set(DEFAULT_DEADLINES) or not all(
                 math.isfinite(s) and s > 0 for s in self.queue_deadlines.values()):
             raise ValueError(f"--queue-deadline takes the classes {', '.join(DEFAULT_DEADLINES)}, each > 0 seconds")
+        if self.preemption.max_preemptions < 0:
+            raise ValueError("--max-preemptions must be at least 0")
+        if not (math.isfinite(self.preemption.margin) and self.preemption.margin >= 0):
+            raise ValueError("--preempt-margin must be a number >= 0")
+        if self.preemption.min_tokens_left < 0:
+            raise ValueError("--preempt-min-tokens-left must be at least 0")
         if self.max_migrations < 0:
             raise ValueError("--max-migrations must be at least 0")
         if self.prefix_affinity_chars < 1:
@@ -205,6 +217,17 @@ def parse_args(argv: list[str] | None = None) -> Config:
                         help="how long a request of a priority class may wait in the admission queue before a 503 "
                              "(repeatable; defaults: " + ", ".join(f"{c}={s:g}" for c, s in DEFAULT_DEADLINES.items())
                              + ")")
+    parser.add_argument("--max-preemptions", type=int, default=DEFAULT_MAX_PREEMPTIONS, metavar="N",
+                        help="times one running request may be preempted (stopped at its worker, resumed later with "
+                             "the tokens it sent) for a waiting request that outranks it: a higher class, or a tenant "
+                             f"served less by --preempt-margin (default {DEFAULT_MAX_PREEMPTIONS}; 0: never preempt)")
+    parser.add_argument("--preempt-margin", type=float, default=DEFAULT_MARGIN, metavar="UNITS",
+                        help="how far a waiting tenant's virtual token counter (prompt tokens + 2 x completion tokens) "
+                             "must be below a running request's tenant's, in the same class, to preempt it (default "
+                             f"{DEFAULT_MARGIN:g})")
+    parser.add_argument("--preempt-min-tokens-left", type=int, default=DEFAULT_MIN_TOKENS_LEFT, metavar="N",
+                        help="a request with fewer tokens of its max_tokens left is not preempted (default "
+                             f"{DEFAULT_MIN_TOKENS_LEFT})")
     parser.add_argument("--quota-state", type=Path, metavar="FILE",
                         help="keep tenants' requests/tokens-per-minute usage in FILE across a restart (written every "
                              "second and at stop; default: none, a restarted gateway gives every tenant a fresh "
@@ -230,6 +253,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             max_migrations=args.max_migrations, sampling_defaults=sampling_defaults,
             prefix_affinity=args.prefix_affinity, prefix_affinity_chars=args.prefix_affinity_chars,
             max_queued=args.admission_queue, queue_deadlines=queue_deadlines, quota_state=args.quota_state,
+            preemption=PreemptionSettings(args.max_preemptions, args.preempt_margin, args.preempt_min_tokens_left),
             # Never a flag: `ps` shows a command line.
             worker_key=os.environ.get(KEY_ENV) or None,
         )

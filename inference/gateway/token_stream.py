@@ -13,6 +13,10 @@ A hung worker (stopped, wedged, its host frozen) closes nothing: its streams wou
 So a leg also moves on as soon as the gateway takes its streaming worker out of rotation (its health probes failed,
 Worker.ejected): with the default probes (every 1 s, 1 s timeout, 2 in a row) a stalled stream resumes within ~5 s.
 
+The gateway may also preempt a stream (preemption.py): when `preempt_requested` is set, the leg is closed the same way,
+`pause` gives its admission slot away and waits for another, and the request resumes on any ready worker, as a
+migration does; a preemption is no migration (it neither counts against --max-migrations nor avoids the worker).
+
 Failures that may belong to the request rather than to the worker (an engine error, a timeout, a refusal) end the
 stream as before: moving them could carry the failure to the next worker.
 """
@@ -30,6 +34,7 @@ log = logging.getLogger("tandem.gateway.relay")
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 # Error events that mean "this worker is going away", not "this request failed": the request may move.
 WORKER_GONE_KINDS = frozenset({"drain"})
+PREEMPTED = "preempted"  # the gateway asked the stream to step aside (preemption.py)
 
 
 class StreamBroken(Exception):
@@ -94,7 +99,11 @@ class TokenStream:
         self._on_migration = on_migration or (lambda reason: None)
         self.token_ids: list[int] = []  # every token relayed to the client, over all legs
         self.num_migrations = 0
+        self.num_preemptions = 0
         self._avoid: set[str] = set()
+        # Set by preemption.Preemption.start: the event that asks this stream to step aside, and what it awaits then.
+        self.preempt_requested: asyncio.Event | None = None
+        self.pause: Callable[[], Awaitable[None]] | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -115,6 +124,9 @@ class TokenStream:
                     yield text, len(token_ids)
                 return
             except StreamBroken as broken:
+                if broken.kind == PREEMPTED:
+                    await self._preempt()
+                    continue
                 if not broken.migratable or self._resume is None or self.num_migrations >= self.max_migrations:
                     raise
                 await self._migrate(broken)
@@ -131,6 +143,17 @@ class TokenStream:
                                             f"{failed.message}") from None
         self.num_migrations += 1
         self._on_migration(broken.kind)
+
+    async def _preempt(self) -> None:
+        await self._leg.close()  # the worker aborts the request and frees its sequence
+        await self.pause()
+        number = self.num_migrations + self.num_preemptions + 1
+        self.num_preemptions += 1
+        try:
+            self._leg = await self._resume(list(self.token_ids), set(self._avoid), number)
+        except StreamBroken as failed:
+            raise StreamBroken(failed.kind, f"the request could not resume after it was preempted: "
+                                            f"{failed.message}") from None
 
     async def _leg_deltas(self, leg: Leg) -> AsyncIterator[tuple[str, list[int]]]:
         pending, leg.pending = leg.pending, []
@@ -164,24 +187,29 @@ class TokenStream:
                                migratable=True) from None
         raise StreamBroken("worker_disconnected", "the worker closed the stream before it finished", migratable=True)
 
-    @staticmethod
-    async def _events(leg: Leg) -> AsyncIterator[dict]:
-        """The leg's worker events, until the gateway takes that worker out of rotation (StreamBroken, migratable).
-        One wait per event on both the next line and the ejection: a hung worker sends neither a line nor an EOF."""
-        if leg.ejected is None:
+    async def _events(self, leg: Leg) -> AsyncIterator[dict]:
+        """The leg's worker events, until the gateway takes that worker out of rotation (StreamBroken, migratable) or
+        preempts the stream (StreamBroken PREEMPTED). One wait per event on the next line and on those two events: a
+        hung worker sends neither a line nor an EOF."""
+        stops = {event: kind for event, kind in ((leg.ejected, "worker_ejected"),
+                                                 (self.preempt_requested, PREEMPTED)) if event is not None}
+        if not stops:
             async for event in leg.upstream:
                 yield event
             return
         upstream = leg.upstream.__aiter__()
-        ejected = asyncio.ensure_future(leg.ejected.wait())
+        waits = {asyncio.ensure_future(event.wait()): kind for event, kind in stops.items()}
         step = None
         try:
             while True:
                 step = asyncio.ensure_future(upstream.__anext__())
-                await asyncio.wait((step, ejected), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait((step, *waits), return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
                     step.cancel()
                     await asyncio.gather(step, return_exceptions=True)
+                    kind = next(kind for wait, kind in waits.items() if wait.done())
+                    if kind == PREEMPTED:
+                        raise StreamBroken(PREEMPTED, "the gateway preempted the request")
                     raise StreamBroken("worker_ejected", f"{leg.streamed_by} was taken out of rotation mid-stream",
                                        migratable=True)
                 try:
@@ -190,7 +218,8 @@ class TokenStream:
                     return
                 yield event
         finally:
-            ejected.cancel()
+            for wait in waits:
+                wait.cancel()
             if step is not None and not step.done():
                 # Cancelled while waiting (the request's deadline, say): stop the read before anyone closes the
                 # upstream, which cannot be closed while a read of it runs.

@@ -1,4 +1,4 @@
-"""A deployment's admission settings (queue bound, per-class deadlines): set through PATCH .../access, each bad value
+"""A deployment's admission settings (queue bound, per-class deadlines, preemption bounds): set through PATCH .../access, each bad value
 a 400 naming its field, one audit row per change, carried by the endpoints answer its gateways poll (only when
 set), and shown on the deployment page's serving settings."""
 from __future__ import annotations
@@ -12,10 +12,10 @@ ACCESS = "/api/v1/deployments/demo/access"
 
 def test_an_admin_sets_them_and_the_gateways_poll_them(admin_api, viewer_api, deployment):
     assert "admission" not in viewer_api.get("/api/v1/deployments/demo/endpoints").json()
-    settings = {"max_queued": 64, "queue_deadlines": {"interactive": 2, "batch": 600}}
+    settings = {"max_queued": 64, "queue_deadlines": {"interactive": 2, "batch": 600}, "max_preemptions": 2}
     response = admin_api.patch(ACCESS, {"admission": settings}, format="json")
     assert response.status_code == 200
-    expected = {"max_queued": 64, "queue_deadlines": {"interactive": 2.0, "batch": 600.0}}
+    expected = {"max_queued": 64, "queue_deadlines": {"interactive": 2.0, "batch": 600.0}, "max_preemptions": 2}
     assert response.json()["admission"] == expected
     assert response.json()["requires_key"] is False  # the other setting is untouched
     assert viewer_api.get("/api/v1/deployments/demo/endpoints").json()["admission"] == expected
@@ -39,6 +39,9 @@ def test_an_admin_sets_them_and_the_gateways_poll_them(admin_api, viewer_api, de
     ({"queue_deadlines": {"premium": 5}}, "admission.queue_deadlines.premium"),
     ({"queue_deadlines": {"batch": 0}}, "admission.queue_deadlines.batch"),
     ({"queue_deadlines": "fast"}, "admission.queue_deadlines"),
+    ({"max_preemptions": -1}, "admission.max_preemptions"),
+    ({"preempt_margin": "wide"}, "admission.preempt_margin"),
+    ({"preempt_min_tokens_left": 0.5}, "admission.preempt_min_tokens_left"),
 ])
 def test_a_bad_value_is_a_400_naming_its_field(admin_api, deployment, admission, field):
     response = admin_api.patch(ACCESS, {"admission": admission}, format="json")

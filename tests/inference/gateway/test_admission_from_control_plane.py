@@ -20,6 +20,8 @@ def test_settings_are_checked_and_left_out_ones_stay_unsaid():
     assert check_admission_settings({}) == {}
     assert check_admission_settings({"max_queued": 0, "queue_deadlines": {"batch": 600}}) == {
         "max_queued": 0, "queue_deadlines": {"batch": 600.0}}
+    preemption = {"max_preemptions": 0, "preempt_margin": 12.5, "preempt_min_tokens_left": 8}
+    assert check_admission_settings(preemption) == preemption
     assert parse_admission({}) == {} and parse_admission({"admission": None}) == {}
 
 
@@ -34,6 +36,13 @@ def test_settings_are_checked_and_left_out_ones_stay_unsaid():
     ({"queue_deadlines": {"batch": 0}}, "queue_deadlines.batch"),
     ({"queue_deadlines": {"batch": float("inf")}}, "queue_deadlines.batch"),
     ({"queue_deadlines": {"batch": "5"}}, "queue_deadlines.batch"),
+    ({"max_preemptions": -1}, "max_preemptions"),
+    ({"max_preemptions": 101}, "max_preemptions"),
+    ({"max_preemptions": 1.5}, "max_preemptions"),
+    ({"preempt_margin": float("nan")}, "preempt_margin"),
+    ({"preempt_margin": -1}, "preempt_margin"),
+    ({"preempt_margin": True}, "preempt_margin"),
+    ({"preempt_min_tokens_left": "4"}, "preempt_min_tokens_left"),
 ])
 def test_a_bad_setting_names_its_field(settings, param):
     with pytest.raises(AdmissionSettingsError) as raised:
