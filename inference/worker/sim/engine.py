@@ -144,6 +144,8 @@ class SimEngine:
 
     async def _prefill(self, req: EngineRequest) -> None:
         async with self._prefill_lock:
+            if self.open.get(req.request_id) is not req:
+                return  # aborted while it waited for the lock: a real engine drops it from its waiting queue
             self.metrics.requests_waiting.inc()
             try:
                 await asyncio.sleep(self.costs.prefill_seconds(len(req.prompt_token_ids)))
