@@ -12,8 +12,11 @@ CHUNK = 16
 LONG_PROMPT = "The quick brown fox jumps over the lazy dog. " * 12  # ~100+ tokens of the tiny tokenizer
 
 
-@pytest.mark.parametrize("flags, chunked", [(["--prefill-chunk-size", str(CHUNK)], True),
-                                            (["--prefill-chunk-size", str(CHUNK), "--no-chunked-prefill"], False)])
+# A prompt alone (no stream decoding beside it) is fed --prefill-chunk-size-alone tokens a step: set to the chunk.
+CHUNK_FLAGS = ["--prefill-chunk-size", str(CHUNK), "--prefill-chunk-size-alone", str(CHUNK)]
+
+
+@pytest.mark.parametrize("flags, chunked", [(CHUNK_FLAGS, True), ([*CHUNK_FLAGS, "--no-chunked-prefill"], False)])
 def test_a_long_prompts_steps_stay_within_the_chunk_size_only_when_chunking_is_on(tiny_model_dir, log_dir, flags,
                                                                                     chunked):
     worker = start_worker("colocated", "colocated", tiny_model_dir, log_dir, *flags)
