@@ -18,10 +18,19 @@ API, same stack):
 At the largest size: one pool scale (decode +2 of one deployment) timed until its workers are ready and in the
 gateway's membership; RSS of each control-plane process sampled over --duration seconds (flat or not); the deployment
 page and its 24 h charts over real HTTP after a day of series is written for one deployment
-(bench/controlplane/dashboard_page's seeding). One JSON document is printed.
+(bench/controlplane/dashboard_page's seeding), each request with the chart cache emptied.
+
+--backend prometheus runs the same with a real Prometheus (/usr/bin/prometheus, bench/lib/prometheus_process.py)
+scraping the fleet every interval through Tandem's http_sd (GET /api/v1/prometheus/targets, a viewer token) and
+evaluating Tandem's recording rules, and the control plane with TANDEM_METRICS_BACKEND=prometheus (it scrapes
+nothing: no scrape pass is expected; Prometheus' rule evaluation, scrapes, CPU and the http_sd answer are reported
+instead). The page's day of data is then in Prometheus, backfilled with `promtool tsdb create-blocks-from
+openmetrics`. --backend both runs the embedded backend, then Prometheus, each on a fresh database. One JSON document
+is printed: each backend's figures and, per backend, the goals ({"value", "goal", "met"}).
 
     python bench/fleet/sim_fleet.py                             # 250, 500, 1000 workers; 50 deployments; 100 nodes
     python bench/fleet/sim_fleet.py --sizes 100 --deployments 10 --nodes 10 --window 30 --duration 60  # a quick look
+    python bench/fleet/sim_fleet.py --backend both              # embedded, then Prometheus, at each size
 """
 from __future__ import annotations
 
@@ -29,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,12 +48,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import ROOT, emit  # noqa: E402
-from bench.lib.fleet_measure import control_processes, cpu_seconds, measure_page, rss_mib, sample_rss  # noqa: E402
-
-KINDS = ("reconcile", "health", "scrape", "alert_evaluation", "autoscale")
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # telemetry.DURATION_BUCKETS
-MIN_SHARE_OF_PASSES = 0.8
-SCALE_GOAL_S = 10.0
+from bench.lib.fleet_measure import (CONTROL_PLANE, KINDS, SCALE_GOAL_S, control_processes, cpu_seconds,  # noqa: E402
+                                     cycle_stats, goals, measure_page, rss_mib, rules_keep_cycle, sample_rss,
+                                     time_http_sd, window_summary)
+from bench.lib.prometheus_process import PrometheusProcess, own_figures  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -59,6 +67,12 @@ def parse_args(argv=None):
     p.add_argument("--database-url", default="postgres://127.0.0.1:5432/tandem_sim",
                    help="dropped and created afresh (connects to database `test` on the same server to do so)")
     p.add_argument("--broker-url", default="redis://127.0.0.1:6379/11", help="flushed at start")
+    p.add_argument("--cache-url", default="redis://127.0.0.1:6379/12",
+                   help="TANDEM_CACHE_URL (the chart cache; emptied before each timed page request)")
+    p.add_argument("--backend", choices=("embedded", "prometheus", "both"), default="embedded",
+                   help="the metrics backend: embedded (Tandem scrapes and stores), prometheus (a real Prometheus "
+                        "scrapes the fleet through http_sd and records Tandem's rules; /usr/bin/prometheus), or both, "
+                        "one after the other, each on a fresh database")
     p.add_argument("--control-concurrency", type=int, default=4, help="threads of each Celery worker")
     p.add_argument("--periodic-workers", type=int, default=2,
                    help="Celery worker processes on the `periodic` queue (beat's passes), beside the one on `control` "
@@ -139,54 +153,14 @@ def worker_counts(api: Api) -> dict[str, int]:
     return counts
 
 
-def cycle_stats(api: Api) -> dict[str, dict]:
-    """{kind: {"count", "sum", "buckets": {le: n}}} from the web process's /metrics."""
-    r = api.session.get(f"{api.base}/metrics", timeout=60)
-    r.raise_for_status()
-    text = r.text
-    stats: dict[str, dict] = {}
-    for line in text.splitlines():
-        m = re.match(r'tandem_controlplane_cycle_duration_seconds_(bucket|sum|count)\{(.*)\} (\S+)$', line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        stat = stats.setdefault(labels["kind"], {"count": 0.0, "sum": 0.0, "buckets": {}})
-        if m.group(1) == "bucket":
-            stat["buckets"][labels["le"]] = float(m.group(3))
-        else:
-            stat[m.group(1)] = float(m.group(3))
-    return stats
-
-
-def window_summary(before: dict, after: dict, seconds: float, interval: float, scrape_shards: int = 1) -> dict:
-    out = {}
-    for kind in KINDS:
-        # A scrape split in shards runs one pass per shard each interval (each a pass of its share of the fleet).
-        expected = seconds / interval * (scrape_shards if kind == "scrape" else 1)
-        a, b = after.get(kind), before.get(kind, {"count": 0.0, "sum": 0.0, "buckets": {}})
-        if a is None:
-            out[kind] = {"passes": 0, "expected_passes": round(expected, 1), "keeps_cycle": False}
-            continue
-        passes = a["count"] - b["count"]
-        mean = (a["sum"] - b["sum"]) / passes if passes else None
-        # The slowest pass lies in the first bucket whose count reaches all passes of the window.
-        slowest_le = None
-        for le in [*map(str, BUCKETS), "+Inf"]:
-            if a["buckets"].get(le, 0) - b["buckets"].get(le, 0) >= passes:
-                slowest_le = le
-                break
-        slowest = float("inf") if slowest_le == "+Inf" else float(slowest_le) if slowest_le else None
-        keeps = bool(passes) and passes >= MIN_SHARE_OF_PASSES * expected and slowest is not None \
-            and slowest <= interval
-        out[kind] = {"passes": int(passes), "expected_passes": round(expected, 1),
-                     "mean_s": round(mean, 4) if mean is not None else None,
-                     "slowest_at_most_s": slowest_le, "share_of_interval": round(mean / interval, 3) if mean else None,
-                     "keeps_cycle": keeps}
-    return out
-
-
-def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shards: int) -> dict:
+def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shards: int, prometheus=None) -> dict:
+    """Passes of each periodic kind over the window and each process's CPU share; with Prometheus scraping (the
+    control plane then does not), Prometheus' own share and loops too."""
     procs = control_processes(stack)
+    if prometheus is not None:
+        import psutil
+
+        procs["prometheus"] = [psutil.Process(prometheus.proc.pid)]
     before, cpu_before, started = cycle_stats(api), cpu_seconds(procs), time.monotonic()
     deadline = started + seconds
     while time.monotonic() < deadline:
@@ -194,12 +168,19 @@ def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shar
         time.sleep(1.0)
     elapsed = time.monotonic() - started
     after, cpu_after = cycle_stats(api), cpu_seconds(procs)
-    kinds = window_summary(before, after, elapsed, interval, scrape_shards)
+    kinds = window_summary(before, after, elapsed, interval, scrape_shards,
+                           kinds=tuple(k for k in KINDS if prometheus is None or k != "scrape"))
     cpu = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) / elapsed, 3) for name in cpu_after}
-    return {"window_s": round(elapsed, 1), "cycles": kinds,
-            "keeps_cycle": all(k["keeps_cycle"] for k in kinds.values()),
-            "cpu_cores_by_process": cpu, "rss_mib_by_process": rss_mib(procs),
-            "load_avg": os.getloadavg()}
+    out = {"window_s": round(elapsed, 1), "cycles": kinds,
+           "keeps_cycle": all(k["keeps_cycle"] for k in kinds.values()),
+           "cpu_cores_by_process": cpu,
+           "control_plane_cpu_cores": round(sum(v for k, v in cpu.items() if k.startswith(CONTROL_PLANE)), 3),
+           "rss_mib_by_process": rss_mib(procs), "load_avg": os.getloadavg()}
+    if prometheus is not None:
+        out["prometheus"] = own_figures(prometheus)
+        out["prometheus"]["keeps_cycle"] = rules_keep_cycle(out["prometheus"], interval)
+        out["http_sd"] = time_http_sd(api)
+    return out
 
 
 def deploy(api: Api, names: list[str], per_role: dict[str, int], model: str, profile: str) -> None:
@@ -258,13 +239,31 @@ def main(argv=None) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     if sizes != sorted(sizes) or any(s < 2 * args.deployments for s in sizes):
         raise SystemExit("--sizes must ascend and give each deployment at least 2 workers")
+    backends = ("embedded", "prometheus") if args.backend == "both" else (args.backend,)
+    # One key for every run: the bench's own Django (measure_page) keeps the settings of the first.
+    secret = "sim-fleet-bench-" + os.urandom(16).hex()
+    runs = {backend: run_backend(args, sizes, backend, secret) for backend in backends}
+    emit({"bench": "sim_fleet", "database": "postgresql", "broker": "redis", "interval_s": args.interval,
+          "control_workers": 1, "periodic_workers": args.periodic_workers, "web": args.web,
+          "db_conn_max_age_s": args.conn_max_age, "threads_each": args.control_concurrency,
+          "django_debug": args.debug, "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
+          "profile": args.profile, "window_s": args.window, "backends": runs,
+          "goals": {backend: goals(doc) for backend, doc in runs.items()},
+          "machine": {"cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()}})
+
+
+def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
+    """The whole run for one metrics backend, on a fresh database and broker: the stack, each size, a pool scale,
+    RSS over --duration, the page. With `prometheus`, a real Prometheus scrapes the fleet (http_sd, Tandem's
+    recording rules) and the control plane reads from it and scrapes nothing."""
     from controlplane.run.stack import ChildSpec, Stack, child_specs
     from inference.models import DEFAULT_MODELS_DIR
 
+    print(f"--- backend {backend}", file=sys.stderr)
     model = str(DEFAULT_MODELS_DIR / "tiny")  # a model folder for validation: simulated workers never load it
     fresh_services(args.database_url, args.broker_url)
-    var_dir = Path(tempfile.mkdtemp(prefix="tandem-simfleet-"))
-    web_port = free_port()
+    var_dir = Path(tempfile.mkdtemp(prefix=f"tandem-simfleet-{backend}-"))
+    web_port, prometheus_port = free_port(), free_port()
     interval = str(args.interval)
     shards = max(1, args.periodic_workers)  # one scrape shard per periodic worker, as docs/operating.md advises
     env = {**os.environ, "DATABASE_URL": args.database_url, "CELERY_BROKER_URL": args.broker_url,
@@ -275,18 +274,30 @@ def main(argv=None) -> None:
            "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
            "TANDEM_DB_CONN_MAX_AGE": str(args.conn_max_age),
            # As in production (docs/operating.md): with DEBUG on every database connection keeps its last 9,000 queries.
-           "DJANGO_DEBUG": "1" if args.debug else "0", "SECRET_KEY": "sim-fleet-bench-" + os.urandom(16).hex(),
+           "DJANGO_DEBUG": "1" if args.debug else "0", "SECRET_KEY": secret,
            "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
+           # The chart cache in Redis, as with several web processes, so that the page timing can empty it.
+           "TANDEM_CACHE_URL": args.cache_url,
            # An idle pool reads as "shrink" (no traffic here: TTFT read as 0 against a target of 1 s). A tolerance of
            # 100% keeps every pool at its size while the autoscaler still evaluates each one every cycle. (A day of
            # down-stabilization did not: the bench's own scales pause the autoscaler, and the recommendations it
            # kept from before the pause were all "shrink", so it shrank the pools as the pause ended.)
-           "TANDEM_AUTOSCALE_TOLERANCE_PCT": "100"}
+           "TANDEM_AUTOSCALE_TOLERANCE_PCT": "100",
+           "TANDEM_METRICS_BACKEND": backend}
+    if backend == "prometheus":
+        env["TANDEM_PROMETHEUS_URL"] = f"http://127.0.0.1:{prometheus_port}"
     env.pop("CELERY_TASK_ALWAYS_EAGER", None)
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
+    prometheus = None
+    if backend == "prometheus":
+        manage(env, "tandem_recording_rules", "--output", str(var_dir / "tandem-rules.yml"))
+        prometheus = PrometheusProcess(
+            var_dir / "prometheus", port=prometheus_port, rules=var_dir / "tandem-rules.yml",
+            targets_url=f"http://127.0.0.1:{web_port}/api/v1/prometheus/targets", interval_s=args.interval,
+            token=manage(env, "tandem_token", "prometheus", "--role", "viewer").strip())
     specs = child_specs(web_port=web_port, node_name="sim", var_dir=var_dir, embedded_beat=False)
-    if args.web == "gunicorn":  # as in production (docs/operating.md): threads that live, and keep their database connection
+    if args.web == "gunicorn":  # as in production (docs/operating.md): threads that live and keep their DB connection
         specs[0] = ChildSpec("web", [sys.executable, "-m", "gunicorn", "controlplane.wsgi", "-b",
                                      f"127.0.0.1:{web_port}", "-w", "2", "-k", "gthread", "--threads", "8",
                                      "--timeout", "120"], stop_deadline_s=20)
@@ -306,12 +317,8 @@ def main(argv=None) -> None:
     web_url = f"http://127.0.0.1:{web_port}"
     api = Api(web_url, token)
     names = [f"sim-{i:03d}" for i in range(args.deployments)]
-    doc: dict = {"bench": "sim_fleet", "database": "postgresql", "broker": "redis", "interval_s": args.interval,
-                 "control_workers": 1, "periodic_workers": args.periodic_workers, "scrape_shards": shards,
-                 "web": args.web, "db_conn_max_age_s": args.conn_max_age,
-                 "threads_each": args.control_concurrency, "django_debug": args.debug,
-                 "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
-                 "profile": args.profile, "window_s": args.window, "sizes": []}
+    doc: dict = {"backend": backend, "interval_s": args.interval,
+                 "scrape_shards": shards if prometheus is None else 0, "sizes": []}
     stack.start()
     try:
         import requests
@@ -330,12 +337,16 @@ def main(argv=None) -> None:
             wait(f"{want} ready workers", lambda: sum(v for k, v in worker_counts(api).items() if k != "gateway")
                  >= want, timeout=1800, interval=2.0, poll=stack.poll)
             ready_s = time.monotonic() - started
+            if prometheus is not None:  # Prometheus scrapes what http_sd lists (refreshed every 15 s)
+                wait("Prometheus to scrape every target", lambda: (prometheus.scalar("sum(up)") or 0) >= len(
+                    api.ok("GET", "prometheus/targets")), timeout=300, interval=2.0, poll=stack.poll)
             print(f"size {want}: ready in {ready_s:.0f} s; measuring {args.window:.0f} s", file=sys.stderr)
             time.sleep(2 * args.interval)  # the passes of the start-up burst are done
             entry = {"workers": want, "per_deployment": per_role, "all_ready_s": round(ready_s, 1),
-                     **measure_window(stack, api, args.window, args.interval, shards)}
+                     **measure_window(stack, api, args.window, args.interval, shards, prometheus)}
             doc["sizes"].append(entry)
-            print(json.dumps({k: entry[k] for k in ("workers", "keeps_cycle", "cycles")}), file=sys.stderr)
+            print(json.dumps({k: entry[k] for k in ("workers", "keeps_cycle", "cycles", "cpu_cores_by_process")}),
+                  file=sys.stderr)
         doc["largest_fleet_keeping_cycle"] = max((e["workers"] for e in doc["sizes"] if e["keeps_cycle"]),
                                                  default=None)
         doc["pool_scale"] = measure_scale(api, names[0], stack)
@@ -343,15 +354,19 @@ def main(argv=None) -> None:
         doc["rss"] = sample_rss(stack, args.duration)
         if not args.skip_page:
             try:
-                doc["deployment_page"] = measure_page(env, web_url, names[0])
+                doc["deployment_page"] = measure_page(env, web_url, names[0], prometheus=prometheus,
+                                                      folder=var_dir / "backfill")
             except Exception as exc:  # the figures above are still worth printing
                 doc["deployment_page"] = {"error": f"{type(exc).__name__}: {exc}"}
-        doc["machine"] = {"cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()}
-        emit(doc)
+            print(f"deployment page: {doc['deployment_page']}", file=sys.stderr)
+        return doc
     finally:
         stack.stop(["agent", "beat", *(name for name in stack.children if name.startswith(("control", "periodic")))])
         _stop_gateways(stack)
         stack.stop(["web"])
+        if prometheus is not None:
+            prometheus.stop()
+        shutil.rmtree(var_dir / "prometheus", ignore_errors=True)  # a day of blocks and the WAL: not worth keeping
 
 
 def _ok(requests, url: str) -> bool:
