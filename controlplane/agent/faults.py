@@ -4,8 +4,8 @@ process group), `pause` (SIGSTOP it, SIGCONT at its deadline), the proxy faults 
 which the worker's row, or its KV address, points at until the deadline: proxy_faults.py), and the
 resource faults `cpu_hog`, `memory_pressure` (a hog on the worker's host until the deadline) and `disk_fill` (a file
 under the host's var/ folder until the deadline): resource_faults.py,
-and the control faults `broker_freeze` (the Celery broker hangs until the deadline) and `agent_kill` (this agent
-SIGKILLs itself; its supervisor starts it again): control_faults.py.
+and the control faults `broker_freeze` (the Celery broker hangs until the deadline), `db_slow` (the database throttled
+until then) and `agent_kill` (this agent SIGKILLs itself; its supervisor starts it again): control_faults.py.
 
 The agent is the executor, never the policy: a fault arrives as a message naming the worker, the kind, a deadline
 (`until`, Unix seconds) and the audit params to copy onto its rows; what happened is reported as Action rows
@@ -126,10 +126,10 @@ def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
 def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: dict | None = None,
                  params: dict | None = None) -> str:
     """Inject one fault into one worker's process (a resource fault: its host; agent_kill: its node's agent;
-    broker_freeze: the broker). Returns the outcome: "killed", "paused", "proxied", "hogging", "filled", "frozen",
-    "duplicate" (this key was injected before), "cancelled" (its revert arrived first), "expired" (the deadline passed
-    before the message arrived), "gone" (no live process), "failed" (the proxy or the hog did not start, more memory
-    than the host has, a fill file not written) or "unsupported".
+    broker_freeze, db_slow: the broker, the database). Returns the outcome: "killed", "paused", "proxied", "hogging",
+    "filled", "frozen", "throttled", "duplicate" (this key was injected before), "cancelled" (its revert came first),
+    "expired" (the deadline passed before the message arrived), "gone" (no live process), "failed" (the proxy or the
+    hog did not start, more memory than the host has, a fill file not written) or "unsupported".
 
     1. A key already injected (its row exists) is not injected again: a re-delivered message is a no-op; a key
        already reverted is not injected at all.
@@ -210,9 +210,9 @@ def _control_inject(*, key: str, kind: str, worker: Worker | None, until: float,
     if refused is not None:
         _record(**common, outcome=refused[0], status=ActionStatus.FAILED, error=refused[1])
         return refused[0]
-    if kind == "broker_freeze":
-        return _held_inject(key=key, kind=kind, worker=worker, until=until, params={"node": node}, audit=audit,
-                            common=common)
+    if kind in control_faults.HELD_KINDS:
+        return _held_inject(key=key, kind=kind, worker=worker, until=until, params={**params, "node": node},
+                            audit=audit, common=common)
     # The row first: once this agent is gone, nobody could write it; a message delivered again finds it.
     _record(**common, outcome="killed", node=node, agent_pid=os.getpid(), signal="SIGKILL",
             simulated=runtime.simulated)
@@ -223,7 +223,7 @@ def _control_inject(*, key: str, kind: str, worker: Worker | None, until: float,
 def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: dict, audit: dict,
                  common: dict) -> str:
     """A fault with a process of its own (a fault proxy, a hog) or a broker freeze, held until its deadline."""
-    proxied, frozen = kind in proxy_faults.PROXY_KINDS, kind == "broker_freeze"
+    proxied, frozen = kind in proxy_faults.PROXY_KINDS, kind in control_faults.HELD_KINDS
     with _paused_lock:
         if key in _paused or key in _starting:
             return "duplicate"
@@ -234,7 +234,7 @@ def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: d
             handle = processes.ProcessHandle(pid=state["proxy_pid"], create_time=state["proxy_started"],
                                              marker=proxy_faults.marker_of(key))
         elif frozen:
-            state, handle = {**control_faults.freeze_start(key=key), **params}, None
+            state, handle = {**control_faults.freeze_start(key=key, kind=kind, params=params), **params}, None
         else:
             state, handle = resource_faults.resource_start(key=key, kind=kind, worker_id=worker.id, until=until,
                                                            params=params, node=runtime.node_name)
@@ -247,10 +247,10 @@ def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: d
     _hold(key, handle=handle, until=until, worker_id=worker.id, audit={**audit, "fault": kind},
           proxy=state if proxied else None, resource=state if not proxied and not frozen else None,
           freeze=state if frozen else None)
-    outcome = "proxied" if proxied else "frozen" if frozen else "filled" if kind == "disk_fill" else "hogging"
+    outcome = "proxied" if proxied else control_faults.HELD_OUTCOMES.get(kind) or \
+        ("filled" if kind == "disk_fill" else "hogging")
     _record(**common, outcome=outcome, until=until, params=params, **state)
-    log.info("fault %s: %s (worker %s; %s %s) until %.1f", key, "a fault proxy in front" if proxied else
-             "the broker frozen" if frozen else "a resource fault on the host", worker.id, kind, params, until)
+    log.info("fault %s: %s, %s %s (worker %s) until %.1f", key, outcome, kind, params, worker.id, until)
     return outcome
 
 
@@ -313,8 +313,8 @@ def _wait_started(key: str) -> None:
 
 def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = None) -> str:
     """Undo one fault. Returns "resumed", "restored", "stopped" (a hog), "removed" (a fill file), "thawed" (a broker),
-    "restarted" (an agent killed, back), "already-reverted", "nothing-to-revert" (a kill: supervision restarts the
-    worker), "agent-down" (a simulated agent killed and not back yet: its restart writes the revert row) or "gone".
+    "released" (a database), "restarted" (an agent killed, back), "already-reverted", "nothing-to-revert" (a kill,
+    which supervision restarts), "agent-down" (a simulated agent killed, not back: its restart writes it) or "gone".
 
     A fault this process holds is released now (its timer cancelled). A pause it does not hold (the agent restarted,
     or the deadline released it) gets SIGCONT on the worker's recorded process unless its revert row exists; a proxy
@@ -337,10 +337,10 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
         injected = action_find(injected_key(key))
         state = (injected.result or {}) if injected is not None else {}
         outcome = resource_faults.resource_stop(key=key, state=state)
-    elif kind == "broker_freeze":
+    elif kind in control_faults.HELD_KINDS:
         injected = action_find(injected_key(key))
         state = (injected.result or {}) if injected is not None else {}
-        outcome = control_faults.freeze_stop(key=key, state=state) if "broker" in state else "gone"
+        outcome = control_faults.freeze_stop(key=key, state=state) if state else "gone"
     elif kind == "agent_kill":
         node = worker.node.name if worker is not None and worker.node is not None else None
         if node is not None and control_faults.agent_is_down(node):
@@ -372,7 +372,7 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
         if not key or action_find(reverted_key(key)) is not None:
             continue
         fault = row.params["fault"]
-        if fault == "broker_freeze" and _release(key, "the agent's restart") is not None:
+        if fault in control_faults.HELD_KINDS and _release(key, "the agent's restart") is not None:
             resumed.append(key)  # held by this very process (a simulated agent's restart): released, row written
             continue
         audit = {k: v for k, v in (row.params or {}).items() if k not in ("event", "worker")}

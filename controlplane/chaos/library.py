@@ -83,6 +83,11 @@ TEMPLATES = (
              "SIGKILL the node agent of one decode worker's host: its supervisor starts it again, which adopts the "
              "workers (never restarts them); they keep serving meanwhile.",
              WorkerRole.DECODE, ({"kind": "agent_kill"},), 30),
+    Template("db-slow", "Slow the control plane's database",
+             "Every statement of the control plane's database waits: its server stopped 50 ms out of every 100 ms "
+             "(SQLite: its write lock held so), for the duration: the data plane must keep serving, and the "
+             "control plane catch up after.",
+             WorkerRole.DECODE, ({"kind": "db_slow", "ms": 50},), 60),
 )
 BY_KEY = {template.key: template for template in TEMPLATES}
 

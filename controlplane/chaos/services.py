@@ -170,10 +170,11 @@ def _targets(deployment: Deployment, target: dict) -> list[dict]:
             for w in chosen]
 
 
-def _fault_messages(spec: dict, targets: list[dict], carrier: Node | None) -> list[dict]:
+def _fault_messages(spec: dict, targets: list[dict], carriers: dict[str, Node | None]) -> list[dict]:
     """One agent message per (fault, target), with the queue of the agent that carries it out: the target's node's;
-    an agent_kill once per node (a second would kill the restarted agent); a broker_freeze once in all, by the
-    carrier's agent (validation.broker_freeze_carrier), its target the first (the deployment's, for the audit)."""
+    an agent_kill once per node (a second would kill the restarted agent); a broker_freeze or a db_slow once in all,
+    by its carrier's agent (validation.broker_freeze_carrier, db_slow_carrier), its target the first (the
+    deployment's, for the audit)."""
     faults = []
     for fault in spec["faults"]:
         chosen = targets
@@ -183,9 +184,10 @@ def _fault_messages(spec: dict, targets: list[dict], carrier: Node | None) -> li
                 if target["node"] not in nodes:
                     nodes.add(target["node"])
                     chosen.append(target)
-        elif fault["kind"] == "broker_freeze":
-            chosen = [{**targets[0], "queue": carrier.queue}]
-        params = {"node": carrier.name} if fault["kind"] == "broker_freeze" else validation.fault_params(fault)
+        params = validation.fault_params(fault)
+        if fault["kind"] in carriers:
+            carrier = carriers[fault["kind"]]
+            chosen, params = [{**targets[0], "queue": carrier.queue}], {**params, "node": carrier.name}
         faults += [{"key": "", "kind": fault["kind"], "worker": t["worker"], "queue": t["queue"],
                     "duration_s": fault.get("duration_s"), "params": params} for t in chosen]
     return faults
@@ -199,8 +201,8 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
        not hold (the system is not in steady state, or the gateway's samples do not cover the window yet). Its
        values are the baselines of `max_baseline_ratio` checks.
     3. The targets (ready workers of the role); 400 for a fault their nodes cannot take (a resource fault on a
-       simulated node, more memory than a node has), or a broker_freeze that no agent on the broker's host can
-       carry out.
+       simulated node, more memory than a node has), or a broker_freeze or db_slow that no agent on the broker's or
+       the database's host can carry out.
     4. The run row (one active per deployment: a partial unique constraint), its `start` Action; after commit, one
        agent message per (fault, target) on the target's node queue.
     """
@@ -223,12 +225,13 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     nodes = list(Node.objects.filter(name__in={t["node"] for t in targets}))
     validation.validate_real_hosts(spec["faults"], nodes)
     validation.validate_memory_pressure(spec["faults"], nodes)
-    carrier = validation.broker_freeze_carrier(spec["faults"], nodes)
+    carriers = {"broker_freeze": validation.broker_freeze_carrier(spec["faults"], nodes),
+                "db_slow": validation.db_slow_carrier(spec["faults"], nodes)}
 
     def write():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         started = timezone.now()
-        faults = _fault_messages(spec, targets, carrier)
+        faults = _fault_messages(spec, targets, carriers)
         try:
             with transaction.atomic():
                 run = ChaosRun.objects.create(

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.agent.control_faults import broker_here
+from controlplane.agent.control_faults import SQLITE_MAX_MS, broker_here, database_here
 from controlplane.agent.faults import FAULT_KINDS
 from controlplane.agent.proxy_faults import KV_KINDS, PROXY_KINDS
 from controlplane.agent.resource_faults import MEMORY_FRACTION, RESOURCE_KINDS
@@ -106,6 +106,9 @@ FAULT_PARAMS = {
     # target's deployment is the one whose clients the hypothesis reads.
     "broker_freeze": {},
     "agent_kill": {},  # SIGKILL the node agent of the target worker's host; its supervisor starts it again
+    # Every statement of the control plane's database slowed: its server stopped (SQLite: its write lock held) `ms`
+    # out of every 100 ms, by an agent on the database's host (db_slow_carrier).
+    "db_slow": {"ms": (1, 90, 50)},
 }
 INSTANT_KINDS = ("kill", "agent_kill")  # over at once: no duration of their own
 INTEGER_PARAMS = ("workers", "mib", "bytes", "free_mib", "max_mib")
@@ -184,23 +187,53 @@ def broker_freeze_carrier(faults: list[dict], nodes) -> Node | None:
     broker's host: for a filesystem broker or one at a local address, this (the web server's) host; else the host
     the broker URL names, by node address or hostname. The target workers' nodes first, then any online node. 400
     naming the fault when no online node's agent can reach the broker's process."""
-    index = next((i for i, fault in enumerate(faults) if fault["kind"] == "broker_freeze"), None)
+    where = broker_here()
+    local = where["scheme"] == "filesystem" or where.get("host") in LOCAL_HOSTS
+    broker = (f"a filesystem broker ({where['folder']}) on {socket.gethostname()}" if where["scheme"] == "filesystem"
+              else f"the {where['scheme']} broker at {where.get('host')}:{where.get('port', '?')}")
+    return _carrier(faults, nodes, kind="broker_freeze", host=None if local else where.get("host"),
+                    what=(broker, "the broker's host"))
+
+
+def db_slow_carrier(faults: list[dict], nodes) -> Node | None:
+    """At run start: the node whose agent carries out the experiment's db_slow (None: it has none), one on the
+    database's host, chosen as broker_freeze_carrier chooses (an SQLite file is on this host). 400 naming the fault
+    for a database that is neither PostgreSQL nor SQLite, or when no online node is on its host."""
+    where = database_here()
+    index = next((i for i, fault in enumerate(faults) if fault["kind"] == "db_slow"), None)
+    if index is not None and where["database"] not in ("sqlite", "postgresql"):
+        raise invalid(f"faults[{index}].kind: a db_slow slows a PostgreSQL or SQLite database, not "
+                      f"{where['database']}", field=f"faults[{index}].kind")
+    if index is not None and where["database"] == "sqlite" and faults[index]["ms"] > SQLITE_MAX_MS:
+        raise invalid(f"faults[{index}].ms: on SQLite a db_slow holds the write lock at most {SQLITE_MAX_MS} ms of "
+                      "every 100 ms: writers poll a lock held longer too rarely, and starve past their busy timeout",
+                      field=f"faults[{index}].ms")
+    local = where["database"] == "sqlite" or where.get("host") in LOCAL_HOSTS
+    database = (f"the SQLite database {where.get('path')} on {socket.gethostname()}" if where["database"] == "sqlite"
+                else f"the PostgreSQL database at {where.get('host')}:{where.get('port')}")
+    return _carrier(faults, nodes, kind="db_slow", host=None if local else where.get("host"),
+                    what=(database, "the database's host"))
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def _carrier(faults: list[dict], nodes, *, kind: str, host: str | None, what: tuple[str, str]) -> Node | None:
+    """The online node on `host` (None: this, the web server's, host) whose agent carries out the experiment's
+    fault of `kind`: the target workers' nodes first. 400 naming the fault when there is none."""
+    index = next((i for i, fault in enumerate(faults) if fault["kind"] == kind), None)
     if index is None:
         return None
-    where = broker_here()
-    local = where["scheme"] == "filesystem" or where.get("host") in ("localhost", "127.0.0.1", "::1", "0.0.0.0")
-    hosts = {socket.gethostname()} if local else {where.get("host")}  # as node_register records it
+    hosts = {socket.gethostname()} if host is None else {host}  # as node_register records it
     since = timezone.now() - timedelta(seconds=settings.TANDEM_NODE_OFFLINE_AFTER_S)
     online = list(Node.objects.filter(last_seen_at__gte=since).order_by("name"))
     first = {node.pk for node in nodes}
     for node in sorted(online, key=lambda node: node.pk not in first):
-        if node.hostname in hosts or (not local and node.address in hosts):
+        if node.hostname in hosts or (host is not None and node.address in hosts):
             return node
-    broker = (f"a filesystem broker ({where['folder']}) on {socket.gethostname()}" if where["scheme"] == "filesystem"
-              else f"the {where['scheme']} broker at {where.get('host')}:{where.get('port', '?')}")
     seen = ", ".join(f"{node.name} ({node.hostname or node.address})" for node in online[:5]) or "none"
-    raise invalid(f"faults[{index}].kind: a broker_freeze is carried out by a node agent on the broker's host, and "
-                  f"{broker} has none online (online nodes: {seen})", field=f"faults[{index}].kind")
+    raise invalid(f"faults[{index}].kind: a {kind} is carried out by a node agent on {what[1]}, and {what[0]} has "
+                  f"none online (online nodes: {seen})", field=f"faults[{index}].kind")
 
 
 def _metric(item: dict, where: str, roles: set[str]) -> tuple[str, str]:
