@@ -94,6 +94,25 @@ def _listener(port: int) -> psutil.Process | None:
     return None
 
 
+def _signal_local_server(what: str, host: str, port: int, sig: int) -> tuple[psutil.Process, float]:
+    """The process of `what` (the broker, the database) listening on `port` of this host, sent `sig`, and its create
+    time; FreezeFailed naming why when it is elsewhere, not seen or not ours to signal."""
+    if not is_local(host):
+        raise FreezeFailed(f"the {what} ({host}:{port}) is not on this host")
+    process = _listener(port)
+    if process is None:
+        raise FreezeFailed(f"no process that this agent may see listens on port {port} here (the {what} runs as "
+                           "another user?)")
+    try:
+        started = process.create_time()
+        process.send_signal(sig)
+    except psutil.AccessDenied:
+        raise FreezeFailed(f"the {what}'s process {process.pid} is not this agent's user's to signal") from None
+    except psutil.NoSuchProcess:
+        raise FreezeFailed(f"the {what}'s process {process.pid} exited") from None
+    return process, started
+
+
 def freeze_start(*, key: str, kind: str = "broker_freeze", params: dict | None = None) -> dict:
     """Freeze the broker, or throttle the database (db_slow); returns what freeze_stop needs (also the injected
     row's result)."""
@@ -117,19 +136,7 @@ def freeze_start(*, key: str, kind: str = "broker_freeze", params: dict | None =
         return {"broker": "filesystem", "lock": path}
     if "port" not in where:
         raise FreezeFailed(f"a {where['scheme']} broker has no port to find its process by")
-    if not is_local(where["host"]):
-        raise FreezeFailed(f"the broker ({where['host']}:{where['port']}) is not on this host")
-    process = _listener(where["port"])
-    if process is None:
-        raise FreezeFailed(f"no process that this agent may see listens on port {where['port']} here (the broker "
-                           "runs as another user?)")
-    try:
-        started = process.create_time()
-        process.send_signal(signal.SIGSTOP)
-    except psutil.AccessDenied:
-        raise FreezeFailed(f"the broker's process {process.pid} is not this agent's user's to signal") from None
-    except psutil.NoSuchProcess:
-        raise FreezeFailed(f"the broker's process {process.pid} exited") from None
+    process, started = _signal_local_server("broker", where["host"], where["port"], signal.SIGSTOP)
     return {"broker": where["scheme"], "broker_pid": process.pid, "broker_started": started, "port": where["port"]}
 
 
@@ -272,20 +279,8 @@ def _throttle_start(*, key: str, ms: float) -> dict:
             raise FreezeFailed(f"the SQLite database {where['path']} cannot be opened here: {exc}") from None
         state = {"database": "sqlite", "path": where["path"]}
     elif where["database"] == "postgresql":
-        if not is_local(where["host"]):
-            raise FreezeFailed(f"the database ({where['host']}:{where['port']}) is not on this host")
-        postmaster = _listener(where["port"])
-        if postmaster is None:
-            raise FreezeFailed(f"no process that this agent may see listens on port {where['port']} here (the "
-                               "database runs as another user?)")
-        try:
-            started = postmaster.create_time()
-            postmaster.send_signal(signal.SIGCONT)  # harmless: may this agent signal it at all?
-        except psutil.AccessDenied:
-            raise FreezeFailed(f"the database's process {postmaster.pid} is not this agent's user's to signal") \
-                from None
-        except psutil.NoSuchProcess:
-            raise FreezeFailed(f"the database's process {postmaster.pid} exited") from None
+        # SIGCONT is harmless: it asks whether this agent may signal the postmaster at all.
+        postmaster, started = _signal_local_server("database", where["host"], where["port"], signal.SIGCONT)
         cycle = _postgres_hold(postmaster)
         state = {"database": "postgresql", "db_pid": postmaster.pid, "db_started": started, "port": where["port"]}
     else:
