@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import psutil
 import requests
 
 from controlplane.run.stack import ChildSpec, Stack, child_specs
@@ -150,7 +152,36 @@ class LiveStack:
                 if last:
                     return last
             time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})\n{self.logs()}")
+        raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})\n{self.diagnose()}"
+                             f"\n{self.logs()}")
+
+    def diagnose(self) -> str:
+        """What each child of the stack is doing: its state (a `stopped` or `zombie` child explains a silent log)
+        and, for the Celery children (control, agent), every thread's stack: SIGUSR1 makes a Celery worker print
+        them to its log (its `cry` handler), which is read back here."""
+        lines = ["--- the stack's children"]
+        for name, child in self.stack.children.items():
+            pid = self.stack.pid(name)
+            try:
+                process = psutil.Process(pid)
+                lines.append(f"{name}: pid {pid} {process.status()}, {process.num_threads()} threads, "
+                             f"cpu {sum(process.cpu_times()[:2]):.1f} s, up {time.time() - process.create_time():.0f} s")
+            except (psutil.Error, TypeError, ValueError) as exc:
+                lines.append(f"{name}: pid {pid}: {exc!r}")
+                continue
+            if name not in ("control", "agent") or process.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+                continue
+            log_path = child.log_path
+            size = log_path.stat().st_size if log_path.exists() else 0
+            process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and (not log_path.exists() or log_path.stat().st_size == size):
+                time.sleep(0.1)
+            time.sleep(0.5)  # the rest of the dump
+            with open(log_path, "rb") as f:
+                f.seek(size)
+                lines.append(f"--- {name}'s threads (SIGUSR1)\n{f.read(20000).decode(errors='replace')}")
+        return "\n".join(lines)
 
 
 def live_stack_start(var_dir: Path, services: IsolatedServices, extra_env: dict | None = None, *,
