@@ -1,7 +1,7 @@
 """What the deployment page's chaos card shows: whether the deployment opted in, its experiments and game days,
-the active run with its checks as the driver last judged them, recent runs with their verdicts, and the templates
-and roles its form offers (dashboards.views.chaos); and the windows in which a chaos fault was active, which every
-chart of the page shades (charts.shade_windows)."""
+the active run with its checks as the driver last judged them, recent runs with their verdicts, and the templates,
+roles and nodes its form offers (dashboards.views.chaos); and the windows in which a chaos fault was active, which
+every chart of the page shades (charts.shade_windows)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -11,7 +11,7 @@ from django.conf import settings
 from controlplane.agent.faults import INJECTED_KIND, REVERTED_KIND
 from controlplane.chaos.hypothesis import judge_hypothesis
 from controlplane.chaos.library import TEMPLATES
-from controlplane.chaos.selectors import chaos_settings_of, experiment_list, run_list, schedule_list
+from controlplane.chaos.selectors import chaos_settings_of, experiment_list, run_list, schedule_list, target_nodes
 from controlplane.models import Action, ActionStatus, WorkerRole
 
 NUM_RECENT_RUNS = 5
@@ -44,6 +44,7 @@ def chaos_section(deployment) -> dict:
         "recent": [run for run in runs if not run.is_active][:NUM_RECENT_RUNS],
         "templates": TEMPLATES,
         "roles": [*deployment.roles, WorkerRole.GATEWAY],  # what a target may name (no query: the mode says)
+        "nodes": target_nodes(deployment),
     }
 
 

@@ -87,7 +87,10 @@ class ExperimentOutput(serializers.ModelSerializer):
 
 _EXPERIMENT_HELP = {
     "target": "{\"role\": \"decode\", \"count\": 1} or {\"role\": \"decode\", \"percent\": 50}: ready workers of a "
-              "pool (or the gateway), chosen at random when the run starts.",
+              "pool (or the gateway), chosen at random when the run starts. {\"node\": \"gpu-1\"}: every ready "
+              "worker of the deployment on that node (400 naming target.node when it is not registered or runs none "
+              "of them), narrowed by role, count, percent or revision when given; its node-level faults (cpu_hog, "
+              "memory_pressure, disk_fill, agent_kill) are carried once, by that node's agent.",
     "faults": "[{\"kind\": \"pause\", \"duration_s\": 5}] or [{\"kind\": \"kill\"}]: applied to every target.",
     "duration_s": "How long the faults last (at most TANDEM_CHAOS_MAX_DURATION_S).",
     "hypothesis": "Checks that must hold before the faults and again after them: [{\"metric\": \"error_ratio\", "
@@ -201,6 +204,8 @@ class TemplateInput(StrictSerializer):
     name = serializers.JSONField(required=False, default=None, help_text="Default: the template's key.")
     role = serializers.JSONField(required=False, default=None, help_text="Default: the template's role.")
     count = serializers.JSONField(required=False, default=1, help_text="How many workers of the role (default 1).")
+    node = serializers.JSONField(required=False, default=None, help_text="Only the role's workers on this node "
+                                                                         "(default: any node).")
     duration_s = serializers.JSONField(required=False, default=None, help_text="Default: the template's.")
 
 
@@ -219,8 +224,9 @@ class TemplateCreateView(ApiView):
 
     @extend_schema(request=TemplateInput, responses={201: ExperimentOutput, **ERRORS},
                    description="Create an experiment from a built-in template, as the deployment page's form does: "
-                               "its faults, hypothesis and abort condition, with the name, target role, count and "
-                               "duration given here (400 naming the bad field; 409 when the name is taken). Admin.")
+                               "its faults, hypothesis and abort condition, with the name, target role, count, "
+                               "node and duration given here (400 naming the bad field; 409 when the name is "
+                               "taken). Admin.")
     def post(self, request, name: str, key: str):
         deployment = deployment_get(name)
         data = TemplateInput(data=request.data)

@@ -9,7 +9,8 @@ in docs/chaos.md):
 - hypothesis[i]: steady-state-hypothesis.probes[i], a probe of `tandem_chaostoolkit.probes` (`metric_value`, or
   `baseline_ratio` for `max_baseline_ratio`) whose arguments are the check's metric, role, window and aggregation
   and whose `range` tolerance is its bound: [0, max], [min, 1e12], [0, ratio];
-- target, faults, duration_s, abort_conditions, recovery_timeout_s: the arguments of the method's one action,
+- target (a node target's `node` too: a document names the node of the fleet it runs on), faults, duration_s,
+  abort_conditions, recovery_timeout_s: the arguments of the method's one action,
   `tandem_chaostoolkit.actions.run_experiment`;
 - rollbacks: `tandem_chaostoolkit.actions.abort_run` (Tandem reverts every fault itself).
 

@@ -9,6 +9,7 @@ from controlplane.chaos.hypothesis import judge_hypothesis
 from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSchedule, ChaosSettings, Experiment
 from controlplane.chaos.readings import check_values
 from controlplane.errors import not_found
+from controlplane.models import Node, WorkerPurpose, WorkerStatus
 from controlplane.rollouts.analysis import LATENCY_FLOOR_S
 
 MAX_ID = 2**63 - 1
@@ -19,6 +20,14 @@ BASELINE_KEEP_S = 600
 def chaos_settings_of(deployment) -> ChaosSettings:
     """The deployment's opt-in row, or an unsaved one (off) when nobody has set it."""
     return ChaosSettings.objects.filter(deployment=deployment).first() or ChaosSettings(deployment=deployment)
+
+
+def target_nodes(deployment) -> list[str]:
+    """The names of the nodes a node target of the deployment may name now: those running a serving worker of it
+    that is not stopped or failed (validation.validate_target_node's rule)."""
+    return list(Node.objects.filter(workers__deployment=deployment, workers__purpose=WorkerPurpose.SERVING)
+                .exclude(workers__status__in=(WorkerStatus.STOPPED, WorkerStatus.FAILED))
+                .order_by("name").values_list("name", flat=True).distinct())
 
 
 def experiment_list(deployment):

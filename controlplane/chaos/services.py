@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.agent.faults import AGENT_FAULT_INJECT, AGENT_FAULT_REVERT
+from controlplane.agent.resource_faults import RESOURCE_KINDS
 from controlplane.celery import task_send
 from controlplane.chaos import chaostoolkit, library, validation
 from controlplane.chaos.hypothesis import judge_hypothesis
@@ -25,9 +26,12 @@ from controlplane.chaos.notify import run_end_notify
 from controlplane.chaos.readings import check_values
 from controlplane.chaos.report import run_report
 from controlplane.errors import ControlPlaneError, conflict
-from controlplane.models import ActionKind, ActionStatus, Deployment, Node, Worker, WorkerRole, WorkerStatus
+from controlplane.models import (ActionKind, ActionStatus, Deployment, Node, Worker, WorkerPurpose, WorkerRole,
+                                 WorkerStatus)
 from controlplane.services.actions import Actor, action_create, action_once, as_actor, shown_idempotency_key
 
+# Faults of a node rather than of a worker: sent once per node of the targets.
+NODE_KINDS = ("agent_kill", *RESOURCE_KINDS)
 STARTED_KIND, FINISHED_KIND, ABORTED_KIND = ActionKind.START, ActionKind.STOP, ActionKind.ABORT
 ENABLED_KIND, DISABLED_KIND = ActionKind.START, ActionKind.STOP
 SYSTEM = Actor.system("chaos")
@@ -67,7 +71,9 @@ def chaos_enable(*, deployment: Deployment, enabled: bool, actor, reason: str = 
 
 # --- experiments --------------------------------------------------------------------------------------------------
 
-def _cleaned(deployment: Deployment, fields: dict) -> dict:
+def _cleaned(deployment: Deployment, fields: dict, *, new_target: bool = True) -> dict:
+    """The validated fields; a node target's node is checked against the fleet only when the target is `new_target`
+    (created or changed): an edit of anything else keeps an experiment whose node has no worker just now."""
     roles = deployment_roles(deployment)
     cleaned = {}
     if "name" in fields:
@@ -79,10 +85,12 @@ def _cleaned(deployment: Deployment, fields: dict) -> dict:
     duration_s = validation.validate_duration(fields["duration_s"])
     cleaned["duration_s"] = duration_s
     cleaned["target"] = validation.validate_target(fields["target"], roles)
-    cleaned["faults"] = validation.validate_faults(fields["faults"], duration_s, cleaned["target"]["role"])
+    cleaned["faults"] = validation.validate_faults(fields["faults"], duration_s, cleaned["target"].get("role"))
     cleaned["hypothesis"] = validation.validate_hypothesis(fields["hypothesis"], roles)
     cleaned["abort_conditions"] = validation.validate_abort_conditions(fields.get("abort_conditions"), roles)
     cleaned["recovery_timeout_s"] = validation.validate_recovery_timeout(fields.get("recovery_timeout_s", 120))
+    if new_target:
+        validation.validate_target_node(cleaned["target"], deployment)
     return cleaned
 
 
@@ -110,7 +118,7 @@ def experiment_update(*, experiment: Experiment, actor, **changes) -> Experiment
                                 extra={"field": unknown[0]})
     merged = {"description": experiment.description, **experiment.spec(), **changes}
     merged.pop("name")
-    fields = _cleaned(experiment.deployment, merged)
+    fields = _cleaned(experiment.deployment, merged, new_target="target" in changes)
     Experiment.objects.filter(pk=experiment.pk).update(updated_at=timezone.now(), **fields)
     experiment.refresh_from_db()
     return experiment
@@ -126,13 +134,15 @@ def experiment_delete(*, experiment: Experiment, actor) -> None:
 
 
 def experiment_from_template(*, deployment: Deployment, actor, template, name=None, role=None, count=1,
-                             duration_s=None) -> Experiment:
+                             duration_s=None, node=None) -> Experiment:
     """A new experiment from a built-in template (library.TEMPLATES): its faults, hypothesis and abort conditions,
-    with the target role (default: the template's), count and duration (default: the template's) given here. The
-    name defaults to the template's key. 400 naming the bad field; 409 when the name is taken."""
+    with the target role (default: the template's), count, duration (default: the template's) and node (default:
+    any) given here. The name defaults to the template's key. 400 naming the bad field; 409 when the name is
+    taken."""
     found = library.template_get(template)
     fields = library.template_fields(found, role=found.role if role in (None, "") else role, count=count,
-                                     duration_s=found.duration_s if duration_s in (None, "") else duration_s)
+                                     duration_s=found.duration_s if duration_s in (None, "") else duration_s,
+                                     node=None if node in (None, "") else node)
     return experiment_create(deployment=deployment, actor=actor, name=name or found.key, **fields)
 
 
@@ -153,18 +163,21 @@ def experiment_import(*, deployment: Deployment, actor, document) -> Experiment:
 # --- runs ---------------------------------------------------------------------------------------------------------
 
 def _targets(deployment: Deployment, target: dict) -> list[dict]:
-    """The workers a run breaks: ready workers of the role with a live process, `count` of them or `percent`
-    (rounded up, at least one), chosen at random. 409 when the role has fewer ready workers."""
-    workers = Worker.objects.filter(deployment=deployment, role=target["role"], status=WorkerStatus.READY,
+    """The workers a run breaks: ready serving workers with a live process, of the role and on the node the target
+    names (a node target: all its workers unless count or percent), `count` of them or `percent` (rounded up, at
+    least one), chosen at random. 409 when there are fewer ready workers."""
+    workers = Worker.objects.filter(deployment=deployment, purpose=WorkerPurpose.SERVING, status=WorkerStatus.READY,
                                     pid__isnull=False, node__isnull=False).select_related("node")
-    if "revision" in target:
-        workers = workers.filter(revision__number=target["revision"])
+    for key, lookup in (("role", "role"), ("node", "node__name"), ("revision", "revision__number")):
+        if key in target:
+            workers = workers.filter(**{lookup: target[key]})
     workers = list(workers)
-    wanted = target.get("count") or max(1, math.ceil(len(workers) * target["percent"] / 100))
+    wanted = target.get("count") or max(1, math.ceil(len(workers) * target.get("percent", 100) / 100))
     if len(workers) < wanted:
         of = f" of revision {target['revision']}" if "revision" in target else ""
-        raise conflict(f"the {target['role']} role of {deployment.name!r} has {len(workers)} ready worker(s){of}; "
-                       f"the experiment targets {wanted}")
+        where = f"the {target['role']} role of {deployment.name!r}" if "role" in target else repr(deployment.name)
+        on = f" on node {target['node']!r}" if "node" in target else ""
+        raise conflict(f"{where} has {len(workers)} ready worker(s){of}{on}; the experiment targets {wanted}")
     chosen = sorted(random.sample(workers, wanted), key=lambda w: w.pk)
     return [{"worker": w.pk, "role": w.role, "node": w.node.name, "queue": w.node.queue, "pid": w.pid}
             for w in chosen]
@@ -172,13 +185,14 @@ def _targets(deployment: Deployment, target: dict) -> list[dict]:
 
 def _fault_messages(spec: dict, targets: list[dict], carriers: dict[str, Node | None]) -> list[dict]:
     """One agent message per (fault, target), with the queue of the agent that carries it out: the target's node's;
-    an agent_kill once per node (a second would kill the restarted agent); a broker_freeze or a db_slow once in all,
-    by its carrier's agent (validation.broker_freeze_carrier, db_slow_carrier), its target the first (the
-    deployment's, for the audit)."""
+    a node-level fault (NODE_KINDS) once per node, by the agent of that node's first target (a second agent_kill
+    would kill the restarted agent, a second hog double the load asked of the host); a broker_freeze or a db_slow
+    once in all, by its carrier's agent (validation.broker_freeze_carrier, db_slow_carrier), its target the first
+    (the deployment's, for the audit)."""
     faults = []
     for fault in spec["faults"]:
         chosen = targets
-        if fault["kind"] == "agent_kill":
+        if fault["kind"] in NODE_KINDS:
             chosen, nodes = [], set()
             for target in targets:
                 if target["node"] not in nodes:
@@ -200,9 +214,9 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     2. The hypothesis before: each check over its window ending now. 409 naming each failing check when it does
        not hold (the system is not in steady state, or the gateway's samples do not cover the window yet). Its
        values are the baselines of `max_baseline_ratio` checks.
-    3. The targets (ready workers of the role); 400 for a fault their nodes cannot take (a resource fault on a
-       simulated node, more memory than a node has), or a broker_freeze or db_slow that no agent on the broker's or
-       the database's host can carry out.
+    3. The targets (ready workers of the role, of the node; 409 when too few); 400 for a fault their nodes cannot
+       take (a resource fault on a simulated node, more memory than a node has), or a broker_freeze or db_slow that
+       no agent on the broker's or the database's host can carry out.
     4. The run row (one active per deployment: a partial unique constraint), its `start` Action; after commit, one
        agent message per (fault, target) on the target's node queue.
     """

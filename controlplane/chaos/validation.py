@@ -13,7 +13,7 @@ from controlplane.agent.faults import FAULT_KINDS
 from controlplane.agent.proxy_faults import KV_KINDS, PROXY_KINDS
 from controlplane.agent.resource_faults import MEMORY_FRACTION, RESOURCE_KINDS
 from controlplane.errors import invalid
-from controlplane.models import Node, WorkerRole
+from controlplane.models import Node, WorkerPurpose, WorkerRole, WorkerStatus
 from controlplane.observability.catalog import METRICS
 from controlplane.observability.series import AGGREGATIONS
 from controlplane.services.validation import NAME_RE, each_object
@@ -62,25 +62,63 @@ def validate_duration(duration_s) -> float:
 
 def validate_target(target, roles: set[str]) -> dict:
     """{"role": R, "count": N} or {"role": R, "percent": P}; R a pool role of the deployment, or "gateway";
-    optionally "revision": the workers of that revision only (a canary's)."""
+    optionally "revision": the workers of that revision only (a canary's). Or {"node": name}: the deployment's
+    workers on that node, all of them unless count or percent picks some, narrowed by role and revision when given
+    (that the node exists and holds such a worker is validate_target_node's, which reads the database)."""
     if not isinstance(target, dict):
-        raise invalid("target must be an object: {\"role\": \"decode\", \"count\": 1}", field="target")
-    _unknown(target, ("role", "count", "percent", "revision"), "target")
+        raise invalid("target must be an object: {\"role\": \"decode\", \"count\": 1} or {\"node\": \"gpu-1\"}",
+                      field="target")
+    _unknown(target, ("role", "node", "count", "percent", "revision"), "target")
+    cleaned = {}
+    if "node" in target:
+        # Any name a node registered with (its agent's TANDEM_NODE_NAME, not checked there): the fleet says.
+        if not isinstance(target["node"], str) or not 1 <= len(target["node"]) <= 63:
+            raise invalid(f"target.node {target['node']!r} must be a node's name (1-63 characters)",
+                          field="target.node")
+        cleaned["node"] = target["node"]
     role = target.get("role")
-    if role not in roles:
+    if role not in roles and (role is not None or "node" not in cleaned):
         raise invalid(f"target.role {role!r} is not a role of this deployment; it has {', '.join(sorted(roles))}",
                       field="target.role")
+    if role is not None:
+        cleaned["role"] = role
     if "count" in target and "percent" in target:
         raise invalid("target takes count or percent, not both", field="target.percent")
-    revision = {}
-    if "revision" in target:
-        revision["revision"] = _number(target["revision"], field="target.revision", low=1, high=1 << 31,
-                                       integer=True)
     if "percent" in target:
-        return {"role": role, "percent": _number(target["percent"], field="target.percent", low=1, high=100,
-                                                 integer=True), **revision}
-    return {"role": role, "count": _number(target.get("count", 1), field="target.count", low=1,
-                                           high=MAX_TARGET_COUNT, integer=True), **revision}
+        cleaned["percent"] = _number(target["percent"], field="target.percent", low=1, high=100, integer=True)
+    elif "count" in target or "node" not in cleaned:  # a node's workers: all of them by default
+        cleaned["count"] = _number(target.get("count", 1), field="target.count", low=1, high=MAX_TARGET_COUNT,
+                                   integer=True)
+    if "revision" in target:
+        cleaned["revision"] = _number(target["revision"], field="target.revision", low=1, high=1 << 31,
+                                      integer=True)
+    return cleaned
+
+
+def validate_target_node(target: dict, deployment) -> None:
+    """A node target's node: registered, and holding a worker of the deployment (of the target's role and revision)
+    that is not stopped or failed: every fault reaches its node through a target worker (a node-level one, too, is
+    carried by the agent that owns that worker). 400 naming target.node otherwise. Whether it still holds a ready
+    one is the run start's to judge (a 409)."""
+    if "node" not in target:
+        return
+    node = Node.objects.filter(name=target["node"]).first()
+    if node is None:
+        known = list(Node.objects.order_by("name").values_list("name", flat=True)[:10])
+        raise invalid(f"target.node {target['node']!r} is not a registered node; nodes: {', '.join(known) or 'none'}",
+                      field="target.node")
+    workers = deployment.workers.filter(node=node, purpose=WorkerPurpose.SERVING).exclude(
+        status__in=(WorkerStatus.STOPPED, WorkerStatus.FAILED))
+    if "role" in target:
+        workers = workers.filter(role=target["role"])
+    if "revision" in target:
+        workers = workers.filter(revision__number=target["revision"])
+    if not workers.exists():
+        which = " ".join(filter(None, (target.get("role"), f"revision {target['revision']}" if "revision" in target
+                                       else "")))
+        raise invalid(f"target.node {node.name!r} runs no {which + ' ' if which else ''}worker of deployment "
+                      f"{deployment.name!r}, and every fault reaches its node through a target worker",
+                      field="target.node")
 
 
 # The settings of each fault kind beyond `kind` and `duration_s`: (field, low, high, default; None: required). A
@@ -120,7 +158,8 @@ def fault_params(fault: dict) -> dict:
 
 
 def validate_faults(faults, duration_s: float, role: str | None = None) -> list[dict]:
-    """The faults, each with its settings; `role`, the target's: a KV fault needs decode workers."""
+    """The faults, each with its settings; `role`, the target's (None: a node target's workers of any role): a KV
+    fault needs decode workers."""
     if not isinstance(faults, list) or not 1 <= len(faults) <= MAX_FAULTS:
         raise invalid(f"faults must be a list of 1 to {MAX_FAULTS} faults", field="faults")
     cleaned = []
@@ -130,9 +169,10 @@ def validate_faults(faults, duration_s: float, role: str | None = None) -> list[
             raise invalid(f"{where}.kind {kind!r} is not a fault this version carries out; known: "
                           f"{', '.join(FAULT_KINDS)}", field=f"{where}.kind")
         _unknown(fault, ("kind", *(() if kind in INSTANT_KINDS else ("duration_s",)), *FAULT_PARAMS[kind]), where)
-        if kind in KV_KINDS and role is not None and role != WorkerRole.DECODE:
+        if kind in KV_KINDS and role != WorkerRole.DECODE:
             raise invalid(f"{where}.kind {kind} faults the KV push from prefill to decode workers: target.role must "
-                          f"be decode, not {role!r}", field=f"{where}.kind")
+                          f"be decode, not {role!r}" + (" (a node target takes one to narrow it)" if role is None
+                                                       else ""), field=f"{where}.kind")
         item = {"kind": kind}
         if "duration_s" in fault:  # else the experiment's duration, whatever it is changed to
             item["duration_s"] = _number(fault["duration_s"], field=f"{where}.duration_s", low=1, high=duration_s)

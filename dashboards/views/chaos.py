@@ -118,19 +118,21 @@ def _number(raw: str):
 @admin_for_writes
 def chaos_experiment_create_view(request, name: str):
     """Create an experiment from a built-in template (admin): the template's faults, hypothesis and abort
-    conditions with the target role, count and duration of the form."""
+    conditions with the target role, count, node and duration of the form."""
     deployment = get_deployment_or_404(name)
     post = request.POST
     try:
         experiment = experiment_from_template(
             deployment=deployment, actor=request.user, template=post.get("template"),
             name=(post.get("name") or "").strip() or None, role=post.get("role") or None,
-            count=_number(post.get("count") or "1"),
+            count=_number(post.get("count") or "1"), node=(post.get("node") or "").strip() or None,
             duration_s=_number(post["duration_s"]) if (post.get("duration_s") or "").strip() else None)
     except ControlPlaneError as error:
         messages.error(request, error.message)
         return _card(name)
     messages.success(request, f"Experiment {experiment.name} created: {len(experiment.faults)} fault(s) on "
-                              f"{experiment.target['role']} for {experiment.duration_s:g} s.")
+                              f"{experiment.target['role']}"
+                              + (f" on node {experiment.target['node']}" if "node" in experiment.target else "")
+                              + f" for {experiment.duration_s:g} s.")
     return _card(name)
 

@@ -121,3 +121,32 @@ def test_an_operator_runs_an_experiment_and_lands_on_its_live_report(
     again = client.post("/deployments/demo/chaos/run", {"experiment": "pause-decode"}, follow=True)
     assert messages_of(again) == ["a chaos run of 'demo' is active: one at a time"]
     assert ChaosRun.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_an_admin_creates_an_experiment_on_one_node(deployment, admin, make_worker):
+    from controlplane.models import Node
+
+    other = Node.objects.create(name="gpu-2", hostname="gpu-2.example", queue=Node.queue_for("gpu-2"))
+    make_worker(deployment, "decode", node=other)
+    make_worker(deployment, "prefill")  # on `local`: no decode worker there
+    Node.objects.create(name="idle", hostname="idle.example", queue=Node.queue_for("idle"))
+    client = signed_in(admin)
+    html = client.get(PAGE).content.decode()
+    # The nodes that run a worker of the deployment, and no other.
+    assert '<select name="node"><option value="">any</option><option value="gpu-2">gpu-2</option>' \
+           '<option value="local">local</option></select>' in html
+    response = client.post("/deployments/demo/chaos/experiments",
+                           {"template": "decode-hang", "name": "hang-gpu-2", "role": "", "count": "1",
+                            "node": "gpu-2"}, follow=True)
+    assert messages_of(response) == ["Experiment hang-gpu-2 created: 1 fault(s) on decode on node gpu-2 for 30 s."]
+    assert Experiment.objects.get().target == {"role": "decode", "count": 1, "node": "gpu-2"}
+    assert '<code data-target-node>gpu-2</code>' in response.content.decode()
+
+    for node, message in (("local", "target.node 'local' runs no decode worker of deployment 'demo'"),
+                          ("idle", "target.node 'idle' runs no decode worker of deployment 'demo'"),
+                          ("nowhere", "target.node 'nowhere' is not a registered node")):
+        response = client.post("/deployments/demo/chaos/experiments",
+                               {"template": "decode-hang", "name": f"hang-{node}", "node": node}, follow=True)
+        assert response.status_code == 200 and messages_of(response)[0].startswith(message)
+    assert Experiment.objects.count() == 1

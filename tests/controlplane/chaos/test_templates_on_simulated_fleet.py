@@ -123,6 +123,15 @@ def _shortened(fields: dict) -> dict:
                                      for check in fields["hypothesis"]]}
 
 
+def _refused(fleet, name: str):
+    """The answer to a run of `name` that its faults' hosts refuse: the hypothesis is judged first, so a 409 (not
+    yet steady, as after the last run's fault) is waited out. (In a list: a Response of 400 is falsy.)"""
+    response, = fleet.wait_for(f"experiment {name}'s run to be judged", lambda: (
+        lambda answer: [answer] if answer.status_code != 409 else None)(
+        fleet.api("POST", f"{CHAOS}/experiments/{name}/run", json={})), timeout=60, interval=0.5)
+    return response
+
+
 def _start(fleet, name: str) -> dict:
     def started():
         response = fleet.api("POST", f"{CHAOS}/experiments/{name}/run", json={})
@@ -148,7 +157,7 @@ def test_the_template_runs_on_simulated_workers_and_reverts_every_fault(fleet, t
     assert shortened.status_code == 200, shortened.text
     kinds = {fault["kind"] for fault in template.faults}
     if kinds & set(RESOURCE_KINDS):
-        refused = fleet.api("POST", f"{CHAOS}/experiments/{template.key}/run", json={})
+        refused = _refused(fleet, template.key)
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["field"] == "faults[0].kind" and "simulated" in refused.text, refused.text
         return
@@ -185,3 +194,41 @@ def test_the_template_runs_on_simulated_workers_and_reverts_every_fault(fleet, t
         if "proxy_port" in injected:
             endpoints = fleet.api("GET", f"deployments/{NAME}/endpoints")
             assert endpoints.status_code == 200 and f":{injected['proxy_port']}" not in endpoints.text, endpoints.text
+
+
+def test_a_node_target_runs_on_that_nodes_workers_only(fleet):
+    """A node as the target, on the same stack: the run's targets are the decode workers placed on that simulated
+    node, its pause is carried by that node's agent and reverted, and the run passes; an unknown node is a 400 naming
+    target.node, and a node-level fault on that node the simulated host's 400, naming the node."""
+    ready = fleet.wait_for("2 ready decode workers, on two nodes", lambda: (lambda workers: workers if len(
+        {w["node"] for w in workers}) == 2 else None)([w for w in fleet.workers(NAME) if w["status"] == "ready"
+                                                      and w["role"] == "decode"]), timeout=60)
+    node = ready[0]["node"]
+    on_node = {w["id"] for w in ready if w["node"] == node}
+    template, = [t for t in TEMPLATES if t.key == "decode-hang"]
+    fields = _shortened(template_fields(template, role="decode", count=1, duration_s=DURATION_S))
+
+    unknown = fleet.api("POST", f"{CHAOS}/experiments", json={**fields, "name": "nowhere",
+                                                              "target": {"node": "nowhere"}})
+    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "target.node", unknown.text
+    hog = fleet.api("POST", f"{CHAOS}/experiments", json={**fields, "name": "node-hog", "target": {"node": node},
+                                                          "faults": [{"kind": "cpu_hog"}]})
+    assert hog.status_code == 201, hog.text
+    refused = _refused(fleet, "node-hog")
+    assert refused.status_code == 400 and node in refused.json()["error"]["message"], refused.text
+
+    created = fleet.api("POST", f"{CHAOS}/experiments", json={**fields, "name": "node-hang",
+                                                              "target": {"node": node, "role": "decode"}})
+    assert created.status_code == 201 and created.json()["target"] == {"node": node, "role": "decode"}, created.text
+    run = _start(fleet, "node-hang")
+    assert {t["node"] for t in run["targets"]} == {node} and {t["worker"] for t in run["targets"]} == on_node, run
+    body = fleet.wait_for(f"run {run['id']} to finish", lambda: (
+        lambda b: b if b["status"] == "finished" else None)(
+        fleet.api("GET", f"{CHAOS}/runs/{run['id']}").json()), timeout=90, interval=0.5)
+    report = fleet.api("GET", f"{CHAOS}/runs/{run['id']}/report").json()
+    summary = {key: report[key] for key in ("verdict", "reasons", "recovery_s", "faults")}
+    assert body["verdict"] == "passed", summary
+    assert {fault["worker"] for fault in report["faults"]} == on_node and all(
+        fault["injected"]["outcome"] == "paused" and fault["reverted"]["outcome"] == "resumed"
+        for fault in report["faults"]), summary
+    assert _held_workers(fleet) == []
