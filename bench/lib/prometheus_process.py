@@ -152,9 +152,19 @@ def backfill_day(prometheus: PrometheusProcess, *, deployment: str, workers: lis
             "loaded_s": round(time.perf_counter() - made, 1)}
 
 
+def rule_groups(prometheus: PrometheusProcess, *, num_slowest: int = 3) -> dict:
+    """Each rule group's last evaluation as GET /api/v1/rules tells it: seconds, number of rules and its slowest
+    rules (record name, seconds), which is where a group that misses its interval spends it."""
+    groups = requests.get(f"{prometheus.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+    return {group["name"]: {
+        "last_s": round(group["evaluationTime"], 4), "interval_s": group["interval"], "rules": len(group["rules"]),
+        "slowest": [[rule["name"], round(rule["evaluationTime"], 4)] for rule in sorted(
+            group["rules"], key=lambda rule: -rule["evaluationTime"])[:num_slowest]]} for group in groups}
+
+
 def own_figures(prometheus: PrometheusProcess) -> dict:
-    """Prometheus' own loops: the recording rule group's evaluation (its /metrics) and its scrapes (`up` and
-    `scrape_duration_seconds` of the tandem job)."""
+    """Prometheus' own loops: the recording rule groups' evaluation (its /metrics: the slowest group, the rules of
+    all; GET /api/v1/rules: each group) and its scrapes (`up` and `scrape_duration_seconds` of the tandem job)."""
     text = requests.get(f"{prometheus.url}/metrics", timeout=30).text
 
     def own(name: str, reduce=max):
@@ -169,7 +179,8 @@ def own_figures(prometheus: PrometheusProcess) -> dict:
             "scrape_duration_max_s": stored("max(scrape_duration_seconds)"),
             "rule_group_last_duration_s": own("prometheus_rule_group_last_duration_seconds"),
             "rule_group_interval_s": own("prometheus_rule_group_interval_seconds"),
-            "rule_group_rules": own("prometheus_rule_group_rules"),
+            "rule_group_rules": own("prometheus_rule_group_rules", sum),
+            "rule_groups": rule_groups(prometheus),
             "rule_iterations_missed": own("prometheus_rule_group_iterations_missed_total", sum),
             "rule_evaluation_failures": own("prometheus_rule_evaluation_failures_total", sum),
             "sd_http_failures": own("prometheus_sd_http_failures_total", sum),

@@ -14,8 +14,10 @@ from tests.controlplane.observability.seeded_prometheus import PROMETHEUS, PROMT
 
 def test_the_recording_rules_record_the_gateway_queue_per_pool():
     exprs = dict(rules(window_s=30))
-    assert exprs["tandem_pool:queue_wait_p99_seconds"] == (
-        "histogram_quantile(0.99, sum by (le, deployment, pool) (rate(tandem_gateway_queue_wait_seconds_bucket[30s])))")
+    buckets = "tandem_pool:tandem_gateway_queue_wait_seconds_bucket:rate"
+    assert exprs[buckets] == ("sum by (le, deployment, pool) "
+                              "(tandem_worker:tandem_gateway_queue_wait_seconds_bucket:rate)")
+    assert exprs["tandem_pool:queue_wait_p99_seconds"] == f"histogram_quantile(0.99, {buckets})"
     assert exprs["tandem_worker:queue_length"] == "sum by (deployment, pool, worker) (tandem_gateway_queue_length)"
     assert exprs["tandem_pool:queue_length"] == "sum by (deployment, pool) (tandem_worker:queue_length)"
 
