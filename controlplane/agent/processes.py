@@ -41,6 +41,12 @@ MARKER_ENV = "TANDEM_WORKER_ID"
 # psutil's create_time is derived from the boot time and jiffies: two reads of the same process agree to well under
 # this; a recycled pid practically never lands inside it.
 CREATE_TIME_TOLERANCE_S = 0.05
+# ...unless the wall clock was stepped in between (NTP, a VM's time sync): the boot time psutil adds (/proc/stat's
+# btime) is whole seconds of the wall clock's idea of the boot, so any step can move every process's create_time by
+# a whole second at once. A process that carries the handle's marker and reads a whole number of seconds off, at most
+# this many, is the same process: taken for dead, an adopted worker was started a second time beside itself (a gateway
+# so duplicated keeps its port, with the token its successor's start revoked).
+MAX_CLOCK_STEP_S = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +216,10 @@ def is_alive(handle: ProcessHandle) -> bool:
         return child.popen.poll() is None
     try:
         proc = psutil.Process(handle.pid)
-        if abs(proc.create_time() - handle.create_time) > CREATE_TIME_TOLERANCE_S:
+        off_s = proc.create_time() - handle.create_time
+        stepped = abs(off_s) > CREATE_TIME_TOLERANCE_S
+        if stepped and (handle.marker is None or abs(off_s) > MAX_CLOCK_STEP_S + CREATE_TIME_TOLERANCE_S
+                        or abs(off_s - round(off_s)) > CREATE_TIME_TOLERANCE_S):
             return False  # the pid was recycled
         if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             return False  # not ours: its parent (init, after an agent restart) reaps it
@@ -220,8 +229,9 @@ def is_alive(handle: ProcessHandle) -> bool:
             except psutil.AccessDenied:
                 environ = {}  # another user's process cannot be ours anyway; create_time already matched
             # An empty environment is a process between exec and its set-up (see _wait_for_environment), which
-            # create_time already names; a different marker, or none in a set-up environment, is a stranger.
-            if environ and environ.get(MARKER_ENV) != handle.marker:
+            # create_time already names; a different marker, or none in a set-up environment, is a stranger. After a
+            # clock step only the marker itself says it is ours (MAX_CLOCK_STEP_S).
+            if (environ or stepped) and environ.get(MARKER_ENV) != handle.marker:
                 return False
         return True
     except (psutil.NoSuchProcess, psutil.ZombieProcess):

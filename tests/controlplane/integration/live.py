@@ -164,9 +164,13 @@ class LiveStack:
             pid = self.stack.pid(name)
             try:
                 process = psutil.Process(pid)
+                # A create time a whole second off its record: the wall clock was stepped (btime moved), which
+                # makes adopted workers look dead to a check that compares create times (processes.is_alive).
+                off_s = process.create_time() - child.handle.create_time
                 lines.append(f"{name}: pid {pid} {process.status()}, {process.num_threads()} threads, "
-                             f"cpu {sum(process.cpu_times()[:2]):.1f} s, up {time.time() - process.create_time():.0f} s")
-            except (psutil.Error, TypeError, ValueError) as exc:
+                             f"cpu {sum(process.cpu_times()[:2]):.1f} s, up {time.time() - process.create_time():.0f} s"
+                             f", create time {off_s:+.2f} s off its record")
+            except (psutil.Error, TypeError, ValueError, AttributeError) as exc:
                 lines.append(f"{name}: pid {pid}: {exc!r}")
                 continue
             if name not in ("control", "agent") or process.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
@@ -181,6 +185,15 @@ class LiveStack:
             with open(log_path, "rb") as f:
                 f.seek(size)
                 lines.append(f"--- {name}'s threads (SIGUSR1)\n{f.read(20000).decode(errors='replace')}")
+        # A gateway whose token was revoked (each gateway start issues a new one) answers 401s in web.log: is the
+        # process on its port the one its row names?
+        try:
+            listening = {c.laddr.port: c.pid for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+            for row in self.api("GET", "workers/", params={"role": "gateway"}).json():
+                lines.append(f"gateway {row['id']}: {row['status']}, pid {row['pid']}, port {row['port']} held by "
+                             f"pid {listening.get(row['port'])}")
+        except (requests.RequestException, ValueError, KeyError, TypeError, psutil.Error) as exc:
+            lines.append(f"gateways: {exc!r}")
         return "\n".join(lines)
 
 
