@@ -1,6 +1,6 @@
-"""The resource faults `cpu_hog`, `memory_pressure` and `disk_fill`: the node agent starts a hog on the target
-worker's host for the fault's duration (or writes a fill file under its var/ folder), and stops it (deletes it) at
-the end, on an abort, or at its deadline.
+"""The resource faults `cpu_hog`, `memory_pressure`, `gpu_memory` and `disk_fill`: the node agent starts a hog on
+the target worker's host for the fault's duration (or writes a fill file under its var/ folder), and stops it
+(deletes it) at the end, on an abort, or at its deadline.
 
 The hog is `stress-ng` where it is installed (Debian's package) and otherwise `python controlplane/agent/hog.py`,
 either one run under coreutils' `timeout`, and each carries the deadline itself (`--timeout`, `--until`): a hog
@@ -8,6 +8,11 @@ outlives neither its deadline nor a dead agent, broker or control plane (it is n
 agent restart does not end it early either). What a later revert needs (the hog's pid and create time; the fill
 file's path) is on the injected Action row's result, so that an agent restarted meanwhile can stop it (as a proxy
 fault is undone).
+
+gpu_memory's hog is `python controlplane/agent/gpu_hold.py` (torch), on the GPU the fault names (`gpu`: a Node.gpus
+index), else the target worker's (Worker.gpu_index), else GPU 0, under `timeout` as the others; the agent waits
+until it prints that it holds the memory, and a holder that exits first (no CUDA, less free memory than asked) fails
+the fault with its line. Which GPUs a node has, and how much memory each, the API checks at run start.
 
 memory_pressure is bounded here as well as by the API (controlplane.chaos.validation, from the node's registered
 memory): at most MEMORY_FRACTION of the memory the host has available when the fault arrives. disk_fill writes one
@@ -32,12 +37,18 @@ import psutil
 from django.conf import settings
 
 from controlplane.agent import processes
+from controlplane.models import Worker
 
 log = logging.getLogger(__name__)
 
 HOG_KINDS = ("cpu_hog", "memory_pressure")
-RESOURCE_KINDS = (*HOG_KINDS, "disk_fill")
+GPU_KIND = "gpu_memory"
+RESOURCE_KINDS = (*HOG_KINDS, GPU_KIND, "disk_fill")
 HOG_SCRIPT = Path(__file__).with_name("hog.py")
+GPU_HOLD_SCRIPT = Path(__file__).with_name("gpu_hold.py")
+# torch's import and CUDA's initialisation (seconds). No longer than a revert waits for a start that is under way
+# (faults._wait_started: proxy_faults.LISTEN_TIMEOUT_S + 5 s), else that revert would find nothing to stop.
+GPU_START_TIMEOUT_S = 15.0
 MEMORY_FRACTION = 0.5  # of the host's available memory, at most, for one memory_pressure fault
 GRACE_S = 5  # `timeout` SIGKILLs the hog this long after its own deadline, should it not have exited
 MIB = 1024 * 1024
@@ -73,21 +84,64 @@ def hog_argv(kind: str, params: dict, until: float, *, tool: str | None) -> list
     return ["timeout", "--signal=KILL", f"{seconds + GRACE_S}s", *inner]
 
 
+def gpu_of(worker_id: int, params: dict) -> int:
+    """The GPU a gpu_memory fault holds memory on: its `gpu`, else the target worker's, else 0."""
+    if params.get("gpu") is not None:
+        return int(params["gpu"])
+    index = Worker.objects.filter(pk=worker_id).values_list("gpu_index", flat=True).first()
+    return 0 if index is None else int(index)
+
+
+def gpu_hold_argv(params: dict, gpu: int, until: float) -> list[str]:
+    seconds = max(1, math.ceil(until - time.time()))
+    inner = [sys.executable, str(GPU_HOLD_SCRIPT), "--until", f"{until:.3f}", "--mib", str(int(params["mib"])),
+             "--gpu", str(gpu)]
+    return ["timeout", "--signal=KILL", f"{seconds + GRACE_S}s", *inner]
+
+
+def _wait_holding(handle: processes.ProcessHandle, log_path: Path) -> str:
+    """Wait until the GPU holder prints `holding ...` (its line, returned); ResourceRefused with its last lines
+    when it exits first or says nothing for GPU_START_TIMEOUT_S (it is then killed)."""
+    deadline = time.monotonic() + GPU_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        alive = processes.is_alive(handle)
+        lines = processes.log_tail(log_path, num_lines=5, handle=handle).splitlines()
+        held = [line for line in lines if line.startswith("holding ")]
+        if held:
+            return held[-1]
+        if not alive:
+            raise ResourceRefused(f"the gpu_memory holder exited before it held the memory: {' | '.join(lines)}")
+        time.sleep(0.2)
+    processes.signal_group(handle, signal.SIGKILL)
+    raise ResourceRefused(f"the gpu_memory holder did not hold the memory within {GPU_START_TIMEOUT_S:g} s: "
+                          f"{processes.log_tail(log_path, num_lines=5, handle=handle)}")
+
+
 def memory_available_mib() -> int:
     return psutil.virtual_memory().available // (1024 * 1024)
 
 
 def hog_start(*, key: str, kind: str, worker_id: int, until: float, params: dict) -> dict:
     """Start the hog; returns what a revert needs. Raises ResourceRefused for more memory than this host can give
-    (naming the field) or a hog that exits at once."""
+    (naming the field), a hog that exits at once, or a GPU holder that exits (or hangs) before it holds the memory."""
     if kind == "memory_pressure":
         limit = int(memory_available_mib() * MEMORY_FRACTION)
         if params["mib"] > limit:
             raise ResourceRefused(f"mib: {params['mib']:g} MiB is more than {MEMORY_FRACTION:g} of the memory this "
                                   f"host has available ({limit} MiB)")
+    log_path = Path(settings.TANDEM_LOG_DIR) / f"resource-fault-worker-{worker_id}.log"
+    if kind == GPU_KIND:
+        gpu = gpu_of(worker_id, params)
+        # PCI_BUS_ID: CUDA's index then is NVML's, the one Node.gpus lists and the API checked.
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        handle = processes.spawn(gpu_hold_argv(params, gpu, until), log_path=log_path, marker=marker_of(key),
+                                 env=env, cwd=Path(settings.BASE_DIR))
+        line = _wait_holding(handle, log_path)
+        log.info("fault %s: gpu_memory on GPU %d, pid %d, until %.1f: %s", key, gpu, handle.pid, until, line)
+        return {"hog_pid": handle.pid, "hog_started": handle.create_time, "tool": "torch", "gpu": gpu,
+                "held": line}
     tool = stress_ng()
     argv = hog_argv(kind, params, until, tool=tool)
-    log_path = Path(settings.TANDEM_LOG_DIR) / f"resource-fault-worker-{worker_id}.log"
     handle = processes.spawn(argv, log_path=log_path, marker=marker_of(key), cwd=Path(settings.BASE_DIR))
     time.sleep(0.2)  # a hog that cannot start (a bad flag, no memory) exits at once
     if not processes.is_alive(handle):

@@ -90,7 +90,7 @@ _EXPERIMENT_HELP = {
               "pool (or the gateway), chosen at random when the run starts. {\"node\": \"gpu-1\"}: every ready "
               "worker of the deployment on that node (400 naming target.node when it is not registered or runs none "
               "of them), narrowed by role, count, percent or revision when given; its node-level faults (cpu_hog, "
-              "memory_pressure, disk_fill, agent_kill) are carried once, by that node's agent.",
+              "memory_pressure, gpu_memory, disk_fill, agent_kill) are carried once, by that node's agent.",
     "faults": "[{\"kind\": \"pause\", \"duration_s\": 5}] or [{\"kind\": \"kill\"}]: applied to every target.",
     "duration_s": "How long the faults last (at most TANDEM_CHAOS_MAX_DURATION_S).",
     "hypothesis": "Checks that must hold before the faults and again after them: [{\"metric\": \"error_ratio\", "

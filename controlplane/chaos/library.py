@@ -70,6 +70,10 @@ TEMPLATES = (
     Template("memory-pressure", "Memory pressure on a worker's host",
              "512 MiB allocated and held on the host of one decode worker.",
              WorkerRole.DECODE, ({"kind": "memory_pressure", "mib": 512},), 60),
+    Template("gpu-memory", "GPU memory held on a worker's GPU",
+             "1024 MiB allocated and held on the GPU of one decode worker (another tenant's job): the worker must "
+             "keep serving on what its own allocations left it. A node without a GPU refuses it.",
+             WorkerRole.DECODE, ({"kind": "gpu_memory", "mib": 1024},), 60),
     Template("disk-fill", "Disk nearly full under var/",
              "One file under the var/ folder of one decode worker's host, as large as leaves 64 MiB free there (at "
              "most TANDEM_CHAOS_DISK_FILL_MAX_MIB, 4096 MiB by default): logs, the filesystem broker and new files "

@@ -238,6 +238,7 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     targets = _targets(deployment, spec["target"])
     nodes = list(Node.objects.filter(name__in={t["node"] for t in targets}))
     validation.validate_real_hosts(spec["faults"], nodes)
+    validation.validate_gpu_memory(spec["faults"], targets, nodes)
     validation.validate_memory_pressure(spec["faults"], nodes)
     carriers = {"broker_freeze": validation.broker_freeze_carrier(spec["faults"], nodes),
                 "db_slow": validation.db_slow_carrier(spec["faults"], nodes)}

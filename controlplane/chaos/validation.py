@@ -11,9 +11,9 @@ from django.utils import timezone
 from controlplane.agent.control_faults import SQLITE_MAX_MS, broker_here, database_here
 from controlplane.agent.faults import FAULT_KINDS
 from controlplane.agent.proxy_faults import KV_KINDS, PROXY_KINDS
-from controlplane.agent.resource_faults import MEMORY_FRACTION, RESOURCE_KINDS
+from controlplane.agent.resource_faults import GPU_KIND, MEMORY_FRACTION, RESOURCE_KINDS
 from controlplane.errors import invalid
-from controlplane.models import Node, WorkerPurpose, WorkerRole, WorkerStatus
+from controlplane.models import Node, Worker, WorkerPurpose, WorkerRole, WorkerStatus
 from controlplane.observability.catalog import METRICS
 from controlplane.observability.series import AGGREGATIONS
 from controlplane.services.validation import NAME_RE, each_object
@@ -122,7 +122,8 @@ def validate_target_node(target: dict, deployment) -> None:
 
 
 # The settings of each fault kind beyond `kind` and `duration_s`: (field, low, high, default; None: required). A
-# bound named by a string is that setting's value.
+# bound named by a string is that setting's value; a default OPTIONAL, a setting left out when not given.
+OPTIONAL = object()
 DISK_FILL_BOUND = "TANDEM_CHAOS_DISK_FILL_MAX_MIB"
 FAULT_PARAMS = {
     "kill": {}, "pause": {},
@@ -138,6 +139,8 @@ FAULT_PARAMS = {
     "kv_corrupt": {"ratio": (0.01, 1, 1.0), "bytes": (1, 1024, 1)},  # the fraction of pushes; bytes flipped in each
     "cpu_hog": {"workers": (1, 256, 1)},  # busy processes on the target worker's host
     "memory_pressure": {"mib": (1, 1 << 20, None)},  # MiB allocated and touched on the target worker's host
+    # MiB allocated and written on one GPU of the host: `gpu` (a Node.gpus index), else the target worker's, else 0.
+    GPU_KIND: {"mib": (1, 1 << 20, None), "gpu": (0, 255, OPTIONAL)},
     # One file under the host's var/ folder, as large as leaves free_mib MiB free there, but at most max_mib MiB.
     "disk_fill": {"free_mib": (0, 1 << 20, 64), "max_mib": (1, DISK_FILL_BOUND, DISK_FILL_BOUND)},
     # The Celery broker hangs for the duration (by an agent on the broker's host: broker_freeze_carrier); the
@@ -149,7 +152,7 @@ FAULT_PARAMS = {
     "db_slow": {"ms": (1, 90, 50)},
 }
 INSTANT_KINDS = ("kill", "agent_kill")  # over at once: no duration of their own
-INTEGER_PARAMS = ("workers", "mib", "bytes", "free_mib", "max_mib")
+INTEGER_PARAMS = ("workers", "mib", "bytes", "free_mib", "max_mib", "gpu")
 
 
 def fault_params(fault: dict) -> dict:
@@ -180,6 +183,8 @@ def validate_faults(faults, duration_s: float, role: str | None = None) -> list[
             high, default = (getattr(settings, v) if isinstance(v, str) else v for v in (high, default))
             if key not in fault and default is None:
                 raise invalid(f"{where}.{key} is required for a {kind} fault", field=f"{where}.{key}")
+            if key not in fault and default is OPTIONAL:
+                continue
             item[key] = _number(fault.get(key, default), field=f"{where}.{key}", low=low, high=high,
                                 integer=key in INTEGER_PARAMS)
         lasts = item.get("duration_s", duration_s)
@@ -209,6 +214,38 @@ def validate_memory_pressure(faults: list[dict], nodes) -> None:
                 limit = int(gib * 1024 * MEMORY_FRACTION)
                 raise invalid(f"faults[{index}].mib: {fault['mib']:g} MiB is more than {MEMORY_FRACTION:g} of node "
                               f"{node.name!r}'s memory ({limit} MiB)", field=f"faults[{index}].mib")
+
+
+def validate_gpu_memory(faults: list[dict], targets: list[dict], nodes) -> None:
+    """At run start: a gpu_memory fault needs a GPU on each target node (Node.gpus, from the agent's NVML discovery:
+    empty on a CPU host), the one it names (`gpu`, else the worker's that carries it: the node's first target's
+    Worker.gpu_index, else 0, as the agent chooses), and at most that GPU's memory. 400 naming faults[i].kind (no
+    GPU), faults[i].gpu (no such GPU) or faults[i].mib (more than it has)."""
+    by_name = {node.name: node for node in nodes}
+    first = {}  # node name -> the worker that carries a node-level fault there (services._fault_messages)
+    for target in targets:
+        first.setdefault(target["node"], target["worker"])
+    gpu_index = dict(Worker.objects.filter(pk__in=first.values()).values_list("pk", "gpu_index"))
+    for index, fault in enumerate(faults):
+        if fault["kind"] != GPU_KIND:
+            continue
+        where = f"faults[{index}]"
+        for name, worker in first.items():
+            node = by_name.get(name)
+            gpus = {gpu.get("index"): gpu for gpu in (node.gpus or []) if isinstance(gpu, dict)} if node else {}
+            if not gpus:
+                raise invalid(f"{where}.kind: a gpu_memory fault holds a GPU's memory, and node {name!r} has no GPU "
+                              "(its agent's NVML discovery found none)", field=f"{where}.kind")
+            chosen = fault["gpu"] if "gpu" in fault else gpu_index.get(worker) or 0
+            if chosen not in gpus:
+                field = f"{where}.gpu" if "gpu" in fault else f"{where}.kind"
+                raise invalid(f"{field}: node {name!r} has no GPU {chosen}; its GPUs: "
+                              f"{', '.join(str(i) for i in sorted(gpus))}", field=field)
+            total = gpus[chosen].get("memory_total_bytes")
+            if is_number(total) and fault["mib"] * 1024 * 1024 > total:
+                raise invalid(f"{where}.mib: {fault['mib']:g} MiB is more than GPU {chosen} of node {name!r} has "
+                              f"({int(total) // (1024 * 1024)} MiB, {gpus[chosen].get('name', 'unknown')})",
+                              field=f"{where}.mib")
 
 
 def validate_real_hosts(faults: list[dict], nodes) -> None:
