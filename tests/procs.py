@@ -99,13 +99,17 @@ def wait_http(proc: Proc, url: str, timeout: float = 90.0, status: int = 200) ->
     raise AssertionError(f"{proc.name}: {url} not {status} after {timeout}s (last: {last}):\n{proc.log()}")
 
 
-def start_fault_proxy(name: str, upstream_url: str, log_dir: Path, *flags: str, until: float | None = None) -> Proc:
+def start_fault_proxy(name: str, upstream_url: str, log_dir: Path, *flags: str, until: float | None = None,
+                      wait: bool = True) -> Proc:
     """The chaos fault proxy (controlplane/agent/fault_proxy.py, as a node agent starts it) in front of
-    `upstream_url`, its faults active until `until` (default: an hour from now); `.url` is the proxy's."""
+    `upstream_url`, its faults active until `until` (default: an hour from now); `.url` is the proxy's. With
+    wait=False it returns before the proxy answers (wait_http(proc, proc.url + "/health") then), so that several
+    start together."""
     port = free_port()
     until = time.time() + 3600 if until is None else until
     proc = start(name, ["-m", "controlplane.agent.fault_proxy", "--upstream", upstream_url, "--port", str(port),
                         "--until", f"{until:.3f}", "--drain-s", "0", *flags], log_dir)
     proc.url = f"http://127.0.0.1:{port}"
-    wait_http(proc, proc.url + "/health", timeout=30)
+    if wait:
+        wait_http(proc, proc.url + "/health", timeout=30)
     return proc

@@ -127,13 +127,15 @@ def hf_greedy_texts(model_dir: Path, prompts: list[str], max_tokens: int) -> lis
     return texts
 
 
-def restart(proc: Proc) -> Proc:
+def restart(proc: Proc, wait: bool = True) -> Proc:
     """Start a stopped or killed worker again with the same arguments (same port, so a gateway with static URLs
-    takes it back once its probe finds it healthy); its log goes to a new file."""
+    takes it back once its probe finds it healthy); its log goes to a new file. With wait=False it returns at once:
+    its start (torch import, model load) can overlap other work."""
     proc.stop()
     again = start(proc.name + "-again", list(proc.popen.args[1:]), proc.log_path.parent)
     again.url = proc.url
-    wait_http(again, again.url + "/health", timeout=180)
+    if wait:
+        wait_http(again, again.url + "/health", timeout=180)
     return again
 
 

@@ -9,9 +9,10 @@ import threading
 import pytest
 import requests
 
-from tests.inference.gateway.support import complete, start_gateway, start_workers, stop_all
+from tests.inference.gateway.support import (
+    PLAIN_FLEET, complete, shared_workers, start_gateway, start_workers, stop_all)
 from tests.inference.worker.support import metric
-from tests.procs import start_fault_proxy
+from tests.procs import start_fault_proxy, wait_http
 
 pytestmark = pytest.mark.integration
 
@@ -23,13 +24,19 @@ SYSTEM = ("You are a careful assistant for a bakery. Answer questions about brea
 
 
 @pytest.fixture(scope="module")
-def fleet(tiny_model_dir, tmp_path_factory):
+def fleet(request, tiny_model_dir, tmp_path_factory):
+    """The session's shared plain colocated worker and one of this module's own (the tests read only the deltas of
+    the workers' counters, and use prompts no other module sends), each behind a fault proxy, and the gateway."""
     log_dir = tmp_path_factory.mktemp("gateway-prefix-affinity")
-    workers = start_workers([("a", "colocated"), ("b", "colocated")], tiny_model_dir, log_dir)
-    procs = list(workers)
+    shared = shared_workers(request, tmp_path_factory, "plain", PLAIN_FLEET, tiny_model_dir)["colocated"]
+    own = start_workers([("b", "colocated")], tiny_model_dir, log_dir)
+    workers = [shared, *own]
+    procs = list(own)
     try:
-        proxies = [start_fault_proxy(f"proxy-{w.name}", w.url, log_dir, *SLOW) for w in workers]
+        proxies = [start_fault_proxy(f"proxy-{w.name}", w.url, log_dir, *SLOW, wait=False) for w in workers]
         procs += proxies
+        for proxy in proxies:
+            wait_http(proxy, proxy.url + "/health", timeout=30)
         gateway = start_gateway("gateway", ["--colocated", ",".join(p.url for p in proxies)], log_dir)
         procs.append(gateway)
         yield gateway, workers
