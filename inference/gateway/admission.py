@@ -11,7 +11,9 @@ straight away, up to its class's deadline (`--queue-deadline`); when a slot free
    Serving Large Language Models", OSDI 2024): each tenant's counter grows by the prompt tokens and
    COMPLETION_WEIGHT × the completion tokens it is served, charged as they stream. A tenant that becomes backlogged
    is lifted to the smallest counter among the backlogged tenants of its band (to the last dispatched tenant's when
-   none is), so time spent idle earns no credit to spend later in a burst;
+   none is), so time spent idle earns no credit to spend later in a burst. A tie (which the lift makes) goes to
+   the tenant holding fewer slots, whose counter grows slower from now on: else a quiet tenant lifted beside a
+   flood waits behind it, and so does preemption, until the flood's next tokens are charged;
 3. within the tenant, its oldest request.
 
 Shed: 429 `queue_full` when `--admission-queue` requests already wait (0: admission steps aside and a full fleet
@@ -65,6 +67,7 @@ class FairQueue:
 
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
+        self.holding: dict[str, int] = {}  # tenant → slots its requests hold (Admission keeps it), for ties
         self.bands: dict[str, dict[str, deque[Waiter]]] = {band: {} for band in BANDS}
         self.last_counter: dict[str, float] = {band: 0.0 for band in BANDS}
         self.num_queued = 0
@@ -88,15 +91,18 @@ class FairQueue:
         """(class, tenant) of the request `pop` would return, or None when none waits."""
         for priority_class, band in self.bands.items():
             if band:
-                return priority_class, min(band, key=lambda t: self.counters[t])
+                return priority_class, self._next_tenant(band)
         return None
+
+    def _next_tenant(self, band: dict[str, deque[Waiter]]) -> str:
+        return min(band, key=lambda t: (self.counters[t], self.holding.get(t, 0)))
 
     def pop(self) -> Waiter | None:
         """The next request to dispatch (module docstring), or None when none waits."""
         for priority_class, band in self.bands.items():
             if not band:
                 continue
-            tenant = min(band, key=lambda t: self.counters[t])
+            tenant = self._next_tenant(band)
             queue = band[tenant]
             waiter = queue.popleft()
             if not queue:
@@ -122,6 +128,14 @@ class FairQueue:
         self.counters[tenant] = (self.counters.get(tenant, 0.0) + prompt_tokens
                                  + COMPLETION_WEIGHT * completion_tokens)
 
+    def hold(self, tenant: str, num: int) -> None:
+        """`num` more (or, below 0, fewer) slots held by `tenant`'s requests."""
+        held = self.holding.get(tenant, 0) + num
+        if held:
+            self.holding[tenant] = held
+        else:
+            del self.holding[tenant]
+
     def queued(self) -> dict[tuple[str, str], int]:
         """(class, tenant) → requests waiting."""
         return {(c, t): len(q) for c, band in self.bands.items() for t, q in band.items()}
@@ -144,6 +158,7 @@ class Slot:
             return
         self._done = True
         self.admission.num_running -= 1
+        self.admission.queue.hold(self.tenant, -1)
         self.admission.dispatch()
 
 
@@ -192,8 +207,12 @@ class Admission:
         return self.num_running < self.capacity()
 
     def _admit(self, tenant: str, priority_class: str, waited_s: float) -> Slot:
-        self.num_running += 1
         self._stats(priority_class, tenant).observe(waited_s)
+        return self._slot(tenant)
+
+    def _slot(self, tenant: str) -> Slot:
+        self.num_running += 1
+        self.queue.hold(tenant, 1)
         return Slot(self, tenant)
 
     async def acquire(self, tenant: str, priority_class: str, *, requeued: bool = False) -> Slot:
@@ -254,8 +273,7 @@ class Admission:
             if waiter.future.done():  # cancelled between its wake-up and its removal
                 continue
             if waiter.requeued:
-                self.num_running += 1
-                waiter.future.set_result(Slot(self, waiter.tenant))
+                waiter.future.set_result(self._slot(waiter.tenant))
                 continue
             waiter.future.set_result(self._admit(waiter.tenant, waiter.priority_class,
                                                  self.clock() - waiter.enqueued))

@@ -226,5 +226,12 @@ class TokenStream:
                 step.cancel()
                 await asyncio.gather(step, return_exceptions=True)
 
+    def release_workers(self) -> None:
+        """Take the request out of its workers' outstanding counts now, ahead of `close` (a preemption hands its place
+        to the waiter at once; the worker frees the sequence when the leg closes, a moment later)."""
+        releases, self._leg.releases = self._leg.releases, []
+        for release in releases:
+            release()
+
     async def close(self) -> None:
         await self._leg.close()

@@ -77,6 +77,36 @@ def test_a_tenant_that_was_idle_is_lifted_to_the_backlogged_minimum_instead_of_b
     assert order.count("late") == 2 and order.count("busy") == 2  # alternating, not two bursts of late first
 
 
+def test_a_tie_of_counters_goes_to_the_tenant_holding_fewer_slots():
+    """A quiet tenant lifted to a flood's counter ties with it; the flood holds every slot, so its counter is the one
+    about to grow: the quiet tenant goes first now, not after the flood's next tokens are charged."""
+    queue = FairQueue()
+    for _ in range(3):
+        queue.push(_waiter("flood"))
+    queue.charge("flood", completion_tokens=100)
+    queue.hold("flood", 8)
+    queue.push(_waiter("quiet"))
+    assert queue.counters["quiet"] == queue.counters["flood"]
+    assert queue.peek() == ("standard", "quiet")
+    assert queue.pop().tenant == "quiet"
+    queue.hold("flood", -8)
+    assert queue.holding == {}
+
+
+def test_a_slot_is_held_by_its_tenant_until_released():
+    async def scenario() -> None:
+        admission = Admission(lambda: 2)
+        first = await admission.acquire("a", "standard")
+        second = await admission.acquire("b", "standard")
+        assert admission.queue.holding == {"a": 1, "b": 1}
+        first.release()
+        first.release()
+        assert admission.queue.holding == {"b": 1}
+        second.release()
+        assert admission.queue.holding == {} and admission.num_running == 0
+    asyncio.run(scenario())
+
+
 def test_a_tenant_arriving_at_an_empty_band_is_lifted_to_the_last_dispatched_counter():
     queue = FairQueue()
     queue.push(_waiter("a"))

@@ -2,12 +2,13 @@
 of the most-served tenant it outranks (a higher band; or its band, another tenant, and a counter lower by more than
 the margin, or nothing else of its tenant waits and it holds two slots fewer) plus the outranked ones still waiting
 for their first token; nobody of a higher band, nobody preempted max_preemptions times or with few tokens left, and
-one streaming preemption at a time."""
+one streaming preemption at a time. The streaming victim's slot goes to the waiter at once."""
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
-from inference.gateway.admission import Admission, Waiter
+from inference.gateway.admission import Admission, Slot, Waiter
 from inference.gateway.preemption import Preemption, PreemptionSettings
 
 
@@ -18,9 +19,13 @@ def _setup(settings: PreemptionSettings | None = None) -> Preemption:
 
 def _running(preemption: Preemption, tenant: str, priority_class: str = "standard", *, num_sent: int | None = 5,
              max_tokens: int | None = 100):
-    handle = preemption.attach(SimpleNamespace(tenant=tenant, priority_class=priority_class), max_tokens)
+    slot = SimpleNamespace(num_releases=0)
+    slot.release = lambda: setattr(slot, "num_releases", slot.num_releases + 1)
+    handle = preemption.attach(SimpleNamespace(tenant=tenant, priority_class=priority_class, slot=slot), max_tokens)
     if num_sent is not None:
-        handle.stream = SimpleNamespace(token_ids=[0] * num_sent, finish=None)
+        handle.stream = SimpleNamespace(token_ids=[0] * num_sent, finish=None, num_worker_releases=0)
+        handle.stream.release_workers = lambda: setattr(handle.stream, "num_worker_releases",
+                                                        handle.stream.num_worker_releases + 1)
     return handle
 
 
@@ -97,4 +102,29 @@ def test_one_streaming_preemption_at_a_time():
     preemption.admission.num_running = 2  # every slot held
     preemption.consider()
     assert [first.requested.is_set(), second.requested.is_set()].count(True) == 1
+    assert [first.ticket.slot.num_releases, second.ticket.slot.num_releases] == \
+        [int(first.requested.is_set()), int(second.requested.is_set())]
     assert preemption.victims() == []
+
+
+def test_the_streaming_victims_slot_goes_to_the_waiter_before_the_victim_steps_aside():
+    """The waiter is admitted inside the call that queues it, not when the victim's task next runs."""
+    async def scenario() -> None:
+        preemption = _setup()
+        admission = preemption.admission
+        handles = []
+        for num_sent in (5, 50):
+            handle = _running(preemption, "a", num_sent=num_sent)
+            handle.ticket.slot = await admission.acquire("a", "standard")
+            handles.append(handle)
+        admission.queue.counters["a"] = 100.0
+        waiting = asyncio.get_running_loop().create_task(admission.acquire("b", "standard"))
+        await asyncio.sleep(0)  # acquire queues b and preempts
+        assert admission.queue.num_queued == 0  # b's slot is given: nothing of a's has run, nor will
+        assert isinstance(await asyncio.wait_for(waiting, 5), Slot)
+        assert handles[1].requested.is_set() and not handles[0].requested.is_set()
+        assert admission.num_running == 2 and admission.queue.holding == {"a": 1, "b": 1}
+        assert [h.stream.num_worker_releases for h in handles] == [0, 1]  # the router may pick its worker now
+        handles[1].ticket.slot.release()  # what the victim's pause() does later changes nothing
+        assert admission.num_running == 2
+    asyncio.run(scenario())
