@@ -34,23 +34,40 @@ step until it leads: it waits at most about remaining / step_token_budget steps 
 have the larger budget). Admission stops at the first candidate, in that order, that cannot get blocks, so aging
 also protects a long prompt from being overtaken forever when KV memory is short.
 
+Priority bands: each sequence has its request's band (interactive, standard, batch: the gateway's class for its
+tenant; sequence.PRIORITY_BANDS), and every admission order above is taken band first: the FIFO head of the
+non-chunked prefill and of the decode role's admission is the oldest sequence of the best band waiting, and the
+chunked candidates are ordered by band, then by their aged remaining prefill. So a quiet tenant's interactive
+request does not queue behind the resumed and re-dispatched streams of a noisy batch one. A preempted sequence
+goes back to the front of its band. No band starves: a waiting sequence moves up one band per `priority_aging_s`
+seconds since it was first queued, so a batch request competes as interactive (and then, within the band, by its
+age) after two such spans at most. Seconds, not steps: a step lasts a millisecond on a small model on a CPU and tens
+on a large one, and what the bound protects is a client's wait.
+
 Prefix caching (block_manager.py, prefix_cache.py): a waiting sequence is admitted after the cached prefix it would
 start from (its token budget and its place among the candidates count only the rest), and postprocess keys the
 blocks each step filled.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 
 from inference.engine.block_manager import BlockManager
 from inference.engine.sequence import Sequence, SequenceStatus
 from inference.roles import Role
 
+# Seconds a waiting sequence needs to move up one band: a batch request overtaken without end still competes as
+# interactive after 4 s (the gateway's own queue holds an interactive request for 10 s at most).
+PRIORITY_AGING_S = 2.0
+
 
 class Scheduler:
     def __init__(self, *, role: Role, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, eos_token_ids: frozenset[int], chunked_prefill: bool = False,
-                 prefill_chunk_size: int | None = None, prefill_chunk_size_alone: int | None = None):
+                 prefill_chunk_size: int | None = None, prefill_chunk_size_alone: int | None = None,
+                 priority_aging_s: float = PRIORITY_AGING_S, clock: Callable[[], float] = time.monotonic):
         self.role = Role(role)
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
@@ -63,6 +80,7 @@ class Scheduler:
         self.step_token_budget = min(max_num_batched_tokens, prefill_chunk_size or max_num_batched_tokens)
         self.step_token_budget_alone = max(self.step_token_budget,
                                            min(max_num_batched_tokens, prefill_chunk_size_alone or 0))
+        self.priority_aging_s, self.clock = priority_aging_s, clock
         self.num_batched_tokens = 0  # tokens the last scheduled step feeds (prefill and decode together)
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
@@ -75,6 +93,7 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
+        seq.queued_at = self.clock()
         self.waiting.append(seq)
 
     def num_reserved_tokens(self, seq: Sequence) -> int:
@@ -150,18 +169,28 @@ class Scheduler:
                     return seq
         return None
 
+    def band(self, seq: Sequence, now: float) -> int:
+        """`seq`'s priority band at `now`: its request's, less one per `priority_aging_s` since it was queued."""
+        return max(0, seq.priority - int((now - seq.queued_at) / self.priority_aging_s))
+
+    def _by_priority(self) -> list[Sequence]:
+        """The waiting queue, best band first; FIFO within a band (a stable sort of the queue's order)."""
+        now = self.clock()
+        return sorted(self.waiting, key=lambda seq: self.band(seq, now))
+
     def _schedule_prefill(self) -> list[Sequence]:
         scheduled: list[Sequence] = []
         num_batched_tokens = 0
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
+        for seq in self._by_priority():
+            if len(self.running) >= self.max_num_seqs:
+                break
             # A preempted sequence recomputes its produced tokens too; a cached prefix is not computed.
             num_new_tokens = self._num_uncached(seq)
             over_budget = num_batched_tokens + num_new_tokens > self.max_num_batched_tokens
-            # FIFO: the head of the queue is never overtaken, so a long prompt cannot starve behind short ones.
+            # FIFO within a band: its head is never overtaken, so a long prompt cannot starve behind short ones.
             if (over_budget and scheduled) or not self.block_manager.can_allocate(seq.num_tokens, seq):
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             self.block_manager.allocate(seq, seq.num_tokens)
             seq.status = SequenceStatus.RUNNING
             seq.num_scheduled_tokens = num_new_tokens = seq.num_uncached_tokens
@@ -171,12 +200,13 @@ class Scheduler:
         return scheduled
 
     def _admit_prefilled(self) -> None:
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
+        for seq in self._by_priority():
+            if len(self.running) >= self.max_num_seqs:
+                break
             num_reserved = self.num_reserved_tokens(seq)
             if not self.block_manager.can_allocate(num_reserved):
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             self.block_manager.allocate(seq, num_reserved)
             seq.status = SequenceStatus.RUNNING
             # The model runner places the received K/V of the prompt into these blocks before this step's forward.
@@ -185,12 +215,15 @@ class Scheduler:
             self.running.append(seq)
 
     def _schedule_chunks(self, step_budget: int, *, num_decode_tokens: int) -> list[Sequence]:
-        """Give what the decodes leave of `step_budget` to partly prefilled and waiting sequences, shortest remaining
-        first with aging (see the module docstring). Returns them in that order, each with its num_scheduled_tokens."""
+        """Give what the decodes leave of `step_budget` to partly prefilled and waiting sequences, best band first,
+        then shortest remaining first with aging (see the module docstring). Returns them in that order, each with
+        its num_scheduled_tokens."""
         budget = step_budget - num_decode_tokens
         candidates = [seq for seq in self.running if seq.is_prefilling] + list(self.waiting)
         uncached = {id(seq): self._num_uncached(seq) for seq in candidates}
-        candidates.sort(key=lambda seq: uncached[id(seq)] - seq.num_steps_starved * step_budget)
+        now = self.clock()
+        candidates.sort(key=lambda seq: (self.band(seq, now),
+                                         uncached[id(seq)] - seq.num_steps_starved * step_budget))
         scheduled: list[Sequence] = []
         admitting = True
         for seq in candidates:

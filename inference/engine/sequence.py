@@ -9,6 +9,11 @@ from typing import Any
 
 from inference.sampling_params import SamplingParams
 
+# The gateway's priority classes, in the order a worker admits waiting requests (a request names one in its body;
+# none: standard). The gateway's admission queue dispatches in the same order (inference/gateway/admission.py).
+PRIORITY_BANDS = ("interactive", "standard", "batch")
+STANDARD_PRIORITY = PRIORITY_BANDS.index("standard")
+
 
 class SequenceStatus(Enum):
     WAITING = auto()
@@ -56,6 +61,10 @@ class Sequence:
         # when a preempted sequence starts over; a decode role's sequence arrives prefilled.
         self.is_prefilling = True
         self.num_steps_starved = 0  # consecutive steps this sequence waited for prefill tokens and got none
+        # Its band in the waiting queue (an index into PRIORITY_BANDS: the gateway's class for its tenant) and when
+        # it was first queued (the scheduler's clock), from which it ages into better bands (scheduler.py).
+        self.priority = STANDARD_PRIORITY
+        self.queued_at = 0.0
         self.finish_reason: str | None = None
         self.kv_import: Any = None
         self.kv_export: Any = None

@@ -341,6 +341,9 @@ class TenantGate:
         # The workers key this tenant's prefix-cache blocks with it: another tenant's prompt cannot find them, so
         # its time to first token says nothing of what this tenant sent (the shared prompt's blocks excepted).
         worker_body["cache_salt"] = state.policy.name
+        # The workers admit their waiting requests by the same bands as the admission queue (scheduler.py), so a
+        # quiet interactive request does not queue there behind a noisy tenant's batch streams.
+        worker_body["priority"] = state.policy.priority_class
         return Ticket(state, self.clock)
 
     @staticmethod

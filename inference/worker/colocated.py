@@ -16,7 +16,8 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         job = host.open_job(req.request_id, arrival)
         try:
             host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop,
-                        num_resumed_tokens=len(req.resume_token_ids), cache_salt=req.cache_salt)
+                        num_resumed_tokens=len(req.resume_token_ids), cache_salt=req.cache_salt,
+                        priority=req.priority)
             await job.wait_admitted()
             return await stream_job(request, job)
         finally:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from inference.engine.sequence import STANDARD_PRIORITY
 from inference.metrics import TandemMetrics
 from inference.roles import Role
 from inference.sampling_params import SamplingParams
@@ -74,6 +75,7 @@ class EngineRequest:
     kv: tuple | None = None
     num_resumed_tokens: int = 0
     cache_salt: bytes = b""  # its tenant's prefix-cache salt (inference/engine/prefix_cache.py)
+    priority: int = STANDARD_PRIORITY  # its band in the waiting queue (inference.engine.sequence.PRIORITY_BANDS)
     # From admission on: its text, the tokens it generated (resumed ones included) and when the last one came.
     detok: TextDecoder | None = None
     num_completion_tokens: int = 0
@@ -211,7 +213,8 @@ class EngineLoop:
             params = replace(req.params, max_tokens=req.params.max_tokens - req.num_resumed_tokens)
             if req.first_token_id is None:
                 engine.add_request(req.request_id, req.prompt_token_ids, params,
-                                   num_resumed_tokens=req.num_resumed_tokens, cache_salt=req.cache_salt)
+                                   num_resumed_tokens=req.num_resumed_tokens, cache_salt=req.cache_salt,
+                                   priority=req.priority)
             else:
                 # Replay the prefill worker's first token through an identical detokenizer, so that this one
                 # releases exactly the text the prefill worker did not (and sees stop strings spanning it).

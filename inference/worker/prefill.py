@@ -37,7 +37,7 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         job = host.open_job(req.request_id, arrival)
         try:
             host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed,
-                        cache_salt=req.cache_salt)
+                        cache_salt=req.cache_salt, priority=req.priority)
             await job.wait_admitted()
             event = await job.next_event()
             if event.type != "token":

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from inference import json_body, sampling_params
 from inference.checks import is_int, json_type
+from inference.engine.sequence import PRIORITY_BANDS, STANDARD_PRIORITY
 from inference.sampling_params import SamplingError, SamplingParams, sampling_fields
 
 KV_DTYPES = ("float32", "bfloat16", "float16")  # what a KV payload may carry, and convert between
@@ -67,6 +68,9 @@ class GenerateRequest:
     # The digest of the body's `cache_salt` (the gateway sends its tenant): its prefix-cache blocks are its tenant's
     # own (inference/engine/prefix_cache.py). b"": none, shared with every unsalted request.
     cache_salt: bytes = b""
+    # Its band in the worker's waiting queue, from the body's `priority` (the gateway sends its tenant's class):
+    # an index into PRIORITY_BANDS; absent: standard.
+    priority: int = STANDARD_PRIORITY
 
     def fit_to_context(self, num_prompt_tokens: int, context: dict, vocab_size: int) -> None:
         """Resolve a null max_tokens and cap it to what this worker's KV pool holds (see fit_max_tokens), then refuse
@@ -141,7 +145,17 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
     return GenerateRequest(request_id=request_id, prompt=prompt, messages=messages, params=params, stop=stop,
                            max_tokens_to_context="max_tokens" in body and body["max_tokens"] is None,
                            decode_url=decode_url, decode_kv_dtype=decode_kv_dtype,
-                           resume_token_ids=resume_token_ids, cache_salt=_parse_cache_salt(body.get("cache_salt")))
+                           resume_token_ids=resume_token_ids, cache_salt=_parse_cache_salt(body.get("cache_salt")),
+                           priority=_parse_priority(body.get("priority")))
+
+
+def _parse_priority(priority) -> int:
+    if priority is None:
+        return STANDARD_PRIORITY
+    if not isinstance(priority, str) or priority not in PRIORITY_BANDS:
+        raise RequestError(f"priority must be one of {', '.join(PRIORITY_BANDS)}, got {priority!r}",
+                           param="priority")
+    return PRIORITY_BANDS.index(priority)
 
 
 def _parse_cache_salt(salt) -> bytes:

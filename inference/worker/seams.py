@@ -11,6 +11,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from inference.engine.sequence import STANDARD_PRIORITY
 from inference.metrics import TandemMetrics
 from inference.worker.config import WorkerConfig
 from inference.worker.engine_loop import EngineRequest, LoopState
@@ -87,6 +88,6 @@ class RoleHost(Protocol):
 
     def submit(self, job: Job, prompt_token_ids: list[int], params, stop: list[str], *,
                first_token_id: int | None = None, kv: tuple | None = None, num_resumed_tokens: int = 0,
-               cache_salt: bytes = b"") -> None: ...
+               cache_salt: bytes = b"", priority: int = STANDARD_PRIORITY) -> None: ...
 
     def close_job(self, job: Job, *, kind: str = "client_disconnect") -> None: ...

@@ -27,6 +27,7 @@ import uuid
 
 from aiohttp import web
 
+from inference.engine.sequence import STANDARD_PRIORITY
 from inference.metrics import CONTENT_TYPE, TandemMetrics
 from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
@@ -291,10 +292,10 @@ class WorkerServer:
 
     def submit(self, job: jobs.Job, prompt_token_ids: list[int], params, stop: list[str], *,
                first_token_id: int | None = None, kv: tuple | None = None, num_resumed_tokens: int = 0,
-               cache_salt: bytes = b"") -> None:
+               cache_salt: bytes = b"", priority: int = STANDARD_PRIORITY) -> None:
         """`prompt_token_ids` ends with the `num_resumed_tokens` a resumed request generated before."""
         self.engine.submit(EngineRequest(job.request_id, prompt_token_ids, params, stop, job.emit,
-                                         job.arrival, first_token_id, kv, num_resumed_tokens, cache_salt))
+                                         job.arrival, first_token_id, kv, num_resumed_tokens, cache_salt, priority))
         job.submitted = True
 
     def close_job(self, job: jobs.Job, *, kind: str = "client_disconnect") -> None:

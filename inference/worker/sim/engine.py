@@ -2,7 +2,10 @@
 instead of running a model, behind the same server as a real worker.
 
 Prefill is one request at a time (compute-bound: a real worker's prefill steps do not overlap), taking
-`prefill_seconds(prompt tokens)`. Decode is continuous batching: sequences join and leave the running batch between
+`prefill_seconds(prompt tokens)`. Waiting requests take their turn by priority band, as the real scheduler admits
+them (inference/engine/scheduler.py): the best band first, first come first served within it, and a request moves
+up one band per PRIORITY_AGING_S seconds since it queued, so that no band starves. So does a request waiting to
+join the decode batch. Decode is continuous batching: sequences join and leave the running batch between
 steps, at most max_num_seqs run, and admission waits while the KV they would hold (kv_bytes_per_token a token)
 exceeds the profile's kv_cache_bytes; each step takes `decode_step_seconds(batch, tokens held)` and gives every
 running sequence one token. On the colocated role the two overlap. Tokens cycle through a fixed vocabulary
@@ -16,6 +19,7 @@ from collections import deque
 
 from prometheus_client import Gauge
 
+from inference.engine.scheduler import PRIORITY_AGING_S
 from inference.metrics import TandemMetrics
 from inference.roles import Role
 from inference.worker.config import WorkerConfig
@@ -43,7 +47,11 @@ class SimEngine:
         self.open: dict[str, EngineRequest] = {}
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
-        self._prefill_lock = asyncio.Lock()
+        # The prefill turn: whether one is under way, and the requests waiting for it, each with when it queued and
+        # the future that hands it the turn.
+        self._prefilling = False
+        self._prefill_waiters: list[tuple[EngineRequest, float, asyncio.Future]] = []
+        self._queued_at: dict[str, float] = {}  # request id -> when it joined the batch queue
         self._wakeup = asyncio.Event()
         self._decode_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -138,20 +146,24 @@ class SimEngine:
             return
         if req in self.waiting:
             self.waiting.remove(req)
+        self._queued_at.pop(request_id, None)
         if req in self.running:
             self.running.remove(req)
         self._update_gauges()
 
     async def _prefill(self, req: EngineRequest) -> None:
-        async with self._prefill_lock:
+        await self._prefill_turn(req)
+        try:
             if self.open.get(req.request_id) is not req:
-                return  # aborted while it waited for the lock: a real engine drops it from its waiting queue
+                return  # aborted while it waited for its turn: a real engine drops it from its waiting queue
             self.metrics.requests_waiting.inc()
             try:
                 await asyncio.sleep(self.costs.prefill_seconds(len(req.prompt_token_ids)))
                 await self._unheld.wait()
             finally:
                 self.metrics.requests_waiting.dec()
+        finally:
+            self._next_prefill()
         if self.open.get(req.request_id) is not req:
             return  # aborted meanwhile
         self.metrics.prompt_tokens.inc(req.num_prompt_tokens)
@@ -162,7 +174,37 @@ class SimEngine:
         elif self.role is Role.COLOCATED:
             self._join_batch(req)
 
+    async def _prefill_turn(self, req: EngineRequest) -> None:
+        if not self._prefilling:
+            self._prefilling = True
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._prefill_waiters.append((req, time.monotonic(), turn))
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._next_prefill()  # it was handed the turn as it was cancelled: pass it on
+            else:
+                self._prefill_waiters = [w for w in self._prefill_waiters if w[2] is not turn]
+            raise
+
+    def _next_prefill(self) -> None:
+        """Hand the prefill turn to the waiting request of the best band (aged), the oldest within it."""
+        if not self._prefill_waiters:
+            self._prefilling = False
+            return
+        now = time.monotonic()
+        best = min(range(len(self._prefill_waiters)), key=lambda i: self._band(
+            self._prefill_waiters[i][0], now - self._prefill_waiters[i][1]))  # min: the first of equals
+        self._prefill_waiters.pop(best)[2].set_result(None)
+
+    @staticmethod
+    def _band(req: EngineRequest, waited_s: float) -> int:
+        return max(0, req.priority - int(waited_s / PRIORITY_AGING_S))
+
     def _join_batch(self, req: EngineRequest) -> None:
+        self._queued_at[req.request_id] = time.monotonic()
         self.waiting.append(req)
         self._wakeup.set()
         if self._decode_task is None or self._decode_task.done():
@@ -172,12 +214,19 @@ class SimEngine:
         return sum(r.num_prompt_tokens + r.params.max_tokens for r in self.running)
 
     def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.settings.max_num_seqs:
-            req = self.waiting[0]
+        """Join waiting requests to the batch, best band first (stable: FIFO within a band), stopping at the first
+        that does not fit, as the real scheduler's admission does."""
+        now = time.monotonic()
+        order = sorted(self.waiting, key=lambda r: self._band(r, now - self._queued_at.get(r.request_id, now)))
+        for req in order:
+            if len(self.running) >= self.settings.max_num_seqs:
+                break
             if self.running and self._held_tokens() + req.num_prompt_tokens + req.params.max_tokens \
                     > self.capacity_tokens:
                 break  # waits for KV, as a real decode worker's reservation does
-            self.running.append(self.waiting.popleft())
+            self.waiting.remove(req)
+            self._queued_at.pop(req.request_id, None)
+            self.running.append(req)
 
     async def _decode_loop(self) -> None:
         while True:

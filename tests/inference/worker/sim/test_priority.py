@@ -1,0 +1,60 @@
+"""A simulated worker hands its prefill turn by the body's `priority`, as a real worker's scheduler admits: an
+interactive request queued behind batch ones is prefilled next; an unknown priority is a 400."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+
+from inference.engine.scheduler import PRIORITY_AGING_S
+from inference.worker.sim.profile import BUILTIN
+from tests.inference.worker.sim.test_same_server import start_worker
+
+pytestmark = pytest.mark.integration
+
+PREFILL_S = 0.25  # each prompt's prefill in this profile: the turn a queued request waits for
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sim-priority")
+    data = json.loads(json.dumps(BUILTIN["tiny-cpu"]))
+    data["name"] = "slow-prefill"
+    data["roles"]["colocated"]["prefill"] = {"a": PREFILL_S, "b": 0.0}
+    (tmp / "profile.json").write_text(json.dumps(data))
+    proc = start_worker(tmp, "sim-priority", "colocated", "--simulate", str(tmp / "profile.json"))  # the later wins
+    yield proc
+    proc.stop()
+
+
+def test_an_interactive_request_queued_behind_batch_ones_is_prefilled_first(worker):
+    first_token_at, threads = {}, []
+    queued_at = None
+    for name, priority in (("holder", "batch"), ("b1", "batch"), ("b2", "batch"), ("s1", "standard"),
+                           ("i1", "interactive")):
+        # The worker answers its headers once it admitted the request, so each one queues behind the one before.
+        response = requests.post(worker.url + "/v1/generate", json={"prompt": f"go {name}", "max_tokens": 1,
+                                                                    "priority": priority}, stream=True, timeout=30)
+        assert response.status_code == 200, response.text
+        queued_at = queued_at or time.monotonic()
+
+        def read(response=response, name=name):
+            with response:
+                for line in response.iter_lines():
+                    if json.loads(line)["type"] == "token":
+                        first_token_at.setdefault(name, time.monotonic())
+
+        threads.append(threading.Thread(target=read, daemon=True))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(first_token_at, key=first_token_at.get) == ["holder", "i1", "s1", "b1", "b2"]
+    assert max(first_token_at.values()) - queued_at < PRIORITY_AGING_S  # decided by band, not by aging
+
+
+def test_an_unknown_priority_is_a_400_naming_the_field(worker):
+    response = requests.post(worker.url + "/v1/generate", json={"prompt": "hi", "priority": "urgent"}, timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "priority"
