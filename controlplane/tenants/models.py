@@ -86,8 +86,9 @@ class DeploymentAccess(models.Model):
     deployment = models.OneToOneField("controlplane.Deployment", on_delete=models.CASCADE, primary_key=True,
                                       related_name="+")
     requires_key = models.BooleanField(default=False)
-    # The admission queue's settings its gateways poll (inference.gateway.admission.check_admission_settings:
-    # max_queued, queue_deadlines by class); {}: the gateways' flags.
+    # The admission queue's settings its gateways poll
+    # (inference.gateway.admission_settings.check_admission_settings: max_queued, queue_deadlines by class); {}: the
+    # gateways' flags.
     admission = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -20,7 +20,7 @@ from controlplane.services.tokens import key_hash
 from controlplane.services.validation import NAME_RE
 from controlplane.tenants.models import (LIMIT_FIELDS, PRICE_FIELDS, DeploymentAccess, PriorityClass, Tenant,
                                         TenantKey)
-from inference.gateway.admission import AdmissionSettingsError, check_admission_settings
+from inference.gateway.admission_settings import AdmissionSettingsError, check_admission_settings
 
 # The audit rows' kind. Every tenant change is one kind, told apart by params["verb"] (create, update, delete,
 # key_issue, key_revoke, access, admission).

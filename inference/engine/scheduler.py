@@ -179,6 +179,8 @@ class Scheduler:
         return sorted(self.waiting, key=lambda seq: self.band(seq, now))
 
     def _schedule_prefill(self) -> list[Sequence]:
+        if len(self.running) >= self.max_num_seqs:
+            return []  # no room: spare the sort of the waiting queue
         scheduled: list[Sequence] = []
         num_batched_tokens = 0
         for seq in self._by_priority():
@@ -200,6 +202,8 @@ class Scheduler:
         return scheduled
 
     def _admit_prefilled(self) -> None:
+        if len(self.running) >= self.max_num_seqs:
+            return  # no room: spare the sort of the waiting queue
         for seq in self._by_priority():
             if len(self.running) >= self.max_num_seqs:
                 break

@@ -9,7 +9,8 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from enum import Enum
 
-from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_HEADROOM, DEFAULT_MAX_QUEUED, parse_deadline
+from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_HEADROOM, DEFAULT_MAX_QUEUED
+from inference.gateway.admission_settings import parse_deadline
 from inference.gateway.preemption import (
     DEFAULT_MARGIN, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MIN_TOKENS_LEFT, PreemptionSettings,
 )

@@ -13,7 +13,7 @@ import re
 
 import aiohttp
 
-from inference.gateway.admission import AdmissionSettingsError, check_admission_settings
+from inference.gateway.admission_settings import AdmissionSettingsError, check_admission_settings
 from inference.gateway.config import Config, Mode
 from inference.gateway.traffic_split import MAX_TRAFFIC_WEIGHT
 from inference.gateway.routing import Router
@@ -111,8 +111,8 @@ def parse_sampling_defaults(body: dict) -> dict:
 
 
 def parse_admission(body: dict) -> dict:
-    """The deployment's admission settings (admission.check_admission_settings; absent or null: none, the gateway's
-    flags apply)."""
+    """The deployment's admission settings (admission_settings.check_admission_settings; absent or null: none, the
+    gateway's flags apply)."""
     settings = body.get("admission")
     if settings is None:
         return {}

@@ -212,8 +212,8 @@ class PreemptionCollector(Collector):
 
 
 def preemption_settings(settings: dict, defaults: PreemptionSettings) -> PreemptionSettings:
-    """A deployment's checked admission settings' preemption fields (admission.check_admission_settings) over the
-    gateway's flags."""
+    """A deployment's checked admission settings' preemption fields (admission_settings.check_admission_settings)
+    over the gateway's flags."""
     return PreemptionSettings(
         max_preemptions=settings.get("max_preemptions", defaults.max_preemptions),
         margin=settings.get("preempt_margin", defaults.margin),

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from inference.gateway.admission import AdmissionSettingsError, check_admission_settings
+from inference.gateway.admission_settings import AdmissionSettingsError, check_admission_settings
 from inference.gateway.membership import MembershipError, parse_admission
 from tests.inference.gateway.support import TOKEN, ControlPlane, start_gateway, stop_all
 from tests.procs import free_port, start, wait_http
