@@ -12,17 +12,21 @@ One JSON document with:
   without any on a CPU) and with the fixed chunk of 64 in every step (`prefill_chunk_size_alone` = the chunk), and
   for both the time to first token of a short prompt that arrives just after the long one's first step started (it
   waits for that chunk, then runs in a step of its own);
-- `decode`: per precision (float32, bfloat16 where native, INT8), the engine's lean decode forward against its
-  reference forward (`lean_decode=False`) in the same run: single-stream step time against the time to read its
-  weights once at the measured bandwidth, tensor ops per step, tokens/s at 16 concurrent requests; INT8 against
-  float32;
+- `decode`: per precision (float32, bfloat16 where native, INT8), the engine's lean decode forward (its default,
+  with Tandem's matvec kernel where `auto` takes it) against the same with torch's matmul (`matvec=torch`; not for
+  INT8, whose linears have their own kernels) and against its reference forward (`lean_decode=False`, torch's
+  matmul) in the same run: single-stream step time against the time to read its weights once at the measured
+  bandwidth, tensor ops per step (the kernel's calls are not tensor ops), tokens/s at 16 concurrent requests, and
+  the greedy agreement of the kernel with torch's matmul; INT8 against float32;
 - `levers`: each decode lever alone against the float32 engine without it, both on the reference forward (which the
   levers change), with its greedy output checked token for token: `fused_projections` (q/k/v and gate/up as one
   matmul each; the lean forward always runs them fused), `prepacked_linears` (MKL's packed GEMM), `compile` (the
   engine setting: torch.compile of the decode step, with its warm-up); and on the lean forward
   `transposed_weights` (the engine setting weight_layout, "transposed" against "as_loaded": float32 weights fused
   and stored [in, out], faster reads, another summation order; auto's choice for float32 on a CPU), with both
-  steps against one read of the weights (the before and after of the default);
+  steps against one read of the weights; and `matvec` (the engine setting: Tandem's matrix-vector kernel, "tandem"
+  against "torch" with the weight layout each gets from auto: as loaded with the kernel, transposed without it in
+  float32; the before and after of the default);
 - `goals`: each goal of the issue, met (true) or not (false), with the value it was judged on.
 
 Timings are best of `--repeats` (prefill also in this thread's CPU time, which a busy host inflates less); decode
@@ -55,9 +59,9 @@ GOALS = {
     "decode_int8_step_vs_weights_read": ("<=", 1.5),
     "decode_int8_vs_float32": (">=", 2.0),
     **{f"{lever}_greedy_token_identical": ("==", True) for lever in ("fused_projections", "prepacked_linears",
-                                                                     "compile", "transposed_weights")},
+                                                                     "compile", "transposed_weights", "matvec")},
 }
-LEVERS = ("fused_projections", "prepacked_linears", "compile", "transposed_weights")
+LEVERS = ("fused_projections", "prepacked_linears", "compile", "transposed_weights", "matvec")
 CONCURRENT = 16  # requests of the decode section's batched figure
 # The matmul of the issue's table: a 2,048-token prompt through SmolLM2's MLP up projection (576 -> 1536).
 MATMUL_SHAPE = (2048, 576, 1536)
@@ -267,13 +271,17 @@ def decode_section(ctx: dict, args) -> dict:
     """Decode per precision (float32, bfloat16 where native, INT8), the engine (its lean decode forward) against its
     reference forward (lean_decode=False) in the same run: single-stream step time against the time to read the
     weights once at the measured bandwidth, tensor ops per step, and tokens/s at CONCURRENT requests."""
+    from inference.engine import SamplingParams
+
     read_bps = ctx["machine"]["read_bandwidth"]["read_bytes_per_s"]
     precisions = {"float32": {"dtype": "float32"}, "int8": {"dtype": "float32", "quantization": "int8"}}
     if has_native_bfloat16():
         precisions["bfloat16"] = {"dtype": "bfloat16"}
-    paths = {"lean": {}, "reference": {"lean_decode": False}}
+    paths = {"lean": {}, "lean_torch_matvec": {"matvec": "torch"}, "reference": {"lean_decode": False,
+                                                                                  "matvec": "torch"}}
     engines = {(name, path): make_engine(ctx["path"], args, **settings, **extra)
-               for name, settings in precisions.items() for path, extra in paths.items()}
+               for name, settings in precisions.items() for path, extra in paths.items()
+               if not (path == "lean_torch_matvec" and "quantization" in settings)}
     runners = {f"{name}/{path}": engine_runner(e) for (name, path), e in engines.items()}
     single, many = ctx["decode_prompts"][:1], ctx["concurrent_prompts"]
     for run in runners.values():  # first calls pay for lazy init
@@ -287,7 +295,10 @@ def decode_section(ctx: dict, args) -> dict:
         read_ms = engine.weight_bytes / read_bps * 1e3
         row = {"dtype": engine.dtype, "quantization": engine.quantization, "weight_bytes": engine.weight_bytes,
                "weights_read_once_ms": round(read_ms, 2)}
+        row["matvec"] = engine.matvec
         for path in paths:
+            if (name, path) not in engines:
+                continue
             step = rates[f"{name}/{path}"]
             row[path] = {**step, "step_vs_weights_read": ratio(step["step_ms"], read_ms),
                          "step_ops": decode_step_ops(engines[(name, path)], single[0]),
@@ -295,6 +306,12 @@ def decode_section(ctx: dict, args) -> dict:
         row["lean_speedup"] = {"single_stream": ratio(row["reference"]["step_ms"], row["lean"]["step_ms"]),
                                f"at_{len(many)}": ratio(row["lean"][f"tok_s_at_{len(many)}"],
                                                         row["reference"][f"tok_s_at_{len(many)}"])}
+        if (name, "lean_torch_matvec") in engines:
+            row["matvec_speedup"] = ratio(row["lean_torch_matvec"]["step_ms"], row["lean"]["step_ms"])
+            greedy = SamplingParams(max_tokens=args.new_tokens, temperature=0.0)
+            row["matvec_greedy_agreement"] = greedy_agreement(
+                engines[(name, "lean_torch_matvec")].generate(ctx["decode_prompts"], greedy),
+                engine.generate(ctx["decode_prompts"], greedy))
         out[name] = row
         ctx["goals"][f"decode_{name}_step_vs_weights_read"] = row["lean"]["step_vs_weights_read"]
     out["int8_vs_float32"] = ratio(rates["float32/lean"]["step_ms"], rates["int8/lean"]["step_ms"])
@@ -310,11 +327,17 @@ def lever_section(ctx: dict, args, lever: str) -> dict:
     from inference.engine.fusion import fuse_projections, prepack_linears
 
     # On the reference forward, which the first three change (the lean decode forward fuses projections itself),
-    # over the weights as loaded; transposed weights (the engine setting) on the engine's default (lean) forward.
-    lean = lever == "transposed_weights"
-    plain = make_engine(ctx["path"], args, lean_decode=lean, weight_layout="as_loaded")
-    other = make_engine(ctx["path"], args, compile=lever == "compile", lean_decode=lean,
-                        weight_layout="transposed" if lean else "as_loaded")
+    # over the weights as loaded, with torch's matmul; transposed weights (the engine setting) on the engine's
+    # default (lean) forward with torch's matmul (the kernel reads the weights as loaded); matvec on the lean forward,
+    # each side with the layout auto gives it.
+    lean = lever in ("transposed_weights", "matvec")
+    if lever == "matvec":
+        plain = make_engine(ctx["path"], args, matvec="torch")
+        other = make_engine(ctx["path"], args, matvec="tandem")
+    else:
+        plain = make_engine(ctx["path"], args, lean_decode=lean, weight_layout="as_loaded", matvec="torch")
+        other = make_engine(ctx["path"], args, compile=lever == "compile", lean_decode=lean, matvec="torch",
+                            weight_layout="transposed" if lean else "as_loaded")
     if lever == "fused_projections":
         fuse_projections(other.model_runner)
     elif lever == "prepacked_linears":
@@ -329,7 +352,10 @@ def lever_section(ctx: dict, args, lever: str) -> dict:
            "speedup": ratio(rates["without"]["step_ms"], rates["with"]["step_ms"]), "greedy_agreement": agreement}
     if lever == "compile":
         out["compile_info"] = other.compile_info
-    if lever == "transposed_weights":
+    if lever == "matvec":
+        out["matvec"] = {"without": plain.matvec, "with": other.matvec}
+        out["weight_layout"] = {"without": plain.weight_layout["layout"], "with": other.weight_layout["layout"]}
+    if lever in ("transposed_weights", "matvec"):
         read_ms = plain.weight_bytes / ctx["machine"]["read_bandwidth"]["read_bytes_per_s"] * 1e3
         out["step_vs_weights_read"] = {name: ratio(rates[name]["step_ms"], read_ms) for name in rates}
     else:

@@ -12,7 +12,7 @@ from controlplane.models import PoolRole
 from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
-from inference.engine.config import QUANTIZATIONS, WEIGHT_LAYOUTS
+from inference.engine.config import MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS
 from inference.engine.speculation_policy import SpeculativeError, parse_speculative
 from inference.worker.sim.profile import ProfileError, load_profile
 
@@ -48,7 +48,7 @@ _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without
 # key -> (exclusive minimum, maximum) for the fractional engine settings.
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
 # key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).
-_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS, "weight_layout": WEIGHT_LAYOUTS}
+_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS, "weight_layout": WEIGHT_LAYOUTS, "matvec": MATVECS}
 # "speculative": null or an object (the engine's own check, inference/engine/speculation_policy.py); decode and colocated
 # workers only: a prefill part refuses it, and prefill workers are started without the common part's.
 SPECULATIVE = "speculative"

@@ -18,6 +18,11 @@ QUANTIZATIONS = ("none", "int8")
 # the model file has them), "transposed" ([in, out], q/k/v and gate/up fused; faster one-token matmuls on a CPU,
 # greedy tokens identical but values not bit-identical), "auto": transposed for float32 on a CPU, else as loaded.
 WEIGHT_LAYOUTS = ("auto", "as_loaded", "transposed")
+# Who multiplies a decode step's few tokens by the float linears on a CPU (matvec.py): "tandem" (Tandem's kernel,
+# matvec.c: it streams the weights at about the rate a plain sum reads memory, ~1.8x torch's one-token matmul in
+# float32, ~2.5x in bfloat16; values not bit-identical, greedy tokens identical), "torch" (torch's matmul), "auto":
+# the kernel where it runs (float32 or bfloat16 on a CPU with AVX2+FMA or AVX-512F and a C compiler), else torch.
+MATVECS = ("auto", "tandem", "torch")
 # What a worker says (/info) about the outputs of a quantized model.
 QUANTIZATION_NOTES = {"int8": "int8 weights: outputs are not bit-identical to the unquantized model (greedy tokens "
                               "may part from its own after a near-tie)"}
@@ -100,6 +105,8 @@ class Config:
     # One of WEIGHT_LAYOUTS: "auto" (transposed for float32 on a CPU, where one thread's matrix-vector products read
     # [in, out] weights 1.2-1.3x faster a step; as loaded elsewhere), or either layout by name.
     weight_layout: str = "auto"
+    # One of MATVECS: the kernel of the float linears in steps of a few tokens (decode steps) on a CPU.
+    matvec: str = "auto"
 
     def __post_init__(self) -> None:
         self.model = str(self.model)
@@ -119,6 +126,8 @@ class Config:
         if self.weight_layout not in WEIGHT_LAYOUTS:
             raise ConfigError("weight_layout", f"must be one of {', '.join(WEIGHT_LAYOUTS)}, got "
                                                f"{self.weight_layout!r}")
+        if self.matvec not in MATVECS:
+            raise ConfigError("matvec", f"must be one of {', '.join(MATVECS)}, got {self.matvec!r}")
         for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode",
                      "lean_prefill"):
             if not isinstance(getattr(self, name), bool):

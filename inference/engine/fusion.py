@@ -85,16 +85,19 @@ def file_dtype(model_dir) -> torch.dtype | None:
 
 
 def choose_weight_layout(setting: str, *, dtype: torch.dtype, device: torch.device, quantization: str,
-                         stored: torch.dtype | None = None) -> tuple[str, str]:
+                         stored: torch.dtype | None = None, matvec: bool = False) -> tuple[str, str]:
     """(layout, why) for Config.weight_layout: "as_loaded" or "transposed" (transpose_weights). `stored`: the dtype
     in the model's file (file_dtype). auto transposes float32 weights on a CPU only where they are a private
     conversion anyway: weights of the file's own dtype are mapped from it and shared by every worker of the host
     (the demo saves its model in the dtype its workers run for that), and transposed copies would cost each worker
-    the whole model's RAM."""
+    the whole model's RAM. `matvec`: Tandem's kernel runs the one-token steps (matvec.py); it reads [out, in] rows
+    faster than torch reads either layout, so auto keeps the weights as loaded."""
     if quantization != "none":
         return "as_loaded", f"{quantization} weights lie as their kernels pack them"
     if setting != "auto":
         return setting, "asked for"
+    if matvec:
+        return "as_loaded", "auto: Tandem's matvec kernel streams the weights as loaded ([out, in] rows)"
     if device.type == "cpu" and dtype == torch.float32:
         if stored == torch.float32:
             return "as_loaded", ("auto: float32 weights mapped from a float32 file are shared by every worker of "

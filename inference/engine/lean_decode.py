@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine.fusion import FusedGatedMLP
+from inference.engine.matvec import Library, matvec_projection
 from inference.engine.quantization import Int8GatedMLP
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
@@ -63,15 +64,22 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
-def _projection(module: nn.Module) -> Projection:
+def _projection(module: nn.Module, matvec: Library | None) -> Projection:
+    kernel = matvec_projection(matvec, module)  # Tandem's kernel for a few tokens, where it runs
+    if kernel is not None:
+        return kernel
     if isinstance(module, nn.Linear):  # F.linear on the weights: no module call per step
         return functools.partial(F.linear, weight=module.weight, bias=module.bias)
     return module.forward
 
 
-def _concatenated(*modules: nn.Module) -> Projection:
-    """Unfused projections as one: each output column is computed alone, as a fused matmul computes it (exact)."""
-    projections = [_projection(module) for module in modules]
+def _concatenated(*modules: nn.Module, matvec: Library | None) -> Projection:
+    """Unfused projections as one: each output column is computed alone, as a fused matmul computes it (exact);
+    through Tandem's kernel, each writes its own columns of one output."""
+    kernel = matvec_projection(matvec, *modules)
+    if kernel is not None:
+        return kernel
+    projections = [_projection(module, None) for module in modules]
     return lambda x: torch.cat([projection(x) for projection in projections], dim=-1)
 
 
@@ -97,16 +105,18 @@ class LeanDecoder:
         self.embed = model.model.embed_tokens
         self.rotary = model.model.rotary_emb
         self.layers = []
+        matvec = runner.matvec  # Tandem's kernel for steps of a few tokens, or None (matvec.py)
         for layer in model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             fused_mlp = isinstance(mlp, (FusedGatedMLP, Int8GatedMLP))  # INT8, or fusion.fuse_projections before
             self.layers.append(LeanLayer(
                 input_norm=_norm(layer.input_layernorm),
-                qkv=_projection(attn.qkv_proj) if hasattr(attn, "qkv_proj")
-                else _concatenated(attn.q_proj, attn.k_proj, attn.v_proj),
-                o=_projection(attn.o_proj), post_norm=_norm(layer.post_attention_layernorm),
-                gate_up=_projection(mlp.gate_up_proj) if fused_mlp else _concatenated(mlp.gate_proj, mlp.up_proj),
-                act=mlp.act_fn, down=_projection(mlp.down_proj),
+                qkv=_projection(attn.qkv_proj, matvec) if hasattr(attn, "qkv_proj")
+                else _concatenated(attn.q_proj, attn.k_proj, attn.v_proj, matvec=matvec),
+                o=_projection(attn.o_proj, matvec), post_norm=_norm(layer.post_attention_layernorm),
+                gate_up=(_projection(mlp.gate_up_proj, matvec) if fused_mlp
+                         else _concatenated(mlp.gate_proj, mlp.up_proj, matvec=matvec)),
+                act=mlp.act_fn, down=_projection(mlp.down_proj, matvec),
                 intermediate_size=mlp.intermediate_size if fused_mlp else mlp.gate_proj.out_features,
                 scale=attn.scaling))
         shape = (runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)

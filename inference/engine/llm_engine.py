@@ -69,6 +69,10 @@ class LLMEngine:
         # How the float weights lie in memory and why (fusion.choose_weight_layout), for /info.
         self.weight_layout: dict = {"setting": config.weight_layout, "layout": self.model_runner.weight_layout,
                                     "reason": self.model_runner.weight_layout_reason}
+        # Who multiplies a decode step's tokens by the float linears, and why (matvec.choose_matvec), for /info.
+        library = self.model_runner.matvec
+        self.matvec: dict = {"setting": config.matvec, "kernel": "tandem" if library else "torch",
+                             "isa": library.isa if library else None, "reason": self.model_runner.matvec_reason}
         self.decode_step_ops: int | None = self.model_runner.decode_step_ops  # one single-stream step's tensor ops
         # What runs: a decode engine computes no prompt, so it has no use for a prefix cache.
         self.prefix_caching = config.prefix_caching and config.role is not Role.DECODE

@@ -22,6 +22,7 @@ from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.lean_decode import LeanDecoder
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
+from inference.engine.matvec import choose_matvec, matvec_projection
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
 from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
@@ -52,12 +53,22 @@ class ModelRunner:
         if config.quantization == "int8":
             quantize_model(self.model, kernel=default_kernel(self.device))
         self.fused_qkv = hasattr(self.model.model.layers[0].self_attn, "qkv_proj")
+        # Who multiplies a decode step's tokens by the float linears (matvec.py): Tandem's kernel or torch's matmul.
+        self.matvec, self.matvec_reason = choose_matvec(config.matvec, dtype=self.dtype, device=self.device,
+                                                        quantization=config.quantization)
         # How the float linears' weights lie in memory (fusion.py): before the lean decoder takes them.
         self.weight_layout, self.weight_layout_reason = choose_weight_layout(
             config.weight_layout, dtype=self.dtype, device=self.device, quantization=config.quantization,
-            stored=file_dtype(config.model))
+            stored=file_dtype(config.model), matvec=self.matvec is not None)
         if self.weight_layout == "transposed":
             transpose_weights(self)
+            if self.matvec is not None:  # the kernel reads [out, in] rows
+                self.matvec, self.matvec_reason = None, (f"{config.matvec}: torch's matmul: weight_layout "
+                                                         "transposed (the kernel reads the weights as loaded)")
+        if self.matvec is not None:
+            log.info("matvec: %s", self.matvec_reason)
+        # lm_head through the kernel too (a fifth of SmolLM2's weights); the module where the kernel does not run.
+        self.lm_head = matvec_projection(self.matvec, self.model.lm_head) or self.model.lm_head
         hf = self.model.config
         self.vocab_size: int = hf.vocab_size
         self.num_layers: int = hf.num_hidden_layers
@@ -177,7 +188,7 @@ class ModelRunner:
                 if seq.samples_next_token:
                     last_rows.append(row - 1)
             hidden = hidden.index_select(0, self._tensor(last_rows))  # [B, hidden]
-        token_ids = iter(self.sampler(self.model.lm_head(self.model.model.norm(hidden)).float(), sampling)
+        token_ids = iter(self.sampler(self.lm_head(self.model.model.norm(hidden)).float(), sampling)
                          if sampling else [])
         if is_prefill and self.config.role is Role.PREFILL:
             self._export_kv([seq for seq in prefill if seq.samples_next_token])

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from inference.engine.config import DTYPES, QUANTIZATIONS, WEIGHT_LAYOUTS, Config, ConfigError
+from inference.engine.config import DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS, Config, ConfigError
 from inference import roofline
 from inference.roles import Role
 from inference.worker.sim.profile import ProfileError, SimSettings, load_profile
@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the float linears' weights lie in memory: auto (default: transposed for float32 on a "
                         "CPU, where one-token matmuls read them faster; as loaded elsewhere), as_loaded, or "
                         "transposed (greedy tokens identical, values not bit-identical)")
+    p.add_argument("--matvec", default="auto", choices=MATVECS,
+                   help="the kernel of the float linears in decode steps on a CPU: auto (default: Tandem's kernel "
+                        "where it runs, float32 or bfloat16 with AVX2+FMA or AVX-512F and a C compiler; torch's "
+                        "matmul elsewhere), tandem, or torch (greedy tokens identical, values not bit-identical)")
     p.add_argument("--allow-slow-float16", action="store_true",
                    help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")

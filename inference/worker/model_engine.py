@@ -164,6 +164,7 @@ class ModelEngine:
                 "compile": engine.compile_info,
                 # {"setting", "layout" (as_loaded or transposed), "reason"}: how the float weights lie in memory.
                 "weight_layout": engine.weight_layout,
+                "matvec": engine.matvec,
                 # Tensor ops (aten calls) of one single-stream decode step's eager forward and lm_head: the
                 # per-step overhead that no bandwidth removes (None on a prefill worker, which runs no decode step).
                 "decode_step_ops": engine.decode_step_ops,

@@ -14,7 +14,9 @@ GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 
 
 def engine(model_dir, **settings) -> LLMEngine:
-    return LLMEngine(Config(model=model_dir, threads=1, kv_cache_bytes=1 << 20, prefix_caching=False, **settings))
+    # torch's matmul on both sides: this is about the lean forward's exactness (Tandem's kernel: test_matvec.py)
+    return LLMEngine(Config(model=model_dir, threads=1, kv_cache_bytes=1 << 20, prefix_caching=False,
+                            **{"matvec": "torch", **settings}))
 
 
 def prefilled(eng: LLMEngine, prompts: list[list[int]]):

@@ -1,7 +1,9 @@
-"""Config.weight_layout: "auto" stores a float32 CPU model's linear weights transposed (fused q/k/v and gate/up)
-where they are converted from the file's dtype (a float32 file's mapped weights stay shared as loaded),
-which changes summation order but not greedy tokens; bfloat16 and INT8 keep the weights as loaded; "as_loaded" is the
-old path. Beside it, the engine counts one decode step's tensor ops once (a worker puts them on /info)."""
+"""Config.weight_layout: with torch's matmul (matvec=torch), "auto" stores a float32 CPU model's linear weights
+transposed (fused q/k/v and gate/up) where they are converted from the file's dtype (a float32 file's mapped weights
+stay shared as loaded), which changes summation order but not greedy tokens; bfloat16 and INT8 keep the weights as
+loaded; "as_loaded" is the old path; with Tandem's matvec kernel (auto's pick where it runs) auto keeps them as
+loaded, which the kernel reads fastest. Beside it, the engine counts one decode step's tensor ops once (a worker puts
+them on /info)."""
 from __future__ import annotations
 
 import functools
@@ -25,7 +27,7 @@ SMOLLM2_TEXTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once up
 
 def engine(model_dir, **settings) -> LLMEngine:
     return LLMEngine(Config(model=model_dir, threads=1, kv_cache_bytes=8 << 20, prefix_caching=False,
-                            **{"dtype": "float32", **settings}))
+                            **{"dtype": "float32", "matvec": "torch", **settings}))
 
 
 def _bfloat16_copy(model_dir, to) -> None:
@@ -45,10 +47,12 @@ def test_auto_transposes_float32_converted_on_a_cpu_and_keeps_shared_bfloat16_an
                    "float32 from float32": (tiny_model_dir, {}),
                    "bfloat16": (tmp_path / "bf16", {"dtype": "bfloat16"}),
                    "int8": (tmp_path / "bf16", {"quantization": "int8"}),
-                   "asked": (tmp_path / "bf16", {"weight_layout": "as_loaded"})}.items()}
+                   "asked": (tmp_path / "bf16", {"weight_layout": "as_loaded"}),
+                   "matvec kernel": (tmp_path / "bf16", {"matvec": "tandem"})}.items()}
     assert {name: layout["layout"] for name, layout in layouts.items()} == {
         "float32 from bfloat16": "transposed", "float32 from float32": "as_loaded", "bfloat16": "as_loaded",
-        "int8": "as_loaded", "asked": "as_loaded"}
+        "int8": "as_loaded", "asked": "as_loaded", "matvec kernel": "as_loaded"}
+    assert "matvec kernel streams the weights as loaded" in layouts["matvec kernel"]["reason"]
     assert layouts["float32 from bfloat16"]["setting"] == "auto"
     assert "float32 on a CPU" in layouts["float32 from bfloat16"]["reason"]
     # The float32 file's weights are mapped and shared between the host's workers: a copy each would cost RAM.
@@ -89,13 +93,17 @@ def test_a_tied_embedding_reads_its_rows_from_the_transposed_lm_head(tiny_model_
 
 @pytest.mark.skipif(not (SMOLLM2 / "config.json").is_file(),
                     reason=f"SmolLM2 is not prepared at {SMOLLM2} (python -m inference.models prepare smollm2)")
-def test_smollm2_float32_greedy_tokens_are_identical_with_the_weights_transposed_or_as_loaded():
-    transposed = LLMEngine(Config(model=SMOLLM2, threads=1, dtype="float32", kv_cache_bytes=32 << 20))
-    as_loaded = LLMEngine(Config(model=SMOLLM2, threads=1, dtype="float32", kv_cache_bytes=32 << 20,
-                                 weight_layout="as_loaded"))
+def test_smollm2_float32_greedy_tokens_are_identical_transposed_as_loaded_and_through_the_matvec_kernel():
+    settings = {"model": SMOLLM2, "threads": 1, "dtype": "float32", "kv_cache_bytes": 32 << 20}
+    transposed = LLMEngine(Config(**settings, matvec="torch"))
+    as_loaded = LLMEngine(Config(**settings, matvec="torch", weight_layout="as_loaded"))
+    kernel = LLMEngine(Config(**settings))  # auto: Tandem's kernel over the weights as loaded
     assert transposed.weight_layout["layout"] == "transposed"
+    assert kernel.matvec["kernel"] == "tandem" and kernel.weight_layout["layout"] == "as_loaded"
     prompts = [transposed.tokenizer.encode(text) for text in SMOLLM2_TEXTS]
-    assert transposed.generate(prompts, GREEDY) == as_loaded.generate(prompts, GREEDY)
+    expected = transposed.generate(prompts, GREEDY)
+    assert as_loaded.generate(prompts, GREEDY) == expected
+    assert kernel.generate(prompts, GREEDY) == expected
 
 
 def test_an_unknown_weight_layout_is_refused_naming_the_choices(tiny_model_dir):

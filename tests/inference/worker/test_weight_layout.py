@@ -1,7 +1,7 @@
 """A worker says on /info how its float weights lie in memory (--weight-layout; which one auto picks:
-tests/inference/engine/test_weight_layout.py)
-and how many tensor ops one single-stream decode step runs; both layouts serve the same greedy tokens; a bad
---weight-layout stops it at once naming the flag."""
+tests/inference/engine/test_weight_layout.py), who multiplies its decode steps' tokens by them (--matvec: Tandem's
+kernel or torch's matmul, tests/inference/engine/test_matvec.py) and how many tensor ops one single-stream decode step
+runs; all serve the same greedy tokens; a bad --weight-layout or --matvec stops it at once naming the flag."""
 from __future__ import annotations
 
 import subprocess
@@ -38,27 +38,31 @@ def _info(proc) -> dict:
     return r.json()
 
 
-def test_info_reports_the_weight_layout_with_its_reason_and_the_decode_step_ops(workers):
+def test_info_reports_the_weight_layout_and_the_matvec_kernel_with_their_reasons_and_the_decode_step_ops(workers):
     auto, transposed = _info(workers["auto"]), _info(workers["transposed"])
     as_loaded = _info(workers["as_loaded"])
-    # The tiny model's file is float32: its mapped weights stay shared, as loaded.
+    # Tandem's kernel (every CI CPU has AVX2 and FMA) reads the weights as loaded.
+    assert auto["matvec"]["setting"] == "auto" and auto["matvec"]["kernel"] == "tandem"
+    assert auto["matvec"]["isa"] in ("avx2+fma", "avx512f") and auto["matvec"]["isa"] in auto["matvec"]["reason"]
     assert auto["weight_layout"]["setting"] == "auto" and auto["weight_layout"]["layout"] == "as_loaded"
-    assert "shared by every worker" in auto["weight_layout"]["reason"]
+    assert "matvec kernel" in auto["weight_layout"]["reason"]
     assert transposed["weight_layout"] == {"setting": "transposed", "layout": "transposed", "reason": "asked for"}
+    assert transposed["matvec"]["kernel"] == "torch" and "transposed" in transposed["matvec"]["reason"]
     assert as_loaded["weight_layout"] == {"setting": "as_loaded", "layout": "as_loaded", "reason": "asked for"}
-    # Fused q/k/v and gate/up: fewer matmuls and no concatenation a layer.
-    assert 0 < transposed["decode_step_ops"] < as_loaded["decode_step_ops"] == auto["decode_step_ops"]
+    assert as_loaded["matvec"]["kernel"] == "tandem"
+    assert 0 < transposed["decode_step_ops"] and 0 < as_loaded["decode_step_ops"] == auto["decode_step_ops"]
 
 
-def test_both_layouts_serve_the_same_greedy_tokens(workers):
+def test_every_layout_and_kernel_serves_the_same_greedy_tokens(workers):
     outputs = [token_ids(generate(proc.url, prompt="the weights lie transposed in memory", max_tokens=24,
                                   temperature=0, ignore_eos=True)) for proc in workers.values()]
     assert len(outputs[0]) == 24 and outputs[0] == outputs[1] == outputs[2]
 
 
-def test_an_unknown_weight_layout_exits_2_naming_the_flag(tiny_model_dir):
+@pytest.mark.parametrize("flag", ["--weight-layout", "--matvec"])
+def test_an_unknown_choice_exits_2_naming_the_flag(tiny_model_dir, flag):
     result = subprocess.run([sys.executable, "-m", "inference.worker", "--role", "decode", "--model",
-                             str(tiny_model_dir), "--port", "1", "--weight-layout", "columns"], cwd=ROOT,
+                             str(tiny_model_dir), "--port", "1", flag, "columns"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "--weight-layout" in result.stderr, result.stderr
+    assert flag in result.stderr, result.stderr

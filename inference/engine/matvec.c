@@ -1,0 +1,151 @@
+/* Tandem's matrix-vector kernel for CPU decode steps (inference/engine/matvec.py builds and loads it).
+
+   y[t, n] = sum_k W[n, k] * x[t, k] (+ bias[n]) for a few tokens t, W row-major [N, K] in float32 or bfloat16, as a
+   model file lays a linear's weight out. A decode step multiplies one token per sequence by every weight once, so it
+   is bound by how fast the weights stream from memory: the rows are read once, in order, and every token of the
+   step is multiplied with a row while it is in L1 (one pass over the weights whatever the number of tokens). One thread reads at about the rate a plain sum reads memory; torch's
+   one-token matmul (MKL's) reads at about half of it (docs/performance.md).
+
+   Arithmetic: products and sums in float32 (bfloat16 weights and inputs widened exactly), the result rounded once
+   to the output dtype (round to nearest even). Sums run in another order than MKL's or oneDNN's, so values are not
+   bit-identical to torch's; greedy tokens are (tests/inference/engine/test_matvec.py).
+
+   One file, no -march: each kernel is compiled for its own instruction set (target attributes) and picked at run
+   time from what the CPU reports (AVX-512F, else AVX2 with FMA); tandem_matvec_isa() says which, 0 for neither
+   (the engine then keeps torch's matmul). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DT_F32 = 0, DT_BF16 = 1 };
+
+static int isa = -1;
+
+static int detected_isa(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 2
+           : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
+}
+
+int tandem_matvec_isa(void) {
+    if (isa < 0) isa = detected_isa();
+    return isa;
+}
+
+/* Run no wider instruction set than `max` (1: AVX2, 2: AVX-512F), as ONEDNN_MAX_CPU_ISA does for oneDNN: where
+   AVX-512 lowers the clock, or to check the AVX2 kernels on an AVX-512 CPU. Returns the set now used. */
+int tandem_matvec_cap_isa(int max) {
+    int found = detected_isa();
+    isa = found < max ? found : max;
+    return isa;
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {  /* round to nearest even, as torch's .to(torch.bfloat16) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float load_scalar(int dtype, const void *p, int64_t i) {
+    return dtype == DT_F32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static inline void store_scalar(int dtype, void *p, int64_t i, float v) {
+    if (dtype == DT_F32) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = f32_to_bf16(v);
+}
+
+/* Each kernel computes one row for every token: the row is read from memory once (the rows of a matrix one after
+   another are one sequential stream, which the hardware prefetcher follows at a plain sum's rate; four rows side by
+   side measured ~25 % slower) and stays in L1 for the other tokens. Four accumulators hide the FMA latency. */
+
+/* ---- AVX-512F -------------------------------------------------------------------------------------------------- */
+
+__attribute__((target("avx512f")))
+static inline __m512 load16_512(int dtype, const void *w, int64_t k) {
+    if (dtype == DT_F32) return _mm512_loadu_ps((const float *)w + k);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f")))
+static float dot_avx512(int dtype, const void *w, const float *x, int64_t K) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        a0 = _mm512_fmadd_ps(load16_512(dtype, w, k), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(load16_512(dtype, w, k + 16), _mm512_loadu_ps(x + k + 16), a1);
+        a2 = _mm512_fmadd_ps(load16_512(dtype, w, k + 32), _mm512_loadu_ps(x + k + 32), a2);
+        a3 = _mm512_fmadd_ps(load16_512(dtype, w, k + 48), _mm512_loadu_ps(x + k + 48), a3);
+    }
+    for (; k + 16 <= K; k += 16) a0 = _mm512_fmadd_ps(load16_512(dtype, w, k), _mm512_loadu_ps(x + k), a0);
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; k < K; k++) s += load_scalar(dtype, w, k) * x[k];
+    return s;
+}
+
+/* ---- AVX2 + FMA ------------------------------------------------------------------------------------------------ */
+
+__attribute__((target("avx2,fma")))
+static inline __m256 load8_256(int dtype, const void *w, int64_t k) {
+    if (dtype == DT_F32) return _mm256_loadu_ps((const float *)w + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2,fma")))
+static float dot_avx2(int dtype, const void *w, const float *x, int64_t K) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        a0 = _mm256_fmadd_ps(load8_256(dtype, w, k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(load8_256(dtype, w, k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(load8_256(dtype, w, k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(load8_256(dtype, w, k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    }
+    for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(load8_256(dtype, w, k), _mm256_loadu_ps(x + k), a0);
+    __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    float r = _mm_cvtss_f32(s);
+    for (; k < K; k++) r += load_scalar(dtype, w, k) * x[k];
+    return r;
+}
+
+/* ---- entry point ----------------------------------------------------------------------------------------------- */
+
+/* y[t * ldy + n] for t < T, n < N; x[t * ldx + k]; W[n * ldw + k]; bias[n] or NULL; x, y, bias in W's dtype.
+   Returns 0, or -1 when the CPU has neither instruction set (nothing written). */
+int tandem_matvec(int dtype, const void *W, int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy,
+                  int64_t T, int64_t N, int64_t K, const void *bias, int num_threads) {
+    int which = tandem_matvec_isa();
+    if (which == 0) return -1;
+    float *xf = malloc(sizeof(float) * (size_t)(T * K));  /* the inputs widened once, not per row */
+    if (!xf) return -2;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < K; k++) xf[t * K + k] = load_scalar(dtype, x, t * ldx + k);
+    size_t row_bytes = (size_t)ldw * (dtype == DT_F32 ? 4 : 2);
+    /* static schedule: each thread streams one contiguous band of rows */
+    #pragma omp parallel for schedule(static) num_threads(num_threads) if (num_threads > 1 && N * K >= 65536)
+    for (int64_t n = 0; n < N; n++) {
+        const void *w = (const char *)W + (size_t)n * row_bytes;
+        float b = bias ? load_scalar(dtype, bias, n) : 0.0f;
+        for (int64_t t = 0; t < T; t++) {
+            float v = which == 2 ? dot_avx512(dtype, w, xf + t * K, K) : dot_avx2(dtype, w, xf + t * K, K);
+            store_scalar(dtype, y, t * ldy + n, v + b);
+        }
+    }
+    free(xf);
+    return 0;
+}

@@ -1,0 +1,181 @@
+"""Tandem's matrix-vector kernel (matvec.c) for the linears of CPU decode steps, and the `matvec` setting's rule.
+
+A single-stream decode step multiplies one token by every weight once: it is bound by how fast the weights stream
+from memory. torch's one-token matmul (MKL's matrix-vector product over an [out, in] weight) reads them at about
+half the rate one thread reads memory in a plain sum; matvec.c reads four rows side by side at about that rate
+(bench/engine/decode_kernels.py has each kernel; docs/performance.md the figures). It runs the float32 and bfloat16
+linears of steps of at most MAX_TOKENS tokens (decode steps of up to that many sequences); longer steps (prefill,
+big batches) keep torch's GEMM, which computes many tokens at once better than a loop over rows.
+
+The library is compiled from matvec.c on first use (a C compiler, `CC` or cc/gcc, ~1 s) into a cache folder keyed by
+the source's hash, and loaded with ctypes; the kernels pick AVX-512F or AVX2+FMA at run time. Where it cannot run
+(no compiler, a CPU with neither instruction set, CUDA, another dtype, INT8 modules), the engine keeps torch's
+matmul and says why (`matvec` on /info).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("matvec.c")
+# Steps of at most this many tokens run the kernel; more are faster in torch's GEMM (bench/engine/decode_kernels.py).
+MAX_TOKENS = 4
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+_ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}
+
+
+class Library:
+    """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
+
+    def __init__(self, path: Path):
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.tandem_matvec_isa.restype = ctypes.c_int
+        self.lib.tandem_matvec_cap_isa.restype = ctypes.c_int
+        self.lib.tandem_matvec_cap_isa.argtypes = [ctypes.c_int]
+        self.lib.tandem_matvec.restype = ctypes.c_int
+        self.lib.tandem_matvec.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                           ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                           ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+        self.isa = _ISA_NAMES.get(self.lib.tandem_matvec_isa())
+        self.path = path
+
+    def cap_isa(self, name: str) -> str | None:
+        """Run no wider set than `name` (avx2+fma, avx512f) from now on, in this process; returns the set used."""
+        codes = {v: k for k, v in _ISA_NAMES.items()}
+        self.isa = _ISA_NAMES.get(self.lib.tandem_matvec_cap_isa(codes[name]))
+        return self.isa
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tandem" / "kernels"
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _build(compiler: str, target: Path) -> None:
+    """Compile matvec.c into `target`, atomically (workers of one host may build at once)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        base = [compiler, "-O3", "-shared", "-fPIC", str(SOURCE), "-o", str(out)]
+        # OpenMP splits the rows among the engine's threads; without it (a compiler lacking it) one thread runs them.
+        result = subprocess.run([*base[:1], "-fopenmp", *base[1:]], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            result = subprocess.run(base, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"{compiler} failed to build {SOURCE.name}: {result.stderr.strip()[-500:]}")
+        os.replace(out, target)
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> tuple[Library | None, str | None]:
+    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk."""
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    target = cache_dir() / f"matvec-{digest}.so"
+    if not target.exists():
+        compiler = _compiler()
+        if compiler is None:
+            return None, "no C compiler found to build the matvec kernel (install gcc or set CC)"
+        try:
+            _build(compiler, target)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            return None, f"the matvec kernel did not build: {exc}"
+    try:
+        library = Library(target)
+    except OSError as exc:
+        return None, f"the matvec kernel did not load: {exc}"
+    if library.isa is None:
+        return None, "this CPU has neither AVX-512F nor AVX2 with FMA, which the matvec kernel needs"
+    return library, None
+
+
+def choose_matvec(setting: str, *, dtype: torch.dtype, device: torch.device, quantization: str
+                  ) -> tuple[Library | None, str]:
+    """(the library, or None for torch's matmul; the reason, for /info and the log) for Config.matvec."""
+    if setting == "torch":
+        return None, "torch: asked for"
+    if device.type != "cpu":
+        return None, f"{setting}: torch's matmul on {device.type} (the kernel is for CPUs)"
+    if quantization != "none":
+        return None, f"{setting}: {quantization} linears run their own kernels"
+    if dtype not in _DTYPE_CODES:
+        return None, f"{setting}: the kernel runs float32 and bfloat16, not {str(dtype).removeprefix('torch.')}"
+    library, reason = load()
+    if library is None:
+        if setting == "tandem":
+            log.warning("matvec: torch's matmul instead of the asked-for kernel: %s", reason)
+        return None, f"{setting}: torch's matmul: {reason}"
+    return library, (f"{setting}: Tandem's kernel ({library.isa}) for steps of up to {MAX_TOKENS} tokens, torch's "
+                     "GEMM above (values not bit-identical to torch's, greedy tokens identical)")
+
+
+class MatVecLinear:
+    """Linears over one input as one projection: [T, K] -> [T, N1 + N2 + ...], each weight's outputs in its own
+    columns (q, k and v; gate and up; or one linear), through the kernel for T <= MAX_TOKENS, torch above."""
+
+    def __init__(self, library: Library, linears: list[nn.Linear], num_threads: int):
+        self.lib, self.num_threads = library.lib, num_threads
+        self.linears = linears
+        self.weights = [linear.weight for linear in linears]
+        self.biases = [linear.bias for linear in linears]
+        self.in_features = linears[0].in_features
+        self.out_features = sum(linear.out_features for linear in linears)
+        self.dtype = self.weights[0].dtype
+        self.code = _DTYPE_CODES[self.dtype]
+        # (weight pointer, row stride, bias pointer, first output column, rows) per linear
+        self.calls = []
+        column = 0
+        for weight, bias in zip(self.weights, self.biases):
+            self.calls.append((weight.data_ptr(), weight.stride(0), 0 if bias is None else bias.data_ptr(), column,
+                               weight.shape[0]))
+            column += weight.shape[0]
+
+    @staticmethod
+    def supports(linear: nn.Module) -> bool:
+        """A float32/bfloat16 nn.Linear whose weight rows are contiguous (as loaded, not the transposed layout)."""
+        return (isinstance(linear, nn.Linear) and linear.weight.dtype in _DTYPE_CODES
+                and linear.weight.device.type == "cpu" and linear.weight.stride(1) == 1
+                and (linear.bias is None or linear.bias.is_contiguous()))
+
+    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        if len(self.linears) == 1:
+            return F.linear(x, self.weights[0], self.biases[0])
+        return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [T, K] -> [T, N]
+        num_tokens = x.shape[0]
+        if num_tokens > MAX_TOKENS or x.dim() != 2 or x.dtype != self.dtype or x.stride(1) != 1:
+            return self._torch(x)
+        y = torch.empty(num_tokens, self.out_features, dtype=self.dtype)
+        x_ptr, ldx, y_ptr, size = x.data_ptr(), x.stride(0), y.data_ptr(), y.element_size()
+        for w_ptr, ldw, b_ptr, column, rows in self.calls:
+            if self.lib.tandem_matvec(self.code, w_ptr, ldw, x_ptr, ldx, y_ptr + column * size, self.out_features,
+                                      num_tokens, rows, self.in_features, b_ptr or None, self.num_threads):
+                return self._torch(x)  # its input buffer could not be allocated
+        return y
+
+
+def matvec_projection(library: Library | None, *linears: nn.Module):
+    """A MatVecLinear over `linears` where the kernel runs and all of them suit it, else None."""
+    if library is None or not linears or not all(MatVecLinear.supports(linear) for linear in linears):
+        return None
+    if len({(linear.in_features, linear.weight.dtype) for linear in linears}) != 1:
+        return None
+    return MatVecLinear(library, list(linears), torch.get_num_threads())

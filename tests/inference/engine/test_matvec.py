@@ -1,0 +1,123 @@
+"""Tandem's matrix-vector kernel (inference/engine/matvec.c): its products equal torch's within float32 rounding
+(bfloat16: within one rounding of the output), each linear of a group writes its own columns, steps of more tokens
+than MAX_TOKENS are torch's own; the engine serves the same greedy tokens with it as with torch's matmul; `auto`
+takes it where it can run and says why not elsewhere; without a C compiler the engine keeps torch's matmul."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.engine import Config, LLMEngine, SamplingParams
+from inference.engine import matvec
+from tests.inference.engine.support import random_prompts
+
+# CI machines have AVX2 and FMA at least: the kernel must run there (a CPU without both keeps torch's matmul).
+pytestmark = pytest.mark.skipif(matvec.load()[0] is None, reason=f"matvec kernel unavailable: {matvec.load()[1]}")
+
+
+def _linear(in_features: int, out_features: int, dtype: torch.dtype, bias: bool, seed: int) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(in_features, out_features, bias=bias).to(dtype).requires_grad_(False)
+
+
+@pytest.fixture(params=["avx2+fma", "avx512f"])
+def isa(request):
+    """Each kernel the CPU can run: the AVX2 one too on an AVX-512 CPU (capped, then restored)."""
+    library = matvec.load()[0]
+    widest = library.isa
+    if library.cap_isa(request.param) != request.param:
+        library.cap_isa(widest)
+        pytest.skip(f"this CPU has no {request.param}")
+    yield request.param
+    library.cap_isa(widest)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("in_features", [64, 70, 576])  # 70: rows that end inside a vector
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+def test_its_products_equal_torchs_within_rounding(isa, dtype, in_features, bias):
+    linear = _linear(in_features, 96, dtype, bias, seed=in_features)
+    projection = matvec.matvec_projection(matvec.load()[0], linear)
+    assert isinstance(projection, matvec.MatVecLinear)
+    for num_tokens in range(1, matvec.MAX_TOKENS + 1):
+        x = torch.randn(num_tokens, in_features).to(dtype)
+        exact = F.linear(x.double(), linear.weight.double(), None if linear.bias is None else linear.bias.double())
+        got = projection(x)
+        assert got.dtype == dtype and got.shape == (num_tokens, 96)
+        if dtype == torch.float32:
+            # float32 sums of in_features products, in another order than MKL's: a few ulps of the magnitudes summed
+            scale = (x.double().abs() @ linear.weight.double().abs().t()).max()
+            assert (got.double() - exact).abs().max() <= 1e-6 * scale
+        else:
+            # products and sums in float32, then rounded once: within one bfloat16 rounding (2^-8 relative) plus the
+            # float32 summation's own error, as torch's bfloat16 linear
+            ours, torchs = (got.double() - exact).abs(), (F.linear(x, linear.weight, linear.bias).double() - exact).abs()
+            assert (ours <= exact.abs() * 2 ** -8 + 1e-3).all()
+            assert ours.mean() <= 1.5 * torchs.mean() + 1e-6
+
+
+def test_each_linear_of_a_group_writes_its_own_columns():
+    q, k, v = (_linear(576, n, torch.float32, False, seed=n) for n in (576, 192, 192))
+    group = matvec.matvec_projection(matvec.load()[0], q, k, v)
+    x = torch.randn(3, 576)
+    singles = [matvec.matvec_projection(matvec.load()[0], linear)(x) for linear in (q, k, v)]
+    assert torch.equal(group(x), torch.cat(singles, dim=-1))
+
+
+def test_a_step_of_more_tokens_than_max_tokens_is_torchs_own_matmul():
+    gate, up = (_linear(64, 128, torch.float32, False, seed=s) for s in (1, 2))
+    group = matvec.matvec_projection(matvec.load()[0], gate, up)
+    x = torch.randn(matvec.MAX_TOKENS + 1, 64)
+    assert torch.equal(group(x), torch.cat([F.linear(x, gate.weight), F.linear(x, up.weight)], dim=-1))
+
+
+def test_a_linear_the_kernel_cannot_read_is_left_to_torch():
+    library = matvec.load()[0]
+    transposed = _linear(64, 32, torch.float32, False, seed=3)
+    transposed.weight = nn.Parameter(transposed.weight.t().contiguous().t(), requires_grad=False)  # [in, out] rows
+    assert matvec.matvec_projection(library, transposed) is None
+    assert matvec.matvec_projection(library, _linear(64, 32, torch.float16, False, seed=4)) is None
+    assert matvec.matvec_projection(None, _linear(64, 32, torch.float32, False, seed=5)) is None
+
+
+def test_auto_takes_the_kernel_for_float32_and_bfloat16_on_a_cpu_and_says_why_not_elsewhere():
+    cpu = torch.device("cpu")
+    for dtype in (torch.float32, torch.bfloat16):
+        library, reason = matvec.choose_matvec("auto", dtype=dtype, device=cpu, quantization="none")
+        assert library is not None and library.isa in ("avx2+fma", "avx512f") and library.isa in reason
+    cases = [("torch", torch.float32, cpu, "none", "asked for"),
+             ("auto", torch.float16, cpu, "none", "not float16"),
+             ("auto", torch.float32, cpu, "int8", "int8 linears run their own kernels"),
+             ("tandem", torch.float32, torch.device("cuda"), "none", "on cuda")]
+    for setting, dtype, device, quantization, why in cases:
+        library, reason = matvec.choose_matvec(setting, dtype=dtype, device=device, quantization=quantization)
+        assert library is None and why in reason, reason
+
+
+def test_without_a_c_compiler_the_engine_keeps_torchs_matmul_and_says_why(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built yet
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, no gcc
+    monkeypatch.delenv("CC", raising=False)
+    matvec.load.cache_clear()
+    try:
+        eng = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20, dtype="float32",
+                               matvec="tandem"))
+    finally:
+        matvec.load.cache_clear()
+    assert eng.matvec["kernel"] == "torch" and "no C compiler found" in eng.matvec["reason"]
+    assert len(eng.generate(random_prompts([5], seed=1), SamplingParams(max_tokens=4, ignore_eos=True))[0]) == 4
+
+
+def test_the_engine_serves_the_same_greedy_tokens_with_the_kernel_and_with_torch(tiny_model_dir):
+    prompts = random_prompts([3, 17, 33, 64, 9, 21], seed=11)
+    greedy = SamplingParams(max_tokens=24, ignore_eos=True)
+    outputs, engines = [], {}
+    for setting in ("tandem", "torch"):
+        eng = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=4 << 20, dtype="float32",
+                               prefix_caching=False, matvec=setting))
+        engines[setting] = eng.matvec
+        outputs.append(eng.generate(prompts, greedy))  # six sequences: decode steps of up to six tokens
+    assert engines["tandem"]["kernel"] == "tandem" and engines["torch"]["kernel"] == "torch"
+    assert outputs[0] == outputs[1]
