@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine.fusion import FusedGatedMLP
-from inference.engine.matvec import Library, matvec_projection
+from inference.engine.matvec import Library, MatVecLinear, matvec_projection
 from inference.engine.quantization import Int8GatedMLP
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
@@ -42,11 +42,9 @@ Projection = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass(slots=True)
 class LeanLayer:
-    input_norm: tuple[torch.Tensor, float]  # (weight [hidden], eps)
-    qkv: Projection  # [T, hidden] -> [T, (Hq + 2 Hkv) D]
+    attn_in: Projection  # [T, hidden] -> [T, (Hq + 2 Hkv) D]: the input norm, then q/k/v
     o: Projection  # [T, Hq D] -> [T, hidden]
-    post_norm: tuple[torch.Tensor, float]
-    gate_up: Projection  # [T, hidden] -> [T, 2 I]
+    mlp_in: Projection  # [T, hidden] -> [T, 2 I]: the post-attention norm, then gate/up
     act: Callable[[torch.Tensor], torch.Tensor]
     down: Projection  # [T, I] -> [T, hidden]
     intermediate_size: int
@@ -87,6 +85,15 @@ def _norm(norm: nn.Module) -> tuple[torch.Tensor, float]:
     return norm.weight, norm.variance_epsilon
 
 
+def normed_projection(projection: Projection, norm: tuple[torch.Tensor, float]) -> Projection:
+    """x -> projection(rms_norm(x, norm)); through Tandem's kernel, which normalizes while it widens its input (one
+    call instead of the norm's tensor ops: matvec.c), where it runs."""
+    weight = norm[0]
+    if isinstance(projection, MatVecLinear) and weight.dtype == projection.dtype and weight.is_contiguous():
+        return lambda x: projection(x, norm) if projection.runs(x) else projection(rms_norm(x, norm))
+    return lambda x: projection(rms_norm(x, norm))
+
+
 def rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
     # x: [T, hidden] -> [T, hidden], exactly Hugging Face's LlamaRMSNorm
     weight, eps = norm
@@ -109,13 +116,13 @@ class LeanDecoder:
         for layer in model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             fused_mlp = isinstance(mlp, (FusedGatedMLP, Int8GatedMLP))  # INT8, or fusion.fuse_projections before
+            qkv = (_projection(attn.qkv_proj, matvec) if hasattr(attn, "qkv_proj")
+                   else _concatenated(attn.q_proj, attn.k_proj, attn.v_proj, matvec=matvec))
+            gate_up = (_projection(mlp.gate_up_proj, matvec) if fused_mlp
+                       else _concatenated(mlp.gate_proj, mlp.up_proj, matvec=matvec))
             self.layers.append(LeanLayer(
-                input_norm=_norm(layer.input_layernorm),
-                qkv=_projection(attn.qkv_proj, matvec) if hasattr(attn, "qkv_proj")
-                else _concatenated(attn.q_proj, attn.k_proj, attn.v_proj, matvec=matvec),
-                o=_projection(attn.o_proj, matvec), post_norm=_norm(layer.post_attention_layernorm),
-                gate_up=(_projection(mlp.gate_up_proj, matvec) if fused_mlp
-                         else _concatenated(mlp.gate_proj, mlp.up_proj, matvec=matvec)),
+                attn_in=normed_projection(qkv, _norm(layer.input_layernorm)), o=_projection(attn.o_proj, matvec),
+                mlp_in=normed_projection(gate_up, _norm(layer.post_attention_layernorm)),
                 act=mlp.act_fn, down=_projection(mlp.down_proj, matvec),
                 intermediate_size=mlp.intermediate_size if fused_mlp else mlp.gate_proj.out_features,
                 scale=attn.scaling))
@@ -135,7 +142,7 @@ class LeanDecoder:
         # [T, 1, D], its first half negated: roll(x) * sin == rotate_half(x) * sin
         sin = torch.cat((-sin[0, :, : d // 2], sin[0, :, d // 2:]), dim=-1).unsqueeze(1)
         for layer_id, layer in enumerate(self.layers[:num_layers]):
-            qkv = layer.qkv(rms_norm(x, layer.input_norm)).view(num_tokens, h_q + 2 * h_kv, d)
+            qkv = layer.attn_in(x).view(num_tokens, h_q + 2 * h_kv, d)
             qk = qkv[:, : h_q + h_kv]  # [T, Hq + Hkv, D]
             qk = qk * cos + qk.roll(d // 2, -1) * sin
             # q contiguous: with many sequences, SDPA over a strided q measured ~4% slower a step (SmolLM2, 16).
@@ -144,6 +151,6 @@ class LeanDecoder:
             self.v_slots[layer_id].index_copy_(0, slot_mapping, v)
             o = attention(layer_id, q, k, v, layer.scale)  # [T, Hq, D]
             x = x + layer.o(o.reshape(num_tokens, h_q * d))
-            gate, up = layer.gate_up(rms_norm(x, layer.post_norm)).split(layer.intermediate_size, dim=-1)
+            gate, up = layer.mlp_in(x).split(layer.intermediate_size, dim=-1)
             x = x + layer.down(layer.act(gate) * up)
         return x

@@ -14,6 +14,7 @@
    time from what the CPU reports (AVX-512F, else AVX2 with FMA); tandem_matvec_isa() says which, 0 for neither
    (the engine then keeps torch's matmul). */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,16 +126,38 @@ static float dot_avx2(int dtype, const void *w, const float *x, int64_t K) {
 
 /* ---- entry point ----------------------------------------------------------------------------------------------- */
 
-/* y[t * ldy + n] for t < T, n < N; x[t * ldx + k]; W[n * ldw + k]; bias[n] or NULL; x, y, bias in W's dtype.
-   Returns 0, or -1 when the CPU has neither instruction set (nothing written). */
+/* Each token's input widened to float32 once, not per row; with `norm_w`, RMS-normalized on the way as Hugging Face's
+   LlamaRMSNorm computes it: float32 x * (1 / sqrt(mean(x^2) + eps)) times the weight; in bfloat16 the normalized
+   value is rounded to bfloat16, multiplied by the bfloat16 weight and rounded again, as there. (The sum of squares
+   runs in another order than torch's: the same few-ulp difference as the products'.) */
+static void widen(int dtype, const void *x, int64_t ldx, int64_t T, int64_t K, const void *norm_w, float eps,
+                  float *xf) {
+    for (int64_t t = 0; t < T; t++) {
+        float *row = xf + t * K;
+        for (int64_t k = 0; k < K; k++) row[k] = load_scalar(dtype, x, t * ldx + k);
+        if (!norm_w) continue;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < K; k++) sum += row[k] * row[k];
+        float inv = 1.0f / sqrtf(sum / (float)K + eps);
+        for (int64_t k = 0; k < K; k++) {
+            float w = load_scalar(dtype, norm_w, k);
+            row[k] = dtype == DT_F32 ? w * (row[k] * inv)
+                                     : bf16_to_f32(f32_to_bf16(w * bf16_to_f32(f32_to_bf16(row[k] * inv))));
+        }
+    }
+}
+
+/* y[t * ldy + n] for t < T, n < N; x[t * ldx + k]; W[n * ldw + k]; bias[n] or NULL; norm_w[k] or NULL (then x is
+   RMS-normalized first, with eps); x, y, bias, norm_w in W's dtype. Returns 0, or -1 when the CPU has neither
+   instruction set (nothing written). */
 int tandem_matvec(int dtype, const void *W, int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy,
-                  int64_t T, int64_t N, int64_t K, const void *bias, int num_threads) {
+                  int64_t T, int64_t N, int64_t K, const void *bias, const void *norm_w, float eps,
+                  int num_threads) {
     int which = tandem_matvec_isa();
     if (which == 0) return -1;
-    float *xf = malloc(sizeof(float) * (size_t)(T * K));  /* the inputs widened once, not per row */
+    float *xf = malloc(sizeof(float) * (size_t)(T * K));
     if (!xf) return -2;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t k = 0; k < K; k++) xf[t * K + k] = load_scalar(dtype, x, t * ldx + k);
+    widen(dtype, x, ldx, T, K, norm_w, eps, xf);
     size_t row_bytes = (size_t)ldw * (dtype == DT_F32 ? 4 : 2);
     /* static schedule: each thread streams one contiguous band of rows */
     #pragma omp parallel for schedule(static) num_threads(num_threads) if (num_threads > 1 && N * K >= 65536)

@@ -48,7 +48,8 @@ class Library:
         self.lib.tandem_matvec.restype = ctypes.c_int
         self.lib.tandem_matvec.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                           ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+                                           ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_float, ctypes.c_int]
         self.isa = _ISA_NAMES.get(self.lib.tandem_matvec_isa())
         self.path = path
 
@@ -158,18 +159,32 @@ class MatVecLinear:
             return F.linear(x, self.weights[0], self.biases[0])
         return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [T, K] -> [T, N]
-        num_tokens = x.shape[0]
-        if num_tokens > MAX_TOKENS or x.dim() != 2 or x.dtype != self.dtype or x.stride(1) != 1:
+    def runs(self, x: torch.Tensor) -> bool:
+        """Whether the kernel computes this input (else torch does)."""
+        return x.dim() == 2 and x.shape[0] <= MAX_TOKENS and x.dtype == self.dtype and x.stride(1) == 1
+
+    def __call__(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+        # x: [T, K] -> [T, N]; with norm (an RMSNorm's weight [K] and eps, for an input the kernel runs), of x
+        # RMS-normalized first, as lean_decode.rms_norm computes it
+        if not self.runs(x):
+            assert norm is None, "a normalized input is for the kernel only (lean_decode normalizes the others)"
             return self._torch(x)
+        num_tokens = x.shape[0]
         y = torch.empty(num_tokens, self.out_features, dtype=self.dtype)
         x_ptr, ldx, y_ptr, size = x.data_ptr(), x.stride(0), y.data_ptr(), y.element_size()
+        norm_ptr, eps = (None, 0.0) if norm is None else (norm[0].data_ptr(), norm[1])
         for w_ptr, ldw, b_ptr, column, rows in self.calls:
             if self.lib.tandem_matvec(self.code, w_ptr, ldw, x_ptr, ldx, y_ptr + column * size, self.out_features,
-                                      num_tokens, rows, self.in_features, b_ptr or None, self.num_threads):
-                return self._torch(x)  # its input buffer could not be allocated
+                                      num_tokens, rows, self.in_features, b_ptr or None, norm_ptr, eps,
+                                      self.num_threads):
+                return self._torch(x if norm is None else _rms_norm(x, norm))  # no memory for its input buffer
         return y
+
+
+def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+    from inference.engine.lean_decode import rms_norm
+
+    return rms_norm(x, norm)
 
 
 def matvec_projection(library: Library | None, *linears: nn.Module):

@@ -20,7 +20,7 @@ from inference.engine.compilation import compile_decode, pad_num_table_blocks, w
 from inference.engine.config import Config
 from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_weights
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
-from inference.engine.lean_decode import LeanDecoder
+from inference.engine.lean_decode import LeanDecoder, normed_projection
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
 from inference.engine.matvec import choose_matvec, matvec_projection
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
@@ -67,8 +67,9 @@ class ModelRunner:
                                                          "transposed (the kernel reads the weights as loaded)")
         if self.matvec is not None:
             log.info("matvec: %s", self.matvec_reason)
-        # lm_head through the kernel too (a fifth of SmolLM2's weights); the module where the kernel does not run.
-        self.lm_head = matvec_projection(self.matvec, self.model.lm_head) or self.model.lm_head
+        # The final norm and lm_head: [B, hidden] -> logits [B, V], through the kernel too where it runs (lm_head is a
+        # fifth of SmolLM2's weights; the kernel normalizes its input on the way in).
+        self.norm_lm_head = self._norm_lm_head()
         hf = self.model.config
         self.vocab_size: int = hf.vocab_size
         self.num_layers: int = hf.num_hidden_layers
@@ -115,6 +116,12 @@ class ModelRunner:
             self.compile_info["fallback"] = "a prefill engine runs no decode step: nothing to compile"
         elif config.compile:
             self._compiled_decode_forward, self.compile_info = compile_decode(self)
+
+    def _norm_lm_head(self):
+        norm, lm_head = self.model.model.norm, matvec_projection(self.matvec, self.model.lm_head)
+        if lm_head is not None and lean_unsupported_reason(self.model) is None:
+            return normed_projection(lm_head, (norm.weight, norm.variance_epsilon))
+        return lambda hidden: self.model.lm_head(norm(hidden))
 
     def _choose_num_blocks(self) -> int:
         """Explicit kv_cache_bytes as given; "auto" from the memory free now that the weights are loaded."""
@@ -188,7 +195,7 @@ class ModelRunner:
                 if seq.samples_next_token:
                     last_rows.append(row - 1)
             hidden = hidden.index_select(0, self._tensor(last_rows))  # [B, hidden]
-        token_ids = iter(self.sampler(self.lm_head(self.model.model.norm(hidden)).float(), sampling)
+        token_ids = iter(self.sampler(self.norm_lm_head(hidden).float(), sampling)
                          if sampling else [])
         if is_prefill and self.config.role is Role.PREFILL:
             self._export_kv([seq for seq in prefill if seq.samples_next_token])

@@ -71,7 +71,7 @@ class SpecDecoder:
             attention = runner._decode_attention(group, [pos + 1 for pos in positions])
             hidden = runner._forward(runner._tensor(input_ids), runner._tensor(positions), runner._tensor(slots),
                                      attention, num_layers=num_layers)  # [B, hidden]
-            logits = runner.lm_head(runner.model.model.norm(hidden)).float()  # [B, V]
+            logits = runner.norm_lm_head(hidden).float()  # [B, V]
             for row, i in enumerate(active):
                 seq = seqs[i]
                 if seq.params.is_greedy:
@@ -110,7 +110,7 @@ class SpecDecoder:
             attention = MixedAttention(attention, runner._decode_attention(plain_seqs), num_chunk_tokens)
         hidden = runner._forward(runner._tensor(input_ids), runner._tensor(positions), runner._tensor(slots),
                                  attention)  # [T, hidden]
-        logits = runner.lm_head(runner.model.model.norm(hidden)).float()  # [T, V]
+        logits = runner.norm_lm_head(hidden).float()  # [T, V]
         results: list[tuple[list[int], int] | None] = [None] * len(seqs)
         for i, (start, end) in zip(drafting, bounds):
             q = draft_probs[i] if draft_probs is not None else None

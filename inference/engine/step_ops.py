@@ -38,7 +38,7 @@ def count_decode_step_ops(runner) -> int:
     try:
         with CountOps() as count:
             hidden = forward(input_ids, positions, slot_mapping, attention)  # [1, hidden]
-            runner.lm_head(runner.model.model.norm(hidden))
+            runner.norm_lm_head(hidden)
     finally:
         runner.clear_block(0)
     return count.num_ops

@@ -11,6 +11,7 @@ from torch import nn
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine import matvec
+from inference.engine.lean_decode import normed_projection, rms_norm
 from tests.inference.engine.support import random_prompts
 
 # CI machines have AVX2 and FMA at least: the kernel must run there (a CPU without both keeps torch's matmul).
@@ -56,6 +57,23 @@ def test_its_products_equal_torchs_within_rounding(isa, dtype, in_features, bias
             ours, torchs = (got.double() - exact).abs(), (F.linear(x, linear.weight, linear.bias).double() - exact).abs()
             assert (ours <= exact.abs() * 2 ** -8 + 1e-3).all()
             assert ours.mean() <= 1.5 * torchs.mean() + 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_an_rms_normalized_input_equals_the_lean_forwards_norm_then_the_product(isa, dtype):
+    linear = _linear(576, 192, dtype, False, seed=9)
+    projection = matvec.matvec_projection(matvec.load()[0], linear)
+    norm = (torch.rand(576).add(0.5).to(dtype), 1e-5)
+    x = (torch.randn(3, 576) * 4).to(dtype)
+    normed = normed_projection(projection, norm)
+    expected = projection(rms_norm(x, norm))  # the lean forward's norm (Hugging Face's), then the kernel
+    got = normed(x)
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    else:  # the normalized input is rounded to bfloat16 twice, as Hugging Face rounds it: a rare value one ulp off
+        assert (got.float() - expected.float()).abs().max() <= expected.float().abs().max() * 2 ** -7
+    more = torch.randn(matvec.MAX_TOKENS + 1, 576).to(dtype)  # torch's own norm and matmul past the kernel's tokens
+    assert torch.equal(normed(more), F.linear(rms_norm(more, norm), linear.weight))
 
 
 def test_each_linear_of_a_group_writes_its_own_columns():
