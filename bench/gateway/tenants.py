@@ -2,8 +2,9 @@
 preemption, against the behaviour before admission, measured in the same run on the same simulated worker
 (`--simulate`, no model: the numbers are about scheduling).
 
-One simulated colocated worker runs at most --slots sequences at once (its --max-num-seqs). Two tenants of class
-standard reach it through a stand-in control plane, by one of three gateways started side by side:
+One simulated colocated worker runs at most --slots sequences at once (its --max-num-seqs). Two tenants (of class
+standard but in the priority scenario) reach it through a stand-in control plane, by one of three gateways started
+side by side:
 - `before`: the behaviour before admission slots came from the workers: 256 slots per worker
   (--worker-capacity-headroom 256, capped by the default --max-outstanding-per-worker 256), so every request goes
   straight to the worker, which queues what it cannot run in arrival order;
@@ -14,15 +15,21 @@ standard reach it through a stand-in control plane, by one of three gateways sta
   (its tenant's counter lower by --preempt-margin) preempts it; the preempted stream resumes later
   (--headroom N passes --worker-capacity-headroom N to both instead).
 
-Two scenarios, each run through every gateway:
+Three scenarios (--scenarios), each run through every gateway:
 - isolation: tenant `noisy` keeps --noisy-streams long requests in flight (closed loop, 4x the slots by default);
   tenant `quiet` sends one short streamed request every --quiet-interval s. Reported: quiet's TTFT and end-to-end
   latency P50/P99 (and unloaded, before the noise starts), and each tenant's share of the completion tokens served.
 - fairness: both tenants keep long requests in flight, noisy 10x as many as quiet, so both stay backlogged.
   Reported: each tenant's share of completion tokens (goal of the issue: within 20 % of each other).
+- priority: as isolation, but `quiet` is of class interactive and `noisy` of class batch (the control plane hands the
+  gateways the new classes first; they take them at their next membership poll). Reported as isolation, against
+  quiet's unloaded TTFT as an interactive tenant (goal of the issue: P99 <= 2x unloaded).
+`--baseline-src DIR` adds a gateway `baseline`, with the defaults as `preemption`, that runs the gateway code of another
+checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority scenario: a change to preemption measured beside
+the code before it, in one run.
 
-    python bench/gateway/tenants.py                       # about 3 minutes
-    python bench/gateway/tenants.py --duration 10 --slots 4
+    python bench/gateway/tenants.py                       # about 5 minutes
+    python bench/gateway/tenants.py --duration 10 --slots 4 --scenarios priority
 """
 from __future__ import annotations
 
@@ -41,6 +48,11 @@ from bench.lib.common import emit, environment  # noqa: E402
 from inference.gateway.admission import DEFAULT_HEADROOM  # noqa: E402
 
 KEYS = {"noisy": "tk-noisy-0123456789", "quiet": "tk-quiet-0123456789"}
+SCENARIOS = ("isolation", "fairness", "priority")
+# Each tenant's class while a scenario runs.
+CLASSES = {"isolation": {"quiet": "standard", "noisy": "standard"},
+           "fairness": {"quiet": "standard", "noisy": "standard"},
+           "priority": {"quiet": "interactive", "noisy": "batch"}}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,15 +68,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--headroom", type=int, default=None,
                    help="`admission` and `preemption` gateways: pass --worker-capacity-headroom N (default: none, "
                         f"the gateway's own default, {DEFAULT_HEADROOM})")
-    return p.parse_args(argv)
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated, of " + ", ".join(SCENARIOS))
+    p.add_argument("--baseline-src", type=Path, default=None,
+                   help="a checkout whose gateway code runs as gateway `baseline` (priority scenario)")
+    args = p.parse_args(argv)
+    args.scenarios = [name for name in args.scenarios.split(",") if name]
+    if unknown := set(args.scenarios) - set(SCENARIOS):
+        p.error(f"unknown scenarios {sorted(unknown)}: give some of {', '.join(SCENARIOS)}")
+    if args.baseline_src is not None and not (args.baseline_src / "inference" / "gateway").is_dir():
+        p.error(f"--baseline-src {args.baseline_src}: no inference/gateway/ there")
+    return args
 
 
 def _headroom(args) -> int:
     return DEFAULT_HEADROOM if args.headroom is None else args.headroom
 
 
-def _tenant(name: str) -> dict:
-    return {"class": "standard", "limits": {}, "allowed": True,
+def _tenant(name: str, priority_class: str) -> dict:
+    return {"class": priority_class, "limits": {}, "allowed": True,
             "keys": [{"hash": hashlib.sha256(KEYS[name].encode()).hexdigest(), "expires_at": None}]}
 
 
@@ -152,7 +173,7 @@ async def scenario(url: str, name: str, args) -> dict:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                      timeout=aiohttp.ClientTimeout(total=600)) as session:
         load = Load(session, url, window)
-        if name == "isolation":
+        if name in ("isolation", "priority"):
             clients = [load.closed_loop("noisy", args.long_tokens, window[1]) for _ in range(noisy_streams)]
             clients.append(load.periodic("quiet", args.short_tokens, args.quiet_interval, window[1]))
         else:
@@ -165,7 +186,7 @@ async def scenario(url: str, name: str, args) -> dict:
     result = {"token_share": {t: round(n / total, 3) for t, n in load.tokens.items()},
               "completion_tokens_per_s": {t: round(n / args.duration, 1) for t, n in load.tokens.items()},
               "failed": load.failures}
-    if name == "isolation":
+    if name in ("isolation", "priority"):
         result.update({"quiet_requests": len(load.quiet_e2e),
                        "quiet_ttft_p50_s": _pct(load.quiet_ttft, 0.5), "quiet_ttft_p99_s": _pct(load.quiet_ttft, 0.99),
                        "quiet_e2e_p50_s": _pct(load.quiet_e2e, 0.5), "quiet_e2e_p99_s": _pct(load.quiet_e2e, 0.99)})
@@ -185,7 +206,7 @@ def _preemptions(url: str) -> int:
                    if line.startswith("tandem_gateway_preemptions_total{")))
 
 
-async def unloaded(url: str, args, num: int = 10) -> dict:
+async def unloaded(url: str, args, num: int = 20) -> dict:
     import aiohttp
 
     async with aiohttp.ClientSession() as session:
@@ -193,7 +214,33 @@ async def unloaded(url: str, args, num: int = 10) -> dict:
         results = [await load.request("quiet", args.short_tokens, stream=True) for _ in range(num)]
     e2e = [r[1] for r in results if r]
     ttft = [r[0] for r in results if r]
-    return {"ttft_p50_s": _pct(ttft, 0.5), "e2e_p50_s": _pct(e2e, 0.5)}
+    return {"ttft_p50_s": _pct(ttft, 0.5), "ttft_p99_s": _pct(ttft, 0.99), "e2e_p50_s": _pct(e2e, 0.5)}
+
+
+def _set_classes(control_plane, gateways: dict[str, str], classes: dict[str, str]) -> None:
+    """Hand the gateways the tenants' classes, and wait until each admits `quiet` as its new class (its queue-wait
+    series by class, /metrics): they poll the control plane every couple of seconds."""
+    import requests
+
+    control_plane.endpoints["tenants"] = {name: _tenant(name, classes[name]) for name in KEYS}
+    series = f'class="{classes["quiet"]}"'
+    deadline = time.monotonic() + 60
+    for url in gateways.values():
+        while True:
+            requests.post(url + "/v1/completions", json={"model": "demo", "prompt": "one", "max_tokens": 1},
+                          headers={"Authorization": f"Bearer {KEYS['quiet']}"}, timeout=30)
+            lines = requests.get(url + "/metrics", timeout=10).text.splitlines()
+            if any(line.startswith("tandem_gateway_queue_wait_seconds_count{") and series in line
+                   and 'tenant="quiet"' in line for line in lines):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not take the classes {classes} within 60 s")
+            time.sleep(0.5)
+
+
+def _loaded_vs_unloaded(result: dict, unloaded_ttft: float | None) -> None:
+    result["quiet_ttft_p50_vs_unloaded"] = _ratio(result["quiet_ttft_p50_s"], unloaded_ttft)
+    result["quiet_ttft_p99_vs_unloaded"] = _ratio(result["quiet_ttft_p99_s"], unloaded_ttft)
 
 
 def run(args) -> dict:
@@ -214,25 +261,36 @@ def run(args) -> dict:
         control_plane.start()
         control_plane.endpoints.update({"groups": [{"revision": 1, "prefill": [], "decode": [],
                                                     "colocated": [worker_url]}], "requires_key": True,
-                                        "tenants": {name: _tenant(name) for name in KEYS}})
+                                        "tenants": {name: _tenant(name, "standard") for name in KEYS}})
         gateways = {}
         defaults = [] if args.headroom is None else ["--worker-capacity-headroom", str(args.headroom)]
-        for mode, flags in (("before", ["--worker-capacity-headroom", "256"]),
-                            ("admission", [*defaults, "--max-preemptions", "0"]), ("preemption", defaults)):
+        modes = [("before", ["--worker-capacity-headroom", "256"], None),
+                 ("admission", [*defaults, "--max-preemptions", "0"], None), ("preemption", defaults, None)]
+        if args.baseline_src is not None and "priority" in args.scenarios:
+            modes.append(("baseline", defaults, args.baseline_src.resolve()))
+        for mode, flags, src in modes:
             gw_port = free_port()
             proc = start(f"gateway-{mode}", ["-m", "inference.gateway", "--port", str(gw_port), "--control-plane",
                                              control_plane.url, "--deployment", "demo", "--token", TOKEN, *flags],
-                         log_dir)
+                         log_dir, **({"cwd": src} if src else {}))
             procs.append(proc)
             gateways[mode] = f"http://127.0.0.1:{gw_port}"
             wait_http(proc, gateways[mode] + "/health", timeout=60)
-        results = {"unloaded_quiet": asyncio.run(unloaded(gateways["preemption"], args))}
-        for name in ("isolation", "fairness"):
+        results = {}
+        for name in args.scenarios:
+            if name == "priority":
+                _set_classes(control_plane, gateways, CLASSES[name])
+                results["unloaded_interactive_quiet"] = asyncio.run(unloaded(gateways["preemption"], args))
+            elif "unloaded_quiet" not in results:
+                _set_classes(control_plane, gateways, CLASSES[name])
+                results["unloaded_quiet"] = asyncio.run(unloaded(gateways["preemption"], args))
             # Alternate the order so that drift on a shared machine does not favour one gateway.
-            order = ("before", "admission", "preemption")
-            order = order if name == "isolation" else order[::-1]
+            order = [mode for mode in ("before", "admission", "preemption", "baseline") if mode in gateways]
+            order = order if name != "fairness" else order[::-1]
             results[name] = {}
             for mode in order:
+                if mode == "baseline" and name != "priority":
+                    continue
                 before = _preemptions(gateways[mode])
                 results[name][mode] = asyncio.run(scenario(gateways[mode], name, args))
                 results[name][mode]["preemptions"] = _preemptions(gateways[mode]) - before
@@ -240,22 +298,26 @@ def run(args) -> dict:
         for proc in reversed(procs):
             proc.stop()
         control_plane.stop()
-    iso, fair = results["isolation"], results["fairness"]
-    unloaded_ttft = results["unloaded_quiet"]["ttft_p50_s"]
     goals = {}
-    for mode in ("admission", "preemption"):
-        if iso[mode]["quiet_ttft_p99_s"] and unloaded_ttft:
-            iso[mode]["quiet_ttft_p50_vs_unloaded"] = _ratio(iso[mode]["quiet_ttft_p50_s"], unloaded_ttft)
-            iso[mode]["quiet_ttft_p99_vs_unloaded"] = _ratio(iso[mode]["quiet_ttft_p99_s"], unloaded_ttft)
-            goals[f"isolation: quiet TTFT P99 <= 1.5x unloaded ({mode})"] = (
-                iso[mode]["quiet_ttft_p99_s"] <= 1.5 * unloaded_ttft)
-        shares = fair[mode]["token_share"]
-        goals[f"fairness: token shares within 20% of each other ({mode})"] = (
-            min(shares.values()) >= 0.8 * max(shares.values()))
+    for name, factor in (("isolation", 1.5), ("priority", 2.0)):
+        unloaded_ttft = results.get("unloaded_quiet" if name == "isolation" else "unloaded_interactive_quiet",
+                                    {}).get("ttft_p50_s")
+        for mode, result in results.get(name, {}).items():
+            _loaded_vs_unloaded(result, unloaded_ttft)
+            if mode != "before" and result["quiet_ttft_p99_s"] and unloaded_ttft:
+                goals[f"{name}: quiet TTFT P99 <= {factor:g}x unloaded ({mode})"] = (
+                    result["quiet_ttft_p99_s"] <= factor * unloaded_ttft)
+    for mode, result in results.get("fairness", {}).items():
+        shares = result["token_share"]
+        if mode != "before":
+            goals[f"fairness: token shares within 20% of each other ({mode})"] = (
+                min(shares.values()) >= 0.8 * max(shares.values()))
+    iso = results.get("isolation", {})
     return {"benchmark": "gateway_tenants", "profile": args.profile, "slots": args.slots, "headroom": _headroom(args),
             "noisy_streams": args.noisy_streams or 4 * args.slots, "long_tokens": args.long_tokens,
             "short_tokens": args.short_tokens, "duration_s": args.duration, **results,
-            "speedup_quiet_e2e_p50": _ratio(iso["before"]["quiet_e2e_p50_s"], iso["preemption"]["quiet_e2e_p50_s"]),
+            "speedup_quiet_e2e_p50": _ratio(iso.get("before", {}).get("quiet_e2e_p50_s"),
+                                            iso.get("preemption", {}).get("quiet_e2e_p50_s")),
             "goals": goals, "environment": environment()}
 
 

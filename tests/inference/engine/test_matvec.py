@@ -54,7 +54,8 @@ def test_its_products_equal_torchs_within_rounding(isa, dtype, in_features, bias
         else:
             # products and sums in float32, then rounded once: within one bfloat16 rounding (2^-8 relative) plus the
             # float32 summation's own error, as torch's bfloat16 linear
-            ours, torchs = (got.double() - exact).abs(), (F.linear(x, linear.weight, linear.bias).double() - exact).abs()
+            ours = (got.double() - exact).abs()
+            torchs = (F.linear(x, linear.weight, linear.bias).double() - exact).abs()
             assert (ours <= exact.abs() * 2 ** -8 + 1e-3).all()
             assert ours.mean() <= 1.5 * torchs.mean() + 1e-6
 

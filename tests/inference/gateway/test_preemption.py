@@ -2,8 +2,9 @@
 simulated worker (deterministic: a request's tokens depend only on their position, so greedy output is comparable),
 polling a stand-in control plane with tenants of each class. A waiting request that outranks a running one takes
 its slot at once; the preempted stream pauses and resumes with every token exactly once, in order, as an
-unpreempted run sends them; an interactive request is never preempted for a batch one, a request is preempted at
-most --max-preemptions times, and not when it has fewer than --preempt-min-tokens-left tokens left."""
+unpreempted run sends them; an interactive request is never preempted for a batch one; for a request of its own class,
+a request is preempted at most --max-preemptions times, and not when it has fewer than --preempt-min-tokens-left
+tokens left, while a request of a higher class preempts it whatever those bounds say."""
 from __future__ import annotations
 
 import hashlib
@@ -156,27 +157,44 @@ def test_a_batch_request_never_preempts_an_interactive_one(fleet):
     assert _preemptions(gateway) == {}
 
 
-def test_a_stream_is_preempted_at_most_max_preemptions_times(fleet):
+def test_a_stream_is_preempted_at_most_max_preemptions_times_for_its_own_class(fleet):
     gateway = fleet(1, "--max-preemptions", "1")
+    reference = _reference(gateway, "a")
+    stream = Stream(gateway, "a", LONG_TOKENS)
+    stream.wait_tokens(40)  # tenant a's counter is well past b's
+    Stream(gateway, "b", SHORT_TOKENS).result()
+    resumed_at = stream.num_tokens
+    stream.wait_tokens(resumed_at + 60)  # it runs again, and its counter gets past b's once more
+    second = Stream(gateway, "b", SHORT_TOKENS)
+    second.result()
+    assert stream.result() == reference
+    assert second.first_token_at > stream.finished_at - 0.5, "the stream was preempted a second time"
+    assert _preemptions(gateway) == {"a": 1.0}
+
+
+def test_a_stream_with_few_tokens_left_is_not_preempted_for_its_own_class(fleet):
+    gateway = fleet(1, "--preempt-min-tokens-left", str(LONG_TOKENS + 1))
+    stream = Stream(gateway, "a", LONG_TOKENS)
+    stream.wait_tokens(40)
+    quiet = Stream(gateway, "b", SHORT_TOKENS)
+    quiet.result()
+    stream.result()
+    assert quiet.first_token_at > stream.finished_at - 0.5
+    assert _preemptions(gateway) == {}
+
+
+def test_an_interactive_request_preempts_a_batch_stream_whatever_the_bounds_say(fleet):
+    """A preempted request goes back to the front of its queue and takes the next free slot: under a batch flood every
+    slot soon holds a batch request preempted once already, which the bounds would let an interactive one wait for."""
+    gateway = fleet(1, "--max-preemptions", "1", "--preempt-min-tokens-left", str(LONG_TOKENS + 1))
     reference = _reference(gateway, "bulk")
     bulk = Stream(gateway, "bulk", LONG_TOKENS)
-    bulk.wait_tokens(20)
-    Stream(gateway, "chat", SHORT_TOKENS).result()
-    resumed_at = bulk.num_tokens
-    bulk.wait_tokens(resumed_at + 20)  # it runs again
-    second = Stream(gateway, "chat", SHORT_TOKENS)
-    second.result()
+    chats = []
+    for _ in range(2):
+        bulk.wait_tokens(bulk.num_tokens + 20)  # it runs (again)
+        chats.append(Stream(gateway, "chat", SHORT_TOKENS))
+        chats[-1].result()
     assert bulk.result() == reference
-    assert second.first_token_at > bulk.finished_at - 0.5, "the stream was preempted a second time"
-    assert _preemptions(gateway) == {"bulk": 1.0}
-
-
-def test_a_stream_with_few_tokens_left_is_not_preempted(fleet):
-    gateway = fleet(1, "--preempt-min-tokens-left", str(LONG_TOKENS + 1))
-    bulk = Stream(gateway, "bulk", LONG_TOKENS)
-    bulk.wait_tokens(20)
-    chat = Stream(gateway, "chat", SHORT_TOKENS)
-    chat.result()
-    bulk.result()
-    assert chat.first_token_at > bulk.finished_at - 0.5
-    assert _preemptions(gateway) == {}
+    assert all(chat.finished_at < bulk.finished_at for chat in chats), \
+        "an interactive request waited for the batch stream to end"
+    assert _preemptions(gateway) == {"bulk": 2.0}

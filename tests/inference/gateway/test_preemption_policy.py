@@ -1,8 +1,9 @@
 """Whom preemption picks, one decision at a time: for the request FairQueue would dispatch next, one streaming request
 of the most-served tenant it outranks (a higher band; or its band, another tenant, and a counter lower by more than
 the margin, or nothing else of its tenant waits and it holds two slots fewer) plus the outranked ones still waiting
-for their first token; nobody of a higher band, nobody preempted max_preemptions times or with few tokens left, and
-one streaming preemption at a time. The streaming victim's slot goes to the waiter at once."""
+for their first token; nobody of a higher band, nobody of its own band preempted max_preemptions times or with few
+tokens left (a higher band preempts a lower one whatever those bounds say), and one streaming preemption at a time.
+The streaming victim's slot goes to the waiter at once."""
 from __future__ import annotations
 
 import asyncio
@@ -92,6 +93,37 @@ def test_the_bounds_protect_a_request():
     preemption.admission.queue.counters["a"] = 100.0
     _wait(preemption, "b")
     assert preemption.victims() == []
+
+
+def test_the_bounds_hold_within_a_band_only_so_a_higher_band_preempts_a_lower_one_whatever_they_say():
+    """Under a batch flood every slot soon holds a batch request preempted once already (it goes back to the front of
+    its queue and takes the next free slot): an interactive request that the bounds held back waited for one to end."""
+    preemption = _setup()
+    tired = _running(preemption, "bulk", "batch", num_sent=50)
+    tired.num_preemptions = 1  # max_preemptions
+    ending = _running(preemption, "bulk", "batch", num_sent=97)  # 3 tokens left, under min_tokens_left
+    _wait(preemption, "chat", "interactive")
+    assert preemption.victims() == [tired]  # rather than the one about to end anyway
+    tired.num_preemptions = 0
+    assert preemption.victims() == [tired]
+    tired.num_preemptions = 1
+    fresh = _running(preemption, "bulk", "batch", num_sent=10)
+    assert preemption.victims() == [fresh]  # one within the bounds first
+    fresh.requested.set(), tired.requested.set()  # stepping aside already
+    assert preemption.victims() == [ending]
+
+    same_band = _setup()  # for a request of its own band, the bounds still protect it
+    tired = _running(same_band, "bulk", "batch", num_sent=50)
+    tired.num_preemptions = 1
+    _running(same_band, "bulk", "batch", num_sent=97)
+    same_band.admission.queue.counters["bulk"] = 100.0
+    _wait(same_band, "other", "batch")
+    assert same_band.victims() == []
+
+    off = _setup(PreemptionSettings(max_preemptions=0))  # 0 still turns preemption off
+    _running(off, "bulk", "batch")
+    _wait(off, "chat", "interactive")
+    assert off.victims() == []
 
 
 def test_one_streaming_preemption_at_a_time():
