@@ -5,7 +5,8 @@ floor is the time to read its weight from memory. This measures, for SmolLM2's s
 fused q/k/v 576->960, gate/up 576->1536, down 1536->576, lm_head 576->49152), how near each kernel torch offers
 comes to that floor:
 
-- float32 and bfloat16: `F.linear` over the [N, K] weight (the engine's default), `torch.mv` and `torch.addmv` on it,
+- float32 and bfloat16: Tandem's kernel (`tandem_matvec_<isa>`, inference/engine/matvec.c: the engine's default where
+  it builds), `F.linear` over the [N, K] weight, `torch.mv` and `torch.addmv` on it,
   a matmul over the weight stored transposed ([K, N] in memory), oneDNN's prepacked linear
   (`mkldnn._reorder_linear_weight` + `mkldnn._linear_pointwise`, what inductor's freezing uses), `mkldnn_linear` on
   an mkldnn weight, and (float32) MKL's packed GEMM (`mkl._mkl_linear`);
@@ -83,6 +84,18 @@ def kernels(dtype: str, n: int, k: int, num_copies: int) -> dict:
         if dtype == "float32":
             mkl = [torch.ops.mkl._mkl_reorder_linear_weight(w, 1) for w in ws]
             out["mkl_packed"] = (lambda i: torch.ops.mkl._mkl_linear(x, mkl[i], ws[i], None, 1), nbytes)
+        from torch import nn
+
+        from inference.engine import matvec
+
+        library = matvec.load()[0]
+        if library is not None:  # Tandem's kernel (the engine's matvec setting), as the engine calls it
+            linears = []
+            for w in ws:
+                linear = nn.Linear(k, n, bias=False, dtype=torch_dtype).requires_grad_(False)
+                linear.weight = nn.Parameter(w, requires_grad=False)
+                linears.append(matvec.matvec_projection(library, linear))
+            out[f"tandem_matvec_{library.isa}"] = (lambda i: linears[i](x), nbytes)
         return out
     from inference.engine.quantization import FbgemmInt8Linear, quantize_per_row
 
