@@ -2,8 +2,9 @@
 
 A single-stream decode step multiplies one token by every weight once: it is bound by how fast the weights stream
 from memory. torch's one-token matmul (MKL's matrix-vector product over an [out, in] weight) reads them at about
-half the rate one thread reads memory in a plain sum; matvec.c reads four rows side by side at about that rate
-(bench/engine/decode_kernels.py has each kernel; docs/performance.md the figures). It runs the float32 and bfloat16
+half the rate one thread reads memory in a plain sum; matvec.c reads each row once, in order, at about that rate
+(bench/engine/decode_kernels.py has each kernel; docs/performance.md the figures), and normalizes its input on the
+way in where an RMSNorm comes first (lean_decode.normed_projection). It runs the float32 and bfloat16
 linears of steps of at most MAX_TOKENS tokens (decode steps of up to that many sequences); longer steps (prefill,
 big batches) keep torch's GEMM, which computes many tokens at once better than a loop over rows.
 
@@ -35,6 +36,8 @@ SOURCE = Path(__file__).with_name("matvec.c")
 MAX_TOKENS = 4
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 _ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}
+# No -march: each kernel names its instruction set (matvec.c), so one build runs on every x86-64 host.
+FLAGS = ("-O3", "-shared", "-fPIC")
 
 
 class Library:
@@ -74,7 +77,7 @@ def _build(compiler: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        base = [compiler, "-O3", "-shared", "-fPIC", str(SOURCE), "-o", str(out)]
+        base = [compiler, *FLAGS, str(SOURCE), "-o", str(out), "-lm"]
         # OpenMP splits the rows among the engine's threads; without it (a compiler lacking it) one thread runs them.
         result = subprocess.run([*base[:1], "-fopenmp", *base[1:]], capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
@@ -87,7 +90,7 @@ def _build(compiler: str, target: Path) -> None:
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
     """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
     target = cache_dir() / f"matvec-{digest}.so"
     if not target.exists():
         compiler = _compiler()
