@@ -22,12 +22,16 @@ from controlplane.observability.quantiles import bucket_increases, counter_incre
 
 # The comparisons a canary analysis runs, with their defaults: latency P99s at most `max_latency_ratio` times
 # stable's; error and 5xx ratios at most stable's plus `max_error_ratio_increase` (0.005: half a percentage point);
-# nothing judged before each side served `min_requests` in the window; evaluated every `interval_s`.
+# nothing judged before each side served `min_requests` in the window; evaluated every `interval_s`; a step whose time
+# is up and that still lacks those requests `max_wait_s` later aborts (0: waits for ever): whatever keeps traffic
+# off the canary (no client, a gateway that cannot reach it) would otherwise hold the rollout, and every change queued
+# behind it, without a word.
 DEFAULT_CONDITIONS = {
     "min_requests": 20,
     "max_latency_ratio": 1.2,
     "max_error_ratio_increase": 0.005,
     "interval_s": 5,
+    "max_wait_s": 3600,
 }
 # Latency P99s below this many seconds on both sides are equal for the ratio test: a 2 ms vs 3 ms ITL is noise, not
 # a 1.5x regression.

@@ -73,7 +73,8 @@ class RolloutStartInput(WriteInputSerializer):
         "Default: 10% for 300 s, then 50% for 600 s, both analysed."))
     analysis = serializers.JSONField(required=False, default=None, help_text=(
         "min_requests (20), max_latency_ratio (1.2: canary P99 TTFT, ITL and end-to-end at most 1.2x stable's), "
-        "max_error_ratio_increase (0.005: error and 5xx ratios at most stable's + 0.5 points), interval_s (5)."))
+        "max_error_ratio_increase (0.005: error and 5xx ratios at most stable's + 0.5 points), interval_s (5), "
+        "max_wait_s (3600: a step still short of min_requests this long after its end aborts; 0 waits for ever)."))
     split = serializers.JSONField(required=False, default=None, help_text="A/B: B's share in percent (default 50).")
     duration_s = serializers.JSONField(required=False, default=None, help_text="A/B: how long the experiment runs.")
 

@@ -7,7 +7,8 @@ A pass over one rollout (drive_rollout):
    through the metrics backend's reader: the gateway itself, or Prometheus' last scrape of it) as the window's
    baseline; each later pass at least `interval_s` after the last compares the tried revision with stable
    over the window (analysis.judge). A failure aborts at once, with the failing numbers.
-3. When the step's duration has elapsed: with analysis, only once it is judged (lacking data waits, never passes);
+3. When the step's duration has elapsed: with analysis, only once it is judged (lacking data waits, never passes;
+   still lacking it `max_wait_s` after the step's end, the rollout aborts naming what each side served);
    then the next step, and after the last a canary is promoted and an A/B experiment completes with its report.
 
 Idempotent: the state is in the rows, each move is a conditional UPDATE or a row with a unique key (one analysis
@@ -113,8 +114,8 @@ def drive_rollout(rollout_id: int, *, now=None) -> str:
     if rollout.step_elapsed(now) < step["duration_s"]:
         return "in step"
     if run is not None and rollout.strategy == Strategy.CANARY:
-        if run.verdict != Verdict.PASSING:
-            return "waiting for data"  # the step's time is up but its analysis has not judged yet
+        if run.verdict != Verdict.PASSING:  # the step's time is up but its analysis has not judged yet
+            return _wait_for_data(rollout, run, step, now, system)
         AnalysisRun.objects.filter(pk=run.pk, verdict=Verdict.PASSING).update(verdict=Verdict.PASSED,
                                                                               finished_at=now)
     if run is not None and rollout.strategy == Strategy.AB:
@@ -126,6 +127,26 @@ def drive_rollout(rollout_id: int, *, now=None) -> str:
     if rollout.current_step is None:
         return _finish(rollout, system)
     return "next step"
+
+
+def _wait_for_data(rollout: Rollout, run: AnalysisRun, step: dict, now, system: Actor) -> str:
+    """Wait for the requests the analysis needs, up to max_wait_s past the step's end; then abort, naming what each
+    side served (analysis.DEFAULT_CONDITIONS)."""
+    conditions = rollout.conditions
+    limit, needed = conditions["max_wait_s"], conditions["min_requests"]
+    waited = rollout.step_elapsed(now) - step["duration_s"]
+    if not limit or waited <= limit or run.verdict != Verdict.WAITING:
+        return "waiting for data"
+    stable_name, tried_name = rollout.variants
+    served = {name: (run.metrics or {}).get(name, {}).get("requests", 0) for name in (stable_name, tried_name)}
+    failures = [{"metric": "requests", "stable": served[stable_name], "canary": served[tried_name], "limit": needed,
+                 "condition": f"each side serves min_requests within max_wait_s ({limit} s) of the step's end"}]
+    rollout_abort(rollout=rollout, actor=system, failures=failures,
+                  reason=f"analysis of step {rollout.step_index + 1} judged nothing {limit} s after the step's end: "
+                         f"{stable_name} served {served[stable_name]} and {tried_name} {served[tried_name]} requests "
+                         f"in its window, {needed} each needed (min_requests)",
+                  idempotency_key=f"rollout-{rollout.pk}-abort-no-data")
+    return "aborted"
 
 
 def _finish(rollout: Rollout, system: Actor) -> str:

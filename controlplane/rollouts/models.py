@@ -8,6 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.rollouts.analysis import DEFAULT_CONDITIONS
+
 
 class Strategy(models.TextChoices):
     ROLLING = "rolling"  # today's replacement of both pools (a new revision); not a Rollout row
@@ -67,6 +69,12 @@ class Rollout(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+    @property
+    def conditions(self) -> dict:
+        """The analysis conditions with the defaults filled in (a rollout started before a condition existed lacks
+        it)."""
+        return {**DEFAULT_CONDITIONS, **(self.analysis or {})}
 
     @property
     def variants(self) -> tuple[str, str]:

@@ -19,6 +19,7 @@ _CONDITIONS = {
     "max_latency_ratio": (1.0, 100.0, False),
     "max_error_ratio_increase": (0.0, 1.0, False),
     "interval_s": (1, 3600, True),
+    "max_wait_s": (0, MAX_STEP_S, True),
 }
 
 

@@ -49,6 +49,7 @@ def test_a_viewer_sees_the_split_the_step_and_the_numbers_but_no_buttons(canary,
     assert "stable #1 90%" in html and "canary #2 10%" in html
     assert "Step 1 of 2: 10% for 60 s, analysed." in html
     assert "Waiting for the canary workers" in html  # the timer starts once they are ready
+    assert "a step still short of requests 3600 s after its end aborts" in html  # analysis.max_wait_s's default
     assert ">21<" in html and "0.550" in html
     e2e = next(f for f in _figures(html) if f["key"] == "e2e_p99_seconds")
     # Drawn like the deployment page's charts: latencies under a second in ms, the unit on the axis.

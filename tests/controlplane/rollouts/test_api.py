@@ -36,6 +36,7 @@ def test_viewers_may_not_start_or_act(steady, viewer_api, operator):
 def test_bad_fields_are_a_400_naming_them(steady, operator_api):
     cases = [({"revision": 2, "strategy": "canary", "steps": [{"weight": 150, "duration_s": 5}]}, "steps[0].weight"),
              ({"revision": 2, "strategy": "canary", "analysis": {"min_requests": 0}}, "analysis.min_requests"),
+             ({"revision": 2, "strategy": "canary", "analysis": {"max_wait_s": -1}}, "analysis.max_wait_s"),
              ({"revision": 7, "strategy": "canary"}, "revision"),
              ({"revision": 2, "colour": "red"}, "colour"),
              ({"revision": 2, "steps": [{"weight": 10, "duration_s": 5}]}, "steps")]  # rolling has no steps

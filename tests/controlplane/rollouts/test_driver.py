@@ -70,6 +70,33 @@ def test_analysis_without_data_waits_past_the_step_end_and_never_passes(steady, 
     assert run.metrics["canary"]["requests"] == 25 and run.metrics["stable"]["requests"] == 40
 
 
+def test_analysis_still_without_data_max_wait_s_after_the_step_end_aborts_naming_what_each_side_served(
+        steady, operator, make_tried_ready, gateway_metrics):
+    rollout = _canary(steady, operator, [{"weight": 10, "duration_s": 2}], max_wait_s=10)
+    make_tried_ready(rollout)
+    drive_rollout(rollout.pk)  # timer and baseline
+    gateway_metrics.revisions = {1: {"ok": 40}, 2: {"ok": 3}}
+    assert drive_rollout(rollout.pk, now=_later(11)) == "waiting for data"  # 9 s past the step's end
+    assert drive_rollout(rollout.pk, now=_later(13)) == "aborted"
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.ABORTED and rollout.weight == 0
+    abort = Action.objects.get(kind=ActionKind.ABORT)
+    assert abort.params["failures"] == [{"metric": "requests", "stable": 40, "canary": 3, "limit": 20,
+                                         "condition": "each side serves min_requests within max_wait_s (10 s) of "
+                                                      "the step's end"}]
+    assert "judged nothing 10 s after the step's end" in abort.reason and "canary 3" in abort.reason
+    steady.refresh_from_db()
+    assert steady.current_revision.number == 1
+
+
+def test_max_wait_s_0_waits_for_data_for_ever(steady, operator, make_tried_ready, gateway_metrics):
+    rollout = _canary(steady, operator, [{"weight": 10, "duration_s": 2}], max_wait_s=0)
+    make_tried_ready(rollout)
+    drive_rollout(rollout.pk)
+    assert drive_rollout(rollout.pk, now=_later(30 * 24 * 3600)) == "waiting for data"
+    assert Rollout.objects.get(pk=rollout.pk).status == RolloutStatus.RUNNING
+
+
 def test_a_failing_analysis_aborts_at_once_with_the_failing_numbers(steady, operator, make_tried_ready,
                                                                    gateway_metrics, settings):
     from controlplane.alerting.models import Channel, Delivery
