@@ -200,8 +200,11 @@ def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
     elif worker.revision is not None:
         env[SECRET_ENV] = worker_secret_for(worker.deployment, worker.revision.number)
     if gpu_index is not None:
-        # The process sees only its GPU (as cuda:0), so `--device cuda` lands on the one picked for it.
+        # The process sees only its GPU (as cuda:0), so `--device cuda` lands on the one picked for it. The index is
+        # NVML's (PCI bus order); CUDA numbers GPUs fastest first unless told, so on a host with mixed GPUs the
+        # worker would run on another GPU than the one placed, metered and faulted.
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 

@@ -49,6 +49,7 @@ def test_cuda_workers_spread_over_the_node_gpus_one_each(deployment, online_node
     assert {first.gpu_index, second.gpu_index} == {0, 1}
     for worker in (first, second):
         assert _environ(worker.pid)["CUDA_VISIBLE_DEVICES"] == str(worker.gpu_index)
+        assert _environ(worker.pid)["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # NVML's numbering, not fastest-first
 
 
 def test_a_cpu_revision_or_a_cpu_node_gets_no_gpu(deployment, online_node, fake_worker_argv, cleanup_processes):
