@@ -1,6 +1,6 @@
 """Tenants sharing a saturated fleet: the gateway's admission queue with fair queuing (VTC), with and without
 preemption, against the behaviour before admission, measured in the same run on the same simulated worker
-(`--simulate`, no model: the numbers are about scheduling).
+(`--simulate`, no model: the numbers are about scheduling), or with `--model` on one real worker (float32, 1 thread).
 
 One simulated colocated worker runs at most --slots sequences at once (its --max-num-seqs). Two tenants (of class
 standard but in the priority scenario) reach it through a stand-in control plane, by one of three gateways started
@@ -30,6 +30,7 @@ the code before it, in one run.
 
     python bench/gateway/tenants.py                       # about 5 minutes
     python bench/gateway/tenants.py --duration 10 --slots 4 --scenarios priority
+    python bench/gateway/tenants.py --model tiny     # a real tiny-model worker instead of the simulated one
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.lib.common import emit, environment  # noqa: E402
+from bench.lib.common import emit, environment, model_dir  # noqa: E402
 from inference.gateway.admission import DEFAULT_HEADROOM  # noqa: E402
 
 KEYS = {"noisy": "tk-noisy-0123456789", "quiet": "tk-quiet-0123456789"}
@@ -58,6 +59,9 @@ CLASSES = {"isolation": {"quiet": "standard", "noisy": "standard"},
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", default="smollm2-cpu", help="simulated worker profile (tiny-cpu, smollm2-cpu)")
+    p.add_argument("--model", default=None,
+                   help="a real colocated worker instead of the simulated one: tiny, smollm2 or a model folder "
+                        "(float32, 1 thread)")
     p.add_argument("--slots", type=int, default=8, help="sequences the worker runs at once")
     p.add_argument("--duration", type=float, default=25.0, help="seconds measured per scenario and gateway")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before measuring")
@@ -252,9 +256,11 @@ def run(args) -> dict:
     procs = []
     control_plane = ControlPlane()
     try:
-        worker = start("sim-colocated", ["-m", "inference.worker", "--simulate", args.profile, "--role", "colocated",
-                                         "--model", "/models/sim-model", "--port", str(port), "--max-num-seqs",
-                                         str(args.slots)], log_dir)
+        engine = (["--simulate", args.profile, "--model", "/models/sim-model"] if args.model is None else
+                  ["--model", str(model_dir(args.model)), "--dtype", "float32", "--threads", "1",
+                   "--kv-cache-bytes", "256M"])
+        worker = start("colocated", ["-m", "inference.worker", "--role", "colocated", *engine, "--port", str(port),
+                                     "--max-num-seqs", str(args.slots)], log_dir)
         procs.append(worker)
         worker_url = f"http://127.0.0.1:{port}"
         wait_http(worker, worker_url + "/health", timeout=60)
@@ -313,7 +319,8 @@ def run(args) -> dict:
             goals[f"fairness: token shares within 20% of each other ({mode})"] = (
                 min(shares.values()) >= 0.8 * max(shares.values()))
     iso = results.get("isolation", {})
-    return {"benchmark": "gateway_tenants", "profile": args.profile, "slots": args.slots, "headroom": _headroom(args),
+    worker = {"simulated": args.profile} if args.model is None else {"model": args.model, "dtype": "float32"}
+    return {"benchmark": "gateway_tenants", "worker": worker, "slots": args.slots, "headroom": _headroom(args),
             "noisy_streams": args.noisy_streams or 4 * args.slots, "long_tokens": args.long_tokens,
             "short_tokens": args.short_tokens, "duration_s": args.duration, **results,
             "speedup_quiet_e2e_p50": _ratio(iso.get("before", {}).get("quiet_e2e_p50_s"),
