@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine.fusion import FusedGatedMLP
-from inference.engine.matvec import Library, MatVecLinear, matvec_projection
+from inference.engine.gemm import kernel_projection
+from inference.engine.matvec import Library, MatVecLinear
 from inference.engine.quantization import Int8GatedMLP
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
@@ -63,7 +64,8 @@ def unsupported_reason(model) -> str | None:
 
 
 def _projection(module: nn.Module, matvec: Library | None) -> Projection:
-    kernel = matvec_projection(matvec, module)  # Tandem's kernel for a few tokens, where it runs
+    # Tandem's kernel for a few tokens (oneDNN's GEMM above, gemm.py), where it runs
+    kernel = kernel_projection(matvec, module)
     if kernel is not None:
         return kernel
     if isinstance(module, nn.Linear):  # F.linear on the weights: no module call per step
@@ -74,7 +76,7 @@ def _projection(module: nn.Module, matvec: Library | None) -> Projection:
 def _concatenated(*modules: nn.Module, matvec: Library | None) -> Projection:
     """Unfused projections as one: each output column is computed alone, as a fused matmul computes it (exact);
     through Tandem's kernel, each writes its own columns of one output."""
-    kernel = matvec_projection(matvec, *modules)
+    kernel = kernel_projection(matvec, *modules)
     if kernel is not None:
         return kernel
     projections = [_projection(module, None) for module in modules]

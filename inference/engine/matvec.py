@@ -6,7 +6,8 @@ half the rate one thread reads memory in a plain sum; matvec.c reads each row on
 (bench/engine/decode_kernels.py has each kernel; docs/performance.md the figures), and normalizes its input on the
 way in where an RMSNorm comes first (lean_decode.normed_projection). It runs the float32 and bfloat16
 linears of steps of at most MAX_TOKENS tokens (decode steps of up to that many sequences); longer steps (prefill,
-big batches) keep torch's GEMM, which computes many tokens at once better than a loop over rows.
+big batches) run a GEMM, which computes many tokens at once better than a loop over rows (float32: oneDNN's, gemm.py;
+bfloat16: torch's, which is oneDNN's too).
 
 The library is compiled from matvec.c on first use (a C compiler, `CC` or cc/gcc, ~1 s) into a cache folder keyed by
 the source's hash, and loaded with ctypes; the kernels pick AVX-512F or AVX2+FMA at run time. Where it cannot run
@@ -180,14 +181,8 @@ class MatVecLinear:
             if self.lib.tandem_matvec(self.code, w_ptr, ldw, x_ptr, ldx, y_ptr + column * size, self.out_features,
                                       num_tokens, rows, self.in_features, b_ptr or None, norm_ptr, eps,
                                       self.num_threads):
-                return self._torch(x if norm is None else _rms_norm(x, norm))  # no memory for its input buffer
+                raise MemoryError(f"matvec: no memory for a [{num_tokens}, {self.in_features}] input buffer")
         return y
-
-
-def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
-    from inference.engine.lean_decode import rms_norm
-
-    return rms_norm(x, norm)
 
 
 def matvec_projection(library: Library | None, *linears: nn.Module):

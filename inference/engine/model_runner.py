@@ -19,10 +19,12 @@ from inference.engine.attention import DecodeAttention, MixedAttention, PrefillA
 from inference.engine.compilation import compile_decode, pad_num_table_blocks, write_kv
 from inference.engine.config import Config
 from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_weights
+from inference.engine.gemm import kernel_projection
+from inference.engine.gemm import note as gemm_note
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.lean_decode import LeanDecoder, normed_projection
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
-from inference.engine.matvec import choose_matvec, matvec_projection
+from inference.engine.matvec import choose_matvec
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
 from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
@@ -66,6 +68,7 @@ class ModelRunner:
                 self.matvec, self.matvec_reason = None, (f"{config.matvec}: torch's matmul: weight_layout "
                                                          "transposed (the kernel reads the weights as loaded)")
         if self.matvec is not None:
+            self.matvec_reason += gemm_note(self.matvec, self.dtype, config.quantization)
             log.info("matvec: %s", self.matvec_reason)
         # The final norm and lm_head: [B, hidden] -> logits [B, V], through the kernel too where it runs (lm_head is a
         # fifth of SmolLM2's weights; the kernel normalizes its input on the way in).
@@ -118,7 +121,7 @@ class ModelRunner:
             self._compiled_decode_forward, self.compile_info = compile_decode(self)
 
     def _norm_lm_head(self):
-        norm, lm_head = self.model.model.norm, matvec_projection(self.matvec, self.model.lm_head)
+        norm, lm_head = self.model.model.norm, kernel_projection(self.matvec, self.model.lm_head)
         if lm_head is not None and lean_unsupported_reason(self.model) is None:
             return normed_projection(lm_head, (norm.weight, norm.variance_epsilon))
         return lambda hidden: self.model.lm_head(norm(hidden))

@@ -38,11 +38,14 @@ def test_prefill_writes_the_same_keys_and_values_as_hugging_face_into_scattered_
     slots = torch.tensor([seq.block_table[i // 4] * 4 + i % 4 for i in range(len(prompt))])
     k_slots = runner.k_cache.view(runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
     v_slots = runner.v_cache.view(runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
+    # Within float32 rounding, not bit for bit: the engine's float32 GEMM (oneDNN's, inference/engine/gemm.py) sums in
+    # another order than Hugging Face's (MKL's), and the differences grow over the layers (seen: 1.4e-5 on a key of
+    # 0.035). A K/V in the wrong slot would be off by the values themselves.
     for layer_id in range(runner.num_layers):
         hf_k = cache.layers[layer_id].keys[0].transpose(0, 1)  # [T, Hkv, D]
         hf_v = cache.layers[layer_id].values[0].transpose(0, 1)
-        torch.testing.assert_close(k_slots[layer_id, slots], hf_k, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(v_slots[layer_id, slots], hf_v, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(k_slots[layer_id, slots], hf_k, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(v_slots[layer_id, slots], hf_v, rtol=1e-4, atol=1e-4)
 
 
 def test_validate_kv_names_what_is_wrong(runner):

@@ -1,0 +1,70 @@
+"""The float32 GEMM of CPU steps of many tokens (batched decode, prefill): oneDNN's instead of torch's (MKL's).
+
+Tandem's matvec kernel (matvec.py) multiplies steps of at most MAX_TOKENS tokens; above, the linears were torch's
+`F.linear`, which for float32 on a CPU is MKL's sgemm (bfloat16 already goes through oneDNN in torch). On the AMD
+EPYC host of issue 19 (AVX-512, one thread), MKL ran a [16, 576] x [576, 1536] product at ~60-70 GFLOP/s and
+oneDNN's at ~120-135; over all of SmolLM2-135M's linears with cold caches, 91 ms against 56 ms at 16 tokens, 232
+against 115 at 64, even at 4. In the engine's 16-sequence float32 decode step MKL's sgemm was ~85 of ~135 ms.
+
+oneDNN is called through `torch.ops.mkldnn._linear_pointwise` (what inductor's CPU linears call) on the weights as
+loaded ([out, in], dense): oneDNN reorders them on every call, and a packed copy would be faster still (42 against
+56 ms), but it would hold the float weights twice (the kernel reads the loaded ones). Its sums run in another order
+than MKL's, so values are not bit-identical to torch's linear; greedy tokens are (tests/inference/engine/
+test_gemm.py). It runs where the kernel runs (Config.matvec resolved to Tandem's, float weights): with
+`matvec="torch"`, torch's matmul everywhere, as before.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.engine.matvec import MAX_TOKENS, Library, MatVecLinear, matvec_projection
+
+
+@functools.cache
+def onednn_runs() -> bool:
+    """Whether this torch build has oneDNN's CPU linear (probed once on a tiny product, checked against F.linear)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        x, w = torch.arange(128.0).view(8, 16) / 128, torch.arange(64.0).view(4, 16) / 64  # no draw from torch's RNG
+        return torch.allclose(_linear(x, w, None), F.linear(x, w), atol=1e-4)
+    except (RuntimeError, AttributeError):
+        return False
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # x: [T, K], weight: [N, K] -> [T, N]
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class GemmMatVecLinear(MatVecLinear):
+    """Tandem's kernel for steps of up to MAX_TOKENS tokens, oneDNN's GEMM above (float32 on a CPU)."""
+
+    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [T, K] -> [T, N1 + N2 + ...]
+        if x.dim() != 2 or x.dtype != torch.float32:
+            return super()._torch(x)
+        x = x.contiguous()
+        if len(self.weights) == 1:
+            return _linear(x, self.weights[0], self.biases[0])
+        return torch.cat([_linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
+
+
+def note(library: Library | None, dtype: torch.dtype, quantization: str) -> str:
+    """What the `matvec` reason (/info) adds where oneDNN takes the kernel's steps of more tokens, else ""."""
+    if library is None or quantization != "none" or dtype != torch.float32 or not onednn_runs():
+        return ""
+    return f"; float32 steps of more than {MAX_TOKENS} tokens: oneDNN's GEMM, not MKL's (gemm.py)"
+
+
+def kernel_projection(library: Library | None, *linears: nn.Module) -> MatVecLinear | None:
+    """matvec_projection's projection over `linears` (None where the kernel does not run them), with its steps of
+    more tokens through oneDNN where they are float32 and oneDNN runs here."""
+    kernel = matvec_projection(library, *linears)
+    if kernel is None or kernel.dtype != torch.float32 or not onednn_runs():
+        return kernel
+    return GemmMatVecLinear(library, kernel.linears, kernel.num_threads)
