@@ -22,6 +22,9 @@ column alone), so a lean step's hidden states equal the reference's bit for bit 
 greedy output is token-identical (tests/inference/engine/test_lean_decode.py). What it saves is op overhead: at one
 thread the matrix-vector products still take most of a step (docs/performance.md). Prefill steps run it too
 (Config.lean_prefill): every change is as exact at many tokens a step (tests/inference/engine/test_lean_prefill.py).
+All of this with torch's matmul (Config.matvec "torch"); where Tandem's kernel runs the linears (matvec.py, and
+oneDNN's GEMM above its few tokens, gemm.py), their sums run in another order: values are then not bit-identical to
+the reference's, greedy tokens are (tests/inference/engine/test_matvec.py, test_gemm.py).
 """
 from __future__ import annotations
 
