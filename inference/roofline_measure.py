@@ -5,7 +5,9 @@ reads, stored as Node.roofline): the figures at one thread and at all of the hos
 as a child process at registration and on demand, so that the agent itself never imports torch; the bench
 (`bench/engine/stage_limits.py`) imports the same functions.
 
-Precisions: float32; bfloat16 only where the CPU computes it natively (`inference.hardware`: without it one matmul
+Precisions: float32 (the faster of `torch.matmul`, MKL's sgemm, and oneDNN's linear, the GEMM the engine's float32
+steps of many tokens run: inference/engine/gemm.py; MKL alone would put a prefill above its own peak); bfloat16 only
+where the CPU computes it natively (`inference.hardware`: without it one matmul
 takes seconds and no worker should run it); int8 through fbgemm's dynamic-quantization linear, the kernel of the
 engine's INT8 weights. Each figure is the best of a few tries of one matmul (the bench's shape, with a prompt of
 `rows` tokens); the read bandwidth is a float32 tensor far larger than any cache, summed. About a second per thread
@@ -52,6 +54,13 @@ def matmul_gflops(*, shape: tuple[int, int, int] = MATMUL_SHAPE, tries: int = 3,
 
     a32, b32 = torch.randn(m, k), torch.randn(k, n)
     peaks = {"float32": gflops(lambda: a32 @ b32)}
+    if torch.backends.mkldnn.is_available():
+        w32 = b32.t().contiguous()  # [n, k], a linear's weight as loaded
+        try:
+            onednn = gflops(lambda: torch.ops.mkldnn._linear_pointwise(a32, w32, None, "none", [], ""))
+        except (RuntimeError, AttributeError):  # a torch build without oneDNN's linear
+            onednn = 0.0
+        peaks["float32"] = max(peaks["float32"], onednn)
     if cpu_has_native_bfloat16() if bfloat16 is None else bfloat16:
         a16, b16 = a32.bfloat16(), b32.bfloat16()
         # Without native bfloat16 one try tells (it converts inside and runs ~50x slower).
