@@ -47,6 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.engine.faster_tokens import decode_rates, greedy_agreement, memory_bandwidth  # noqa: E402
+from bench.engine.stage_levers import (LEVERS, decode_step_ops, engine_runner, lever_section, make_engine,  # noqa: E402
+                                       release)
 from bench.lib.common import Timer, bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
 
 # (at least | at most, bound) per goal of the issue.
@@ -58,10 +60,8 @@ GOALS = {
     "decode_bfloat16_step_vs_weights_read": ("<=", 1.5),
     "decode_int8_step_vs_weights_read": ("<=", 1.5),
     "decode_int8_vs_float32": (">=", 2.0),
-    **{f"{lever}_greedy_token_identical": ("==", True) for lever in ("fused_projections", "prepacked_linears",
-                                                                     "compile", "transposed_weights", "matvec")},
+    **{f"{lever}_greedy_token_identical": ("==", True) for lever in LEVERS},
 }
-LEVERS = ("fused_projections", "prepacked_linears", "compile", "transposed_weights", "matvec")
 CONCURRENT = 16  # requests of the decode section's batched figure
 # The matmul of the issue's table: a 2,048-token prompt through SmolLM2's MLP up projection (576 -> 1536).
 MATMUL_SHAPE = (2048, 576, 1536)
@@ -120,20 +120,6 @@ def has_native_bfloat16() -> bool:
 
 # -- engines -----------------------------------------------------------------------------------------------------
 
-def make_engine(path: Path, args, **settings):
-    from inference.engine import Config, LLMEngine
-
-    base = {"dtype": "float32", "threads": args.threads, "kv_cache_bytes": 256 << 20,
-            "max_num_batched_tokens": max(2048, args.prompt_tokens), "prefix_caching": False}
-    return LLMEngine(Config(model=path, **{**base, **settings}))
-
-
-def engine_runner(engine):
-    from inference.engine import SamplingParams
-
-    return lambda prompts, n: engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
-
-
 def short_behind_long(engine, long_prompt: list[int], short_prompt: list[int]) -> tuple[float, float]:
     """(wall, this thread's CPU) seconds to the short prompt's first token when it arrives just after the long
     prompt's first step started: the worst moment, it waits for that whole step."""
@@ -151,34 +137,6 @@ def short_behind_long(engine, long_prompt: list[int], short_prompt: list[int]) -
     while engine.has_unfinished():
         engine.step()
     return seconds
-
-
-def release(*objects) -> None:
-    del objects
-    gc.collect()
-
-
-def decode_step_ops(engine, prompt: list[int]) -> int:
-    """Tensor ops (aten calls) of one single-stream decode step: the per-step overhead that no bandwidth removes."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from inference.engine import SamplingParams
-
-    class Count(TorchDispatchMode):
-        num_ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.num_ops += 1
-            return func(*args, **(kwargs or {}))
-
-    engine.add_request("count-ops", prompt, SamplingParams(max_tokens=3, ignore_eos=True))
-    while engine.scheduler.waiting or any(seq.is_prefilling for seq in engine.scheduler.running):
-        engine.step()
-    with Count():
-        engine.step()
-    while engine.has_unfinished():
-        engine.step()
-    return Count.num_ops
 
 
 def num_parameters(engine) -> int:
@@ -317,50 +275,6 @@ def decode_section(ctx: dict, args) -> dict:
     out["int8_vs_float32"] = ratio(rates["float32/lean"]["step_ms"], rates["int8/lean"]["step_ms"])
     ctx["goals"]["decode_int8_vs_float32"] = out["int8_vs_float32"]
     release(*engines.values())
-    return out
-
-
-def lever_section(ctx: dict, args, lever: str) -> dict:
-    """The float32 engine with one lever against the same without it: decode step and greedy tokens (and for
-    compile its warm-up)."""
-    from inference.engine import SamplingParams
-    from inference.engine.fusion import fuse_projections, prepack_linears
-
-    # On the reference forward, which the first three change (the lean decode forward fuses projections itself),
-    # over the weights as loaded, with torch's matmul; transposed weights (the engine setting) on the engine's
-    # default (lean) forward with torch's matmul (the kernel reads the weights as loaded); matvec on the lean forward,
-    # each side with the layout auto gives it.
-    lean = lever in ("transposed_weights", "matvec")
-    if lever == "matvec":
-        plain = make_engine(ctx["path"], args, matvec="torch")
-        other = make_engine(ctx["path"], args, matvec="tandem")
-    else:
-        plain = make_engine(ctx["path"], args, lean_decode=lean, weight_layout="as_loaded", matvec="torch")
-        other = make_engine(ctx["path"], args, compile=lever == "compile", lean_decode=lean, matvec="torch",
-                            weight_layout="transposed" if lean else "as_loaded")
-    if lever == "fused_projections":
-        fuse_projections(other.model_runner)
-    elif lever == "prepacked_linears":
-        prepack_linears(other.model_runner)
-    prompts = ctx["decode_prompts"]
-    greedy = SamplingParams(max_tokens=args.new_tokens, temperature=0.0)
-    agreement = greedy_agreement(plain.generate(prompts, greedy), other.generate(prompts, greedy))
-    rates = decode_rates({"without": engine_runner(plain), "with": engine_runner(other)}, prompts[:1],
-                         args.new_tokens, args.repeats)
-    ctx["goals"][f"{lever}_greedy_token_identical"] = agreement["identical_prompts"] == len(prompts)
-    out = {"dtype": "float32", "single_stream": rates,
-           "speedup": ratio(rates["without"]["step_ms"], rates["with"]["step_ms"]), "greedy_agreement": agreement}
-    if lever == "compile":
-        out["compile_info"] = other.compile_info
-    if lever == "matvec":
-        out["matvec"] = {"without": plain.matvec, "with": other.matvec}
-        out["weight_layout"] = {"without": plain.weight_layout["layout"], "with": other.weight_layout["layout"]}
-    if lever in ("transposed_weights", "matvec"):
-        read_ms = plain.weight_bytes / ctx["machine"]["read_bandwidth"]["read_bytes_per_s"] * 1e3
-        out["step_vs_weights_read"] = {name: ratio(rates[name]["step_ms"], read_ms) for name in rates}
-    else:
-        out["step_ops"] = {"without": decode_step_ops(plain, prompts[0]), "with": decode_step_ops(other, prompts[0])}
-    release(plain, other)
     return out
 
 
