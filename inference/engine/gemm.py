@@ -44,10 +44,10 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
 class GemmMatVecLinear(MatVecLinear):
     """Tandem's kernel for steps of up to MAX_TOKENS tokens, oneDNN's GEMM above (float32 on a CPU)."""
 
-    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+    def fallback(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, K] -> [T, N1 + N2 + ...]
         if x.dim() != 2 or x.dtype != torch.float32:
-            return super()._torch(x)
+            return super().fallback(x)
         x = x.contiguous()
         if len(self.weights) == 1:
             return _linear(x, self.weights[0], self.biases[0])

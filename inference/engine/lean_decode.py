@@ -95,7 +95,9 @@ def normed_projection(projection: Projection, norm: tuple[torch.Tensor, float]) 
     call instead of the norm's tensor ops: matvec.c), where it runs."""
     weight = norm[0]
     if isinstance(projection, MatVecLinear) and weight.dtype == projection.dtype and weight.is_contiguous():
-        return lambda x: projection(x, norm) if projection.runs(x) else projection(rms_norm(x, norm))
+        def project(x: torch.Tensor) -> torch.Tensor:
+            return projection.kernel(x, norm) if projection.runs(x) else projection.fallback(rms_norm(x, norm))
+        return project
     return lambda x: projection(rms_norm(x, norm))
 
 

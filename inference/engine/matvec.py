@@ -158,7 +158,8 @@ class MatVecLinear:
                 and linear.weight.device.type == "cpu" and linear.weight.stride(1) == 1
                 and (linear.bias is None or linear.bias.is_contiguous()))
 
-    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+    def fallback(self, x: torch.Tensor) -> torch.Tensor:
+        """torch's product, for an input the kernel does not run (more than MAX_TOKENS tokens, another dtype)."""
         if len(self.linears) == 1:
             return F.linear(x, self.weights[0], self.biases[0])
         return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
@@ -172,7 +173,11 @@ class MatVecLinear:
         # RMS-normalized first, as lean_decode.rms_norm computes it
         if not self.runs(x):
             assert norm is None, "a normalized input is for the kernel only (lean_decode normalizes the others)"
-            return self._torch(x)
+            return self.fallback(x)
+        return self.kernel(x, norm)
+
+    def kernel(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+        """The kernel's product, for an input that `runs` (the caller checked: a decode step asks once)."""
         num_tokens = x.shape[0]
         y = torch.empty(num_tokens, self.out_features, dtype=self.dtype)
         x_ptr, ldx, y_ptr, size = x.data_ptr(), x.stride(0), y.data_ptr(), y.element_size()
