@@ -149,14 +149,24 @@ static void widen(int dtype, const void *x, int64_t ldx, int64_t T, int64_t K, c
 
 /* y[t * ldy + n] for t < T, n < N; x[t * ldx + k]; W[n * ldw + k]; bias[n] or NULL; norm_w[k] or NULL (then x is
    RMS-normalized first, with eps); x, y, bias, norm_w in W's dtype. Returns 0, or -1 when the CPU has neither
-   instruction set (nothing written). */
+   instruction set (nothing written), -2 when the input buffer cannot grow. */
 int tandem_matvec(int dtype, const void *W, int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy,
                   int64_t T, int64_t N, int64_t K, const void *bias, const void *norm_w, float eps,
                   int num_threads) {
     int which = tandem_matvec_isa();
     if (which == 0) return -1;
-    float *xf = malloc(sizeof(float) * (size_t)(T * K));
-    if (!xf) return -2;
+    /* The widened input lives in a buffer of the calling thread's that only grows (a step makes ~120 calls; a
+       malloc and free each was measurable): a few KB per engine thread, for the thread's life. */
+    static _Thread_local float *buffer = NULL;
+    static _Thread_local size_t buffer_floats = 0;
+    size_t need = (size_t)(T * K);
+    if (need > buffer_floats) {
+        float *grown = realloc(buffer, sizeof(float) * need);
+        if (!grown) return -2;
+        buffer = grown;
+        buffer_floats = need;
+    }
+    float *xf = buffer;  /* a plain local: inside the parallel loop `buffer` would be each OpenMP thread's own */
     widen(dtype, x, ldx, T, K, norm_w, eps, xf);
     size_t row_bytes = (size_t)ldw * (dtype == DT_F32 ? 4 : 2);
     /* static schedule: each thread streams one contiguous band of rows */
@@ -169,6 +179,5 @@ int tandem_matvec(int dtype, const void *W, int64_t ldw, const void *x, int64_t 
             store_scalar(dtype, y, t * ldy + n, v + b);
         }
     }
-    free(xf);
     return 0;
 }
