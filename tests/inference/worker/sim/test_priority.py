@@ -30,16 +30,20 @@ def worker(tmp_path_factory):
     proc.stop()
 
 
-def test_an_interactive_request_queued_behind_batch_ones_is_prefilled_first(worker):
+def _prefill_order(url: str) -> tuple[list[str], float]:
+    """One try: a holder's prefill takes the turn, then batch, batch, standard, interactive requests queue behind it.
+    Returns the order of the first tokens, and the longest any queued request can have waited (from before the first
+    one was posted to the last first token)."""
     first_token_at, threads = {}, []
     queued_at = None
     for name, priority in (("holder", "batch"), ("b1", "batch"), ("b2", "batch"), ("s1", "standard"),
                            ("i1", "interactive")):
+        if name == "b1":
+            queued_at = time.monotonic()  # aging counts each request's wait from its arrival; b1 arrives first
         # The worker answers its headers once it admitted the request, so each one queues behind the one before.
-        response = requests.post(worker.url + "/v1/generate", json={"prompt": f"go {name}", "max_tokens": 1,
-                                                                    "priority": priority}, stream=True, timeout=30)
+        response = requests.post(url + "/v1/generate", json={"prompt": f"go {name}", "max_tokens": 1,
+                                                             "priority": priority}, stream=True, timeout=30)
         assert response.status_code == 200, response.text
-        queued_at = queued_at or time.monotonic()
 
         def read(response=response, name=name):
             with response:
@@ -51,8 +55,21 @@ def test_an_interactive_request_queued_behind_batch_ones_is_prefilled_first(work
         threads[-1].start()
     for thread in threads:
         thread.join(timeout=30)
-    assert sorted(first_token_at, key=first_token_at.get) == ["holder", "i1", "s1", "b1", "b2"]
-    assert max(first_token_at.values()) - queued_at < PRIORITY_AGING_S  # decided by band, not by aging
+    return sorted(first_token_at, key=first_token_at.get), max(first_token_at.values()) - queued_at
+
+
+def test_an_interactive_request_queued_behind_batch_ones_is_prefilled_first(worker):
+    # A request that waits PRIORITY_AGING_S moves up a band (then arrival order decides, rightly): the order by band
+    # shows only where the queued requests waited less than that, which a loaded machine may not give on one try.
+    tries = []
+    for _ in range(3):
+        order, waited = _prefill_order(worker.url)
+        tries.append((order, round(waited, 2)))
+        if waited < PRIORITY_AGING_S:
+            assert order == ["holder", "i1", "s1", "b1", "b2"], tries
+            return
+    pytest.fail(f"the queued requests waited PRIORITY_AGING_S ({PRIORITY_AGING_S} s) or more on every try, so aging "
+                f"decided the order: {tries}")
 
 
 def test_an_unknown_priority_is_a_400_naming_the_field(worker):
