@@ -6,8 +6,9 @@ bfloat16 keeps 8 bits of mantissa: logits of 16-32 are spaced 0.125 apart, and t
 in different orders (paged, batched attention against HF's one-sequence cache) may round a close race either way.
 Which way depends on the CPU's kernels too: with AVX512-BF16 torch multiplies bfloat16 natively, without it (AVX2
 only) it takes other kernels that round elsewhere. So:
-1. Each prompt must match exactly up to the first step where HF's top two logits lie closer than NEAR_TIE (equal, or
-   one rounding apart); after that the sequences may part and are different texts from then on.
+1. Each prompt must match exactly up to the first step where HF's top two logits lie NEAR_TIE or closer (equal, or
+   one rounding apart: an Intel Xeon with AMX parted on a gap of exactly 0.125, in the reference forward too); after
+   that the sequences may part and are different texts from then on.
 2. Teacher-forced on the engine's own tokens, HF's bfloat16 forward must rank each of them within SHORTFALL of its
    top logit: a real bug shows as a confident disagreement (a shortfall of whole units), at any step.
 The share of identical tokens over whole sequences is printed, not asserted: it counts tokens after a legitimate
@@ -25,7 +26,8 @@ from tests.conftest import MODELS_DIR
 from tests.inference.engine.support import teacher_forced_shortfall
 
 SMOLLM2 = MODELS_DIR / "smollm2-135m"
-# One bfloat16 step at logits of 16-32: a smaller gap means the two logits are equal or one rounding apart.
+# One bfloat16 step at logits of 16-32: a gap this small or smaller means the two logits are equal or one rounding
+# apart.
 NEAR_TIE = 0.125
 # Four such roundings: the two forwards (paged batched vs one sequence at once) sum 30 layers in different orders.
 SHORTFALL = 0.5
@@ -69,7 +71,7 @@ def test_engine_bfloat16_greedy_agrees_with_hugging_face_bfloat16_generate(capsy
     lines, worst = [], 0.0
     for prompt, ours in zip(prompts, outputs):
         theirs, gaps = _hf_greedy(hf, prompt, eos)
-        near_tie = next((i for i, gap in enumerate(gaps[:len(theirs)]) if gap < NEAR_TIE), len(theirs))
+        near_tie = next((i for i, gap in enumerate(gaps[:len(theirs)]) if gap <= NEAR_TIE), len(theirs))
         assert ours[:near_tie] == theirs[:near_tie], (
             f"prompt of {len(prompt)} tokens parts from HF before its first near-tie (step {near_tie}): "
             f"engine {ours[:near_tie]} vs HF {theirs[:near_tie]}")
@@ -82,6 +84,6 @@ def test_engine_bfloat16_greedy_agrees_with_hugging_face_bfloat16_generate(capsy
     share = num_same / num_total
     with capsys.disabled():
         print(f"\nbfloat16 SmolLM2, engine vs HF generate: {num_same}/{num_total} tokens identical ({share:.1%}); "
-              f"{num_checked} checked before a near-tie (top-2 gap < {NEAR_TIE}); largest teacher-forced shortfall "
+              f"{num_checked} checked before a near-tie (top-2 gap <= {NEAR_TIE}); largest teacher-forced shortfall "
               f"{worst:.3f}", *lines, sep="\n")
     assert worst <= SHORTFALL, f"the engine picked a token {worst:.3f} below HF's top logit (> {SHORTFALL})"
