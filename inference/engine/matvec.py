@@ -9,8 +9,8 @@ linears of steps of at most MAX_TOKENS tokens (decode steps of up to that many s
 big batches) run a GEMM, which computes many tokens at once better than a loop over rows (float32: oneDNN's, gemm.py;
 bfloat16: torch's, which is oneDNN's too).
 
-The library is compiled from matvec.c on first use (a C compiler, `CC` or cc/gcc, ~1 s) into a cache folder keyed by
-the source's hash, and loaded with ctypes; the kernels pick AVX-512F or AVX2+FMA at run time. Where it cannot run
+The library is compiled from matvec.c on first use (native.py: the host's C compiler, ~1 s, cached by the source's
+hash) and loaded with ctypes; the kernels pick AVX-512F or AVX2+FMA at run time. Where it cannot run
 (no compiler, a CPU with neither instruction set, CUDA, another dtype, INT8 modules), the engine keeps torch's
 matmul and says why (`matvec` on /info).
 """
@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from inference.engine import native
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +34,6 @@ SOURCE = Path(__file__).with_name("matvec.c")
 MAX_TOKENS = 4
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 _ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}
-# No -march: each kernel names its instruction set (matvec.c), so one build runs on every x86-64 host.
-FLAGS = ("-O3", "-shared", "-fPIC")
 
 
 class Library:
@@ -64,45 +59,14 @@ class Library:
         return self.isa
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tandem" / "kernels"
-
-
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-
-
-def _build(compiler: str, target: Path) -> None:
-    """Compile matvec.c into `target`, atomically (workers of one host may build at once)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / target.name
-        base = [compiler, *FLAGS, str(SOURCE), "-o", str(out), "-lm"]
-        # OpenMP splits the rows among the engine's threads; without it (a compiler lacking it) one thread runs them.
-        result = subprocess.run([*base[:1], "-fopenmp", *base[1:]], capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            result = subprocess.run(base, capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            raise RuntimeError(f"{compiler} failed to build {SOURCE.name}: {result.stderr.strip()[-500:]}")
-        os.replace(out, target)
-
-
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
-    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    target = cache_dir() / f"matvec-{digest}.so"
-    if not target.exists():
-        compiler = _compiler()
-        if compiler is None:
-            return None, "no C compiler found to build the matvec kernel (install gcc or set CC)"
-        try:
-            _build(compiler, target)
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            return None, f"the matvec kernel did not build: {exc}"
+    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    path, reason = native.build(SOURCE)
+    if path is None:
+        return None, reason
     try:
-        library = Library(target)
+        library = Library(path)
     except OSError as exc:
         return None, f"the matvec kernel did not load: {exc}"
     if library.isa is None:

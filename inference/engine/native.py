@@ -1,0 +1,68 @@
+"""Tandem's C kernels, built on the host that runs them: compiled on first use with the host's C compiler (`CC`, or
+cc/gcc; ~1 s) into a cache folder keyed by the source's hash and the flags, and loaded with ctypes.
+
+No -march: each kernel names its instruction set in its source (target attributes) and picks one at run time, so one
+build runs on every x86-64 host. With OpenMP where the compiler has it (threads > 1 split a kernel's loop), without
+where it does not. Workers of one host may build at once: each build goes to a temporary file renamed into place.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+FLAGS = ("-O3", "-shared", "-fPIC")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tandem" / "kernels"
+
+
+def compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _build(cc: str, source: Path, target: Path) -> None:
+    """Compile `source` into `target`, atomically."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        base = [cc, *FLAGS, str(source), "-o", str(out), "-lm"]
+        result = subprocess.run([*base[:1], "-fopenmp", *base[1:]], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            result = subprocess.run(base, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"{cc} failed to build {source.name}: {result.stderr.strip()[-500:]}")
+        os.replace(out, target)
+
+
+def build(source: Path) -> tuple[Path | None, str | None]:
+    """(the shared library's path, None), built if not cached, or (None, why it could not be built)."""
+    digest = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    target = cache_dir() / f"{source.stem}-{digest}.so"
+    if target.exists():
+        return target, None
+    cc = compiler()
+    if cc is None:
+        return None, f"no C compiler found to build the {source.stem} kernel (install gcc or set CC)"
+    try:
+        _build(cc, source, target)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, f"the {source.stem} kernel did not build: {exc}"
+    return target, None
+
+
+def load(source: Path) -> tuple[ctypes.CDLL | None, str | None]:
+    """(the loaded library, None) or (None, why it cannot run here)."""
+    path, reason = build(source)
+    if path is None:
+        return None, reason
+    try:
+        return ctypes.CDLL(str(path)), None
+    except OSError as exc:
+        return None, f"the {source.stem} kernel did not load: {exc}"
