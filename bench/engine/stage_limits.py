@@ -39,7 +39,6 @@ steps are read without the prefill (N tokens minus 1 token, over N - 1).
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import sys
 import time

@@ -24,8 +24,14 @@ Three scenarios (--scenarios), each run through every gateway:
 - priority: as isolation, but `quiet` is of class interactive and `noisy` of class batch (the control plane hands the
   gateways the new classes first; they take them at their next membership poll). Reported as isolation, against
   quiet's unloaded TTFT as an interactive tenant (goal of the issue: P99 <= 2x unloaded).
+- overload: `noisy` alone, of class interactive (deadline 10 s), sends streamed long requests at random (Poisson)
+  arrivals, first at the fleet's capacity (requests/s, measured before through `admission` with a closed loop of its
+  slots), then at twice it. Goodput: requests per second whose first token came within the class's deadline. Goal of
+  the issue: goodput at 2x >= 0.9x goodput at 1x ("no collapse"). In arrival order every request of an overloaded
+  queue waits about the deadline (`before`: the worker's FIFO, without bound); the gateway's admission dispatches
+  newest first in an overloaded band (inference/gateway/admission.py).
 `--baseline-src DIR` adds a gateway `baseline`, with the defaults as `preemption`, that runs the gateway code of another
-checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority scenario: a change to preemption measured beside
+checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority and overload scenarios: a change to preemption measured beside
 the code before it, in one run.
 
     python bench/gateway/tenants.py                       # about 5 minutes
@@ -37,23 +43,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.gateway.tenant_load import KEYS, capacity, headroom, overload, scenario, unloaded  # noqa: E402
 from bench.lib.common import emit, environment, model_dir  # noqa: E402
 from inference.gateway.admission import DEFAULT_HEADROOM  # noqa: E402
 
-KEYS = {"noisy": "tk-noisy-0123456789", "quiet": "tk-quiet-0123456789"}
-SCENARIOS = ("isolation", "fairness", "priority")
+SCENARIOS = ("isolation", "fairness", "priority", "overload")
 # Each tenant's class while a scenario runs.
 CLASSES = {"isolation": {"quiet": "standard", "noisy": "standard"},
            "fairness": {"quiet": "standard", "noisy": "standard"},
-           "priority": {"quiet": "interactive", "noisy": "batch"}}
+           "priority": {"quiet": "interactive", "noisy": "batch"},
+           "overload": {"quiet": "interactive", "noisy": "interactive"}}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,7 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"the gateway's own default, {DEFAULT_HEADROOM})")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated, of " + ", ".join(SCENARIOS))
     p.add_argument("--baseline-src", type=Path, default=None,
-                   help="a checkout whose gateway code runs as gateway `baseline` (priority scenario)")
+                   help="a checkout whose gateway code runs as gateway `baseline` (priority, overload scenarios)")
     args = p.parse_args(argv)
     args.scenarios = [name for name in args.scenarios.split(",") if name]
     if unknown := set(args.scenarios) - set(SCENARIOS):
@@ -84,117 +89,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _headroom(args) -> int:
-    return DEFAULT_HEADROOM if args.headroom is None else args.headroom
-
-
 def _tenant(name: str, priority_class: str) -> dict:
     return {"class": priority_class, "limits": {}, "allowed": True,
             "keys": [{"hash": hashlib.sha256(KEYS[name].encode()).hexdigest(), "expires_at": None}]}
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
-
-
-class Load:
-    """Closed-loop and periodic clients against one gateway; what finished inside the measured window."""
-
-    def __init__(self, session, url: str, window: tuple[float, float]) -> None:
-        self.session, self.url, self.window = session, url, window
-        self.tokens = {name: 0 for name in KEYS}
-        self.failures: dict[str, int] = {}
-        self.quiet_ttft: list[float] = []
-        self.quiet_e2e: list[float] = []
-
-    def _in_window(self, t: float) -> bool:
-        return self.window[0] <= t <= self.window[1]
-
-    async def request(self, tenant: str, max_tokens: int, stream: bool) -> tuple[float, float] | None:
-        """(TTFT, e2e) seconds, or None when it failed; counts its completion tokens if it ended in the window."""
-        body = {"model": "demo", "prompt": "one two three four", "max_tokens": max_tokens, "stream": stream}
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        started = time.monotonic()
-        ttft, completion = None, 0
-        try:
-            async with self.session.post(self.url + "/v1/completions", json=body,
-                                         headers={"Authorization": f"Bearer {KEYS[tenant]}"}) as resp:
-                if resp.status != 200:
-                    self.failures[f"{tenant}:{resp.status}"] = self.failures.get(f"{tenant}:{resp.status}", 0) + 1
-                    await resp.read()
-                    return None
-                if stream:
-                    async for line in resp.content:
-                        if not line.startswith(b"data: {"):
-                            continue
-                        chunk = json.loads(line[6:])
-                        if ttft is None and chunk.get("choices"):
-                            ttft = time.monotonic() - started
-                        if chunk.get("usage"):
-                            completion = chunk["usage"]["completion_tokens"]
-                else:
-                    completion = (await resp.json())["usage"]["completion_tokens"]
-        except Exception as exc:  # noqa: BLE001 - a bench counts failures, whatever they are
-            key = f"{tenant}:{type(exc).__name__}"
-            self.failures[key] = self.failures.get(key, 0) + 1
-            return None
-        ended = time.monotonic()
-        if self._in_window(ended):
-            self.tokens[tenant] += completion
-        return (ttft if ttft is not None else ended - started), ended - started
-
-    async def closed_loop(self, tenant: str, max_tokens: int, until: float) -> None:
-        while time.monotonic() < until:
-            if await self.request(tenant, max_tokens, stream=False) is None:
-                await asyncio.sleep(0.2)  # a refused request: back off a little, as a client would
-
-    async def periodic(self, tenant: str, max_tokens: int, interval: float, until: float) -> None:
-        tasks = []
-
-        async def one() -> None:
-            started = time.monotonic()
-            result = await self.request(tenant, max_tokens, stream=True)
-            if result is not None and self._in_window(started):
-                self.quiet_ttft.append(result[0])
-                self.quiet_e2e.append(result[1])
-
-        while time.monotonic() < until:
-            tasks.append(asyncio.create_task(one()))
-            await asyncio.sleep(interval)
-        await asyncio.gather(*tasks)
-
-
-async def scenario(url: str, name: str, args) -> dict:
-    import aiohttp
-
-    noisy_streams = args.noisy_streams or 4 * args.slots
-    start = time.monotonic()
-    window = (start + args.warmup, start + args.warmup + args.duration)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=600)) as session:
-        load = Load(session, url, window)
-        if name in ("isolation", "priority"):
-            clients = [load.closed_loop("noisy", args.long_tokens, window[1]) for _ in range(noisy_streams)]
-            clients.append(load.periodic("quiet", args.short_tokens, args.quiet_interval, window[1]))
-        else:
-            # More than its fair half of the gateway's slots (what the worker runs + the headroom): always backlogged.
-            quiet_streams = (args.slots + _headroom(args)) // 2 + 1
-            clients = [load.closed_loop("noisy", args.long_tokens, window[1]) for _ in range(10 * quiet_streams)]
-            clients += [load.closed_loop("quiet", args.long_tokens, window[1]) for _ in range(quiet_streams)]
-        await asyncio.gather(*clients)
-    total = sum(load.tokens.values()) or 1
-    result = {"token_share": {t: round(n / total, 3) for t, n in load.tokens.items()},
-              "completion_tokens_per_s": {t: round(n / args.duration, 1) for t, n in load.tokens.items()},
-              "failed": load.failures}
-    if name in ("isolation", "priority"):
-        result.update({"quiet_requests": len(load.quiet_e2e),
-                       "quiet_ttft_p50_s": _pct(load.quiet_ttft, 0.5), "quiet_ttft_p99_s": _pct(load.quiet_ttft, 0.99),
-                       "quiet_e2e_p50_s": _pct(load.quiet_e2e, 0.5), "quiet_e2e_p99_s": _pct(load.quiet_e2e, 0.99)})
-    return result
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -210,36 +107,26 @@ def _preemptions(url: str) -> int:
                    if line.startswith("tandem_gateway_preemptions_total{")))
 
 
-async def unloaded(url: str, args, num: int = 20) -> dict:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as session:
-        load = Load(session, url, (0.0, float("inf")))
-        results = [await load.request("quiet", args.short_tokens, stream=True) for _ in range(num)]
-    e2e = [r[1] for r in results if r]
-    ttft = [r[0] for r in results if r]
-    return {"ttft_p50_s": _pct(ttft, 0.5), "ttft_p99_s": _pct(ttft, 0.99), "e2e_p50_s": _pct(e2e, 0.5)}
-
-
 def _set_classes(control_plane, gateways: dict[str, str], classes: dict[str, str]) -> None:
-    """Hand the gateways the tenants' classes, and wait until each admits `quiet` as its new class (its queue-wait
-    series by class, /metrics): they poll the control plane every couple of seconds."""
+    """Hand the gateways the tenants' classes, and wait until each admits every tenant as its new class (its
+    queue-wait series by class, /metrics; a class a tenant had before would pass at once: the scenarios give each
+    tenant a class new to it): they poll the control plane every couple of seconds."""
     import requests
 
     control_plane.endpoints["tenants"] = {name: _tenant(name, classes[name]) for name in KEYS}
-    series = f'class="{classes["quiet"]}"'
     deadline = time.monotonic() + 60
     for url in gateways.values():
-        while True:
-            requests.post(url + "/v1/completions", json={"model": "demo", "prompt": "one", "max_tokens": 1},
-                          headers={"Authorization": f"Bearer {KEYS['quiet']}"}, timeout=30)
-            lines = requests.get(url + "/metrics", timeout=10).text.splitlines()
-            if any(line.startswith("tandem_gateway_queue_wait_seconds_count{") and series in line
-                   and 'tenant="quiet"' in line for line in lines):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not take the classes {classes} within 60 s")
-            time.sleep(0.5)
+        for tenant, priority_class in classes.items():
+            while True:
+                requests.post(url + "/v1/completions", json={"model": "demo", "prompt": "one", "max_tokens": 1},
+                              headers={"Authorization": f"Bearer {KEYS[tenant]}"}, timeout=30)
+                lines = requests.get(url + "/metrics", timeout=10).text.splitlines()
+                if any(line.startswith("tandem_gateway_queue_wait_seconds_count{")
+                       and f'class="{priority_class}"' in line and f'tenant="{tenant}"' in line for line in lines):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url} did not take the classes {classes} within 60 s")
+                time.sleep(0.5)
 
 
 def _loaded_vs_unloaded(result: dict, unloaded_ttft: float | None) -> None:
@@ -272,7 +159,7 @@ def run(args) -> dict:
         defaults = [] if args.headroom is None else ["--worker-capacity-headroom", str(args.headroom)]
         modes = [("before", ["--worker-capacity-headroom", "256"], None),
                  ("admission", [*defaults, "--max-preemptions", "0"], None), ("preemption", defaults, None)]
-        if args.baseline_src is not None and "priority" in args.scenarios:
+        if args.baseline_src is not None and {"priority", "overload"} & set(args.scenarios):
             modes.append(("baseline", defaults, args.baseline_src.resolve()))
         for mode, flags, src in modes:
             gw_port = free_port()
@@ -282,18 +169,27 @@ def run(args) -> dict:
             procs.append(proc)
             gateways[mode] = f"http://127.0.0.1:{gw_port}"
             wait_http(proc, gateways[mode] + "/health", timeout=60)
-        results = {}
+        results, classes = {}, None
         for name in args.scenarios:
+            if CLASSES[name] != classes:  # and before the first scenario: the gateways learn the tenants
+                _set_classes(control_plane, gateways, CLASSES[name])
+                classes = CLASSES[name]
             if name == "priority":
-                _set_classes(control_plane, gateways, CLASSES[name])
                 results["unloaded_interactive_quiet"] = asyncio.run(unloaded(gateways["preemption"], args))
-            elif "unloaded_quiet" not in results:
-                _set_classes(control_plane, gateways, CLASSES[name])
+            elif name != "overload" and "unloaded_quiet" not in results:
                 results["unloaded_quiet"] = asyncio.run(unloaded(gateways["preemption"], args))
             # Alternate the order so that drift on a shared machine does not favour one gateway.
             order = [mode for mode in ("before", "admission", "preemption", "baseline") if mode in gateways]
             order = order if name != "fairness" else order[::-1]
             results[name] = {}
+            if name == "overload":
+                rate = asyncio.run(capacity(gateways["admission"], args))
+                results[name]["capacity_rps"] = round(rate, 2)
+                for mode in order:
+                    at_1x, at_2x = (asyncio.run(overload(gateways[mode], args, factor * rate)) for factor in (1, 2))
+                    results[name][mode] = {"1x": at_1x, "2x": at_2x, "goodput_2x_vs_1x": _ratio(
+                        at_2x["goodput_rps"], at_1x["goodput_rps"])}
+                continue
             for mode in order:
                 if mode == "baseline" and name != "priority":
                     continue
@@ -318,9 +214,12 @@ def run(args) -> dict:
         if mode != "before":
             goals[f"fairness: token shares within 20% of each other ({mode})"] = (
                 min(shares.values()) >= 0.8 * max(shares.values()))
+    for mode, result in results.get("overload", {}).items():
+        if mode not in ("before", "capacity_rps") and result["goodput_2x_vs_1x"] is not None:
+            goals[f"overload: goodput at 2x >= 0.9x at 1x ({mode})"] = result["goodput_2x_vs_1x"] >= 0.9
     iso = results.get("isolation", {})
     worker = {"simulated": args.profile} if args.model is None else {"model": args.model, "dtype": "float32"}
-    return {"benchmark": "gateway_tenants", "worker": worker, "slots": args.slots, "headroom": _headroom(args),
+    return {"benchmark": "gateway_tenants", "worker": worker, "slots": args.slots, "headroom": headroom(args),
             "noisy_streams": args.noisy_streams or 4 * args.slots, "long_tokens": args.long_tokens,
             "short_tokens": args.short_tokens, "duration_s": args.duration, **results,
             "speedup_quiet_e2e_p50": _ratio(iso.get("before", {}).get("quiet_e2e_p50_s"),

@@ -14,7 +14,12 @@ straight away, up to its class's deadline (`--queue-deadline`); when a slot free
    none is), so time spent idle earns no credit to spend later in a burst. A tie (which the lift makes) goes to
    the tenant holding fewer slots, whose counter grows slower from now on: else a quiet tenant lifted beside a
    flood waits behind it, and so does preemption, until the flood's next tokens are charged;
-3. within the tenant, its oldest request.
+3. within the tenant, its oldest request; but in an overloaded band, its newest: a band is overloaded while one of
+   its requests has waited OVERLOAD_SHARE of its class's deadline. There more arrives than the fleet serves, and in
+   arrival order every request would wait about the deadline and most would miss it (the TTFT of those served is the
+   deadline: goodput collapses). Newest first (adaptive LIFO, as Facebook's queues do, "Fail at Scale", 2015), those
+   served are served soon, and the oldest, which would be late anyway, reach the deadline and are shed. A preempted
+   request going back (at the front of its tenant's queue) still goes first.
 
 Shed: 429 `queue_full` when `--admission-queue` requests already wait (0: admission steps aside and a full fleet
 answers the router's straight 429 `overloaded`, as before there was a queue), 503
@@ -47,6 +52,8 @@ DEFAULT_MAX_QUEUED = 1024
 # worker keep its batch full between one request's end and the next one's dispatch (docs/performance.md, tenants).
 DEFAULT_HEADROOM = 2
 DEFAULT_DEADLINES = {"interactive": 10.0, "standard": 30.0, "batch": 120.0}
+# A band whose oldest waiting request has waited this share of its deadline dispatches newest first (docstring, 3.).
+OVERLOAD_SHARE = 0.5
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 SHED_REASONS = ("queue_full", "queue_timeout")
 RETRY_AFTER = "1"
@@ -97,14 +104,27 @@ class FairQueue:
     def _next_tenant(self, band: dict[str, deque[Waiter]]) -> str:
         return min(band, key=lambda t: (self.counters[t], self.holding.get(t, 0)))
 
-    def pop(self) -> Waiter | None:
-        """The next request to dispatch (module docstring), or None when none waits."""
+    def overloaded(self, priority_class: str, now: float) -> bool:
+        """Whether one of the band's requests (not a preempted one going back) has waited OVERLOAD_SHARE of its
+        deadline by `now`."""
+        for queue in self.bands[priority_class].values():
+            for waiter in queue:  # the oldest first, after any preempted ones at the front
+                if not waiter.requeued:
+                    if now - waiter.enqueued >= OVERLOAD_SHARE * (waiter.deadline - waiter.enqueued):
+                        return True
+                    break
+        return False
+
+    def pop(self, now: float | None = None) -> Waiter | None:
+        """The next request to dispatch (module docstring), or None when none waits. Without `now`, each tenant's
+        oldest (no band is judged overloaded)."""
         for priority_class, band in self.bands.items():
             if not band:
                 continue
             tenant = self._next_tenant(band)
             queue = band[tenant]
-            waiter = queue.popleft()
+            newest = now is not None and not queue[0].requeued and self.overloaded(priority_class, now)
+            waiter = queue.pop() if newest else queue.popleft()
             if not queue:
                 del band[tenant]
             self.last_counter[priority_class] = self.counters[tenant]
@@ -269,7 +289,7 @@ class Admission:
         """Hand free slots to waiters, in FairQueue order. Called when a slot frees and when capacity may have
         grown (a worker came back)."""
         while self.queue.num_queued and self.has_room():
-            waiter = self.queue.pop()
+            waiter = self.queue.pop(self.clock())
             if waiter.future.done():  # cancelled between its wake-up and its removal
                 continue
             if waiter.requeued:
@@ -324,5 +344,13 @@ class AdmissionCollector(Collector):
         capacity = GaugeMetricFamily("tandem_gateway_admission_capacity", "Requests that may run at once "
                                      "(each ready streaming worker's max_num_seqs + headroom, summed).", labels=base)
         capacity.add_metric(["gateway", self.model], admission.capacity())
-        yield from (length, wait, shed, running, capacity)
+        overloaded = GaugeMetricFamily("tandem_gateway_queue_overloaded", "1 while a class's band dispatches "
+                                       f"newest first: one of its requests waited {OVERLOAD_SHARE:.0%} of its "
+                                       "deadline.",
+                                       labels=[*base, "class"])
+        now = admission.clock()
+        for priority_class in BANDS:
+            overloaded.add_metric(["gateway", self.model, priority_class],
+                                  int(admission.queue.overloaded(priority_class, now)))
+        yield from (length, wait, shed, running, capacity, overloaded)
 
