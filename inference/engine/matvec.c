@@ -3,68 +3,20 @@
    y[t, n] = sum_k W[n, k] * x[t, k] (+ bias[n]) for a few tokens t, W row-major [N, K] in float32 or bfloat16, as a
    model file lays a linear's weight out. A decode step multiplies one token per sequence by every weight once, so it
    is bound by how fast the weights stream from memory: the rows are read once, in order, and every token of the
-   step is multiplied with a row while it is in L1 (one pass over the weights whatever the number of tokens). One thread reads at about the rate a plain sum reads memory; torch's
-   one-token matmul (MKL's) reads at about half of it (docs/performance.md).
+   step is multiplied with a row while it is in L1 (one pass over the weights whatever the number of tokens). One
+   thread reads at about the rate a plain sum reads memory; torch's one-token matmul (MKL's) reads at about half of
+   it (docs/performance.md).
 
    Arithmetic: products and sums in float32 (bfloat16 weights and inputs widened exactly), the result rounded once
    to the output dtype (round to nearest even). Sums run in another order than MKL's or oneDNN's, so values are not
    bit-identical to torch's; greedy tokens are (tests/inference/engine/test_matvec.py).
 
-   One file, no -march: each kernel is compiled for its own instruction set (target attributes) and picked at run
-   time from what the CPU reports (AVX-512F, else AVX2 with FMA); tandem_matvec_isa() says which, 0 for neither
+   No -march: each kernel is compiled for its own instruction set (target attributes) and picked at run time from
+   what the CPU reports (kernels.h: AVX-512F, else AVX2 with FMA); tandem_matvec_isa() says which, 0 for neither
    (the engine then keeps torch's matmul). */
-#include <immintrin.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
+#include "kernels.h"
 
-enum { DT_F32 = 0, DT_BF16 = 1 };
-
-static int isa = -1;
-
-static int detected_isa(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") ? 2
-           : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
-}
-
-int tandem_matvec_isa(void) {
-    if (isa < 0) isa = detected_isa();
-    return isa;
-}
-
-/* Run no wider instruction set than `max` (1: AVX2, 2: AVX-512F), as ONEDNN_MAX_CPU_ISA does for oneDNN: where
-   AVX-512 lowers the clock, or to check the AVX2 kernels on an AVX-512 CPU. Returns the set now used. */
-int tandem_matvec_cap_isa(int max) {
-    int found = detected_isa();
-    isa = found < max ? found : max;
-    return isa;
-}
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {  /* round to nearest even, as torch's .to(torch.bfloat16) */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  /* NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float load_scalar(int dtype, const void *p, int64_t i) {
-    return dtype == DT_F32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static inline void store_scalar(int dtype, void *p, int64_t i, float v) {
-    if (dtype == DT_F32) ((float *)p)[i] = v;
-    else ((uint16_t *)p)[i] = f32_to_bf16(v);
-}
+TANDEM_ISA_FUNCTIONS(tandem_matvec)
 
 /* Each kernel computes one row for every token: the row is read from memory once (the rows of a matrix one after
    another are one sequential stream, which the hardware prefetcher follows at a plain sum's rate; four rows side by

@@ -43,7 +43,10 @@ def _build(cc: str, source: Path, target: Path) -> None:
 
 def build(source: Path) -> tuple[Path | None, str | None]:
     """(the shared library's path, None), built if not cached, or (None, why it could not be built)."""
-    digest = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    # The headers beside the source (kernels.h) go into the key too: a kernel includes them.
+    parts = [source.read_bytes(), *(header.read_bytes() for header in sorted(source.parent.glob("*.h"))),
+             " ".join(FLAGS).encode()]
+    digest = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     target = cache_dir() / f"{source.stem}-{digest}.so"
     if target.exists():
         return target, None
