@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from inference.engine.paged_attention import PagedDecode
+
 
 class PrefillAttention:
     """Causal attention within each packed sequence: one SDPA call per sequence and layer.
@@ -77,17 +79,24 @@ class DecodeAttention:
     that head ([B, Hkv, G, D], no causal mask) instead of asking SDPA to broadcast K/V (enable_gqa). Same result; on
     CPU the grouped form is ~10% faster in float32 and 6x faster in bfloat16, where SDPA's GQA path with a mask falls
     off its fast kernel (measured at 16 sequences of ~200 tokens, SmolLM2's 9 query / 3 KV heads).
+
+    With `kernel` (Tandem's paged kernel bound to this step, paged_attention.py), the kernel reads K/V in place
+    instead: no gather, no mask (`mask` may then be None).
     """
 
-    def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, mask: torch.Tensor):
+    def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                 mask: torch.Tensor | None, kernel: PagedDecode | None = None):
         self.k_cache, self.v_cache = k_cache, v_cache  # [L, N, bs, Hkv, D]
         self.block_tables = block_tables  # [B, M]
         # [B, 1, 1, S], S = M * block_size: True where a key is in the context, as 0 / -inf in the cache's dtype once
         # per step (what SDPA would turn a boolean mask into in every layer's call).
-        self.mask = _additive(mask, k_cache.dtype)
+        self.mask = None if mask is None else _additive(mask, k_cache.dtype)
+        self.kernel = kernel
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         # q: [B, Hq, D] (k, v of this token are already in the cache)  ->  [B, Hq, D]
+        if self.kernel is not None:
+            return self.kernel(layer_id, q, scale)
         num_seqs, num_table_blocks = self.block_tables.shape
         _, _, block_size, num_kv_heads, head_dim = self.k_cache.shape
         num_heads = q.shape[1]

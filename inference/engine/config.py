@@ -22,6 +22,8 @@ WEIGHT_LAYOUTS = ("auto", "as_loaded", "transposed")
 # matvec.c: it streams the weights at about the rate a plain sum reads memory, ~1.8x torch's one-token matmul in
 # float32, ~2.5x in bfloat16; values not bit-identical, greedy tokens identical), "torch" (torch's matmul), "auto":
 # the kernel where it runs (float32 or bfloat16 on a CPU with AVX2+FMA or AVX-512F and a C compiler), else torch.
+# The same setting covers the decode rows' attention (paged_attention.c: K/V read in place from the cache; "torch":
+# torch's gather and SDPA).
 MATVECS = ("auto", "tandem", "torch")
 # What a worker says (/info) about the outputs of a quantized model.
 QUANTIZATION_NOTES = {"int8": "int8 weights: outputs are not bit-identical to the unquantized model (greedy tokens "

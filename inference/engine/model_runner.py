@@ -25,6 +25,7 @@ from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.lean_decode import LeanDecoder, normed_projection
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
 from inference.engine.matvec import choose_matvec
+from inference.engine.paged_attention import PagedDecode, choose_decode_attention
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
 from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
@@ -109,8 +110,6 @@ class ModelRunner:
             else:
                 log.warning("lean decode: using the reference forward: %s", reason)
         self.weight_bytes = weight_bytes(self.model)  # what the weights hold now, quantized or not
-        # Tensor ops of one single-stream decode step (step_ops.py); a prefill engine runs none.
-        self.decode_step_ops = count_decode_step_ops(self) if config.role is not Role.PREFILL else None
         # compile: the decode step's forward compiled and warmed up here, before the engine serves (compilation.py).
         self._compiled_decode_forward = None
         self.compile_info: dict = {"enabled": False, "backend": None, "mode": None, "warmup_s": 0.0, "fallback": None,
@@ -119,6 +118,14 @@ class ModelRunner:
             self.compile_info["fallback"] = "a prefill engine runs no decode step: nothing to compile"
         elif config.compile:
             self._compiled_decode_forward, self.compile_info = compile_decode(self)
+        # Who computes the decode rows' attention (paged_attention.py): Tandem's kernel, reading K/V in place, or
+        # torch's gather and SDPA. The `matvec` setting covers it with the linears; a compiled step keeps torch's.
+        self.paged_attention, reason = choose_decode_attention(
+            config.matvec, dtype=self.dtype, device=self.device, head_dim=self.head_dim,
+            compiled=self._compiled_decode_forward is not None)
+        self.decode_attention_info = {"kernel": "tandem" if self.paged_attention else "torch", "reason": reason}
+        # Tensor ops of one single-stream decode step (step_ops.py); a prefill engine runs none.
+        self.decode_step_ops = count_decode_step_ops(self) if config.role is not Role.PREFILL else None
 
     def _norm_lm_head(self):
         norm, lm_head = self.model.model.norm, kernel_projection(self.matvec, self.model.lm_head)
@@ -252,15 +259,20 @@ class ModelRunner:
         bs = self.block_size
         context_lens = context_lens or [seq.num_tokens for seq in seqs]
         # Every table is cut or padded to the blocks of the longest context; padding points at block 0, whose
-        # contents are read but masked out (a decode-role table may be longer: it reserves the whole request).
+        # contents torch's path reads but masks out (the kernel reads only each context's own blocks; a decode-role
+        # table may be longer: it reserves the whole request).
         num_table_blocks = pad_num_table_blocks(-(-max(context_lens) // bs), self.device,
                                                 self._compiled_decode_forward is not None)
         tables = [(seq.block_table + [0] * num_table_blocks)[:num_table_blocks] for seq in seqs]
+        tables = self._tensor(tables).view(len(seqs), num_table_blocks)  # [B, M]
         context = self._tensor(context_lens)  # [B]
+        if self.paged_attention is not None:  # made once here, read by every layer: no mask
+            kernel = PagedDecode(self.paged_attention, self.k_cache, self.v_cache, tables, context,
+                                 torch.get_num_threads())
+            return DecodeAttention(self.k_cache, self.v_cache, tables, None, kernel)
         span = torch.arange(num_table_blocks * bs, device=self.device)  # [S]
         mask = (span.unsqueeze(0) < context.unsqueeze(1))[:, None, None, :]  # [B, 1, 1, S]
-        return DecodeAttention(self.k_cache, self.v_cache, self._tensor(tables).view(len(seqs), num_table_blocks),
-                               mask)
+        return DecodeAttention(self.k_cache, self.v_cache, tables, mask)
 
     # -- forward --------------------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from inference.engine.attention import DecodeAttention
+from inference.engine.paged_attention import PagedDecode
 
 
 class CountOps(TorchDispatchMode):
@@ -26,14 +27,20 @@ def count_decode_step_ops(runner) -> int:
     """Aten calls of one decode step of one sequence at position 0 (in KV block 0, zeroed after): the eager forward
     decode steps run (the lean one where built; a compiled step fuses these into fewer kernels), the final norm and
     lm_head. Sampling is left out: it depends on the request's parameters. A projection through Tandem's matvec kernel
-    (matvec.py) counts as the one tensor it allocates: the kernel's own work is no aten call."""
+    (matvec.py) counts as the one tensor it allocates, the paged attention kernel (paged_attention.py) as its own:
+    the kernels' own work is no aten call."""
     device = runner.device
     # Three tensors, as a real step has (and a compiled graph's guards want).
     input_ids, positions, slot_mapping = (torch.zeros(1, dtype=torch.long, device=device) for _ in range(3))
     tables = torch.zeros(1, 1, dtype=torch.long, device=device)  # [B, M]
     mask = torch.zeros(1, 1, 1, runner.block_size, dtype=torch.bool, device=device)  # [B, 1, 1, S]
     mask[..., 0] = True  # the one token written
-    attention = DecodeAttention(runner.k_cache, runner.v_cache, tables, mask)
+    if runner.paged_attention is not None:  # Tandem's kernel, as the runner's decode steps run it: no mask
+        kernel = PagedDecode(runner.paged_attention, runner.k_cache, runner.v_cache, tables,
+                             torch.ones(1, dtype=torch.long), torch.get_num_threads())
+        attention = DecodeAttention(runner.k_cache, runner.v_cache, tables, None, kernel)
+    else:
+        attention = DecodeAttention(runner.k_cache, runner.v_cache, tables, mask)
     forward = runner.lean_decoder.forward if runner.lean_decoder else runner._forward
     try:
         with CountOps() as count:

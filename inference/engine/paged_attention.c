@@ -1,0 +1,435 @@
+/* Tandem's paged decode-attention kernel for CPU decode steps (inference/engine/paged_attention.py loads it).
+
+   One new token per sequence against its cached context, read in place from the paged KV cache: key position t of
+   sequence b is row t % bs of block block_tables[b][t / bs] of the layer's cache [N, bs, Hkv, D] (D contiguous). The
+   G = Hq / Hkv query heads that share KV head h (query head h * G + g reads KV head h, Hugging Face's repeat_kv
+   order) are computed together, so each K and V row is read from memory once per step and layer, not gathered into
+   a padded copy first (what torch's path does: index_select of every block, a mask, SDPA).
+
+   Per (sequence, KV head): scores s[g][t] = (scale * q[g]) . k[t]; softmax with the maximum subtracted; the weighted
+   sum of V rows; divided by the softmax's sum. Arithmetic in float32 (bfloat16 caches and queries widened exactly,
+   the output rounded once, to nearest even as torch rounds); exp is a polynomial within ~2 float32 ulps of expf.
+   Sums run in another order than SDPA's, so values are not bit-identical to torch's (within float32 rounding;
+   bfloat16: within one rounding of the output); greedy tokens are (tests/inference/engine/test_paged_attention.py).
+
+   No -march: each kernel is compiled for its own instruction set (target attributes) and picked at run time
+   (kernels.h: AVX-512F, else AVX2 with FMA); tandem_paged_attention_isa() says which, 0 for neither. */
+#include "kernels.h"
+
+TANDEM_ISA_FUNCTIONS(tandem_paged_attention)
+
+/* One task, a sequence's KV heads (all of them, or one): what the per-ISA kernels read and write. */
+typedef struct {
+    const char *k, *v;       /* the layer's caches [N, bs, Hkv, D], at the task's first KV head */
+    int64_t H;               /* the task's KV heads, one after another in each position's row */
+    const int64_t *table;    /* the sequence's blocks [>= ceil(n / bs)] */
+    int64_t n;               /* context length */
+    int64_t bs;              /* block size */
+    size_t row_bytes;        /* bytes from one position's row to the next (Hkv * D elements) */
+    size_t block_bytes;      /* bytes of one block (bs * Hkv * D elements) */
+    size_t head_bytes;       /* bytes of one KV head's part of a row (D elements) */
+    int64_t G, D;            /* query heads per KV head; head dim, a multiple of 16 */
+    const float *q;          /* [H * G, D]: the queries, widened and multiplied by the scale */
+    float *scores;           /* [H * G, n]: scores, then unnormalized probabilities */
+    float *acc;              /* [H * G, D]: the output */
+    float *sums;             /* [H * G]: the softmax's sums */
+} Task;
+
+/* exp(x) as Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for exp(r), times 2^n. Inputs
+   below -87 give exp(-87) (~1.6e-38, nothing beside a maximum's 1); NaN stays NaN. */
+#define EXP_CONSTANTS                                                                                               \
+    const float lo = -87.0f, log2e = 1.44269504088896341f, c1 = 0.693359375f, c2 = -2.12194440e-4f;               \
+    const float p0 = 1.9875691500e-4f, p1 = 1.3981999507e-3f, p2 = 8.3334519073e-3f, p3 = 4.1665795894e-2f,        \
+                p4 = 1.6666665459e-1f, p5 = 5.0000001201e-1f;
+
+/* Part `part` of `parts` of a block's bytes into the caches: the next block's, while this one is computed. Blocks lie
+   anywhere in the pool, so the hardware prefetcher, which follows a stream within a block, cannot guess the next
+   (measured: a call 1.2-1.4x faster with it; two blocks ahead no better, nor prefetcht1/t2). */
+static inline void prefetch_part(const char *block, size_t bytes, int64_t part, int64_t parts) {
+    size_t end = bytes * (size_t)(part + 1) / (size_t)parts;
+    for (size_t o = bytes * (size_t)part / (size_t)parts & ~(size_t)63; o < end; o += 64)
+        __builtin_prefetch(block + o, 0, 3);
+}
+
+/* ---- AVX-512F -------------------------------------------------------------------------------------------------- */
+
+__attribute__((target("avx512f")))
+static inline __m512 load16_512(int dtype, const char *row, int64_t d) {
+    if (dtype == DT_F32) return _mm512_loadu_ps((const float *)row + d);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f")))
+static inline __m256 fold_512(__m512 a) {  /* 16 partial sums -> 8 */
+    return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+/* Eight vectors of partial sums -> their eight sums, in order: one tree of horizontal adds instead of a full
+   reduction per dot product (which cost as much as the products at D = 64). */
+__attribute__((target("avx2")))
+static inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+                           __m256 a7) {
+    __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));  /* [a0..a3 low; a0..a3 high] */
+    __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
+__attribute__((target("avx2")))
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx512f")))
+static inline __m512 exp_512(__m512 x) {
+    EXP_CONSTANTS
+    x = _mm512_max_ps(_mm512_set1_ps(lo), x);  /* max(lo, NaN) is NaN: the second operand */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(log2e)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c1), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c2), r);
+    __m512 p = _mm512_set1_ps(p0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p5));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+__attribute__((target("avx512f"), always_inline))
+static inline void task_avx512_as(int dtype, const Task *p) {
+    const int64_t n = p->n, bs = p->bs, G = p->G, D = p->D, HG = p->H * p->G;
+    const size_t rb = p->row_bytes;
+    /* 1. Scores, a block at a time: eight keys' dot products side by side, reduced together. */
+    for (int64_t j = 0, t0 = 0; t0 < n; j++, t0 += bs) {
+        const int64_t m = n - t0 < bs ? n - t0 : bs;
+        for (int64_t g = 0; g < HG; g++) {  /* query row g reads KV head g / G */
+            const char *kb = p->k + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
+            const float *q = p->q + g * D;
+            float *s = p->scores + g * n + t0;
+            if (t0 + bs < n) prefetch_part(p->k + (size_t)p->table[j + 1] * p->block_bytes, p->block_bytes, g, HG);
+            int64_t i = 0;
+            for (; i + 8 <= m; i += 8) {
+                const char *r = kb + (size_t)i * rb;
+                __m512 a[8];
+                for (int u = 0; u < 8; u++) a[u] = _mm512_setzero_ps();
+                for (int64_t d = 0; d < D; d += 16) {
+                    __m512 qv = _mm512_loadu_ps(q + d);
+                    for (int u = 0; u < 8; u++) a[u] = _mm512_fmadd_ps(load16_512(dtype, r + u * rb, d), qv, a[u]);
+                }
+                _mm256_storeu_ps(s + i, hsum8(fold_512(a[0]), fold_512(a[1]), fold_512(a[2]), fold_512(a[3]),
+                                              fold_512(a[4]), fold_512(a[5]), fold_512(a[6]), fold_512(a[7])));
+            }
+            for (; i < m; i++) {
+                __m512 a = _mm512_setzero_ps();
+                for (int64_t d = 0; d < D; d += 16)
+                    a = _mm512_fmadd_ps(load16_512(dtype, kb + (size_t)i * rb, d), _mm512_loadu_ps(q + d), a);
+                s[i] = _mm512_reduce_add_ps(a);
+            }
+        }
+    }
+    /* 2. Softmax numerators in place, each query's maximum subtracted; sums kept for the end. */
+    for (int64_t g = 0; g < HG; g++) {
+        float *s = p->scores + g * n;
+        __m512 mv = _mm512_set1_ps(-INFINITY);
+        int64_t t = 0;
+        for (; t + 16 <= n; t += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + t));
+        float mx = _mm512_reduce_max_ps(mv);
+        for (; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+        __m512 mb = _mm512_set1_ps(mx), sv = _mm512_setzero_ps();
+        for (t = 0; t + 16 <= n; t += 16) {
+            __m512 e = exp_512(_mm512_sub_ps(_mm512_loadu_ps(s + t), mb));
+            _mm512_storeu_ps(s + t, e);
+            sv = _mm512_add_ps(sv, e);
+        }
+        float sum = _mm512_reduce_add_ps(sv);
+        for (; t < n; t++) {
+            s[t] = expf(s[t] - mx);
+            sum += s[t];
+        }
+        p->sums[g] = sum;
+    }
+    /* 3. The weighted sum of V, a block at a time (its rows stay in L1 for every query head), 64 columns of the
+       output in registers at once, two keys at a time into two sets of sums (eight chains of FMAs hide their
+       latency: ~1.2x faster than four). */
+    memset(p->acc, 0, sizeof(float) * (size_t)(HG * D));
+    for (int64_t j = 0, t0 = 0; t0 < n; j++, t0 += bs) {
+        const int64_t m = n - t0 < bs ? n - t0 : bs;
+        for (int64_t g = 0; g < HG; g++) {
+            const char *vb = p->v + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
+            const float *w = p->scores + g * n + t0;
+            float *o = p->acc + g * D;
+            if (t0 + bs < n) prefetch_part(p->v + (size_t)p->table[j + 1] * p->block_bytes, p->block_bytes, g, HG);
+            int64_t d = 0;
+            for (; d + 64 <= D; d += 64) {
+                __m512 a0 = _mm512_loadu_ps(o + d), a1 = _mm512_loadu_ps(o + d + 16);
+                __m512 a2 = _mm512_loadu_ps(o + d + 32), a3 = _mm512_loadu_ps(o + d + 48);
+                __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+                int64_t i = 0;
+                for (; i + 2 <= m; i += 2) {
+                    const char *r = vb + (size_t)i * rb, *r1 = r + rb;
+                    __m512 wv = _mm512_set1_ps(w[i]), wv1 = _mm512_set1_ps(w[i + 1]);
+                    a0 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d), a0);
+                    a1 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d + 16), a1);
+                    a2 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d + 32), a2);
+                    a3 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d + 48), a3);
+                    b0 = _mm512_fmadd_ps(wv1, load16_512(dtype, r1, d), b0);
+                    b1 = _mm512_fmadd_ps(wv1, load16_512(dtype, r1, d + 16), b1);
+                    b2 = _mm512_fmadd_ps(wv1, load16_512(dtype, r1, d + 32), b2);
+                    b3 = _mm512_fmadd_ps(wv1, load16_512(dtype, r1, d + 48), b3);
+                }
+                if (i < m) {
+                    const char *r = vb + (size_t)i * rb;
+                    __m512 wv = _mm512_set1_ps(w[i]);
+                    a0 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d), a0);
+                    a1 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d + 16), a1);
+                    a2 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d + 32), a2);
+                    a3 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d + 48), a3);
+                }
+                _mm512_storeu_ps(o + d, _mm512_add_ps(a0, b0));
+                _mm512_storeu_ps(o + d + 16, _mm512_add_ps(a1, b1));
+                _mm512_storeu_ps(o + d + 32, _mm512_add_ps(a2, b2));
+                _mm512_storeu_ps(o + d + 48, _mm512_add_ps(a3, b3));
+            }
+            for (; d < D; d += 16) {
+                __m512 a0 = _mm512_loadu_ps(o + d);
+                for (int64_t i = 0; i < m; i++)
+                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), load16_512(dtype, vb + (size_t)i * rb, d), a0);
+                _mm512_storeu_ps(o + d, a0);
+            }
+        }
+    }
+    for (int64_t g = 0; g < HG; g++) {
+        __m512 inv = _mm512_set1_ps(1.0f / p->sums[g]);
+        for (int64_t d = 0; d < D; d += 16)
+            _mm512_storeu_ps(p->acc + g * D + d, _mm512_mul_ps(_mm512_loadu_ps(p->acc + g * D + d), inv));
+    }
+}
+
+__attribute__((target("avx512f")))
+static void task_avx512(int dtype, const Task *p) {  /* one copy of the loops per dtype, without a branch inside */
+    if (dtype == DT_F32) task_avx512_as(DT_F32, p);
+    else task_avx512_as(DT_BF16, p);
+}
+
+/* ---- AVX2 + FMA ------------------------------------------------------------------------------------------------ */
+
+__attribute__((target("avx2,fma")))
+static inline __m256 load8_256(int dtype, const char *row, int64_t d) {
+    if (dtype == DT_F32) return _mm256_loadu_ps((const float *)row + d);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2,fma")))
+static inline __m256 exp_256(__m256 x) {
+    EXP_CONSTANTS
+    x = _mm256_max_ps(_mm256_set1_ps(lo), x);  /* max(lo, NaN) is NaN: the second operand */
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c1), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c2), r);
+    __m256 p = _mm256_set1_ps(p0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2")))
+static inline float hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline void task_avx2_as(int dtype, const Task *p) {
+    const int64_t n = p->n, bs = p->bs, G = p->G, D = p->D, HG = p->H * p->G;
+    const size_t rb = p->row_bytes;
+    /* 1. Scores, a block at a time: eight keys' dot products side by side, reduced together. */
+    for (int64_t j = 0, t0 = 0; t0 < n; j++, t0 += bs) {
+        const int64_t m = n - t0 < bs ? n - t0 : bs;
+        for (int64_t g = 0; g < HG; g++) {  /* query row g reads KV head g / G */
+            const char *kb = p->k + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
+            const float *q = p->q + g * D;
+            float *s = p->scores + g * n + t0;
+            if (t0 + bs < n) prefetch_part(p->k + (size_t)p->table[j + 1] * p->block_bytes, p->block_bytes, g, HG);
+            int64_t i = 0;
+            for (; i + 8 <= m; i += 8) {
+                const char *r = kb + (size_t)i * rb;
+                __m256 a[8];
+                for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
+                for (int64_t d = 0; d < D; d += 8) {
+                    __m256 qv = _mm256_loadu_ps(q + d);
+                    for (int u = 0; u < 8; u++) a[u] = _mm256_fmadd_ps(load8_256(dtype, r + u * rb, d), qv, a[u]);
+                }
+                _mm256_storeu_ps(s + i, hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
+            }
+            for (; i < m; i++) {
+                __m256 a = _mm256_setzero_ps();
+                for (int64_t d = 0; d < D; d += 8)
+                    a = _mm256_fmadd_ps(load8_256(dtype, kb + (size_t)i * rb, d), _mm256_loadu_ps(q + d), a);
+                s[i] = hsum(a);
+            }
+        }
+    }
+    /* 2. Softmax numerators in place, each query's maximum subtracted; sums kept for the end. */
+    for (int64_t g = 0; g < HG; g++) {
+        float *s = p->scores + g * n;
+        __m256 mv = _mm256_set1_ps(-INFINITY);
+        int64_t t = 0;
+        for (; t + 8 <= n; t += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + t));
+        float mx = hmax(mv);
+        for (; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+        __m256 mb = _mm256_set1_ps(mx), sv = _mm256_setzero_ps();
+        for (t = 0; t + 8 <= n; t += 8) {
+            __m256 e = exp_256(_mm256_sub_ps(_mm256_loadu_ps(s + t), mb));
+            _mm256_storeu_ps(s + t, e);
+            sv = _mm256_add_ps(sv, e);
+        }
+        float sum = hsum(sv);
+        for (; t < n; t++) {
+            s[t] = expf(s[t] - mx);
+            sum += s[t];
+        }
+        p->sums[g] = sum;
+    }
+    /* 3. The weighted sum of V, a block at a time, 32 columns of the output in registers, two keys at a time. */
+    memset(p->acc, 0, sizeof(float) * (size_t)(HG * D));
+    for (int64_t j = 0, t0 = 0; t0 < n; j++, t0 += bs) {
+        const int64_t m = n - t0 < bs ? n - t0 : bs;
+        for (int64_t g = 0; g < HG; g++) {
+            const char *vb = p->v + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
+            const float *w = p->scores + g * n + t0;
+            float *o = p->acc + g * D;
+            if (t0 + bs < n) prefetch_part(p->v + (size_t)p->table[j + 1] * p->block_bytes, p->block_bytes, g, HG);
+            int64_t d = 0;
+            for (; d + 32 <= D; d += 32) {
+                __m256 a0 = _mm256_loadu_ps(o + d), a1 = _mm256_loadu_ps(o + d + 8);
+                __m256 a2 = _mm256_loadu_ps(o + d + 16), a3 = _mm256_loadu_ps(o + d + 24);
+                __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+                int64_t i = 0;
+                for (; i + 2 <= m; i += 2) {
+                    const char *r = vb + (size_t)i * rb, *r1 = r + rb;
+                    __m256 wv = _mm256_set1_ps(w[i]), wv1 = _mm256_set1_ps(w[i + 1]);
+                    a0 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d), a0);
+                    a1 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d + 8), a1);
+                    a2 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d + 16), a2);
+                    a3 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d + 24), a3);
+                    b0 = _mm256_fmadd_ps(wv1, load8_256(dtype, r1, d), b0);
+                    b1 = _mm256_fmadd_ps(wv1, load8_256(dtype, r1, d + 8), b1);
+                    b2 = _mm256_fmadd_ps(wv1, load8_256(dtype, r1, d + 16), b2);
+                    b3 = _mm256_fmadd_ps(wv1, load8_256(dtype, r1, d + 24), b3);
+                }
+                if (i < m) {
+                    const char *r = vb + (size_t)i * rb;
+                    __m256 wv = _mm256_set1_ps(w[i]);
+                    a0 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d), a0);
+                    a1 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d + 8), a1);
+                    a2 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d + 16), a2);
+                    a3 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d + 24), a3);
+                }
+                _mm256_storeu_ps(o + d, _mm256_add_ps(a0, b0));
+                _mm256_storeu_ps(o + d + 8, _mm256_add_ps(a1, b1));
+                _mm256_storeu_ps(o + d + 16, _mm256_add_ps(a2, b2));
+                _mm256_storeu_ps(o + d + 24, _mm256_add_ps(a3, b3));
+            }
+            for (; d < D; d += 8) {
+                __m256 a0 = _mm256_loadu_ps(o + d);
+                for (int64_t i = 0; i < m; i++)
+                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), load8_256(dtype, vb + (size_t)i * rb, d), a0);
+                _mm256_storeu_ps(o + d, a0);
+            }
+        }
+    }
+    for (int64_t g = 0; g < HG; g++) {
+        __m256 inv = _mm256_set1_ps(1.0f / p->sums[g]);
+        for (int64_t d = 0; d < D; d += 8)
+            _mm256_storeu_ps(p->acc + g * D + d, _mm256_mul_ps(_mm256_loadu_ps(p->acc + g * D + d), inv));
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void task_avx2(int dtype, const Task *p) {
+    if (dtype == DT_F32) task_avx2_as(DT_F32, p);
+    else task_avx2_as(DT_BF16, p);
+}
+
+/* ---- entry point ----------------------------------------------------------------------------------------------- */
+
+/* The calling thread's scratch (inside the parallel loop, each OpenMP thread's own): grows, never shrinks; a few KB
+   to a few hundred KB per thread (the scores of one task: its query rows x its context), for the thread's life. */
+static float *scratch(size_t floats) {
+    static _Thread_local float *buffer = NULL;
+    static _Thread_local size_t buffer_floats = 0;
+    if (floats > buffer_floats) {
+        float *grown = realloc(buffer, sizeof(float) * floats);
+        if (!grown) return NULL;
+        buffer = grown;
+        buffer_floats = floats;
+    }
+    return buffer;
+}
+
+/* out[b, h * G + g, :] for every sequence b < B, KV head h < Hkv, g < G = Hq / Hkv:
+   q, out: [B, Hq, D] contiguous; k_cache, v_cache: one layer's [N, bs, Hkv, D] contiguous; block_tables: [B, M] at
+   row stride ldt; context_lens: [B], each >= 1 and <= M * bs; all tensors in `dtype` but the int64 tables and
+   lengths. Returns 0, or -1 when the CPU has neither instruction set, -2 when scratch cannot grow, -3 when D is not
+   a multiple of 16 or Hq not one of Hkv (nothing written for -1 and -3). */
+int tandem_paged_attention(int dtype, const void *q, void *out, const void *k_cache, const void *v_cache,
+                           const int64_t *block_tables, int64_t ldt, const int64_t *context_lens, int64_t B,
+                           int64_t Hq, int64_t Hkv, int64_t D, int64_t bs, float scale, int num_threads) {
+    int which = tandem_paged_attention_isa();
+    if (which == 0) return -1;
+    if (D % 16 != 0 || Hkv <= 0 || Hq % Hkv != 0) return -3;
+    const int64_t G = Hq / Hkv;
+    const size_t esize = dtype == DT_F32 ? 4 : 2;
+    int64_t work = 0;  /* elements of K and V read */
+    for (int64_t b = 0; b < B; b++) work += context_lens[b] * Hkv * D;
+    const int parallel = num_threads > 1 && work >= 65536;
+    /* A task is a sequence's KV heads together, so that each block (bs rows of Hkv * D elements) is read as one
+       contiguous stream; a head's rows alone are a strided read (one head in Hkv), which measured ~1.5x slower a
+       call. With fewer sequences than threads, a task is one KV head, so that the threads share the heads. */
+    const int64_t H = parallel && B < num_threads ? 1 : Hkv;
+    int failed = 0;
+    /* dynamic: the tasks differ by their context lengths */
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) if (parallel)
+    for (int64_t task = 0; task < B * (Hkv / H); task++) {
+        const int64_t b = task / (Hkv / H), h = task % (Hkv / H) * H, n = context_lens[b];
+        const int64_t rows = H * G;  /* query rows of the task */
+        float *buf = scratch((size_t)(rows * (2 * D + 1 + n)));
+        if (!buf) {
+            #pragma omp atomic write
+            failed = 1;
+            continue;
+        }
+        Task p = {.k = (const char *)k_cache + (size_t)(h * D) * esize,
+                  .v = (const char *)v_cache + (size_t)(h * D) * esize, .H = H,
+                  .table = block_tables + b * ldt, .n = n, .bs = bs,
+                  .row_bytes = (size_t)(Hkv * D) * esize, .block_bytes = (size_t)(bs * Hkv * D) * esize,
+                  .head_bytes = (size_t)D * esize,
+                  .G = G, .D = D, .q = buf, .acc = buf + rows * D, .sums = buf + 2 * rows * D,
+                  .scores = buf + rows * (2 * D + 1)};
+        const int64_t first = (b * Hq + h * G) * D;  /* element of q and out where the task's rows start */
+        for (int64_t i = 0; i < rows * D; i++) buf[i] = load_scalar(dtype, q, first + i) * scale;
+        if (n <= 0) memset(p.acc, 0, sizeof(float) * (size_t)(rows * D));
+        else if (which == 2) task_avx512(dtype, &p);
+        else task_avx2(dtype, &p);
+        for (int64_t i = 0; i < rows * D; i++) {
+            if (dtype == DT_F32) ((float *)out)[first + i] = p.acc[i];
+            else ((uint16_t *)out)[first + i] = f32_to_bf16(p.acc[i]);
+        }
+    }
+    return failed ? -2 : 0;
+}
