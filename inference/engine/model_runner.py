@@ -27,7 +27,7 @@ from inference.engine.lean_decode import unsupported_reason as lean_unsupported_
 from inference.engine.matvec import choose_matvec
 from inference.engine.paged_attention import PagedDecode, choose_decode_attention
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
-from inference.engine.quantization import default_kernel, quantize_model, weight_bytes
+from inference.engine.quantization import INT8_KERNEL_NAMES, default_kernel, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
 from inference.engine.step_ops import count_decode_step_ops
@@ -53,12 +53,15 @@ class ModelRunner:
         self.dtype_name, self.dtype_reason = choice.name, choice.reason
         self.dtype = TORCH_DTYPES[self.dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)
-        if config.quantization == "int8":
-            quantize_model(self.model, kernel=default_kernel(self.device))
+        int8_kernel = default_kernel(self.device, config.matvec) if config.quantization == "int8" else None
+        if int8_kernel:
+            quantize_model(self.model, kernel=int8_kernel)
         self.fused_qkv = hasattr(self.model.model.layers[0].self_attn, "qkv_proj")
         # Who multiplies a decode step's tokens by the float linears (matvec.py): Tandem's kernel or torch's matmul.
         self.matvec, self.matvec_reason = choose_matvec(config.matvec, dtype=self.dtype, device=self.device,
                                                         quantization=config.quantization)
+        if int8_kernel:
+            self.matvec_reason += f" ({INT8_KERNEL_NAMES[int8_kernel]})"
         # How the float linears' weights lie in memory (fusion.py): before the lean decoder takes them.
         self.weight_layout, self.weight_layout_reason = choose_weight_layout(
             config.weight_layout, dtype=self.dtype, device=self.device, quantization=config.quantization,

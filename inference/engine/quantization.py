@@ -1,27 +1,34 @@
 """INT8 weights: the model's linear layers (attention projections, MLP, lm_head) and its embedding table held as int8
 with one scale per output channel (per row), swapped into the loaded Hugging Face model in place.
 
-Two kernels, chosen by device (`default_kernel`):
-- `fbgemm` (CPU): torch's dynamic-quantization linear (`quantized::linear_dynamic`): the weight prepacked for
-  fbgemm, each call quantizes its activations on the fly and multiplies in int8; of the CPU kernels measured it is
-  the fastest by far (docs/engine.md, "INT8 weights", has the figures).
+Three kernels, chosen by device and the engine's `matvec` setting (`default_kernel`):
+- `matvec` (CPU, where Tandem's int8 kernel builds and the `matvec` setting is "tandem"): weight-only int8
+  (int8_linear.py): Tandem's kernel (int8_matvec.c) for steps of fewer than 128 tokens, the weight dequantized
+  into torch's float GEMM for longer ones, the int8 matrix held once for both. A single-stream decode step took 1.3-
+  1.6x the time to read the weights once against fbgemm's 2.2-2.85x, with outputs closer to float32's; steps of
+  many sequences and long prefills run slower than fbgemm's (docs/engine.md, "INT8 weights", has the figures).
+- `fbgemm` (CPU, by default: `matvec` "auto" or "torch", or where the kernel cannot run): torch's dynamic-
+  quantization linear (`quantized::linear_dynamic`): the weight prepacked for fbgemm, each call quantizes its
+  activations on the fly and multiplies in int8.
 - `weight_only` (CUDA, and any device): int8 weights and scales in memory, the weight converted to the activation
   dtype inside the matmul and the scale applied to its output. Tested on CPU only (tests select it explicitly).
 
 Activations (fbgemm): quantized per token on a fixed grid (see FbgemmInt8Linear), after SmoothQuant has moved the
 range of a few outlier input channels into the weights (smooth_activations), which recovers most of what per-token
-int8 activations cost in perplexity.
+int8 activations cost in perplexity. The weight-only kernels leave the weights as the model has them (smoothing
+would only widen their range).
 
 Tied embeddings (SmolLM2: lm_head is the embedding matrix). fbgemm's packed weight is opaque (no row can be read
 back without unpacking all of it), so a packed lm_head beside an int8 embedding table would hold the matrix twice.
 A tied matrix is therefore held once, as plain int8 [V, H] with per-row scales, shared by `Int8Embedding` (gathers
-rows, then scales them) and `Int8TiedLMHead` (on CPU `torch._int_mm` with per-token activation scales; elsewhere
-weight-only).
+rows, then scales them) and the lm_head (fbgemm: `Int8TiedLMHead`, `torch._int_mm` with per-token activation scales;
+matvec: a MatVecInt8Linear over the same tensors; elsewhere weight-only).
 
 Outputs are not bit-identical to the unquantized model (the worker says so: config.QUANTIZATION_NOTES).
 """
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 
@@ -29,9 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inference.engine import int8_linear
+from inference.engine.int8_linear import MatVecInt8Linear
 from inference.engine.precision import cpu_flags
 
-KERNELS = ("fbgemm", "weight_only")
+KERNELS = ("fbgemm", "weight_only", "matvec")
 _INT8_MAX = 127
 # CPU flags of an int8 dot product that accumulates in 32 bits (as /proc/cpuinfo spells them). Without one, fbgemm
 # sums pairs of u8 x s8 products in 16 bits, which 8-bit activations can saturate; there it takes 7-bit activations
@@ -40,9 +49,29 @@ VNNI_CPU_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
 CALIBRATION_TOKENS = 256
 SMOOTHING_ALPHA = 0.5
 
+log = logging.getLogger(__name__)
 
-def default_kernel(device: torch.device) -> str:
-    return "fbgemm" if device.type == "cpu" else "weight_only"
+
+# What /info's matvec reason says of each kernel.
+INT8_KERNEL_NAMES = {"fbgemm": "fbgemm's dynamic int8 linear", "matvec": "Tandem's weight-only int8 kernel",
+                     "weight_only": "weight-only int8 through torch's matmul"}
+
+
+def default_kernel(device: torch.device, matvec: str = "auto") -> str:
+    """The kernel for `device` and the engine's `matvec` setting (Config.matvec): on a CPU Tandem's int8 kernel where
+    the setting is "tandem" and it runs here, else fbgemm. Not `auto`'s choice: the kernel computes single streams
+    faster and closer to float32, but steps of 16 sequences and long prefills slower than fbgemm (docs/engine.md,
+    "INT8 weights"), and a worker's batch is what a serving fleet runs."""
+    if device.type != "cpu":
+        return "weight_only"
+    if matvec != "tandem":
+        return "fbgemm"
+    library, reason = int8_linear.load()
+    if library is None:
+        if matvec == "tandem":
+            log.warning("int8: fbgemm's linear instead of the asked-for kernel: %s", reason)
+        return "fbgemm"
+    return "matvec"
 
 
 def quantize_per_row(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,11 +172,11 @@ class OutputSlice(nn.Module):
 class Int8GatedMLP(nn.Module):
     """Llama's gated MLP with gate and up fused into one int8 projection: down(act(gate(x)) * up(x))."""
 
-    def __init__(self, mlp: nn.Module, linear_type):
+    def __init__(self, mlp: nn.Module, make_linear):
         super().__init__()
         self.intermediate_size = mlp.gate_proj.out_features
-        self.gate_up_proj = linear_type(*_fused(mlp.gate_proj, mlp.up_proj))
-        self.down_proj = linear_type.from_linear(mlp.down_proj)
+        self.gate_up_proj = make_linear(*_fused(mlp.gate_proj, mlp.up_proj))
+        self.down_proj = make_linear(*_fused(mlp.down_proj))
         self.act_fn = mlp.act_fn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -277,32 +306,50 @@ def quantize_model(model, *, kernel: str) -> None:
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    linear_type = FbgemmInt8Linear if kernel == "fbgemm" else WeightOnlyInt8Linear
+    make_linear = _linear_maker(kernel)
     if kernel == "fbgemm":
         smooth_activations(model)
     body = model.model
     for layer in body.layers:
         attn = layer.self_attn
         projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-        attn.qkv_proj = linear_type(*_fused(*projections))
+        attn.qkv_proj = make_linear(*_fused(*projections))
         start = 0
         for name, projection in zip(("q_proj", "k_proj", "v_proj"), projections):
             setattr(attn, name, OutputSlice(attn.qkv_proj, start, start + projection.out_features))
             start += projection.out_features
-        attn.o_proj = linear_type.from_linear(attn.o_proj)
-        layer.mlp = Int8GatedMLP(layer.mlp, linear_type)
+        attn.o_proj = make_linear(*_fused(attn.o_proj))
+        layer.mlp = Int8GatedMLP(layer.mlp, make_linear)
         assert not any(isinstance(m, nn.Linear) for m in layer.modules()), "a float linear was left in the layer"
     embed = body.embed_tokens
     dtype = embed.weight.dtype
     tied = model.lm_head.weight is embed.weight
     matrix = Int8Matrix(embed.weight)
     body.embed_tokens = Int8Embedding(matrix, dtype)
-    if tied:
+    if tied and kernel == "matvec":  # the kernel reads the shared matrix as it is
+        model.lm_head = MatVecInt8Linear(int8_linear.load()[0], matrix.weight_int8, matrix.scale)
+    elif tied:
         model.lm_head = Int8TiedLMHead(matrix, "int_mm" if kernel == "fbgemm" else "weight_only")
     else:
-        model.lm_head = linear_type.from_linear(model.lm_head)
+        model.lm_head = make_linear(*_fused(model.lm_head))
     # Hugging Face would re-tie (or re-init) lm_head to a float embedding if asked; nothing here asks it again.
     model.config.tie_word_embeddings = False
+
+
+def _linear_maker(kernel: str):
+    """(weight [N, K], bias [N] or None) -> the kernel's int8 linear."""
+    if kernel == "fbgemm":
+        return FbgemmInt8Linear
+    if kernel == "weight_only":
+        return WeightOnlyInt8Linear
+    library, reason = int8_linear.load()
+    if library is None:
+        raise RuntimeError(f"int8 kernel matvec cannot run here: {reason}")
+
+    def make(weight: torch.Tensor, bias: torch.Tensor | None = None) -> MatVecInt8Linear:
+        w_int8, scale = quantize_per_row(weight)
+        return MatVecInt8Linear(library, w_int8.cpu(), scale.cpu(), bias)
+    return make
 
 
 def weight_bytes(model) -> int:

@@ -1,5 +1,6 @@
-"""An int8 engine (quantization="int8") decodes greedily exactly as Hugging Face's own `generate` does on the same
-quantized model, and a prompt gets the same tokens alone or in a batch.
+"""An int8 engine on fbgemm's kernel (quantization="int8", matvec="torch": test_int8_engine.py has Tandem's, the
+default) decodes greedily exactly as Hugging Face's own `generate` does on the same quantized model, and a prompt gets
+the same tokens alone or in a batch.
 
 The reference is exact where it can be: Hugging Face's model loaded from the same folder and quantized by the same
 `quantize_model` (deterministic: same int8 weights, same smoothing), so both run the very same int8 modules and
@@ -33,7 +34,7 @@ def _quantized_hf(model_dir, kernel: str):
 
 
 def _engine(model_dir, kv_cache_bytes: int = 16 << 20) -> LLMEngine:
-    return LLMEngine(Config(model=model_dir, threads=1, dtype="float32", quantization="int8",
+    return LLMEngine(Config(model=model_dir, threads=1, dtype="float32", quantization="int8", matvec="torch",
                             kv_cache_bytes=kv_cache_bytes))
 
 
@@ -58,7 +59,7 @@ def test_a_prompt_gets_the_same_int8_tokens_alone_as_in_a_batch(tiny_model_dir):
 
 def test_the_weight_only_path_for_cuda_runs_in_the_engine_and_matches_hugging_face(tiny_model_dir, monkeypatch):
     """The CUDA kernel choice, selected on this CPU-only host (untested on a real GPU)."""
-    monkeypatch.setattr(model_runner, "default_kernel", lambda device: "weight_only")
+    monkeypatch.setattr(model_runner, "default_kernel", lambda device, matvec="torch": "weight_only")
     engine = _engine(tiny_model_dir)
     assert type(engine.model_runner.model.model.layers[0].self_attn.o_proj).__name__ == "WeightOnlyInt8Linear"
     prompts = random_prompts([5, 40, 17], seed=5)
@@ -106,7 +107,7 @@ def test_int8_weights_run_under_bfloat16_activations_and_kv(tiny_model_dir):
     model each token the engine picks lies within bfloat16 rounding of HF's top logit, teacher-forced on the engine's
     own tokens (measured on both kinds of kernels: 0.75 at most over 20 prompts)."""
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1, dtype="bfloat16", quantization="int8",
-                              kv_cache_bytes=4 << 20))
+                              matvec="torch", kv_cache_bytes=4 << 20))
     assert engine.kv_layout["dtype"] == "bfloat16" and engine.model_runner.k_cache.dtype == torch.bfloat16
     prompts = random_prompts([9, 30], seed=6)
     outputs = engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))

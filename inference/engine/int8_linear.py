@@ -1,0 +1,131 @@
+"""INT8 linears for CPU steps through Tandem's weight-only kernel (int8_matvec.c), the int8 matrix held once.
+
+A single-stream decode step reads every weight once: it is bound by how fast the weights stream from memory, and
+int8 weights are a quarter of float32's bytes. fbgemm's dynamic-quantization linear (quantization.FbgemmInt8Linear)
+spends a decode step on its own overhead instead (quantizing the activations, a few tensor ops around each call):
+on SmolLM2-135M at one thread its step took 2.4-2.85x the time to read its weights once. The kernel reads each int8
+row once, widens it to float32 and multiplies it with the step's float32 tokens: weight-only, the activations are
+not rounded, so outputs lie closer to the float model's than fbgemm's (docs/engine.md, "INT8 weights").
+
+Steps of GEMM_TOKENS tokens or more (long prefills) dequantize each weight for the call and run torch's float GEMM,
+which computes many tokens at once faster than the kernel's passes over the weights (one per 16 tokens); the same
+weight-only numbers, summed in another order. Not taken, measured on SmolLM2 at one thread: `torch._int_mm` with
+8-bit per-token activations (3.5x the KL from float32 of weight-only), the same with 16-bit activations split in two
+int8 halves (1.6-2.8x fbgemm's prefill time; and without VNNI oneDNN's int8 GEMM saturated its 16-bit pair sums on
+them), torch's weight-only CPU op `aten._weight_int8pack_mm` (~50x fbgemm's time in this torch build). fbgemm itself
+would need its own packed copy of the weights: memory is why INT8 is picked.
+
+The library is compiled from int8_matvec.c on first use (native.py) and loaded with ctypes; where it cannot run (no
+compiler, a CPU with neither AVX-512F nor AVX2 with FMA) `load` says why and the engine keeps fbgemm.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.engine import native
+
+SOURCE = Path(__file__).with_name("int8_matvec.c")
+# Steps of at least this many tokens dequantize and run torch's GEMM; fewer run the kernel. Over SmolLM2's linears
+# at one thread the kernel took 0.7x fbgemm's time at 1 token, 1.4-1.75x at 16, 2x at 64, and as long as the
+# dequantized GEMM at 128 (whose dequantization costs the same at any number of tokens).
+GEMM_TOKENS = 128
+_ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}
+
+
+class Library:
+    """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+        lib.tandem_int8_matvec_isa.restype = ctypes.c_int
+        lib.tandem_int8_matvec_cap_isa.restype = ctypes.c_int
+        lib.tandem_int8_matvec_cap_isa.argtypes = [ctypes.c_int]
+        lib.tandem_int8_matvec.restype = ctypes.c_int
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        lib.tandem_int8_matvec.argtypes = [ptr, i64, ptr, ptr, i64, ptr, i64, i64, i64, i64, ptr, ptr, ctypes.c_float,
+                                           ctypes.c_int]
+        self.isa = _ISA_NAMES.get(lib.tandem_int8_matvec_isa())
+
+    def cap_isa(self, name: str) -> str | None:
+        """Run no wider set than `name` (avx2+fma, avx512f) from now on, in this process; returns the set used."""
+        codes = {v: k for k, v in _ISA_NAMES.items()}
+        self.isa = _ISA_NAMES.get(self.lib.tandem_int8_matvec_cap_isa(codes[name]))
+        return self.isa
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> tuple[Library | None, str | None]:
+    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    lib, reason = native.load(SOURCE)
+    if lib is None:
+        return None, reason
+    library = Library(lib)
+    if library.isa is None:
+        return None, "this CPU has neither AVX-512F nor AVX2 with FMA, which the int8 kernel needs"
+    return library, None
+
+
+def dequantized_linear(x: torch.Tensor, weight_int8: torch.Tensor, scale: torch.Tensor,
+                       bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ (weight_int8 * scale).T + bias in float32, the weight dequantized for this call only."""
+    # x: [M, K] float32, weight_int8: [N, K], scale: [N] float32  ->  [M, N] float32
+    return F.linear(x, weight_int8.float().mul_(scale[:, None]), bias)
+
+
+class MatVecInt8Linear(nn.Module):
+    """int8 weight [N, K] and float32 scales [N] (one per output channel), held once: the kernel for float32 steps
+    of fewer than GEMM_TOKENS tokens, a dequantized GEMM for longer ones (and for other dtypes)."""
+
+    def __init__(self, library: Library, weight_int8: torch.Tensor, scale: torch.Tensor,
+                 bias: torch.Tensor | None = None):
+        super().__init__()
+        assert weight_int8.dtype == torch.int8 and weight_int8.stride(1) == 1 and scale.dtype == torch.float32
+        self.out_features, self.in_features = weight_int8.shape
+        # Buffers, not copies: a tied lm_head shares the embedding table's int8 matrix (quantization.Int8Matrix).
+        self.register_buffer("weight_int8", weight_int8)  # [N, K]
+        self.register_buffer("scale", scale.contiguous())  # [N]
+        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())  # [N]
+        self.num_threads = torch.get_num_threads()
+        # The kernel's fixed arguments, read once: a decode step makes ~120 calls, and each buffer lookup on a
+        # module costs as much as the C call's own argument conversion (the buffers never move: CPU only).
+        self._matrix = (self.weight_int8.data_ptr(), self.weight_int8.stride(0), self.scale.data_ptr())
+        self._bias_ptr = None if self.bias is None else self.bias.data_ptr()
+        self._call = library.lib.tandem_int8_matvec
+
+    def runs(self, x: torch.Tensor) -> bool:
+        """Whether the kernel computes this [T, K] input (else the dequantized GEMM does)."""
+        return 0 < x.shape[0] < GEMM_TOKENS and x.dtype == torch.float32 and x.stride(1) == 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [..., K]  ->  [..., N] in x's dtype
+        if x.dim() == 2 and self.runs(x):  # a decode step's [T, K], as the lean forward passes it: no reshapes
+            return self.kernel(x)
+        flat = x.reshape(-1, self.in_features)  # [M, K]
+        y = (self.kernel(flat) if self.runs(flat)
+             else dequantized_linear(flat.float(), self.weight_int8, self.scale, self.bias))
+        y = y.view(*x.shape[:-1], self.out_features)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+
+    # A C call cannot be traced: a compiled step (Config.compile) runs it eagerly between its graphs, and without
+    # this dynamo would retrace it per module until its recompile limit (~0.3 us a call in eager).
+    @torch.compiler.disable
+    def kernel(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+        """The kernel's product for an input that `runs`; with norm (an RMSNorm's float32 weight [K] and eps), of x
+        RMS-normalized first, as lean_decode.rms_norm computes it."""
+        # x: [T, K] float32 -> [T, N] float32
+        num_tokens, n = x.shape[0], self.out_features
+        y = torch.empty(num_tokens, n)
+        norm_ptr, eps = (None, 0.0) if norm is None else (norm[0].data_ptr(), norm[1])
+        if self._call(*self._matrix, x.data_ptr(), x.stride(0), y.data_ptr(), n, num_tokens, n, self.in_features,
+                      self._bias_ptr, norm_ptr, eps, self.num_threads):
+            raise MemoryError(f"int8 matvec: no memory for a [{num_tokens}, {self.in_features}] input buffer")
+        return y
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weight-only matvec"
