@@ -70,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gguf-dir", default=str(PEER_DIR / "gguf"))
     p.add_argument("--n-batch", type=int, default=2048, help="llama.cpp n_batch (its own default)")
     p.add_argument("--n-ubatch", type=int, default=512, help="llama.cpp n_ubatch (its own default)")
+    p.add_argument("--no-extra-bufts", action="store_true",
+                   help="llama.cpp without its extra buffer types (weight repacking: AMX, AArch64), as llama-server's "
+                        "--no-repack; its AMX Q8_0 path crashed (SIGSEGV) in 0.3.36 on an Intel Xeon with AMX")
     args = p.parse_args(argv)
     args.engine_variants = [v for v in args.engine_variants.split(",") if v]
     if args.llama_variants is None:
@@ -212,6 +215,7 @@ def run(args) -> dict:
                                                    seed=12)}
     engine_spec = {**common, "model_dir": str(path), "variants": engine_variants}
     llama_spec = {**common, "n_batch": args.n_batch, "n_ubatch": args.n_ubatch,
+                  "extra_bufts": not args.no_extra_bufts,
                   "variants": {name: {"gguf": ggufs[name]["gguf"]} for name in args.llama_variants}}
     engine_rounds, llama_rounds = [], []
     for i in range(args.rounds):
@@ -247,7 +251,8 @@ def run(args) -> dict:
                                 "llama_cpp": "parallel sequences in one context (n_seq_max = concurrency), one "
                                              "llama_decode per step with one token per sequence"},
             "engine": {"variants": engine["variants"], "skipped": skipped},
-            "llama_cpp": {"variants": llama["variants"], "converted_by": "convert_hf_to_gguf.py (llama.cpp's own)"},
+            "llama_cpp": {"variants": llama["variants"], "converted_by": "convert_hf_to_gguf.py (llama.cpp's own)",
+                          "extra_bufts": not args.no_extra_bufts},
             "ratios": ratios, "greedy_agreement": agreement, "goals": goals, "goal_values": goal_values,
             "machine": machine(args, llama, engine)}
 

@@ -168,6 +168,7 @@ def llama_side(spec: dict) -> dict:
     for name, variant in spec["variants"].items():
         model_params = C.llama_model_default_params()
         model_params.n_gpu_layers = 0
+        model_params.use_extra_bufts = spec.get("extra_bufts", True)
         model = C.llama_model_load_from_file(variant["gguf"].encode(), model_params)
         if not model:
             raise RuntimeError(f"llama.cpp could not load {variant['gguf']}")
