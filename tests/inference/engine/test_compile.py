@@ -37,11 +37,11 @@ def test_compiled_decode_steps_give_the_eager_engines_greedy_tokens(tiny_model_d
     assert len(calls) >= 20, "the decode-only steps ran through the compiled forward"  # 29, less mixed steps
 
 
-def test_without_a_cpp_compiler_the_engine_runs_eager_with_one_log_line(tiny_model_dir, hf_model, monkeypatch,
-                                                                         caplog):
-    # What inductor finds on a host without one: its own compiler search fails.
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (None, "/nonexistent/bin/g++"))
-    with caplog.at_level(logging.INFO, logger="inference.engine.compilation"):
+def test_without_a_cpp_compiler_the_engine_runs_eager_with_one_log_line(tiny_model_dir, hf_model, caplog):
+    # What inductor finds on a host without one: its own compiler search fails. Through the config's own patch:
+    # monkeypatch's undo left `cpp.cxx` unreadable to the next compile in the process (torch 2.13's config module).
+    with torch._inductor.config.patch({"cpp.cxx": (None, "/nonexistent/bin/g++")}), \
+            caplog.at_level(logging.INFO, logger="inference.engine.compilation"):
         engine = _engine(tiny_model_dir, compile=True)
     info = engine.compile_info
     assert info["enabled"] is False and "C++ compiler" in info["fallback"], info
