@@ -35,28 +35,17 @@ SOURCE = Path(__file__).with_name("int8_matvec.c")
 # at one thread the kernel took 0.7x fbgemm's time at 1 token, 1.4-1.75x at 16, 2x at 64, and as long as the
 # dequantized GEMM at 128 (whose dequantization costs the same at any number of tokens).
 GEMM_TOKENS = 128
-_ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}
 
 
-class Library:
+class Library(native.KernelLibrary):
     """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
 
     def __init__(self, lib: ctypes.CDLL):
-        self.lib = lib
-        lib.tandem_int8_matvec_isa.restype = ctypes.c_int
-        lib.tandem_int8_matvec_cap_isa.restype = ctypes.c_int
-        lib.tandem_int8_matvec_cap_isa.argtypes = [ctypes.c_int]
+        super().__init__(lib, "tandem_int8_matvec")
         lib.tandem_int8_matvec.restype = ctypes.c_int
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
         lib.tandem_int8_matvec.argtypes = [ptr, i64, ptr, ptr, i64, ptr, i64, i64, i64, i64, ptr, ptr, ctypes.c_float,
                                            ctypes.c_int]
-        self.isa = _ISA_NAMES.get(lib.tandem_int8_matvec_isa())
-
-    def cap_isa(self, name: str) -> str | None:
-        """Run no wider set than `name` (avx2+fma, avx512f) from now on, in this process; returns the set used."""
-        codes = {v: k for k, v in _ISA_NAMES.items()}
-        self.isa = _ISA_NAMES.get(self.lib.tandem_int8_matvec_cap_isa(codes[name]))
-        return self.isa
 
 
 @functools.lru_cache(maxsize=1)

@@ -33,30 +33,19 @@ SOURCE = Path(__file__).with_name("matvec.c")
 # Steps of at most this many tokens run the kernel; more are faster in torch's GEMM (bench/engine/decode_kernels.py).
 MAX_TOKENS = 4
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
-_ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}
 
 
-class Library:
+class Library(native.KernelLibrary):
     """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
 
     def __init__(self, path: Path):
-        self.lib = ctypes.CDLL(str(path))
-        self.lib.tandem_matvec_isa.restype = ctypes.c_int
-        self.lib.tandem_matvec_cap_isa.restype = ctypes.c_int
-        self.lib.tandem_matvec_cap_isa.argtypes = [ctypes.c_int]
+        super().__init__(ctypes.CDLL(str(path)), "tandem_matvec")
         self.lib.tandem_matvec.restype = ctypes.c_int
         self.lib.tandem_matvec.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_float, ctypes.c_int]
-        self.isa = _ISA_NAMES.get(self.lib.tandem_matvec_isa())
         self.path = path
-
-    def cap_isa(self, name: str) -> str | None:
-        """Run no wider set than `name` (avx2+fma, avx512f) from now on, in this process; returns the set used."""
-        codes = {v: k for k, v in _ISA_NAMES.items()}
-        self.isa = _ISA_NAMES.get(self.lib.tandem_matvec_cap_isa(codes[name]))
-        return self.isa
 
 
 @functools.lru_cache(maxsize=1)

@@ -69,3 +69,24 @@ def load(source: Path) -> tuple[ctypes.CDLL | None, str | None]:
         return ctypes.CDLL(str(path)), None
     except OSError as exc:
         return None, f"the {source.stem} kernel did not load: {exc}"
+
+
+ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}  # kernels.h's codes
+
+
+class KernelLibrary:
+    """A loaded kernel library with kernels.h's instruction-set functions (TANDEM_ISA_FUNCTIONS(name)): `isa` is the
+    set it runs on this CPU (avx512f, avx2+fma), None for neither."""
+
+    def __init__(self, lib: ctypes.CDLL, name: str):
+        self.lib = lib
+        self._isa, self._cap_isa = getattr(lib, f"{name}_isa"), getattr(lib, f"{name}_cap_isa")
+        self._isa.restype = self._cap_isa.restype = ctypes.c_int
+        self._cap_isa.argtypes = [ctypes.c_int]
+        self.isa = ISA_NAMES.get(self._isa())
+
+    def cap_isa(self, name: str) -> str | None:
+        """Run no wider set than `name` (avx2+fma, avx512f) from now on, in this process; returns the set used."""
+        codes = {v: k for k, v in ISA_NAMES.items()}
+        self.isa = ISA_NAMES.get(self._cap_isa(codes[name]))
+        return self.isa

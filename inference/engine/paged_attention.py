@@ -27,30 +27,19 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("paged_attention.c")
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
-_ISA_NAMES = {1: "avx2+fma", 2: "avx512f"}
 
 
-class Library:
+class Library(native.KernelLibrary):
     """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
 
     def __init__(self, lib: ctypes.CDLL):
-        self.lib = lib
-        lib.tandem_paged_attention_isa.restype = ctypes.c_int
-        lib.tandem_paged_attention_cap_isa.restype = ctypes.c_int
-        lib.tandem_paged_attention_cap_isa.argtypes = [ctypes.c_int]
+        super().__init__(lib, "tandem_paged_attention")
         lib.tandem_paged_attention.restype = ctypes.c_int
         lib.tandem_paged_attention.argtypes = [
             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,  # dtype q out k v
             ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,  # block tables, their row stride, context lengths
             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,  # B Hq Hkv D bs
             ctypes.c_float, ctypes.c_int]  # scale, threads
-        self.isa = _ISA_NAMES.get(lib.tandem_paged_attention_isa())
-
-    def cap_isa(self, name: str) -> str | None:
-        """Run no wider set than `name` (avx2+fma, avx512f) from now on, in this process; returns the set used."""
-        codes = {v: k for k, v in _ISA_NAMES.items()}
-        self.isa = _ISA_NAMES.get(self.lib.tandem_paged_attention_cap_isa(codes[name]))
-        return self.isa
 
 
 @functools.lru_cache(maxsize=1)
