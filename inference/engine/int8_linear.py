@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.engine import native
+from inference.engine.native import KernelLibrary, load_library
 
 SOURCE = Path(__file__).with_name("int8_matvec.c")
 # Steps of at least this many tokens dequantize and run torch's GEMM; fewer run the kernel. Over SmolLM2's linears
@@ -37,7 +37,7 @@ SOURCE = Path(__file__).with_name("int8_matvec.c")
 GEMM_TOKENS = 128
 
 
-class Library(native.KernelLibrary):
+class Library(KernelLibrary):
     """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
 
     def __init__(self, lib: ctypes.CDLL):
@@ -51,13 +51,7 @@ class Library(native.KernelLibrary):
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
     """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
-    lib, reason = native.load(SOURCE)
-    if lib is None:
-        return None, reason
-    library = Library(lib)
-    if library.isa is None:
-        return None, "this CPU has neither AVX-512F nor AVX2 with FMA, which the int8 kernel needs"
-    return library, None
+    return load_library(SOURCE, Library, "int8 kernel")
 
 
 def dequantized_linear(x: torch.Tensor, weight_int8: torch.Tensor, scale: torch.Tensor,

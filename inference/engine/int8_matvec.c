@@ -163,18 +163,8 @@ int tandem_int8_matvec(const int8_t *q, int64_t ldq, const float *scale, const f
     int which = tandem_int8_matvec_isa();
     if (which == 0) return -1;
     if (T < 1) return -3;
-    /* The input lives in a buffer of the calling thread's that only grows (a step makes ~120 calls): a few KB per
-       engine thread, for the thread's life. */
-    static _Thread_local float *buffer = NULL;
-    static _Thread_local size_t buffer_floats = 0;
-    size_t need = (size_t)(T * K);
-    if (need > buffer_floats) {
-        float *grown = realloc(buffer, sizeof(float) * need);
-        if (!grown) return -2;
-        buffer = grown;
-        buffer_floats = need;
-    }
-    float *xf = buffer;  /* a plain local: inside the parallel loop `buffer` would be each OpenMP thread's own */
+    float *xf = thread_scratch((size_t)(T * K));  /* a plain local: the parallel loop reads this thread's */
+    if (!xf) return -2;
     gather(x, ldx, T, K, norm_w, eps, xf);
     int group_size = which == 2 ? GROUP : GROUP_AVX2;
     /* One pass over the weights per BLOCK tokens; static schedule: each thread streams one contiguous band of rows */

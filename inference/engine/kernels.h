@@ -60,4 +60,19 @@ static inline void store_scalar(int dtype, void *p, int64_t i, float v) {
     else ((uint16_t *)p)[i] = f32_to_bf16(v);
 }
 
+/* The calling thread's float scratch, grown to at least `floats` (never shrunk, kept for the thread's life: a decode
+   step makes ~120 kernel calls, and a malloc and free each was measurable); NULL when it cannot grow. Inside an OpenMP
+   loop each thread has its own: hand the caller's to the loop through a plain local. */
+static float *thread_scratch(size_t floats) {
+    static _Thread_local float *buffer = NULL;
+    static _Thread_local size_t buffer_floats = 0;
+    if (floats > buffer_floats) {
+        float *grown = realloc(buffer, sizeof(float) * floats);
+        if (!grown) return NULL;
+        buffer = grown;
+        buffer_floats = floats;
+    }
+    return buffer;
+}
+
 #endif

@@ -169,18 +169,8 @@ int tandem_matvec(int dtype, const void *W, int64_t ldw, const void *x, int64_t 
                   int num_threads) {
     int which = tandem_matvec_isa();
     if (which == 0) return -1;
-    /* The widened input lives in a buffer of the calling thread's that only grows (a step makes ~120 calls; a
-       malloc and free each was measurable): a few KB per engine thread, for the thread's life. */
-    static _Thread_local float *buffer = NULL;
-    static _Thread_local size_t buffer_floats = 0;
-    size_t need = (size_t)(T * K);
-    if (need > buffer_floats) {
-        float *grown = realloc(buffer, sizeof(float) * need);
-        if (!grown) return -2;
-        buffer = grown;
-        buffer_floats = need;
-    }
-    float *xf = buffer;  /* a plain local: inside the parallel loop `buffer` would be each OpenMP thread's own */
+    float *xf = thread_scratch((size_t)(T * K));  /* a plain local: the parallel loop reads this thread's */
+    if (!xf) return -2;
     widen(dtype, x, ldx, T, K, norm_w, eps, xf);
     size_t row_bytes = (size_t)ldw * (dtype == DT_F32 ? 4 : 2);
     /* static schedule: each thread streams one contiguous band of rows */

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.engine import native
+from inference.engine.native import KernelLibrary, load_library
 
 log = logging.getLogger(__name__)
 
@@ -35,32 +35,22 @@ MAX_TOKENS = 4
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 
-class Library(native.KernelLibrary):
+class Library(KernelLibrary):
     """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
 
-    def __init__(self, path: Path):
-        super().__init__(ctypes.CDLL(str(path)), "tandem_matvec")
+    def __init__(self, lib: ctypes.CDLL):
+        super().__init__(lib, "tandem_matvec")
         self.lib.tandem_matvec.restype = ctypes.c_int
         self.lib.tandem_matvec.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_float, ctypes.c_int]
-        self.path = path
 
 
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
     """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
-    path, reason = native.build(SOURCE)
-    if path is None:
-        return None, reason
-    try:
-        library = Library(path)
-    except OSError as exc:
-        return None, f"the matvec kernel did not load: {exc}"
-    if library.isa is None:
-        return None, "this CPU has neither AVX-512F nor AVX2 with FMA, which the matvec kernel needs"
-    return library, None
+    return load_library(SOURCE, Library, "matvec kernel")
 
 
 def choose_matvec(setting: str, *, dtype: torch.dtype, device: torch.device, quantization: str

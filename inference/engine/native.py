@@ -90,3 +90,15 @@ class KernelLibrary:
         codes = {v: k for k, v in ISA_NAMES.items()}
         self.isa = ISA_NAMES.get(self._cap_isa(codes[name]))
         return self.isa
+
+
+def load_library(source: Path, library_type: type[KernelLibrary], what: str):
+    """(library_type over the loaded library, None), or (None, why it cannot run here: no build, no load, or a CPU
+    with neither instruction set the kernels have)."""
+    lib, reason = load(source)
+    if lib is None:
+        return None, reason
+    library = library_type(lib)
+    if library.isa is None:
+        return None, f"this CPU has neither AVX-512F nor AVX2 with FMA, which the {what} needs"
+    return library, None

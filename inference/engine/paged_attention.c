@@ -368,20 +368,6 @@ static void task_avx2(int dtype, const Task *p) {
 
 /* ---- entry point ----------------------------------------------------------------------------------------------- */
 
-/* The calling thread's scratch (inside the parallel loop, each OpenMP thread's own): grows, never shrinks; a few KB
-   to a few hundred KB per thread (the scores of one task: its query rows x its context), for the thread's life. */
-static float *scratch(size_t floats) {
-    static _Thread_local float *buffer = NULL;
-    static _Thread_local size_t buffer_floats = 0;
-    if (floats > buffer_floats) {
-        float *grown = realloc(buffer, sizeof(float) * floats);
-        if (!grown) return NULL;
-        buffer = grown;
-        buffer_floats = floats;
-    }
-    return buffer;
-}
-
 /* out[b, h * G + g, :] for every sequence b < B, KV head h < Hkv, g < G = Hq / Hkv:
    q, out: [B, Hq, D] contiguous; k_cache, v_cache: one layer's [N, bs, Hkv, D] contiguous; block_tables: [B, M] at
    row stride ldt; context_lens: [B], each >= 1 and <= M * bs; all tensors in `dtype` but the int64 tables and
@@ -408,7 +394,7 @@ int tandem_paged_attention(int dtype, const void *q, void *out, const void *k_ca
     for (int64_t task = 0; task < B * (Hkv / H); task++) {
         const int64_t b = task / (Hkv / H), h = task % (Hkv / H) * H, n = context_lens[b];
         const int64_t rows = H * G;  /* query rows of the task */
-        float *buf = scratch((size_t)(rows * (2 * D + 1 + n)));
+        float *buf = thread_scratch((size_t)(rows * (2 * D + 1 + n)));  /* each thread's own */
         if (!buf) {
             #pragma omp atomic write
             failed = 1;

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from inference.engine import native
+from inference.engine.native import KernelLibrary, load_library
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ SOURCE = Path(__file__).with_name("paged_attention.c")
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 
-class Library(native.KernelLibrary):
+class Library(KernelLibrary):
     """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
 
     def __init__(self, lib: ctypes.CDLL):
@@ -45,13 +45,7 @@ class Library(native.KernelLibrary):
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
     """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
-    lib, reason = native.load(SOURCE)
-    if lib is None:
-        return None, reason
-    library = Library(lib)
-    if library.isa is None:
-        return None, "this CPU has neither AVX-512F nor AVX2 with FMA, which the paged attention kernel needs"
-    return library, None
+    return load_library(SOURCE, Library, "paged attention kernel")
 
 
 def choose_decode_attention(setting: str, *, dtype: torch.dtype, device: torch.device, head_dim: int,

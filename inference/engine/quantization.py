@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.engine import int8_linear
+import inference.engine.int8_linear as int8_linear
 from inference.engine.int8_linear import MatVecInt8Linear
 from inference.engine.precision import cpu_flags
 
