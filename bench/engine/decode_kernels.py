@@ -11,7 +11,9 @@ comes to that floor:
   (`mkldnn._reorder_linear_weight` + `mkldnn._linear_pointwise`, what inductor's freezing uses), `mkldnn_linear` on
   an mkldnn weight, and (float32) MKL's packed GEMM (`mkl._mkl_linear`);
 - INT8: the engine's fbgemm linear (activations quantized per call, `quantized::linear_dynamic`) and the bare fbgemm
-  call, `torch._int_mm`, and weight-only `torch._weight_int8pack_mm` (int8 weight, per-channel scale, float input).
+  call, Tandem's INT8 kernel (`tandem_int8_<isa>`, inference/engine/int8_matvec.c: int16 activations, the engine's
+  with `matvec: tandem`), `torch._int_mm`, and weight-only `torch._weight_int8pack_mm` (int8 weight, per-channel
+  scale, float input).
 
 Weights come from memory, not from cache: each shape is held in enough copies to exceed any last-level cache and the
 copies are called in turn (as a step calls 30 layers' weights). Kernels are timed in interleaved rounds (best round
@@ -110,6 +112,13 @@ def kernels(dtype: str, n: int, k: int, num_copies: int) -> dict:
     rows = [quantize_per_row(w) for w in weights]
     w8 = [r[0] for r in rows]
     scales = [r[1] for r in rows]
+    from inference.engine.int8_linear import MatVecInt8Linear
+    from inference.engine.int8_linear import load as load_int8
+
+    int8_library = load_int8()[0]
+    if int8_library is not None:  # as the engine calls it
+        tandem = [MatVecInt8Linear(int8_library, w, s) for w, s in rows]
+        out[f"tandem_int8_{int8_library.isa}"] = (lambda i: tandem[i](x32), w8[0].nbytes)
     x8 = torch.randint(-127, 128, (1, k), dtype=torch.int8, generator=gen)
     try:
         torch._int_mm(x8, w8[0].t())

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
 
-from inference.hardware import cpu_has_int8_dot_product, cpu_has_native_bfloat16
+from inference.hardware import cpu_decodes_int8_fast, cpu_has_native_bfloat16
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,11 @@ def demo_engine_settings() -> tuple[dict, str]:
 
     - prefill is compute-bound: it runs `auto`, bfloat16 where the CPU computes it natively (its matmul peak is the
       higher), float32 elsewhere (inference/engine/precision.py);
-    - decode is memory-bound (every step streams the weights): INT8 weights, a quarter of float32's bytes, where the
-      CPU has an int8 dot product (VNNI, AMX-INT8, Arm's dot product), in the same dtype as prefill, so the KV
-      handoff needs no conversion. Without one (AVX2 only) fbgemm takes 7-bit activations and the step was only
-      1.15x float32's: decode runs as prefill does.
+    - decode is memory-bound (every step streams the weights): INT8 weights, a quarter of float32's bytes, where
+      they step faster than float32 ones (inference.hardware.cpu_decodes_int8_fast: an int8 dot product, VNNI,
+      AMX-INT8 or Arm's, for fbgemm; else AVX2 with FMA for Tandem's int8 kernel, which `auto` takes there: on an AMD
+      EPYC with AVX2 only its single-stream step took 17.6 ms against fbgemm's 45), in the same dtype as prefill, so
+      the KV handoff needs no conversion. On a CPU with neither, decode runs as prefill does.
     Measured on this project's CPU (avx2 avx512f avx512_bf16 avx512_vnni, SmolLM2, one thread, one run, best of 3
     interleaved rounds on a busy shared host): single-stream decode step float32 253 ms, bfloat16 242 ms, INT8 with
     bfloat16 activations 68 ms (INT8 with float32 ones 143 ms); a 512-token prefill float32 0.90 s, bfloat16 0.25 s.
@@ -87,14 +88,14 @@ def demo_engine_settings() -> tuple[dict, str]:
         return {"common": common}, (
             "make run: both roles run dtype auto; INT8 decode weights (TANDEM_DEMO_DECODE_INT8=1, where the CPU has an "
             "int8 dot product) step faster but take ~0.5 GiB more, over the demo's 2 GB")
-    if not cpu_has_int8_dot_product():
-        return {"common": common}, ("make run: both roles run dtype auto (no int8 dot product on this CPU, so INT8 "
-                                    "weights would not pay in decode)")
+    if not cpu_decodes_int8_fast():
+        return {"common": common}, ("make run: both roles run dtype auto (neither an int8 dot product nor AVX2 on this "
+                                    "CPU, so INT8 weights would not pay in decode)")
     return {"common": common, "decode": {"quantization": "int8"}}, (
         "make run picked per role for this CPU: prefill dtype auto (compute-bound: "
         f"{'bfloat16, computed natively here' if cpu_has_native_bfloat16() else 'float32, no native bfloat16 here'}"
-        "); decode INT8 weights (memory-bound: a quarter of float32's bytes per step, and this CPU has an int8 dot "
-        "product)")
+        "); decode INT8 weights (memory-bound: a quarter of float32's bytes per step, and this CPU steps them "
+        "faster than float32: an int8 dot product or AVX2)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,8 @@ WEIGHT_LAYOUTS = ("auto", "as_loaded", "transposed")
 # float32, ~2.5x in bfloat16; values not bit-identical, greedy tokens identical), "torch" (torch's matmul), "auto":
 # the kernel where it runs (float32 or bfloat16 on a CPU with AVX2+FMA or AVX-512F and a C compiler), else torch.
 # The same setting covers the decode rows' attention (paged_attention.c: K/V read in place from the cache; "torch":
-# torch's gather and SDPA), and INT8 linears: fbgemm for "auto" and "torch", Tandem's weight-only int8 kernel
-# (int8_matvec.c) for "tandem" only (faster single streams, slower batches: quantization.default_kernel).
+# torch's gather and SDPA), and INT8 linears: Tandem's int8 kernel (int8_matvec.c) for "tandem", and for "auto" on a
+# CPU without VNNI (where fbgemm crawls); fbgemm for "torch" and for "auto" with VNNI (quantization.default_kernel).
 MATVECS = ("auto", "tandem", "torch")
 # What a worker says (/info) about the outputs of a quantized model.
 QUANTIZATION_NOTES = {"int8": "int8 weights: outputs are not bit-identical to the unquantized model (greedy tokens "

@@ -1,22 +1,28 @@
-"""INT8 linears for CPU steps through Tandem's weight-only kernel (int8_matvec.c), the int8 matrix held once.
+"""INT8 linears for CPU steps through Tandem's kernel (int8_matvec.c), the int8 matrix held once.
 
 A single-stream decode step reads every weight once: it is bound by how fast the weights stream from memory, and
 int8 weights are a quarter of float32's bytes. fbgemm's dynamic-quantization linear (quantization.FbgemmInt8Linear)
 spends a decode step on its own overhead instead (quantizing the activations, a few tensor ops around each call):
 on SmolLM2-135M at one thread its step took 2.4-2.85x the time to read its weights once. The kernel reads each int8
-row once, widens it to float32 and multiplies it with the step's float32 tokens: weight-only, the activations are
-not rounded, so outputs lie closer to the float model's than fbgemm's (docs/engine.md, "INT8 weights").
+row once and multiplies it with the step's tokens, each rounded to int16 with its own scale (max |x| / 32767) once
+per call, by AVX2's 16-bit integer multiply-add with exact integer sums: twice the multiplies per instruction of the
+float32 FMA the kernel used before, which a step of many sequences needs. A token's rounding depends on that token
+alone, and 16 bits keep the outputs as close to the float model's as float activations did: SmolLM2's mean KL of
+the next-token distributions from float32's, 0.00462 with int16 activations against 0.00459 with float32 ones
+(test_int8_engine's text; 0.00649 against 0.00648 over 6 texts decoded token by token), where fbgemm's 8-bit
+activations gave 0.12 on an AVX2 CPU without VNNI (docs/engine.md, "INT8 weights").
 
 Steps of GEMM_TOKENS tokens or more (long prefills) dequantize each weight for the call and run torch's float GEMM,
-which computes many tokens at once faster than the kernel's passes over the weights (one per 16 tokens); the same
-weight-only numbers, summed in another order. Not taken, measured on SmolLM2 at one thread: `torch._int_mm` with
-8-bit per-token activations (3.5x the KL from float32 of weight-only), the same with 16-bit activations split in two
-int8 halves (1.6-2.8x fbgemm's prefill time; and without VNNI oneDNN's int8 GEMM saturated its 16-bit pair sums on
-them), torch's weight-only CPU op `aten._weight_int8pack_mm` (~50x fbgemm's time in this torch build). fbgemm itself
-would need its own packed copy of the weights: memory is why INT8 is picked.
+which computes many tokens at once faster than the kernel's passes over the weights (one per 16 tokens), on the
+float activations (not rounded to int16: within half an int16 step per activation of the kernel's values). Not
+taken, measured on SmolLM2 at one thread: `torch._int_mm` with 8-bit per-token activations (3.5x the KL from
+float32 of weight-only), the same with 16-bit activations split in two int8 halves (1.6-2.8x fbgemm's prefill time;
+and without VNNI oneDNN's int8 GEMM saturated its 16-bit pair sums on them), torch's weight-only CPU op
+`aten._weight_int8pack_mm` (~50x fbgemm's time in this torch build). fbgemm itself would need its own packed copy of
+the weights: memory is why INT8 is picked.
 
 The library is compiled from int8_matvec.c on first use (native.py) and loaded with ctypes; where it cannot run (no
-compiler, a CPU with neither AVX-512F nor AVX2 with FMA) `load` says why and the engine keeps fbgemm.
+compiler, a CPU without AVX2 with FMA) `load` says why and the engine keeps fbgemm.
 """
 from __future__ import annotations
 
@@ -32,13 +38,15 @@ from inference.engine.native import KernelLibrary, load_library
 
 SOURCE = Path(__file__).with_name("int8_matvec.c")
 # Steps of at least this many tokens dequantize and run torch's GEMM; fewer run the kernel. Over SmolLM2's linears
-# at one thread the kernel took 0.7x fbgemm's time at 1 token, 1.4-1.75x at 16, 2x at 64, and as long as the
-# dequantized GEMM at 128 (whose dequantization costs the same at any number of tokens).
+# at one thread (AVX2, no AVX-512) the kernel took 0.6-0.7x the float GEMM's time at 32 tokens, 0.87-0.98x at 128
+# and 0.91-1.09x at 256 (the lm_head far less: 0.1x at 16 tokens, its dequantization costing the same at any).
+# Kept at 128, not 256: past it the kernel gains little here, and a CPU with AVX-512 doubles the float GEMM's FMAs
+# but not the kernel's multiply-adds (AVX2 only).
 GEMM_TOKENS = 128
 
 
 class Library(KernelLibrary):
-    """The loaded kernel: `isa` is what it runs on this CPU (avx512f, avx2+fma)."""
+    """The loaded kernel: `isa` is what it runs on this CPU (avx2+fma, on AVX-512 CPUs too: its only set)."""
 
     def __init__(self, lib: ctypes.CDLL):
         super().__init__(lib, "tandem_int8_matvec")
@@ -111,4 +119,4 @@ class MatVecInt8Linear(nn.Module):
         return y
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weight-only matvec"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 matvec, int16 activations"

@@ -27,7 +27,7 @@ from inference.engine.lean_decode import unsupported_reason as lean_unsupported_
 from inference.engine.matvec import choose_matvec
 from inference.engine.paged_attention import PagedDecode, choose_decode_attention
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
-from inference.engine.quantization import INT8_KERNEL_NAMES, default_kernel, quantize_model, weight_bytes
+from inference.engine.quantization import default_kernel, kernel_note, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
 from inference.engine.step_ops import count_decode_step_ops
@@ -54,6 +54,7 @@ class ModelRunner:
         self.dtype = TORCH_DTYPES[self.dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)
         int8_kernel = default_kernel(self.device, config.matvec) if config.quantization == "int8" else None
+        self.int8_kernel = int8_kernel  # quantization.KERNELS, or None for float weights
         if int8_kernel:
             quantize_model(self.model, kernel=int8_kernel)
         self.fused_qkv = hasattr(self.model.model.layers[0].self_attn, "qkv_proj")
@@ -61,7 +62,7 @@ class ModelRunner:
         self.matvec, self.matvec_reason = choose_matvec(config.matvec, dtype=self.dtype, device=self.device,
                                                         quantization=config.quantization)
         if int8_kernel:
-            self.matvec_reason += f" ({INT8_KERNEL_NAMES[int8_kernel]})"
+            self.matvec_reason += f" ({kernel_note(int8_kernel, config.matvec)})"
         # How the float linears' weights lie in memory (fusion.py): before the lean decoder takes them.
         self.weight_layout, self.weight_layout_reason = choose_weight_layout(
             config.weight_layout, dtype=self.dtype, device=self.device, quantization=config.quantization,

@@ -1,21 +1,27 @@
 """INT8 weights: the model's linear layers (attention projections, MLP, lm_head) and its embedding table held as int8
 with one scale per output channel (per row), swapped into the loaded Hugging Face model in place.
 
-Three kernels, chosen by device and the engine's `matvec` setting (`default_kernel`):
-- `matvec` (CPU, where Tandem's int8 kernel builds and the `matvec` setting is "tandem"): weight-only int8
-  (int8_linear.py): Tandem's kernel (int8_matvec.c) for steps of fewer than 128 tokens, the weight dequantized
-  into torch's float GEMM for longer ones, the int8 matrix held once for both. A single-stream decode step took 1.3-
-  1.6x the time to read the weights once against fbgemm's 2.2-2.85x, with outputs closer to float32's; steps of
-  many sequences and long prefills run slower than fbgemm's (docs/engine.md, "INT8 weights", has the figures).
-- `fbgemm` (CPU, by default: `matvec` "auto" or "torch", or where the kernel cannot run): torch's dynamic-
-  quantization linear (`quantized::linear_dynamic`): the weight prepacked for fbgemm, each call quantizes its
+Three kernels, chosen by device, CPU and the engine's `matvec` setting (`default_kernel`):
+- `matvec` (CPU, where Tandem's int8 kernel builds: by default on a CPU without an int8 dot product (VNNI), and
+  wherever the `matvec` setting is "tandem"): int8_linear.py, Tandem's kernel (int8_matvec.c: int8 weights, each
+  token's activations rounded to int16, exact integer sums) for steps of fewer than 128 tokens, the weight
+  dequantized into torch's float GEMM for longer ones, the int8 matrix held once for both.
+- `fbgemm` (CPU, by default where the CPU has VNNI; `matvec` "torch"; or where the kernel cannot run): torch's
+  dynamic-quantization linear (`quantized::linear_dynamic`): the weight prepacked for fbgemm, each call quantizes its
   activations on the fly and multiplies in int8.
 - `weight_only` (CUDA, and any device): int8 weights and scales in memory, the weight converted to the activation
   dtype inside the matmul and the scale applied to its output. Tested on CPU only (tests select it explicitly).
 
+Why the CPU decides (docs/engine.md, "INT8 weights", has the figures). Without VNNI fbgemm sums pairs of 8-bit
+products in 16 bits and must take 7-bit activations, and its tied lm_head (`torch._int_mm`) crawls: on an AMD EPYC
+with AVX2 only, SmolLM2's fbgemm step at 16 sequences made 44 tok/s against the kernel's 207-218, a single-stream
+step took 2.5x the kernel's, and its KL from float32 was 0.12 against the kernel's 0.0046. With VNNI (an Intel Xeon
+with AMX) fbgemm made 250 tok/s at 16 sequences against 154 for the kernel's float32 version (the int16 one is not
+measured there yet), so fbgemm stays the default there: a serving worker runs batches.
+
 Activations (fbgemm): quantized per token on a fixed grid (see FbgemmInt8Linear), after SmoothQuant has moved the
 range of a few outlier input channels into the weights (smooth_activations), which recovers most of what per-token
-int8 activations cost in perplexity. The weight-only kernels leave the weights as the model has them (smoothing
+int8 activations cost in perplexity. The other kernels leave the weights as the model has them (smoothing
 would only widen their range).
 
 Tied embeddings (SmolLM2: lm_head is the embedding matrix). fbgemm's packed weight is opaque (no row can be read
@@ -39,13 +45,10 @@ from torch import nn
 import inference.engine.int8_linear as int8_linear
 from inference.engine.int8_linear import MatVecInt8Linear
 from inference.engine.precision import cpu_flags
+from inference.hardware import INT8_DOT_PRODUCT_CPU_FLAGS
 
 KERNELS = ("fbgemm", "weight_only", "matvec")
 _INT8_MAX = 127
-# CPU flags of an int8 dot product that accumulates in 32 bits (as /proc/cpuinfo spells them). Without one, fbgemm
-# sums pairs of u8 x s8 products in 16 bits, which 8-bit activations can saturate; there it takes 7-bit activations
-# (reduce_range), at some cost in precision.
-VNNI_CPU_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
 CALIBRATION_TOKENS = 256
 SMOOTHING_ALPHA = 0.5
 
@@ -53,25 +56,38 @@ log = logging.getLogger(__name__)
 
 
 # What /info's matvec reason says of each kernel.
-INT8_KERNEL_NAMES = {"fbgemm": "fbgemm's dynamic int8 linear", "matvec": "Tandem's weight-only int8 kernel",
+INT8_KERNEL_NAMES = {"fbgemm": "fbgemm's dynamic int8 linear", "matvec": "Tandem's int8 kernel",
                      "weight_only": "weight-only int8 through torch's matmul"}
 
 
-def default_kernel(device: torch.device, matvec: str = "auto") -> str:
-    """The kernel for `device` and the engine's `matvec` setting (Config.matvec): on a CPU Tandem's int8 kernel where
-    the setting is "tandem" and it runs here, else fbgemm. Not `auto`'s choice: the kernel computes single streams
-    faster and closer to float32, but steps of 16 sequences and long prefills slower than fbgemm (docs/engine.md,
-    "INT8 weights"), and a worker's batch is what a serving fleet runs."""
+def default_kernel(device: torch.device, matvec: str = "auto", flags: frozenset[str] | None = None) -> str:
+    """The kernel for `device`, the engine's `matvec` setting (Config.matvec) and the CPU's `flags` (read from the
+    CPU where None): on a CPU Tandem's int8 kernel where the setting is "tandem", or "auto" on a CPU without VNNI,
+    and the kernel runs here; else fbgemm (the module docstring says why)."""
     if device.type != "cpu":
         return "weight_only"
-    if matvec != "tandem":
+    if matvec == "torch":
+        return "fbgemm"
+    if matvec == "auto" and (cpu_flags() if flags is None else flags) & INT8_DOT_PRODUCT_CPU_FLAGS:
         return "fbgemm"
     library, reason = int8_linear.load()
     if library is None:
-        if matvec == "tandem":
-            log.warning("int8: fbgemm's linear instead of the asked-for kernel: %s", reason)
+        log.warning("int8: fbgemm's linear instead of Tandem's kernel: %s", reason)
         return "fbgemm"
     return "matvec"
+
+
+def kernel_note(kernel: str, matvec: str = "auto", flags: frozenset[str] | None = None) -> str:
+    """What /info says of the int8 kernel in use and, where `auto` chose it on a CPU, the flag that decided."""
+    name = INT8_KERNEL_NAMES[kernel]
+    if matvec != "auto" or kernel == "weight_only":
+        return name
+    vnni = sorted((cpu_flags() if flags is None else flags) & INT8_DOT_PRODUCT_CPU_FLAGS)
+    if kernel == "fbgemm" and vnni:
+        return f"{name}: this CPU has {', '.join(vnni)}"
+    if kernel == "matvec":
+        return f"{name}: no int8 dot product (VNNI) on this CPU"
+    return name
 
 
 def quantize_per_row(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,7 +119,9 @@ class FbgemmInt8Linear(nn.Module):
             qweight = torch._make_per_channel_quantized_tensor(
                 anchored, scale.double().cpu(), torch.zeros(self.out_features, dtype=torch.long), 0)
         self._packed = torch.ops.quantized.linear_prepack(qweight, None)
-        self.reduce_range = not (cpu_flags() & VNNI_CPU_FLAGS)
+        # Without an int8 dot product (VNNI) fbgemm sums pairs of u8 x s8 products in 16 bits, which 8-bit
+        # activations can saturate: it takes 7-bit ones there (reduce_range), at some cost in precision.
+        self.reduce_range = not (cpu_flags() & INT8_DOT_PRODUCT_CPU_FLAGS)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.register_buffer("anchors", torch.tensor([[-1.0, 1.0]]), persistent=False)
         # What fbgemm keeps for it: the int8 matrix (with the anchor columns), and per output channel a float32

@@ -91,7 +91,7 @@ class ModelEngine:
         config = self.config
         if config.host_peak_gflops is None and config.host_bandwidth_gbs is None:
             return None
-        precision = precision_key(engine.dtype, engine.quantization)
+        precision = precision_key(engine.dtype, engine.quantization, engine.model_runner.int8_kernel)
         return StageRoofline(num_parameters=count_parameters(config.engine.model), weight_bytes=engine.weight_bytes,
                              peak_gflops=(config.host_peak_gflops or {}).get(precision),
                              read_gbs=config.host_bandwidth_gbs, precision=precision)

@@ -52,8 +52,10 @@ def test_an_unmeasured_host_gives_no_figures():
     assert peaks_for_threads(None, 2) is None
 
 
-def test_int8_weights_run_at_the_int8_peak_whatever_the_dtype():
+def test_int8_weights_run_at_the_peak_of_their_kernel():
     assert precision_key("float32", "int8") == "int8"
+    assert precision_key("float32", "int8", "matvec") == "float32"  # Tandem's kernel: prompts through float GEMM
+    assert precision_key("bfloat16", "int8", "weight_only") == "bfloat16"
     assert precision_key("bfloat16", "none") == "bfloat16"
 
 

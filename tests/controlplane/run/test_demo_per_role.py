@@ -1,6 +1,7 @@
 """make run picks the demo's engine settings per role for the CPU it runs on: prefill `auto` (bfloat16 where native,
-compute-bound); decode, with TANDEM_DEMO_DECODE_INT8=1, INT8 weights where the CPU has an int8 dot product
-(memory-bound), as prefill on an AVX2-only CPU or by default (the demo's 2 GB); the reason is the revision's comment,
+compute-bound); decode, with TANDEM_DEMO_DECODE_INT8=1, INT8 weights where the CPU steps them faster (an int8 dot
+product, or AVX2 for Tandem's int8 kernel; memory-bound), as prefill on a CPU with neither or by default (the demo's
+2 GB); the reason is the revision's comment,
 which the deployment page shows beside the settings."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from inference import hardware
 
 VNNI_BF16 = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"})
 AVX2_ONLY = frozenset({"avx2", "fma"})
+NEITHER = frozenset({"sse4_2", "avx"})
 
 
 @pytest.fixture
@@ -51,11 +53,15 @@ def test_by_default_both_roles_run_auto_within_the_demos_memory(cpu, settings):
     assert "TANDEM_DEMO_DECODE_INT8=1" in why and "2 GB" in why
 
 
-def test_an_avx2_only_cpu_keeps_both_roles_on_auto(cpu):
+def test_an_avx2_only_cpu_decodes_int8_through_tandems_kernel_and_one_with_neither_keeps_auto(cpu):
     cpu(AVX2_ONLY)
     engine_settings, why = demo.demo_engine_settings()
+    assert engine_settings == {"common": {"threads": 1}, "decode": {"quantization": "int8"}}
+    assert "float32, no native bfloat16 here" in why
+    cpu(NEITHER)
+    engine_settings, why = demo.demo_engine_settings()
     assert engine_settings == {"common": {"threads": 1}}
-    assert "no int8 dot product" in why
+    assert "neither an int8 dot product nor AVX2" in why
 
 
 def test_the_demo_is_created_with_the_pick_and_the_page_says_why(db, cpu, model, settings, client):
@@ -86,7 +92,7 @@ def test_a_demo_of_an_earlier_make_run_rolls_to_the_pick_but_an_operators_revisi
     from tests.procs import free_port
 
     settings.TANDEM_GATEWAY_PORT = free_port()
-    cpu(AVX2_ONLY)
+    cpu(NEITHER)
     deployment, _ = demo.demo_deployment_ensure(model)
     cpu(VNNI_BF16)  # the same database on a host with VNNI (or a make run from before the pick)
     deployment, what = demo.demo_deployment_ensure(model)
