@@ -1,8 +1,9 @@
 """INT8's two CPU kernels in the engine, on this CPU: which one `matvec: auto` should pick here.
 
 The engine's INT8 linears run either Tandem's int8 kernel (`matvec: tandem`; inference/engine/int8_matvec.c: int16
-activations, AVX2) or fbgemm's dynamic int8 linear (`matvec: torch`); `auto` takes the kernel on a CPU without an
-int8 dot product (VNNI) and fbgemm on one with it (quantization.default_kernel). This runs both engines on the same
+activations, AVX2) or fbgemm's dynamic int8 linear (`matvec: torch`); `auto` takes the kernel on a decode worker
+and on a CPU without an int8 dot product (VNNI), fbgemm for prefill and colocated workers on one with it
+(quantization.default_kernel). This runs both engines on the same
 model and prompts, in interleaved rounds (best kept), and prints per kernel:
 
 - the single-stream decode step (a prompt of `--prompt-tokens`, `--new-tokens` greedy tokens; the step is the time of
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import Timer, bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
 
 KERNELS = {"tandem": "Tandem's int8 kernel", "torch": "fbgemm"}  # matvec setting: the INT8 linears it runs
+ROLES = ("prefill", "decode", "colocated")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -95,7 +97,7 @@ def run(args) -> dict:
                for m in KERNELS}
     a, b = tokens["tandem"], tokens["torch"]
     agree = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    auto = default_kernel(torch.device("cpu"), "auto")
+    auto = {role: default_kernel(torch.device("cpu"), "auto", role=role) for role in ROLES}
     return {"benchmark": "int8_kernels", "model": args.model, "threads": args.threads,
             "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "concurrency": args.concurrency,
             "prefill_tokens": args.prefill_tokens, "results": results,
@@ -105,7 +107,7 @@ def run(args) -> dict:
                                                  best["torch"]["concurrent_decode_tok_s"]),
                 "prefill_tok_s": ratio(best["tandem"]["prefill_tok_s"], best["torch"]["prefill_tok_s"])},
             "greedy_tokens_identical_until": agree,
-            "auto_picks": {"kernel": INT8_KERNEL_NAMES[auto], "reason": kernel_note(auto, "auto")},
+            "auto_picks": {role: kernel_note(auto[role], "auto", role=role) for role in ROLES},
             "cpu_flags": sorted(cpu_flags()), "environment": environment()}
 
 

@@ -24,7 +24,8 @@ WEIGHT_LAYOUTS = ("auto", "as_loaded", "transposed")
 # the kernel where it runs (float32 or bfloat16 on a CPU with AVX2+FMA or AVX-512F and a C compiler), else torch.
 # The same setting covers the decode rows' attention (paged_attention.c: K/V read in place from the cache; "torch":
 # torch's gather and SDPA), and INT8 linears: Tandem's int8 kernel (int8_matvec.c) for "tandem", and for "auto" on a
-# CPU without VNNI (where fbgemm crawls); fbgemm for "torch" and for "auto" with VNNI (quantization.default_kernel).
+# decode worker or a CPU without VNNI (where fbgemm crawls); fbgemm for "torch" and for "auto" on prefill and
+# colocated workers with VNNI (quantization.default_kernel).
 MATVECS = ("auto", "tandem", "torch")
 # What a worker says (/info) about the outputs of a quantized model.
 QUANTIZATION_NOTES = {"int8": "int8 weights: outputs are not bit-identical to the unquantized model (greedy tokens "

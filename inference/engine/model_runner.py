@@ -53,7 +53,7 @@ class ModelRunner:
         self.dtype_name, self.dtype_reason = choice.name, choice.reason
         self.dtype = TORCH_DTYPES[self.dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)
-        int8_kernel = default_kernel(self.device, config.matvec) if config.quantization == "int8" else None
+        int8_kernel = default_kernel(self.device, config.matvec, role=config.role) if config.quantization == "int8" else None
         self.int8_kernel = int8_kernel  # quantization.KERNELS, or None for float weights
         if int8_kernel:
             quantize_model(self.model, kernel=int8_kernel)
@@ -62,7 +62,7 @@ class ModelRunner:
         self.matvec, self.matvec_reason = choose_matvec(config.matvec, dtype=self.dtype, device=self.device,
                                                         quantization=config.quantization)
         if int8_kernel:
-            self.matvec_reason += f" ({kernel_note(int8_kernel, config.matvec)})"
+            self.matvec_reason += f" ({kernel_note(int8_kernel, config.matvec, role=config.role)})"
         # How the float linears' weights lie in memory (fusion.py): before the lean decoder takes them.
         self.weight_layout, self.weight_layout_reason = choose_weight_layout(
             config.weight_layout, dtype=self.dtype, device=self.device, quantization=config.quantization,

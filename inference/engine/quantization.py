@@ -1,23 +1,25 @@
 """INT8 weights: the model's linear layers (attention projections, MLP, lm_head) and its embedding table held as int8
 with one scale per output channel (per row), swapped into the loaded Hugging Face model in place.
 
-Three kernels, chosen by device, CPU and the engine's `matvec` setting (`default_kernel`):
-- `matvec` (CPU, where Tandem's int8 kernel builds: by default on a CPU without an int8 dot product (VNNI), and
-  wherever the `matvec` setting is "tandem"): int8_linear.py, Tandem's kernel (int8_matvec.c: int8 weights, each
-  token's activations rounded to int16, exact integer sums) for steps of fewer than 128 tokens, the weight
-  dequantized into torch's float GEMM for longer ones, the int8 matrix held once for both.
-- `fbgemm` (CPU, by default where the CPU has VNNI; `matvec` "torch"; or where the kernel cannot run): torch's
-  dynamic-quantization linear (`quantized::linear_dynamic`): the weight prepacked for fbgemm, each call quantizes its
-  activations on the fly and multiplies in int8.
+Three kernels, chosen by device, CPU, the worker's role and the engine's `matvec` setting (`default_kernel`):
+- `matvec` (CPU, where Tandem's int8 kernel builds: by default on a decode worker, and on any worker of a CPU
+  without an int8 dot product (VNNI); wherever the `matvec` setting is "tandem"): int8_linear.py, Tandem's kernel
+  (int8_matvec.c: int8 weights, each token's activations rounded to int16, exact integer sums) for steps of fewer
+  than 128 tokens, the weight dequantized into torch's float GEMM for longer ones, the int8 matrix held once for both.
+- `fbgemm` (CPU, by default for prefill and colocated workers where the CPU has VNNI; `matvec` "torch"; or where the
+  kernel cannot run): torch's dynamic-quantization linear (`quantized::linear_dynamic`): the weight prepacked for
+  fbgemm, each call quantizes its activations on the fly and multiplies in int8.
 - `weight_only` (CUDA, and any device): int8 weights and scales in memory, the weight converted to the activation
   dtype inside the matmul and the scale applied to its output. Tested on CPU only (tests select it explicitly).
 
-Why the CPU decides (docs/engine.md, "INT8 weights", has the figures). Without VNNI fbgemm sums pairs of 8-bit
-products in 16 bits and must take 7-bit activations, and its tied lm_head (`torch._int_mm`) crawls: on an AMD EPYC
-with AVX2 only, SmolLM2's fbgemm step at 16 sequences made 44 tok/s against the kernel's 207-218, a single-stream
-step took 2.5x the kernel's, and its KL from float32 was 0.12 against the kernel's 0.0046. With VNNI (an Intel Xeon
-with AMX) fbgemm made 250 tok/s at 16 sequences against 154 for the kernel's float32 version (the int16 one is not
-measured there yet), so fbgemm stays the default there: a serving worker runs batches.
+Why the CPU and the role decide (docs/engine.md, "INT8 weights", has the figures; bench/engine/int8_kernels.py
+measures them). Decode steps of up to 16 sequences ran faster with the kernel on every CPU measured: on an AMD EPYC
+with AVX2 only 2.5x fbgemm's single-stream rate and 4.7x at 16 sequences (fbgemm there sums pairs of 8-bit products
+in 16 bits, must take 7-bit activations, and its tied lm_head through `torch._int_mm` crawls; KL from float32 0.12
+against the kernel's 0.0046); on an AMD EPYC with AVX-512 and VNNI 1.9x and 1.10x. Long steps (a prompt's) are
+another matter: with VNNI fbgemm's int8 GEMM prefilled 1.95x as fast as the kernel's dequantized float GEMM, so a
+prefill worker, and a colocated one that prefills too, keeps fbgemm there (one matrix per worker: holding both to
+route by step size would cost the memory INT8 is chosen for). Without VNNI the kernel serves every role.
 
 Activations (fbgemm): quantized per token on a fixed grid (see FbgemmInt8Linear), after SmoothQuant has moved the
 range of a few outlier input channels into the weights (smooth_activations), which recovers most of what per-token
@@ -60,15 +62,16 @@ INT8_KERNEL_NAMES = {"fbgemm": "fbgemm's dynamic int8 linear", "matvec": "Tandem
                      "weight_only": "weight-only int8 through torch's matmul"}
 
 
-def default_kernel(device: torch.device, matvec: str = "auto", flags: frozenset[str] | None = None) -> str:
-    """The kernel for `device`, the engine's `matvec` setting (Config.matvec) and the CPU's `flags` (read from the
-    CPU where None): on a CPU Tandem's int8 kernel where the setting is "tandem", or "auto" on a CPU without VNNI,
-    and the kernel runs here; else fbgemm (the module docstring says why)."""
+def default_kernel(device: torch.device, matvec: str = "auto", flags: frozenset[str] | None = None,
+                   role: str = "colocated") -> str:
+    """The kernel for `device`, the engine's `matvec` setting (Config.matvec), the CPU's `flags` (read from the CPU
+    where None) and the worker's `role`: on a CPU Tandem's int8 kernel where the setting is "tandem", or "auto" on a
+    decode worker or a CPU without VNNI, and the kernel runs here; else fbgemm (the module docstring says why)."""
     if device.type != "cpu":
         return "weight_only"
     if matvec == "torch":
         return "fbgemm"
-    if matvec == "auto" and (cpu_flags() if flags is None else flags) & INT8_DOT_PRODUCT_CPU_FLAGS:
+    if matvec == "auto" and role != "decode" and (cpu_flags() if flags is None else flags) & INT8_DOT_PRODUCT_CPU_FLAGS:
         return "fbgemm"
     library, reason = int8_linear.load()
     if library is None:
@@ -77,16 +80,18 @@ def default_kernel(device: torch.device, matvec: str = "auto", flags: frozenset[
     return "matvec"
 
 
-def kernel_note(kernel: str, matvec: str = "auto", flags: frozenset[str] | None = None) -> str:
-    """What /info says of the int8 kernel in use and, where `auto` chose it on a CPU, the flag that decided."""
+def kernel_note(kernel: str, matvec: str = "auto", flags: frozenset[str] | None = None,
+                role: str = "colocated") -> str:
+    """What /info says of the int8 kernel in use and, where `auto` chose it on a CPU, what decided."""
     name = INT8_KERNEL_NAMES[kernel]
     if matvec != "auto" or kernel == "weight_only":
         return name
     vnni = sorted((cpu_flags() if flags is None else flags) & INT8_DOT_PRODUCT_CPU_FLAGS)
-    if kernel == "fbgemm" and vnni:
-        return f"{name}: this CPU has {', '.join(vnni)}"
     if kernel == "matvec":
-        return f"{name}: no int8 dot product (VNNI) on this CPU"
+        return f"{name}: a decode worker's steps are a few tokens" if role == "decode" else \
+            f"{name}: no int8 dot product (VNNI) on this CPU"
+    if kernel == "fbgemm" and vnni:
+        return f"{name}: this CPU has {', '.join(vnni)}, whose int8 GEMM prefills faster"
     return name
 
 

@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "where it runs, float32 or bfloat16 with AVX2+FMA or AVX-512F and a C compiler; torch's "
                         "matmul elsewhere), tandem, or torch (greedy tokens identical, values not bit-identical); "
                         "the same for the decode rows' attention (Tandem's paged kernel or torch's SDPA); INT8 "
-                        "linears: Tandem's int8 kernel (auto: on a CPU without VNNI) or fbgemm")
+                        "linears: Tandem's int8 kernel (auto: on a decode worker or a CPU without VNNI) or fbgemm")
     p.add_argument("--allow-slow-float16", action="store_true",
                    help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")

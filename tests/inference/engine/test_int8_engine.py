@@ -1,5 +1,6 @@
 """An int8 engine on a CPU runs Tandem's int8 kernel where `matvec="tandem"` asks for it and by default (`auto`) on a
-CPU without VNNI, fbgemm with `torch` and by default with VNNI: it decodes greedily exactly as Hugging Face's own `generate` does on the same
+decode worker or a CPU without VNNI, fbgemm with `torch` and by default on a prefill or colocated worker with VNNI:
+it decodes greedily exactly as Hugging Face's own `generate` does on the same
 quantized model, a prompt gets the same tokens alone or in a batch, its weights take a quarter of float32's, and on
 SmolLM2 its next-token distributions lie closer to the float32 model's than fbgemm's do."""
 from __future__ import annotations
@@ -38,19 +39,30 @@ AVX2_ONLY = frozenset({"avx", "avx2", "fma"})
 WITH_VNNI = AVX2_ONLY | {"avx512f", "avx512_vnni"}
 
 
-def test_the_kernel_follows_the_matvec_setting_and_the_cpus_int8_dot_product_and_falls_back_to_fbgemm(monkeypatch):
-    """auto: Tandem's kernel on a CPU without VNNI (fbgemm's 16-bit pair sums and _int_mm crawl there), fbgemm with
-    it; tandem and torch as asked; fbgemm wherever the kernel cannot run."""
+def test_the_kernel_follows_the_matvec_setting_the_role_and_the_cpus_int8_dot_product_and_falls_back_to_fbgemm(
+        monkeypatch):
+    """auto: Tandem's kernel on a decode worker (its steps are few tokens) and on any worker of a CPU without VNNI
+    (fbgemm's 16-bit pair sums and _int_mm crawl there), fbgemm for prefill and colocated workers with VNNI (its int8
+    GEMM prefills faster); tandem and torch as asked; fbgemm wherever the kernel cannot run."""
     cpu = torch.device("cpu")
-    kernels = {flags: [default_kernel(cpu, setting, flags) for setting in ("auto", "tandem", "torch")]
-               for flags in (AVX2_ONLY, WITH_VNNI)}
-    assert kernels == {AVX2_ONLY: ["matvec", "matvec", "fbgemm"], WITH_VNNI: ["fbgemm", "matvec", "fbgemm"]}
+    kernels = {(flags, role): [default_kernel(cpu, setting, flags, role) for setting in ("auto", "tandem", "torch")]
+               for flags in (AVX2_ONLY, WITH_VNNI) for role in ("prefill", "decode", "colocated")}
+    assert kernels == {(AVX2_ONLY, "prefill"): ["matvec", "matvec", "fbgemm"],
+                       (AVX2_ONLY, "decode"): ["matvec", "matvec", "fbgemm"],
+                       (AVX2_ONLY, "colocated"): ["matvec", "matvec", "fbgemm"],
+                       (WITH_VNNI, "prefill"): ["fbgemm", "matvec", "fbgemm"],
+                       (WITH_VNNI, "decode"): ["matvec", "matvec", "fbgemm"],
+                       (WITH_VNNI, "colocated"): ["fbgemm", "matvec", "fbgemm"]}
     assert default_kernel(torch.device("cuda"), "tandem") == "weight_only"
     assert kernel_note("matvec", "auto", AVX2_ONLY) == "Tandem's int8 kernel: no int8 dot product (VNNI) on this CPU"
-    assert kernel_note("fbgemm", "auto", WITH_VNNI) == "fbgemm's dynamic int8 linear: this CPU has avx512_vnni"
+    assert kernel_note("matvec", "auto", WITH_VNNI, "decode") == \
+        "Tandem's int8 kernel: a decode worker's steps are a few tokens"
+    assert kernel_note("fbgemm", "auto", WITH_VNNI, "prefill") == \
+        "fbgemm's dynamic int8 linear: this CPU has avx512_vnni, whose int8 GEMM prefills faster"
     assert kernel_note("fbgemm", "torch", WITH_VNNI) == "fbgemm's dynamic int8 linear"
     monkeypatch.setattr(int8_linear, "load", lambda: (None, "no C compiler"))
-    assert [default_kernel(cpu, setting, AVX2_ONLY) for setting in ("auto", "tandem")] == ["fbgemm", "fbgemm"]
+    assert [default_kernel(cpu, setting, AVX2_ONLY, "decode") for setting in ("auto", "tandem")] == \
+        ["fbgemm", "fbgemm"]
 
 
 def test_every_int8_linear_of_the_engine_is_the_kernels_where_matvec_is_tandem(tiny_model_dir, monkeypatch):
@@ -64,6 +76,9 @@ def test_every_int8_linear_of_the_engine_is_the_kernels_where_matvec_is_tandem(t
         engine = _engine(tiny_model_dir, matvec=setting)
         assert isinstance(engine.model_runner.model.model.layers[0].self_attn.o_proj, FbgemmInt8Linear)
         assert "fbgemm's dynamic int8 linear" in engine.matvec["reason"]
+    engine = _engine(tiny_model_dir, matvec="auto", role="decode")  # but a decode worker's: the kernel
+    assert isinstance(engine.model_runner.model.model.layers[0].self_attn.o_proj, MatVecInt8Linear)
+    assert "a decode worker's steps are a few tokens" in engine.matvec["reason"]
     monkeypatch.setattr(quantization, "cpu_flags", lambda: AVX2_ONLY)  # and without: the kernel, saying why
     engine = _engine(tiny_model_dir, matvec="auto")
     assert isinstance(engine.model_runner.model.model.layers[0].self_attn.o_proj, MatVecInt8Linear)
