@@ -39,11 +39,14 @@ from bench.lib.common import ROOT, bootstrap, emit, model_dir, random_prompts, r
 SIDE = Path(__file__).resolve().parent / "peer_llamacpp_side.py"
 PEER_VENV = ROOT / "bench" / ".venv-peer"
 PEER_DIR = ROOT / "var" / "peer"
-# engine variant -> Config dtype and quantization; llama.cpp variant -> convert_hf_to_gguf.py --outtype.
-ENGINE_VARIANTS = {"float32": ("float32", "none"), "int8": ("float32", "int8"), "bfloat16": ("bfloat16", "none")}
+# engine variant -> Config dtype, quantization and matvec; llama.cpp variant -> convert_hf_to_gguf.py --outtype.
+# "int8" is a colocated (or prefill) worker's INT8 as `auto` picks it here; "int8_decode_worker" what a decode worker
+# runs by default, Tandem's int8 kernel (quantization.default_kernel; the same as "int8" on a CPU without VNNI).
+ENGINE_VARIANTS = {"float32": ("float32", "none", "auto"), "int8": ("float32", "int8", "auto"),
+                   "int8_decode_worker": ("float32", "int8", "tandem"), "bfloat16": ("bfloat16", "none", "auto")}
 LLAMA_VARIANTS = ("f32", "q8_0", "bf16")
 # The same precision on both sides: engine variant -> llama.cpp variant.
-PAIRS = {"float32": "f32", "int8": "q8_0", "bfloat16": "bf16"}
+PAIRS = {"float32": "f32", "int8": "q8_0", "int8_decode_worker": "q8_0", "bfloat16": "bf16"}
 # engine / llama.cpp at the same precision, at least.
 GOALS = {"prefill": 1.5, "single_decode": 1.0, "concurrent_decode": 3.0}
 FIGURES = {"prefill": "prefill_tok_s", "single_decode": "single_decode_tok_s",
@@ -60,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--concurrent-prompt-tokens", type=int, default=128, help="each concurrent request's prompt")
     p.add_argument("--rounds", type=int, default=2, help="rounds of both sides, alternated; best figure kept")
     p.add_argument("--repeats", type=int, default=1, help="timed runs of each figure within a side's round")
-    p.add_argument("--engine-variants", default="float32,int8,bfloat16",
+    p.add_argument("--engine-variants", default="float32,int8,int8_decode_worker,bfloat16",
                    help=f"of {', '.join(ENGINE_VARIANTS)}; bfloat16 runs only where the CPU computes it natively")
     p.add_argument("--llama-variants", default=None,
                    help=f"of {', '.join(LLAMA_VARIANTS)}; default f32,q8_0, and bf16 where the engine's bfloat16 runs")
@@ -196,6 +199,9 @@ def run(args) -> dict:
     bootstrap(args.threads)
     from transformers import AutoConfig
 
+    import torch
+
+    from inference.engine.quantization import default_kernel
     from inference.hardware import cpu_has_native_bfloat16
 
     path = model_dir(args.model)
@@ -207,8 +213,11 @@ def run(args) -> dict:
         if name == "bfloat16" and not cpu_has_native_bfloat16():
             skipped[name] = "this CPU has no native bfloat16 (avx512_bf16, amx_bf16 or Arm bf16)"
             continue
-        dtype, quantization = ENGINE_VARIANTS[name]
-        engine_variants[name] = {"dtype": dtype, "quantization": quantization}
+        if name == "int8_decode_worker" and default_kernel(torch.device("cpu"), "auto", role="colocated") == "matvec":
+            skipped[name] = "the same kernel as int8 on this CPU (no VNNI: Tandem's int8 kernel for every role)"
+            continue
+        dtype, quantization, matvec = ENGINE_VARIANTS[name]
+        engine_variants[name] = {"dtype": dtype, "quantization": quantization, "matvec": matvec}
     common = {"threads": args.threads, "new_tokens": args.new_tokens, "repeats": args.repeats,
               "prompt": random_prompts(1, args.prompt_tokens, vocab_size, seed=11)[0],
               "concurrent_prompts": random_prompts(args.concurrency, args.concurrent_prompt_tokens, vocab_size,

@@ -68,7 +68,8 @@ def engine_side(spec: dict) -> dict:
     for name, variant in spec["variants"].items():
         # Prefix caching off: every repeat computes its prompt again (the timings would otherwise read the cache).
         engine = LLMEngine(Config(model=spec["model_dir"], dtype=variant["dtype"],
-                                  quantization=variant["quantization"], threads=spec["threads"],
+                                  quantization=variant["quantization"], matvec=variant.get("matvec", "auto"),
+                                  threads=spec["threads"],
                                   kv_cache_bytes=256 << 20, max_num_seqs=max(64, len(batch)),
                                   prefix_caching=False))
         params_1 = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
@@ -85,6 +86,7 @@ def engine_side(spec: dict) -> dict:
         out["variants"][name] = {
             **_figures(len(prompt), len(batch), n, t), "dtype": variant["dtype"],
             "quantization": variant["quantization"], "weight_bytes": engine.weight_bytes,
+            "int8_kernel": engine.model_runner.int8_kernel,
             "prefill_chunk_size": engine.config.prefill_chunk_size, "chunked_prefill": engine.config.chunked_prefill,
             "tokens": single[0]}
         del engine
