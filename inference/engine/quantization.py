@@ -16,10 +16,10 @@ Why the CPU and the role decide (docs/engine.md, "INT8 weights", has the figures
 measures them). Decode steps of up to 16 sequences ran faster with the kernel on every CPU measured: on an AMD EPYC
 with AVX2 only 2.5x fbgemm's single-stream rate and 4.7x at 16 sequences (fbgemm there sums pairs of 8-bit products
 in 16 bits, must take 7-bit activations, and its tied lm_head through `torch._int_mm` crawls; KL from float32 0.12
-against the kernel's 0.0046); on an AMD EPYC with AVX-512 and VNNI 1.9x and 1.10x. Long steps (a prompt's) are
-another matter: with VNNI fbgemm's int8 GEMM prefilled 1.95x as fast as the kernel's dequantized float GEMM, so a
-prefill worker, and a colocated one that prefills too, keeps fbgemm there (one matrix per worker: holding both to
-route by step size would cost the memory INT8 is chosen for). Without VNNI the kernel serves every role.
+against the kernel's 0.0046); on an AMD EPYC with AVX-512 and VNNI 1.6-2.0x and 1.03-1.08x. Long steps (a
+prompt's) are another matter: with VNNI fbgemm's int8 GEMM prefilled 1.8x as fast as the kernel's dequantized float
+GEMM, so a prefill worker, and a colocated one that prefills too, keeps fbgemm there (one matrix per worker: holding
+both to route by step size would cost the memory INT8 is chosen for). Without VNNI the kernel serves every role.
 
 Activations (fbgemm): quantized per token on a fixed grid (see FbgemmInt8Linear), after SmoothQuant has moved the
 range of a few outlier input channels into the weights (smooth_activations), which recovers most of what per-token
