@@ -14,6 +14,11 @@ from controlplane.lib.env import env_bool, env_int, env_str
 TANDEM_STARTUP_TIMEOUT_S = env_int("TANDEM_STARTUP_TIMEOUT_S", 120, minimum=1)
 # One /health probe's timeout; probes of all workers run concurrently.
 TANDEM_HEALTH_TIMEOUT_S = env_int("TANDEM_HEALTH_TIMEOUT_S", 2, minimum=1)
+# A health pass in which the probes of at least this many ready workers, and at least this share of them, on hosts
+# whose agent is alive, time out restarts none of them for it: the prober or its network is the likely cause
+# (controlplane/supervision/probe_hold.py). HOLD_PCT=100 with a HOLD_MIN above the fleet's size never holds.
+TANDEM_HEALTH_HOLD_PCT = env_int("TANDEM_HEALTH_HOLD_PCT", 10, minimum=1, maximum=100)
+TANDEM_HEALTH_HOLD_MIN = env_int("TANDEM_HEALTH_HOLD_MIN", 10, minimum=1)
 # The node agent's heartbeat: Node.last_seen_at and a liveness check of each of its processes.
 TANDEM_HEARTBEAT_INTERVAL_S = env_int("TANDEM_HEARTBEAT_INTERVAL_S", 2, minimum=1)
 # A node whose agent has not beaten for this long gets no new workers.

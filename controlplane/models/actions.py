@@ -28,6 +28,7 @@ class ActionKind(models.TextChoices):
     PROMOTE = "promote"  # a rollout's revision made current: running until the old workers are replaced
     ABORT = "abort"  # a rollout aborted (by its analysis or an operator): its revision's workers drain
     TENANT = "tenant"  # a tenant, its keys or a deployment's key requirement changed (controlplane/tenants)
+    HOLD = "hold"  # health restarts held: many probes timed out at once (supervision.probe_hold); running while held
 
 
 class ActorType(models.TextChoices):

@@ -4,7 +4,9 @@
   pools have ready workers, which is not its own failure); a worker's 200 also says the dtype it runs and its
   weights (quantization, bytes), kept on its row for the pages and the API;
 - starting that is not healthy within TANDEM_STARTUP_TIMEOUT_S → restart;
-- ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (reported to controlplane.services.restarts).
+- ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (reported to controlplane.services.restarts);
+- but a pass in which many probes of live hosts' workers time out at once counts none of those timeouts (a restart
+  storm caused by the prober's own overload: controlplane.supervision.probe_hold).
 
 A dead process is the node agent's heartbeat to report (it sees the pid); this module only sees HTTP.
 """
@@ -25,6 +27,7 @@ from controlplane.lib.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded
 from controlplane.models import Worker, WorkerStatus
 from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
+from controlplane.supervision import probe_hold
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class Probe:
     detail: str
     dtype: str = ""  # what a healthy worker says it runs ("auto" resolved); blank for gateways and old workers
     weights: dict = field(default_factory=dict)  # its quantization and weight_bytes (health_answer_weights)
+    timed_out: bool = False  # no complete answer in time (not a refused connection, not an unhealthy answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,9 @@ async def _probe(session, worker: Worker, timeout_s: float) -> Probe:
     try:
         status, text = await get_text(session, url, timeout_s=timeout_s)
     except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError) as exc:
-        return Probe(worker.id, worker.pid, False, f"GET {url}: {type(exc).__name__}")
+        # aiohttp's socket and connect timeouts are asyncio.TimeoutErrors too
+        return Probe(worker.id, worker.pid, False, f"GET {url}: {type(exc).__name__}",
+                     timed_out=isinstance(exc, asyncio.TimeoutError))
     answer = _Answer(status, text)
     if health_answer_ok(worker.role, status):
         return Probe(worker.id, worker.pid, True, "", dtype=health_answer_dtype(answer),
@@ -72,7 +78,8 @@ def probe_all(workers: list[Worker], timeout_s: float) -> list[Probe]:
 
     def late(worker: Worker) -> Probe:
         return Probe(worker.id, worker.pid, False,
-                     f"GET {worker.url}/health: no complete answer within the pass's bound of {bound_s:.0f} s")
+                     f"GET {worker.url}/health: no complete answer within the pass's bound of {bound_s:.0f} s",
+                     timed_out=True)
 
     async def probes(session):
         return await gather_bounded(workers, lambda worker: _probe(session, worker, timeout_s),
@@ -88,7 +95,7 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
     if deployment_id is not None:
         workers = workers.filter(deployment_id=deployment_id)
     workers = list(workers)
-    outcome: dict[str, list[int]] = {"ready": [], "failing": [], "restarted": []}
+    outcome: dict[str, list[int]] = {"ready": [], "failing": [], "restarted": [], "held": []}
     if not workers:
         return outcome
     timeout_s = settings.TANDEM_HEALTH_TIMEOUT_S
@@ -105,7 +112,14 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
         else:
             _apply(worker, result, outcome)
     _record_healthy(healthy)
+    ready = [worker for worker in workers if worker.status == WorkerStatus.READY]
+    held = probe_hold.held_ids(ready, [probe.worker_id for probe in failing if probe.timed_out])
+    if held:
+        failing = [probe for probe in failing if probe.worker_id not in held]
+        outcome["held"] = sorted(held)
     _record_failing(failing, outcome, probed_at)
+    if ready:
+        probe_hold.record_pass(num_ready=len(ready), held=held)
     return outcome
 
 

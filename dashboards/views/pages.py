@@ -42,7 +42,10 @@ def get_deployment_or_404(name: str):
 
 @viewer_required
 def overview(request):
-    return page(request, "dashboards/overview.html", {"rows": fleet_rows(), "nodes": node_rows()})
+    from controlplane.supervision.probe_hold import current_hold
+
+    return page(request, "dashboards/overview.html", {"rows": fleet_rows(), "nodes": node_rows(),
+                                                      "health_hold": current_hold()})
 
 
 def revision_pill(worker, deployment, rollout) -> tuple[str, str] | None:

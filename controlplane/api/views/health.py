@@ -3,8 +3,9 @@
 503 when the web process cannot query its database (it cannot serve). Otherwise 200, with `status` "ok" or
 "degraded" and what is wrong: the database refuses writes (read-only: the API's writes answer 503), the broker does
 not answer, Prometheus (TANDEM_METRICS_BACKEND=prometheus) does not (the alert evaluator and autoscaler then hold
-still), or a periodic pass (reconcile, health, scrape, alert evaluation) has not run for 5 of its intervals (the
-broker frozen, the Celery workers gone or wedged). Degraded is still 200: restarting the web process would not mend
+still), the health pass holds its restarts (many probes timed out at once: supervision.probe_hold), or a periodic
+pass (reconcile, health, scrape, alert evaluation) has not run for 5 of its intervals (the broker frozen, the Celery
+workers gone or wedged). Degraded is still 200: restarting the web process would not mend
 any of these, and a load balancer should keep sending it the API.
 Each probe, while the database takes writes, sends `probed` with the loops' freshness: the alerting app steps its
 control-loop alert on it (alerting.services.watchdog), so the core does not depend on that app.
@@ -109,10 +110,16 @@ def healthz(request):
     metrics_problem = reader().problem()  # None for the embedded store; Prometheus: cached readiness probe
     if metrics_problem is not None:
         problems.append(f"{metrics_problem}: alert evaluation and the autoscaler hold still")
+    from controlplane.supervision.probe_hold import current_hold
+
+    hold = current_hold()
+    if hold is not None:
+        problems.append(f"health restarts held since {hold['since']}: {hold['reason']}")
     problems += [f"no {kind} pass for {loop['age_s']:.0f} s (stale after {loop['stale_after_s']:.0f} s)"
                  for kind, loop in loops.items() if loop["stale"]]
     body = {"status": "degraded" if problems else "ok", "database": read_only or "ok", "broker": broker,
-            "control_loops": loops, "metrics_backend": {"name": reader().name, "state": metrics_problem or "ok"}}
+            "control_loops": loops, "metrics_backend": {"name": reader().name, "state": metrics_problem or "ok"},
+            "health_restarts": {"held": hold is not None, **(hold or {})}}
     if problems:
         body["problems"] = problems
     global _last_problems

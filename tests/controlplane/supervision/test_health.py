@@ -31,7 +31,10 @@ def health_server():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 128  # socketserver's 5 refuses (or times out) a pass that probes dozens at once
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.code = 200
     server.extra = {}  # more fields of the 200 answer
     thread = threading.Thread(target=server.serve_forever, daemon=True)
