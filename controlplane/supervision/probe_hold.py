@@ -13,7 +13,9 @@ The rule (settings TANDEM_HEALTH_HOLD_PCT, TANDEM_HEALTH_HOLD_MIN): a pass holds
 timed out, on nodes whose agent has beaten within TANDEM_NODE_OFFLINE_AFTER_S, number at least HOLD_MIN and at least
 HOLD_PCT % of the ready workers it probed. What still counts in a held pass: an answer that says unhealthy (HTTP
 5xx), a refused connection (nothing listens: the host is up and the process is not), and every failure on a node
-whose agent went quiet (a host gone: its workers are restarted elsewhere, which is the health pass's job). A dead
+whose agent went quiet (a host gone: its workers are restarted elsewhere, which is the health pass's job), unless
+the agents of most of the fleet's nodes went quiet at once: then their heartbeats are the likely casualty of the same
+overload (on the bench above every simulated node's heartbeat lagged 1-2 minutes), and all count as live. A dead
 process is the agent's heartbeat to report in any case; a hold only delays restarting processes that live but do
 not answer in time.
 
@@ -55,7 +57,12 @@ def held_ids(ready: list[Worker], timed_out: list[int]) -> set[int]:
     if len(timed_out) < settings.TANDEM_HEALTH_HOLD_MIN:
         return set()
     node_of = {worker.id: worker.node_id for worker in ready}
+    nodes = {node for node in node_of.values() if node is not None}
     live = online_node_ids(ready)
+    if len(nodes) > 1 and 2 * len(live) < len(nodes):
+        # Most hosts' agents quiet at once: their heartbeats (the broker, the database) are the likely casualty of
+        # the same overload, not the hosts. Nothing tells a host gone from the others then; count them all as live.
+        live = nodes
     on_live = {worker_id for worker_id in timed_out if node_of.get(worker_id) in live}
     return on_live if len(on_live) >= hold_threshold(len(ready)) else set()
 

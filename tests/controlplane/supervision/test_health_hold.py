@@ -106,3 +106,16 @@ def test_timeouts_below_the_share_restart_as_before(
     _ready(deployment, make_worker, 30, health_server.server_port)  # 2 of 32 time out: 6 %, under 10 %
     outcome = check_health()
     assert outcome["held"] == [] and sorted(outcome["restarted"]) == sorted(w.id for w in slow)
+
+
+def test_when_most_hosts_agents_are_quiet_at_once_their_timeouts_are_held_too(
+        deployment, make_worker, silent_port, fast_probes, sent):
+    """Heartbeats lagging on most nodes at once are the same overload's casualty (the broker, the database), not
+    hosts gone: nothing tells them apart, so the pass holds as if the hosts were live."""
+    from controlplane.models import Node
+
+    quiet = _ready(deployment, make_worker, 12, silent_port, node_seen_s_ago=3600)
+    other = Node.objects.create(name="other", hostname="other", last_seen_at=timezone.now() - timedelta(hours=1))
+    quiet += [make_worker(deployment, "decode", port=silent_port, node=other) for _ in range(2)]
+    outcome = check_health()
+    assert sorted(outcome["held"]) == sorted(w.id for w in quiet) and outcome["restarted"] == []
