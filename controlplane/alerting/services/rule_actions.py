@@ -3,7 +3,9 @@
 Once per firing: the idempotency key is (rule id, fingerprint, firing start, action index); the same key goes to
 the core service, so even two evaluators racing produce one Action. Cooldown: an action runs only when the same
 action of the same rule did not run for the same target within `cooldown_s` — a metric that flaps around its
-threshold therefore causes at most one action per target per cooldown.
+threshold therefore causes at most one action per target per cooldown. Mass restarts: a restart is held (the run
+recorded as skipped, with why) while rules on the same metric are pending or firing for a large share of the fleet's
+workers at once (_mass_restart).
 """
 from __future__ import annotations
 
@@ -66,8 +68,13 @@ def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime, deli
         if in_cooldown(rule, index, target, now):
             continue
         reason = reason_for(rule, alert, detail)
-        status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="firing",
-                                         now=now, deliver=deliver)
+        held = _mass_restart(rule, alert) if spec["type"] == ActionType.RESTART else None
+        if held is not None:
+            status, action, error = RunStatus.SKIPPED, None, held
+            log.warning("rule %s: restart of worker %s held: %s", rule.name, alert.worker_id, held)
+        else:
+            status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="firing",
+                                             now=now, deliver=deliver)
         try:
             RuleActionRun.objects.create(rule=rule, alert=alert, action_index=index, kind=spec["type"],
                                          target=target, idempotency_key=key, action=action, status=status,
@@ -99,6 +106,29 @@ def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime, deliv
             continue
         num_run += 1
     return num_run
+
+
+def _mass_restart(rule: AlertRule, alert: Alert) -> str | None:
+    """Why a rule's restart of one worker is held, or None: the rules on the same metric are pending or firing for
+    so many workers of the fleet at once (supervision.probe_hold's threshold over the ready workers) that the
+    metric's source (a scraper or Prometheus that cannot keep up, its network) is the likely cause, not the workers.
+    On the 1,000-worker bench every worker's `up` read 0 for 30 s at once and the default worker-down rules began
+    restarting the whole fleet, deployment after deployment. The notify actions still go; the health pass still
+    restarts a worker that is really gone."""
+    if alert.worker_id is None:
+        return None
+    from controlplane.alerting.models import ACTIVE_STATES
+    from controlplane.models import Worker, WorkerStatus
+    from controlplane.supervision.probe_hold import hold_threshold
+
+    num_active = Alert.objects.filter(state__in=ACTIVE_STATES, worker__isnull=False, rule__metric=rule.metric,
+                                      rule__enabled=True).values("worker_id").distinct().count()
+    num_ready = Worker.objects.filter(status=WorkerStatus.READY).count()
+    if num_active < hold_threshold(num_ready):
+        return None
+    return (f"held: rules on {rule.metric} are pending or firing for {num_active} workers at once ({num_ready} "
+            f"ready): the metric's source is the likely cause, not the workers (TANDEM_HEALTH_HOLD_PCT, "
+            f"TANDEM_HEALTH_HOLD_MIN)")
 
 
 _RUN_STATUS = {carry_out.DONE: RunStatus.DONE, carry_out.SKIPPED: RunStatus.SKIPPED,

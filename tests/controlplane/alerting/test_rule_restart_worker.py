@@ -28,3 +28,24 @@ def test_a_worker_without_any_sample_is_not_restarted(deployment, make_worker, e
     for second in range(0, 65, 5):
         evaluate(at(second))
     assert not Action.objects.filter(kind="restart").exists()
+
+
+def test_when_the_rule_fires_for_much_of_the_fleet_at_once_its_restarts_are_held(
+        deployment, make_worker, write_sample, evaluate, at, settings):
+    """Every worker's `up` at 0 at once is the scraper's (or Prometheus') failure more likely than the fleet's:
+    the restarts are held (recorded as skipped, with why), the notifications still go."""
+    from controlplane.alerting.models import Alert, RuleActionRun
+    from controlplane.models import Action
+
+    settings.TANDEM_HEALTH_HOLD_PCT, settings.TANDEM_HEALTH_HOLD_MIN = 10, 3
+    workers = [make_worker(deployment, "decode") for _ in range(3)] + [make_worker(deployment, "prefill")]
+    for second in range(0, 65, 5):
+        for worker in workers:
+            write_sample(deployment, worker.role, "up", 0.0, at(second), worker=worker)
+        evaluate(at(second))
+    assert Alert.objects.filter(rule__default_key="worker-down", state="firing").count() == 4
+    assert not Action.objects.filter(kind="restart").exists()
+    held = RuleActionRun.objects.filter(kind="restart")
+    assert held.count() == 4 and {run.status for run in held} == {"skipped"}
+    assert held[0].error.startswith("held: rules on up are pending or firing for 4 workers at once (4 ready)")
+    assert RuleActionRun.objects.filter(kind="notify", status="done").count() == 4
