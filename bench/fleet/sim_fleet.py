@@ -349,7 +349,11 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
                   file=sys.stderr)
         doc["largest_fleet_keeping_cycle"] = max((e["workers"] for e in doc["sizes"] if e["keeps_cycle"]),
                                                  default=None)
-        doc["pool_scale"] = measure_scale(api, names[0], stack)
+        try:
+            doc["pool_scale"] = measure_scale(api, names[0], stack)
+        except SystemExit as exc:  # a scale that never became ready is a figure too; the rest is still measured
+            doc["pool_scale"] = {"deployment": names[0], "error": str(exc), "goal_s": SCALE_GOAL_S,
+                                 "meets_goal": False}
         print(f"pool scale: {doc['pool_scale']}", file=sys.stderr)
         doc["rss"] = sample_rss(stack, args.duration)
         if not args.skip_page:
