@@ -213,6 +213,12 @@ def action_succeed(*, action_id: int, result: dict | None = None) -> bool:
                    from_statuses=[ActionStatus.PENDING, ActionStatus.RUNNING], **fields)
 
 
+def action_params_update(*, action_id: int, params: dict) -> bool:
+    """A running action's params replaced by what it has learned since it started (a health hold's latest pass).
+    False when it is no longer running."""
+    return Action.objects.filter(pk=action_id, status=ActionStatus.RUNNING).update(params=params) == 1
+
+
 def action_fail(*, action_id: int, error: str, result: dict | None = None) -> bool:
     """pending|running → failed, with the error stored on the row (never swallowed)."""
     now = timezone.now()

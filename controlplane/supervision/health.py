@@ -118,7 +118,7 @@ def check_health(deployment_id: int | None = None) -> dict[str, list[int]]:
         failing = [probe for probe in failing if probe.worker_id not in held]
         outcome["held"] = sorted(held)
     _record_failing(failing, outcome, probed_at)
-    if ready:
+    if ready and deployment_id is None:  # the hold is the fleet's: a pass over one deployment neither opens nor ends it
         probe_hold.record_pass(num_ready=len(ready), held=held)
     return outcome
 

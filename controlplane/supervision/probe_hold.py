@@ -70,7 +70,7 @@ def held_ids(ready: list[Worker], timed_out: list[int]) -> set[int]:
 def record_pass(*, num_ready: int, held: set[int]) -> None:
     """Open the running `hold` action on the first held pass, note the latest held pass on it, and close it on the
     first pass that does not hold. One row per storm, not one per pass."""
-    from controlplane.services.actions import action_create
+    from controlplane.services.actions import action_create, action_params_update, action_succeed
     from controlplane.services.restarts import SUPERVISOR
 
     now = timezone.now()
@@ -90,13 +90,12 @@ def record_pass(*, num_ready: int, held: set[int]) -> None:
             else:
                 params = dict(running.params or {})
                 params.update(latest=latest, held_passes=int(params.get("held_passes", 0)) + 1)
-                Action.objects.filter(id=running.id).update(params=params)
+                action_params_update(action_id=running.id, params=params)
             return
         if running is not None:
             passes = int((running.params or {}).get("held_passes", 0))
-            Action.objects.filter(id=running.id).update(
-                status=ActionStatus.SUCCEEDED, finished_at=now,
-                result={"released_at": now.isoformat(), "held_passes": passes, "ready": num_ready})
+            action_succeed(action_id=running.id,
+                           result={"released_at": now.isoformat(), "held_passes": passes, "ready": num_ready})
             log.warning("health: restarts for timed-out probes resume after %d held passes", passes)
 
 

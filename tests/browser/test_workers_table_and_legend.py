@@ -32,7 +32,8 @@ def test_stopped_workers_show_only_on_request_and_stay_shown_across_refreshes(pa
     page.wait_for_function("() => location.search === '?range=1h'")
 
     page.click("#toggle-stopped")
-    page.wait_for_url("**/deployments/demo/?stopped=1&range=1h")
+    # A page load on a host running three suites at once took more than Playwright's default 30 s (CI, 2026-12-03)
+    page.wait_for_url("**/deployments/demo/?stopped=1&range=1h", timeout=90_000)
     assert page.is_visible(f"#workers tr[data-worker='{stopped.pk}']")
     _refreshed(page)
     assert page.is_visible(f"#workers tr[data-worker='{stopped.pk}']")
