@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -39,11 +38,10 @@ log = logging.getLogger(__name__)
 
 def online_node_ids(workers: list[Worker]) -> set[int]:
     """The ids of the nodes (of these workers) whose agent has beaten within TANDEM_NODE_OFFLINE_AFTER_S."""
-    from controlplane.models import Node
+    from controlplane.supervision.placement import online_nodes
 
-    since = timezone.now() - timedelta(seconds=settings.TANDEM_NODE_OFFLINE_AFTER_S)
     ids = {worker.node_id for worker in workers if worker.node_id is not None}
-    return set(Node.objects.filter(id__in=ids, last_seen_at__gte=since).values_list("id", flat=True))
+    return set(online_nodes().filter(id__in=ids).values_list("id", flat=True))
 
 
 def hold_threshold(num_ready: int) -> int:
