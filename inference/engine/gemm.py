@@ -1,8 +1,8 @@
 """The float32 GEMM of CPU steps of many tokens (batched decode, prefill): oneDNN's instead of torch's (MKL's).
 
-Tandem's matvec kernel (matvec.py) multiplies steps of at most MAX_TOKENS tokens; above, the linears were torch's
-`F.linear`, which for float32 on a CPU is MKL's sgemm (bfloat16 already goes through oneDNN in torch). On the AMD
-EPYC host of issue 19 (AVX-512, one thread), MKL ran a [16, 576] x [576, 1536] product at ~60-70 GFLOP/s and
+Tandem's matvec kernel (matvec.py) multiplies steps of at most `Library.max_tokens` tokens; above, the linears were
+torch's `F.linear`, which for float32 on a CPU is MKL's sgemm (bfloat16 already goes through oneDNN in torch). On the
+AMD EPYC host of issue 19 (AVX-512, one thread), MKL ran a [16, 576] x [576, 1536] product at ~60-70 GFLOP/s and
 oneDNN's at ~120-135; over all of SmolLM2-135M's linears with cold caches, 91 ms against 56 ms at 16 tokens, 232
 against 115 at 64, even at 4. In the engine's 16-sequence float32 decode step MKL's sgemm was ~85 of ~135 ms.
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.engine.matvec import MAX_TOKENS, Library, MatVecLinear, matvec_projection
+from inference.engine.matvec import Library, MatVecLinear, matvec_projection
 
 
 @functools.cache
@@ -42,7 +42,7 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
 
 
 class GemmMatVecLinear(MatVecLinear):
-    """Tandem's kernel for steps of up to MAX_TOKENS tokens, oneDNN's GEMM above (float32 on a CPU)."""
+    """Tandem's kernel for steps of up to `library.max_tokens` tokens, oneDNN's GEMM above (float32 on a CPU)."""
 
     def fallback(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, K] -> [T, N1 + N2 + ...]
@@ -58,7 +58,7 @@ def note(library: Library | None, dtype: torch.dtype, quantization: str) -> str:
     """What the `matvec` reason (/info) adds where oneDNN takes the kernel's steps of more tokens, else ""."""
     if library is None or quantization != "none" or dtype != torch.float32 or not onednn_runs():
         return ""
-    return f"; float32 steps of more than {MAX_TOKENS} tokens: oneDNN's GEMM, not MKL's (gemm.py)"
+    return f"; float32 steps of more than {library.max_tokens} tokens: oneDNN's GEMM, not MKL's (gemm.py)"
 
 
 def kernel_projection(library: Library | None, *linears: nn.Module) -> MatVecLinear | None:

@@ -5,7 +5,8 @@ from memory. torch's one-token matmul (MKL's matrix-vector product over an [out,
 half the rate one thread reads memory in a plain sum; matvec.c reads each row once, in order, at about that rate
 (bench/engine/decode_kernels.py has each kernel; docs/performance.md the figures), and normalizes its input on the
 way in where an RMSNorm comes first (lean_decode.normed_projection). It runs the float32 and bfloat16
-linears of steps of at most MAX_TOKENS tokens (decode steps of up to that many sequences); longer steps (prefill,
+linears of steps of at most `Library.max_tokens` tokens (decode steps of up to that many sequences: 4 with AVX-512,
+16 with AVX2 only, where tiles of 3 rows x 4 tokens beat oneDNN's GEMM at batched decode); longer steps (prefill,
 big batches) run a GEMM, which computes many tokens at once better than a loop over rows (float32: oneDNN's, gemm.py;
 bfloat16: torch's, which is oneDNN's too).
 
@@ -30,8 +31,11 @@ from inference.engine.native import KernelLibrary, load_library
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("matvec.c")
-# Steps of at most this many tokens run the kernel; more are faster in torch's GEMM (bench/engine/decode_kernels.py).
+# Steps of at most this many tokens run the kernel; more are faster in torch's GEMM (bench/engine/decode_kernels.py)
+# where the kernel runs AVX-512; with AVX2 only (no AVX-512 GEMM for oneDNN either), the kernel's tiles of 3 rows x 4
+# tokens beat oneDNN's GEMM up to WIDE_MAX_TOKENS tokens (matvec.c; bench/engine/decode_kernels.py --tokens).
 MAX_TOKENS = 4
+WIDE_MAX_TOKENS = 16
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 
@@ -45,6 +49,11 @@ class Library(KernelLibrary):
                                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_float, ctypes.c_int]
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens of a step the kernel computes (more: a GEMM), by the instruction set it runs now."""
+        return WIDE_MAX_TOKENS if self.isa == "avx2+fma" else MAX_TOKENS
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,16 +78,16 @@ def choose_matvec(setting: str, *, dtype: torch.dtype, device: torch.device, qua
         if setting == "tandem":
             log.warning("matvec: torch's matmul instead of the asked-for kernel: %s", reason)
         return None, f"{setting}: torch's matmul: {reason}"
-    return library, (f"{setting}: Tandem's kernel ({library.isa}) for steps of up to {MAX_TOKENS} tokens, torch's "
-                     "GEMM above (values not bit-identical to torch's, greedy tokens identical)")
+    return library, (f"{setting}: Tandem's kernel ({library.isa}) for steps of up to {library.max_tokens} tokens, "
+                     "torch's GEMM above (values not bit-identical to torch's, greedy tokens identical)")
 
 
 class MatVecLinear:
     """Linears over one input as one projection: [T, K] -> [T, N1 + N2 + ...], each weight's outputs in its own
-    columns (q, k and v; gate and up; or one linear), through the kernel for T <= MAX_TOKENS, torch above."""
+    columns (q, k and v; gate and up; or one linear), through the kernel for T <= library.max_tokens, torch above."""
 
     def __init__(self, library: Library, linears: list[nn.Linear], num_threads: int):
-        self.lib, self.num_threads = library.lib, num_threads
+        self.library, self.lib, self.num_threads = library, library.lib, num_threads
         self.linears = linears
         self.weights = [linear.weight for linear in linears]
         self.biases = [linear.bias for linear in linears]
@@ -102,14 +111,15 @@ class MatVecLinear:
                 and (linear.bias is None or linear.bias.is_contiguous()))
 
     def fallback(self, x: torch.Tensor) -> torch.Tensor:
-        """torch's product, for an input the kernel does not run (more than MAX_TOKENS tokens, another dtype)."""
+        """torch's product, for an input the kernel does not run (more than max_tokens tokens, another dtype)."""
         if len(self.linears) == 1:
             return F.linear(x, self.weights[0], self.biases[0])
         return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
 
     def runs(self, x: torch.Tensor) -> bool:
         """Whether the kernel computes this input (else torch does)."""
-        return x.dim() == 2 and x.shape[0] <= MAX_TOKENS and x.dtype == self.dtype and x.stride(1) == 1
+        return (x.dim() == 2 and x.shape[0] <= self.library.max_tokens and x.dtype == self.dtype
+                and x.stride(1) == 1)
 
     def __call__(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
         # x: [T, K] -> [T, N]; with norm (an RMSNorm's weight [K] and eps, for an input the kernel runs), of x

@@ -40,7 +40,7 @@ def test_a_step_of_many_tokens_equals_torchs_product_within_float32_rounding(bia
     q, k, v = (_linear(576, n, torch.float32, bias, seed=n) for n in (576, 192, 192))
     projection = gemm.kernel_projection(matvec.load()[0], q, k, v)
     assert isinstance(projection, gemm.GemmMatVecLinear)
-    for num_tokens in (matvec.MAX_TOKENS + 1, 16, 100):
+    for num_tokens in (projection.library.max_tokens + 1, 100):
         x = torch.randn(num_tokens, 576)
         with OpNames() as ops:
             got = projection(x)
@@ -53,7 +53,7 @@ def test_a_step_of_many_tokens_equals_torchs_product_within_float32_rounding(bia
 def test_steps_the_kernel_takes_stay_the_kernels_and_bfloat16_stays_torchs():
     linear = _linear(576, 192, torch.float32, False, seed=1)
     library = matvec.load()[0]
-    x = torch.randn(matvec.MAX_TOKENS, 576)
+    x = torch.randn(library.max_tokens, 576)
     assert torch.equal(gemm.kernel_projection(library, linear)(x), matvec.matvec_projection(library, linear)(x))
     narrow = _linear(576, 192, torch.bfloat16, False, seed=2)
     assert type(gemm.kernel_projection(library, narrow)) is matvec.MatVecLinear
@@ -61,15 +61,19 @@ def test_steps_the_kernel_takes_stay_the_kernels_and_bfloat16_stays_torchs():
 
 
 def test_the_engine_decodes_a_batch_through_onednn_with_the_same_greedy_tokens_as_torchs_matmul(tiny_model_dir):
-    prompts = random_prompts([3, 9, 17, 30, 41, 64], seed=7)  # 6 sequences: decode steps past MAX_TOKENS
+    # 20 sequences: decode steps past the kernel's max_tokens (4 with AVX-512, 16 with AVX2)
+    prompts = random_prompts([3, 9, 17, 30, 41, 64, 5, 12, 22, 35, 8, 27, 50, 14, 19, 6, 33, 44, 11, 25], seed=7)
     params = SamplingParams(max_tokens=12, ignore_eos=True)
-    engines = [LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20, prefix_caching=False,
+    engines = [LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=8 << 20, prefix_caching=False,
                                 dtype="float32", matvec=setting)) for setting in ("tandem", "torch")]
     for i, prompt in enumerate(prompts):
         engines[0].add_request(f"r{i}", prompt, params)
-    engines[0].step()  # the prefill
+    prefilled: set[str] = set()
+    while len(prefilled) < len(prompts):  # the prefill (in as many steps as the token budget takes)
+        prefilled.update(out.request_id for out in engines[0].step())
     with OpNames() as ops:
-        engines[0].step()  # a decode step of 6 tokens
+        engines[0].step()  # a decode step of 20 tokens
+    assert engines[0].num_step_tokens == len(prompts)
     assert "mkldnn::_linear_pointwise" in ops.names and "aten::mm" not in ops.names, ops.names
     while engines[0].has_unfinished():
         engines[0].step()

@@ -1,7 +1,8 @@
 """Tandem's matrix-vector kernel (inference/engine/matvec.c): its products equal torch's within float32 rounding
 (bfloat16: within one rounding of the output), each linear of a group writes its own columns, steps of more tokens
-than MAX_TOKENS are torch's own; the engine serves the same greedy tokens with it as with torch's matmul; `auto`
-takes it where it can run and says why not elsewhere; without a C compiler the engine keeps torch's matmul."""
+than the library's max_tokens (4 with AVX-512, 16 with AVX2's tiles) are torch's own; the engine serves the same
+greedy tokens with it as with torch's matmul; `auto` takes it where it can run and says why not elsewhere; without a
+C compiler the engine keeps torch's matmul."""
 from __future__ import annotations
 
 import pytest
@@ -38,15 +39,16 @@ def isa(request):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("in_features", [64, 70, 576])  # 70: rows that end inside a vector
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
-def test_its_products_equal_torchs_within_rounding(isa, dtype, in_features, bias):
-    linear = _linear(in_features, 96, dtype, bias, seed=in_features)
+@pytest.mark.parametrize("out_features", [96, 97, 98])  # AVX2's tiles of 3 rows, and the last 1 or 2 rows
+def test_its_products_equal_torchs_within_rounding(isa, dtype, in_features, bias, out_features):
+    linear = _linear(in_features, out_features, dtype, bias, seed=in_features)
     projection = matvec.matvec_projection(matvec.load()[0], linear)
     assert isinstance(projection, matvec.MatVecLinear)
-    for num_tokens in range(1, matvec.MAX_TOKENS + 1):
+    for num_tokens in range(1, matvec.load()[0].max_tokens + 1):
         x = torch.randn(num_tokens, in_features).to(dtype)
         exact = F.linear(x.double(), linear.weight.double(), None if linear.bias is None else linear.bias.double())
         got = projection(x)
-        assert got.dtype == dtype and got.shape == (num_tokens, 96)
+        assert got.dtype == dtype and got.shape == (num_tokens, out_features)
         if dtype == torch.float32:
             # float32 sums of in_features products, in another order than MKL's: a few ulps of the magnitudes summed
             scale = (x.double().abs() @ linear.weight.double().abs().t()).max()
@@ -65,15 +67,17 @@ def test_an_rms_normalized_input_equals_the_lean_forwards_norm_then_the_product(
     linear = _linear(576, 192, dtype, False, seed=9)
     projection = matvec.matvec_projection(matvec.load()[0], linear)
     norm = (torch.rand(576).add(0.5).to(dtype), 1e-5)
-    x = (torch.randn(3, 576) * 4).to(dtype)
     normed = normed_projection(projection, norm)
-    expected = projection(rms_norm(x, norm))  # the lean forward's norm (Hugging Face's), then the kernel
-    got = normed(x)
-    if dtype == torch.float32:
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    else:  # the normalized input is rounded to bfloat16 twice, as Hugging Face rounds it: a rare value one ulp off
-        assert (got.float() - expected.float()).abs().max() <= expected.float().abs().max() * 2 ** -7
-    more = torch.randn(matvec.MAX_TOKENS + 1, 576).to(dtype)  # torch's own norm and matmul past the kernel's tokens
+    for num_tokens in sorted({3, projection.library.max_tokens}):  # AVX2: 16 tokens in tiles
+        x = (torch.randn(num_tokens, 576) * 4).to(dtype)
+        expected = projection(rms_norm(x, norm))  # the lean forward's norm (Hugging Face's), then the kernel
+        got = normed(x)
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        else:  # the normalized input is rounded to bfloat16 twice, as Hugging Face rounds it: a rare value 1 ulp off
+            assert (got.float() - expected.float()).abs().max() <= expected.float().abs().max() * 2 ** -7
+    # torch's own norm and matmul past the kernel's tokens
+    more = torch.randn(projection.library.max_tokens + 1, 576).to(dtype)
     assert torch.equal(normed(more), F.linear(rms_norm(more, norm), linear.weight))
 
 
@@ -88,8 +92,25 @@ def test_each_linear_of_a_group_writes_its_own_columns():
 def test_a_step_of_more_tokens_than_max_tokens_is_torchs_own_matmul():
     gate, up = (_linear(64, 128, torch.float32, False, seed=s) for s in (1, 2))
     group = matvec.matvec_projection(matvec.load()[0], gate, up)
-    x = torch.randn(matvec.MAX_TOKENS + 1, 64)
+    x = torch.randn(group.library.max_tokens + 1, 64)
     assert torch.equal(group(x), torch.cat([F.linear(x, gate.weight), F.linear(x, up.weight)], dim=-1))
+
+
+def test_with_avx2_a_tokens_values_do_not_depend_on_the_other_tokens_of_its_step():
+    """AVX2's tiles (steps of 5-16 tokens) sum each row and token in one order, whatever the tile the token is in:
+    a sequence's logits do not change with how many others share its decode step (within that range)."""
+    library = matvec.load()[0]
+    widest = library.isa
+    try:
+        assert library.cap_isa("avx2+fma") == "avx2+fma" and library.max_tokens == matvec.WIDE_MAX_TOKENS
+        projection = matvec.matvec_projection(library, _linear(70, 98, torch.float32, True, seed=11))
+        x = torch.randn(16, 70)
+        whole = projection(x)
+        assert torch.equal(whole[:5], projection(x[:5]))
+        assert torch.equal(whole[6:13], projection(x[6:13]))
+        assert torch.equal(whole[9:], projection(x[9:]))
+    finally:
+        library.cap_isa(widest)
 
 
 def test_a_linear_the_kernel_cannot_read_is_left_to_torch():

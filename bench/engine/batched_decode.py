@@ -1,0 +1,158 @@
+"""Batched float32 decode on a CPU with AVX2 only: the matvec kernel's tiles against oneDNN's GEMM, in the engine.
+
+A decode step of N sequences multiplies N tokens by every weight. Up to 4 tokens the engine runs Tandem's row-at-a-time
+kernel (inference/engine/matvec.c), which streams the weights at the memory's rate; above, a step is bound by
+arithmetic, and the engine ran oneDNN's GEMM (gemm.py). Where the kernel runs AVX2 (no AVX-512), it now also takes
+steps of 5-16 tokens, in tiles of 3 rows x 4 tokens (`Library.max_tokens` 16). This runs one float32 engine and
+times its decode step at each `--concurrency` with the kernel's steps as they are now (`tiles`) and capped at 4
+tokens as before (`onednn`: the class's max_tokens patched for those rounds), in interleaved rounds (best kept): the
+median of a round's `--new-tokens` - 1 decode steps of the whole batch (engine.step() timed alone, after the prefill).
+
+Also: the step's FLOPs (2 x parameters x tokens) over its time against a large float32 GEMM's rate measured in the
+same run (`gemm_peak_gflop_s`: torch's matmul of [2048, 576] x [576, 1536]), and whether the greedy tokens of
+the two agree at each concurrency (the sums run in other orders, so they may part at a near-tie).
+
+    python bench/engine/batched_decode.py                      # SmolLM2, 1 thread, concurrency 1,4,5,8,12,16,24
+    python bench/engine/batched_decode.py --concurrency 8,16 --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.lib.common import bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
+
+VARIANTS = ("tiles", "onednn")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2", help="smollm2, tiny or a model folder")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--concurrency", default="1,4,5,8,12,16,24", help="comma-separated numbers of sequences")
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=17)
+    p.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best of each is kept")
+    args = p.parse_args(argv)
+    try:
+        args.concurrency = sorted({int(c) for c in args.concurrency.split(",")})
+    except ValueError:
+        p.error(f"--concurrency: comma-separated integers, not {args.concurrency!r}")
+    if min(args.concurrency) < 1 or args.new_tokens < 2 or args.repeats < 1:
+        p.error("--concurrency at least 1, --new-tokens at least 2, --repeats at least 1")
+    return args
+
+
+@contextlib.contextmanager
+def capped_at_four_tokens():
+    """The engine as it was before the tiles: the kernel for steps of at most MAX_TOKENS (4), oneDNN above."""
+    from inference.engine import matvec
+
+    wide = matvec.Library.max_tokens
+    matvec.Library.max_tokens = property(lambda self: matvec.MAX_TOKENS)
+    try:
+        yield
+    finally:
+        matvec.Library.max_tokens = wide
+
+
+def gemm_peak_gflop_s(repeats: int = 5) -> float:
+    import torch
+
+    a, b = torch.randn(2048, 576), torch.randn(576, 1536)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * 2048 * 576 * 1536 / best / 1e9
+
+
+def run(args) -> dict:
+    bootstrap(args.threads)
+    from bench.engine.stage_limits import cpu_flags_of_interest
+    from inference.engine import Config, LLMEngine, SamplingParams
+
+    # Every prompt of a batch prefilled in one step (no chunks), so that every decode step timed carries them all.
+    engine = LLMEngine(Config(model=model_dir(args.model), dtype="float32", threads=args.threads,
+                              kv_cache_bytes=256 << 20, max_num_seqs=max(64, max(args.concurrency)),
+                              max_num_batched_tokens=max(2048, max(args.concurrency) * args.prompt_tokens),
+                              chunked_prefill=False, prefix_caching=False))
+    vocab = engine.model_runner.model.config.vocab_size
+    num_params = sum(p.numel() for p in engine.model_runner.model.parameters())
+    prompts = {n: random_prompts(n, args.prompt_tokens, vocab, seed=n) for n in args.concurrency}
+
+    counter = iter(range(10**9))
+
+    def decode_steps(batch) -> tuple[float, list[list[int]]]:
+        """The median of the decode steps of the whole batch (the prefill left out), and each sequence's greedy
+        tokens."""
+        params = SamplingParams(max_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
+        ids = [f"b{next(counter)}" for _ in batch]
+        for request_id, prompt in zip(ids, batch):
+            engine.add_request(request_id, prompt, params)
+        out: dict[str, list[int]] = {request_id: [] for request_id in ids}
+
+        def step() -> None:
+            for o in engine.step():
+                out[o.request_id].extend(o.new_token_ids)
+
+        while any(not tokens for tokens in out.values()):  # the prefill, in as many steps as its budget takes
+            step()
+        times = []
+        while engine.has_unfinished():
+            start = time.perf_counter()
+            step()
+            if engine.num_step_tokens == len(batch):  # a decode step of every sequence (not a last, empty one)
+                times.append(time.perf_counter() - start)
+        return statistics.median(times), [out[request_id] for request_id in ids]
+
+    decode_steps(prompts[min(args.concurrency)])  # lazy init
+    best: dict[str, dict[int, float]] = {v: {} for v in VARIANTS}
+    tokens: dict[str, dict[int, list[list[int]]]] = {v: {} for v in VARIANTS}
+    peaks = []
+    for _ in range(args.repeats):
+        peaks.append(gemm_peak_gflop_s())
+        for n in args.concurrency:
+            for variant in VARIANTS:
+                with capped_at_four_tokens() if variant == "onednn" else contextlib.nullcontext():
+                    step, out = decode_steps(prompts[n])
+                best[variant][n] = min(best[variant].get(n, float("inf")), step)
+                tokens[variant][n] = out
+    peak = max(peaks)
+    results = {}
+    for n in args.concurrency:
+        row = {}
+        for variant in VARIANTS:
+            step = best[variant][n]
+            row[variant] = {"step_ms": round(step * 1e3, 2), "tok_s": round(n / step, 1),
+                            "gflop_s": round(2 * num_params * n / step / 1e9, 1),
+                            "of_gemm_peak": round(2 * num_params * n / step / 1e9 / peak, 3)}
+        row["tiles_over_onednn_tok_s"] = ratio(row["tiles"]["tok_s"], row["onednn"]["tok_s"])
+        row["greedy_identical_sequences"] = sum(a == b for a, b in zip(tokens["tiles"][n], tokens["onednn"][n]))
+        results[n] = row
+    from inference.engine import matvec
+
+    lib = matvec.load()[0]
+    return {"benchmark": "batched_decode", "model": args.model, "dtype": "float32", "threads": args.threads,
+            "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "parameters": num_params,
+            "kernel_isa": lib.isa if lib else None, "kernel_max_tokens": lib.max_tokens if lib else None,
+            "matvec": engine.matvec, "gemm_peak_gflop_s": round(peak, 1), "results": results,
+            "note": None if lib is not None and lib.max_tokens > matvec.MAX_TOKENS else
+            "the kernel runs no tiles on this CPU (AVX-512, or no kernel): both variants are the same",
+            "cpu_flags": cpu_flags_of_interest(), "environment": environment()}
+
+
+def main(argv=None) -> int:
+    emit(run(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
