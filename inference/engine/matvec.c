@@ -141,10 +141,11 @@ static void row_avx2(int dtype, const void *w, const float *x, int64_t K, int64_
 /* ---- AVX2 + FMA, steps of more than 4 tokens ------------------------------------------------------------------- */
 
 /* A batched decode step (5-16 sequences) is bound by arithmetic, not by the weights' stream: the row-at-a-time kernel
-   above re-reads each row from L1 per pair of tokens and oneDNN's GEMM (which reorders the weights on each call)
-   reached ~40 % of this CPU's float32 peak at 16 tokens on an AVX2-only AMD EPYC (docs/performance.md). Here a tile
-   of 3 rows x 4 tokens keeps 12 accumulators in registers (3 weights + 1 input + 12 sums of the 16 ymm), and while
-   the first tokens' tile runs, the next 3 rows are prefetched: ~1.4x oneDNN's rate at 16 tokens, ~1.6x at 8.
+   above re-reads each row from L1 per pair of tokens, and oneDNN's GEMM (which reorders the weights on each call)
+   ran SmolLM2's linears at ~half of a large float32 matmul's rate at 16 tokens on an AVX2-only AMD EPYC (38-41
+   against 83 GFLOP/s; docs/performance.md). Here a tile of 3 rows x 4 tokens keeps 12 accumulators in registers
+   (3 weights + 1 input + 12 sums of the 16 ymm), and while the first tokens' tile runs, the next 3 rows are
+   prefetched: 55-59 GFLOP/s at 16 tokens (~1.4x oneDNN's), ~1.6x oneDNN's at 8.
 
    Each (row, token) sums in one accumulator, k in steps of 8 in order, whatever the tile: a token's value does not
    depend on the others in its step (but differs by a few ulp from the 1-4 token kernel's order above). */
