@@ -3,7 +3,7 @@
 A decode step of N sequences multiplies N tokens by every weight. Up to 4 tokens the engine runs Tandem's row-at-a-time
 kernel (inference/engine/matvec.c), which streams the weights at the memory's rate; above, a step is bound by
 arithmetic, and the engine ran oneDNN's GEMM (gemm.py). Where the kernel runs AVX2 (no AVX-512), it now also takes
-steps of 5-16 tokens, in tiles of 3 rows x 4 tokens (`Library.max_tokens` 16). This runs one float32 engine and
+steps of 5-32 tokens, in tiles of 3 rows x 4 tokens (`Library.max_tokens` 32). This runs one float32 engine and
 times its decode step at each `--concurrency` with the kernel's steps as they are now (`tiles`) and capped at 4
 tokens as before (`onednn`: the class's max_tokens patched for those rounds), in interleaved rounds (best kept): the
 median of a round's `--new-tokens` - 1 decode steps of the whole batch (engine.step() timed alone, after the prefill).
@@ -12,7 +12,7 @@ Also: the step's FLOPs (2 x parameters x tokens) over its time against a large f
 same run (`gemm_peak_gflop_s`: torch's matmul of [2048, 576] x [576, 1536]), and whether the greedy tokens of
 the two agree at each concurrency (the sums run in other orders, so they may part at a near-tie).
 
-    python bench/engine/batched_decode.py                      # SmolLM2, 1 thread, concurrency 1,4,5,8,12,16,24
+    python bench/engine/batched_decode.py                      # SmolLM2, 1 thread, concurrency 1,4,5,8,16,32,48
     python bench/engine/batched_decode.py --concurrency 8,16 --repeats 5
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2", help="smollm2, tiny or a model folder")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--concurrency", default="1,4,5,8,12,16,24", help="comma-separated numbers of sequences")
+    p.add_argument("--concurrency", default="1,4,5,8,16,32,48", help="comma-separated numbers of sequences")
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=17)
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best of each is kept")
@@ -81,7 +81,7 @@ def run(args) -> dict:
 
     # Every prompt of a batch prefilled in one step (no chunks), so that every decode step timed carries them all.
     engine = LLMEngine(Config(model=model_dir(args.model), dtype="float32", threads=args.threads,
-                              kv_cache_bytes=256 << 20, max_num_seqs=max(64, max(args.concurrency)),
+                              kv_cache_bytes=1 << 30, max_num_seqs=max(64, max(args.concurrency)),
                               max_num_batched_tokens=max(2048, max(args.concurrency) * args.prompt_tokens),
                               chunked_prefill=False, prefix_caching=False))
     vocab = engine.model_runner.model.config.vocab_size
@@ -111,6 +111,10 @@ def run(args) -> dict:
             step()
             if engine.num_step_tokens == len(batch):  # a decode step of every sequence (not a last, empty one)
                 times.append(time.perf_counter() - start)
+        if not times:
+            raise SystemExit(f"no decode step carried all {len(batch)} sequences (the KV pool has "
+                             f"{engine.stats()['num_kv_blocks_total']} blocks of {engine.config.block_size} tokens): "
+                             "lower --concurrency or --prompt-tokens")
         return statistics.median(times), [out[request_id] for request_id in ids]
 
     decode_steps(prompts[min(args.concurrency)])  # lazy init

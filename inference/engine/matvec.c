@@ -140,7 +140,7 @@ static void row_avx2(int dtype, const void *w, const float *x, int64_t K, int64_
 
 /* ---- AVX2 + FMA, steps of more than 4 tokens ------------------------------------------------------------------- */
 
-/* A batched decode step (5-16 sequences) is bound by arithmetic, not by the weights' stream: the row-at-a-time kernel
+/* A batched decode step (5-32 sequences) is bound by arithmetic, not by the weights' stream: the row-at-a-time kernel
    above re-reads each row from L1 per pair of tokens, and oneDNN's GEMM (which reorders the weights on each call)
    ran SmolLM2's linears at ~half of a large float32 matmul's rate at 16 tokens on an AVX2-only AMD EPYC (38-41
    against 83 GFLOP/s; docs/performance.md). Here a tile of 3 rows x 4 tokens keeps 12 accumulators in registers

@@ -147,7 +147,7 @@ def test_the_prefill_role_exports_the_same_kv_and_first_token_chunked_as_whole(t
         for whole_kv, chunked_kv in zip(whole[f"r{i}"].kv, chunked[f"r{i}"].kv):
             assert chunked_kv.shape[1] == len(prompt)
             # A chunk past position 0 runs SDPA's masked kernel, not its causal one, and on an AVX2-only CPU a chunk
-            # of <= 16 tokens runs the matvec kernel's tiles where the whole prompt runs oneDNN's GEMM: the same math
+            # of <= 32 tokens runs the matvec kernel's tiles where the whole prompt runs oneDNN's GEMM: the same math
             # in another summation order, so float32 agrees to ~1e-5 of the values' scale (|K/V| up to ~20 here),
             # not bit for bit.
             torch.testing.assert_close(chunked_kv, whole_kv, rtol=1e-4, atol=1e-3)

@@ -61,18 +61,19 @@ def test_steps_the_kernel_takes_stay_the_kernels_and_bfloat16_stays_torchs():
 
 
 def test_the_engine_decodes_a_batch_through_onednn_with_the_same_greedy_tokens_as_torchs_matmul(tiny_model_dir):
-    # 20 sequences: decode steps past the kernel's max_tokens (4 with AVX-512, 16 with AVX2)
-    prompts = random_prompts([3, 9, 17, 30, 41, 64, 5, 12, 22, 35, 8, 27, 50, 14, 19, 6, 33, 44, 11, 25], seed=7)
+    # 36 sequences: decode steps past the kernel's max_tokens (4 with AVX-512, 32 with AVX2)
+    prompts = random_prompts([3, 9, 17, 30, 41, 64, 5, 12, 22, 35, 8, 27, 50, 14, 19, 6, 33, 44, 11, 25] * 2,
+                             seed=7)[:36]
     params = SamplingParams(max_tokens=12, ignore_eos=True)
-    engines = [LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=8 << 20, prefix_caching=False,
+    engines = [LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=16 << 20, prefix_caching=False,
                                 dtype="float32", matvec=setting)) for setting in ("tandem", "torch")]
-    for i, prompt in enumerate(prompts):
-        engines[0].add_request(f"r{i}", prompt, params)
+    for i, prompt in enumerate(prompts):  # long enough that none ends while the others' prompts are prefilled
+        engines[0].add_request(f"r{i}", prompt, SamplingParams(max_tokens=64, ignore_eos=True))
     prefilled: set[str] = set()
     while len(prefilled) < len(prompts):  # the prefill (in as many steps as the token budget takes)
         prefilled.update(out.request_id for out in engines[0].step())
     with OpNames() as ops:
-        engines[0].step()  # a decode step of 20 tokens
+        engines[0].step()  # a decode step of 36 tokens
     assert engines[0].num_step_tokens == len(prompts)
     assert "mkldnn::_linear_pointwise" in ops.names and "aten::mm" not in ops.names, ops.names
     while engines[0].has_unfinished():

@@ -1,6 +1,6 @@
 """Tandem's matrix-vector kernel (inference/engine/matvec.c): its products equal torch's within float32 rounding
 (bfloat16: within one rounding of the output), each linear of a group writes its own columns, steps of more tokens
-than the library's max_tokens (4 with AVX-512, 16 with AVX2's tiles) are torch's own; the engine serves the same
+than the library's max_tokens (4 with AVX-512, 32 with AVX2's tiles) are torch's own; the engine serves the same
 greedy tokens with it as with torch's matmul; `auto` takes it where it can run and says why not elsewhere; without a
 C compiler the engine keeps torch's matmul."""
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_an_rms_normalized_input_equals_the_lean_forwards_norm_then_the_product(
     projection = matvec.matvec_projection(matvec.load()[0], linear)
     norm = (torch.rand(576).add(0.5).to(dtype), 1e-5)
     normed = normed_projection(projection, norm)
-    for num_tokens in sorted({3, projection.library.max_tokens}):  # AVX2: 16 tokens in tiles
+    for num_tokens in sorted({3, projection.library.max_tokens}):  # AVX2: 32 tokens in tiles
         x = (torch.randn(num_tokens, 576) * 4).to(dtype)
         expected = projection(rms_norm(x, norm))  # the lean forward's norm (Hugging Face's), then the kernel
         got = normed(x)
@@ -97,7 +97,7 @@ def test_a_step_of_more_tokens_than_max_tokens_is_torchs_own_matmul():
 
 
 def test_with_avx2_a_tokens_values_do_not_depend_on_the_other_tokens_of_its_step():
-    """AVX2's tiles (steps of 5-16 tokens) sum each row and token in one order, whatever the tile the token is in:
+    """AVX2's tiles (steps of 5-32 tokens) sum each row and token in one order, whatever the tile the token is in:
     a sequence's logits do not change with how many others share its decode step (within that range)."""
     library = matvec.load()[0]
     widest = library.isa
