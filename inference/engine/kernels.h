@@ -36,6 +36,15 @@ static int detected_isa(void) {
         return isa;                                                \
     }
 
+/* The sum of a vector's 8 floats (AVX2 kernels). */
+__attribute__((target("avx2")))
+static inline float hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
 static inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;

@@ -120,11 +120,7 @@ static inline void dots_avx2(int dtype, const void *w, const float *x, int64_t K
         for (int t = 0; t < nt; t++) a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * K + k), a[t][0]);
     }
     for (int t = 0; t < nt; t++) {
-        __m256 v = _mm256_add_ps(_mm256_add_ps(a[t][0], a[t][1]), _mm256_add_ps(a[t][2], a[t][3]));
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        float r = _mm_cvtss_f32(s);
+        float r = hsum_avx2(_mm256_add_ps(_mm256_add_ps(a[t][0], a[t][1]), _mm256_add_ps(a[t][2], a[t][3])));
         for (int64_t j = k; j < K; j++) r += load_scalar(dtype, w, j) * x[t * K + j];
         out[t] = r;
     }
@@ -149,14 +145,6 @@ static void row_avx2(int dtype, const void *w, const float *x, int64_t K, int64_
 
    Each (row, token) sums in one accumulator, k in steps of 8 in order, whatever the tile: a token's value does not
    depend on the others in its step (but differs by a few ulp from the 1-4 token kernel's order above). */
-__attribute__((target("avx2,fma")))
-static inline float hsum_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* nr rows (at most 3, `row_bytes` apart) x nt tokens (at most 4); with `prefetch`, the 3 rows after these (past a
    matrix's last rows that reads nothing: a prefetch never faults). */
 __attribute__((target("avx2,fma"), always_inline))

@@ -75,14 +75,6 @@ static inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4
     return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
 }
 
-__attribute__((target("avx2")))
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 __attribute__((target("avx512f")))
 static inline __m512 exp_512(__m512 x) {
     EXP_CONSTANTS
@@ -280,7 +272,7 @@ static inline void task_avx2_as(int dtype, const Task *p) {
                 __m256 a = _mm256_setzero_ps();
                 for (int64_t d = 0; d < D; d += 8)
                     a = _mm256_fmadd_ps(load8_256(dtype, kb + (size_t)i * rb, d), _mm256_loadu_ps(q + d), a);
-                s[i] = hsum(a);
+                s[i] = hsum_avx2(a);
             }
         }
     }
@@ -298,7 +290,7 @@ static inline void task_avx2_as(int dtype, const Task *p) {
             _mm256_storeu_ps(s + t, e);
             sv = _mm256_add_ps(sv, e);
         }
-        float sum = hsum(sv);
+        float sum = hsum_avx2(sv);
         for (; t < n; t++) {
             s[t] = expf(s[t] - mx);
             sum += s[t];
