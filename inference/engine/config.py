@@ -106,6 +106,9 @@ class Config:
     # many tokens as for one (False: the reference forward, for comparisons). Needs lean_decode: the lean forward
     # exists only when it is on.
     lean_prefill: bool = True
+    # Decode steps' layers in one C call (decode_layers.py) where Tandem's kernels run all of them: the lean forward's
+    # ops without their Python and dispatch overhead (False: the lean forward, for comparisons).
+    fused_decode: bool = True
     # One of WEIGHT_LAYOUTS: "auto" (transposed for float32 on a CPU, where one thread's matrix-vector products read
     # [in, out] weights 1.2-1.3x faster a step; as loaded elsewhere), or either layout by name.
     weight_layout: str = "auto"
@@ -133,7 +136,7 @@ class Config:
         if self.matvec not in MATVECS:
             raise ConfigError("matvec", f"must be one of {', '.join(MATVECS)}, got {self.matvec!r}")
         for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode",
-                     "lean_prefill"):
+                     "lean_prefill", "fused_decode"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.shared_prompt is not None and (not isinstance(self.shared_prompt, str) or not self.shared_prompt):

@@ -136,6 +136,7 @@ class LeanDecoder:
         shape = (runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
         self.k_slots = runner.k_cache.view(shape).unbind(0)  # L x [N*bs, Hkv, D]
         self.v_slots = runner.v_cache.view(shape).unbind(0)
+        self.fused = None  # the layers in one C call (decode_layers.FusedDecode), set by the runner where it runs
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                 attention, num_layers: int | None = None) -> torch.Tensor:
@@ -148,7 +149,11 @@ class LeanDecoder:
         cos = cos[0].unsqueeze(1)  # [T, 1, D]
         # [T, 1, D], its first half negated: roll(x) * sin == rotate_half(x) * sin
         sin = torch.cat((-sin[0, :, : d // 2], sin[0, :, d // 2:]), dim=-1).unsqueeze(1)
-        for layer_id, layer in enumerate(self.layers[:num_layers]):
+        layers = self.layers[:num_layers]
+        if self.fused is not None and self.fused(x, cos.view(num_tokens, d), sin.view(num_tokens, d), slot_mapping,
+                                                 attention, len(layers)):
+            return x  # a decode step whose layers ran in C (decode_layers.py), x updated in place
+        for layer_id, layer in enumerate(layers):
             qkv = layer.attn_in(x).view(num_tokens, h_q + 2 * h_kv, d)
             qk = qkv[:, : h_q + h_kv]  # [T, Hq + Hkv, D]
             qk = qk * cos + qk.roll(d // 2, -1) * sin

@@ -74,7 +74,9 @@ class LLMEngine:
         self.matvec: dict = {"setting": config.matvec, "kernel": "tandem" if library else "torch",
                              "isa": library.isa if library else None, "reason": self.model_runner.matvec_reason,
                              # the decode rows' attention, under the same setting (paged_attention.py)
-                             "decode_attention": self.model_runner.decode_attention_info}
+                             "decode_attention": self.model_runner.decode_attention_info,
+                             # a decode step's layers in one C call (decode_layers.py)
+                             "fused_decode": self.model_runner.fused_decode_reason}
         self.decode_step_ops: int | None = self.model_runner.decode_step_ops  # one single-stream step's tensor ops
         # What runs: a decode engine computes no prompt, so it has no use for a prefix cache.
         self.prefix_caching = config.prefix_caching and config.role is not Role.DECODE

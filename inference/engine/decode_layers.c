@@ -1,0 +1,170 @@
+/* A decode step's layers in one C call (inference/engine/decode_layers.py builds the plan and calls it).
+
+   The lean forward (lean_decode.py) runs each layer as ~25 tensor ops and 5-7 kernel calls from Python; at one token
+   a sequence each op costs more in dispatch than in arithmetic (a SmolLM2 step: ~4 ms of ops and ~1 ms of call
+   overhead beside ~25 ms of weight reads in bfloat16). Here the same layer runs in C, calling the same kernels
+   through the function pointers the plan holds (tandem_matvec, tandem_int8_matvec, tandem_paged_attention: each
+   from its own library), with the elementwise steps between them written out:
+
+     qkv = projection(rms_norm(x))            the kernels normalize on the way in
+     q, k = rope(q, k); cache[slot] = k, v    x * cos + roll(x, D/2) * sin', sin' with its first half negated
+     o = attention(q, cache)                  the paged kernel
+     x = x + o_proj(o)
+     g, u = projection(rms_norm(x))
+     x = x + down(silu(g) * u)
+
+   Each elementwise step rounds where the lean forward's tensor op rounds (bfloat16: every product and sum is
+   rounded to bfloat16, as torch's bfloat16 ops compute in float32 and round once), so the values differ from the
+   lean forward's only where a math function does: silu's exp (libm's expf here, torch's vectorized exp there). */
+#include "kernels.h"
+
+/* No instructions of its own (the kernels it calls pick theirs): the ISA functions say what the CPU offers. */
+TANDEM_ISA_FUNCTIONS(tandem_decode_layers)
+
+typedef int (*matvec_fn)(int dtype, const void *W, int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy,
+                         int64_t T, int64_t N, int64_t K, const void *bias, const void *norm_w, float eps,
+                         int num_threads);
+typedef int (*int8_matvec_fn)(const int8_t *q, int64_t ldq, const float *scale, const float *x, int64_t ldx,
+                              float *y, int64_t ldy, int64_t T, int64_t N, int64_t K, const float *bias,
+                              const float *norm_w, float eps, int num_threads);
+typedef int (*attention_fn)(int dtype, const void *q, void *out, const void *k_cache, const void *v_cache,
+                            const int64_t *block_tables, int64_t ldt, const int64_t *context_lens, int64_t B,
+                            int64_t Hq, int64_t Hkv, int64_t D, int64_t bs, float scale, int num_threads);
+
+enum { CALL_MATVEC = 0, CALL_INT8 = 1 };
+#define MAX_CALLS 4
+
+/* One kernel call of a projection: `rows` outputs written from column `column` on. decode_layers.py mirrors these
+   structs with ctypes. */
+typedef struct {
+    void *fn;
+    int64_t kind;          /* CALL_MATVEC (fn: tandem_matvec, in the plan's dtype) or CALL_INT8 (tandem_int8_matvec) */
+    const void *w;         /* [rows, ldw] weights (int8 for CALL_INT8) */
+    int64_t ldw;
+    const void *scale;     /* CALL_INT8: [rows] float32 */
+    const void *bias;      /* [rows] or NULL */
+    int64_t rows, column;
+} Call;
+
+/* Linears over one input as one projection [T, in] -> [T, out] (q/k/v, gate/up, or one linear), the input
+   RMS-normalized first where norm_w is set. */
+typedef struct {
+    const void *norm_w;
+    double eps;
+    int64_t num_calls, in_features, out_features;
+    Call calls[MAX_CALLS];
+} Projection;
+
+typedef struct {
+    Projection qkv, o, gate_up, down;
+    double scale;  /* the attention's */
+} Layer;
+
+typedef struct {
+    int64_t dtype, num_threads;  /* the activations' and the cache's dtype (DT_F32 or DT_BF16) */
+    int64_t num_layers, hidden, num_heads, num_kv_heads, head_dim, intermediate, max_tokens;
+    const Layer *layers;
+    void *attention;             /* tandem_paged_attention */
+    void *k_cache, *v_cache;     /* [L, N, bs, Hkv, D] */
+    int64_t layer_bytes, block_size;
+    /* scratch, [max_tokens, ...] each in dtype: qkv [(Hq + 2 Hkv) D], q and o [Hq D], h [hidden], gu [2 I], a [I] */
+    void *qkv, *q, *o, *h, *gu, *a;
+} Plan;
+
+static inline float rounded(int dtype, float v) { return dtype == DT_F32 ? v : bf16_to_f32(f32_to_bf16(v)); }
+
+static int project(const Plan *p, const Projection *pr, const void *x, void *y, int64_t T) {
+    const size_t esize = p->dtype == DT_F32 ? 4 : 2;
+    for (int64_t c = 0; c < pr->num_calls; c++) {
+        const Call *call = &pr->calls[c];
+        int status;
+        if (call->kind == CALL_INT8)
+            status = ((int8_matvec_fn)call->fn)((const int8_t *)call->w, call->ldw, (const float *)call->scale,
+                                                (const float *)x, pr->in_features, (float *)y + call->column,
+                                                pr->out_features, T, call->rows, pr->in_features,
+                                                (const float *)call->bias, (const float *)pr->norm_w,
+                                                (float)pr->eps, (int)p->num_threads);
+        else
+            status = ((matvec_fn)call->fn)((int)p->dtype, call->w, call->ldw, x, pr->in_features,
+                                           (char *)y + (size_t)call->column * esize, pr->out_features, T, call->rows,
+                                           pr->in_features, call->bias, pr->norm_w, (float)pr->eps,
+                                           (int)p->num_threads);
+        if (status) return status;
+    }
+    return 0;
+}
+
+/* RoPE on the q and k heads of each token's qkv row (q into p->q, k into its cache slot) and v into its slot:
+   out[i] = x[i] * cos[i] + x[(i + D/2) % D] * sin'[i], each product and the sum rounded as the lean forward's
+   tensor ops round them (`volatile`: no fused multiply-add across them). */
+static void rope_and_cache(const Plan *p, int64_t layer, int64_t T, const void *cos, const void *sin,
+                           const int64_t *slots) {
+    const int dtype = (int)p->dtype;
+    const int64_t Hq = p->num_heads, Hkv = p->num_kv_heads, D = p->head_dim, half = D / 2;
+    const int64_t width = (Hq + 2 * Hkv) * D;
+    char *k_layer = (char *)p->k_cache + layer * p->layer_bytes, *v_layer = (char *)p->v_cache + layer * p->layer_bytes;
+    const size_t esize = dtype == DT_F32 ? 4 : 2, slot_bytes = (size_t)(Hkv * D) * esize;
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t row = t * width;
+        void *k_out = k_layer + (size_t)slots[t] * slot_bytes;
+        for (int64_t head = 0; head < Hq + Hkv; head++) {
+            const int64_t at = row + head * D;
+            void *out = head < Hq ? p->q : k_out;
+            const int64_t first = head < Hq ? (t * Hq + head) * D : (head - Hq) * D;
+            for (int64_t i = 0; i < D; i++) {
+                volatile float a = rounded(dtype, load_scalar(dtype, p->qkv, at + i) * load_scalar(dtype, cos, t * D + i));
+                volatile float b = rounded(dtype, load_scalar(dtype, p->qkv, at + (i + half) % D) *
+                                                      load_scalar(dtype, sin, t * D + i));
+                store_scalar(dtype, out, first + i, a + b);
+            }
+        }
+        memcpy(v_layer + (size_t)slots[t] * slot_bytes, (const char *)p->qkv + (size_t)(row + (Hq + Hkv) * D) * esize,
+               slot_bytes);
+    }
+}
+
+/* x = x + y, [T, hidden], rounded once. */
+static void add_into(int dtype, void *x, const void *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) store_scalar(dtype, x, i, load_scalar(dtype, x, i) + load_scalar(dtype, y, i));
+}
+
+/* a[t, i] = silu(g) * u for gu's row [g | u]: silu as torch computes it, x / (1 + exp(-x)) in float32, rounded to
+   the dtype, then the product rounded. */
+static void silu_mul(int dtype, const void *gu, void *a, int64_t T, int64_t I) {
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < I; i++) {
+            float g = load_scalar(dtype, gu, t * 2 * I + i), u = load_scalar(dtype, gu, t * 2 * I + I + i);
+            float s = rounded(dtype, g / (1.0f + expf(-g)));
+            store_scalar(dtype, a, t * I + i, s * u);
+        }
+    }
+}
+
+/* The first `num_layers` layers over x [T, hidden] (in place) for T decode tokens, one per sequence: positions'
+   cos and sin' [T, D] in dtype, the tokens' cache slots [T], and the attention's block tables [T, M] (row stride
+   ldt) and context lengths [T] (this token included). Returns 0, a kernel's nonzero status (nothing more computed),
+   or -4 for T outside [1, max_tokens]. */
+int tandem_decode_layers(const Plan *p, void *x, int64_t T, int64_t num_layers, const void *cos, const void *sin,
+                         const int64_t *slots, const int64_t *block_tables, int64_t ldt,
+                         const int64_t *context_lens) {
+    if (T < 1 || T > p->max_tokens) return -4;
+    const int dtype = (int)p->dtype;
+    int status;
+    for (int64_t l = 0; l < num_layers; l++) {
+        const Layer *layer = &p->layers[l];
+        if ((status = project(p, &layer->qkv, x, p->qkv, T))) return status;
+        rope_and_cache(p, l, T, cos, sin, slots);
+        status = ((attention_fn)p->attention)(dtype, p->q, p->o, (char *)p->k_cache + l * p->layer_bytes,
+                                              (char *)p->v_cache + l * p->layer_bytes, block_tables, ldt,
+                                              context_lens, T, p->num_heads, p->num_kv_heads, p->head_dim,
+                                              p->block_size, (float)layer->scale, (int)p->num_threads);
+        if (status) return status;
+        if ((status = project(p, &layer->o, p->o, p->h, T))) return status;
+        add_into(dtype, x, p->h, T * p->hidden);
+        if ((status = project(p, &layer->gate_up, x, p->gu, T))) return status;
+        silu_mul(dtype, p->gu, p->a, T, p->intermediate);
+        if ((status = project(p, &layer->down, p->a, p->h, T))) return status;
+        add_into(dtype, x, p->h, T * p->hidden);
+    }
+    return 0;
+}

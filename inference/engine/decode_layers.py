@@ -1,0 +1,216 @@
+"""A decode step's layers in one C call (decode_layers.c), where Tandem's kernels run all of a layer.
+
+At one token a sequence, the lean forward's ~25 tensor ops and 5-7 kernel calls per layer cost more in Python and
+dispatch than in arithmetic: on SmolLM2 in bfloat16 about 5 ms of a ~30 ms single-stream step, beside the weight
+reads (measured by wrapping each kernel call of the lean step; docs/performance.md has the bench's figures). Here
+the lean forward hands its layer loop to C: the plan (each layer's weight pointers, the kernels' entry points, the
+cache, scratch rows) is built once per runner, and each step makes one call with its tokens' cos/sin, slots, block
+tables and context lengths. The embedding, RoPE's cos/sin, the final norm, lm_head and sampling stay as they were.
+
+It runs a step when every projection of every layer goes through one of Tandem's kernels (matvec.c for float32 and
+bfloat16, int8_matvec.c for INT8 weights; anything else, e.g. the transposed float32 layout torch multiplies, keeps
+the lean forward), decode attention is the paged kernel, the step is a pure decode step (no prefill rows) and it has
+no more tokens than the kernels take (`max_tokens`: 4 with AVX-512, 32 with AVX2 only; 127 for INT8). Every other
+step runs the lean forward as before. Values: the same kernel calls in the same order and the elementwise steps
+rounded where the lean forward's tensor ops round (decode_layers.c); silu's exp is libm's rather than torch's, so
+values are not bit-identical to the lean forward's, greedy tokens are (tests/inference/engine/test_decode_layers.py).
+
+`Config.fused_decode` (default on) turns it off for comparisons; `matvec: torch` has no kernels and so no fusion.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from inference.engine import int8_linear
+from inference.engine.int8_linear import MatVecInt8Linear
+from inference.engine.matvec import WIDE_MAX_TOKENS, matvec_projection
+from inference.engine.native import KernelLibrary, load_library
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("decode_layers.c")
+MAX_CALLS = 4  # decode_layers.c's: kernel calls per projection (q, k, v: 3)
+CALL_MATVEC, CALL_INT8 = 0, 1
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+
+
+class Call(ctypes.Structure):
+    _fields_ = [("fn", _P), ("kind", _I), ("w", _P), ("ldw", _I), ("scale", _P), ("bias", _P), ("rows", _I),
+                ("column", _I)]
+
+
+class Projection(ctypes.Structure):
+    _fields_ = [("norm_w", _P), ("eps", ctypes.c_double), ("num_calls", _I), ("in_features", _I),
+                ("out_features", _I), ("calls", Call * MAX_CALLS)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [("qkv", Projection), ("o", Projection), ("gate_up", Projection), ("down", Projection),
+                ("scale", ctypes.c_double)]
+
+
+class Plan(ctypes.Structure):
+    _fields_ = [("dtype", _I), ("num_threads", _I), ("num_layers", _I), ("hidden", _I), ("num_heads", _I),
+                ("num_kv_heads", _I), ("head_dim", _I), ("intermediate", _I), ("max_tokens", _I),
+                ("layers", ctypes.POINTER(Layer)), ("attention", _P), ("k_cache", _P), ("v_cache", _P),
+                ("layer_bytes", _I), ("block_size", _I),
+                ("qkv", _P), ("q", _P), ("o", _P), ("h", _P), ("gu", _P), ("a", _P)]
+
+
+class Library(KernelLibrary):
+    def __init__(self, lib: ctypes.CDLL):
+        super().__init__(lib, "tandem_decode_layers")
+        lib.tandem_decode_layers.restype = ctypes.c_int
+        lib.tandem_decode_layers.argtypes = [ctypes.POINTER(Plan), _P, _I, _I, _P, _P, _P, _P, _I, _P]
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> tuple[Library | None, str | None]:
+    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    return load_library(SOURCE, Library, "decode layers")
+
+
+def _address(function) -> int:
+    return ctypes.cast(function, _P).value
+
+
+class _Unfusable(Exception):
+    """Why a layer cannot run in C: the lean forward keeps it."""
+
+
+def _float_calls(matvec, modules: list[nn.Module]) -> tuple[list[Call], int]:
+    projection = matvec_projection(matvec, *modules)
+    if projection is None:
+        raise _Unfusable("a float projection Tandem's matvec kernel does not run (the weight layout, or torch's "
+                         "matmul)")
+    fn = _address(matvec.lib.tandem_matvec)
+    calls = [Call(fn=fn, kind=CALL_MATVEC, w=w, ldw=ldw, scale=None, bias=b or None, rows=rows, column=column)
+             for w, ldw, b, column, rows in projection.calls]
+    return calls, projection.out_features
+
+
+def _int8_calls(module: MatVecInt8Linear) -> tuple[list[Call], int]:
+    q, ldq, scale = module._matrix
+    return [Call(fn=_address(module._call), kind=CALL_INT8, w=q, ldw=ldq, scale=scale, bias=module._bias_ptr,
+                 rows=module.out_features, column=0)], module.out_features
+
+
+def _projection(matvec, modules: list[nn.Module], norm: nn.Module | None, dtype: torch.dtype) -> Projection:
+    if len(modules) == 1 and isinstance(modules[0], MatVecInt8Linear):
+        if dtype != torch.float32:
+            raise _Unfusable("INT8 linears with activations other than float32")
+        calls, out_features = _int8_calls(modules[0])
+    elif all(isinstance(m, nn.Linear) for m in modules) and matvec is not None:
+        calls, out_features = _float_calls(matvec, modules)
+    else:
+        raise _Unfusable(f"{type(modules[0]).__name__} projections (not one of Tandem's kernels)")
+    norm_w, eps = (None, 0.0) if norm is None else (norm.weight, norm.variance_epsilon)
+    if norm_w is not None and (norm_w.dtype != dtype or not norm_w.is_contiguous()):
+        raise _Unfusable(f"an RMSNorm weight in {norm_w.dtype}, not the activations' {dtype}")
+    projection = Projection(norm_w=None if norm_w is None else norm_w.data_ptr(), eps=eps, num_calls=len(calls),
+                            in_features=modules[0].in_features, out_features=out_features)
+    for i, call in enumerate(calls):
+        projection.calls[i] = call
+    return projection
+
+
+def _is_silu(act: nn.Module) -> bool:
+    return isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation"
+
+
+class FusedDecode:
+    """The plan of one runner's layers and the step's call. `__call__` returns False where it does not run a step
+    (the caller then runs the lean forward)."""
+
+    def __init__(self, library: Library, runner, attention_library, capacity: int, int8: bool):
+        model = runner.model
+        self.library, self.runner, self.int8 = library, runner, int8
+        self.matvec = runner.matvec
+        dtype = runner.dtype
+        layers = model.model.layers
+        self.layers = (Layer * len(layers))()
+        for i, layer in enumerate(layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            if not _is_silu(mlp.act_fn):
+                raise _Unfusable(f"the MLP's activation {type(mlp.act_fn).__name__} (the C layer computes silu)")
+            qkv = [attn.qkv_proj] if hasattr(attn, "qkv_proj") else [attn.q_proj, attn.k_proj, attn.v_proj]
+            gate_up = [mlp.gate_up_proj] if hasattr(mlp, "gate_up_proj") else [mlp.gate_proj, mlp.up_proj]
+            self.layers[i] = Layer(qkv=_projection(self.matvec, qkv, layer.input_layernorm, dtype),
+                                   o=_projection(self.matvec, [attn.o_proj], None, dtype),
+                                   gate_up=_projection(self.matvec, gate_up, layer.post_attention_layernorm, dtype),
+                                   down=_projection(self.matvec, [mlp.down_proj], None, dtype),
+                                   scale=attn.scaling)
+        self.intermediate = self.layers[0].down.in_features
+        h_q, h_kv, d = runner.num_heads, runner.num_kv_heads, runner.head_dim
+        hidden = model.config.hidden_size
+        self.capacity = capacity
+        # Scratch rows, [capacity, ...] each: read and written by the C call only.
+        widths = {"qkv": (h_q + 2 * h_kv) * d, "q": h_q * d, "o": h_q * d, "h": hidden, "gu": 2 * self.intermediate,
+                  "a": self.intermediate}
+        self.scratch = {name: torch.empty(capacity, width, dtype=dtype) for name, width in widths.items()}
+        k_cache = runner.k_cache
+        self.plan = Plan(dtype=_DTYPE_CODES[dtype], num_threads=torch.get_num_threads(), num_layers=len(layers),
+                         hidden=hidden, num_heads=h_q, num_kv_heads=h_kv, head_dim=d,
+                         intermediate=self.intermediate, max_tokens=capacity,
+                         layers=ctypes.cast(self.layers, ctypes.POINTER(Layer)),
+                         attention=_address(attention_library.lib.tandem_paged_attention),
+                         k_cache=k_cache.data_ptr(), v_cache=runner.v_cache.data_ptr(),
+                         layer_bytes=k_cache.stride(0) * k_cache.element_size(), block_size=k_cache.shape[2],
+                         **{name: tensor.data_ptr() for name, tensor in self.scratch.items()})
+        self._call = library.lib.tandem_decode_layers
+        self._plan_ref = ctypes.byref(self.plan)
+
+    def max_tokens(self) -> int:
+        """The most tokens a step may have here now (the float kernel's limit follows its instruction set)."""
+        if self.int8:
+            return self.capacity
+        return min(self.capacity, self.matvec.max_tokens)
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slot_mapping: torch.Tensor,
+                 attention, num_layers: int) -> bool:
+        # x: [T, hidden] (contiguous, updated in place); cos, sin: [T, D] contiguous in x's dtype, sin's first
+        # half negated; slot_mapping: [T] int64; attention: the step's DecodeAttention
+        kernel = getattr(attention, "kernel", None)
+        num_tokens = x.shape[0]
+        if kernel is None or num_tokens > self.max_tokens() or kernel.block_tables.shape[0] != num_tokens:
+            return False
+        tables = kernel.block_tables
+        status = self._call(self._plan_ref, x.data_ptr(), num_tokens, num_layers, cos.data_ptr(), sin.data_ptr(),
+                            slot_mapping.data_ptr(), tables.data_ptr(), tables.stride(0),
+                            kernel.context_lens.data_ptr())
+        if status:
+            raise MemoryError(f"decode layers: a kernel failed with status {status} on a {num_tokens}-token step")
+        return True
+
+
+def build(runner) -> tuple[FusedDecode | None, str]:
+    """(the fused step, or None; why, for /info and the log) for a runner whose lean decoder and kernels are built."""
+    if not runner.config.fused_decode:
+        return None, "off: fused_decode is false (the lean forward's ops)"
+    if runner.lean_decoder is None:
+        return None, "off: the lean decode forward is off or cannot run this model"
+    if runner.paged_attention is None:
+        return None, "off: decode attention is torch's (the C layer calls the paged kernel)"
+    int8 = runner.config.quantization != "none"
+    if not int8 and runner.matvec is None:
+        return None, "off: the float linears run torch's matmul (the C layer calls Tandem's matvec kernel)"
+    library, reason = load()
+    if library is None:
+        return None, f"off: {reason}"
+    capacity = int8_linear.GEMM_TOKENS - 1 if int8 else WIDE_MAX_TOKENS
+    try:
+        fused = FusedDecode(library, runner, runner.paged_attention, capacity, int8)
+    except _Unfusable as exc:
+        return None, f"off: {exc}"
+    kernels = "Tandem's int8 kernel" if int8 else "Tandem's matvec kernel"
+    return fused, (f"on: decode steps of up to {fused.max_tokens()} tokens run their layers in one C call "
+                   f"({kernels} and the paged attention kernel)")
+

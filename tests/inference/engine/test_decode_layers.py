@@ -1,0 +1,141 @@
+"""A decode step's layers in one C call (inference/engine/decode_layers.c): the same hidden states and cache as the
+lean forward's layer loop over the same kernels (float32 within float32 rounding, bfloat16 within one rounding, INT8
+through Tandem's int8 kernel), the same greedy tokens from an engine with and without it, steps it does not take
+(more tokens than the kernels take, prefill rows) left to the lean forward, and /info saying when it runs and why
+not."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.engine import Config, LLMEngine, SamplingParams
+from inference.engine.config import ConfigError
+from inference.engine import decode_layers, matvec
+from tests.inference.engine.support import random_prompts
+
+pytestmark = pytest.mark.skipif(matvec.load()[0] is None or decode_layers.load()[0] is None,
+                                reason="Tandem's kernels unavailable here")
+
+SETTINGS = {"float32": {"dtype": "float32"}, "bfloat16": {"dtype": "bfloat16"},
+            "int8": {"dtype": "float32", "quantization": "int8", "matvec": "tandem"}}
+
+
+def engine(model_dir, **settings) -> LLMEngine:
+    return LLMEngine(Config(model=model_dir, threads=1, kv_cache_bytes=4 << 20, prefix_caching=False,
+                            **settings))
+
+
+def prefilled(eng: LLMEngine, prompts: list[list[int]]):
+    """The engine after its prefill steps: every prompt running, the next step a decode step."""
+    for i, prompt in enumerate(prompts):
+        eng.add_request(f"r{i}", prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    while eng.scheduler.waiting or any(seq.is_prefilling for seq in eng.scheduler.running):
+        eng.step()
+    return list(eng.scheduler.running)
+
+
+def step_both_ways(eng: LLMEngine, seqs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(lean hidden, fused hidden, K cache after the lean step, K cache after the fused one) of the same step."""
+    runner = eng.model_runner
+    decoder, fused = runner.lean_decoder, runner.lean_decoder.fused
+    calls = []
+    with torch.inference_mode():
+        inputs = runner._prepare([], seqs)
+        decoder.fused = None
+        try:
+            lean = decoder.forward(*inputs)
+        finally:
+            decoder.fused = fused
+        k_lean = runner.k_cache.clone()
+        real = fused._call
+        fused._call = lambda *args: calls.append(args[2]) or real(*args)
+        try:
+            hidden = decoder.forward(*inputs)
+        finally:
+            fused._call = real
+    assert calls == [len(seqs)], "the fused step did not run"
+    return lean, hidden, k_lean, runner.k_cache.clone()
+
+
+TOLERANCES = {"float32": 1e-5, "bfloat16": 0.02, "int8": 1e-3}
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
+    """Within `tolerance` of the largest magnitude (the tiny random model's activations reach hundreds)."""
+    return bool((a.float() - b.float()).abs().max() <= tolerance * b.float().abs().max())
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_a_fused_step_computes_the_lean_steps_hidden_states_and_cache(tiny_model_dir, name):
+    eng = engine(tiny_model_dir, **SETTINGS[name])
+    assert eng.matvec["fused_decode"].startswith("on:"), eng.matvec["fused_decode"]
+    seqs = prefilled(eng, random_prompts([5, 19, 40], seed=3))
+    lean, fused, k_lean, k_fused = step_both_ways(eng, seqs)
+    assert fused.shape == lean.shape == (3, eng.model_runner.model.config.hidden_size)
+    # silu's exp from libm instead of torch's: a few float32 ulps, carried through the layers; in bfloat16 a silu
+    # rounded the other way now and then moves values by bfloat16 steps; INT8: the kernel rounds each token to
+    # int16 per call (and normalizes it itself where the lean forward calls F.rms_norm), so an ulp can move a
+    # rounding by one int16 step
+    tolerance = TOLERANCES[name]
+    assert close(fused, lean, tolerance)
+    # the K written (RoPE'd) equals the lean step's where their inputs did not differ yet: layer 0 exactly (the
+    # same normalizing kernel call; INT8's lean forward normalizes through F.rms_norm instead)
+    if name != "int8":
+        assert torch.equal(k_fused[0], k_lean[0])
+    assert close(k_fused, k_lean, tolerance)
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_an_engine_serves_the_same_greedy_tokens_with_and_without_the_fused_step(tiny_model_dir, name):
+    prompts = random_prompts([3, 17, 33, 9], seed=11)  # four sequences: steps of 1-4 tokens, every ISA fuses them
+    greedy = SamplingParams(max_tokens=20, ignore_eos=True)
+    outputs = [engine(tiny_model_dir, fused_decode=on, **SETTINGS[name]).generate(prompts, greedy)
+               for on in (True, False)]
+    assert outputs[0] == outputs[1]
+
+
+def test_a_step_of_more_tokens_than_the_kernels_take_runs_the_lean_forward(tiny_model_dir):
+    eng = engine(tiny_model_dir, dtype="float32")
+    fused = eng.model_runner.lean_decoder.fused
+    limit = fused.max_tokens()
+    seqs = prefilled(eng, random_prompts([4] * (limit + 1), seed=2))
+    ran = []
+    real = fused._call
+    fused._call = lambda *args: ran.append(args[2]) or real(*args)
+    try:
+        eng.step()  # a decode step of limit + 1 sequences: the lean forward
+        assert ran == []
+        eng.abort(seqs[0].request_id)
+        eng.step()  # limit sequences: fused
+    finally:
+        fused._call = real
+    assert ran == [limit]
+
+
+def test_with_avx2_steps_of_up_to_32_tokens_run_fused(tiny_model_dir):
+    library = matvec.load()[0]
+    widest = library.isa
+    try:
+        assert library.cap_isa("avx2+fma") == "avx2+fma"
+        eng = engine(tiny_model_dir, dtype="float32")
+        fused = eng.model_runner.lean_decoder.fused
+        assert fused.max_tokens() == matvec.WIDE_MAX_TOKENS
+        seqs = prefilled(eng, random_prompts([2 + i for i in range(12)], seed=4))
+        lean, hidden, _, _ = step_both_ways(eng, seqs)  # 12 tokens: the AVX2 kernel's tiles
+        assert close(hidden, lean, 1e-5)
+    finally:
+        library.cap_isa(widest)
+
+
+def test_info_says_why_a_step_is_not_fused(tiny_model_dir):
+    reasons = {
+        "fused_decode is false": {"dtype": "float32", "fused_decode": False},
+        "decode attention is torch's": {"dtype": "float32", "matvec": "torch"},
+        "lean decode forward is off": {"dtype": "float32", "lean_decode": False},
+    }
+    for why, settings in reasons.items():
+        eng = engine(tiny_model_dir, **settings)
+        assert eng.matvec["fused_decode"].startswith("off:") and why in eng.matvec["fused_decode"], settings
+        assert eng.model_runner.lean_decoder is None or eng.model_runner.lean_decoder.fused is None
+    with pytest.raises(ConfigError, match="fused_decode"):
+        Config(model=tiny_model_dir, fused_decode="yes")
