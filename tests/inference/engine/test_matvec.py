@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from inference.engine import matvec
+from inference.engine import decode_layers, matvec, paged_attention
 from inference.engine.lean_decode import normed_projection, rms_norm
 from tests.inference.engine.support import random_prompts
 
@@ -140,12 +140,16 @@ def test_without_a_c_compiler_the_engine_keeps_torchs_matmul_and_says_why(tiny_m
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built yet
     monkeypatch.setenv("PATH", str(tmp_path))  # no cc, no gcc
     monkeypatch.delenv("CC", raising=False)
-    matvec.load.cache_clear()
+    # every kernel library the engine loads, so that none stays cached as missing for the tests after this one
+    loaders = (matvec.load, paged_attention.load, decode_layers.load)
+    for load in loaders:
+        load.cache_clear()
     try:
         eng = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20, dtype="float32",
                                matvec="tandem"))
     finally:
-        matvec.load.cache_clear()
+        for load in loaders:
+            load.cache_clear()
     assert eng.matvec["kernel"] == "torch" and "no C compiler found" in eng.matvec["reason"]
     assert len(eng.generate(random_prompts([5], seed=1), SamplingParams(max_tokens=4, ignore_eos=True))[0]) == 4
 
