@@ -12,10 +12,12 @@ One JSON document with:
   without any on a CPU) and with the fixed chunk of 64 in every step (`prefill_chunk_size_alone` = the chunk), and
   for both the time to first token of a short prompt that arrives just after the long one's first step started (it
   waits for that chunk, then runs in a step of its own);
-- `decode`: per precision (float32, bfloat16 where native, INT8), the engine's lean decode forward (its default,
-  with Tandem's matvec kernel where `auto` takes it) against the same with torch's matmul (`matvec=torch`; not for
-  INT8, whose linears have their own kernels) and against its reference forward (`lean_decode=False`, torch's
-  matmul) in the same run: single-stream step time against the time to read its weights once at the measured
+- `decode`: per precision (float32, bfloat16 where native, INT8 as a colocated worker's `auto` picks it, and
+  `int8_kernel`: Tandem's int8 kernel, a decode worker's), the engine's lean decode forward (its default, with
+  Tandem's matvec kernel where `auto` takes it, and its layers in one C call where the kernels run them all:
+  decode_layers.c) against the same with the layer loop in Python (`fused_decode=False`), with torch's matmul
+  (`matvec=torch`; not for INT8, whose linears have their own kernels) and against its reference forward
+  (`lean_decode=False`, torch's matmul; not for int8_kernel) in the same run: single-stream step time against the time to read its weights once at the measured
   bandwidth, tensor ops per step (the kernel's calls are not tensor ops), tokens/s at 16 concurrent requests, and
   the greedy agreement of the kernel with torch's matmul; INT8 against float32;
 - `levers`: each decode lever alone against the float32 engine without it, both on the reference forward (which the
@@ -231,14 +233,20 @@ def decode_section(ctx: dict, args) -> dict:
     from inference.engine import SamplingParams
 
     read_bps = ctx["machine"]["read_bandwidth"]["read_bytes_per_s"]
-    precisions = {"float32": {"dtype": "float32"}, "int8": {"dtype": "float32", "quantization": "int8"}}
+    # int8: a colocated worker's INT8 as auto picks it here (fbgemm with VNNI, Tandem's int8 kernel without);
+    # int8_kernel: a decode worker's, Tandem's int8 kernel (the same as int8 on a CPU without VNNI)
+    precisions = {"float32": {"dtype": "float32"}, "int8": {"dtype": "float32", "quantization": "int8"},
+                  "int8_kernel": {"dtype": "float32", "quantization": "int8", "matvec": "tandem"}}
     if has_native_bfloat16():
         precisions["bfloat16"] = {"dtype": "bfloat16"}
-    paths = {"lean": {}, "lean_torch_matvec": {"matvec": "torch"}, "reference": {"lean_decode": False,
-                                                                                  "matvec": "torch"}}
+    # lean_unfused: the lean forward's layer loop in Python over the same kernels (fused_decode off), the lever
+    # decode_layers.c measured alone
+    paths = {"lean": {}, "lean_unfused": {"fused_decode": False}, "lean_torch_matvec": {"matvec": "torch"},
+             "reference": {"lean_decode": False, "matvec": "torch"}}
     engines = {(name, path): make_engine(ctx["path"], args, **settings, **extra)
                for name, settings in precisions.items() for path, extra in paths.items()
-               if not (path == "lean_torch_matvec" and "quantization" in settings)}
+               if not ((path == "lean_torch_matvec" or path == "reference" and "matvec" in settings)
+                       and "quantization" in settings)}
     runners = {f"{name}/{path}": engine_runner(e) for (name, path), e in engines.items()}
     single, many = ctx["decode_prompts"][:1], ctx["concurrent_prompts"]
     for run in runners.values():  # first calls pay for lazy init
@@ -260,9 +268,13 @@ def decode_section(ctx: dict, args) -> dict:
             row[path] = {**step, "step_vs_weights_read": ratio(step["step_ms"], read_ms),
                          "step_ops": decode_step_ops(engines[(name, path)], single[0]),
                          f"tok_s_at_{len(many)}": concurrent[f"{name}/{path}"]["tok_s"]}
-        row["lean_speedup"] = {"single_stream": ratio(row["reference"]["step_ms"], row["lean"]["step_ms"]),
-                               f"at_{len(many)}": ratio(row["lean"][f"tok_s_at_{len(many)}"],
-                                                        row["reference"][f"tok_s_at_{len(many)}"])}
+        if "reference" in row:
+            row["lean_speedup"] = {"single_stream": ratio(row["reference"]["step_ms"], row["lean"]["step_ms"]),
+                                   f"at_{len(many)}": ratio(row["lean"][f"tok_s_at_{len(many)}"],
+                                                            row["reference"][f"tok_s_at_{len(many)}"])}
+        row["fused_speedup"] = {"single_stream": ratio(row["lean_unfused"]["step_ms"], row["lean"]["step_ms"]),
+                                f"at_{len(many)}": ratio(row["lean"][f"tok_s_at_{len(many)}"],
+                                                         row["lean_unfused"][f"tok_s_at_{len(many)}"])}
         if (name, "lean_torch_matvec") in engines:
             row["matvec_speedup"] = ratio(row["lean_torch_matvec"]["step_ms"], row["lean"]["step_ms"])
             greedy = SamplingParams(max_tokens=args.new_tokens, temperature=0.0)
