@@ -1,16 +1,18 @@
-"""Batched float32 decode on a CPU with AVX2 only: the matvec kernel's tiles against oneDNN's GEMM, in the engine.
+"""Batched decode: the matvec kernel's tiles against oneDNN's GEMM, in the engine.
 
 A decode step of N sequences multiplies N tokens by every weight. Up to 4 tokens the engine runs Tandem's row-at-a-time
 kernel (inference/engine/matvec.c), which streams the weights at the memory's rate; above, a step is bound by
-arithmetic, and the engine ran oneDNN's GEMM (gemm.py). Where the kernel runs AVX2 (no AVX-512), it now also takes
-steps of 5-32 tokens, in tiles of 3 rows x 4 tokens (`Library.max_tokens` 32). This runs one float32 engine and
-times its decode step at each `--concurrency` with the kernel's steps as they are now (`tiles`) and capped at 4
-tokens as before (`onednn`: the class's max_tokens patched for those rounds), in interleaved rounds (best kept): the
-median of a round's `--new-tokens` - 1 decode steps of the whole batch (engine.step() timed alone, after the prefill).
+arithmetic, and the engine ran oneDNN's GEMM (gemm.py). Now the kernel also takes steps of 5-32 tokens, in tiles of
+rows x 4 tokens (3 rows with AVX2, 6 with AVX-512; `Library.max_tokens_for(dtype)`: 32, 8 in bfloat16 on a CPU with
+bfloat16 arithmetic), and those steps run their layers in one C call (decode_layers.c). This runs one engine
+(`--dtype`, float32 by default) and times its decode step at each `--concurrency` with the kernel's steps as they are
+now (`tiles`) and capped at 4 tokens as before (`onednn`: the class's max_tokens_for patched for those rounds), in
+interleaved rounds (best kept): the median of a round's `--new-tokens` - 1 decode steps of the whole batch
+(engine.step() timed alone, after the prefill).
 
-Also: the step's FLOPs (2 x parameters x tokens) over its time against a large float32 GEMM's rate measured in the
-same run (`gemm_peak_gflop_s`: torch's matmul of [2048, 576] x [576, 1536]), and whether the greedy tokens of
-the two agree at each concurrency (the sums run in other orders, so they may part at a near-tie).
+Also: the step's FLOPs (2 x parameters x tokens) over its time against a large GEMM's rate in the same dtype
+measured in the same run (`gemm_peak_gflop_s`: torch's matmul of [2048, 576] x [576, 1536]), and whether the greedy
+tokens of the two agree at each concurrency (the sums run in other orders, so they may part at a near-tie).
 
     python bench/engine/batched_decode.py                      # SmolLM2, 1 thread, concurrency 1,4,5,8,16,32,48
     python bench/engine/batched_decode.py --concurrency 8,16 --repeats 5
@@ -34,6 +36,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2", help="smollm2, tiny or a model folder")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the engine's (bfloat16: oneDNN's GEMM is AMX's where the CPU has it)")
     p.add_argument("--concurrency", default="1,4,5,8,16,32,48", help="comma-separated numbers of sequences")
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=17)
@@ -53,18 +57,18 @@ def capped_at_four_tokens():
     """The engine as it was before the tiles: the kernel for steps of at most MAX_TOKENS (4), oneDNN above."""
     from inference.engine import matvec
 
-    wide = matvec.Library.max_tokens
-    matvec.Library.max_tokens = property(lambda self: matvec.MAX_TOKENS)
+    wide = matvec.Library.max_tokens_for
+    matvec.Library.max_tokens_for = lambda self, dtype: matvec.MAX_TOKENS
     try:
         yield
     finally:
-        matvec.Library.max_tokens = wide
+        matvec.Library.max_tokens_for = wide
 
 
-def gemm_peak_gflop_s(repeats: int = 5) -> float:
+def gemm_peak_gflop_s(dtype: str, repeats: int = 5) -> float:
     import torch
 
-    a, b = torch.randn(2048, 576), torch.randn(576, 1536)
+    a, b = torch.randn(2048, 576).to(getattr(torch, dtype)), torch.randn(576, 1536).to(getattr(torch, dtype))
     a @ b
     best = float("inf")
     for _ in range(repeats):
@@ -80,7 +84,7 @@ def run(args) -> dict:
     from inference.engine import Config, LLMEngine, SamplingParams
 
     # Every prompt of a batch prefilled in one step (no chunks), so that every decode step timed carries them all.
-    engine = LLMEngine(Config(model=model_dir(args.model), dtype="float32", threads=args.threads,
+    engine = LLMEngine(Config(model=model_dir(args.model), dtype=args.dtype, threads=args.threads,
                               kv_cache_bytes=1 << 30, max_num_seqs=max(64, max(args.concurrency)),
                               max_num_batched_tokens=max(2048, max(args.concurrency) * args.prompt_tokens),
                               chunked_prefill=False, prefix_caching=False))
@@ -122,7 +126,7 @@ def run(args) -> dict:
     tokens: dict[str, dict[int, list[list[int]]]] = {v: {} for v in VARIANTS}
     peaks = []
     for _ in range(args.repeats):
-        peaks.append(gemm_peak_gflop_s())
+        peaks.append(gemm_peak_gflop_s(args.dtype))
         for n in args.concurrency:
             for variant in VARIANTS:
                 with capped_at_four_tokens() if variant == "onednn" else contextlib.nullcontext():
@@ -141,15 +145,17 @@ def run(args) -> dict:
         row["tiles_over_onednn_tok_s"] = ratio(row["tiles"]["tok_s"], row["onednn"]["tok_s"])
         row["greedy_identical_sequences"] = sum(a == b for a, b in zip(tokens["tiles"][n], tokens["onednn"][n]))
         results[n] = row
+    import torch
+
     from inference.engine import matvec
 
     lib = matvec.load()[0]
-    return {"benchmark": "batched_decode", "model": args.model, "dtype": "float32", "threads": args.threads,
+    return {"benchmark": "batched_decode", "model": args.model, "dtype": args.dtype, "threads": args.threads,
             "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "parameters": num_params,
-            "kernel_isa": lib.isa if lib else None, "kernel_max_tokens": lib.max_tokens if lib else None,
+            "kernel_isa": lib.isa if lib else None, "kernel_max_tokens": lib.max_tokens_for(getattr(torch, args.dtype)) if lib else None,
             "matvec": engine.matvec, "gemm_peak_gflop_s": round(peak, 1), "results": results,
-            "note": None if lib is not None and lib.max_tokens > matvec.MAX_TOKENS else
-            "the kernel runs no tiles on this CPU (AVX-512, or no kernel): both variants are the same",
+            "note": None if lib is not None and lib.max_tokens_for(getattr(torch, args.dtype)) > matvec.MAX_TOKENS else
+            "the kernel runs no tiles here: both variants are the same",
             "cpu_flags": cpu_flags_of_interest(), "environment": environment()}
 
 

@@ -5,8 +5,9 @@ from memory. torch's one-token matmul (MKL's matrix-vector product over an [out,
 half the rate one thread reads memory in a plain sum; matvec.c reads each row once, in order, at about that rate
 (bench/engine/decode_kernels.py has each kernel; docs/performance.md the figures), and normalizes its input on the
 way in where an RMSNorm comes first (lean_decode.normed_projection). It runs the float32 and bfloat16
-linears of steps of at most `Library.max_tokens` tokens (decode steps of up to that many sequences: 4 with AVX-512,
-32 with AVX2 only, where tiles of 3 rows x 4 tokens beat oneDNN's GEMM at batched decode); longer steps (prefill,
+linears of steps of at most `Library.max_tokens_for(dtype)` tokens (decode steps of up to that many sequences: 32,
+in tiles of rows x 4 tokens above 4, which beat oneDNN's GEMM at batched decode; 8 in bfloat16 where the CPU has
+bfloat16 arithmetic for oneDNN's GEMM); longer steps (prefill,
 big batches) run a GEMM, which computes many tokens at once better than a loop over rows (float32: oneDNN's, gemm.py;
 bfloat16: torch's, which is oneDNN's too).
 
@@ -27,16 +28,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine.native import KernelLibrary, load_library
+from inference.hardware import cpu_has_native_bfloat16
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("matvec.c")
-# Steps of at most this many tokens run the kernel; more are faster in torch's GEMM (bench/engine/decode_kernels.py)
-# where the kernel runs AVX-512; with AVX2 only (no AVX-512 GEMM for oneDNN either), the kernel's tiles of 3 rows x 4
-# tokens beat oneDNN's GEMM in the engine up to WIDE_MAX_TOKENS tokens (matvec.c; bench/engine/batched_decode.py:
-# 1.5-1.8x at 5-16 sequences, 1.14x at 32 and still at 48 on an AVX2-only AMD EPYC).
+# Steps of at most `Library.max_tokens_for(dtype)` tokens run the kernel: up to MAX_TOKENS the rows a token group at
+# a time (bound by the weights' stream), above that tiles of rows x 4 tokens (bound by arithmetic), which beat
+# oneDNN's GEMM in the engine up to WIDE_MAX_TOKENS tokens in float32 (bench/engine/batched_decode.py: on an AVX2-only
+# AMD EPYC 1.5-1.8x at 5-16 sequences and 1.14x at 32; on an Intel Xeon with AVX-512 1.77x at 5, 1.24x at 16, 1.01x
+# at 32). In bfloat16 on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), oneDNN's bfloat16 GEMM (AMX's) is faster
+# from about a dozen tokens: there the tiles stop at NATIVE_BFLOAT16_MAX_TOKENS (same Xeon: 1.56x at 5, 1.28x at 8,
+# 0.80x at 16). More tokens run a GEMM (gemm.py).
 MAX_TOKENS = 4
 WIDE_MAX_TOKENS = 32
+NATIVE_BFLOAT16_MAX_TOKENS = 8
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 
@@ -51,10 +57,19 @@ class Library(KernelLibrary):
                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_float, ctypes.c_int]
 
+        self.native_bfloat16 = cpu_has_native_bfloat16()
+
+    def max_tokens_for(self, dtype: torch.dtype) -> int:
+        """The most tokens of a step the kernel computes in `dtype` (more: a GEMM), by the instruction set it runs
+        now."""
+        if dtype == torch.bfloat16 and self.native_bfloat16 and self.isa == "avx512f":
+            return NATIVE_BFLOAT16_MAX_TOKENS
+        return WIDE_MAX_TOKENS
+
     @property
     def max_tokens(self) -> int:
-        """The most tokens of a step the kernel computes (more: a GEMM), by the instruction set it runs now."""
-        return WIDE_MAX_TOKENS if self.isa == "avx2+fma" else MAX_TOKENS
+        """max_tokens_for(float32)."""
+        return self.max_tokens_for(torch.float32)
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,7 +94,8 @@ def choose_matvec(setting: str, *, dtype: torch.dtype, device: torch.device, qua
         if setting == "tandem":
             log.warning("matvec: torch's matmul instead of the asked-for kernel: %s", reason)
         return None, f"{setting}: torch's matmul: {reason}"
-    return library, (f"{setting}: Tandem's kernel ({library.isa}) for steps of up to {library.max_tokens} tokens, "
+    return library, (f"{setting}: Tandem's kernel ({library.isa}) for steps of up to {library.max_tokens_for(dtype)} "
+                     "tokens, "
                      "torch's GEMM above (values not bit-identical to torch's, greedy tokens identical)")
 
 
@@ -119,7 +135,7 @@ class MatVecLinear:
 
     def runs(self, x: torch.Tensor) -> bool:
         """Whether the kernel computes this input (else torch does)."""
-        return (x.dim() == 2 and x.shape[0] <= self.library.max_tokens and x.dtype == self.dtype
+        return (x.dim() == 2 and x.shape[0] <= self.library.max_tokens_for(self.dtype) and x.dtype == self.dtype
                 and x.stride(1) == 1)
 
     def __call__(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:

@@ -61,7 +61,7 @@ def test_steps_the_kernel_takes_stay_the_kernels_and_bfloat16_stays_torchs():
 
 
 def test_the_engine_decodes_a_batch_through_onednn_with_the_same_greedy_tokens_as_torchs_matmul(tiny_model_dir):
-    # 36 sequences: decode steps past the kernel's max_tokens (4 with AVX-512, 32 with AVX2)
+    # 36 sequences: decode steps past the kernel's max_tokens (32)
     prompts = random_prompts([3, 9, 17, 30, 41, 64, 5, 12, 22, 35, 8, 27, 50, 14, 19, 6, 33, 44, 11, 25] * 2,
                              seed=7)[:36]
     params = SamplingParams(max_tokens=12, ignore_eos=True)

@@ -1,7 +1,7 @@
 """Tandem's matrix-vector kernel (inference/engine/matvec.c): its products equal torch's within float32 rounding
 (bfloat16: within one rounding of the output), each linear of a group writes its own columns, steps of more tokens
-than the library's max_tokens (4 with AVX-512, 32 with AVX2's tiles) are torch's own; the engine serves the same
-greedy tokens with it as with torch's matmul; `auto` takes it where it can run and says why not elsewhere; without a
+than the library's max_tokens_for(dtype) (32, in tiles above 4; 8 in bfloat16 where the CPU computes it) are
+torch's own; the engine serves the same greedy tokens with it as with torch's matmul; `auto` takes it where it can run and says why not elsewhere; without a
 C compiler the engine keeps torch's matmul."""
 from __future__ import annotations
 
@@ -39,12 +39,12 @@ def isa(request):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("in_features", [64, 70, 576])  # 70: rows that end inside a vector
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("out_features", [96, 97, 98])  # AVX2's tiles of 3 rows, and the last 1 or 2 rows
+@pytest.mark.parametrize("out_features", [96, 97, 98, 99, 101])  # tiles of 3 (AVX2) and 6 rows (AVX-512), remainders
 def test_its_products_equal_torchs_within_rounding(isa, dtype, in_features, bias, out_features):
     linear = _linear(in_features, out_features, dtype, bias, seed=in_features)
     projection = matvec.matvec_projection(matvec.load()[0], linear)
     assert isinstance(projection, matvec.MatVecLinear)
-    for num_tokens in range(1, matvec.load()[0].max_tokens + 1):
+    for num_tokens in range(1, matvec.load()[0].max_tokens_for(dtype) + 1):
         x = torch.randn(num_tokens, in_features).to(dtype)
         exact = F.linear(x.double(), linear.weight.double(), None if linear.bias is None else linear.bias.double())
         got = projection(x)
@@ -68,7 +68,7 @@ def test_an_rms_normalized_input_equals_the_lean_forwards_norm_then_the_product(
     projection = matvec.matvec_projection(matvec.load()[0], linear)
     norm = (torch.rand(576).add(0.5).to(dtype), 1e-5)
     normed = normed_projection(projection, norm)
-    for num_tokens in sorted({3, projection.library.max_tokens}):  # AVX2: 32 tokens in tiles
+    for num_tokens in sorted({3, projection.library.max_tokens_for(dtype)}):  # up to 32 tokens in tiles
         x = (torch.randn(num_tokens, 576) * 4).to(dtype)
         expected = projection(rms_norm(x, norm))  # the lean forward's norm (Hugging Face's), then the kernel
         got = normed(x)
@@ -77,7 +77,7 @@ def test_an_rms_normalized_input_equals_the_lean_forwards_norm_then_the_product(
         else:  # the normalized input is rounded to bfloat16 twice, as Hugging Face rounds it: a rare value 1 ulp off
             assert (got.float() - expected.float()).abs().max() <= expected.float().abs().max() * 2 ** -7
     # torch's own norm and matmul past the kernel's tokens
-    more = torch.randn(projection.library.max_tokens + 1, 576).to(dtype)
+    more = torch.randn(projection.library.max_tokens_for(dtype) + 1, 576).to(dtype)
     assert torch.equal(normed(more), F.linear(rms_norm(more, norm), linear.weight))
 
 
@@ -96,14 +96,18 @@ def test_a_step_of_more_tokens_than_max_tokens_is_torchs_own_matmul():
     assert torch.equal(group(x), torch.cat([F.linear(x, gate.weight), F.linear(x, up.weight)], dim=-1))
 
 
-def test_with_avx2_a_tokens_values_do_not_depend_on_the_other_tokens_of_its_step():
-    """AVX2's tiles (steps of 5-32 tokens) sum each row and token in one order, whatever the tile the token is in:
-    a sequence's logits do not change with how many others share its decode step (within that range)."""
+@pytest.mark.parametrize("wide_isa", ["avx2+fma", "avx512f"])
+def test_with_tiles_a_tokens_values_do_not_depend_on_the_other_tokens_of_its_step(wide_isa):
+    """The tiles (steps of 5-32 tokens: AVX2's 3 rows, AVX-512's 6) sum each row and token in one order, whatever the
+    tile the token is in: a sequence's logits do not change with how many others share its decode step (within that
+    range)."""
     library = matvec.load()[0]
     widest = library.isa
     try:
-        assert library.cap_isa("avx2+fma") == "avx2+fma" and library.max_tokens == matvec.WIDE_MAX_TOKENS
-        projection = matvec.matvec_projection(library, _linear(70, 98, torch.float32, True, seed=11))
+        if library.cap_isa(wide_isa) != wide_isa:
+            pytest.skip(f"this CPU has no {wide_isa}")
+        assert library.max_tokens == matvec.WIDE_MAX_TOKENS
+        projection = matvec.matvec_projection(library, _linear(70, 101, torch.float32, True, seed=11))
         x = torch.randn(16, 70)
         whole = projection(x)
         assert torch.equal(whole[:5], projection(x[:5]))
