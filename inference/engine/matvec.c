@@ -216,19 +216,26 @@ static void rows_avx2(int dtype, const void *w, size_t row_bytes, const float *x
 /* ---- AVX-512F, steps of more than 4 tokens --------------------------------------------------------------------- */
 
 /* As the AVX2 tiles above, with 32 zmm registers: 6 rows x 4 tokens, 24 accumulators (6 weights + 1 input + 24 sums
-   of 32), the next 6 rows prefetched while the first tokens' tile runs. Each (row, token) sums in one accumulator,
+   of 32). The next 6 rows are prefetched into L2 a few lines at each step of every pass over the step's tokens (pass
+   `pass` of `passes`), so that their read overlaps the later passes' arithmetic, not the first pass's alone: SmolLM2's
+   linears on an Intel Xeon with AMX, float32, 8 / 16 / 32 tokens, +7 % / +9-13 % / +4 % against all of them into L1
+   during the first pass. Each (row, token) sums in one accumulator,
    k in steps of 16 in order: a token's value does not depend on the others in its step. */
 __attribute__((target("avx512f"), always_inline))
 static inline void tile_avx512(int dtype, const void *w, size_t row_bytes, const float *x, int64_t K, int nr, int nt,
-                               int prefetch, float out[6][4]) {
+                               int pass, int passes, float out[6][4]) {
     __m512 a[6][4];
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) a[r][t] = _mm512_setzero_ps();
     const size_t size = dtype == DT_F32 ? 4 : 2;
+    /* the next 6 rows' lines (`lines` in all), `per_step` of them at each step of k of every pass */
+    const int64_t steps = K / 16, lines = 6 * (((int64_t)(K * size) + 63) / 64);
+    const int64_t per_step = steps > 0 ? (lines + passes * steps - 1) / (passes * steps) : 0;
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
-        if (prefetch && (size == 4 || (k & 31) == 0))  /* one line of each next row per 64 bytes of it */
-            for (int r = 0; r < 6; r++) _mm_prefetch((const char *)w + (6 + r) * row_bytes + k * size, _MM_HINT_T0);
+        const int64_t first = (pass * steps + k / 16) * per_step;
+        for (int64_t j = first; j < first + per_step && j < lines; j++)
+            _mm_prefetch((const char *)w + (6 + j % 6) * row_bytes + (j / 6) * 64, _MM_HINT_T1);
         __m512 wv[6];
         for (int r = 0; r < nr; r++) wv[r] = load16_512(dtype, (const char *)w + r * row_bytes, k);
         for (int t = 0; t < nt; t++) {
@@ -246,7 +253,7 @@ static inline void tile_avx512(int dtype, const void *w, size_t row_bytes, const
     }
 }
 
-#define TILE_AVX512(NR, NT) tile_avx512(dtype, w, row_bytes, xf + t0 * K, K, NR, NT, t0 == 0, v)
+#define TILE_AVX512(NR, NT) tile_avx512(dtype, w, row_bytes, xf + t0 * K, K, NR, NT, (int)(t0 / 4), (int)((T + 3) / 4), v)
 #define TILE_AVX512_ROWS(NR)                                            \
     switch (nt) {                                                       \
         case 4: TILE_AVX512(NR, 4); break;                              \

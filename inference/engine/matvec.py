@@ -36,7 +36,7 @@ SOURCE = Path(__file__).with_name("matvec.c")
 # Steps of at most `Library.max_tokens_for(dtype)` tokens run the kernel: up to MAX_TOKENS the rows a token group at
 # a time (bound by the weights' stream), above that tiles of rows x 4 tokens (bound by arithmetic), which beat
 # oneDNN's GEMM in the engine up to WIDE_MAX_TOKENS tokens in float32 (bench/engine/batched_decode.py: on an AVX2-only
-# AMD EPYC 1.5-1.8x at 5-16 sequences and 1.14x at 32; on an Intel Xeon with AVX-512 1.77x at 5, 1.24x at 16, 1.01x
+# AMD EPYC 1.5-1.8x at 5-16 sequences and 1.14x at 32; on an Intel Xeon with AVX-512 1.72x at 5, 1.45x at 16, 1.12x
 # at 32). In bfloat16 on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), oneDNN's bfloat16 GEMM (AMX's) is faster
 # from about a dozen tokens: there the tiles stop at NATIVE_BFLOAT16_MAX_TOKENS (same Xeon: 1.56x at 5, 1.28x at 8,
 # 0.80x at 16). More tokens run a GEMM (gemm.py).
