@@ -187,14 +187,16 @@ static inline void tile_avx2(int dtype, const void *w, size_t row_bytes, const f
     }
 }
 
-#define TILE_AVX2(NR, NT) tile_avx2(dtype, w, row_bytes, xf + t0 * K, K, NR, NT, t0 == 0, v)
-#define TILE_AVX2_ROWS(NR)                                              \
+/* TILE(NR, nt) with nt (1-4) a constant at each call site, so that each tile's loops unroll into registers. */
+#define TILE_TOKENS(TILE, NR)                                           \
     switch (nt) {                                                       \
-        case 4: TILE_AVX2(NR, 4); break;                                \
-        case 3: TILE_AVX2(NR, 3); break;                                \
-        case 2: TILE_AVX2(NR, 2); break;                                \
-        default: TILE_AVX2(NR, 1);                                      \
+        case 4: TILE(NR, 4); break;                                     \
+        case 3: TILE(NR, 3); break;                                     \
+        case 2: TILE(NR, 2); break;                                     \
+        default: TILE(NR, 1);                                           \
     }
+#define TILE_AVX2(NR, NT) tile_avx2(dtype, w, row_bytes, xf + t0 * K, K, NR, NT, t0 == 0, v)
+#define TILE_AVX2_ROWS(NR) TILE_TOKENS(TILE_AVX2, NR)
 
 /* Rows n .. n + nr - 1 (w is row n) for every token: y[t * ldy + n + r] (+ bias[n + r]). */
 __attribute__((target("avx2,fma")))
@@ -254,13 +256,7 @@ static inline void tile_avx512(int dtype, const void *w, size_t row_bytes, const
 }
 
 #define TILE_AVX512(NR, NT) tile_avx512(dtype, w, row_bytes, xf + t0 * K, K, NR, NT, (int)(t0 / 4), (int)((T + 3) / 4), v)
-#define TILE_AVX512_ROWS(NR)                                            \
-    switch (nt) {                                                       \
-        case 4: TILE_AVX512(NR, 4); break;                              \
-        case 3: TILE_AVX512(NR, 3); break;                              \
-        case 2: TILE_AVX512(NR, 2); break;                              \
-        default: TILE_AVX512(NR, 1);                                    \
-    }
+#define TILE_AVX512_ROWS(NR) TILE_TOKENS(TILE_AVX512, NR)
 
 /* Rows n .. n + nr - 1 (w is row n) for every token: y[t * ldy + n + r] (+ bias[n + r]). */
 __attribute__((target("avx512f")))

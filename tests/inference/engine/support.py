@@ -12,6 +12,17 @@ def random_prompts(lengths, seed=0):
     return [torch.randint(3, 4096, (n,), generator=g).tolist() for n in lengths]
 
 
+def prefilled(eng, prompts: list[list[int]]):
+    """The engine after its prefill steps: every prompt running, the next step a decode step; its running sequences."""
+    from inference.engine import SamplingParams
+
+    for i, prompt in enumerate(prompts):
+        eng.add_request(f"r{i}", prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    while eng.scheduler.waiting or any(seq.is_prefilling for seq in eng.scheduler.running):
+        eng.step()
+    return list(eng.scheduler.running)
+
+
 def hf_greedy(model, prompt, num_new_tokens):
     out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                          do_sample=False, max_new_tokens=num_new_tokens)

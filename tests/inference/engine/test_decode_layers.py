@@ -11,7 +11,7 @@ import torch
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine.config import ConfigError
 from inference.engine import decode_layers, matvec
-from tests.inference.engine.support import random_prompts
+from tests.inference.engine.support import prefilled, random_prompts
 
 pytestmark = pytest.mark.skipif(matvec.load()[0] is None or decode_layers.load()[0] is None,
                                 reason="Tandem's kernels unavailable here")
@@ -23,15 +23,6 @@ SETTINGS = {"float32": {"dtype": "float32"}, "bfloat16": {"dtype": "bfloat16"},
 def engine(model_dir, **settings) -> LLMEngine:
     return LLMEngine(Config(model=model_dir, threads=1, kv_cache_bytes=4 << 20, prefix_caching=False,
                             **settings))
-
-
-def prefilled(eng: LLMEngine, prompts: list[list[int]]):
-    """The engine after its prefill steps: every prompt running, the next step a decode step."""
-    for i, prompt in enumerate(prompts):
-        eng.add_request(f"r{i}", prompt, SamplingParams(max_tokens=8, ignore_eos=True))
-    while eng.scheduler.waiting or any(seq.is_prefilling for seq in eng.scheduler.running):
-        eng.step()
-    return list(eng.scheduler.running)
 
 
 def step_both_ways(eng: LLMEngine, seqs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -8,7 +8,7 @@ from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2Fo
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine.step_ops import CountOps
-from tests.inference.engine.support import random_prompts, save_random_model
+from tests.inference.engine.support import prefilled, random_prompts, save_random_model
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 
@@ -17,15 +17,6 @@ def engine(model_dir, **settings) -> LLMEngine:
     # torch's matmul on both sides: this is about the lean forward's exactness (Tandem's kernel: test_matvec.py)
     return LLMEngine(Config(model=model_dir, threads=1, kv_cache_bytes=1 << 20, prefix_caching=False,
                             **{"matvec": "torch", **settings}))
-
-
-def prefilled(eng: LLMEngine, prompts: list[list[int]]):
-    """The engine after its prefill steps: every prompt running, the next step a decode step."""
-    for i, prompt in enumerate(prompts):
-        eng.add_request(f"r{i}", prompt, SamplingParams(max_tokens=8, ignore_eos=True))
-    while eng.scheduler.waiting or any(seq.is_prefilling for seq in eng.scheduler.running):
-        eng.step()
-    return list(eng.scheduler.running)
 
 
 def both_forwards(eng: LLMEngine, seqs) -> tuple[torch.Tensor, torch.Tensor]:
