@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from inference.engine import int8_linear
+from inference.engine.attention import DecodeAttention
 from inference.engine.int8_linear import MatVecInt8Linear
 from inference.engine.matvec import WIDE_MAX_TOKENS, matvec_projection
 from inference.engine.native import KernelLibrary, load_library
@@ -179,9 +180,10 @@ class FusedDecode:
                  attention, num_layers: int) -> bool:
         # x: [T, hidden] (contiguous, updated in place); cos, sin: [T, D] contiguous in x's dtype, sin's first
         # half negated; slot_mapping: [T] int64; attention: the step's DecodeAttention
-        kernel = getattr(attention, "kernel", None)
+        kernel = attention.kernel if isinstance(attention, DecodeAttention) else None  # a pure decode step's
         num_tokens = x.shape[0]
-        if kernel is None or num_tokens > self.max_tokens() or kernel.block_tables.shape[0] != num_tokens:
+        if (kernel is None or num_tokens > self.max_tokens() or kernel.block_tables.shape[0] != num_tokens
+                or x.dtype != self.runner.dtype or not x.is_contiguous() or not slot_mapping.is_contiguous()):
             return False
         tables = kernel.block_tables
         status = self._call(self._plan_ref, x.data_ptr(), num_tokens, num_layers, cos.data_ptr(), sin.data_ptr(),
