@@ -24,7 +24,9 @@ thread the matrix-vector products still take most of a step (docs/performance.md
 (Config.lean_prefill): every change is as exact at many tokens a step (tests/inference/engine/test_lean_prefill.py).
 All of this with torch's matmul (Config.matvec "torch"); where Tandem's kernel runs the linears (matvec.py, and
 oneDNN's GEMM above its few tokens, gemm.py), their sums run in another order: values are then not bit-identical to
-the reference's, greedy tokens are (tests/inference/engine/test_matvec.py, test_gemm.py).
+the reference's, greedy tokens are (tests/inference/engine/test_matvec.py, test_gemm.py). Where those kernels run
+every layer, a pure decode step hands the layer loop to C instead (decode_layers.py: `fused`), the same ops without
+their dispatch.
 """
 from __future__ import annotations
 
