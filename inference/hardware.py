@@ -34,6 +34,19 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(flags)
 
 
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's `vendor_id` (GenuineIntel, AuthenticAMD, ...); "" where there is none."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip()
+    return ""
+
+
 def cpu_has_native_bfloat16() -> bool:
     return bool(cpu_flags() & NATIVE_BFLOAT16_CPU_FLAGS)
 

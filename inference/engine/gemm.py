@@ -12,6 +12,11 @@ loaded ([out, in], dense): oneDNN reorders them on every call, and a packed copy
 than MKL's, so values are not bit-identical to torch's linear; greedy tokens are (tests/inference/engine/
 test_gemm.py). It runs where the kernel runs (Config.matvec resolved to Tandem's, float weights): with
 `matvec="torch"`, torch's matmul everywhere, as before.
+
+Not on an Intel CPU: there MKL is Intel's own and runs its fast paths (on AMD it does not). On an Intel Xeon with
+AMX (one thread, SmolLM2's linears, 8 layers' weights) MKL ran 97-131 GFLOP/s at 48-128 tokens as oneDNN did
+(0.99x its time) and 6-10 % faster at 512-2,048 tokens (167 against 152 GFLOP/s at 2,048), where the engine's
+2,048-token prefill through oneDNN was 0.92x transformers' (MKL's) single forward.
 """
 from __future__ import annotations
 
@@ -22,6 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine.matvec import Library, MatVecLinear, matvec_projection
+from inference.hardware import cpu_vendor
+
+
+@functools.cache
+def onednn_preferred() -> bool:
+    """Whether oneDNN's float32 GEMM is the one to run here: everywhere but on an Intel CPU (see the docstring)."""
+    return cpu_vendor() != "GenuineIntel"
 
 
 @functools.cache
@@ -58,13 +70,15 @@ def note(library: Library | None, dtype: torch.dtype, quantization: str) -> str:
     """What the `matvec` reason (/info) adds where oneDNN takes the kernel's steps of more tokens, else ""."""
     if library is None or quantization != "none" or dtype != torch.float32 or not onednn_runs():
         return ""
+    if not onednn_preferred():
+        return f"; float32 steps of more than {library.max_tokens} tokens: MKL's GEMM (an Intel CPU; gemm.py)"
     return f"; float32 steps of more than {library.max_tokens} tokens: oneDNN's GEMM, not MKL's (gemm.py)"
 
 
 def kernel_projection(library: Library | None, *linears: nn.Module) -> MatVecLinear | None:
     """matvec_projection's projection over `linears` (None where the kernel does not run them), with its steps of
-    more tokens through oneDNN where they are float32 and oneDNN runs here."""
+    more tokens through oneDNN where they are float32, oneDNN runs here and the CPU is not Intel's."""
     kernel = matvec_projection(library, *linears)
-    if kernel is None or kernel.dtype != torch.float32 or not onednn_runs():
+    if kernel is None or kernel.dtype != torch.float32 or not onednn_runs() or not onednn_preferred():
         return kernel
     return GemmMatVecLinear(library, kernel.linears, kernel.num_threads)

@@ -18,6 +18,15 @@ pytestmark = [pytest.mark.skipif(matvec.load()[0] is None, reason=f"matvec kerne
               pytest.mark.skipif(not gemm.onednn_runs(), reason="this torch build has no oneDNN linear")]
 
 
+THE_RULE = gemm.onednn_preferred.__wrapped__  # the vendor rule itself, uncached
+
+
+@pytest.fixture(autouse=True)
+def onednn_preferred(monkeypatch):
+    """oneDNN's path on any CPU (the engine keeps MKL's on an Intel CPU: the last test)."""
+    monkeypatch.setattr(gemm, "onednn_preferred", lambda: True)
+
+
 def _linear(in_features: int, out_features: int, dtype: torch.dtype, bias: bool, seed: int) -> nn.Linear:
     torch.manual_seed(seed)
     return nn.Linear(in_features, out_features, bias=bias).to(dtype).requires_grad_(False)
@@ -85,3 +94,17 @@ def test_the_engine_decodes_a_batch_through_onednn_with_the_same_greedy_tokens_a
 def test_a_bfloat16_engine_says_nothing_of_onednn(tiny_model_dir):
     eng = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20, dtype="bfloat16"))
     assert eng.matvec["kernel"] == "tandem" and "oneDNN" not in eng.matvec["reason"]
+
+
+def test_on_an_intel_cpu_steps_of_more_tokens_keep_mkls_gemm(monkeypatch):
+    monkeypatch.setattr(gemm, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr(gemm, "onednn_preferred", THE_RULE)
+    library = matvec.load()[0]
+    linear = _linear(576, 192, torch.float32, False, seed=3)
+    projection = gemm.kernel_projection(library, linear)
+    assert type(projection) is matvec.MatVecLinear  # the kernel's steps, torch's (MKL's) F.linear above
+    x = torch.randn(library.max_tokens + 1, 576)
+    assert torch.equal(projection(x), F.linear(x, linear.weight))
+    assert "MKL's GEMM (an Intel CPU" in gemm.note(library, torch.float32, "none")
+    monkeypatch.setattr(gemm, "cpu_vendor", lambda: "AuthenticAMD")
+    assert isinstance(gemm.kernel_projection(library, linear), gemm.GemmMatVecLinear)
