@@ -28,9 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from inference.engine import int8_linear
 from inference.engine.attention import DecodeAttention
-from inference.engine.int8_linear import MatVecInt8Linear
+from inference.engine.int8_linear import GEMM_TOKENS, MatVecInt8Linear
 from inference.engine.matvec import WIDE_MAX_TOKENS, matvec_projection
 from inference.engine.native import KernelLibrary, load_library
 
@@ -208,7 +207,7 @@ def build(runner) -> tuple[FusedDecode | None, str]:
     library, reason = load()
     if library is None:
         return None, f"off: {reason}"
-    capacity = int8_linear.GEMM_TOKENS - 1 if int8 else WIDE_MAX_TOKENS
+    capacity = GEMM_TOKENS - 1 if int8 else WIDE_MAX_TOKENS
     try:
         fused = FusedDecode(library, runner, runner.paged_attention, capacity, int8)
     except _Unfusable as exc:

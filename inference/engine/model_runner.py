@@ -21,8 +21,8 @@ from inference.engine.config import Config
 from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_weights
 from inference.engine.gemm import kernel_projection
 from inference.engine.gemm import note as gemm_note
+from inference.engine.decode_layers import build as build_fused_decode
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
-from inference.engine import decode_layers
 from inference.engine.lean_decode import LeanDecoder, normed_projection
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
 from inference.engine.matvec import choose_matvec
@@ -130,7 +130,7 @@ class ModelRunner:
             compiled=self._compiled_decode_forward is not None)
         self.decode_attention_info = {"kernel": "tandem" if self.paged_attention else "torch", "reason": reason}
         # A decode step's layers in one C call where the kernels run all of them (decode_layers.py).
-        fused, self.fused_decode_reason = decode_layers.build(self)
+        fused, self.fused_decode_reason = build_fused_decode(self)
         if self.lean_decoder is not None:
             self.lean_decoder.fused = fused
         # Tensor ops of one single-stream decode step (step_ops.py); a prefill engine runs none.
