@@ -32,7 +32,9 @@ Three scenarios (--scenarios), each run through every gateway:
   newest first in an overloaded band (inference/gateway/admission.py).
 `--baseline-src DIR` adds a gateway `baseline`, with the defaults as `preemption`, that runs the gateway code of another
 checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority and overload scenarios: a change to preemption measured beside
-the code before it, in one run.
+the code before it, in one run. `--worker-baseline-flags "--no-interleave-prefill"` adds `worker_baseline` to the
+isolation and priority scenarios: a gateway with the defaults in front of a second worker started with those flags
+(idle while the others run), its own stand-in control plane: a change to the worker measured beside it, in one run.
 
     python bench/gateway/tenants.py                       # about 5 minutes
     python bench/gateway/tenants.py --duration 10 --slots 4 --scenarios priority
@@ -43,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import shlex
 import sys
 import tempfile
 import time
@@ -80,6 +83,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated, of " + ", ".join(SCENARIOS))
     p.add_argument("--baseline-src", type=Path, default=None,
                    help="a checkout whose gateway code runs as gateway `baseline` (priority, overload scenarios)")
+    p.add_argument("--worker-baseline-flags", default=None,
+                   help="a second worker with these extra flags, behind a gateway with the defaults "
+                        "(`worker_baseline`; isolation and priority scenarios)")
     args = p.parse_args(argv)
     args.scenarios = [name for name in args.scenarios.split(",") if name]
     if unknown := set(args.scenarios) - set(SCENARIOS):
@@ -107,13 +113,14 @@ def _preemptions(url: str) -> int:
                    if line.startswith("tandem_gateway_preemptions_total{")))
 
 
-def _set_classes(control_plane, gateways: dict[str, str], classes: dict[str, str]) -> None:
+def _set_classes(control_planes, gateways: dict[str, str], classes: dict[str, str]) -> None:
     """Hand the gateways the tenants' classes, and wait until each admits every tenant as its new class (its
     queue-wait series by class, /metrics; a class a tenant had before would pass at once: the scenarios give each
     tenant a class new to it): they poll the control plane every couple of seconds."""
     import requests
 
-    control_plane.endpoints["tenants"] = {name: _tenant(name, classes[name]) for name in KEYS}
+    for control_plane in control_planes:
+        control_plane.endpoints["tenants"] = {name: _tenant(name, classes[name]) for name in KEYS}
     deadline = time.monotonic() + 60
     for url in gateways.values():
         for tenant, priority_class in classes.items():
@@ -139,32 +146,44 @@ def run(args) -> dict:
     from tests.procs import free_port, start, wait_http
 
     log_dir = Path(tempfile.mkdtemp(prefix="tandem-bench-tenants-"))
-    port = free_port()
     procs = []
-    control_plane = ControlPlane()
+    control_planes = []
     try:
         engine = (["--simulate", args.profile, "--model", "/models/sim-model"] if args.model is None else
                   ["--model", str(model_dir(args.model)), "--dtype", "float32", "--threads", "1",
                    "--kv-cache-bytes", "256M"])
-        worker = start("colocated", ["-m", "inference.worker", "--role", "colocated", *engine, "--port", str(port),
-                                     "--max-num-seqs", str(args.slots)], log_dir)
-        procs.append(worker)
-        worker_url = f"http://127.0.0.1:{port}"
-        wait_http(worker, worker_url + "/health", timeout=60)
-        control_plane.start()
-        control_plane.endpoints.update({"groups": [{"revision": 1, "prefill": [], "decode": [],
-                                                    "colocated": [worker_url]}], "requires_key": True,
-                                        "tenants": {name: _tenant(name, "standard") for name in KEYS}})
+
+        def fleet(name: str, extra: list[str]):
+            """A worker (with `extra` flags) and a stand-in control plane naming it."""
+            port = free_port()
+            worker = start(name, ["-m", "inference.worker", "--role", "colocated", *engine, "--port", str(port),
+                                  "--max-num-seqs", str(args.slots), *extra], log_dir)
+            procs.append(worker)
+            worker_url = f"http://127.0.0.1:{port}"
+            wait_http(worker, worker_url + "/health", timeout=60)
+            control_plane = ControlPlane()
+            control_planes.append(control_plane)
+            control_plane.start()
+            control_plane.endpoints.update({"groups": [{"revision": 1, "prefill": [], "decode": [],
+                                                        "colocated": [worker_url]}], "requires_key": True,
+                                            "tenants": {name: _tenant(name, "standard") for name in KEYS}})
+            return control_plane
+
+        control_plane = fleet("colocated", [])
         gateways = {}
         defaults = [] if args.headroom is None else ["--worker-capacity-headroom", str(args.headroom)]
-        modes = [("before", ["--worker-capacity-headroom", "256"], None),
-                 ("admission", [*defaults, "--max-preemptions", "0"], None), ("preemption", defaults, None)]
+        modes = [("before", ["--worker-capacity-headroom", "256"], None, control_plane),
+                 ("admission", [*defaults, "--max-preemptions", "0"], None, control_plane),
+                 ("preemption", defaults, None, control_plane)]
         if args.baseline_src is not None and {"priority", "overload"} & set(args.scenarios):
-            modes.append(("baseline", defaults, args.baseline_src.resolve()))
-        for mode, flags, src in modes:
+            modes.append(("baseline", defaults, args.baseline_src.resolve(), control_plane))
+        if args.worker_baseline_flags is not None and {"isolation", "priority"} & set(args.scenarios):
+            modes.append(("worker_baseline", defaults, None,
+                          fleet("colocated-baseline", shlex.split(args.worker_baseline_flags))))
+        for mode, flags, src, plane in modes:
             gw_port = free_port()
             proc = start(f"gateway-{mode}", ["-m", "inference.gateway", "--port", str(gw_port), "--control-plane",
-                                             control_plane.url, "--deployment", "demo", "--token", TOKEN, *flags],
+                                             plane.url, "--deployment", "demo", "--token", TOKEN, *flags],
                          log_dir, **({"cwd": src} if src else {}))
             procs.append(proc)
             gateways[mode] = f"http://127.0.0.1:{gw_port}"
@@ -172,26 +191,28 @@ def run(args) -> dict:
         results, classes = {}, None
         for name in args.scenarios:
             if CLASSES[name] != classes:  # and before the first scenario: the gateways learn the tenants
-                _set_classes(control_plane, gateways, CLASSES[name])
+                _set_classes(control_planes, gateways, CLASSES[name])
                 classes = CLASSES[name]
             if name == "priority":
                 results["unloaded_interactive_quiet"] = asyncio.run(unloaded(gateways["preemption"], args))
             elif name != "overload" and "unloaded_quiet" not in results:
                 results["unloaded_quiet"] = asyncio.run(unloaded(gateways["preemption"], args))
             # Alternate the order so that drift on a shared machine does not favour one gateway.
-            order = [mode for mode in ("before", "admission", "preemption", "baseline") if mode in gateways]
+            order = [mode for mode in ("before", "admission", "preemption", "baseline", "worker_baseline")
+                     if mode in gateways]
             order = order if name != "fairness" else order[::-1]
             results[name] = {}
             if name == "overload":
                 rate = asyncio.run(capacity(gateways["admission"], args))
                 results[name]["capacity_rps"] = round(rate, 2)
-                for mode in order:
+                for mode in (m for m in order if m != "worker_baseline"):
                     at_1x, at_2x = (asyncio.run(overload(gateways[mode], args, factor * rate)) for factor in (1, 2))
                     results[name][mode] = {"1x": at_1x, "2x": at_2x, "goodput_2x_vs_1x": _ratio(
                         at_2x["goodput_rps"], at_1x["goodput_rps"])}
                 continue
             for mode in order:
-                if mode == "baseline" and name != "priority":
+                if (mode == "baseline" and name != "priority"
+                        or mode == "worker_baseline" and name not in ("isolation", "priority")):
                     continue
                 before = _preemptions(gateways[mode])
                 results[name][mode] = asyncio.run(scenario(gateways[mode], name, args))
@@ -199,7 +220,8 @@ def run(args) -> dict:
     finally:
         for proc in reversed(procs):
             proc.stop()
-        control_plane.stop()
+        for control_plane in control_planes:
+            control_plane.stop()
     goals = {}
     for name, factor in (("isolation", 1.5), ("priority", 2.0)):
         unloaded_ttft = results.get("unloaded_quiet" if name == "isolation" else "unloaded_interactive_quiet",

@@ -43,6 +43,8 @@ _AUTO_SETTINGS = {"kv_cache_bytes"}
 # key -> what it means, for the boolean engine settings (worker flags without a value).
 _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16",
                   "chunked_prefill": "prefill long prompts in chunks (on unless false)",
+                  "interleave_prefill": "prefill an arriving request between a decode step's layers (on unless "
+                                        "false)",
                   "prefix_caching": "reuse the KV blocks of a shared prompt prefix (on unless false)",
                   "compile": "torch.compile the decode step, warmed up before the worker is ready (off unless true)"}
 # key -> (exclusive minimum, maximum) for the fractional engine settings.

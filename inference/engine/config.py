@@ -109,6 +109,10 @@ class Config:
     # Decode steps' layers in one C call (decode_layers.py) where Tandem's kernels run all of them: the lean forward's
     # ops without their Python and dispatch overhead (False: the lean forward, for comparisons).
     fused_decode: bool = True
+    # Colocated: a request that arrives during a decode step is prefilled between that step's layers, so that its
+    # first token does not wait for the step to end (interleave.py; in chunked mode only a prompt that fits the
+    # chunk beside decodes). False: it waits for the step's end, as before.
+    interleave_prefill: bool = True
     # One of WEIGHT_LAYOUTS: "auto" (transposed for float32 on a CPU, where one thread's matrix-vector products read
     # [in, out] weights 1.2-1.3x faster a step; as loaded elsewhere), or either layout by name.
     weight_layout: str = "auto"
@@ -136,7 +140,7 @@ class Config:
         if self.matvec not in MATVECS:
             raise ConfigError("matvec", f"must be one of {', '.join(MATVECS)}, got {self.matvec!r}")
         for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode",
-                     "lean_prefill", "fused_decode"):
+                     "lean_prefill", "fused_decode", "interleave_prefill"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.shared_prompt is not None and (not isinstance(self.shared_prompt, str) or not self.shared_prompt):

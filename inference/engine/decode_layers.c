@@ -140,17 +140,23 @@ static void silu_mul(int dtype, const void *gu, void *a, int64_t T, int64_t I) {
     }
 }
 
-/* The first `num_layers` layers over x [T, hidden] (in place) for T decode tokens, one per sequence: positions'
+/* Layers [first, num_layers) over x [T, hidden] (in place) for T decode tokens, one per sequence: positions'
    cos and sin' [T, D] in dtype, the tokens' cache slots [T], and the attention's block tables [T, M] (row stride
-   ldt) and context lengths [T] (this token included). Returns 0, a kernel's nonzero status (nothing more computed),
-   or -4 for T outside [1, max_tokens]. */
-int tandem_decode_layers(const Plan *p, void *x, int64_t T, int64_t num_layers, const void *cos, const void *sin,
-                         const int64_t *slots, const int64_t *block_tables, int64_t ldt,
-                         const int64_t *context_lens) {
-    if (T < 1 || T > p->max_tokens) return -4;
+   ldt) and context lengths [T] (this token included). Where `pause` is set, the call stops before a layer (after at
+   least one) when *pause is nonzero: a request arrived, and the engine runs its prefill before the step goes on
+   (interleave.py). *next_layer is then the first layer not computed, num_layers when all were. Returns 0, a kernel's
+   nonzero status (nothing more computed), or -4 for T outside [1, max_tokens] or first outside [0, num_layers). */
+int tandem_decode_layers(const Plan *p, void *x, int64_t T, int64_t first, int64_t num_layers, const void *cos,
+                         const void *sin, const int64_t *slots, const int64_t *block_tables, int64_t ldt,
+                         const int64_t *context_lens, const volatile int32_t *pause, int64_t *next_layer) {
+    if (T < 1 || T > p->max_tokens || first < 0 || first >= num_layers) return -4;
     const int dtype = (int)p->dtype;
     int status;
-    for (int64_t l = 0; l < num_layers; l++) {
+    for (int64_t l = first; l < num_layers; l++) {
+        if (l > first && pause && *pause) {
+            *next_layer = l;
+            return 0;
+        }
         const Layer *layer = &p->layers[l];
         if ((status = project(p, &layer->qkv, x, p->qkv, T))) return status;
         rope_and_cache(p, l, T, cos, sin, slots);
@@ -166,5 +172,6 @@ int tandem_decode_layers(const Plan *p, void *x, int64_t T, int64_t num_layers, 
         if ((status = project(p, &layer->down, p->a, p->h, T))) return status;
         add_into(dtype, x, p->h, T * p->hidden);
     }
+    *next_layer = num_layers;
     return 0;
 }

@@ -30,6 +30,7 @@ from torch import nn
 
 from inference.engine.attention import DecodeAttention
 from inference.engine.int8_linear import GEMM_TOKENS, MatVecInt8Linear
+from inference.engine.interleave import Pause
 from inference.engine.matvec import WIDE_MAX_TOKENS, matvec_projection
 from inference.engine.native import KernelLibrary, load_library
 
@@ -70,7 +71,8 @@ class Library(KernelLibrary):
     def __init__(self, lib: ctypes.CDLL):
         super().__init__(lib, "tandem_decode_layers")
         lib.tandem_decode_layers.restype = ctypes.c_int
-        lib.tandem_decode_layers.argtypes = [ctypes.POINTER(Plan), _P, _I, _I, _P, _P, _P, _P, _I, _P]
+        lib.tandem_decode_layers.argtypes = [ctypes.POINTER(Plan), _P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P,
+                                             ctypes.POINTER(_I)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -176,20 +178,28 @@ class FusedDecode:
         return min(self.capacity, self.matvec.max_tokens_for(self.runner.dtype))
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slot_mapping: torch.Tensor,
-                 attention, num_layers: int) -> bool:
+                 attention, num_layers: int, pause: Pause | None = None) -> bool:
         # x: [T, hidden] (contiguous, updated in place); cos, sin: [T, D] contiguous in x's dtype, sin's first
-        # half negated; slot_mapping: [T] int64; attention: the step's DecodeAttention
+        # half negated; slot_mapping: [T] int64; attention: the step's DecodeAttention; pause: where the step may
+        # stop between layers for a prefill (interleave.py)
         kernel = attention.kernel if isinstance(attention, DecodeAttention) else None  # a pure decode step's
         num_tokens = x.shape[0]
         if (kernel is None or num_tokens > self.max_tokens() or kernel.block_tables.shape[0] != num_tokens
                 or x.dtype != self.runner.dtype or not x.is_contiguous() or not slot_mapping.is_contiguous()):
             return False
         tables = kernel.block_tables
-        status = self._call(self._plan_ref, x.data_ptr(), num_tokens, num_layers, cos.data_ptr(), sin.data_ptr(),
-                            slot_mapping.data_ptr(), tables.data_ptr(), tables.stride(0),
-                            kernel.context_lens.data_ptr())
-        if status:
-            raise MemoryError(f"decode layers: a kernel failed with status {status} on a {num_tokens}-token step")
+        flag = None if pause is None else pause.arrivals.address
+        layer, next_layer = 0, _I(0)
+        while layer < num_layers:
+            status = self._call(self._plan_ref, x.data_ptr(), num_tokens, layer, num_layers, cos.data_ptr(),
+                                sin.data_ptr(), slot_mapping.data_ptr(), tables.data_ptr(), tables.stride(0),
+                                kernel.context_lens.data_ptr(), flag, ctypes.byref(next_layer))
+            if status:
+                raise MemoryError(f"decode layers: a kernel failed with status {status} on a {num_tokens}-token "
+                                  "step")
+            layer = next_layer.value
+            if layer < num_layers:
+                pause.between()  # the flag was raised: a prefill runs now, then the step goes on from `layer`
         return True
 
 

@@ -40,6 +40,7 @@ from torch import nn
 
 from inference.engine.fusion import FusedGatedMLP
 from inference.engine.gemm import kernel_projection
+from inference.engine.interleave import Pause
 from inference.engine.matvec import Library, MatVecLinear
 from inference.engine.quantization import Int8GatedMLP
 
@@ -141,8 +142,9 @@ class LeanDecoder:
         self.fused = None  # the layers in one C call (decode_layers.FusedDecode), set by the runner where it runs
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
-                attention, num_layers: int | None = None) -> torch.Tensor:
-        # input_ids, positions, slot_mapping: [T]  ->  hidden: [T, hidden]
+                attention, num_layers: int | None = None, pause: Pause | None = None) -> torch.Tensor:
+        # input_ids, positions, slot_mapping: [T]  ->  hidden: [T, hidden]; pause: a decode step's, which may stop
+        # between layers for a prefill (interleave.py)
         runner = self.runner
         num_tokens = input_ids.shape[0]
         h_q, h_kv, d = runner.num_heads, runner.num_kv_heads, runner.head_dim
@@ -153,9 +155,11 @@ class LeanDecoder:
         sin = torch.cat((-sin[0, :, : d // 2], sin[0, :, d // 2:]), dim=-1).unsqueeze(1)
         layers = self.layers[:num_layers]
         if self.fused is not None and self.fused(x, cos.view(num_tokens, d), sin.view(num_tokens, d), slot_mapping,
-                                                 attention, len(layers)):
+                                                 attention, len(layers), pause):
             return x  # a decode step whose layers ran in C (decode_layers.py), x updated in place
         for layer_id, layer in enumerate(layers):
+            if layer_id and pause is not None:
+                pause.check()
             qkv = layer.attn_in(x).view(num_tokens, h_q + 2 * h_kv, d)
             qk = qkv[:, : h_q + h_kv]  # [T, Hq + Hkv, D]
             qk = qk * cos + qk.roll(d // 2, -1) * sin

@@ -1,6 +1,7 @@
 """The engine: requests in, one step at a time, tokens out. Not thread-safe: one thread owns an engine."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
@@ -9,6 +10,7 @@ from transformers import AutoTokenizer
 
 from inference.engine.block_manager import BlockManager
 from inference.engine.config import Config
+from inference.engine.interleave import Arrivals, Pause
 from inference.engine.model_runner import ModelRunner
 from inference.engine.prefix_cache import num_shared_tokens
 from inference.engine.scheduler import Scheduler
@@ -98,6 +100,12 @@ class LLMEngine:
         self._seqs: dict[str, Sequence] = {}  # unfinished requests by id
         self._pending_outputs: list[StepOutput] = []  # produced outside a step (aborts), returned by the next step
         self._generate_ids = count()
+        # Prefill between a decode step's layers (interleave.py): the flag the engine loop raises on a command, the
+        # paused step's request ids while it runs, and those of them aborted meanwhile (freed at the step's end).
+        self.arrivals = Arrivals()
+        self.interleave_prefill, self.interleave_reason = self._interleave_choice()
+        self._in_flight: frozenset[str] | None = None
+        self._leaving: list[str] = []
         self.num_step_tokens = 0  # tokens the last step fed to the model, prefill and decode together (0: no forward)
 
     # -- requests -------------------------------------------------------------------------------------------------
@@ -141,7 +149,12 @@ class LLMEngine:
         self.scheduler.add(seq)
 
     def abort(self, request_id: str) -> None:
-        """Free the request's blocks; the next step reports it finished with reason "abort". Unknown ids: ignored."""
+        """Free the request's blocks; the next step reports it finished with reason "abort". Unknown ids: ignored.
+        A request of a paused decode step (prefill_between) leaves when that step ends: its slots are being written."""
+        if self._in_flight is not None and request_id in self._in_flight:
+            if request_id not in self._leaving:
+                self._leaving.append(request_id)
+            return
         seq = self._seqs.pop(request_id, None)
         if seq is None:
             return
@@ -151,20 +164,53 @@ class LLMEngine:
 
     # -- the loop -------------------------------------------------------------------------------------------------
 
-    def step(self) -> list[StepOutput]:
+    def step(self, between: Callable[[], None] | None = None) -> list[StepOutput]:
+        """One step. `between` (the engine loop's): where interleave_prefill is on, a decode step whose `arrivals`
+        flag is raised pauses between layers and calls it; it takes the new commands and may call prefill_between."""
         outputs, self._pending_outputs = self._pending_outputs, []
         seqs, is_prefill = self.scheduler.schedule()
-        self.num_step_tokens = self.scheduler.num_batched_tokens
+        num_step_tokens = self.num_step_tokens = self.scheduler.num_batched_tokens
         if not seqs:
             return outputs
         if self.speculator is not None and not is_prefill:
             # A decode step with drafts: several tokens per sequence (postprocess stops at the first that ends it).
             token_ids = self.speculator.step(seqs)
-            self.num_step_tokens += self.speculator.num_draft_tokens_fed
+            num_step_tokens += self.speculator.num_draft_tokens_fed
+        elif between is not None and not is_prefill and self.interleave_prefill:
+            self._in_flight = frozenset(seq.request_id for seq in seqs)
+            try:
+                token_ids = self.model_runner.run(seqs, False, Pause(self.arrivals, lambda: self._between(between)))
+            finally:
+                self._in_flight = None
         else:
             token_ids = self.model_runner.run(seqs, is_prefill)
+        self.num_step_tokens = num_step_tokens
+        outputs += self._outputs(seqs, token_ids, is_prefill)
+        leaving, self._leaving = self._leaving, []
+        for request_id in leaving:  # aborted while the step ran: its blocks are free to take now
+            self.abort(request_id)
+        return outputs
+
+    def _between(self, between: Callable[[], None]) -> None:
+        self.arrivals.lower()  # before the commands are taken: one queued after this raises it again
+        between()
+
+    def prefill_between(self) -> list[StepOutput]:
+        """While a decode step is paused (in its `between`): prefill the waiting requests that can start now
+        (Scheduler.schedule_between) and return their first tokens. num_step_tokens is this prefill's until the
+        paused step ends."""
+        if self._in_flight is None:
+            raise RuntimeError("prefill_between runs only while a decode step is paused")
+        seqs = self.scheduler.schedule_between(len(self._leaving))
+        self.num_step_tokens = self.scheduler.num_batched_tokens
+        if not seqs:
+            return []
+        return self._outputs(seqs, self.model_runner.run(seqs, True), True)
+
+    def _outputs(self, seqs: list[Sequence], token_ids: list, is_prefill: bool) -> list[StepOutput]:
         num_tokens_before = [seq.num_tokens for seq in seqs]
         self.scheduler.postprocess(seqs, token_ids, is_prefill)
+        outputs = []
         for seq, token_id, num_before in zip(seqs, token_ids, num_tokens_before):
             if token_id is None:  # a prefill chunk short of the prompt's end: nothing to report yet
                 continue
@@ -174,6 +220,20 @@ class LLMEngine:
             if seq.is_finished:
                 del self._seqs[seq.request_id]
         return outputs
+
+    def _interleave_choice(self) -> tuple[bool, str]:
+        """(whether a decode step prefills arrivals between its layers, why) for /info."""
+        if not self.config.interleave_prefill:
+            return False, "off: interleave_prefill is false (an arrival waits for the decode step's end)"
+        if self.config.role is not Role.COLOCATED:
+            return False, f"off: a {self.config.role} engine does not both prefill and decode"
+        if self.speculator is not None:
+            return False, "off: speculative decode steps run drafts, not the lean forward's layers"
+        if not self.model_runner.can_pause:
+            return False, "off: the decode step is compiled or runs the reference forward (no layer loop to pause)"
+        chunk = (f"a prompt of up to {self.scheduler.step_token_budget} tokens (the chunk beside decodes)"
+                 if self.scheduler.chunked_prefill else "a prompt within the prefill token budget")
+        return True, f"on: {chunk} arriving during a decode step is prefilled between its layers"
 
     def has_unfinished(self) -> bool:
         return bool(self._seqs) or bool(self._pending_outputs)

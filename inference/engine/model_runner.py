@@ -7,6 +7,7 @@ tensor, addressed by slot = block_id * block_size + offset.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import mmap
@@ -21,6 +22,7 @@ from inference.engine.config import Config
 from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_weights
 from inference.engine.gemm import kernel_projection
 from inference.engine.gemm import note as gemm_note
+from inference.engine.interleave import Pause
 from inference.engine.decode_layers import build as build_fused_decode
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.lean_decode import LeanDecoder, normed_projection
@@ -133,6 +135,8 @@ class ModelRunner:
         fused, self.fused_decode_reason = build_fused_decode(self)
         if self.lean_decoder is not None:
             self.lean_decoder.fused = fused
+        # Whether a decode step can stop between layers for a prefill (interleave.py): the lean forward's can.
+        self.can_pause = self.lean_decoder is not None and self._compiled_decode_forward is None
         # Tensor ops of one single-stream decode step (step_ops.py); a prefill engine runs none.
         self.decode_step_ops = count_decode_step_ops(self) if config.role is not Role.PREFILL else None
 
@@ -185,9 +189,10 @@ class ModelRunner:
                                  f"expected {self.dtype_name}")
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
+    def run(self, seqs: list[Sequence], is_prefill: bool, pause: Pause | None = None) -> list[int | None]:
         """One step: each sequence's scheduled tokens (a whole prompt, a prefill chunk, or its one decode token) in
-        one forward. A prefill step lists its prefill chunks first, then any decodes (a mixed chunked step).
+        one forward. A prefill step lists its prefill chunks first, then any decodes (a mixed chunked step). `pause`:
+        a pure decode step may stop between layers for a prefill (interleave.py; the lean forward's steps only).
 
         Returns, per sequence, the sampled token id, or None for a chunk that does not reach the end of its tokens.
         """
@@ -201,6 +206,8 @@ class ModelRunner:
         input_ids, positions, slot_mapping, attention = self._prepare(prefill, decode)
         if prefill:  # the lean forward where it is built and on for prefill (exact), else the reference
             forward = self.lean_decoder.forward if self.lean_decoder and self.config.lean_prefill else self._forward
+        elif pause is not None and self.can_pause:
+            forward = functools.partial(self.lean_decoder.forward, pause=pause)
         else:
             forward = self._compiled_decode_forward or (self.lean_decoder.forward if self.lean_decoder
                                                         else self._forward)

@@ -201,6 +201,39 @@ class Scheduler:
             self.running.append(seq)  # on the prefill role, until postprocess finishes it
         return scheduled
 
+    def schedule_between(self, num_leaving: int) -> list[Sequence]:
+        """A prefill to run between the layers of a paused decode step (interleave.py), colocated role: waiting
+        sequences, best band first (then in the order their mode takes them: FIFO, or shortest first), whose whole
+        uncached prompt fits what is left of the budget (the prefill token budget, or in chunked mode the chunk
+        beside decodes, so that the running streams wait no longer than in a mixed step), while the running batch
+        less the `num_leaving` sequences that its aborts free when the step ends has room. Each completes its
+        prefill here. Sequences of the paused step are untouched: their blocks were appended before the step."""
+        if self.role is not Role.COLOCATED or not self.waiting:
+            return []
+        budget = self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens
+        now = self.clock()
+        uncached = {id(seq): self._num_uncached(seq) for seq in self.waiting}
+        order = ((lambda seq: (self.band(seq, now), uncached[id(seq)])) if self.chunked_prefill
+                 else (lambda seq: self.band(seq, now)))
+        scheduled: list[Sequence] = []
+        for seq in sorted(self.waiting, key=order):
+            if len(self.running) - num_leaving >= self.max_num_seqs:
+                break
+            if (uncached[id(seq)] > budget - sum(s.num_scheduled_tokens for s in scheduled)
+                    or not self.block_manager.can_allocate(seq.num_tokens, seq)):
+                if self.chunked_prefill:
+                    continue  # its chunks come at the step's end, as before
+                break  # FIFO within a band: the head is not overtaken
+            self.waiting.remove(seq)
+            self.block_manager.allocate(seq, seq.num_tokens)
+            seq.status = SequenceStatus.RUNNING
+            # An eviction by an earlier admission here may have shortened its cached prefix: a few tokens more.
+            seq.num_scheduled_tokens = seq.num_uncached_tokens
+            scheduled.append(seq)
+            self.running.append(seq)
+        self.num_batched_tokens = sum(seq.num_scheduled_tokens for seq in scheduled)
+        return scheduled
+
     def _admit_prefilled(self) -> None:
         if len(self.running) >= self.max_num_seqs:
             return  # no room: spare the sort of the waiting queue

@@ -153,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=True,
                    help="prefill long prompts in chunks, interleaved with running decodes (colocated) and with other "
                         "prompts, shortest first (prefill); on by default")
+    p.add_argument("--interleave-prefill", dest="interleave_prefill", action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help="colocated: prefill a request that arrives during a decode step between that step's layers, "
+                        "so that its first token does not wait for the step's end (with --chunked-prefill: a prompt "
+                        "that fits --prefill-chunk-size); on by default")
     p.add_argument("--prefill-chunk-size", type=int, default=None,
                    help="with --chunked-prefill: the most tokens one step feeds (decodes and prefill chunks "
                         "together) beside running decodes, at most --max-num-batched-tokens (default: 64 on a CPU, "

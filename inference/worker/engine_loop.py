@@ -102,6 +102,8 @@ class EngineLoop:
         self._open: dict[str, EngineRequest] = {}
         self._stop = threading.Event()
         self._num_prefill_tokens_seen = 0
+        self._interleaves = False  # the engine prefills arrivals between a decode step's layers (_between)
+        self._between_s = 0.0  # of the step under way: seconds spent in _between
         # inference.roofline.StageRoofline, set on this thread once the model is loaded (ModelEngine) where the host's
         # figures are known: each step's time is counted against them.
         self.roofline = None
@@ -118,9 +120,18 @@ class EngineLoop:
 
     def submit(self, request: EngineRequest) -> None:
         self._commands.put(("submit", request))
+        self._raise_arrivals()
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
+        self._raise_arrivals()  # an abort may free the place a waiting request takes between the layers
+
+    def _raise_arrivals(self) -> None:
+        """After the command is queued: a decode step under way pauses at its next layer and takes it
+        (inference/engine/interleave.py), where the engine does that."""
+        arrivals = getattr(self.engine, "arrivals", None)
+        if arrivals is not None:
+            arrivals.raise_()
 
     def seconds_since_heartbeat(self) -> float:
         return time.monotonic() - self.heartbeat
@@ -153,15 +164,19 @@ class EngineLoop:
     def _loop(self) -> None:
         engine = self.engine
         num_failures = 0
+        self._interleaves = getattr(engine, "interleave_prefill", False)  # the simulated engine does not
         while not self._stop.is_set():
             self.heartbeat = time.monotonic()
+            if self._interleaves:
+                engine.arrivals.lower()  # what is queued now is taken below; what comes later raises it again
             self._apply_commands(block=not engine.has_unfinished())
             if not engine.has_unfinished():
                 continue
             try:
                 started = time.perf_counter()
-                outputs = engine.step()
-                step_s = time.perf_counter() - started
+                self._between_s = 0.0
+                outputs = engine.step(self._between) if self._interleaves else engine.step()
+                step_s = time.perf_counter() - started - self._between_s
                 num_failures = 0
                 if engine.num_step_tokens:
                     self.metrics.batch_tokens_per_step.observe(engine.num_step_tokens)
@@ -174,12 +189,21 @@ class EngineLoop:
                 continue
             # Stats first: a client that sees a token and then scrapes /metrics sees this step counted.
             self._publish_stats(step_s=step_s)
-            for out in outputs:
-                try:
-                    self._deliver(out)
-                except Exception as exc:  # detokenizing one request went wrong: fail that request alone
-                    log.exception("delivering %s failed", out.request_id)
-                    self._fail_one(out.request_id, f"worker error while detokenizing: {exc}")
+            self._deliver_all(outputs)
+
+    def _between(self) -> None:
+        """A decode step paused between layers (its arrivals flag raised): take the new commands, prefill what can
+        start now, and send those first tokens at once; the step then goes on. The prefill counts as a step of its
+        own (stats, roofline, batch size), and its time is left out of the paused step's."""
+        started = time.perf_counter()
+        self._apply_commands(block=False)
+        outputs = self.engine.prefill_between()
+        if outputs or self.engine.num_step_tokens:
+            step_s = time.perf_counter() - started
+            self.metrics.batch_tokens_per_step.observe(self.engine.num_step_tokens)
+            self._publish_stats(step_s=step_s)
+            self._deliver_all(outputs)
+        self._between_s += time.perf_counter() - started
 
     def _apply_commands(self, *, block: bool) -> None:
         try:
@@ -264,6 +288,14 @@ class EngineLoop:
             req.emit(Event("token", token_ids=[], text=text, finish_reason=finish_reason, **counts))
         else:
             req.emit(Event("done", text=text, finish_reason=finish_reason, **counts))
+
+    def _deliver_all(self, outputs) -> None:
+        for out in outputs:
+            try:
+                self._deliver(out)
+            except Exception as exc:  # detokenizing one request went wrong: fail that request alone
+                log.exception("delivering %s failed", out.request_id)
+                self._fail_one(out.request_id, f"worker error while detokenizing: {exc}")
 
     def _deliver(self, out) -> None:
         req = self._open.get(out.request_id)

@@ -168,6 +168,8 @@ class ModelEngine:
                 # Tensor ops (aten calls) of one single-stream decode step's eager forward and lm_head: the
                 # per-step overhead that no bandwidth removes (None on a prefill worker, which runs no decode step).
                 "decode_step_ops": engine.decode_step_ops,
+                # Whether a request arriving during a decode step is prefilled between its layers, and why.
+                "interleave_prefill": {"enabled": engine.interleave_prefill, "reason": engine.interleave_reason},
                 # No prompt of more characters fits max_model_len tokens: the gateway refuses longer ones before
                 # they reach this worker's one tokenizer thread.
                 "max_prompt_chars": engine.max_model_len * max_token_chars(engine.tokenizer)}

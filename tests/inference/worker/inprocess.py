@@ -45,14 +45,14 @@ class EngineDouble:
             raise RuntimeError("the engine's state is corrupt (test double)")
         return self._engine.has_unfinished()
 
-    def step(self):
+    def step(self, between=None):
         self.running.wait()
         if self.fail_steps and self.steps_before_failing:
             self.steps_before_failing -= 1
         elif self.fail_steps:
             self.fail_steps -= 1
             raise RuntimeError("CUDA error: an illegal memory access was encountered (test double)")
-        return self._engine.step()
+        return self._engine.step(between)
 
 
 class InProcessWorker:

@@ -1,0 +1,147 @@
+"""A request's prefill between a decode step's layers (inference/engine/interleave.py): the step pauses mid-way when
+the arrivals flag is raised, the new request's first token comes out before the step ends, every token is the same
+as when the request waits for the step's end, an abort of a sequence of the paused step takes effect when the step
+ends while its place goes to the new request at once, a prompt longer than the chunk beside decodes waits for the
+step's end, and /info says when it is off and why."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.engine import Config, LLMEngine, SamplingParams
+from inference.engine.config import ConfigError
+from tests.inference.engine.support import prefilled, random_prompts
+
+PARAMS = SamplingParams(max_tokens=8, ignore_eos=True)
+
+
+def engine(model_dir, **settings) -> LLMEngine:
+    settings = {"chunked_prefill": False, **settings}
+    return LLMEngine(Config(model=model_dir, dtype="float32", threads=1, kv_cache_bytes=4 << 20,
+                            prefix_caching=False, **settings))
+
+
+def k_at(eng: LLMEngine, layer: int, seq, pos: int) -> torch.Tensor:
+    """`seq`'s K at position `pos` in `layer` (its slot in the paged cache)."""
+    runner = eng.model_runner
+    slot = seq.block_table[pos // runner.block_size] * runner.block_size + pos % runner.block_size
+    return runner.k_cache[layer].reshape(-1, runner.num_kv_heads, runner.head_dim)[slot].clone()
+
+
+def run_out(eng: LLMEngine, tokens: dict[str, list[int]]) -> dict[str, list[int]]:
+    while eng.has_unfinished():
+        for out in eng.step():
+            tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+    return tokens
+
+
+def with_late_request(eng: LLMEngine, prompts, *, interleave: bool) -> tuple[dict, list]:
+    """r0 and r1 decoding; `late` arrives during their next decode step, between its layers (`interleave`) or after
+    it. Returns every request's tokens and what the between-layers prefill returned."""
+    running = prefilled(eng, prompts[:2])
+    tokens = {seq.request_id: seq.completion_token_ids for seq in running}
+    early: list = []
+
+    def between():
+        eng.add_request("late", prompts[2], PARAMS)
+        early.extend(eng.prefill_between())
+
+    if interleave:
+        eng.arrivals.raise_()
+        outputs = eng.step(between)
+        assert not eng.arrivals, "the pause lowers the flag"
+    else:
+        outputs = eng.step(between=None)
+        eng.add_request("late", prompts[2], PARAMS)
+    assert {out.request_id for out in outputs} == {"r0", "r1"}
+    for out in [*early, *outputs]:
+        tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+    return run_out(eng, tokens), early
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "lean"])
+def test_a_request_arriving_mid_step_gets_its_first_token_before_the_step_ends(tiny_model_dir, fused):
+    prompts = random_prompts([12, 20, 7])
+    eng = engine(tiny_model_dir, fused_decode=fused)
+    assert eng.interleave_prefill, eng.interleave_reason
+    tokens, early = with_late_request(eng, prompts, interleave=True)
+    assert [(out.request_id, len(out.new_token_ids)) for out in early] == [("late", 1)]
+    reference, _ = with_late_request(engine(tiny_model_dir, fused_decode=fused), prompts, interleave=False)
+    assert tokens == reference
+    assert all(len(t) == PARAMS.max_tokens for t in tokens.values())
+
+
+def test_the_paused_step_stops_after_its_first_layer_and_finishes_the_rest(tiny_model_dir):
+    eng = engine(tiny_model_dir)
+    running = prefilled(eng, random_prompts([12, 20]))
+    positions = [seq.num_tokens - 1 for seq in running]  # the tokens the next step feeds
+    seen = []
+
+    def between():
+        seen.append([(k_at(eng, 0, seq, pos), k_at(eng, -1, seq, pos)) for seq, pos in zip(running, positions)])
+
+    eng.arrivals.raise_()
+    eng.step(between)
+    assert len(seen) == 1, "one pause for one raise of the flag"
+    for seq, pos, (k_first, k_last) in zip(running, positions, seen[0]):
+        assert torch.equal(k_at(eng, 0, seq, pos), k_first), "layer 0 ran before the pause"
+        assert not torch.equal(k_at(eng, -1, seq, pos), k_last), "the last layer ran after it"
+
+
+def test_an_abort_of_the_paused_steps_sequence_frees_its_place_now_and_its_blocks_when_the_step_ends(
+        tiny_model_dir):
+    prompts = random_prompts([12, 20, 7])
+    eng = engine(tiny_model_dir, max_num_seqs=2)
+    prefilled(eng, prompts[:2])
+    used_before = eng.block_manager.num_used_blocks
+    early = []
+
+    def between():
+        eng.abort("r0")
+        eng.add_request("late", prompts[2], PARAMS)
+        assert eng.scheduler.running[0].request_id == "r0", "r0's slots are being written: it stays for the step"
+        early.extend(eng.prefill_between())
+
+    eng.arrivals.raise_()
+    outputs = eng.step(between)
+    assert [out.request_id for out in early] == ["late"], "r0's place went to late (max_num_seqs 2)"
+    assert [seq.request_id for seq in eng.scheduler.running] == ["r1", "late"]
+    assert {out.request_id for out in outputs} == {"r0", "r1"}
+    aborted = [out for out in eng.step() if out.request_id == "r0"]
+    assert [(out.finished, out.finish_reason) for out in aborted] == [(True, "abort")]
+    r0_blocks = 1  # 12 prompt tokens + 1 in blocks of 16
+    assert eng.block_manager.num_used_blocks <= used_before - r0_blocks + 1  # late's one block, r0's freed
+    with pytest.raises(RuntimeError, match="paused"):
+        eng.prefill_between()
+
+
+def test_with_chunked_prefill_only_a_prompt_that_fits_the_chunk_beside_decodes_is_prefilled_between(
+        tiny_model_dir):
+    eng = engine(tiny_model_dir, chunked_prefill=True, prefill_chunk_size=16)
+    prompts = random_prompts([12, 20, 30, 9])
+    prefilled(eng, prompts[:2])
+    early = []
+
+    def between():
+        eng.add_request("long", prompts[2], PARAMS)  # 30 tokens: more than the chunk of 16
+        eng.add_request("short", prompts[3], PARAMS)
+        early.extend(eng.prefill_between())
+
+    eng.arrivals.raise_()
+    eng.step(between)
+    assert [out.request_id for out in early] == ["short"]
+    assert [seq.request_id for seq in eng.scheduler.waiting] == ["long"]
+    tokens = run_out(eng, {})
+    assert len(tokens["long"]) == PARAMS.max_tokens
+
+
+def test_info_says_when_it_is_off_and_why(tiny_model_dir):
+    assert "on: a prompt of up to 64 tokens" in engine(tiny_model_dir, chunked_prefill=True).interleave_reason
+    off = engine(tiny_model_dir, interleave_prefill=False)
+    assert not off.interleave_prefill and off.interleave_reason.startswith("off: interleave_prefill is false")
+    spec = engine(tiny_model_dir, speculative={"method": "ngram", "num_tokens": 2})
+    assert not spec.interleave_prefill and "speculative" in spec.interleave_reason
+    prefill = engine(tiny_model_dir, role="prefill")
+    assert not prefill.interleave_prefill and "prefill engine" in prefill.interleave_reason
+    with pytest.raises(ConfigError, match="interleave_prefill"):
+        engine(tiny_model_dir, interleave_prefill="yes")
