@@ -30,11 +30,12 @@ Three scenarios (--scenarios), each run through every gateway:
   the issue: goodput at 2x >= 0.9x goodput at 1x ("no collapse"). In arrival order every request of an overloaded
   queue waits about the deadline (`before`: the worker's FIFO, without bound); the gateway's admission dispatches
   newest first in an overloaded band (inference/gateway/admission.py).
-`--baseline-src DIR` adds a gateway `baseline`, with the defaults as `preemption`, that runs the gateway code of another
-checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority and overload scenarios: a change to preemption measured beside
-the code before it, in one run. `--worker-baseline-flags "--no-interleave-prefill"` adds `worker_baseline` to the
-isolation and priority scenarios: a gateway with the defaults in front of a second worker started with those flags
-(idle while the others run), its own stand-in control plane: a change to the worker measured beside it, in one run.
+`--baseline-src DIR` adds a gateway `baseline`, with the defaults as `preemption`, that runs the gateway code of
+another checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority and overload scenarios: a change to
+preemption measured beside the code before it, in one run. `--worker-baseline-flags=--no-interleave-prefill` (with
+`=`: the value starts with dashes) adds `worker_baseline` to the isolation and priority scenarios: a gateway with the
+defaults in front of a second worker started with those flags (idle while the others run), its own stand-in control
+plane: a change to the worker measured beside it, in one run.
 
     python bench/gateway/tenants.py                       # about 5 minutes
     python bench/gateway/tenants.py --duration 10 --slots 4 --scenarios priority
@@ -83,11 +84,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated, of " + ", ".join(SCENARIOS))
     p.add_argument("--baseline-src", type=Path, default=None,
                    help="a checkout whose gateway code runs as gateway `baseline` (priority, overload scenarios)")
+    p.add_argument("--modes", default=None,
+                   help="comma-separated gateways to measure, of before, admission, preemption, baseline, "
+                        "worker_baseline (default: all that the other flags start; admission is always started: "
+                        "the overload scenario measures capacity through it)")
     p.add_argument("--worker-baseline-flags", default=None,
                    help="a second worker with these extra flags, behind a gateway with the defaults "
                         "(`worker_baseline`; isolation and priority scenarios)")
     args = p.parse_args(argv)
     args.scenarios = [name for name in args.scenarios.split(",") if name]
+    if args.modes is not None:
+        args.modes = [name for name in args.modes.split(",") if name]
+        if unknown := set(args.modes) - {"before", "admission", "preemption", "baseline", "worker_baseline"}:
+            p.error(f"unknown modes {sorted(unknown)}")
     if unknown := set(args.scenarios) - set(SCENARIOS):
         p.error(f"unknown scenarios {sorted(unknown)}: give some of {', '.join(SCENARIOS)}")
     if args.baseline_src is not None and not (args.baseline_src / "inference" / "gateway").is_dir():
@@ -199,7 +208,7 @@ def run(args) -> dict:
                 results["unloaded_quiet"] = asyncio.run(unloaded(gateways["preemption"], args))
             # Alternate the order so that drift on a shared machine does not favour one gateway.
             order = [mode for mode in ("before", "admission", "preemption", "baseline", "worker_baseline")
-                     if mode in gateways]
+                     if mode in gateways and (args.modes is None or mode in args.modes)]
             order = order if name != "fairness" else order[::-1]
             results[name] = {}
             if name == "overload":

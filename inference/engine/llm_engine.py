@@ -100,7 +100,7 @@ class LLMEngine:
         self._seqs: dict[str, Sequence] = {}  # unfinished requests by id
         self._pending_outputs: list[StepOutput] = []  # produced outside a step (aborts), returned by the next step
         self._generate_ids = count()
-        # Prefill between a decode step's layers (interleave.py): the flag the engine loop raises on a command, the
+        # Prefill between a step's layers (interleave.py): the flag the engine loop raises on a command, the
         # paused step's request ids while it runs, and those of them aborted meanwhile (freed at the step's end).
         self.arrivals = Arrivals()
         self.interleave_prefill, self.interleave_reason = self._interleave_choice()
@@ -150,7 +150,7 @@ class LLMEngine:
 
     def abort(self, request_id: str) -> None:
         """Free the request's blocks; the next step reports it finished with reason "abort". Unknown ids: ignored.
-        A request of a paused decode step (prefill_between) leaves when that step ends: its slots are being written."""
+        A request of a paused step (prefill_between) leaves when that step ends: its slots are being written."""
         if self._in_flight is not None and request_id in self._in_flight:
             if request_id not in self._leaving:
                 self._leaving.append(request_id)
@@ -165,8 +165,9 @@ class LLMEngine:
     # -- the loop -------------------------------------------------------------------------------------------------
 
     def step(self, between: Callable[[], None] | None = None) -> list[StepOutput]:
-        """One step. `between` (the engine loop's): where interleave_prefill is on, a decode step whose `arrivals`
-        flag is raised pauses between layers and calls it; it takes the new commands and may call prefill_between."""
+        """One step. `between` (the engine loop's): where interleave_prefill is on, a step (decode, prefill or mixed)
+        whose `arrivals` flag is raised pauses between layers and calls it; it takes the new commands and may call
+        prefill_between."""
         outputs, self._pending_outputs = self._pending_outputs, []
         seqs, is_prefill = self.scheduler.schedule()
         num_step_tokens = self.num_step_tokens = self.scheduler.num_batched_tokens
@@ -176,10 +177,11 @@ class LLMEngine:
             # A decode step with drafts: several tokens per sequence (postprocess stops at the first that ends it).
             token_ids = self.speculator.step(seqs)
             num_step_tokens += self.speculator.num_draft_tokens_fed
-        elif between is not None and not is_prefill and self.interleave_prefill:
+        elif between is not None and self.interleave_prefill:
             self._in_flight = frozenset(seq.request_id for seq in seqs)
             try:
-                token_ids = self.model_runner.run(seqs, False, Pause(self.arrivals, lambda: self._between(between)))
+                token_ids = self.model_runner.run(seqs, is_prefill,
+                                                  Pause(self.arrivals, lambda: self._between(between)))
             finally:
                 self._in_flight = None
         else:
@@ -196,11 +198,11 @@ class LLMEngine:
         between()
 
     def prefill_between(self) -> list[StepOutput]:
-        """While a decode step is paused (in its `between`): prefill the waiting requests that can start now
+        """While a step is paused (in its `between`): prefill the waiting requests that can start now
         (Scheduler.schedule_between) and return their first tokens. num_step_tokens is this prefill's until the
         paused step ends."""
         if self._in_flight is None:
-            raise RuntimeError("prefill_between runs only while a decode step is paused")
+            raise RuntimeError("prefill_between runs only while a step is paused")
         seqs = self.scheduler.schedule_between(len(self._leaving))
         self.num_step_tokens = self.scheduler.num_batched_tokens
         if not seqs:
@@ -233,7 +235,8 @@ class LLMEngine:
             return False, "off: the decode step is compiled or runs the reference forward (no layer loop to pause)"
         chunk = (f"a prompt of up to {self.scheduler.step_token_budget} tokens (the chunk beside decodes)"
                  if self.scheduler.chunked_prefill else "a prompt within the prefill token budget")
-        return True, f"on: {chunk} arriving during a decode step is prefilled between its layers"
+        steps = "step" if self.config.lean_prefill else "decode step"
+        return True, f"on: {chunk} arriving during a {steps} is prefilled between its layers"
 
     def has_unfinished(self) -> bool:
         return bool(self._seqs) or bool(self._pending_outputs)

@@ -135,7 +135,8 @@ class ModelRunner:
         fused, self.fused_decode_reason = build_fused_decode(self)
         if self.lean_decoder is not None:
             self.lean_decoder.fused = fused
-        # Whether a decode step can stop between layers for a prefill (interleave.py): the lean forward's can.
+        # Whether a step can stop between layers for a prefill (interleave.py): the lean forward's can, so a decode
+        # step that is not compiled, and prefill and mixed steps where lean_prefill is on.
         self.can_pause = self.lean_decoder is not None and self._compiled_decode_forward is None
         # Tensor ops of one single-stream decode step (step_ops.py); a prefill engine runs none.
         self.decode_step_ops = count_decode_step_ops(self) if config.role is not Role.PREFILL else None
@@ -192,7 +193,7 @@ class ModelRunner:
     def run(self, seqs: list[Sequence], is_prefill: bool, pause: Pause | None = None) -> list[int | None]:
         """One step: each sequence's scheduled tokens (a whole prompt, a prefill chunk, or its one decode token) in
         one forward. A prefill step lists its prefill chunks first, then any decodes (a mixed chunked step). `pause`:
-        a pure decode step may stop between layers for a prefill (interleave.py; the lean forward's steps only).
+        the step may stop between layers for a prefill (interleave.py; the lean forward's steps only).
 
         Returns, per sequence, the sampled token id, or None for a chunk that does not reach the end of its tokens.
         """
@@ -206,11 +207,11 @@ class ModelRunner:
         input_ids, positions, slot_mapping, attention = self._prepare(prefill, decode)
         if prefill:  # the lean forward where it is built and on for prefill (exact), else the reference
             forward = self.lean_decoder.forward if self.lean_decoder and self.config.lean_prefill else self._forward
-        elif pause is not None and self.can_pause:
-            forward = functools.partial(self.lean_decoder.forward, pause=pause)
         else:
             forward = self._compiled_decode_forward or (self.lean_decoder.forward if self.lean_decoder
                                                         else self._forward)
+        if pause is not None and self.lean_decoder is not None and forward == self.lean_decoder.forward:
+            forward = functools.partial(forward, pause=pause)
         hidden = forward(input_ids, positions, slot_mapping, attention)  # [T, hidden]
         # Logits only at the last position of each sequence that samples (decodes, and chunks that end a prompt).
         sampling = [seq for seq in seqs if seq.samples_next_token]

@@ -71,6 +71,38 @@ def test_a_request_arriving_mid_step_gets_its_first_token_before_the_step_ends(t
     assert all(len(t) == PARAMS.max_tokens for t in tokens.values())
 
 
+def test_a_prefill_step_pauses_too_and_every_token_is_the_same(tiny_model_dir):
+    """A long prompt's prefill step (whole, without chunks) takes a short arrival between its layers: the short one's
+    first token comes before the long one's."""
+    prompts = random_prompts([12, 60, 7])
+
+    def serve(interleave: bool) -> tuple[dict, list]:
+        eng = engine(tiny_model_dir)
+        prefilled(eng, prompts[:1])
+        eng.add_request("long", prompts[1], PARAMS)
+        early = []
+
+        def between():
+            eng.add_request("short", prompts[2], PARAMS)
+            early.extend(eng.prefill_between())
+
+        if interleave:
+            eng.arrivals.raise_()
+            outputs = eng.step(between)
+        else:
+            outputs = eng.step()
+            eng.add_request("short", prompts[2], PARAMS)
+        assert [out.request_id for out in outputs] == ["long"], "a prefill step"
+        tokens = {"r0": list(eng._seqs["r0"].completion_token_ids)}
+        for out in [*early, *outputs]:
+            tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+        return run_out(eng, tokens), early
+
+    tokens, early = serve(interleave=True)
+    assert [out.request_id for out in early] == ["short"]
+    assert tokens == serve(interleave=False)[0]
+
+
 def test_the_paused_step_stops_after_its_first_layer_and_finishes_the_rest(tiny_model_dir):
     eng = engine(tiny_model_dir)
     running = prefilled(eng, random_prompts([12, 20]))

@@ -116,3 +116,21 @@ def test_a_preempted_sequence_goes_back_to_the_front_of_its_band_not_before_a_be
     # b (9 tokens, 3 blocks) does not fit in the 1 block left; c does, and its band goes first.
     assert step(sched) == ["c"]
     assert [s.request_id for s in sched.waiting] == ["b"]
+
+
+def test_within_a_band_the_tenant_holding_fewest_sequences_goes_first():
+    """A quiet tenant's request, for which the gateway preempted a flood's stream, takes the freed sequence before the
+    flood's requests already waiting here; requests without a tenant keep first come first served."""
+    for chunked in (False, True):
+        sched = make(max_num_seqs=3, chunked=chunked)
+        for request_id in ("n1", "n2"):
+            seq = seq_of(request_id, "standard", max_tokens=50)
+            seq.cache_salt = b"noisy"
+            sched.add(seq)
+        step(sched)  # n1, n2 running
+        for request_id, salt in (("n3", b"noisy"), ("q1", b"quiet")):
+            seq = seq_of(request_id, "standard")
+            seq.cache_salt = salt
+            sched.add(seq)
+        assert step(sched)[0] == "q1", f"chunked={chunked}"
+        assert [seq.request_id for seq in sched.waiting] == ["n3"]
