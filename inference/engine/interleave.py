@@ -1,25 +1,29 @@
-"""A request's prefill between a decode step's layers, so that its first token does not wait for the step.
+"""A request's prefill between the layers of the step under way, so that its first token does not wait for the step.
 
-A colocated engine's decode step of 8 SmolLM2 sequences on one CPU thread takes ~50-70 ms in float32; a request that
-arrives during it waited, before this, for the step to end and then for its own prefill (alone, or as chunks of a
-mixed step beside the decodes, which costs about a whole decode step): a quiet tenant's 5-token request measured 2x
-its unloaded time to first token at P50 beside a flood, up to 3x at P99 (bench/gateway/tenants.py). Now the engine
-loop raises `Arrivals` when it queues a request (or an abort, which may make room for one); the decode step looks at
-it between layers (decode_layers.c reads the flag itself, the lean forward in Python), and where it is raised, the
-step pauses: the engine loop takes the new commands, the engine prefills what can start now (LLMEngine.prefill_between:
-the waiting requests, best band first, whose whole prompt fits the step budget, up to the sequences the running
-batch frees by the aborts that came in), the first tokens go out at once, and the decode step goes on from the layer
-where it stopped. No step's work is thrown away, and the decode step's values are the same as without the pause:
-its K/V slots and its hidden states are its own, and the prefill writes only the new sequences' blocks.
+A colocated engine's decode step of 8 SmolLM2 sequences on one CPU thread takes ~50-70 ms in float32, a mixed step
+with a resumed stream's chunk more; a request that arrived during one waited, before this, for the step to end and
+then for its own prefill (alone, or as a chunk of the next mixed step, which costs about a decode step more): a short
+request beside running streams measured 1.7x its unloaded time to first token at P50 at the worker itself
+(bench/engine/arrival_ttft.py). Now the engine loop raises `Arrivals` when it queues a request (or an abort, which may
+make room for one); the step looks at it between layers (decode_layers.c reads the flag itself in a fused decode step,
+the lean forward in Python in decode, prefill and mixed steps), and where it is raised, the step pauses: the engine
+loop takes the new commands, the engine prefills what can start now (LLMEngine.prefill_between: the waiting
+requests, best band first, then the tenant holding fewest sequences, whose whole prompt fits what is left of the
+step's budget, up to the sequences the running batch frees by the aborts that came in), their first tokens go out at
+once, and the step goes on from the layer where it stopped. No step's work is thrown away, and the paused step's
+values are the same as without the pause: its K/V slots and hidden states are its own, and the prefill writes only
+the new sequences' blocks.
 
 What it costs: the running streams' next token waits for the prefill, as it did when the prefill went first at the
-step's end; in chunked mode only a prompt that fits the chunk beside decodes (`prefill_chunk_size`) is prefilled
-between layers, so a stream never waits for more than that chunk at once, as in a mixed step. A prefill between
-layers is a pass over the weights of its own, where a mixed step shares the decodes' pass: throughput under a
-steady stream of arrivals is measured in docs/performance.md.
+step's end. The budget is the paused step's, however many pauses it takes: in chunked mode the chunk beside decodes
+(`prefill_chunk_size`), so a stream never waits for more prompt tokens in one step than in a mixed step; without
+chunks the prefill token budget. A prefill between layers is a pass over the weights of its own where a mixed step
+shares the decodes' pass: the long streams' tokens/s measured 2.7 % lower with a short request every 0.5 s
+(docs/performance.md).
 
 An aborted sequence that is part of the paused step stays in it until the step ends (its K/V slots are being
-written); its blocks are freed then, and the prefill may take its place in the running batch meanwhile.
+written); its blocks are freed then, and the prefill may take its place in the running batch meanwhile. The pause is
+not nested: a request arriving during a prefill between layers waits for that prefill.
 """
 from __future__ import annotations
 
@@ -50,8 +54,8 @@ class Arrivals:
 
 @dataclass(slots=True)
 class Pause:
-    """What a decode step's forward looks at between layers: the flag, and what to run when it is raised (the
-    engine's: it lowers the flag, then prefills between the layers)."""
+    """What a step's forward looks at between layers: the flag, and what to run when it is raised (the engine's: it
+    lowers the flag, then calls the engine loop, which may prefill between the layers)."""
 
     arrivals: Arrivals
     between: Callable[[], None]

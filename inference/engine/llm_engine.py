@@ -106,6 +106,7 @@ class LLMEngine:
         self.interleave_prefill, self.interleave_reason = self._interleave_choice()
         self._in_flight: frozenset[str] | None = None
         self._leaving: list[str] = []
+        self._num_between_tokens = 0  # prefilled between the paused step's layers so far: its budget is for all
         self.num_step_tokens = 0  # tokens the last step fed to the model, prefill and decode together (0: no forward)
 
     # -- requests -------------------------------------------------------------------------------------------------
@@ -179,6 +180,7 @@ class LLMEngine:
             num_step_tokens += self.speculator.num_draft_tokens_fed
         elif between is not None and self.interleave_prefill:
             self._in_flight = frozenset(seq.request_id for seq in seqs)
+            self._num_between_tokens = 0
             try:
                 token_ids = self.model_runner.run(seqs, is_prefill,
                                                   Pause(self.arrivals, lambda: self._between(between)))
@@ -199,12 +201,13 @@ class LLMEngine:
 
     def prefill_between(self) -> list[StepOutput]:
         """While a step is paused (in its `between`): prefill the waiting requests that can start now
-        (Scheduler.schedule_between) and return their first tokens. num_step_tokens is this prefill's until the
-        paused step ends."""
+        (Scheduler.schedule_between, within what the step's earlier pauses left of its budget) and return their first
+        tokens. num_step_tokens is this prefill's until the paused step ends."""
         if self._in_flight is None:
             raise RuntimeError("prefill_between runs only while a step is paused")
-        seqs = self.scheduler.schedule_between(len(self._leaving))
+        seqs = self.scheduler.schedule_between(len(self._leaving), self._num_between_tokens)
         self.num_step_tokens = self.scheduler.num_batched_tokens
+        self._num_between_tokens += self.num_step_tokens
         if not seqs:
             return []
         return self._outputs(seqs, self.model_runner.run(seqs, True), True)
@@ -224,9 +227,9 @@ class LLMEngine:
         return outputs
 
     def _interleave_choice(self) -> tuple[bool, str]:
-        """(whether a decode step prefills arrivals between its layers, why) for /info."""
+        """(whether a step prefills arrivals between its layers, why) for /info."""
         if not self.config.interleave_prefill:
-            return False, "off: interleave_prefill is false (an arrival waits for the decode step's end)"
+            return False, "off: interleave_prefill is false (an arrival waits for the step's end)"
         if self.config.role is not Role.COLOCATED:
             return False, f"off: a {self.config.role} engine does not both prefill and decode"
         if self.speculator is not None:

@@ -211,17 +211,17 @@ class Scheduler:
             self.running.append(seq)  # on the prefill role, until postprocess finishes it
         return scheduled
 
-    def schedule_between(self, num_leaving: int) -> list[Sequence]:
+    def schedule_between(self, num_leaving: int, num_tokens_used: int = 0) -> list[Sequence]:
         """A prefill to run between the layers of a paused step (interleave.py), colocated role: waiting sequences,
         best band first, then the tenant holding fewest (then in the order their mode takes them: FIFO, or shortest
         first), whose whole uncached prompt fits what is left of the budget (the prefill token budget, or in chunked
         mode the chunk beside decodes, so that the running streams wait no longer than in a mixed step), while the
-        running batch less the `num_leaving` sequences that its aborts free when the step ends has room. Each
-        completes its prefill here. Sequences of the paused step are untouched: their blocks were appended before the
-        step."""
+        running batch less the `num_leaving` sequences that its aborts free when the step ends has room. The budget is
+        the paused step's, whatever the number of pauses: `num_tokens_used` of it went to earlier ones. Each completes
+        its prefill here. Sequences of the paused step are untouched: their blocks were appended before the step."""
         if self.role is not Role.COLOCATED or not self.waiting:
             return []
-        budget = self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens
+        budget = (self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used
         now, holding = self.clock(), self._holding()
         uncached = {id(seq): self._num_uncached(seq) for seq in self.waiting}
         order = ((lambda seq: (self.band(seq, now), holding[seq.cache_salt], uncached[id(seq)]))

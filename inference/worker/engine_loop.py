@@ -102,7 +102,7 @@ class EngineLoop:
         self._open: dict[str, EngineRequest] = {}
         self._stop = threading.Event()
         self._num_prefill_tokens_seen = 0
-        self._interleaves = False  # the engine prefills arrivals between a decode step's layers (_between)
+        self._interleaves = False  # the engine prefills arrivals between a step's layers (_between)
         self._between_s = 0.0  # of the step under way: seconds spent in _between
         # inference.roofline.StageRoofline, set on this thread once the model is loaded (ModelEngine) where the host's
         # figures are known: each step's time is counted against them.
@@ -127,7 +127,7 @@ class EngineLoop:
         self._raise_arrivals()  # an abort may free the place a waiting request takes between the layers
 
     def _raise_arrivals(self) -> None:
-        """After the command is queued: a decode step under way pauses at its next layer and takes it
+        """After the command is queued: a step under way pauses at its next layer and takes it
         (inference/engine/interleave.py), where the engine does that."""
         arrivals = getattr(self.engine, "arrivals", None)
         if arrivals is not None:
@@ -192,7 +192,7 @@ class EngineLoop:
             self._deliver_all(outputs)
 
     def _between(self) -> None:
-        """A decode step paused between layers (its arrivals flag raised): take the new commands, prefill what can
+        """A step paused between layers (its arrivals flag raised): take the new commands, prefill what can
         start now, and send those first tokens at once; the step then goes on. The prefill counts as a step of its
         own (stats, roofline, batch size), and its time is left out of the paused step's."""
         started = time.perf_counter()

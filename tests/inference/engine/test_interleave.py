@@ -35,15 +35,13 @@ def run_out(eng: LLMEngine, tokens: dict[str, list[int]]) -> dict[str, list[int]
     return tokens
 
 
-def with_late_request(eng: LLMEngine, prompts, *, interleave: bool) -> tuple[dict, list]:
-    """r0 and r1 decoding; `late` arrives during their next decode step, between its layers (`interleave`) or after
-    it. Returns every request's tokens and what the between-layers prefill returned."""
-    running = prefilled(eng, prompts[:2])
-    tokens = {seq.request_id: seq.completion_token_ids for seq in running}
+def step_with_arrival(eng: LLMEngine, request_id: str, prompt: list[int], *, interleave: bool) -> tuple[list, list]:
+    """One step during which `request_id` arrives: prefilled between the step's layers (`interleave`), or added after
+    the step. Returns (the step's outputs, what the between-layers prefill returned)."""
     early: list = []
 
     def between():
-        eng.add_request("late", prompts[2], PARAMS)
+        eng.add_request(request_id, prompt, PARAMS)
         early.extend(eng.prefill_between())
 
     if interleave:
@@ -51,8 +49,17 @@ def with_late_request(eng: LLMEngine, prompts, *, interleave: bool) -> tuple[dic
         outputs = eng.step(between)
         assert not eng.arrivals, "the pause lowers the flag"
     else:
-        outputs = eng.step(between=None)
-        eng.add_request("late", prompts[2], PARAMS)
+        outputs = eng.step()
+        eng.add_request(request_id, prompt, PARAMS)
+    return outputs, early
+
+
+def with_late_request(eng: LLMEngine, prompts, *, interleave: bool) -> tuple[dict, list]:
+    """r0 and r1 decoding; `late` arrives during their next decode step, between its layers (`interleave`) or after
+    it. Returns every request's tokens and what the between-layers prefill returned."""
+    running = prefilled(eng, prompts[:2])
+    tokens = {seq.request_id: seq.completion_token_ids for seq in running}
+    outputs, early = step_with_arrival(eng, "late", prompts[2], interleave=interleave)
     assert {out.request_id for out in outputs} == {"r0", "r1"}
     for out in [*early, *outputs]:
         tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
@@ -80,18 +87,7 @@ def test_a_prefill_step_pauses_too_and_every_token_is_the_same(tiny_model_dir):
         eng = engine(tiny_model_dir)
         prefilled(eng, prompts[:1])
         eng.add_request("long", prompts[1], PARAMS)
-        early = []
-
-        def between():
-            eng.add_request("short", prompts[2], PARAMS)
-            early.extend(eng.prefill_between())
-
-        if interleave:
-            eng.arrivals.raise_()
-            outputs = eng.step(between)
-        else:
-            outputs = eng.step()
-            eng.add_request("short", prompts[2], PARAMS)
+        outputs, early = step_with_arrival(eng, "short", prompts[2], interleave=interleave)
         assert [out.request_id for out in outputs] == ["long"], "a prefill step"
         tokens = {"r0": list(eng._seqs["r0"].completion_token_ids)}
         for out in [*early, *outputs]:
@@ -177,3 +173,25 @@ def test_info_says_when_it_is_off_and_why(tiny_model_dir):
     assert not prefill.interleave_prefill and "prefill engine" in prefill.interleave_reason
     with pytest.raises(ConfigError, match="interleave_prefill"):
         engine(tiny_model_dir, interleave_prefill="yes")
+
+
+def test_the_budget_is_the_paused_steps_whatever_the_number_of_pauses(tiny_model_dir):
+    """In chunked mode the streams of a paused step wait for at most one chunk's worth of prompt tokens in it."""
+    eng = engine(tiny_model_dir, chunked_prefill=True, prefill_chunk_size=16)
+    prompts = random_prompts([12, 20, 9, 9])
+    prefilled(eng, prompts[:2])
+    early, num_pauses = [], 0
+
+    def between():
+        nonlocal num_pauses
+        num_pauses += 1
+        if num_pauses <= 2:
+            eng.add_request(f"a{num_pauses}", prompts[1 + num_pauses], PARAMS)
+            eng.arrivals.raise_()  # the next one arrives during this pause: the step pauses again
+        early.extend(eng.prefill_between())
+
+    eng.arrivals.raise_()
+    eng.step(between)
+    assert num_pauses == 3
+    assert [out.request_id for out in early] == ["a1"], "9 + 9 tokens are more than the chunk of 16"
+    assert [seq.request_id for seq in eng.scheduler.waiting] == ["a2"]
