@@ -219,6 +219,7 @@ class Scheduler:
         running batch less the `num_leaving` sequences that its aborts free when the step ends has room. The budget is
         the paused step's, whatever the number of pauses: `num_tokens_used` of it went to earlier ones. Each completes
         its prefill here. Sequences of the paused step are untouched: their blocks were appended before the step."""
+        self.num_batched_tokens = 0
         if self.role is not Role.COLOCATED or not self.waiting:
             return []
         budget = (self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used

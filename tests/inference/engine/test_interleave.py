@@ -107,10 +107,14 @@ def test_the_paused_step_stops_after_its_first_layer_and_finishes_the_rest(tiny_
 
     def between():
         seen.append([(k_at(eng, 0, seq, pos), k_at(eng, -1, seq, pos)) for seq, pos in zip(running, positions)])
+        assert eng.prefill_between() == [] and eng.num_step_tokens == 0, "nothing waits: nothing prefilled"
 
     eng.arrivals.raise_()
     eng.step(between)
     assert len(seen) == 1, "one pause for one raise of the flag"
+    assert eng.num_step_tokens == 2, "the paused step's tokens, nothing counted twice"
+    with pytest.raises(RuntimeError, match="paused"):
+        eng.prefill_between()
     for seq, pos, (k_first, k_last) in zip(running, positions, seen[0]):
         assert torch.equal(k_at(eng, 0, seq, pos), k_first), "layer 0 ran before the pause"
         assert not torch.equal(k_at(eng, -1, seq, pos), k_last), "the last layer ran after it"
