@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import mmap
 
 import psutil
 import torch
-from transformers import AutoModelForCausalLM
 
 from inference.engine.attention import DecodeAttention, MixedAttention, PrefillAttention
 from inference.engine.compilation import compile_decode, pad_num_table_blocks, write_kv
@@ -28,6 +25,7 @@ from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.lean_decode import LeanDecoder, normed_projection
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
 from inference.engine.matvec import choose_matvec
+from inference.engine.model_loading import eos_token_ids, load_model, resolve_max_model_len, zeroed_pool
 from inference.engine.paged_attention import PagedDecode, choose_decode_attention
 from inference.engine.precision import TORCH_DTYPES, choose_dtype
 from inference.engine.quantization import default_kernel, kernel_note, quantize_model, weight_bytes
@@ -35,9 +33,6 @@ from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
 from inference.engine.step_ops import count_decode_step_ops
 from inference.roles import Role
-
-# Architectures whose decoder layer is Llama's (pre-norm, RoPE, GQA attention, gated MLP) under the same module names.
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
 log = logging.getLogger(__name__)
 
@@ -361,47 +356,3 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     # x: [..., D] -> [..., D], (x1, x2) -> (-x2, x1) as in Hugging Face's Llama
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
-
-
-def zeroed_pool(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A zero-filled KV pool. Zeros, not garbage: decode attention reads (and masks out) unused slots, and masked
-    garbage that happens to be NaN would still poison the softmax.
-
-    On CPU the tensor lies in an anonymous memory map: the kernel hands out zeroed pages as they are first written,
-    so a pool costs RAM only for the blocks in use, and allocating it costs no time (torch.zeros writes every byte
-    at start: the whole pool in RSS, seconds for gigabytes). Elsewhere torch.zeros."""
-    if device.type != "cpu":
-        return torch.zeros(shape, dtype=dtype, device=device)
-    num_bytes = math.prod(shape) * dtype.itemsize
-    # frombuffer keeps the map alive as long as the tensor.
-    return torch.frombuffer(mmap.mmap(-1, num_bytes), dtype=dtype).view(shape)
-
-
-def load_model(path: str, dtype: torch.dtype, device: torch.device):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
-    model_type = model.config.model_type
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"model_type {model_type!r} is not supported by the engine "
-                         f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-    return model.to(device).eval()
-
-
-def resolve_max_model_len(hf_config, requested: int | None) -> int:
-    limit = hf_config.max_position_embeddings
-    # Sliding-window attention differs from full attention only past the window, so stay inside it.
-    if getattr(hf_config, "sliding_window", None) and getattr(hf_config, "use_sliding_window", True):
-        limit = min(limit, hf_config.sliding_window)
-    if requested is None:
-        return limit
-    if requested > limit:
-        raise ValueError(f"max_model_len={requested} exceeds what the model supports ({limit})")
-    return requested
-
-
-def eos_token_ids(model) -> frozenset[int]:
-    ids = getattr(model.generation_config, "eos_token_id", None)
-    if ids is None:
-        ids = model.config.eos_token_id
-    if ids is None:
-        return frozenset()
-    return frozenset([ids] if isinstance(ids, int) else ids)
