@@ -41,7 +41,11 @@ _Static_assert((int64_t)(CHUNK / 16) * 2 * 128 * 32767 <= INT32_MAX, "int32 accu
    stream). The hardware prefetcher alone left the float kernel waiting on memory between rows: on SmolLM2-135M's
    linears at one thread, 1.9x the time of one read of the weights without, 1.3-1.4x with 2-8 KB (4 KB chosen).
    Beside it, twice as far ahead into L2 only (T1), as matvec.c does: SmolLM2's 120 int8 projections of a step at
-   one token 9.0-9.3 -> 8.6-9.0 ms on an Intel Xeon with AMX (interleaved rounds, best of 7), 16 tokens 50.5 -> 47.7. */
+   one token 9.0-9.3 -> 8.6-9.0 ms on an Intel Xeon with AMX (interleaved rounds, best of 7), 16 tokens 50.5 -> 47.7.
+   Both once per 64-byte line (each line was prefetched twice, once per 32 weights): on an AMD EPYC with AVX2 only
+   (Zen 1, where the kernel is bound by its instructions: ~12 GB/s with the weights in L2), SmolLM2's 120 linears of a
+   step at one token 13.1-14.1 -> 10.9-11.5 ms (a C harness, best of 15, three rounds); any distance from 1 to 8 KB
+   within that. */
 #define PREFETCH_BYTES 4096
 
 /* kernels.h's TANDEM_ISA_FUNCTIONS, capped at AVX2: the only set this kernel has. */
@@ -149,14 +153,14 @@ static inline void dot(const int8_t *q, int64_t ldq, const int16_t *xq, int64_t 
             _Pragma("GCC unroll 8")
             for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_si256();
         int64_t k = start;
-        for (; k + 32 <= end; k += 32) {
+        for (; k + 64 <= end; k += 64) {  /* one cache line of each row: prefetched once */
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
                 _mm_prefetch((const char *)(q + r * ldq + k + PREFETCH_BYTES), _MM_HINT_T0);
                 _mm_prefetch((const char *)(q + r * ldq + k + 2 * PREFETCH_BYTES), _MM_HINT_T1);
             }
             _Pragma("GCC unroll 4")
-            for (int h = 0; h < 32; h += 16) {
+            for (int h = 0; h < 64; h += 16) {
                 __m256i w[ROWS];
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++)
