@@ -153,7 +153,10 @@ static void row_avx2(int dtype, const void *w, const float *x, int64_t K, int64_
    ran SmolLM2's linears at ~half of a large float32 matmul's rate at 16 tokens on an AVX2-only AMD EPYC (38-41
    against 83 GFLOP/s; docs/performance.md). Here a tile of 3 rows x 4 tokens keeps 12 accumulators in registers
    (3 weights + 1 input + 12 sums of the 16 ymm), and while the first tokens' tile runs, the next 3 rows are
-   prefetched: 55-59 GFLOP/s at 16 tokens (~1.4x oneDNN's), ~1.6x oneDNN's at 8.
+   prefetched: 55-59 GFLOP/s at 16 tokens (~1.4x oneDNN's), ~1.6x oneDNN's at 8. The AVX-512 tiles' prefetch spread
+   over every pass (below) lost here: on a Zen 1 AMD EPYC (AVX2 only; a C harness over SmolLM2's 120 float32 linears
+   of a step, best of 5, two rounds) 8 / 16 / 32 tokens 50-57 / 96-97 / 180-188 ms with the next rows into L1 during
+   the first pass, 61-62 / 107-109 / 198-240 ms spread (into L2 or L1 alike).
 
    Each (row, token) sums in one accumulator, k in steps of 8 in order, whatever the tile: a token's value does not
    depend on the others in its step (but differs by a few ulp from the 1-4 token kernel's order above). */
