@@ -22,8 +22,10 @@ shares the decodes' pass: the long streams' tokens/s measured 2.7 % lower with a
 (docs/performance.md).
 
 An aborted sequence that is part of the paused step stays in it until the step ends (its K/V slots are being
-written); its blocks are freed then, and the prefill may take its place in the running batch meanwhile. The pause is
-not nested: a request arriving during a prefill between layers waits for that prefill.
+written); its blocks are freed then, and the prefill may take its place in the running batch meanwhile. The pause
+nests: a prefill between layers pauses on the same flag, so a request arriving during it is prefilled between that
+prefill's layers (LLMEngine.prefill_between), within what is left of the paused step's budget; its sequences are in
+flight like the paused step's until the step ends.
 """
 from __future__ import annotations
 

@@ -105,6 +105,7 @@ class LLMEngine:
         self.arrivals = Arrivals()
         self.interleave_prefill, self.interleave_reason = self._interleave_choice()
         self._in_flight: frozenset[str] | None = None
+        self._pause: Pause | None = None  # the paused step's, which its prefills between layers pause on too
         self._leaving: list[str] = []
         self._num_between_tokens = 0  # prefilled between the paused step's layers so far: its budget is for all
         self.num_step_tokens = 0  # tokens the last step fed to the model, prefill and decode together (0: no forward)
@@ -181,11 +182,11 @@ class LLMEngine:
         elif between is not None and self.interleave_prefill:
             self._in_flight = frozenset(seq.request_id for seq in seqs)
             self._num_between_tokens = 0
+            self._pause = Pause(self.arrivals, lambda: self._between(between))
             try:
-                token_ids = self.model_runner.run(seqs, is_prefill,
-                                                  Pause(self.arrivals, lambda: self._between(between)))
+                token_ids = self.model_runner.run(seqs, is_prefill, self._pause)
             finally:
-                self._in_flight = None
+                self._in_flight = self._pause = None
         else:
             token_ids = self.model_runner.run(seqs, is_prefill)
         self.num_step_tokens = num_step_tokens
@@ -202,15 +203,27 @@ class LLMEngine:
     def prefill_between(self) -> list[StepOutput]:
         """While a step is paused (in its `between`): prefill the waiting requests that can start now
         (Scheduler.schedule_between, within what the step's earlier pauses left of its budget) and return their first
-        tokens. num_step_tokens is this prefill's until the paused step ends."""
+        tokens. num_step_tokens is this prefill's until the paused step ends.
+
+        This prefill pauses between its layers too: a request arriving during it is prefilled at its next layer
+        (a nested call, within what is left of the same budget), so that it does not wait for a prefill that came
+        just before it. Its sequences are in flight like the paused step's: an abort of one takes effect when the
+        step ends."""
         if self._in_flight is None:
             raise RuntimeError("prefill_between runs only while a step is paused")
         seqs = self.scheduler.schedule_between(len(self._leaving), self._num_between_tokens)
-        self.num_step_tokens = self.scheduler.num_batched_tokens
-        self._num_between_tokens += self.num_step_tokens
+        num_tokens = self.num_step_tokens = self.scheduler.num_batched_tokens
+        self._num_between_tokens += num_tokens
         if not seqs:
             return []
-        return self._outputs(seqs, self.model_runner.run(seqs, True), True)
+        in_flight = self._in_flight
+        self._in_flight = in_flight | {seq.request_id for seq in seqs}
+        try:
+            token_ids = self.model_runner.run(seqs, True, self._pause)
+        finally:
+            self._in_flight = in_flight
+        self.num_step_tokens = num_tokens  # a nested prefill set its own
+        return self._outputs(seqs, token_ids, True)
 
     def _outputs(self, seqs: list[Sequence], token_ids: list, is_prefill: bool) -> list[StepOutput]:
         num_tokens_before = [seq.num_tokens for seq in seqs]

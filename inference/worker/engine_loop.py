@@ -195,15 +195,16 @@ class EngineLoop:
         """A step paused between layers (its arrivals flag raised): take the new commands, prefill what can
         start now, and send those first tokens at once; the step then goes on. The prefill counts as a step of its
         own (stats, roofline, batch size), and its time is left out of the paused step's."""
-        started = time.perf_counter()
+        started, nested_before = time.perf_counter(), self._between_s
         self._apply_commands(block=False)
-        outputs = self.engine.prefill_between()
+        outputs = self.engine.prefill_between()  # may pause in turn: a nested call of this, timed by itself
+        elapsed = time.perf_counter() - started
         if outputs or self.engine.num_step_tokens:
-            step_s = time.perf_counter() - started
+            step_s = elapsed - (self._between_s - nested_before)
             self.metrics.batch_tokens_per_step.observe(self.engine.num_step_tokens)
             self._publish_stats(step_s=step_s)
             self._deliver_all(outputs)
-        self._between_s += time.perf_counter() - started
+        self._between_s = nested_before + elapsed
 
     def _apply_commands(self, *, block: bool) -> None:
         try:

@@ -2,7 +2,8 @@
 the arrivals flag is raised, the new request's first token comes out before the step ends, every token is the same
 as when the request waits for the step's end, an abort of a sequence of the paused step takes effect when the step
 ends while its place goes to the new request at once, a prompt longer than the chunk beside decodes waits for the
-step's end, and /info says when it is off and why."""
+step's end, a request arriving during such a prefill is prefilled between that prefill's layers, and /info says
+when it is off and why."""
 from __future__ import annotations
 
 import pytest
@@ -199,3 +200,60 @@ def test_the_budget_is_the_paused_steps_whatever_the_number_of_pauses(tiny_model
     assert num_pauses == 3
     assert [out.request_id for out in early] == ["a1"], "9 + 9 tokens are more than the chunk of 16"
     assert [seq.request_id for seq in eng.scheduler.waiting] == ["a2"]
+
+
+def test_a_request_arriving_during_a_prefill_between_layers_is_prefilled_between_that_prefills_layers(
+        tiny_model_dir):
+    """The pause nests: `late` arrives while `mid`'s prefill runs between the decode step's layers, and its first
+    token comes before mid's; an abort of mid (in flight, its slots being written) takes effect when the step ends;
+    every other token is the same as when both wait for the step's end."""
+    prompts = random_prompts([12, 20, 60, 7])
+
+    def serve(interleave: bool, abort_mid: bool = False) -> tuple[dict, list, int]:
+        eng = engine(tiny_model_dir)
+        running = prefilled(eng, prompts[:2])
+        tokens = {seq.request_id: list(seq.completion_token_ids) for seq in running}
+        early, calls = [], 0
+
+        def between():
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                eng.add_request("mid", prompts[2], PARAMS)
+                eng.arrivals.raise_()  # late arrives while mid's prefill runs
+                early.extend(eng.prefill_between())
+            elif calls == 2:
+                eng.add_request("late", prompts[3], PARAMS)
+                if abort_mid:
+                    eng.abort("mid")
+                    assert "mid" in {seq.request_id for seq in eng.scheduler.running}, "mid's slots are in use"
+                early.extend(eng.prefill_between())
+            else:
+                early.extend(eng.prefill_between())
+
+        if interleave:
+            eng.arrivals.raise_()
+            outputs = eng.step(between)
+        else:
+            outputs = eng.step()
+            eng.add_request("mid", prompts[2], PARAMS)
+            eng.add_request("late", prompts[3], PARAMS)
+        for out in [*early, *outputs]:
+            tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+        if abort_mid:
+            assert "mid" not in {seq.request_id for seq in eng.scheduler.running}, "mid left when the step ended"
+            outputs = eng.step()
+            assert [(out.finished, out.finish_reason) for out in outputs if out.request_id == "mid"] == \
+                [(True, "abort")]
+            for out in outputs:
+                tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+        return run_out(eng, tokens), early, calls
+
+    tokens, early, calls = serve(interleave=True)
+    assert [(out.request_id, len(out.new_token_ids)) for out in early] == [("late", 1), ("mid", 1)]
+    assert calls >= 2
+    assert tokens == serve(interleave=False)[0]
+
+    tokens, early, _ = serve(interleave=True, abort_mid=True)
+    assert [out.request_id for out in early] == ["late", "mid"], "mid's prefill ran to its end"
+    assert len(tokens["mid"]) == 1 and len(tokens["late"]) == PARAMS.max_tokens
