@@ -1,8 +1,8 @@
 """Whom preemption picks, one decision at a time: for the request FairQueue would dispatch next, one streaming request
 of the most-served tenant it outranks (a higher band; or its band, another tenant, and a counter lower by more than
-the margin, or nothing else of its tenant waits and it holds two slots fewer) plus the outranked ones still waiting
+the margin, or its tenant is light: all it holds and has waiting, plus one, within what the other holds) plus the outranked ones still waiting
 for their first token; nobody of a higher band, nobody of its own band preempted max_preemptions times or with few
-tokens left (a higher band, and a lone request beside a flood, preempt whatever those bounds say), and one streaming
+tokens left (a higher band, and a light tenant's request beside a flood, preempt whatever those bounds say), and one streaming
 preemption at a time.
 The streaming victim's slot goes to the waiter at once."""
 from __future__ import annotations
@@ -60,7 +60,27 @@ def test_a_lone_request_of_a_tenant_holding_two_slots_fewer_preempts_though_lift
     second = _running(preemption, "a", num_sent=50)
     assert preemption.victims() == [second]
     _wait(preemption, "b")
-    assert preemption.victims() == []  # b is backlogged: the counters decide
+    assert preemption.victims() == []  # b holds and waits for as much as a holds: the counters decide
+
+
+def test_a_light_tenant_with_a_few_requests_waiting_preempts_a_flood_though_its_counter_is_ahead():
+    """A quiet tenant served alone before a flood began is ahead of it by all that: on a real SmolLM2 worker its
+    requests of the flood's first seconds waited 1.7-2.1 s once a second one queued behind the first (tenants.py)."""
+    preemption = _setup()
+    flood = [_running(preemption, "noisy", num_sent=n) for n in (10, 20, 30, 40, 50)]
+    preemption.admission.queue.counters.update(quiet=500.0, noisy=100.0)  # quiet far ahead
+    for _ in range(3):
+        _wait(preemption, "quiet")
+    assert preemption.victims() == [flood[-1]]  # 0 held + 3 waiting + 1 <= 5: light
+    _running(preemption, "quiet")
+    assert preemption.victims() == [flood[-1]]  # 1 + 3 + 1 <= 5
+    _running(preemption, "quiet")
+    assert preemption.victims() == []  # 2 + 3 + 1 > 5: quiet's demand is no longer light beside the flood's
+    # The flood, backlogged, never outranks the quiet tenant by this rule (the counters alike: theirs is not at play).
+    preemption.admission.queue.bands["standard"].pop("quiet")
+    preemption.admission.queue.counters.update(quiet=100.0, noisy=100.0)
+    _wait(preemption, "noisy")
+    assert preemption.victims() == []
 
 
 def test_a_tenant_never_preempts_itself():
@@ -92,11 +112,12 @@ def test_the_bounds_protect_a_request_from_the_counters_rule():
     _running(preemption, "a", num_sent=97)  # 3 tokens left, under min_tokens_left
     _running(preemption, "a", num_sent=None)  # no stream to free: sending it back alone gains nothing
     preemption.admission.queue.counters["a"] = 100.0
-    _wait(preemption, "b"), _wait(preemption, "b")  # b backlogged: its counter, lower by the margin, is the rule
+    for _ in range(3):  # b backlogged (0 held + 3 waiting + 1 > a's 3): its counter, lower by the margin, is the rule
+        _wait(preemption, "b")
     assert preemption.victims() == []
 
 
-def test_a_lone_request_beside_a_flood_preempts_whatever_the_bounds_say_preferring_one_within_them():
+def test_a_light_tenants_request_beside_a_flood_preempts_whatever_the_bounds_say_preferring_one_within_them():
     """Under a flood every slot soon holds a request preempted once already or near its end: within the bounds a
     quiet tenant's lone request waited for one of them to end (a real SmolLM2 worker: TTFT P99 19x unloaded)."""
     preemption = _setup()
