@@ -171,6 +171,10 @@ class LLMEngine:
         whose `arrivals` flag is raised pauses between layers and calls it; it takes the new commands and may call
         prefill_between."""
         outputs, self._pending_outputs = self._pending_outputs, []
+        if between is not None and self.interleave_prefill and self.scheduler.chunked_prefill:
+            first = self._prefill_first(between)
+            if first is not None:
+                return outputs + first
         seqs, is_prefill = self.scheduler.schedule()
         num_step_tokens = self.num_step_tokens = self.scheduler.num_batched_tokens
         if not seqs:
@@ -193,6 +197,29 @@ class LLMEngine:
         outputs += self._outputs(seqs, token_ids, is_prefill)
         leaving, self._leaving = self._leaving, []
         for request_id in leaving:  # aborted while the step ran: its blocks are free to take now
+            self.abort(request_id)
+        return outputs
+
+    def _prefill_first(self, between: Callable[[], None]) -> list[StepOutput] | None:
+        """At a step's start, beside running streams: the waiting requests that a pause would prefill (their whole
+        prompt within the chunk beside decodes), prefilled alone as a step of their own, as if they had come while
+        the step before ran; None when there are none (the step schedules as usual). Without this a request that
+        came in the step's tail (after its last layer: the LM head, sampling, delivery) rode the next mixed step,
+        whose first token costs every running stream's decode too: measured 75-138 ms on a SmolLM2 worker beside
+        8 streams, against ~45 ms between layers."""
+        scheduler = self.scheduler
+        if not scheduler.waiting or not any(not seq.is_prefilling for seq in scheduler.running):
+            return None
+        self._in_flight, self._num_between_tokens = frozenset(), 0
+        self._pause = Pause(self.arrivals, lambda: self._between(between))
+        try:
+            outputs = self.prefill_between()
+        finally:
+            self._in_flight = self._pause = None
+        if not self.num_step_tokens:
+            return None
+        leaving, self._leaving = self._leaving, []
+        for request_id in leaving:  # aborted during the prefill: free now
             self.abort(request_id)
         return outputs
 

@@ -174,9 +174,15 @@ class Scheduler:
                     return seq
         return None
 
-    def band(self, seq: Sequence, now: float) -> int:
-        """`seq`'s priority band at `now`: its request's, less one per `priority_aging_s` since it was queued."""
-        return max(0, seq.priority - int((now - seq.queued_at) / self.priority_aging_s))
+    def band(self, seq: Sequence, now: float, floor: int = 0) -> int:
+        """`seq`'s priority band at `now`: its request's, less one per `priority_aging_s` since it was queued, but not
+        past `floor`, the best request band among those it competes with (_floor): aging lifts a request up to other
+        classes' requests, never past those of its own class, whose order is the tenant rule's."""
+        return max(floor, seq.priority - int((now - seq.queued_at) / self.priority_aging_s))
+
+    @staticmethod
+    def _floor(seqs) -> int:
+        return min((seq.priority for seq in seqs), default=0)
 
     def _holding(self) -> Counter[bytes]:
         """Running sequences per tenant (cache_salt)."""
@@ -185,8 +191,8 @@ class Scheduler:
     def _by_priority(self) -> list[Sequence]:
         """The waiting queue, best band first, then the tenant holding fewest sequences; FIFO within those (a stable
         sort of the queue's order)."""
-        now, holding = self.clock(), self._holding()
-        return sorted(self.waiting, key=lambda seq: (self.band(seq, now), holding[seq.cache_salt]))
+        now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
+        return sorted(self.waiting, key=lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt]))
 
     def _schedule_prefill(self) -> list[Sequence]:
         if len(self.running) >= self.max_num_seqs:
@@ -223,10 +229,10 @@ class Scheduler:
         if self.role is not Role.COLOCATED or not self.waiting:
             return []
         budget = (self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used
-        now, holding = self.clock(), self._holding()
+        now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
         uncached = {id(seq): self._num_uncached(seq) for seq in self.waiting}
-        order = ((lambda seq: (self.band(seq, now), holding[seq.cache_salt], uncached[id(seq)]))
-                 if self.chunked_prefill else (lambda seq: (self.band(seq, now), holding[seq.cache_salt])))
+        order = ((lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt], uncached[id(seq)]))
+                 if self.chunked_prefill else (lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt])))
         scheduled: list[Sequence] = []
         for seq in sorted(self.waiting, key=order):
             if len(self.running) - num_leaving >= self.max_num_seqs:
@@ -270,9 +276,9 @@ class Scheduler:
         budget = step_budget - num_decode_tokens
         candidates = [seq for seq in self.running if seq.is_prefilling] + list(self.waiting)
         uncached = {id(seq): self._num_uncached(seq) for seq in candidates}
-        now, holding = self.clock(), self._holding()
+        now, holding, floor = self.clock(), self._holding(), self._floor(candidates)
         # A partly prefilled sequence is running: its tenant's other sequences are what it holds beside it.
-        candidates.sort(key=lambda seq: (self.band(seq, now), holding[seq.cache_salt] - seq.is_prefilling,
+        candidates.sort(key=lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt] - seq.is_prefilling,
                                          uncached[id(seq)] - seq.num_steps_starved * step_budget))
         scheduled: list[Sequence] = []
         admitting = True

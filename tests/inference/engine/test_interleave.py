@@ -257,3 +257,28 @@ def test_a_request_arriving_during_a_prefill_between_layers_is_prefilled_between
     tokens, early, _ = serve(interleave=True, abort_mid=True)
     assert [out.request_id for out in early] == ["late", "mid"], "mid's prefill ran to its end"
     assert len(tokens["mid"]) == 1 and len(tokens["late"]) == PARAMS.max_tokens
+
+
+def test_in_chunked_mode_a_request_queued_at_a_steps_start_is_prefilled_alone_before_it(tiny_model_dir):
+    """A request that came in the step's tail (after its last layer) is prefilled as a step of its own before the
+    decodes, as a pause would have, not in the next mixed step beside them; a prompt longer than the chunk beside
+    decodes still rides the mixed steps; every token is the same as in mixed steps (no between: LLMEngine.step())."""
+    prompts = random_prompts([12, 20, 9, 30])
+
+    def serve(interleave: bool) -> tuple[dict, list]:
+        eng = engine(tiny_model_dir, chunked_prefill=True, prefill_chunk_size=16)
+        running = prefilled(eng, prompts[:2])
+        tokens = {seq.request_id: list(seq.completion_token_ids) for seq in running}
+        eng.add_request("short", prompts[2], PARAMS)
+        eng.add_request("long", prompts[3], PARAMS)  # 30 tokens: more than the chunk of 16
+        first = eng.step(eng.prefill_between if interleave else None)
+        for out in first:
+            tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+        return run_out(eng, tokens), first
+
+    tokens, first = serve(interleave=True)
+    assert [(out.request_id, len(out.new_token_ids)) for out in first] == [("short", 1)]
+    mixed_tokens, mixed_first = serve(interleave=False)
+    assert {out.request_id for out in mixed_first} == {"short", "r0", "r1"}, "without pauses: one mixed step"
+    assert tokens == mixed_tokens
+    assert all(len(tokens[request_id]) == PARAMS.max_tokens for request_id in ("short", "long"))

@@ -134,3 +134,29 @@ def test_within_a_band_the_tenant_holding_fewest_sequences_goes_first():
             sched.add(seq)
         assert step(sched)[0] == "q1", f"chunked={chunked}"
         assert [seq.request_id for seq in sched.waiting] == ["n3"]
+
+
+def test_aging_lifts_a_request_past_other_classes_not_past_its_own_class_tenant_rule():
+    """A flood's request that has waited here past `priority_aging_s` does not overtake a quiet tenant's fresh request
+    of the same class (the tenant rule orders a class); a batch request still ages up to an interactive one."""
+    for chunked in (False, True):
+        sched = make(max_num_seqs=3, chunked=chunked, aging_s=2.0)
+        for request_id in ("n1", "n2"):
+            seq = seq_of(request_id, "standard", max_tokens=50)
+            seq.cache_salt = b"noisy"
+            sched.add(seq)
+        step(sched)  # n1, n2 running
+        waiting = seq_of("n3", "standard")
+        waiting.cache_salt = b"noisy"
+        sched.add(waiting)
+        sched.clock.now += 5.0  # n3 has waited two aging spans and more
+        quiet = seq_of("q1", "standard")
+        quiet.cache_salt = b"quiet"
+        sched.add(quiet)
+        assert step(sched)[0] == "q1", f"chunked={chunked}"
+        assert [seq.request_id for seq in sched.waiting] == ["n3"]
+    sched = make(aging_s=2.0)
+    sched.add(seq_of("old-batch", "batch"))
+    sched.clock.now += 5.0
+    sched.add(seq_of("i1", "interactive"))
+    assert step(sched) == ["old-batch"], "aged to interactive, it is the older of the two there"
