@@ -26,6 +26,10 @@ written); its blocks are freed then, and the prefill may take its place in the r
 nests: a prefill between layers pauses on the same flag, so a request arriving during it is prefilled between that
 prefill's layers (LLMEngine.prefill_between), within what is left of the paused step's budget; its sequences are in
 flight like the paused step's until the step ends.
+
+In chunked mode the same prefill runs at a step's start (LLMEngine._prefill_first) when requests are already queued
+beside running streams: one that came in the previous step's tail, after its last layer, would otherwise ride the
+next mixed step, whose first token waits for every stream's decode too.
 """
 from __future__ import annotations
 

@@ -255,7 +255,7 @@ class Gateway:
                 async with asyncio.timeout_at(deadline):
                     try:
                         stream = await self.preemption.start(preemptible, functools.partial(
-                            self._start, group, request_id, gen.worker_body))
+                            self._start, group, request_id, gen.worker_body, ticket))
                     except ApiError as error:
                         fallback = self.router.fallback_group(group) if error.status >= 500 else None
                         if fallback is None:
@@ -270,7 +270,7 @@ class Gateway:
                         series = self.metrics.requests(revision=str(group.revision))
                         headers = group_headers(group)
                         stream = await self.preemption.start(preemptible, functools.partial(
-                            self._start, group, f"{request_id}-stable", gen.worker_body))
+                            self._start, group, f"{request_id}-stable", gen.worker_body, ticket))
             except ApiError as error:
                 series.count_error(error.code or "gateway")
                 return error_response(error, headers)
@@ -294,9 +294,12 @@ class Gateway:
             self.preemption.detach(preemptible)
             self._num_running -= 1
 
-    def _start(self, group: Group, request_id: str, body: dict, num_preemptions: int) -> Awaitable[TokenStream]:
+    def _start(self, group: Group, request_id: str, body: dict, ticket: Ticket,
+               num_preemptions: int) -> Awaitable[TokenStream]:
         # A try after a preemption gets a worker request id of its own: the worker may not have dropped the last one.
-        return self.relay.start(group, f"{request_id}-p{num_preemptions}" if num_preemptions else request_id, body)
+        # Once a worker holds it, a request preempted for its slot may close its own leg (Admission.hand_over).
+        return self.relay.start(group, f"{request_id}-p{num_preemptions}" if num_preemptions else request_id, body,
+                                accepted=ticket.slot.handed_over)
 
     def _timed_out(self, what: str) -> ApiError:
         return ApiError(504, f"{what} within --request-timeout {self.config.request_timeout}s",

@@ -71,6 +71,8 @@ DEFAULT_MAX_PREEMPTIONS = 1
 # behind before it preempts, so that two tenants served alike do not take turns preempting each other.
 DEFAULT_MARGIN = 64.0
 DEFAULT_MIN_TOKENS_LEFT = 16
+# The longest a preempted stream keeps its worker sequence for the request its slot went to (Admission.hand_over).
+HANDOFF_TIMEOUT_S = 1.0
 
 
 @dataclass(slots=True)
@@ -84,7 +86,7 @@ class Preemptible:
     """One admitted request as preemption sees it: its ticket (tenant, class, current slot), how long it may still
     run, its stream once it has a first token, and the event that asks it to step aside."""
 
-    __slots__ = ("ticket", "max_tokens", "stream", "num_preemptions", "requested", "releasing")
+    __slots__ = ("ticket", "max_tokens", "stream", "num_preemptions", "requested", "releasing", "handoff")
 
     def __init__(self, ticket: Ticket, max_tokens: int | None) -> None:
         self.ticket, self.max_tokens = ticket, max_tokens
@@ -92,6 +94,7 @@ class Preemptible:
         self.num_preemptions = 0
         self.requested = asyncio.Event()  # set from the preemption until the request holds a slot again
         self.releasing = False  # asked to step aside, and its slot not yet freed
+        self.handoff: asyncio.Event | None = None  # set once the request its slot went to reached its worker
 
     @property
     def num_sent(self) -> int:
@@ -176,7 +179,7 @@ class Preemption:
         if victims:
             # victims[0] is the streaming one; pause() releases the slot again (a no-op) and closes the leg.
             victims[0].stream.release_workers()
-            victims[0].ticket.slot.release()
+            victims[0].handoff = self.admission.hand_over(victims[0].ticket.slot)
 
     # -- the request's side -------------------------------------------------------------------------------------------
 
@@ -206,8 +209,19 @@ class Preemption:
                 stream = task.result()
                 handle.stream = stream
                 stream.preempt_requested, stream.pause = handle.requested, lambda: self.pause(handle)
+                stream.handed_over = lambda: self.handed_over(handle)
                 return stream
             await self.pause(handle)
+
+    async def handed_over(self, handle: Preemptible) -> None:
+        """Until the request that took the preempted one's slot has reached its worker (Admission.hand_over), at
+        most HANDOFF_TIMEOUT_S."""
+        handoff, handle.handoff = handle.handoff, None
+        if handoff is not None:
+            try:
+                await asyncio.wait_for(handoff.wait(), HANDOFF_TIMEOUT_S)
+            except TimeoutError:
+                log.info("closing a preempted stream before the request its slot went to reached a worker")
 
     async def pause(self, handle: Preemptible) -> None:
         """Give the request's slot to the waiter and wait, at the front of its tenant's queue, for another."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 
 import aiohttp
 
@@ -67,10 +67,12 @@ class Relay:
         self.on_retry = on_retry or (lambda kind: None)
         self.on_migration = on_migration or (lambda reason: None)
 
-    async def start(self, group: Group, request_id: str, body: dict) -> TokenStream:
+    async def start(self, group: Group, request_id: str, body: dict,
+                    accepted: Callable[[], None] | None = None) -> TokenStream:
         """Run the request up to its first token in `group` (the router's `pick_group`); the stream it returns may
-        move the request inside that group's revision later."""
-        leg = await self._first_leg(group, request_id, body, set())
+        move the request inside that group's revision later. `accepted` is called once a worker holds the request
+        (its colocated worker answered 200; its prefill pushed the KV to its decode worker)."""
+        leg = await self._first_leg(group, request_id, body, set(), accepted)
 
         async def resume(token_ids: list[int], avoid: set[str], number: int) -> Leg:
             return await self._resume(group.revision, f"{request_id}-m{number}", body, token_ids, avoid)
@@ -92,7 +94,8 @@ class Relay:
             raise StreamBroken("worker_rejected", f"a worker refused to continue it: HTTP {exc.status} "
                                                   f"{exc.body[:300].decode(errors='replace')}") from None
 
-    async def _first_leg(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
+    async def _first_leg(self, group: Group, request_id: str, body: dict, excluded: set[str],
+                         accepted: Callable[[], None] | None = None) -> Leg:
         """Run the request up to its first token, retrying once on another worker.
 
         1. Try the path of the group's mode; a failure before the first token excludes the worker that failed.
@@ -103,8 +106,8 @@ class Relay:
             attempt_id = request_id if attempt == 0 else f"{request_id}-retry{attempt}"
             try:
                 if group.mode is Mode.DISAGGREGATED:
-                    return await self._start_disaggregated(group, attempt_id, body, excluded)
-                return await self._start_colocated(group, attempt_id, body, excluded)
+                    return await self._start_disaggregated(group, attempt_id, body, excluded, accepted)
+                return await self._start_colocated(group, attempt_id, body, excluded, accepted)
             except AttemptFailed as exc:
                 failure = exc
                 log.info("request %s attempt %d failed (%s): %s", request_id, attempt + 1, exc.kind, exc.message)
@@ -171,7 +174,8 @@ class Relay:
 
     # -- colocated ----------------------------------------------------------------------------------------------------
 
-    async def _start_colocated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
+    async def _start_colocated(self, group: Group, request_id: str, body: dict, excluded: set[str],
+                               accepted: Callable[[], None] | None = None) -> Leg:
         worker = self.router.pick(group, Role.COLOCATED, excluded, key=self._affinity_key(body))
         release = self._acquire(worker)
         resp = None
@@ -180,6 +184,8 @@ class Relay:
             resp = await self.session.post(worker.url + "/v1/generate", data=payload, headers=self._headers(group))
             if resp.status != 200:
                 await self._classify(resp, worker, excluded)
+            if accepted is not None:
+                accepted()
             events = ndjson.read(resp.content)
             prompt_tokens, pending, finish = await self._read_until_first_token(events, worker, excluded)
         except TRANSPORT_ERRORS as exc:
@@ -220,7 +226,8 @@ class Relay:
 
     # -- disaggregated ------------------------------------------------------------------------------------------------
 
-    async def _start_disaggregated(self, group: Group, request_id: str, body: dict, excluded: set[str]) -> Leg:
+    async def _start_disaggregated(self, group: Group, request_id: str, body: dict, excluded: set[str],
+                                   accepted: Callable[[], None] | None = None) -> Leg:
         prefill = self.router.pick(group, Role.PREFILL, excluded, key=self._affinity_key(body))
         decode = self.router.pick(group, Role.DECODE, excluded)
         release_prefill = self._acquire(prefill)
@@ -239,7 +246,8 @@ class Relay:
             raise
         finally:
             release_prefill()
-
+        if accepted is not None:
+            accepted()
         first_token_id = result.get("first_token_id")
         # None: a resumed request whose earlier tokens already ended it (the prefill worker only flushed its text).
         pending = [(result.get("text") or "", [] if first_token_id is None else [first_token_id])]

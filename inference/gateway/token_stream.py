@@ -104,6 +104,7 @@ class TokenStream:
         # Set by preemption.Preemption.start: the event that asks this stream to step aside, and what it awaits then.
         self.preempt_requested: asyncio.Event | None = None
         self.pause: Callable[[], Awaitable[None]] | None = None
+        self.handed_over: Callable[[], Awaitable[None]] | None = None  # until the waiter reached its worker
 
     @property
     def prompt_tokens(self) -> int:
@@ -145,6 +146,8 @@ class TokenStream:
         self._on_migration(broken.kind)
 
     async def _preempt(self) -> None:
+        if self.handed_over is not None:
+            await self.handed_over()  # so that the sequence freed below goes to it, not to one waiting there before
         await self._leg.close()  # the worker aborts the request and frees its sequence
         await self.pause()
         number = self.num_migrations + self.num_preemptions + 1

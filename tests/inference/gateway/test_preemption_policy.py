@@ -4,7 +4,8 @@ the margin, or its tenant is light: all it holds and has waiting, plus one, with
 for their first token; nobody of a higher band, nobody of its own band preempted max_preemptions times or with few
 tokens left (a higher band, and a light tenant's request beside a flood, preempt whatever those bounds say), and one streaming
 preemption at a time.
-The streaming victim's slot goes to the waiter at once."""
+The streaming victim's slot goes to the waiter at once; the victim keeps its worker's sequence until a worker holds the
+waiter's request."""
 from __future__ import annotations
 
 import asyncio
@@ -197,4 +198,54 @@ def test_the_streaming_victims_slot_goes_to_the_waiter_before_the_victim_steps_a
         assert [h.stream.num_worker_releases for h in handles] == [0, 1]  # the router may pick its worker now
         handles[1].ticket.slot.release()  # what the victim's pause() does later changes nothing
         assert admission.num_running == 2
+    asyncio.run(scenario())
+
+
+def test_the_victim_keeps_its_worker_sequence_until_the_waiters_request_reached_its_worker():
+    """Admission.hand_over: the victim closes its leg (freeing its sequence on the worker) once the request its slot
+    went to is held by a worker (Slot.handed_over, which the relay calls then) or gave up its slot, and at once when
+    no request took it; a waiter that never gets there keeps the victim at most HANDOFF_TIMEOUT_S."""
+    async def scenario() -> None:
+        preemption = _setup()
+        admission = preemption.admission
+        victim = _running(preemption, "a", num_sent=50)
+        victim.ticket.slot = await admission.acquire("a", "standard")
+        await admission.acquire("a", "standard")
+        admission.queue.counters["a"] = 100.0
+        waiter = await asyncio.wait_for(admission.acquire("b", "standard"), 5)  # preempts the victim
+        assert victim.requested.is_set() and victim.handoff is not None and waiter.handoff is victim.handoff
+        stepping_aside = asyncio.get_running_loop().create_task(preemption.handed_over(victim))
+        await asyncio.sleep(0.05)
+        assert not stepping_aside.done(), "the waiter's request is not at a worker yet"
+        waiter.handed_over()
+        await asyncio.wait_for(stepping_aside, 5)
+        assert victim.handoff is None
+
+        alone = Admission(lambda: 1)
+        slot = await alone.acquire("a", "standard")
+        assert alone.hand_over(slot).is_set(), "no waiter: nothing to wait for"
+
+        gives_up = Admission(lambda: 1)
+        slot = await gives_up.acquire("a", "standard")
+        later = asyncio.get_running_loop().create_task(gives_up.acquire("b", "standard"))
+        await asyncio.sleep(0)
+        handoff = gives_up.hand_over(slot)
+        (await later).release()  # it failed before any worker held it
+        assert handoff.is_set()
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_that_never_reaches_a_worker_keeps_the_victim_at_most_the_timeout(monkeypatch):
+    from inference.gateway import preemption as module
+
+    monkeypatch.setattr(module, "HANDOFF_TIMEOUT_S", 0.05)
+
+    async def scenario() -> None:
+        preemption = _setup()
+        victim = _running(preemption, "a")
+        victim.handoff = asyncio.Event()
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(preemption.handed_over(victim), 5)
+        assert asyncio.get_running_loop().time() - started >= 0.05
     asyncio.run(scenario())
