@@ -107,6 +107,7 @@ class LLMEngine:
         self._in_flight: frozenset[str] | None = None
         self._pause: Pause | None = None  # the paused step's, which its prefills between layers pause on too
         self._leaving: list[str] = []
+        self._prefilling: Sequence | None = None  # the first of the prefill between layers that runs now
         self._num_between_tokens = 0  # prefilled between the paused step's layers so far: its budget is for all
         self.num_step_tokens = 0  # tokens the last step fed to the model, prefill and decode together (0: no forward)
 
@@ -232,23 +233,26 @@ class LLMEngine:
         (Scheduler.schedule_between, within what the step's earlier pauses left of its budget) and return their first
         tokens. num_step_tokens is this prefill's until the paused step ends.
 
-        This prefill pauses between its layers too: a request arriving during it is prefilled at its next layer
-        (a nested call, within what is left of the same budget), so that it does not wait for a prefill that came
-        just before it. Its sequences are in flight like the paused step's: an abort of one takes effect when the
+        This prefill pauses between its layers too: a request arriving during it that outranks it (a better band, or
+        a tenant holding fewer sequences) is prefilled at its next layer (a nested call, within what is left of the
+        same budget), so that it does not wait for a prefill that came just before it; one that does not waits for
+        it (on a SmolLM2 worker a flood's request prefilled inside a quiet one's delayed its first token ~47 ms).
+        Its sequences are in flight like the paused step's: an abort of one takes effect when the
         step ends."""
         if self._in_flight is None:
             raise RuntimeError("prefill_between runs only while a step is paused")
-        seqs = self.scheduler.schedule_between(len(self._leaving), self._num_between_tokens)
+        outer = self._prefilling
+        seqs = self.scheduler.schedule_between(len(self._leaving), self._num_between_tokens, outranking=outer)
         num_tokens = self.num_step_tokens = self.scheduler.num_batched_tokens
         self._num_between_tokens += num_tokens
         if not seqs:
             return []
         in_flight = self._in_flight
-        self._in_flight = in_flight | {seq.request_id for seq in seqs}
+        self._in_flight, self._prefilling = in_flight | {seq.request_id for seq in seqs}, seqs[0]
         try:
             token_ids = self.model_runner.run(seqs, True, self._pause)
         finally:
-            self._in_flight = in_flight
+            self._in_flight, self._prefilling = in_flight, outer
         self.num_step_tokens = num_tokens  # a nested prefill set its own
         return self._outputs(seqs, token_ids, True)
 

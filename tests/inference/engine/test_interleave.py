@@ -204,12 +204,13 @@ def test_the_budget_is_the_paused_steps_whatever_the_number_of_pauses(tiny_model
 
 def test_a_request_arriving_during_a_prefill_between_layers_is_prefilled_between_that_prefills_layers(
         tiny_model_dir):
-    """The pause nests: `late` arrives while `mid`'s prefill runs between the decode step's layers, and its first
-    token comes before mid's; an abort of mid (in flight, its slots being written) takes effect when the step ends;
-    every other token is the same as when both wait for the step's end."""
+    """The pause nests: `late`, of a tenant holding no sequence, arrives while `mid`'s prefill (of the tenant holding
+    the running ones) runs between the decode step's layers, and its first token comes before mid's; an abort of mid
+    (in flight, its slots being written) takes effect when the step ends; every other token is the same as when both
+    wait for the step's end. A request of mid's own tenant (and band) arriving then waits for mid's prefill."""
     prompts = random_prompts([12, 20, 60, 7])
 
-    def serve(interleave: bool, abort_mid: bool = False) -> tuple[dict, list, int]:
+    def serve(interleave: bool, abort_mid: bool = False, late_salt: bytes = b"quiet") -> tuple[dict, list, int]:
         eng = engine(tiny_model_dir)
         running = prefilled(eng, prompts[:2])
         tokens = {seq.request_id: list(seq.completion_token_ids) for seq in running}
@@ -223,7 +224,7 @@ def test_a_request_arriving_during_a_prefill_between_layers_is_prefilled_between
                 eng.arrivals.raise_()  # late arrives while mid's prefill runs
                 early.extend(eng.prefill_between())
             elif calls == 2:
-                eng.add_request("late", prompts[3], PARAMS)
+                eng.add_request("late", prompts[3], PARAMS, cache_salt=late_salt)
                 if abort_mid:
                     eng.abort("mid")
                     assert "mid" in {seq.request_id for seq in eng.scheduler.running}, "mid's slots are in use"
@@ -237,7 +238,7 @@ def test_a_request_arriving_during_a_prefill_between_layers_is_prefilled_between
         else:
             outputs = eng.step()
             eng.add_request("mid", prompts[2], PARAMS)
-            eng.add_request("late", prompts[3], PARAMS)
+            eng.add_request("late", prompts[3], PARAMS, cache_salt=late_salt)
         for out in [*early, *outputs]:
             tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
         if abort_mid:
@@ -257,6 +258,10 @@ def test_a_request_arriving_during_a_prefill_between_layers_is_prefilled_between
     tokens, early, _ = serve(interleave=True, abort_mid=True)
     assert [out.request_id for out in early] == ["late", "mid"], "mid's prefill ran to its end"
     assert len(tokens["mid"]) == 1 and len(tokens["late"]) == PARAMS.max_tokens
+
+    tokens, early, _ = serve(interleave=True, late_salt=b"")
+    assert [out.request_id for out in early][:1] == ["mid"], "late does not outrank mid: it waits for mid's prefill"
+    assert tokens == serve(interleave=False, late_salt=b"")[0]
 
 
 def test_in_chunked_mode_a_request_queued_at_a_steps_start_is_prefilled_alone_before_it(tiny_model_dir):

@@ -160,3 +160,28 @@ def test_aging_lifts_a_request_past_other_classes_not_past_its_own_class_tenant_
     sched.clock.now += 5.0
     sched.add(seq_of("i1", "interactive"))
     assert step(sched) == ["old-batch"], "aged to interactive, it is the older of the two there"
+
+
+def test_a_prefill_between_layers_takes_one_tenants_requests_and_a_nested_one_only_those_that_outrank_it():
+    """schedule_between: the first tenant's (and band's) requests only, so a quiet request's first token does not
+    wait for a flood's prompts prefilled beside it; while a prefill runs (`outranking`), only a request of a better
+    band or of a tenant holding fewer sequences."""
+    sched = make(max_num_seqs=8, chunked=True)
+    for request_id in ("n1", "n2"):
+        seq = seq_of(request_id, "standard", max_tokens=50)
+        seq.cache_salt = b"noisy"
+        sched.add(seq)
+    step(sched)  # n1, n2 running
+    for request_id, salt in (("n3", b"noisy"), ("q1", b"quiet"), ("q2", b"quiet"), ("n4", b"noisy")):
+        seq = seq_of(request_id, "standard", num_tokens=3)
+        seq.cache_salt = salt
+        sched.add(seq)
+    quiet = sched.schedule_between(0)
+    assert [seq.request_id for seq in quiet] == ["q1", "q2"]
+    assert sched.schedule_between(0, outranking=quiet[0]) == [], "the flood's requests wait for quiet's prefill"
+    flood = sched.schedule_between(0)
+    assert [seq.request_id for seq in flood] == ["n3", "n4"]
+    late = seq_of("q3", "standard", num_tokens=3)
+    late.cache_salt = b"quiet"  # quiet holds 2 running sequences now, the flood 4
+    sched.add(late)
+    assert [seq.request_id for seq in sched.schedule_between(0, outranking=flood[0])] == ["q3"]
