@@ -32,6 +32,15 @@ def seq_of(request_id, band, num_tokens=5, max_tokens=1):
     return seq
 
 
+def flood_running(sched) -> None:
+    """Tenant `noisy`'s n1 and n2 running (standard, 50 tokens each)."""
+    for request_id in ("n1", "n2"):
+        seq = seq_of(request_id, "standard", max_tokens=50)
+        seq.cache_salt = b"noisy"
+        sched.add(seq)
+    step(sched)
+
+
 def step(sched):
     sched.clock.now += 1.0
     seqs, is_prefill = sched.schedule()
@@ -123,11 +132,7 @@ def test_within_a_band_the_tenant_holding_fewest_sequences_goes_first():
     flood's requests already waiting here; requests without a tenant keep first come first served."""
     for chunked in (False, True):
         sched = make(max_num_seqs=3, chunked=chunked)
-        for request_id in ("n1", "n2"):
-            seq = seq_of(request_id, "standard", max_tokens=50)
-            seq.cache_salt = b"noisy"
-            sched.add(seq)
-        step(sched)  # n1, n2 running
+        flood_running(sched)
         for request_id, salt in (("n3", b"noisy"), ("q1", b"quiet")):
             seq = seq_of(request_id, "standard")
             seq.cache_salt = salt
@@ -141,11 +146,7 @@ def test_aging_lifts_a_request_past_other_classes_not_past_its_own_class_tenant_
     of the same class (the tenant rule orders a class); a batch request still ages up to an interactive one."""
     for chunked in (False, True):
         sched = make(max_num_seqs=3, chunked=chunked, aging_s=2.0)
-        for request_id in ("n1", "n2"):
-            seq = seq_of(request_id, "standard", max_tokens=50)
-            seq.cache_salt = b"noisy"
-            sched.add(seq)
-        step(sched)  # n1, n2 running
+        flood_running(sched)
         waiting = seq_of("n3", "standard")
         waiting.cache_salt = b"noisy"
         sched.add(waiting)
@@ -167,11 +168,7 @@ def test_a_prefill_between_layers_takes_one_tenants_requests_and_a_nested_one_on
     wait for a flood's prompts prefilled beside it; while a prefill runs (`outranking`), only a request of a better
     band or of a tenant holding fewer sequences."""
     sched = make(max_num_seqs=8, chunked=True)
-    for request_id in ("n1", "n2"):
-        seq = seq_of(request_id, "standard", max_tokens=50)
-        seq.cache_salt = b"noisy"
-        sched.add(seq)
-    step(sched)  # n1, n2 running
+    flood_running(sched)
     for request_id, salt in (("n3", b"noisy"), ("q1", b"quiet"), ("q2", b"quiet"), ("n4", b"noisy")):
         seq = seq_of(request_id, "standard", num_tokens=3)
         seq.cache_salt = salt
