@@ -2,17 +2,17 @@
 
 A colocated SmolLM2 worker serving 8 streams in float32 on one CPU thread makes ~110 tokens/s, a step every ~70 ms
 (bench/gateway/tenants.py), a mixed step with a resumed stream's chunk more; a request that arrived during one waited,
-before this, for the step to end and then for its own prefill (alone, or as a chunk of the next mixed step, which
-costs about a decode step more): a short request beside running streams measured 1.7x its unloaded time to first token
-at P50 at the worker itself (bench/engine/arrival_ttft.py). Now the engine loop raises `Arrivals` when it queues a
-request (or an abort, which may make room for one); the step looks at it between layers (decode_layers.c reads the
-flag itself in a fused decode step, the lean forward in Python in decode, prefill and mixed steps), and where it is
-raised, the step pauses: the engine loop takes the new commands, the engine prefills what can start now
-(LLMEngine.prefill_between: the waiting requests, best band first, then the tenant holding fewest sequences, one
-tenant's per prefill, whose whole prompt fits what is left of the step's budget, up to the sequences the running batch frees by the aborts that
-came in), their first tokens go out at once, and the step goes on from the layer where it stopped. No step's work is
-thrown away, and the paused step's values are the same as without the pause: its K/V slots and hidden states are its
-own, and the prefill writes only the new sequences' blocks.
+before this, for the step to end and then for its own prefill (alone, or as a chunk of the next mixed step, which costs
+about a decode step more): a short request beside running streams measured 1.7x its unloaded time to first token at P50
+at the worker itself (bench/engine/arrival_ttft.py). Now the engine loop raises `Arrivals` when it queues a request (or
+an abort, which may make room for one); the step looks at it between layers (decode_layers.c reads the flag itself in a
+fused decode step, the lean forward in Python in decode, prefill and mixed steps), and where it is raised, the step
+pauses: the engine loop takes the new commands, the engine prefills what can start now (LLMEngine.prefill_between: the
+waiting requests, best band first, then the tenant holding fewest sequences, one tenant's per prefill, whose whole
+prompt fits what is left of the step's budget, up to the sequences the running batch frees by the aborts that came in),
+their first tokens go out at once, and the step goes on from the layer where it stopped. No step's work is thrown away,
+and the paused step's values are the same as without the pause: its K/V slots and hidden states are its own, and the
+prefill writes only the new sequences' blocks.
 
 What it costs: the running streams' next token waits for the prefill, as it did when the prefill went first at the
 step's end. The budget is the paused step's, however many pauses it takes: in chunked mode the chunk beside decodes
@@ -24,8 +24,9 @@ shares the decodes' pass: the long streams' tokens/s measured 2.7 % lower with a
 An aborted sequence that is part of the paused step stays in it until the step ends (its K/V slots are being
 written); its blocks are freed then, and the prefill may take its place in the running batch meanwhile. The pause
 nests: a prefill between layers pauses on the same flag, so a request arriving during it that outranks it (a better
-band, or a tenant holding fewer sequences) is prefilled between that prefill's layers (LLMEngine.prefill_between), within what is left of the paused step's budget; its sequences are in
-flight like the paused step's until the step ends.
+band, or a tenant holding fewer sequences) is prefilled between that prefill's layers (LLMEngine.prefill_between),
+within what is left of the paused step's budget; its sequences are in flight like the paused step's until the step
+ends.
 
 In chunked mode the same prefill runs at a step's start (LLMEngine._prefill_first) when requests are already queued
 beside running streams: one that came in the previous step's tail, after its last layer, would otherwise ride the
