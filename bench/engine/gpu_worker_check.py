@@ -5,8 +5,12 @@ For each (role layout, dtype) it starts real worker processes with `--device cud
 - `/metrics` carries the NVML series (`tandem_gpu_utilization_ratio`, `tandem_gpu_memory_used_bytes`, ...) with the
   GPU label, read from the real driver;
 - a greedy completion through the gateway answers, and in float32 it equals the same request on a CPU worker;
-- disaggregated: the KV handoff from a prefill worker to a decode worker on the GPU works, and a float32 prefill is
-  refused by a bfloat16 decode worker (400 naming both dtypes).
+- disaggregated: the KV handoff from a prefill worker to a decode worker on the GPU works in bfloat16; a float32
+  prefill feeds a bfloat16 decode worker through the gateway (which names the decode dtype: the prefill worker
+  converts its KV), and a float32 prefill asked directly, without the decode dtype, is refused (naming both);
+- `--compile` (CUDA graphs): /info says compiled with `reduce-overhead`, and float32 completions equal the CPU's;
+- `--quantization int8` (the weight-only CUDA path) answers, its agreement with float32 reported;
+- `--kv-cache-bytes auto` sizes the pool from free GPU memory (`--kv-memory-fraction`): the KV series are reported.
 Prints one JSON document; exits 1 when a check fails.
 
     python bench/engine/gpu_worker_check.py --model var/models/tiny
@@ -49,10 +53,12 @@ class Proc:
             self.handle.kill()
 
 
-def worker(role: str, model: str, *, device: str, dtype: str, logs: Path) -> tuple[Proc, str]:
+def worker(role: str, model: str, *, device: str, dtype: str, logs: Path, extra: tuple[str, ...] = ()
+           ) -> tuple[Proc, str]:
     port = free_port()
+    kv = () if "--kv-cache-bytes" in extra else ("--kv-cache-bytes", str(256 << 20))
     proc = Proc([sys.executable, "-m", "inference.worker", "--role", role, "--model", model, "--port", str(port),
-                 "--device", device, "--dtype", dtype, "--kv-cache-bytes", str(256 << 20), "--threads", "4"],
+                 "--device", device, "--dtype", dtype, *kv, "--threads", "4", *extra],
                 logs / f"{role}-{device.replace(':', '')}-{dtype}-{port}.log")
     return proc, f"http://127.0.0.1:{port}"
 
@@ -148,8 +154,44 @@ def main() -> int:
                 proc.stop()
                 procs.remove(proc)
 
-        # 2. disaggregated on the GPU: bfloat16 prefill → bfloat16 decode through the gateway; and a float32
-        #    prefill's KV refused by the bfloat16 decode worker.
+        # 2. colocated on the GPU with each setting that has a CUDA path of its own.
+        for name, dtype, extra in (("compile", "float32", ("--compile",)),
+                                   ("int8", "float32", ("--quantization", "int8")),
+                                   ("kv-auto", "float32",
+                                    ("--kv-cache-bytes", "auto", "--kv-memory-fraction", "0.05"))):
+            gpu, gpu_url = worker("colocated", options.model, device=options.device, dtype=dtype, logs=logs,
+                                  extra=extra)
+            procs.append(gpu)
+            wait_ready(gpu_url, gpu, 600 if name == "compile" else 240)
+            info = requests.get(f"{gpu_url}/info", timeout=10).json()
+            gw, gw_url = gateway(logs, colocated=gpu_url)
+            procs.append(gw)
+            wait_ready(gw_url, gw, 60)
+            texts = [complete(gw_url, p)["choices"][0]["text"] for p in PROMPTS]
+            same = sum(a == b for a, b in zip(texts, reference))
+            detail = {"identical_completions_vs_cpu_float32": f"{same}/{len(PROMPTS)}", "gpu": texts}
+            if name == "compile":
+                compiled = info.get("compile") or {}
+                check("colocated-compile-info", compiled.get("enabled") is True
+                      and compiled.get("mode") == "reduce-overhead", compiled)
+                check("colocated-compile-equals-cpu-float32", texts == reference, detail)
+            elif name == "int8":
+                check("colocated-int8-info", info.get("quantization") == "int8",
+                      {k: info.get(k) for k in ("quantization", "weight_bytes", "note")})
+                report["checks"]["colocated-int8-vs-cpu-float32"] = {"ok": True, "detail": detail}
+            else:
+                kv = {line.split(" ")[0]: line.rsplit(" ", 1)[1] for line in
+                      requests.get(f"{gpu_url}/metrics", timeout=10).text.splitlines()
+                      if line.startswith("tandem_kv") and "_seconds" not in line}
+                check("colocated-kv-auto", bool(texts[0]) and info.get("max_model_len", 0) > 0,
+                      {"max_model_len": info.get("max_model_len"), "kv_series": kv})
+            for proc in (gw, gpu):
+                proc.stop()
+                procs.remove(proc)
+
+        # 3. disaggregated on the GPU: bfloat16 prefill → bfloat16 decode through the gateway; a float32 prefill →
+        #    bfloat16 decode through the gateway (converted); the same asked directly, without the decode dtype,
+        #    refused by the decode worker.
         prefill, prefill_url = worker("prefill", options.model, device=options.device, dtype="bfloat16", logs=logs)
         decode, decode_url = worker("decode", options.model, device=options.device, dtype="bfloat16", logs=logs)
         prefill32, prefill32_url = worker("prefill", options.model, device=options.device, dtype="float32", logs=logs)
@@ -162,14 +204,17 @@ def main() -> int:
         answer = complete(gw_url, PROMPTS[0])
         check("disaggregated-bfloat16-handoff", bool(answer["choices"][0]["text"]) and
               answer["usage"]["completion_tokens"] > 0, answer["usage"])
-        bad_gw, bad_gw_url = gateway(logs, prefill=prefill32_url, decode=decode_url)
-        procs.append(bad_gw)
-        wait_ready(bad_gw_url, bad_gw, 60)
-        refused = requests.post(f"{bad_gw_url}/v1/completions", timeout=60, json={
-            "model": "check", "prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0})
-        decode_log = decode.log.read_text()
-        check("kv-dtype-mismatch-refused", refused.status_code >= 400 and "float32" in decode_log + refused.text,
-              {"status": refused.status_code, "body": refused.text[:300]})
+        mixed_gw, mixed_gw_url = gateway(logs, prefill=prefill32_url, decode=decode_url)
+        procs.append(mixed_gw)
+        wait_ready(mixed_gw_url, mixed_gw, 60)
+        mixed = complete(mixed_gw_url, PROMPTS[0])
+        check("disaggregated-float32-prefill-bfloat16-decode-converted", bool(mixed["choices"][0]["text"]),
+              {"usage": mixed["usage"], "text": mixed["choices"][0]["text"],
+               "bfloat16_pair": answer["choices"][0]["text"]})
+        refused = requests.post(f"{prefill32_url}/v1/prefill", timeout=60, json={
+            "request_id": "gpu-check-mismatch", "prompt": PROMPTS[0], "max_tokens": 8, "decode_url": decode_url})
+        check("kv-dtype-mismatch-refused", refused.status_code >= 400 and "'float32'" in refused.text
+              and "'bfloat16'" in refused.text, {"status": refused.status_code, "body": refused.text[:300]})
         check("decode-healthy-after-refusal", requests.get(f"{decode_url}/health", timeout=5).status_code == 200,
               "GET /health")
     except Exception as exc:  # report what broke, with the checks done so far
