@@ -236,8 +236,9 @@ class Scheduler:
         nor the reverse. Each completes its prefill here. Sequences of the paused step are untouched: their blocks
         were appended before the step."""
         self.num_batched_tokens = 0
-        if self.role is not Role.COLOCATED or not self.waiting:
-            return []
+        if (self.role is not Role.COLOCATED or not self.waiting
+                or len(self.running) - num_leaving >= self.max_num_seqs):
+            return []  # no room: spare the sort (a step's start asks this beside a full batch every step)
         budget = (self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used
         now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
         uncached = {id(seq): self._num_uncached(seq) for seq in self.waiting}
@@ -245,13 +246,14 @@ class Scheduler:
                  if self.chunked_prefill else (lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt])))
         scheduled: list[Sequence] = []
         first = None  # (band, tenant) of the first taken: one tenant's requests per prefill
+        bar = (None if outranking is None
+               else (self.band(outranking, now, floor), holding[outranking.cache_salt]))
         for seq in sorted(self.waiting, key=order):
             if len(self.running) - num_leaving >= self.max_num_seqs:
                 break
             if first is not None and (self.band(seq, now, floor), seq.cache_salt) != first:
                 continue
-            if outranking is not None and ((self.band(seq, now, floor), holding[seq.cache_salt])
-                                           >= (self.band(outranking, now, floor), holding[outranking.cache_salt])):
+            if bar is not None and (self.band(seq, now, floor), holding[seq.cache_salt]) >= bar:
                 continue
             if (uncached[id(seq)] > budget - sum(s.num_scheduled_tokens for s in scheduled)
                     or not self.block_manager.can_allocate(seq.num_tokens, seq)):

@@ -26,7 +26,7 @@ from inference.gateway.membership import ControlPlaneMembership, apply_static
 from inference.gateway.metrics import GatewayMetrics
 from inference.gateway.openai_protocol import (
     SSE_DONE, ApiError, ChunkEncoder, Endpoint, GenerationRequest, completion_response, parse_chat,
-    parse_completion, parse_json_object, sse_error,
+    parse_completion, parse_json_object, prompt_too_long, sse_error,
 )
 from inference.gateway.preemption import Preemption, preemption_settings
 from inference.gateway.relay import Relay, WorkerRejected
@@ -46,22 +46,6 @@ VARIANT_KEY_HEADER = "X-Tandem-Variant-Key"
 
 def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(error.body(), status=error.status, headers={**error.headers, **(headers or {})})
-
-
-def prompt_too_long(worker_body: dict, max_chars: int | None) -> ApiError | None:
-    """A 400 for a prompt that cannot fit the context in any tokenization (more characters than max_model_len
-    tokens can spell, as the workers' /health says): refused here, before it costs a worker's tokenizer time."""
-    if not max_chars:
-        return None
-    prompt = worker_body.get("prompt")
-    num_chars = len(prompt) if isinstance(prompt, str) else sum(
-        len(m.get("content") or "") if isinstance(m.get("content"), str) else
-        sum(len(part.get("text") or "") for part in m.get("content") or () if isinstance(part, dict))
-        for m in worker_body.get("messages") or ())
-    if num_chars <= max_chars:
-        return None
-    return ApiError(400, f"the prompt has {num_chars} characters; no prompt over {max_chars} fits this model's "
-                         "context", param="messages" if prompt is None else "prompt", code="context_length_exceeded")
 
 
 def group_headers(group: Group) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 Validation happens here, at the edge, so that every bad input becomes a 4xx naming the offending parameter and
 nothing malformed reaches a worker. Tokenization does not: the worker owns the tokenizer, so prompt-length checks
-come back from it (and are relayed unchanged).
+come back from it (and are relayed unchanged), but for a prompt of more characters than any tokenization can fit
+in the context (prompt_too_long), refused here before it costs a worker's tokenizer time.
 """
 from __future__ import annotations
 
@@ -349,3 +350,19 @@ def sse_error(error: ApiError) -> bytes:
 
 
 SSE_DONE = b"data: [DONE]\n\n"
+
+
+def prompt_too_long(worker_body: dict, max_chars: int | None) -> ApiError | None:
+    """A 400 for a prompt that cannot fit the context in any tokenization (more characters than max_model_len
+    tokens can spell, as the workers' /health says): refused here, before it costs a worker's tokenizer time."""
+    if not max_chars:
+        return None
+    prompt = worker_body.get("prompt")
+    num_chars = len(prompt) if isinstance(prompt, str) else sum(
+        len(m.get("content") or "") if isinstance(m.get("content"), str) else
+        sum(len(part.get("text") or "") for part in m.get("content") or () if isinstance(part, dict))
+        for m in worker_body.get("messages") or ())
+    if num_chars <= max_chars:
+        return None
+    return ApiError(400, f"the prompt has {num_chars} characters; no prompt over {max_chars} fits this model's "
+                         "context", param="messages" if prompt is None else "prompt", code="context_length_exceeded")
