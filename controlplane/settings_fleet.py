@@ -12,6 +12,10 @@ from controlplane.lib.env import env_bool, env_int, env_str
 # --- supervision ------------------------------------------------------------------------------------------
 # How long a started worker may take to answer /health 200 before the start counts as failed (model load).
 TANDEM_STARTUP_TIMEOUT_S = env_int("TANDEM_STARTUP_TIMEOUT_S", 120, minimum=1)
+# The same for a worker that answers /health 503 "starting": its process is up, loading the weights or compiling its
+# decode step (`compile`: 2.6 min of warm-up for SmolLM2 on an H200, bench/engine/gpu_stages.py), so it gets this
+# long (at least TANDEM_STARTUP_TIMEOUT_S) before the start counts as failed.
+TANDEM_WARMUP_TIMEOUT_S = env_int("TANDEM_WARMUP_TIMEOUT_S", 900, minimum=1)
 # One /health probe's timeout; probes of all workers run concurrently.
 TANDEM_HEALTH_TIMEOUT_S = env_int("TANDEM_HEALTH_TIMEOUT_S", 2, minimum=1)
 # A health pass in which the probes of at least this many ready workers, and at least this share of them, on hosts

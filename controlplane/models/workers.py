@@ -48,6 +48,16 @@ def health_answer_dtype(response) -> str:
     return dtype if isinstance(dtype, str) and dtype.isidentifier() and len(dtype) <= 20 else ""
 
 
+def health_answer_status(response) -> str:
+    """The `status` word of a /health answer ("ok", "starting", "draining", "dead"), "" when it says none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    status = body.get("status") if isinstance(body, dict) else None
+    return status if isinstance(status, str) else ""
+
+
 def health_answer_weights(response) -> dict:
     """What a worker's /health answer says of its weights: {"quantization": ..., "weight_bytes": ...}, each only
     when it says it (and it is well-formed); {} for a gateway or an older worker."""

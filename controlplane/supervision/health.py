@@ -3,7 +3,8 @@
 - starting → ready on the first 200 (a gateway counts as up as soon as it answers at all: it says 503 until its
   pools have ready workers, which is not its own failure); a worker's 200 also says the dtype it runs and its
   weights (quantization, bytes), kept on its row for the pages and the API;
-- starting that is not healthy within TANDEM_STARTUP_TIMEOUT_S → restart;
+- starting that is not healthy within TANDEM_STARTUP_TIMEOUT_S → restart; one that answers 503 "starting" (up,
+  loading or compiling) within TANDEM_WARMUP_TIMEOUT_S;
 - ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (reported to controlplane.services.restarts);
 - but a pass in which many probes of live hosts' workers time out at once counts none of those timeouts (a restart
   storm caused by the prober's own overload: controlplane.supervision.probe_hold).
@@ -25,7 +26,9 @@ from django.utils import timezone
 
 from controlplane.lib.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
 from controlplane.models import Worker, WorkerStatus
-from controlplane.models.workers import health_answer_dtype, health_answer_ok, health_answer_weights
+from controlplane.models.workers import (
+    health_answer_dtype, health_answer_ok, health_answer_status, health_answer_weights,
+)
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 from controlplane.supervision import probe_hold
 
@@ -44,6 +47,7 @@ class Probe:
     dtype: str = ""  # what a healthy worker says it runs ("auto" resolved); blank for gateways and old workers
     weights: dict = field(default_factory=dict)  # its quantization and weight_bytes (health_answer_weights)
     timed_out: bool = False  # no complete answer in time (not a refused connection, not an unhealthy answer)
+    starting: bool = False  # a worker's 503 "starting": its process is up, loading the model or compiling
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +72,8 @@ async def _probe(session, worker: Worker, timeout_s: float) -> Probe:
     if health_answer_ok(worker.role, status):
         return Probe(worker.id, worker.pid, True, "", dtype=health_answer_dtype(answer),
                      weights=health_answer_weights(answer))
-    return Probe(worker.id, worker.pid, False, f"GET {url}: HTTP {status} {text[:200]}")
+    return Probe(worker.id, worker.pid, False, f"GET {url}: HTTP {status} {text[:200]}",
+                 starting=status == 503 and health_answer_status(answer) == "starting")
 
 
 def probe_all(workers: list[Worker], timeout_s: float) -> list[Probe]:
@@ -158,8 +163,11 @@ def _apply(worker: Worker, result: Probe, outcome: dict) -> None:
         return
     if worker.status == WorkerStatus.STARTING:
         started = worker.started_at or worker.created_at
-        if now - started > timedelta(seconds=settings.TANDEM_STARTUP_TIMEOUT_S):
-            reason = f"not healthy within {settings.TANDEM_STARTUP_TIMEOUT_S} s of its start ({result.detail})"
+        deadline_s = settings.TANDEM_STARTUP_TIMEOUT_S
+        if result.starting:  # up and loading or compiling: the warm-up's deadline
+            deadline_s = max(deadline_s, settings.TANDEM_WARMUP_TIMEOUT_S)
+        if now - started > timedelta(seconds=deadline_s):
+            reason = f"not healthy within {deadline_s} s of its start ({result.detail})"
             if worker_failure_record(failure=WorkerFailure(worker.id, result.pid, (WorkerStatus.STARTING,), reason)):
                 outcome["restarted"].append(worker.id)
 

@@ -7,6 +7,13 @@ them skips that step whole; a request that asks changes only its own row.
 A seeded request draws from a generator re-seeded from (seed, number of tokens produced so far) at every step, so
 that its tokens depend on nothing else: not on the other sequences of the batch, not on preemption and recompute,
 and not on whether its first token was sampled by a prefill worker and the rest by a decode worker.
+
+What a sampled step costs (SmolLM2's 49,152-token vocabulary, 8 rows, one CPU thread): torch.multinomial draws one
+exponential per vocabulary entry (9.4 ms, where the softmax takes 0.4), and top-k / top-p sorted the whole
+vocabulary (32 ms). A draw here is one uniform per row against the cumulative distribution (inverse CDF, ~0.4 ms),
+and top-k / top-p look at the CANDIDATES best tokens (torch.topk) whenever those hold the whole nucleus, which they
+do unless the distribution is flat (then the whole vocabulary is sorted, as before): the same distribution,
+a different draw for a given seed than before.
 """
 from __future__ import annotations
 
@@ -25,6 +32,10 @@ def step_seed(seed: int, step: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
+# Tokens looked at by top-k / top-p before the whole vocabulary is: enough for the nucleus of a peaked distribution.
+CANDIDATES = 256
+
+
 class Sampler:
     def __init__(self, device: torch.device):
         self.device = device
@@ -35,50 +46,91 @@ class Sampler:
         if any(seq.params.adjusts_logits for seq in seqs):
             logits = adjust_logits(logits, seqs)
         token_ids = logits.argmax(dim=-1)  # [B]
-        rows = [i for i, seq in enumerate(seqs) if not seq.params.is_greedy]
-        if not rows:
-            return token_ids.tolist()
-        sampled_seqs = [seqs[i] for i in rows]
+        sampled = [i for i, seq in enumerate(seqs) if not seq.params.is_greedy]
+        # Rows with and without top-k / top-p apart: a filtered row's candidates are its best tokens only.
+        for rows in ([i for i in sampled if not _filters(seqs[i])], [i for i in sampled if _filters(seqs[i])]):
+            if rows:
+                token_ids[torch.tensor(rows, device=logits.device)] = self._sample(logits, [seqs[i] for i in rows],
+                                                                                   rows)
+        return token_ids.tolist()
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int]) -> torch.Tensor:
+        """One token id per row of `rows` (logits' rows of `seqs`), drawn from its filtered distribution."""
         row_index = torch.tensor(rows, device=logits.device)
-        probs, order = self._filtered_probs(logits.index_select(0, row_index), sampled_seqs)  # [S, V], [S, V] | None
-        choice = torch.empty(len(rows), 1, dtype=torch.long, device=logits.device)  # [S, 1]
-        unseeded = [j for j, seq in enumerate(sampled_seqs) if seq.params.seed is None]
+        probs, order = self._filtered_probs(logits.index_select(0, row_index), seqs)  # [S, W], [S, W] | None
+        uniforms = torch.empty(len(seqs), dtype=torch.float64, device=logits.device)  # [S]
+        unseeded = [j for j, seq in enumerate(seqs) if seq.params.seed is None]
         if unseeded:
-            index = torch.tensor(unseeded, device=logits.device)
-            choice[index] = torch.multinomial(probs.index_select(0, index), 1)
-        for j, seq in enumerate(sampled_seqs):
+            uniforms[torch.tensor(unseeded, device=logits.device)] = torch.rand(
+                len(unseeded), dtype=torch.float64, device=logits.device)
+        for j, seq in enumerate(seqs):
             if seq.params.seed is not None:
                 self.generator.manual_seed(step_seed(seq.params.seed, seq.num_completion_tokens))
-                choice[j] = torch.multinomial(probs[j], 1, generator=self.generator)
+                uniforms[j] = torch.rand(1, dtype=torch.float64, generator=self.generator, device=logits.device)[0]
+        choice = draw(probs, uniforms).unsqueeze(1)  # [S, 1]
         if order is not None:
-            choice = order.gather(1, choice)  # back from sorted positions to token ids
-        token_ids[row_index] = choice.squeeze(1)
-        return token_ids.tolist()
+            choice = order.gather(1, choice)  # back from ranks to token ids
+        return choice.squeeze(1)
 
     @staticmethod
     def _filtered_probs(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Probabilities after temperature, then top-k, then top-p (the order Hugging Face's warpers apply).
 
-        Returns (probs, order): when a filter applies, probs are over the vocabulary sorted by descending logit and
-        order[i, r] is the token id at rank r; otherwise probs are over token ids and order is None.
+        Returns (probs, order): when a filter applies, probs[i, r] is the probability of the token ranked r (by
+        descending logit) and order[i, r] that token's id, over the best W tokens, W = CANDIDATES (or the largest
+        top_k) when every row's nucleus lies within them, else the whole vocabulary; tokens past W have probability
+        0. Otherwise probs are over token ids and order is None.
         """
         # logits: [S, V]
         num_rows, vocab_size = logits.shape
         temperature = torch.tensor([seq.params.temperature for seq in seqs], device=logits.device)  # [S]
         logits = logits / temperature.unsqueeze(1).to(logits.dtype)
-        if all(seq.params.top_k == 0 and seq.params.top_p >= 1.0 for seq in seqs):
+        if not any(_filters(seq) for seq in seqs):
             return torch.softmax(logits, dim=-1), None
-        sorted_logits, order = logits.sort(dim=-1, descending=True)  # [S, V], [S, V]
         top_k = torch.tensor([seq.params.top_k or vocab_size for seq in seqs], device=logits.device)  # [S]
-        ranks = torch.arange(vocab_size, device=logits.device)  # [V]
-        sorted_logits = sorted_logits.masked_fill(ranks.unsqueeze(0) >= top_k.unsqueeze(1), float("-inf"))
-        probs = torch.softmax(sorted_logits, dim=-1)  # [S, V]
-        top_p = torch.tensor([seq.params.top_p for seq in seqs], device=logits.device, dtype=probs.dtype)  # [S]
-        # Drop a token when the tokens ranked above it already hold top_p of the mass; the first always stays.
-        mass_before = probs.cumsum(dim=-1) - probs  # [S, V]
-        probs = probs.masked_fill(mass_before > top_p.unsqueeze(1), 0.0)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
+        top_p = torch.tensor([seq.params.top_p for seq in seqs], device=logits.device, dtype=logits.dtype)  # [S]
+        width = min(vocab_size, max([CANDIDATES] + [seq.params.top_k for seq in seqs]))
+        probs, order = _nucleus(logits, top_k, top_p, width)
+        if probs is None:  # some row's nucleus reaches past the candidates: rank the whole vocabulary
+            probs, order = _nucleus(logits, top_k, top_p, vocab_size)
         return probs, order
+
+
+def _filters(seq: Sequence) -> bool:
+    return seq.params.top_k > 0 or seq.params.top_p < 1.0
+
+
+def _nucleus(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, width: int
+             ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(probs, order) over the best `width` tokens after top-k and top-p, or (None, order) when some row's tokens
+    past `width` would keep probability (its nucleus is wider)."""
+    # logits: [S, V] (tempered); top_k: [S] (V where off); top_p: [S]
+    vocab_size = logits.shape[1]
+    best, order = logits.topk(width, dim=-1)  # [S, W] each, by descending logit
+    ranks = torch.arange(width, device=logits.device)  # [W]
+    best = best.masked_fill(ranks.unsqueeze(0) >= top_k.unsqueeze(1), float("-inf"))
+    # Normalized as softmax over the row after top-k: over the k kept tokens where top-k cuts, else over all V.
+    cut = top_k < vocab_size  # [S]
+    norm = torch.where(cut, torch.logsumexp(best, dim=-1), torch.logsumexp(logits, dim=-1))  # [S]
+    probs = torch.exp(best - norm.unsqueeze(1))  # [S, W]
+    # Drop a token when the tokens ranked above it already hold top_p of the mass; the first always stays. Every
+    # token past W is dropped iff the W best hold more than top_p (or top-k cut within W).
+    if width < vocab_size and not bool((cut | (probs.sum(dim=-1) > top_p)).all()):
+        return None, order
+    mass_before = probs.cumsum(dim=-1) - probs  # [S, W]
+    probs = probs.masked_fill(mass_before > top_p.unsqueeze(1), 0.0)
+    return probs / probs.sum(dim=-1, keepdim=True), order
+
+
+def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Per row, the index whose cumulative probability first exceeds uniform x total (inverse CDF): one uniform per
+    row instead of multinomial's one exponential per entry. Never an entry of probability 0."""
+    # probs: [S, W] (not necessarily normalized); uniforms: [S] in [0, 1), float64
+    cdf = probs.to(torch.float64).cumsum(dim=-1)  # [S, W], non-decreasing
+    total = cdf[:, -1:].contiguous()  # [S, 1]
+    index = torch.searchsorted(cdf, uniforms.unsqueeze(1) * total, right=True)  # [S, 1]: first cdf > u x total
+    last = torch.searchsorted(cdf, total, right=False)  # [S, 1]: where the cdf reaches its total (a nonzero entry)
+    return torch.minimum(index, last).squeeze(1)
 
 
 def adjust_logits(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:

@@ -159,8 +159,8 @@ class SpecDecoder:
         """The sampler's distribution for `seq` (temperature, top-k, top-p) of each row, over token ids."""
         # logits: [R, V] -> [R, V]
         probs, order = Sampler._filtered_probs(logits, [seq] * logits.shape[0])
-        if order is not None:
-            probs = torch.zeros_like(probs).scatter_(1, order, probs)
+        if order is not None:  # over the best tokens by rank: back to all token ids
+            probs = torch.zeros(logits.shape, dtype=probs.dtype, device=probs.device).scatter_(1, order, probs)
         return probs
 
     def _generator(self, seq: Sequence, salt: int) -> torch.Generator | None:

@@ -73,6 +73,8 @@ class ModelEngine:
         self.config = config
         self.metrics = metrics
         self.loop = EngineLoop(self._make_engine, metrics, role=config.engine.role)
+        if config.engine.compile:  # said on /health's 503 while it lasts: minutes on CUDA (TANDEM_WARMUP_TIMEOUT_S)
+            self.loop.reason = "loading the model, then compiling its decode step (torch.compile warm-up)"
         self.kv = WireKV()
         self.vocab_size = 0
         self.tokenizer = None

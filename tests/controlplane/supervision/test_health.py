@@ -21,7 +21,7 @@ def health_server():
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             body = (json.dumps({"status": "ok", **self.server.extra}).encode() if self.server.code == 200
-                    else b'{"status": "starting"}')
+                    else json.dumps(self.server.other).encode())
             self.send_response(self.server.code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -37,6 +37,7 @@ def health_server():
     server = Server(("127.0.0.1", 0), Handler)
     server.code = 200
     server.extra = {}  # more fields of the 200 answer
+    server.other = {"status": "starting"}  # the answer of any other code
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -91,6 +92,26 @@ def test_an_unreachable_starting_worker_is_left_alone_until_its_startup_deadline
     assert check_health()["restarted"] == [late.id]
     assert Worker.objects.get(id=fresh.id).status == WorkerStatus.STARTING
     assert "not healthy within 60 s" in Worker.objects.get(id=late.id).last_error
+
+
+def test_a_worker_answering_starting_gets_the_warm_up_deadline_and_one_answering_otherwise_does_not(
+        deployment, make_worker, health_server, settings, sent):
+    # A worker compiling its decode step (2.6 min for SmolLM2 on an H200) answers 503 "starting" for minutes: it is
+    # up, so the startup deadline (for a start that never answers) is not its deadline.
+    settings.TANDEM_STARTUP_TIMEOUT_S, settings.TANDEM_WARMUP_TIMEOUT_S = 60, 600
+    health_server.code = 503
+    health_server.other = {"status": "starting", "reason": "loading the model, then compiling its decode step"}
+    compiling = make_worker(deployment, "decode", status=WorkerStatus.STARTING, port=health_server.server_port,
+                            started_at=timezone.now() - timedelta(seconds=300))
+    stuck = make_worker(deployment, "prefill", status=WorkerStatus.STARTING, port=health_server.server_port,
+                        started_at=timezone.now() - timedelta(seconds=601))
+    assert check_health()["restarted"] == [stuck.id]
+    assert Worker.objects.get(id=compiling.id).status == WorkerStatus.STARTING
+    assert "not healthy within 600 s" in Worker.objects.get(id=stuck.id).last_error
+    # A 503 that is not "starting" (its engine died while loading) gets the startup deadline.
+    health_server.other = {"status": "dead", "reason": "loading the model failed"}
+    assert check_health()["restarted"] == [compiling.id]
+    assert "not healthy within 60 s" in Worker.objects.get(id=compiling.id).last_error
 
 
 def test_a_gateway_answering_503_without_ready_pools_counts_as_up(deployment, make_worker, health_server):

@@ -89,3 +89,15 @@ def test_a_dead_loop_fails_open_requests_and_reads_dead_while_http_still_answers
     assert requests.get(f"{worker.url}/metrics", timeout=HTTP_TIMEOUT_S).status_code == 200
     r = requests.post(f"{worker.url}/v1/generate", json={"prompt": "hi"}, timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 503 and r.json()["error"]["code"] == "dead"
+
+
+def test_a_worker_that_compiles_says_so_while_it_starts(tiny_model_dir):
+    # What the control plane reads to give it the warm-up's deadline (TANDEM_WARMUP_TIMEOUT_S), and the operator.
+    from inference.worker.config import parse_args
+    from inference.worker.server import WorkerServer
+    from tests.procs import free_port
+
+    server = WorkerServer(parse_args(["--role", "colocated", "--model", str(tiny_model_dir), "--compile",
+                                      "--port", str(free_port())]), process_metrics=False)
+    assert server.health_status() == ("starting", "loading the model, then compiling its decode step "
+                                                  "(torch.compile warm-up)")
