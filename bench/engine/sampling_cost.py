@@ -1,7 +1,8 @@
 """What sampling costs a decode step: the engine's sampler against the one it replaced (torch.multinomial, and a sort
 of the whole vocabulary for top-k / top-p), in the same run. One JSON.
 
-- `sampler`: one call over random logits of the model's vocabulary, per (setting, rows), best of `--repeats`;
+- `sampler`: one call over the model's own logits (recorded over the bench's written prompts), per (setting, rows),
+  the median over the recorded steps;
 - `decode`: the float32 engine at `--batch` concurrent requests, decode tokens/s and ms per step (without the
   prefill, as faster_tokens.py) greedy and with each setting, with this sampler and with the old one swapped in.
 
@@ -18,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.engine.faster_tokens import decode_rates  # noqa: E402
-from bench.lib.common import bootstrap, environment, model_dir, random_prompts, ratio  # noqa: E402
+from bench.lib.common import ROOT, bootstrap, environment, model_dir, ratio  # noqa: E402
+
+PROMPTS = ROOT / "bench" / "data" / "greedy_prompts.json"  # written for this project
 
 SETTINGS = {"temperature_1": {"temperature": 1.0}, "top_p_0.9": {"temperature": 0.7, "top_p": 0.9},
             "top_k_50": {"temperature": 1.0, "top_k": 50}}
@@ -79,45 +82,79 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rows", default="1,8,32", help="sampler rows per call")
     p.add_argument("--batch", type=int, default=8, help="concurrent requests of the engine's decode")
-    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--prompt-tokens", type=int, default=64, help="at most, from the written prompts")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     return p.parse_args(argv)
 
 
-def sampler_section(vocab: int, args) -> dict:
+def text_prompts(engine, num: int, num_tokens: int) -> list[list[int]]:
+    """The bench's written prompts (bench/data/greedy_prompts.json), cycled to `num`, each cut to `num_tokens`."""
+    texts = json.loads(PROMPTS.read_text())["prompts"]
+    encoded = [engine.tokenizer.encode(text)[:num_tokens] for text in texts]
+    return [encoded[i % len(encoded)] for i in range(num)]
+
+
+def recorded_logits(engine, prompts: list[list[int]], num_tokens: int) -> list:
+    """The logits the sampler saw at each step of a greedy run over `prompts` (the model's real distributions)."""
+    from inference.engine import SamplingParams
+
+    runner, seen = engine.model_runner, []
+    sampler = runner.sampler
+
+    def record(logits, seqs):
+        seen.append(logits.clone())
+        return sampler(logits, seqs)
+
+    runner.sampler = record
+    try:
+        engine.generate(prompts, SamplingParams(max_tokens=num_tokens, ignore_eos=True))
+    finally:
+        runner.sampler = sampler
+    return seen
+
+
+def sampler_section(engine, args) -> dict:
+    """Both samplers over the model's own logits, per setting and rows; and how often the nucleus of top_p lay
+    within the candidates (else the whole vocabulary is sorted)."""
     import torch
 
-    from inference.engine.sampler import Sampler
+    from inference.engine.sampler import CANDIDATES, Sampler
     from inference.engine.sequence import SamplingParams, Sequence
 
-    out = {}
-    for rows in [int(r) for r in args.rows.split(",")]:
-        logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)) * 3
+    rows_wanted = [int(r) for r in args.rows.split(",")]
+    steps = [x for x in recorded_logits(engine, text_prompts(engine, max(rows_wanted), args.prompt_tokens), 16)
+             if x.shape[0] == max(rows_wanted)]
+    out: dict = {"steps": len(steps)}
+    for rows in rows_wanted:
         for name, setting in SETTINGS.items():
             seqs = [Sequence(f"r{i}", [1, 2, 3], SamplingParams(**setting)) for i in range(rows)]
             best = {}
             for label, sampler in (("new", Sampler(torch.device("cpu"))), ("old", OldSampler("cpu"))):
-                sampler(logits, seqs)
+                sampler(steps[0][:rows], seqs)
                 times = []
-                for _ in range(max(5, args.repeats * 3)):
-                    start = time.perf_counter()
-                    sampler(logits, seqs)
-                    times.append(time.perf_counter() - start)
-                best[label] = min(times) * 1e3
+                for _ in range(args.repeats):
+                    for logits in steps:
+                        start = time.perf_counter()
+                        sampler(logits[:rows], seqs)
+                        times.append(time.perf_counter() - start)
+                best[label] = sorted(times)[len(times) // 2] * 1e3  # the median over steps and repeats
             out[f"{name}@{rows}"] = {"new_ms": round(best["new"], 3), "old_ms": round(best["old"], 3),
                                      "old_over_new": ratio(best["old"], best["new"])}
+    within = 0
+    for logits in steps:
+        probs = torch.softmax(logits / 0.7, dim=-1).sort(dim=-1, descending=True).values
+        within += int((probs[:, :CANDIDATES].sum(dim=-1) > 0.9).sum())
+    out["top_p_0.9_nucleus_within_candidates"] = ratio(within, sum(x.shape[0] for x in steps))
     return out
 
 
-def decode_section(path: Path, args) -> dict:
-    from inference.engine import Config, LLMEngine, SamplingParams
+def decode_section(engine, args) -> dict:
+    from inference.engine import SamplingParams
 
-    engine = LLMEngine(Config(model=path, dtype="float32", threads=args.threads, kv_cache_bytes=256 << 20,
-                              prefix_caching=False))
     runner = engine.model_runner
     new_sampler, old_sampler = runner.sampler, OldSampler(runner.device)
-    prompts = random_prompts(args.batch, args.prompt_tokens, runner.vocab_size, seed=3)
+    prompts = text_prompts(engine, args.batch, args.prompt_tokens)
 
     def run_with(setting: dict, sampler):
         def run(batch, n):
@@ -148,8 +185,12 @@ def main(argv=None) -> int:
     doc = {"bench": "sampling_cost", "model": args.model, "vocab_size": vocab, "settings": vars(args),
            "environment": environment(), "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(
                ("avx", "amx", "fma", "f16c")))}
-    doc["sampler"] = sampler_section(vocab, args)
-    doc["decode"] = decode_section(path, args)
+    from inference.engine import Config, LLMEngine
+
+    engine = LLMEngine(Config(model=path, dtype="float32", threads=args.threads, kv_cache_bytes=256 << 20,
+                              prefix_caching=False))
+    doc["sampler"] = sampler_section(engine, args)
+    doc["decode"] = decode_section(engine, args)
     print(json.dumps(doc, indent=1))
     return 0
 

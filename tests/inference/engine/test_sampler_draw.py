@@ -62,16 +62,16 @@ def test_a_flat_distribution_ranks_the_whole_vocabulary():
 
 def test_the_draw_follows_the_probabilities():
     probs = torch.tensor([[0.5, 0.0, 0.2, 0.3, 0.0]]).expand(20_000, 5)
-    uniforms = torch.rand(20_000, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    uniforms = torch.rand(20_000, generator=torch.Generator().manual_seed(2))
     counts = torch.bincount(draw(probs, uniforms), minlength=5) / 20_000
     assert counts[1] == counts[4] == 0
     torch.testing.assert_close(counts, torch.tensor([0.5, 0.0, 0.2, 0.3, 0.0]), atol=0.015, rtol=0)
 
 
-@pytest.mark.parametrize("uniform", [0.0, 0.5, 1.0 - 2 ** -53])
+@pytest.mark.parametrize("uniform", [0.0, 0.5, 1.0 - 2 ** -24])
 def test_no_uniform_draws_a_token_of_probability_zero(uniform):
     probs = torch.tensor([[0.0, 0.25, 0.0, 0.75, 0.0, 0.0]])
-    picked = int(draw(probs, torch.tensor([uniform], dtype=torch.float64)))
+    picked = int(draw(probs, torch.tensor([uniform])))
     assert probs[0, picked] > 0
 
 
