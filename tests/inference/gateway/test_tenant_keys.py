@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from tests.inference.gateway.support import PLAIN_FLEET, TOKEN, ControlPlane, shared_workers, start_gateway
+from tests.inference.worker.support import metric
 
 pytestmark = pytest.mark.integration
 
@@ -55,9 +56,9 @@ def fleet(request, tiny_model_dir, tmp_path_factory):
     control_plane.stop()
 
 
-def _complete(gateway, key: str | None, **body) -> requests.Response:
+def _complete(gateway, key: str | None, timeout: float = 60, **body) -> requests.Response:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return requests.post(gateway.url + "/v1/completions", headers=headers, timeout=60,
+    return requests.post(gateway.url + "/v1/completions", headers=headers, timeout=timeout,
                          json={"model": "demo", "prompt": "hello", "max_tokens": 3, **body})
 
 
@@ -111,22 +112,29 @@ def test_tokens_per_minute_counts_the_real_usage_of_finished_requests(fleet):
 
 def test_a_tenant_at_its_concurrency_limit_gets_a_429_until_its_request_ends(fleet):
     _, gateway = fleet
-    with requests.post(gateway.url + "/v1/completions", headers={"Authorization": f"Bearer {KEYS['solo']}"},
-                       json={"model": "demo", "prompt": "count", "max_tokens": 200, "ignore_eos": True,
-                             "stream": True}, stream=True, timeout=120) as running:
-        assert running.status_code == 200
-        next(running.iter_lines())  # the first chunk: the request is in flight
-        # Held in flight by the OS (SIGSTOP), however fast the worker would finish it: the check is not a race.
-        worker = gateway.extra["worker"]
-        os.kill(worker.popen.pid, signal.SIGSTOP)
-        try:
-            error = _error(_complete(gateway, KEYS["solo"]), 429)
-        finally:
-            os.kill(worker.popen.pid, signal.SIGCONT)
-        assert error["param"] == "max_concurrent_requests"
-        assert _complete(gateway, KEYS["acme"]).status_code == 200  # other tenants are not held up
-        for _ in running.iter_lines():
-            pass
+    worker = gateway.extra["worker"]
+    for _ in range(3):  # a stream that ended before the worker was stopped (a busy host) is tried again
+        with requests.post(gateway.url + "/v1/completions", headers={"Authorization": f"Bearer {KEYS['solo']}"},
+                           json={"model": "demo", "prompt": "count", "max_tokens": 480, "ignore_eos": True,
+                                 "stream": True}, stream=True, timeout=120) as running:
+            assert running.status_code == 200
+            next(running.iter_lines())  # the first chunk: the request is in flight
+            # Held in flight by the OS (SIGSTOP), however fast the worker would finish it, once the gateway still
+            # counts it: then the check is not a race.
+            os.kill(worker.popen.pid, signal.SIGSTOP)
+            try:
+                in_flight = metric(gateway.url, "tandem_gateway_tenant_requests_running", tenant="solo")
+                if in_flight:
+                    error = _error(_complete(gateway, KEYS["solo"], timeout=30), 429)
+            finally:
+                os.kill(worker.popen.pid, signal.SIGCONT)
+            for _ in running.iter_lines():
+                pass
+        if in_flight:
+            break
+    assert in_flight == 1, "the stream ended before the worker could be stopped, three times"
+    assert error["param"] == "max_concurrent_requests"
+    assert _complete(gateway, KEYS["acme"]).status_code == 200  # other tenants are not held up
     # The gateway releases the slot when its handler ends, a moment after the client read [DONE].
     deadline = time.monotonic() + 30
     while (status := _complete(gateway, KEYS["solo"]).status_code) == 429 and time.monotonic() < deadline:
