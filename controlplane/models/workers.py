@@ -37,36 +37,32 @@ def health_answer_ok(role: str, status_code: int) -> bool:
     return status_code == 200 or (role == WorkerRole.GATEWAY and status_code == 503)
 
 
-def health_answer_dtype(response) -> str:
-    """The dtype a worker's /health answer says it runs ("auto" resolved), "" when it says none (a gateway)."""
+def _health_body(response) -> dict:
+    """A /health answer's JSON object, {} when it is not one."""
     try:
         body = response.json()
     except ValueError:
-        return ""
-    dtype = body.get("dtype") if isinstance(body, dict) else None
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def health_answer_dtype(response) -> str:
+    """The dtype a worker's /health answer says it runs ("auto" resolved), "" when it says none (a gateway)."""
+    dtype = _health_body(response).get("dtype")
     # Stored in a 20-character column and shown on pages: anything else is not a dtype.
     return dtype if isinstance(dtype, str) and dtype.isidentifier() and len(dtype) <= 20 else ""
 
 
 def health_answer_status(response) -> str:
     """The `status` word of a /health answer ("ok", "starting", "draining", "dead"), "" when it says none."""
-    try:
-        body = response.json()
-    except ValueError:
-        return ""
-    status = body.get("status") if isinstance(body, dict) else None
+    status = _health_body(response).get("status")
     return status if isinstance(status, str) else ""
 
 
 def health_answer_weights(response) -> dict:
     """What a worker's /health answer says of its weights: {"quantization": ..., "weight_bytes": ...}, each only
     when it says it (and it is well-formed); {} for a gateway or an older worker."""
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    if not isinstance(body, dict):
-        return {}
+    body = _health_body(response)
     weights = {}
     quantization, weight_bytes = body.get("quantization"), body.get("weight_bytes")
     # Stored in a 10-character column and shown on pages: anything else is not a quantization.
