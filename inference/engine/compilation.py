@@ -10,8 +10,11 @@ a SmolLM2 decode step and the compiled step measured slower than eager (bench/en
 Shapes: a decode step's tensors are sized by the batch (B) and the blocks of its longest context (M). torch.compile
 specializes the first shapes it sees and recompiles once a dimension changes, with that dimension dynamic (and
 sizes 1 apart), so the warm-up runs the four kinds (B = 1 or more, M = 1 or more) before the worker reports ready.
-On CUDA each distinct shape records a CUDA graph of its own on first use, so tables are padded to a power of two
-of blocks there (`pad_num_table_blocks`), which bounds the shapes by batch size x log2 of the context.
+On CUDA each distinct shape records a CUDA graph of its own on first use (a stall of the step that meets it), so
+there tables are padded to a power of two of blocks (`pad_num_table_blocks`) and the batch to a bucket
+(`padded_batch_size`: 1, 2, 4, 8, then multiples of 8, as vLLM captures), the padding rows writing into a scratch
+KV block no sequence is given: the shapes are bounded by the buckets x log2 of the context, not by every batch size
+a server meets as requests come and go.
 
 Inductor on a CPU needs a C++ compiler. Where there is none (or compilation fails for any reason) the engine runs
 eager, logs one line, and `compile_info["fallback"]` says why.
@@ -76,11 +79,24 @@ def pad_num_table_blocks(num_blocks: int, device: torch.device, enabled: bool) -
     return 1 << (num_blocks - 1).bit_length()
 
 
+def pads_decode_batch(config, device: torch.device) -> bool:
+    """Whether a compiled decode step's batch is padded to a bucket: on CUDA (CUDA graphs), not on a CPU (inductor's
+    dynamic shapes need no recording per size)."""
+    return bool(config.compile) and device.type == "cuda"
+
+
+def padded_batch_size(num_seqs: int) -> int:
+    """The bucket a decode batch is padded to: 1, 2, 4, 8, then the next multiple of 8."""
+    if num_seqs <= 8:
+        return 1 << (num_seqs - 1).bit_length()
+    return -(-num_seqs // 8) * 8
+
+
 def compile_decode(runner) -> tuple[object | None, dict]:
     """(the compiled decode forward or None, compile_info). Runs the warm-up steps: their cost is warmup_s."""
     backend, mode = backend_for(runner.device)
     info = {"enabled": False, "backend": backend, "mode": mode, "warmup_s": 0.0, "fallback": None,
-            "num_warmup_steps": 0}
+            "num_warmup_steps": 0, "pads_batch": False}
     reason = missing_requirement(runner.device)
     if reason is None:
         if runner.device.type == "cuda":
@@ -100,6 +116,7 @@ def compile_decode(runner) -> tuple[object | None, dict]:
         info["warmup_s"] = round(time.perf_counter() - start, 2)
         if reason is None:
             info["enabled"] = True
+            info["pads_batch"] = runner.scratch_block is not None
             log.info("compile: decode step compiled (%s%s) in %.1f s of warm-up", backend,
                      f", {mode}" if mode else "", info["warmup_s"])
             return forward, info

@@ -14,7 +14,8 @@ import psutil
 import torch
 
 from inference.engine.attention import DecodeAttention, MixedAttention, PrefillAttention
-from inference.engine.compilation import compile_decode, pad_num_table_blocks, write_kv
+from inference.engine.compilation import (compile_decode, pad_num_table_blocks, padded_batch_size, pads_decode_batch,
+                                          write_kv)
 from inference.engine.config import Config
 from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_weights
 from inference.engine.gemm import kernel_projection
@@ -99,7 +100,11 @@ class ModelRunner:
         if self.max_model_len < self.configured_max_model_len:
             log.warning("the KV pool holds %d tokens, less than max_model_len %d: this engine serves a context of %d",
                         self.num_blocks * self.block_size, self.configured_max_model_len, self.max_model_len)
-        shape = (self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
+        # A compiled CUDA step pads its batch to a bucket (compilation.py): the padding rows write into one block past
+        # those the block manager hands out (None where nothing is padded).
+        self.scratch_block = self.num_blocks if pads_decode_batch(config, self.device) else None
+        num_pool_blocks = self.num_blocks + (self.scratch_block is not None)
+        shape = (self.num_layers, num_pool_blocks, self.block_size, self.num_kv_heads, self.head_dim)
         self.k_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.v_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
         self.sampler = Sampler(self.device)
@@ -115,7 +120,7 @@ class ModelRunner:
         # compile: the decode step's forward compiled and warmed up here, before the engine serves (compilation.py).
         self._compiled_decode_forward = None
         self.compile_info: dict = {"enabled": False, "backend": None, "mode": None, "warmup_s": 0.0, "fallback": None,
-                                   "num_warmup_steps": 0}
+                                   "num_warmup_steps": 0, "pads_batch": False}
         if config.compile and config.role is Role.PREFILL:
             self.compile_info["fallback"] = "a prefill engine runs no decode step: nothing to compile"
         elif config.compile:
@@ -251,8 +256,13 @@ class ModelRunner:
             input_ids.append(seq.last_token_id)
             positions.append(position)
             slots += self._slots(seq, position, position + 1)
+        num_padding = self._num_padding_rows(prefill, decode)
+        if num_padding:  # token 0 at position 0, its K/V into the scratch block (sliced off the step's output)
+            input_ids += [0] * num_padding
+            positions += [0] * num_padding
+            slots += [self.scratch_block * self.block_size] * num_padding
         prefill_attention = PrefillAttention(self.k_cache, self.v_cache, bounds, contexts) if prefill else None
-        decode_attention = self._decode_attention(decode) if decode else None
+        decode_attention = self._decode_attention(decode, num_padding=num_padding) if decode else None
         if prefill_attention and decode_attention:
             attention = MixedAttention(prefill_attention, decode_attention, num_prefill_tokens)
         else:
@@ -266,8 +276,16 @@ class ModelRunner:
         mask = (keys.unsqueeze(0) <= queries.unsqueeze(1)).view(1, 1, end - start, end)
         return self._tensor(self._slots(seq, 0, end)), mask
 
-    def _decode_attention(self, seqs: list[Sequence], context_lens: list[int] | None = None) -> DecodeAttention:
-        """Each sequence's last token against its context (`context_lens`: a layer draft's, past num_tokens)."""
+    def _num_padding_rows(self, prefill: list[Sequence], decode: list[Sequence]) -> int:
+        """Rows that pad a compiled CUDA decode step's batch to its bucket (compilation.padded_batch_size)."""
+        if prefill or not decode or self.scratch_block is None or self._compiled_decode_forward is None:
+            return 0
+        return padded_batch_size(len(decode)) - len(decode)
+
+    def _decode_attention(self, seqs: list[Sequence], context_lens: list[int] | None = None,
+                          num_padding: int = 0) -> DecodeAttention:
+        """Each sequence's last token against its context (`context_lens`: a layer draft's, past num_tokens), then
+        `num_padding` rows over the scratch block, a context of one token each."""
         bs = self.block_size
         context_lens = context_lens or [seq.num_tokens for seq in seqs]
         # Every table is cut or padded to the blocks of the longest context; padding points at block 0, whose
@@ -276,8 +294,9 @@ class ModelRunner:
         num_table_blocks = pad_num_table_blocks(-(-max(context_lens) // bs), self.device,
                                                 self._compiled_decode_forward is not None)
         tables = [(seq.block_table + [0] * num_table_blocks)[:num_table_blocks] for seq in seqs]
-        tables = self._tensor(tables).view(len(seqs), num_table_blocks)  # [B, M]
-        context = self._tensor(context_lens)  # [B]
+        tables += [[self.scratch_block] * num_table_blocks] * num_padding
+        tables = self._tensor(tables).view(len(tables), num_table_blocks)  # [B, M]
+        context = self._tensor(context_lens + [1] * num_padding)  # [B]
         if self.paged_attention is not None:  # made once here, read by every layer: no mask
             kernel = PagedDecode(self.paged_attention, self.k_cache, self.v_cache, tables, context,
                                  torch.get_num_threads())
