@@ -228,18 +228,35 @@ def drive(*, serving_url: str, decode_url: str | None, levels: Levels, progress:
     return outcome["points"]
 
 
-def wait_healthy(url: str, *, timeout: float, alive: Callable[[], bool]) -> dict:
-    """Poll GET url/health until 200 (returns GET /info), the process exits (ProfileError) or the deadline."""
+def wait_healthy(url: str, *, timeout: float, alive: Callable[[], bool], warmup_timeout: float = 0.0) -> dict:
+    """Poll GET url/health until 200 (returns GET /info), the process exits (ProfileError) or the deadline: `timeout`,
+    or `warmup_timeout` once the worker answers 503 "starting" (up, loading its model or compiling its decode step),
+    as the health pass gives a starting worker TANDEM_WARMUP_TIMEOUT_S."""
     import requests
 
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     while time.monotonic() < deadline:
         if not alive():
             raise ProfileError(f"the profiling worker at {url} exited before it was ready")
         try:
-            if requests.get(f"{url}/health", timeout=2).status_code == 200:
+            response = requests.get(f"{url}/health", timeout=2)
+            if response.status_code == 200:
                 return requests.get(f"{url}/info", timeout=5).json()
+            if warmup_timeout > timeout and _says_starting(response):
+                deadline, timeout = start + warmup_timeout, warmup_timeout
         except requests.RequestException:
             pass
         time.sleep(0.2)
     raise ProfileError(f"the profiling worker at {url} was not ready within {timeout:.0f} s")
+
+
+def _says_starting(response) -> bool:
+    """A 503 whose JSON body says {"status": "starting"} (a worker's /health while it loads or compiles)."""
+    if response.status_code != 503:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("status") == "starting"

@@ -140,7 +140,8 @@ class _AgentWorkers:
             return current.pid == pid and current.status in (WorkerStatus.STARTING, WorkerStatus.READY)
 
         try:
-            info = wait_healthy(row.url, timeout=max(1.0, deadline - time.monotonic()), alive=alive)
+            info = wait_healthy(row.url, timeout=max(1.0, deadline - time.monotonic()), alive=alive,
+                                warmup_timeout=settings.TANDEM_WARMUP_TIMEOUT_S)
         except ProfileError as exc:
             raise ProfileError(f"{exc}; {self._failure(self._row(worker.id), role)}") from exc
         return row.url, info
