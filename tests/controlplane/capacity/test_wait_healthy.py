@@ -3,50 +3,26 @@ deadline, as the health pass gives a serving worker; one that answers nothing, o
 start deadline. A real HTTP server on a local port stands for the worker."""
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from controlplane.capacity.load_driver import ProfileError, wait_healthy
-
-
-def _serve(answer):
-    """A server whose GET /health answers answer() -> (status, body); /info answers {"role": "colocated"}."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            status, body = answer() if self.path == "/health" else (200, {"role": "colocated"})
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+from tests.http_stub import JsonStub
 
 
 @pytest.fixture
 def worker():
-    servers = []
+    """start(answer) -> the URL of a stand-in worker whose /health answers answer() -> (status, body)."""
+    stubs = []
 
     def start(answer):
-        server, url = _serve(answer)
-        servers.append(server)
-        return url
+        stubs.append(JsonStub(lambda path: answer() if path == "/health" else (200, {"role": "colocated"})))
+        return stubs[-1].url
 
     yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    for stub in stubs:
+        stub.close()
 
 
 def test_a_worker_still_starting_past_the_start_deadline_is_waited_for(worker):

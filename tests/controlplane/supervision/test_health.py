@@ -2,47 +2,27 @@
 restart it; a starting worker gets its startup deadline; a gateway that answers 503 (no ready pool yet) is up."""
 from __future__ import annotations
 
-import json
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.utils import timezone
 
 from controlplane.models import Action, Worker, WorkerStatus
 from controlplane.supervision.health import check_health
+from tests.http_stub import JsonStub
 
 
 @pytest.fixture
 def health_server():
     """A /health endpoint whose status code the test sets (server.code), and the fields of its 200 (server.extra)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = (json.dumps({"status": "ok", **self.server.extra}).encode() if self.server.code == 200
-                    else json.dumps(self.server.other).encode())
-            self.send_response(self.server.code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 128  # socketserver's 5 refuses (or times out) a pass that probes dozens at once
-
-    server = Server(("127.0.0.1", 0), Handler)
+    server = JsonStub(lambda path: (server.code, {"status": "ok", **server.extra} if server.code == 200
+                                    else server.other))
     server.code = 200
     server.extra = {}  # more fields of the 200 answer
     server.other = {"status": "starting"}  # the answer of any other code
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     yield server
-    server.shutdown()
-    server.server_close()
+    server.close()
 
 
 def test_a_starting_worker_becomes_ready_on_its_first_200(deployment, make_worker, health_server):
