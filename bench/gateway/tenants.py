@@ -35,7 +35,8 @@ another checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority and 
 preemption measured beside the code before it, in one run. `--worker-baseline-flags=--no-interleave-prefill` (with
 `=`: the value starts with dashes) adds `worker_baseline` to the isolation and priority scenarios: a gateway with the
 defaults in front of a second worker started with those flags (idle while the others run), its own stand-in control
-plane: a change to the worker measured beside it, in one run.
+plane: a change to the worker measured beside it, in one run; `--worker-baseline-src DIR` runs that second worker from
+another checkout's code (a change to the worker's code measured beside the code before it).
 
     python bench/gateway/tenants.py                       # about 5 minutes
     python bench/gateway/tenants.py --duration 10 --slots 4 --scenarios priority
@@ -91,6 +92,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--worker-baseline-flags", default=None,
                    help="a second worker with these extra flags, behind a gateway with the defaults "
                         "(`worker_baseline`; isolation and priority scenarios)")
+    p.add_argument("--worker-baseline-src", type=Path, default=None,
+                   help="a checkout whose worker code runs as that second worker (with --worker-baseline-flags, "
+                        "'' for none): a change to the worker measured beside the code before it")
     args = p.parse_args(argv)
     args.scenarios = [name for name in args.scenarios.split(",") if name]
     if args.modes is not None:
@@ -101,6 +105,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"unknown scenarios {sorted(unknown)}: give some of {', '.join(SCENARIOS)}")
     if args.baseline_src is not None and not (args.baseline_src / "inference" / "gateway").is_dir():
         p.error(f"--baseline-src {args.baseline_src}: no inference/gateway/ there")
+    if args.worker_baseline_src is not None:
+        if not (args.worker_baseline_src / "inference" / "worker").is_dir():
+            p.error(f"--worker-baseline-src {args.worker_baseline_src}: no inference/worker/ there")
+        args.worker_baseline_flags = args.worker_baseline_flags or ""
     return args
 
 
@@ -162,11 +170,12 @@ def run(args) -> dict:
                   ["--model", str(model_dir(args.model)), "--dtype", "float32", "--threads", "1",
                    "--kv-cache-bytes", "256M"])
 
-        def fleet(name: str, extra: list[str]):
-            """A worker (with `extra` flags) and a stand-in control plane naming it."""
+        def fleet(name: str, extra: list[str], src: Path | None = None):
+            """A worker (with `extra` flags; the code of checkout `src`) and a stand-in control plane naming it."""
             port = free_port()
             worker = start(name, ["-m", "inference.worker", "--role", "colocated", *engine, "--port", str(port),
-                                  "--max-num-seqs", str(args.slots), *extra], log_dir)
+                                  "--max-num-seqs", str(args.slots), *extra], log_dir,
+                           **({"cwd": src.resolve()} if src else {}))
             procs.append(worker)
             worker_url = f"http://127.0.0.1:{port}"
             wait_http(worker, worker_url + "/health", timeout=60)
@@ -188,7 +197,8 @@ def run(args) -> dict:
             modes.append(("baseline", defaults, args.baseline_src.resolve(), control_plane))
         if args.worker_baseline_flags is not None and {"isolation", "priority"} & set(args.scenarios):
             modes.append(("worker_baseline", defaults, None,
-                          fleet("colocated-baseline", shlex.split(args.worker_baseline_flags))))
+                          fleet("colocated-baseline", shlex.split(args.worker_baseline_flags),
+                                args.worker_baseline_src)))
         for mode, flags, src, plane in modes:
             gw_port = free_port()
             proc = start(f"gateway-{mode}", ["-m", "inference.gateway", "--port", str(gw_port), "--control-plane",
