@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from inference.roles import Role
+
 log = logging.getLogger(__name__)
 
 
@@ -81,8 +83,8 @@ def pad_num_table_blocks(num_blocks: int, device: torch.device, enabled: bool) -
 
 def pads_decode_batch(config, device: torch.device) -> bool:
     """Whether a compiled decode step's batch is padded to a bucket: on CUDA (CUDA graphs), not on a CPU (inductor's
-    dynamic shapes need no recording per size)."""
-    return bool(config.compile) and device.type == "cuda"
+    dynamic shapes need no recording per size), nor on a prefill engine (it compiles nothing)."""
+    return bool(config.compile) and device.type == "cuda" and config.role is not Role.PREFILL
 
 
 def padded_batch_size(num_seqs: int) -> int:

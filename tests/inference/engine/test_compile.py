@@ -9,7 +9,7 @@ import torch
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine import model_runner
-from inference.engine.compilation import padded_batch_size
+from inference.engine.compilation import padded_batch_size, pads_decode_batch
 from inference.engine.config import ConfigError
 from tests.inference.engine.support import hf_greedy, random_prompts
 
@@ -65,9 +65,14 @@ def test_compile_is_off_by_default_and_must_be_a_boolean(tiny_model_dir):
         Config(model=tiny_model_dir, compile="yes")
 
 
-def test_batch_buckets():
+def test_batch_buckets_on_cuda_only_and_not_for_a_prefill_engine(tiny_model_dir):
     assert [padded_batch_size(n) for n in (1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 25, 64)] == \
         [1, 2, 4, 4, 8, 8, 16, 16, 24, 24, 32, 64]
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert pads_decode_batch(Config(model=tiny_model_dir, compile=True), cuda)
+    assert not pads_decode_batch(Config(model=tiny_model_dir, compile=True), cpu)
+    assert not pads_decode_batch(Config(model=tiny_model_dir), cuda)
+    assert not pads_decode_batch(Config(model=tiny_model_dir, compile=True, role="prefill"), cuda)
 
 
 def test_a_padded_batch_gives_the_unpadded_engines_tokens_and_writes_only_the_scratch_block(tiny_model_dir,
