@@ -94,14 +94,16 @@ def _norm(norm: nn.Module) -> tuple[torch.Tensor, float]:
 
 
 def normed_projection(projection: Projection, norm: tuple[torch.Tensor, float]) -> Projection:
-    """x -> projection(rms_norm(x, norm)); through Tandem's kernel, which normalizes while it widens its input (one
-    call instead of the norm's tensor ops: matvec.c), where it runs."""
+    """(x, pause=None) -> projection(rms_norm(x, norm)); through Tandem's kernel, which normalizes while it widens its
+    input (one call instead of the norm's tensor ops: matvec.c), where it runs, and there in parts that look at
+    `pause` between them (MatVecLinear.kernel; the LM head of a step that may pause)."""
     weight = norm[0]
     if isinstance(projection, MatVecLinear) and weight.dtype == projection.dtype and weight.is_contiguous():
-        def project(x: torch.Tensor) -> torch.Tensor:
-            return projection.kernel(x, norm) if projection.runs(x) else projection.fallback(rms_norm(x, norm))
+        def project(x: torch.Tensor, pause: Pause | None = None) -> torch.Tensor:
+            return (projection.kernel(x, norm, pause) if projection.runs(x)
+                    else projection.fallback(rms_norm(x, norm)))
         return project
-    return lambda x: projection(rms_norm(x, norm))
+    return lambda x, pause=None: projection(rms_norm(x, norm))
 
 
 def rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:

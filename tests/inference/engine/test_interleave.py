@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.engine import Config, LLMEngine, SamplingParams
+from inference.engine import Config, LLMEngine, SamplingParams, matvec
 from inference.engine.config import ConfigError
 from tests.inference.engine.support import prefilled, random_prompts
 
@@ -77,6 +77,50 @@ def test_a_request_arriving_mid_step_gets_its_first_token_before_the_step_ends(t
     reference, _ = with_late_request(engine(tiny_model_dir, fused_decode=fused), prompts, interleave=False)
     assert tokens == reference
     assert all(len(t) == PARAMS.max_tokens for t in tokens.values())
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "lean"])
+def test_a_request_arriving_after_the_last_layer_is_prefilled_during_the_lm_head(tiny_model_dir, monkeypatch, fused):
+    """The step's tail (LM head, sampling) looks at the flag too: after the last layer, between the head's parts and
+    before sampling. The flag raised as the layers end and kept up, a decode step pauses 1 + (parts - 1) + 1 times; a
+    request taken at the second (inside the head) gets its first token before the step's, and every token is the same
+    as when it comes after the step (a prefill that disturbed the paused head's input or output would change r0's or
+    r1's)."""
+    monkeypatch.setattr(matvec, "PAUSE_ROWS", 1020)  # the tiny model's 4,096-token head: 5 parts (PAUSE_ROWS: 8,190)
+    prompts = random_prompts([12, 20, 7])
+    eng = engine(tiny_model_dir, fused_decode=fused)
+    lean = eng.model_runner.lean_decoder
+    layers = lean.forward
+
+    def forward(*args, **kwargs):
+        hidden = layers(*args, **kwargs)
+        if not calls:
+            eng.arrivals.raise_()  # an arrival during the step's last layer (not the prefill's, below)
+        return hidden
+
+    monkeypatch.setattr(lean, "forward", forward)
+    calls, early = [None], []
+    running = prefilled(eng, prompts[:2])
+    tokens = {seq.request_id: list(seq.completion_token_ids) for seq in running}
+    calls.clear()
+
+    def between():
+        calls.append(len(calls))
+        if len(calls) == 2:
+            eng.add_request("late", prompts[2], PARAMS)
+            early.extend(eng.prefill_between())
+        eng.arrivals.raise_()  # kept up after the prefill: every look of the step at the flag pauses
+
+    outputs = eng.step(between)
+    assert len(calls) == 1 + 4 + 1, calls
+    assert [(out.request_id, len(out.new_token_ids)) for out in early] == [("late", 1)]
+    assert {out.request_id for out in outputs} == {"r0", "r1"}
+    monkeypatch.setattr(lean, "forward", layers)
+    eng.arrivals.lower()
+    for out in [*early, *outputs]:
+        tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+    reference, _ = with_late_request(engine(tiny_model_dir, fused_decode=fused), prompts, interleave=False)
+    assert run_out(eng, tokens) == reference
 
 
 def test_a_prefill_step_pauses_too_and_every_token_is_the_same(tiny_model_dir):

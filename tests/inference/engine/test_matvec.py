@@ -12,6 +12,7 @@ from torch import nn
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine import decode_layers, matvec, paged_attention
+from inference.engine.interleave import Arrivals, Pause
 from inference.engine.lean_decode import normed_projection, rms_norm
 from tests.inference.engine.support import random_prompts
 
@@ -87,6 +88,26 @@ def test_each_linear_of_a_group_writes_its_own_columns():
     x = torch.randn(3, 576)
     singles = [matvec.matvec_projection(matvec.load()[0], linear)(x) for linear in (q, k, v)]
     assert torch.equal(group(x), torch.cat(singles, dim=-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_in_parts_for_a_step_that_may_pause_it_looks_at_the_flag_between_parts_and_computes_the_same(isa, dtype):
+    """The LM head of a step that may pause (model_runner._sample): parts of PAUSE_ROWS rows, the flag looked at between
+    them, each output as in one call, the bias and each linear's columns where they belong."""
+    wide, narrow = _linear(96, 2 * matvec.PAUSE_ROWS + 100, dtype, True, seed=3), _linear(96, 40, dtype, True, seed=4)
+    group = matvec.matvec_projection(matvec.load()[0], wide, narrow)
+    norm = (torch.rand(96).add(0.5).to(dtype), 1e-5)
+    arrivals, boundaries = Arrivals(), []
+    pause = Pause(arrivals, lambda: boundaries.append(len(boundaries)))  # the flag stays up: every boundary calls
+    for num_tokens in sorted({1, 5, group.library.max_tokens_for(dtype)}):
+        x = torch.randn(num_tokens, 96).to(dtype)
+        boundaries.clear()
+        arrivals.lower()
+        assert torch.equal(group.kernel(x, norm, pause), group.kernel(x, norm)), "not raised: the same values"
+        assert boundaries == []
+        arrivals.raise_()
+        assert torch.equal(group.kernel(x, norm, pause), group.kernel(x, norm))
+        assert len(boundaries) == 2, "three parts of the wide linear, the narrow one in one"
 
 
 def test_a_step_of_more_tokens_than_max_tokens_is_torchs_own_matmul():
