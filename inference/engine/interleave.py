@@ -6,7 +6,8 @@ before this, for the step to end and then for its own prefill (alone, or as a ch
 about a decode step more): a short request beside running streams measured 1.7x its unloaded time to first token at P50
 at the worker itself (bench/engine/arrival_ttft.py). Now the engine loop raises `Arrivals` when it queues a request (or
 an abort, which may make room for one); the step looks at it between layers (decode_layers.c reads the flag itself in a
-fused decode step, the lean forward in Python in decode, prefill and mixed steps), and where it is raised, the step
+fused decode step, the lean forward in Python in decode, prefill and mixed steps), then after its last layer, between
+parts of the LM head (matvec.PAUSE_ROWS) and before sampling (model_runner._sample), and where it is raised, the step
 pauses: the engine loop takes the new commands, the engine prefills what can start now (LLMEngine.prefill_between: the
 waiting requests, best band first, then the tenant holding fewest sequences, one tenant's per prefill, whose whole
 prompt fits what is left of the step's budget, up to the sequences the running batch frees by the aborts that came in),

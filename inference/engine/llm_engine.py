@@ -205,7 +205,7 @@ class LLMEngine:
         """At a step's start, beside running streams: the waiting requests that a pause would prefill (their whole
         prompt within the chunk beside decodes), prefilled alone as a step of their own, as if they had come while
         the step before ran; None when there are none (the step schedules as usual). Without this a request that
-        came in the step's tail (after its last layer: the LM head, sampling, delivery) rode the next mixed step,
+        came in the step's tail (past its last look at the flag: sampling, delivery) rode the next mixed step,
         whose first token costs every running stream's decode too: measured 75-138 ms on a SmolLM2 worker beside
         8 streams, against ~45 ms between layers."""
         scheduler = self.scheduler
