@@ -10,8 +10,9 @@ straight away, up to its class's deadline (`--queue-deadline`); when a slot free
 2. within the band, the backlogged tenant with the smallest virtual token counter (VTC, Sheng et al., "Fairness in
    Serving Large Language Models", OSDI 2024): each tenant's counter grows by the prompt tokens and
    COMPLETION_WEIGHT × the completion tokens it is served, charged as they stream. A tenant that becomes backlogged
-   is lifted to the smallest counter among the backlogged tenants of its band (to the last dispatched tenant's when
-   none is), so time spent idle earns no credit to spend later in a burst. A tie (which the lift makes) goes to
+   is lifted to the smallest counter among the backlogged tenants of its band (to the last admitted tenant's when
+   none is), and so is one that starts to run without waiting after holding nothing, so time spent idle earns no
+   credit to spend later in a burst. A tie (which the lift makes) goes to
    the tenant holding fewer slots, whose counter grows slower from now on: else a quiet tenant lifted beside a
    flood waits behind it, and so does preemption, until the flood's next tokens are charged;
 3. within the tenant, its oldest request; but in an overloaded band, its newest: a band is overloaded while one of
@@ -77,6 +78,7 @@ class FairQueue:
         self.holding: dict[str, int] = {}  # tenant → slots its requests hold (Admission keeps it), for ties
         self.bands: dict[str, dict[str, deque[Waiter]]] = {band: {} for band in BANDS}
         self.last_counter: dict[str, float] = {band: 0.0 for band in BANDS}
+        self._band_of: dict[str, str] = {}  # tenant → the band of its last admitted request (hold: its departure)
         self.num_queued = 0
 
     def push(self, waiter: Waiter, *, front: bool = False) -> None:
@@ -144,6 +146,19 @@ class FairQueue:
         self.num_queued -= 1
         return True
 
+    def admitted(self, tenant: str, priority_class: str) -> None:
+        """A request of `tenant` starts to run, whether it waited or not (before its slot is held). A tenant that held
+        no slot and waited for none becomes active here: lifted to the band's last counter, as `push` lifts one that
+        becomes backlogged; then its counter is the band's last (and again when it leaves, `hold`, with the tokens
+        it was served since). Without it a tenant served alone, never
+        queued, kept a counter far above that of a tenant idle meanwhile, which then flooded in at its old counter
+        and went first until it had caught up (a SmolLM2 worker: a quiet tenant waited 1.8-2.3 s at a flood's
+        start, bench/gateway/tenants.py traced)."""
+        if not self.holding.get(tenant) and tenant not in self.bands[priority_class]:
+            self.counters[tenant] = max(self.counters.get(tenant, 0.0), self.last_counter[priority_class])
+        self.last_counter[priority_class] = self.counters.get(tenant, 0.0)
+        self._band_of[tenant] = priority_class
+
     def charge(self, tenant: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         self.counters[tenant] = (self.counters.get(tenant, 0.0) + prompt_tokens
                                  + COMPLETION_WEIGHT * completion_tokens)
@@ -153,8 +168,11 @@ class FairQueue:
         held = self.holding.get(tenant, 0) + num
         if held:
             self.holding[tenant] = held
-        else:
-            del self.holding[tenant]
+            return
+        del self.holding[tenant]
+        band = self._band_of.get(tenant)
+        if band is not None and tenant not in self.bands[band]:  # it leaves: the next to come is lifted to it
+            self.last_counter[band] = self.counters.get(tenant, 0.0)
 
     def queued(self) -> dict[tuple[str, str], int]:
         """(class, tenant) → requests waiting."""
@@ -237,6 +255,7 @@ class Admission:
 
     def _admit(self, tenant: str, priority_class: str, waited_s: float) -> Slot:
         self._stats(priority_class, tenant).observe(waited_s)
+        self.queue.admitted(tenant, priority_class)
         return self._slot(tenant)
 
     def _slot(self, tenant: str) -> Slot:

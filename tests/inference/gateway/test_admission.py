@@ -184,6 +184,33 @@ def test_a_request_past_its_class_deadline_is_shed_with_503_and_leaves_the_queue
     assert admission.stats[("batch", "b")].shed["queue_timeout"] == 1
 
 
+def test_a_tenant_served_alone_is_not_made_to_wait_behind_one_that_was_idle_meanwhile():
+    """`quiet` served alone, one request at a time (never queued: its counter grows, nobody else's does); then
+    `noisy` floods in, filling every slot and queueing more, and quiet's next request waits: it goes first when a
+    slot frees (noisy was lifted to quiet's counter as it became active, and the tie goes to the tenant holding
+    fewer slots). Before, noisy kept its old counter and its queued requests went first until it caught up."""
+    async def scenario() -> dict:
+        admission = Admission(Capacity(4))
+        for _ in range(20):
+            slot = await admission.acquire("quiet", "standard")
+            slot.charge(prompt_tokens=4, completion_tokens=16)
+            slot.release()
+        flood = [await admission.acquire("noisy", "standard") for _ in range(4)]
+        queued = [asyncio.create_task(admission.acquire("noisy", "standard")) for _ in range(3)]
+        await asyncio.sleep(0)
+        quiet = asyncio.create_task(admission.acquire("quiet", "standard"))
+        await asyncio.sleep(0)
+        assert admission.queue.queued() == {("standard", "noisy"): 3, ("standard", "quiet"): 1}
+        flood[0].release()  # one slot frees: the waiter it goes to leaves the queue at once
+        outcome = admission.queue.queued()
+        for task in [quiet, *queued]:
+            task.cancel()
+        await asyncio.gather(quiet, *queued, return_exceptions=True)
+        return outcome
+
+    assert _run(scenario()) == {("standard", "noisy"): 3}
+
+
 def test_a_freed_slot_goes_to_the_higher_band_and_the_wait_is_measured():
     clock = [0.0]
 
