@@ -47,7 +47,8 @@ class RecordingTokenizer:
 
 @pytest.fixture
 def tokenizing(tiny_model_dir):
-    engine = ModelEngine(parse_args(["--role", "colocated", "--model", str(tiny_model_dir), "--port", "1"]), TandemMetrics(role="colocated", model="tiny"))
+    config = parse_args(["--role", "colocated", "--model", str(tiny_model_dir), "--port", "1"])
+    engine = ModelEngine(config, TandemMetrics(role="colocated", model="tiny"))
     real = AutoTokenizer.from_pretrained(tiny_model_dir, local_files_only=True)
     engine.tokenizer = RecordingTokenizer(real)
     yield engine, real
