@@ -3,12 +3,14 @@
 A decode step of N sequences multiplies N tokens by every weight. Up to 4 tokens the engine runs Tandem's row-at-a-time
 kernel (inference/engine/matvec.c), which streams the weights at the memory's rate; above, a step is bound by
 arithmetic, and the engine ran oneDNN's GEMM (gemm.py). Now the kernel also takes steps of 5-32 tokens, in tiles of
-rows x 4 tokens (3 rows with AVX2, 6 with AVX-512; `Library.max_tokens_for(dtype)`: 32, 8 in bfloat16 on a CPU with
-bfloat16 arithmetic), and those steps run their layers in one C call (decode_layers.c). This runs one engine
-(`--dtype`, float32 by default) and times its decode step at each `--concurrency` with the kernel's steps as they are
-now (`tiles`) and capped at 4 tokens as before (`onednn`: the class's max_tokens_for patched for those rounds), in
-interleaved rounds (best kept): the median of a round's `--new-tokens` - 1 decode steps of the whole batch
-(engine.step() timed alone, after the prefill).
+rows x 4 tokens (3 rows with AVX2, 6 with AVX-512; `Library.max_tokens_for(dtype)`: 32; in bfloat16 every step in
+tiles of the AVX512-BF16 dot product where the CPU has it, up to 8 tokens where it has AMX or computes bfloat16 without
+those tiles), and those steps run their layers in one C call (decode_layers.c). This runs one engine (`--dtype`,
+float32 by default) and times its decode step at each `--concurrency` with the kernel's steps as they are now
+(`tiles`), capped at 4 tokens as before (`onednn`: the class's max_tokens_for patched for those rounds) and, in
+bfloat16 on a CPU with AVX512-BF16, with those tiles off (`no_bf16_tiles`: the AVX-512F kernels up to 8 tokens, as
+before them), in interleaved rounds (best kept): the median of a round's `--new-tokens` - 1 decode steps of the whole
+batch (engine.step() timed alone, after the prefill).
 
 Also: the step's FLOPs (2 x parameters x tokens) over its time against a large GEMM's rate in the same dtype
 measured in the same run (`gemm_peak_gflop_s`: torch's matmul of [2048, 576] x [576, 1536]), and whether the greedy
@@ -50,6 +52,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.concurrency) < 1 or args.new_tokens < 2 or args.repeats < 1:
         p.error("--concurrency at least 1, --new-tokens at least 2, --repeats at least 1")
     return args
+
+
+@contextlib.contextmanager
+def without_bfloat16_tiles():
+    """bfloat16 as before the AVX512-BF16 tiles: the AVX-512F kernels (bfloat16 widened, FMAs) up to 8 tokens,
+    oneDNN's bfloat16 GEMM above."""
+    from inference.engine import matvec
+
+    library = matvec.load()[0]
+    library.use_bfloat16_tiles(False)
+    try:
+        yield
+    finally:
+        library.use_bfloat16_tiles(True)
 
 
 @contextlib.contextmanager
@@ -121,15 +137,22 @@ def run(args) -> dict:
                              "lower --concurrency or --prompt-tokens")
         return statistics.median(times), [out[request_id] for request_id in ids]
 
+    from inference.engine import matvec
+
+    library = matvec.load()[0]
+    variants = VARIANTS + (("no_bf16_tiles",) if args.dtype == "bfloat16" and library and library.bfloat16_tiles
+                           else ())
+    contexts = {"tiles": contextlib.nullcontext, "onednn": capped_at_four_tokens,
+                "no_bf16_tiles": without_bfloat16_tiles}
     decode_steps(prompts[min(args.concurrency)])  # lazy init
-    best: dict[str, dict[int, float]] = {v: {} for v in VARIANTS}
-    tokens: dict[str, dict[int, list[list[int]]]] = {v: {} for v in VARIANTS}
+    best: dict[str, dict[int, float]] = {v: {} for v in variants}
+    tokens: dict[str, dict[int, list[list[int]]]] = {v: {} for v in variants}
     peaks = []
     for _ in range(args.repeats):
         peaks.append(gemm_peak_gflop_s(args.dtype))
         for n in args.concurrency:
-            for variant in VARIANTS:
-                with capped_at_four_tokens() if variant == "onednn" else contextlib.nullcontext():
+            for variant in variants:
+                with contexts[variant]():
                     step, out = decode_steps(prompts[n])
                 best[variant][n] = min(best[variant].get(n, float("inf")), step)
                 tokens[variant][n] = out
@@ -137,19 +160,21 @@ def run(args) -> dict:
     results = {}
     for n in args.concurrency:
         row = {}
-        for variant in VARIANTS:
+        for variant in variants:
             step = best[variant][n]
             row[variant] = {"step_ms": round(step * 1e3, 2), "tok_s": round(n / step, 1),
                             "gflop_s": round(2 * num_params * n / step / 1e9, 1),
                             "of_gemm_peak": round(2 * num_params * n / step / 1e9 / peak, 3)}
         row["tiles_over_onednn_tok_s"] = ratio(row["tiles"]["tok_s"], row["onednn"]["tok_s"])
         row["greedy_identical_sequences"] = sum(a == b for a, b in zip(tokens["tiles"][n], tokens["onednn"][n]))
+        if "no_bf16_tiles" in variants:
+            row["tiles_over_no_bf16_tiles_tok_s"] = ratio(row["tiles"]["tok_s"], row["no_bf16_tiles"]["tok_s"])
+            row["greedy_identical_sequences_no_bf16_tiles"] = sum(
+                a == b for a, b in zip(tokens["tiles"][n], tokens["no_bf16_tiles"][n]))
         results[n] = row
     import torch
 
-    from inference.engine import matvec
-
-    lib = matvec.load()[0]
+    lib = library
     return {"benchmark": "batched_decode", "model": args.model, "dtype": args.dtype, "threads": args.threads,
             "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "parameters": num_params,
             "kernel_isa": lib.isa if lib else None, "kernel_max_tokens": lib.max_tokens_for(getattr(torch, args.dtype)) if lib else None,

@@ -10,8 +10,8 @@ tables and context lengths. The embedding, RoPE's cos/sin, the final norm, lm_he
 It runs a step when every projection of every layer goes through one of Tandem's kernels (matvec.c for float32 and
 bfloat16, int8_matvec.c for INT8 weights; anything else, e.g. the transposed float32 layout torch multiplies, keeps
 the lean forward), decode attention is the paged kernel, the step is a pure decode step (no prefill rows) and it has
-no more tokens than the kernels take (matvec.py's `max_tokens_for`: 32, 8 in bfloat16 on a CPU with bfloat16
-arithmetic; 127 for INT8). Every other
+no more tokens than the kernels take (matvec.py's `max_tokens_for`: 32, 8 in bfloat16 on a CPU with AMX or with
+bfloat16 arithmetic but not the AVX512-BF16 tiles; 127 for INT8). Every other
 step runs the lean forward as before. Values: the same kernel calls in the same order and the elementwise steps
 rounded where the lean forward's tensor ops round (decode_layers.c); silu's exp is libm's rather than torch's, so
 values are not bit-identical to the lean forward's, greedy tokens are (tests/inference/engine/test_decode_layers.py).

@@ -6,10 +6,10 @@ half the rate one thread reads memory in a plain sum; matvec.c reads each row on
 (bench/engine/decode_kernels.py has each kernel; docs/performance.md the figures), and normalizes its input on the
 way in where an RMSNorm comes first (lean_decode.normed_projection). It runs the float32 and bfloat16
 linears of steps of at most `Library.max_tokens_for(dtype)` tokens (decode steps of up to that many sequences: 32,
-in tiles of rows x 4 tokens above 4, which beat oneDNN's GEMM at batched decode; 8 in bfloat16 where the CPU has
-bfloat16 arithmetic for oneDNN's GEMM); longer steps (prefill,
-big batches) run a GEMM, which computes many tokens at once better than a loop over rows (float32: oneDNN's, gemm.py;
-bfloat16: torch's, which is oneDNN's too).
+in tiles of rows x 4 tokens above 4, which beat oneDNN's GEMM at batched decode; bfloat16 on a CPU with AVX512-BF16
+runs every step in tiles of its bfloat16 dot product, and stops at 8 tokens where the CPU has AMX for oneDNN's
+GEMM); longer steps (prefill, big batches) run a GEMM, which computes many tokens at once better than a loop over rows
+(float32: oneDNN's, gemm.py; bfloat16: torch's, which is oneDNN's too).
 
 The library is compiled from matvec.c on first use (native.py: the host's C compiler, ~1 s, cached by the source's
 hash) and loaded with ctypes; the kernels pick AVX-512F or AVX2+FMA at run time. Where it cannot run
@@ -29,7 +29,7 @@ from torch import nn
 
 from inference.engine.interleave import Pause
 from inference.engine.native import KernelLibrary, load_library
-from inference.hardware import cpu_has_native_bfloat16
+from inference.hardware import cpu_flags, cpu_has_native_bfloat16
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,11 @@ SOURCE = Path(__file__).with_name("matvec.c")
 # a time (bound by the weights' stream), above that tiles of rows x 4 tokens (bound by arithmetic), which beat
 # oneDNN's GEMM in the engine up to WIDE_MAX_TOKENS tokens in float32 (bench/engine/batched_decode.py: on an AVX2-only
 # AMD EPYC 1.5-1.8x at 5-16 sequences and 1.14x at 32; on an Intel Xeon with AVX-512 1.72x at 5, 1.45x at 16, 1.12x
-# at 32). In bfloat16 on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), oneDNN's bfloat16 GEMM (AMX's) is faster
-# from about a dozen tokens: there the tiles stop at NATIVE_BFLOAT16_MAX_TOKENS (same Xeon: 1.56x at 5, 1.28x at 8,
-# 0.80x at 16). More tokens run a GEMM (gemm.py).
+# at 32). In bfloat16 on a CPU with AMX, oneDNN's bfloat16 GEMM (AMX's) is faster than the AVX-512F tiles from about a
+# dozen tokens: there the tiles stop at NATIVE_BFLOAT16_MAX_TOKENS (same Xeon: 1.56x at 5, 1.28x at 8, 0.80x at 16;
+# the AVX512-BF16 tiles have not been measured against AMX). With AVX512-BF16 and no AMX the AVX512-BF16 tiles beat
+# oneDNN's bfloat16 GEMM up to WIDE_MAX_TOKENS (a Zen 4 EPYC: 1.68x at 16, 1.20x at 32; matvec.c). More tokens run a
+# GEMM (gemm.py).
 MAX_TOKENS = 4
 WIDE_MAX_TOKENS = 32
 NATIVE_BFLOAT16_MAX_TOKENS = 8
@@ -63,12 +65,26 @@ class Library(KernelLibrary):
                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_float, ctypes.c_int]
 
+        self.lib.tandem_matvec_bf16_dot.restype = ctypes.c_int
+        self.lib.tandem_matvec_bf16_dot.argtypes = [ctypes.c_int]
         self.native_bfloat16 = cpu_has_native_bfloat16()
+        self.amx = "amx_bf16" in cpu_flags()
+
+    @property
+    def bfloat16_tiles(self) -> bool:
+        """Whether bfloat16 steps run the AVX512-BF16 tiles (the CPU has AVX512-BF16, the kernels run AVX-512)."""
+        return bool(self.lib.tandem_matvec_bf16_dot(-1))
+
+    def use_bfloat16_tiles(self, on: bool) -> bool:
+        """Turn the AVX512-BF16 tiles off (then bfloat16 runs the AVX-512F kernels, as on a CPU without them) or on
+        again where they can run, in this process; returns whether they run now."""
+        return bool(self.lib.tandem_matvec_bf16_dot(1 if on else 0))
 
     def max_tokens_for(self, dtype: torch.dtype) -> int:
         """The most tokens of a step the kernel computes in `dtype` (more: a GEMM), by the instruction set it runs
         now."""
-        if dtype == torch.bfloat16 and self.native_bfloat16 and self.isa == "avx512f":
+        if dtype == torch.bfloat16 and self.native_bfloat16 and self.isa == "avx512f" and (
+                self.amx or not self.bfloat16_tiles):
             return NATIVE_BFLOAT16_MAX_TOKENS
         return WIDE_MAX_TOKENS
 
@@ -100,8 +116,8 @@ def choose_matvec(setting: str, *, dtype: torch.dtype, device: torch.device, qua
         if setting == "tandem":
             log.warning("matvec: torch's matmul instead of the asked-for kernel: %s", reason)
         return None, f"{setting}: torch's matmul: {reason}"
-    return library, (f"{setting}: Tandem's kernel ({library.isa}) for steps of up to {library.max_tokens_for(dtype)} "
-                     "tokens, "
+    isa = f"{library.isa}, AVX512-BF16 tiles" if dtype == torch.bfloat16 and library.bfloat16_tiles else library.isa
+    return library, (f"{setting}: Tandem's kernel ({isa}) for steps of up to {library.max_tokens_for(dtype)} tokens, "
                      "torch's GEMM above (values not bit-identical to torch's, greedy tokens identical)")
 
 

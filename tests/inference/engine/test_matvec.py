@@ -1,9 +1,12 @@
 """Tandem's matrix-vector kernel (inference/engine/matvec.c): its products equal torch's within float32 rounding
 (bfloat16: within one rounding of the output), each linear of a group writes its own columns, steps of more tokens
-than the library's max_tokens_for(dtype) (32, in tiles above 4; 8 in bfloat16 where the CPU computes it) are
-torch's own; the engine serves the same greedy tokens with it as with torch's matmul; `auto` takes it where it can run and says why not elsewhere; without a
-C compiler the engine keeps torch's matmul."""
+than the library's max_tokens_for(dtype) (32, in tiles above 4; bfloat16 in AVX512-BF16 tiles at every step where the
+CPU has them, 8 where it has AMX or computes bfloat16 without them) are torch's own; the engine serves the same greedy
+tokens with it as with torch's matmul; `auto` takes it where it can run and says why not elsewhere; without a C
+compiler the engine keeps torch's matmul."""
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -25,19 +28,38 @@ def _linear(in_features: int, out_features: int, dtype: torch.dtype, bias: bool,
     return nn.Linear(in_features, out_features, bias=bias).to(dtype).requires_grad_(False)
 
 
-@pytest.fixture(params=["avx2+fma", "avx512f"])
-def isa(request):
-    """Each kernel the CPU can run: the AVX2 one too on an AVX-512 CPU (capped, then restored)."""
-    library = matvec.load()[0]
+@contextlib.contextmanager
+def _kernels(library: matvec.Library, name: str):
+    """The library running `name`'s kernels (avx2+fma, avx512f, avx512_bf16: AVX-512F with the AVX512-BF16 tiles for
+    bfloat16), restored after; skips where the CPU has not got them."""
     widest = library.isa
-    if library.cap_isa(request.param) != request.param:
+    try:
+        if library.cap_isa("avx512f" if name == "avx512_bf16" else name) != name.replace("_bf16", "f"):
+            pytest.skip(f"this CPU has no {name}")
+        if library.use_bfloat16_tiles(name == "avx512_bf16") != (name == "avx512_bf16"):
+            pytest.skip("this CPU has no AVX512-BF16")
+        yield library
+    finally:
         library.cap_isa(widest)
-        pytest.skip(f"this CPU has no {request.param}")
-    yield request.param
-    library.cap_isa(widest)
+        library.use_bfloat16_tiles(True)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.fixture
+def isa(request):
+    """Each kernel the CPU can run: the AVX2 one too on an AVX-512 CPU, the AVX-512F one for bfloat16 too on a CPU
+    with AVX512-BF16 (capped, then restored)."""
+    with _kernels(matvec.load()[0], request.param):
+        yield request.param
+
+
+# (kernels, dtype) for the tests over each kernel: the AVX512-BF16 tiles are bfloat16's alone
+KERNELS = pytest.mark.parametrize(
+    "isa, dtype", [(isa, dtype) for isa in ("avx2+fma", "avx512f") for dtype in (torch.float32, torch.bfloat16)]
+    + [("avx512_bf16", torch.bfloat16)], indirect=["isa"],
+    ids=["avx2-float32", "avx2-bfloat16", "avx512f-float32", "avx512f-bfloat16", "avx512_bf16-bfloat16"])
+
+
+@KERNELS
 @pytest.mark.parametrize("in_features", [64, 70, 576])  # 70: rows that end inside a vector
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
 @pytest.mark.parametrize("out_features", [96, 97, 98, 99, 101])  # tiles of 3 (AVX2) and 6 rows (AVX-512), remainders
@@ -63,7 +85,7 @@ def test_its_products_equal_torchs_within_rounding(isa, dtype, in_features, bias
             assert ours.mean() <= 1.5 * torchs.mean() + 1e-6
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@KERNELS
 def test_an_rms_normalized_input_equals_the_lean_forwards_norm_then_the_product(isa, dtype):
     linear = _linear(576, 192, dtype, False, seed=9)
     projection = matvec.matvec_projection(matvec.load()[0], linear)
@@ -90,7 +112,7 @@ def test_each_linear_of_a_group_writes_its_own_columns():
     assert torch.equal(group(x), torch.cat(singles, dim=-1))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@KERNELS
 def test_in_parts_for_a_step_that_may_pause_it_looks_at_the_flag_between_parts_and_computes_the_same(isa, dtype):
     """The LM head of a step that may pause (model_runner._sample): parts of PAUSE_ROWS rows, the flag looked at between
     them, each output as in one call, the bias and each linear's columns where they belong."""
@@ -117,25 +139,40 @@ def test_a_step_of_more_tokens_than_max_tokens_is_torchs_own_matmul():
     assert torch.equal(group(x), torch.cat([F.linear(x, gate.weight), F.linear(x, up.weight)], dim=-1))
 
 
-@pytest.mark.parametrize("wide_isa", ["avx2+fma", "avx512f"])
+@pytest.mark.parametrize("wide_isa", ["avx2+fma", "avx512f", "avx512_bf16"])
 def test_with_tiles_a_tokens_values_do_not_depend_on_the_other_tokens_of_its_step(wide_isa):
-    """The tiles (steps of 5-32 tokens: AVX2's 3 rows, AVX-512's 6) sum each row and token in one order, whatever the
-    tile the token is in: a sequence's logits do not change with how many others share its decode step (within that
-    range)."""
-    library = matvec.load()[0]
-    widest = library.isa
-    try:
-        if library.cap_isa(wide_isa) != wide_isa:
-            pytest.skip(f"this CPU has no {wide_isa}")
-        assert library.max_tokens == matvec.WIDE_MAX_TOKENS
-        projection = matvec.matvec_projection(library, _linear(70, 101, torch.float32, True, seed=11))
-        x = torch.randn(16, 70)
+    """The tiles (steps of 5-32 tokens: AVX2's 3 rows, AVX-512's 6; every bfloat16 step with AVX512-BF16) sum each row
+    and token in one order, whatever the tile the token is in: a sequence's logits do not change with how many others
+    share its decode step (within that range)."""
+    dtype = torch.bfloat16 if wide_isa == "avx512_bf16" else torch.float32
+    with _kernels(matvec.load()[0], wide_isa) as library:
+        assert library.max_tokens_for(dtype) >= 16
+        projection = matvec.matvec_projection(library, _linear(70, 101, dtype, True, seed=11))
+        x = torch.randn(16, 70).to(dtype)
         whole = projection(x)
         assert torch.equal(whole[:5], projection(x[:5]))
         assert torch.equal(whole[6:13], projection(x[6:13]))
         assert torch.equal(whole[9:], projection(x[9:]))
-    finally:
-        library.cap_isa(widest)
+        if wide_isa == "avx512_bf16":  # one to four tokens run the same tiles
+            assert torch.equal(whole[3:4], projection(x[3:4]))
+            assert torch.equal(whole[12:15], projection(x[12:15]))
+
+
+def test_bfloat16_steps_run_the_kernel_up_to_32_tokens_with_the_avx512_bf16_tiles_and_8_with_amx_beside(monkeypatch):
+    """Where the AVX512-BF16 tiles run they beat oneDNN's bfloat16 GEMM up to 32 tokens (a Zen 4 EPYC); with AMX,
+    oneDNN's AMX GEMM takes bfloat16 steps above 8 as before (the tiles unmeasured against it); float32 is 32 anyway."""
+    library = matvec.load()[0]
+    if not library.bfloat16_tiles:
+        pytest.skip("this CPU has no AVX512-BF16")
+    assert library.max_tokens_for(torch.bfloat16) == library.max_tokens_for(torch.float32) == matvec.WIDE_MAX_TOKENS
+    assert "AVX512-BF16 tiles" in matvec.choose_matvec("auto", dtype=torch.bfloat16, device=torch.device("cpu"),
+                                                       quantization="none")[1]
+    monkeypatch.setattr(library, "amx", True)
+    assert library.max_tokens_for(torch.bfloat16) == matvec.NATIVE_BFLOAT16_MAX_TOKENS
+    assert library.max_tokens_for(torch.float32) == matvec.WIDE_MAX_TOKENS
+    monkeypatch.setattr(library, "amx", False)
+    with _kernels(library, "avx512f"):  # without the tiles: the AVX-512F kernel up to 8, as before
+        assert library.max_tokens_for(torch.bfloat16) == matvec.NATIVE_BFLOAT16_MAX_TOKENS
 
 
 def test_a_linear_the_kernel_cannot_read_is_left_to_torch():
