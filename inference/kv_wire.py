@@ -117,8 +117,9 @@ def decode_payload(data: bytes, *, kv_layout: dict, revision: str | None = None)
         # Checked first and by name: a float32 prefill must never feed a bfloat16 decode (or the reverse), and the
         # operator needs both dtypes to see which worker runs the other one.
         raise KVWireError(f"KV dtype mismatch: the payload's KV cache is {their_layout.get('dtype')!r} (the prefill "
-                          f"worker's dtype), this decode worker runs {kv_layout.get('dtype')!r}; the prefill worker "
-                          "converts only when the request names the decode worker's dtype (decode_kv_dtype)")
+                          f"worker's KV cache dtype), this decode worker's is {kv_layout.get('dtype')!r}; the prefill "
+                          "worker converts only when the request names the decode worker's KV cache dtype "
+                          "(decode_kv_dtype)")
     for key in LAYOUT_KEYS:
         if their_layout.get(key) != kv_layout.get(key):
             raise KVWireError(f"KV layout mismatch on {key}: payload has {their_layout.get(key)!r}, "

@@ -8,7 +8,9 @@ torch's path (every block gathered into a padded copy, a mask, SDPA), in the sam
 - `engine`: whole decode steps of SmolLM2 (float32 unless told) through LLMEngine.step, one stream at a long context
   and 16 streams, with the kernel (`matvec` auto) and with the kernel's attention switched off in an otherwise
   identical engine (torch's attention, Tandem's matvec linears): the difference is the attention's share of a step.
-  Steps alternate between the two engines in rounds; the median step is kept.
+  Steps alternate between the two engines in rounds; the median step is kept. With `--kv-cache-dtypes`, an engine
+  per narrower KV cache beside them (Config.kv_cache_dtype: float16 or bfloat16 beside float32), the kernel reading
+  half the bytes: `kernel_kv_float16`, ...
 
     python bench/engine/decode_attention.py --threads 1
     python bench/engine/decode_attention.py --threads 1 --sections calls --dtypes float32
@@ -43,6 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--long-context", type=int, default=1024, help="engine: the single stream's prompt tokens")
     p.add_argument("--batch-context", type=int, default=256, help="engine: each of the 16 streams' prompt tokens")
     p.add_argument("--steps", type=int, default=24, help="engine: timed decode steps per engine and case")
+    p.add_argument("--kv-cache-dtypes", default="float16",
+                   help="engine: narrower KV caches to time beside the model's (comma-separated; '' for none)")
     args = p.parse_args(argv)
     args.sections = [s for s in args.sections.split(",") if s]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
@@ -151,9 +155,11 @@ def engine_section(args) -> dict:
 
     path = model_dir(args.model)
     engines = {}
-    for name in ("kernel", "torch_attention"):
+    narrow = [kv for kv in args.kv_cache_dtypes.split(",") if kv]
+    for name in ("kernel", "torch_attention", *(f"kernel_kv_{kv}" for kv in narrow)):
+        kv = name.removeprefix("kernel_kv_") if name.startswith("kernel_kv_") else "auto"
         engine = LLMEngine(Config(model=path, dtype=args.engine_dtype, threads=args.threads, prefix_caching=False,
-                                  kv_cache_bytes=512 << 20, max_num_seqs=16))
+                                  kv_cache_bytes=512 << 20, max_num_seqs=16, kv_cache_dtype=kv))
         if name == "torch_attention":  # the same engine, torch's gather and SDPA for the decode attention
             engine.model_runner.paged_attention = None
         engines[name] = engine
@@ -170,7 +176,9 @@ def engine_section(args) -> dict:
                               **{f"{name}_step_cpu_ms": round(s * 1e3, 2) for name, s in cpu.items()},
                               "cpu_saved_ms": round((cpu["torch_attention"] - cpu["kernel"]) * 1e3, 2),
                               "speedup": ratio(wall["torch_attention"], wall["kernel"]),
-                              "cpu_speedup": ratio(cpu["torch_attention"], cpu["kernel"])}
+                              "cpu_speedup": ratio(cpu["torch_attention"], cpu["kernel"]),
+                              **{f"kv_{kv}_cpu_speedup": ratio(cpu["kernel"], cpu[f"kernel_kv_{kv}"])
+                                 for kv in narrow}}
     return out
 
 

@@ -43,10 +43,14 @@ PEER_DIR = ROOT / "var" / "peer"
 # "int8" is a colocated (or prefill) worker's INT8 as `auto` picks it here; "int8_decode_worker" what a decode worker
 # runs by default, Tandem's int8 kernel (quantization.default_kernel; the same as "int8" on a CPU without VNNI).
 ENGINE_VARIANTS = {"float32": ("float32", "none", "auto"), "int8": ("float32", "int8", "auto"),
-                   "int8_decode_worker": ("float32", "int8", "tandem"), "bfloat16": ("bfloat16", "none", "auto")}
+                   "int8_decode_worker": ("float32", "int8", "tandem"), "bfloat16": ("bfloat16", "none", "auto"),
+                   # with a float16 KV cache (Config.kv_cache_dtype), as llama.cpp keeps its own by default
+                   "float32_kv16": ("float32", "none", "auto", "float16"),
+                   "int8_decode_worker_kv16": ("float32", "int8", "tandem", "float16")}
 LLAMA_VARIANTS = ("f32", "q8_0", "bf16")
 # The same precision on both sides: engine variant -> llama.cpp variant.
-PAIRS = {"float32": "f32", "int8": "q8_0", "int8_decode_worker": "q8_0", "bfloat16": "bf16"}
+PAIRS = {"float32": "f32", "int8": "q8_0", "int8_decode_worker": "q8_0", "bfloat16": "bf16", "float32_kv16": "f32",
+         "int8_decode_worker_kv16": "q8_0"}
 # engine / llama.cpp at the same precision, at least.
 GOALS = {"prefill": 1.5, "single_decode": 1.0, "concurrent_decode": 3.0}
 FIGURES = {"prefill": "prefill_tok_s", "single_decode": "single_decode_tok_s",
@@ -216,8 +220,9 @@ def run(args) -> dict:
         if name == "int8_decode_worker" and default_kernel(torch.device("cpu"), "auto", role="colocated") == "matvec":
             skipped[name] = "the same kernel as int8 on this CPU (no VNNI: Tandem's int8 kernel for every role)"
             continue
-        dtype, quantization, matvec = ENGINE_VARIANTS[name]
-        engine_variants[name] = {"dtype": dtype, "quantization": quantization, "matvec": matvec}
+        dtype, quantization, matvec, kv_cache_dtype = (*ENGINE_VARIANTS[name], "auto")[:4]
+        engine_variants[name] = {"dtype": dtype, "quantization": quantization, "matvec": matvec,
+                                 "kv_cache_dtype": kv_cache_dtype}
     common = {"threads": args.threads, "new_tokens": args.new_tokens, "repeats": args.repeats,
               "prompt": random_prompts(1, args.prompt_tokens, vocab_size, seed=11)[0],
               "concurrent_prompts": random_prompts(args.concurrency, args.concurrent_prompt_tokens, vocab_size,

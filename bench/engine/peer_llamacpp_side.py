@@ -69,6 +69,7 @@ def engine_side(spec: dict) -> dict:
         # Prefix caching off: every repeat computes its prompt again (the timings would otherwise read the cache).
         engine = LLMEngine(Config(model=spec["model_dir"], dtype=variant["dtype"],
                                   quantization=variant["quantization"], matvec=variant.get("matvec", "auto"),
+                                  kv_cache_dtype=variant.get("kv_cache_dtype", "auto"),
                                   threads=spec["threads"],
                                   kv_cache_bytes=256 << 20, max_num_seqs=max(64, len(batch)),
                                   prefix_caching=False))
@@ -86,6 +87,7 @@ def engine_side(spec: dict) -> dict:
         out["variants"][name] = {
             **_figures(len(prompt), len(batch), n, t), "dtype": variant["dtype"],
             "quantization": variant["quantization"], "weight_bytes": engine.weight_bytes,
+            "kv_cache_dtype": engine.kv_cache_dtype,
             "int8_kernel": engine.model_runner.int8_kernel,
             "prefill_chunk_size": engine.config.prefill_chunk_size, "chunked_prefill": engine.config.chunked_prefill,
             "tokens": single[0]}

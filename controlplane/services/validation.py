@@ -12,7 +12,7 @@ from controlplane.models import PoolRole
 from inference.checks import is_number
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
-from inference.engine.config import MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS
+from inference.engine.config import KV_CACHE_DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS
 from inference.engine.speculation_policy import SpeculativeError, parse_speculative
 from inference.worker.sim.profile import ProfileError, load_profile
 
@@ -50,7 +50,8 @@ _BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without
 # key -> (exclusive minimum, maximum) for the fractional engine settings.
 _FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
 # key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).
-_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS, "weight_layout": WEIGHT_LAYOUTS, "matvec": MATVECS}
+_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS, "weight_layout": WEIGHT_LAYOUTS, "matvec": MATVECS,
+                    "kv_cache_dtype": KV_CACHE_DTYPES}
 # "speculative": null or an object (the engine's own check, inference/engine/speculation_policy.py); decode and colocated
 # workers only: a prefill part refuses it, and prefill workers are started without the common part's.
 SPECULATIVE = "speculative"
@@ -229,6 +230,21 @@ def revision_dtype(dtype: str | None, engine_settings: dict) -> str | None:
                           field="engine_settings.common.dtype")
         return common_dtype
     return validate_dtype(dtype) if dtype is not None else None
+
+
+def check_kv_cache_dtype(dtype: str | None, engine_settings: dict) -> None:
+    """400 where a role's KV cache dtype cannot suit its dtype: a 16-bit cache only beside float32 (or the model's
+    own). Where the dtype is auto, the worker resolves it and refuses a mismatch when it starts."""
+    common = engine_settings.get(COMMON, {})
+    for role, part in engine_settings.items():
+        role_dtype = part.get(ROLE_DTYPE) if role != COMMON else None
+        model_dtype = role_dtype or dtype
+        kv = part.get("kv_cache_dtype", common.get("kv_cache_dtype"))
+        if kv in (None, "auto") or model_dtype in (None, "auto") or kv == model_dtype or model_dtype == "float32":
+            continue
+        raise invalid(f"{role}.kv_cache_dtype {kv} does not suit {role if role_dtype else 'the revision'}'s dtype "
+                      f"{model_dtype}: the KV cache holds the model's dtype (auto, or {model_dtype}), or float16 or "
+                      "bfloat16 beside float32", field=f"engine_settings.{role}.kv_cache_dtype")
 
 
 def validate_sampling_defaults(defaults) -> dict:

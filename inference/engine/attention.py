@@ -53,14 +53,23 @@ class PrefillAttention:
                 out[:, :, start:end] = self._with_cached_prefix(layer_id, q[:, :, start:end], *context, scale)
         return out[0].transpose(0, 1)
 
+    def _in(self, dtype: torch.dtype) -> None:
+        """The masks in the queries' dtype, once: a cache narrower than the model's (Config.kv_cache_dtype) made them
+        in its own."""
+        self.contexts = [None if c is None or c[1].dtype == dtype else (c[0], c[1].to(dtype)) for c in self.contexts]
+
     def _with_cached_prefix(self, layer_id: int, q: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                             scale: float) -> torch.Tensor:
         # q: [1, Hq, C, D]; slots: [S]; mask: [1, 1, C, S]  ->  [1, Hq, C, D]
         # K/V gathered once per KV head and shared by its query heads through enable_gqa (Hugging Face's repeat_kv
         # order), with the additive mask: bit-identical to repeating K/V per query head with a boolean mask, and
         # ~20 % faster a call at a 64-token chunk over 1-2k cached tokens in float32 and bfloat16 (no 3x copy of K/V).
-        keys = self.k_slots[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
-        values = self.v_slots[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)
+        # a narrower cache's rows in the queries' dtype (exact: every float16 and bfloat16 value is a float32)
+        keys = self.k_slots[layer_id].index_select(0, slots).to(q.dtype).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+        values = self.v_slots[layer_id].index_select(0, slots).to(q.dtype).transpose(0, 1).unsqueeze(0)
+        if mask.dtype != q.dtype:
+            self._in(q.dtype)
+            mask = mask.to(q.dtype)
         num_groups = q.shape[1] // keys.shape[1]
         if q.device.type != "cpu" and num_groups > 1:  # CUDA's fused kernels take a mask without GQA: -> [1, Hq, S, D]
             keys, values = keys.repeat_interleave(num_groups, 1), values.repeat_interleave(num_groups, 1)
@@ -105,6 +114,10 @@ class DecodeAttention:
         flat_tables = self.block_tables.view(-1)  # [B * M]
         keys = self.k_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)  # [B, Hkv, S, D]
         values = self.v_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)
+        if keys.dtype != q.dtype:  # a cache narrower than the model's (Config.kv_cache_dtype): widened, exactly
+            keys, values = keys.to(q.dtype), values.to(q.dtype)
+            if self.mask is not None and self.mask.dtype != q.dtype:
+                self.mask = self.mask.to(q.dtype)
         # Query head h reads KV head h // G (Hugging Face's repeat_kv order), so the grouping is a plain view.
         grouped = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)  # [B, Hkv, G, D]
         o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=self.mask, scale=scale)  # [B, Hkv, G, D]

@@ -11,6 +11,8 @@ from inference.roles import Role
 
 # "auto": the model config's own dtype, resolved when the model loads (inference/engine/precision.py).
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The KV cache's dtype: "auto" (the model's) or a narrower one beside float32 (precision.choose_kv_dtype).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # "int8": the linear layers (attention projections, MLP, lm_head) and the embedding table in int8 with per-channel
 # scales (inference/engine/quantization.py); outputs are then not bit-identical to the model's own.
 QUANTIZATIONS = ("none", "int8")
@@ -60,6 +62,10 @@ class Config:
     # fraction of free memory, which N workers on one host would each take in full.
     kv_memory_budget: int | None = None
     block_size: int = 16
+    # One of KV_CACHE_DTYPES: "auto" keeps K and V in the model's dtype; "float16" or "bfloat16" beside a float32
+    # model halves the pool's bytes per token (twice the tokens in the same memory) and what a decode step's attention
+    # reads, each value rounded once on its way in (outputs then not bit-identical to the model's own).
+    kv_cache_dtype: str = "auto"
     max_num_seqs: int = 64
     # The prefill token budget: the most prompt tokens one prefill step computes. One prompt longer than this still
     # runs, alone in its step, so that no admissible request waits forever.
@@ -137,6 +143,9 @@ class Config:
         if self.weight_layout not in WEIGHT_LAYOUTS:
             raise ConfigError("weight_layout", f"must be one of {', '.join(WEIGHT_LAYOUTS)}, got "
                                                f"{self.weight_layout!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError("kv_cache_dtype", f"must be one of {', '.join(KV_CACHE_DTYPES)}, got "
+                                                f"{self.kv_cache_dtype!r}")
         if self.matvec not in MATVECS:
             raise ConfigError("matvec", f"must be one of {', '.join(MATVECS)}, got {self.matvec!r}")
         for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode",

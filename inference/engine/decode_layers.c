@@ -27,9 +27,10 @@ typedef int (*matvec_fn)(int dtype, const void *W, int64_t ldw, const void *x, i
 typedef int (*int8_matvec_fn)(const int8_t *q, int64_t ldq, const float *scale, const float *x, int64_t ldx,
                               float *y, int64_t ldy, int64_t T, int64_t N, int64_t K, const float *bias,
                               const float *norm_w, float eps, int num_threads);
-typedef int (*attention_fn)(int dtype, const void *q, void *out, const void *k_cache, const void *v_cache,
-                            const int64_t *block_tables, int64_t ldt, const int64_t *context_lens, int64_t B,
-                            int64_t Hq, int64_t Hkv, int64_t D, int64_t bs, float scale, int num_threads);
+typedef int (*attention_fn)(int dtype, int kv_dtype, const void *q, void *out, const void *k_cache,
+                            const void *v_cache, const int64_t *block_tables, int64_t ldt,
+                            const int64_t *context_lens, int64_t B, int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
+                            float scale, int num_threads);
 
 enum { CALL_MATVEC = 0, CALL_INT8 = 1 };
 #define MAX_CALLS 4
@@ -61,7 +62,7 @@ typedef struct {
 } Layer;
 
 typedef struct {
-    int64_t dtype, num_threads;  /* the activations' and the cache's dtype (DT_F32 or DT_BF16) */
+    int64_t dtype, num_threads;  /* the activations' dtype (DT_F32 or DT_BF16) */
     int64_t num_layers, hidden, num_heads, num_kv_heads, head_dim, intermediate, max_tokens;
     const Layer *layers;
     void *attention;             /* tandem_paged_attention */
@@ -69,6 +70,7 @@ typedef struct {
     int64_t layer_bytes, block_size;
     /* scratch, [max_tokens, ...] each in dtype: qkv [(Hq + 2 Hkv) D], q and o [Hq D], h [hidden], gu [2 I], a [I] */
     void *qkv, *q, *o, *h, *gu, *a;
+    int64_t kv_dtype;            /* the cache's: dtype, or narrower (DT_BF16, DT_F16 beside DT_F32) */
 } Plan;
 
 static inline float rounded(int dtype, float v) { return dtype == DT_F32 ? v : bf16_to_f32(f32_to_bf16(v)); }
@@ -96,30 +98,35 @@ static int project(const Plan *p, const Projection *pr, const void *x, void *y, 
 
 /* RoPE on the q and k heads of each token's qkv row (q into p->q, k into its cache slot) and v into its slot:
    out[i] = x[i] * cos[i] + x[(i + D/2) % D] * sin'[i], each product and the sum rounded as the lean forward's
-   tensor ops round them (`volatile`: no fused multiply-add across them). */
+   tensor ops round them (`volatile`: no fused multiply-add across them); k and v rounded once more to a narrower
+   cache's dtype, as the lean forward's copy into the cache rounds them. */
 static void rope_and_cache(const Plan *p, int64_t layer, int64_t T, const void *cos, const void *sin,
                            const int64_t *slots) {
-    const int dtype = (int)p->dtype;
+    const int dtype = (int)p->dtype, kv_dtype = (int)p->kv_dtype;
     const int64_t Hq = p->num_heads, Hkv = p->num_kv_heads, D = p->head_dim, half = D / 2;
     const int64_t width = (Hq + 2 * Hkv) * D;
     char *k_layer = (char *)p->k_cache + layer * p->layer_bytes, *v_layer = (char *)p->v_cache + layer * p->layer_bytes;
-    const size_t esize = dtype == DT_F32 ? 4 : 2, slot_bytes = (size_t)(Hkv * D) * esize;
+    const size_t esize = dtype_size(dtype), slot_bytes = (size_t)(Hkv * D) * dtype_size(kv_dtype);
     for (int64_t t = 0; t < T; t++) {
         const int64_t row = t * width;
         void *k_out = k_layer + (size_t)slots[t] * slot_bytes;
         for (int64_t head = 0; head < Hq + Hkv; head++) {
             const int64_t at = row + head * D;
-            void *out = head < Hq ? p->q : k_out;
-            const int64_t first = head < Hq ? (t * Hq + head) * D : (head - Hq) * D;
+            const int is_q = head < Hq;
+            void *out = is_q ? p->q : k_out;
+            const int64_t first = is_q ? (t * Hq + head) * D : (head - Hq) * D;
             for (int64_t i = 0; i < D; i++) {
                 volatile float a = rounded(dtype, load_scalar(dtype, p->qkv, at + i) * load_scalar(dtype, cos, t * D + i));
                 volatile float b = rounded(dtype, load_scalar(dtype, p->qkv, at + (i + half) % D) *
                                                       load_scalar(dtype, sin, t * D + i));
-                store_scalar(dtype, out, first + i, a + b);
+                if (is_q || kv_dtype == dtype) store_scalar(dtype, out, first + i, a + b);
+                else store_scalar(kv_dtype, out, first + i, rounded(dtype, a + b));
             }
         }
-        memcpy(v_layer + (size_t)slots[t] * slot_bytes, (const char *)p->qkv + (size_t)(row + (Hq + Hkv) * D) * esize,
-               slot_bytes);
+        const char *v = (const char *)p->qkv + (size_t)(row + (Hq + Hkv) * D) * esize;
+        char *v_out = v_layer + (size_t)slots[t] * slot_bytes;
+        if (kv_dtype == dtype) memcpy(v_out, v, slot_bytes);
+        else for (int64_t i = 0; i < Hkv * D; i++) store_scalar(kv_dtype, v_out, i, load_scalar(dtype, v, i));
     }
 }
 
@@ -160,7 +167,8 @@ int tandem_decode_layers(const Plan *p, void *x, int64_t T, int64_t first, int64
         const Layer *layer = &p->layers[l];
         if ((status = project(p, &layer->qkv, x, p->qkv, T))) return status;
         rope_and_cache(p, l, T, cos, sin, slots);
-        status = ((attention_fn)p->attention)(dtype, p->q, p->o, (char *)p->k_cache + l * p->layer_bytes,
+        status = ((attention_fn)p->attention)(dtype, (int)p->kv_dtype, p->q, p->o,
+                                              (char *)p->k_cache + l * p->layer_bytes,
                                               (char *)p->v_cache + l * p->layer_bytes, block_tables, ldt,
                                               context_lens, T, p->num_heads, p->num_kv_heads, p->head_dim,
                                               p->block_size, (float)layer->scale, (int)p->num_threads);

@@ -40,6 +40,7 @@ SOURCE = Path(__file__).with_name("decode_layers.c")
 MAX_CALLS = 4  # decode_layers.c's: kernel calls per projection (q, k, v: 3)
 CALL_MATVEC, CALL_INT8 = 0, 1
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+_KV_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # the cache's (kernels.h)
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 
@@ -64,7 +65,7 @@ class Plan(ctypes.Structure):
                 ("num_kv_heads", _I), ("head_dim", _I), ("intermediate", _I), ("max_tokens", _I),
                 ("layers", ctypes.POINTER(Layer)), ("attention", _P), ("k_cache", _P), ("v_cache", _P),
                 ("layer_bytes", _I), ("block_size", _I),
-                ("qkv", _P), ("q", _P), ("o", _P), ("h", _P), ("gu", _P), ("a", _P)]
+                ("qkv", _P), ("q", _P), ("o", _P), ("h", _P), ("gu", _P), ("a", _P), ("kv_dtype", _I)]
 
 
 class Library(KernelLibrary):
@@ -167,6 +168,7 @@ class FusedDecode:
                          attention=_address(attention_library.lib.tandem_paged_attention),
                          k_cache=k_cache.data_ptr(), v_cache=runner.v_cache.data_ptr(),
                          layer_bytes=k_cache.stride(0) * k_cache.element_size(), block_size=k_cache.shape[2],
+                         kv_dtype=_KV_DTYPE_CODES[k_cache.dtype],
                          **{name: tensor.data_ptr() for name, tensor in self.scratch.items()})
         self._call = library.lib.tandem_decode_layers
         self._plan_ref = ctypes.byref(self.plan)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { DT_F32 = 0, DT_BF16 = 1 };
+enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };  /* float16: KV caches only (paged_attention.c, decode_layers.c) */
 
 /* 2: AVX-512F, 1: AVX2 with FMA, 0: neither. */
 static int detected_isa(void) {
@@ -60,14 +60,61 @@ static inline uint16_t f32_to_bf16(float f) {  /* round to nearest even, as torc
     return (uint16_t)(u >> 16);
 }
 
+/* IEEE half precision, exactly (every float16 is a float32). */
+static inline float f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1fu) u = sign | 0x7f800000u | (man << 13);                       /* inf, NaN */
+    else if (exp != 0) u = sign | ((exp + 112u) << 23) | (man << 13);              /* normal: bias 15 -> 127 */
+    else if (man == 0) u = sign;                                                   /* zero */
+    else {                                                                         /* subnormal: normalize */
+        int e = -1;
+        uint32_t m = man;
+        do { e++; m <<= 1; } while (!(m & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((m & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* float32 to float16, rounded to nearest even as torch's .to(torch.float16): beyond 65504 (rounded) inf, below the
+   subnormals 0; NaN stays NaN. */
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u;                                   /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u;                                  /* >= 65520: inf */
+    if (a < 0x38800000u) {                                                        /* below 2^-14: subnormal or 0 */
+        if (a < 0x33000000u) return sign;                                         /* <= 2^-25: rounds to 0 */
+        const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126 - e;                                           /* 14..24 */
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (h & 1u))) h++;
+        return sign | (uint16_t)h;
+    }
+    uint32_t h = ((a >> 13) - (112u << 10));                                      /* rebias, keep 10 bits */
+    const uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;                       /* may carry into the exponent */
+    return sign | (uint16_t)h;
+}
+
 static inline float load_scalar(int dtype, const void *p, int64_t i) {
-    return dtype == DT_F32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
+    return dtype == DT_F32    ? ((const float *)p)[i]
+           : dtype == DT_BF16 ? bf16_to_f32(((const uint16_t *)p)[i])
+                              : f16_to_f32(((const uint16_t *)p)[i]);
 }
 
 static inline void store_scalar(int dtype, void *p, int64_t i, float v) {
     if (dtype == DT_F32) ((float *)p)[i] = v;
-    else ((uint16_t *)p)[i] = f32_to_bf16(v);
+    else if (dtype == DT_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = f32_to_f16(v);
 }
+
+static inline size_t dtype_size(int dtype) { return dtype == DT_F32 ? 4 : 2; }
 
 /* The calling thread's float scratch, grown to at least `floats` (never shrunk, kept for the thread's life: a decode
    step makes ~120 kernel calls, and a malloc and free each was measurable); NULL when it cannot grow. Inside an OpenMP

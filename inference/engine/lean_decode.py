@@ -167,8 +167,8 @@ class LeanDecoder:
             qk = qk * cos + qk.roll(d // 2, -1) * sin
             # q contiguous: with many sequences, SDPA over a strided q measured ~4% slower a step (SmolLM2, 16).
             q, k, v = qk[:, :h_q].contiguous(), qk[:, h_q:], qkv[:, h_q + h_kv:]
-            self.k_slots[layer_id].index_copy_(0, slot_mapping, k)
-            self.v_slots[layer_id].index_copy_(0, slot_mapping, v)
+            self.k_slots[layer_id].index_copy_(0, slot_mapping, k.to(self.k_slots[layer_id].dtype))  # no copy: same
+            self.v_slots[layer_id].index_copy_(0, slot_mapping, v.to(self.v_slots[layer_id].dtype))
             o = attention(layer_id, q, k, v, layer.scale)  # [T, Hq, D]
             x = x + layer.o(o.reshape(num_tokens, h_q * d))
             gate, up = layer.mlp_in(x).split(layer.intermediate_size, dim=-1)

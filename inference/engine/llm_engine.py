@@ -64,6 +64,8 @@ class LLMEngine:
         self.kv_layout = self.model_runner.kv_layout
         self.dtype: str = self.model_runner.dtype_name  # what runs: config.dtype with "auto" resolved
         self.dtype_reason: str = self.model_runner.dtype_reason
+        self.kv_cache_dtype: str = self.model_runner.kv_dtype_name  # the KV cache's (and the handoff's)
+        self.kv_cache_dtype_reason: str = self.model_runner.kv_dtype_reason
         self.quantization: str = config.quantization
         self.weight_bytes: int = self.model_runner.weight_bytes
         # compile: {"enabled", "backend", "mode", "warmup_s", "fallback" (why it runs eager, or None)} for /info.

@@ -28,7 +28,7 @@ from inference.engine.lean_decode import unsupported_reason as lean_unsupported_
 from inference.engine.matvec import choose_matvec
 from inference.engine.model_loading import eos_token_ids, load_model, resolve_max_model_len, zeroed_pool
 from inference.engine.paged_attention import PagedDecode, choose_decode_attention
-from inference.engine.precision import TORCH_DTYPES, choose_dtype
+from inference.engine.precision import TORCH_DTYPES, choose_dtype, choose_kv_dtype
 from inference.engine.quantization import default_kernel, kernel_note, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
@@ -51,6 +51,10 @@ class ModelRunner:
         choice = choose_dtype(config.dtype, config.model, self.device, allow_slow_float16=config.allow_slow_float16)
         self.dtype_name, self.dtype_reason = choice.name, choice.reason
         self.dtype = TORCH_DTYPES[self.dtype_name]
+        # The KV cache's: the model's, or narrower beside float32 (Config.kv_cache_dtype); refused before the load.
+        kv_choice = choose_kv_dtype(config.kv_cache_dtype, self.dtype_name)
+        self.kv_dtype_name, self.kv_dtype_reason = kv_choice.name, kv_choice.reason
+        self.kv_dtype = TORCH_DTYPES[self.kv_dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)
         int8_kernel = default_kernel(self.device, config.matvec, role=config.role) if config.quantization == "int8" else None
         self.int8_kernel = int8_kernel  # quantization.KERNELS, or None for float weights
@@ -90,7 +94,7 @@ class ModelRunner:
 
         # 2 (K and V) x layers x block_size tokens x kv heads x head_dim elements per block.
         self.num_bytes_per_block = (2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim
-                                    * self.dtype.itemsize)
+                                    * self.kv_dtype.itemsize)
         self.num_blocks = self._choose_num_blocks()
         if self.num_blocks < 1:
             raise ValueError(f"kv_cache_bytes={config.kv_cache_bytes} holds no KV block: one block of "
@@ -105,8 +109,8 @@ class ModelRunner:
         self.scratch_block = self.num_blocks if pads_decode_batch(config, self.device) else None
         num_pool_blocks = self.num_blocks + (self.scratch_block is not None)
         shape = (self.num_layers, num_pool_blocks, self.block_size, self.num_kv_heads, self.head_dim)
-        self.k_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
-        self.v_cache = zeroed_pool(shape, self.dtype, self.device)  # [L, N, bs, Hkv, D]
+        self.k_cache = zeroed_pool(shape, self.kv_dtype, self.device)  # [L, N, bs, Hkv, D]
+        self.v_cache = zeroed_pool(shape, self.kv_dtype, self.device)  # [L, N, bs, Hkv, D]
         self.sampler = Sampler(self.device)
         # The lean decode forward (lean_decode.py): fewer ops per step, the same values as _forward.
         self.lean_decoder = None
@@ -129,7 +133,7 @@ class ModelRunner:
         # torch's gather and SDPA. The `matvec` setting covers it with the linears; a compiled step keeps torch's.
         self.paged_attention, reason = choose_decode_attention(
             config.matvec, dtype=self.dtype, device=self.device, head_dim=self.head_dim,
-            compiled=self._compiled_decode_forward is not None)
+            compiled=self._compiled_decode_forward is not None, kv_dtype=self.kv_dtype)
         self.decode_attention_info = {"kernel": "tandem" if self.paged_attention else "torch", "reason": reason}
         # A decode step's layers in one C call where the kernels run all of them (decode_layers.py).
         fused, self.fused_decode_reason = build_fused_decode(self)
@@ -174,7 +178,7 @@ class ModelRunner:
     @property
     def kv_layout(self) -> dict:
         return {"num_layers": self.num_layers, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim,
-                "dtype": self.dtype_name, "block_size": self.block_size}
+                "dtype": self.kv_dtype_name, "block_size": self.block_size}
 
     def validate_kv(self, k, v, num_prompt_tokens: int) -> None:
         """Raise ValueError unless k and v are this engine's K/V for a prompt of `num_prompt_tokens` tokens."""
@@ -185,9 +189,9 @@ class ModelRunner:
             if tuple(tensor.shape) != expected:
                 raise ValueError(f"{name} has shape {list(tensor.shape)}, expected {list(expected)} "
                                  "([num_layers, num_prompt_tokens, num_kv_heads, head_dim])")
-            if tensor.dtype != self.dtype:
+            if tensor.dtype != self.kv_dtype:
                 raise ValueError(f"{name} has dtype {str(tensor.dtype).removeprefix('torch.')}, "
-                                 f"expected {self.dtype_name}")
+                                 f"expected {self.kv_dtype_name}")
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], is_prefill: bool, pause: Pause | None = None) -> list[int | None]:
@@ -347,8 +351,8 @@ class ModelRunner:
             if torch.compiler.is_compiling():  # one opaque op, written in place (compilation.write_kv)
                 write_kv(self.k_cache, self.v_cache, layer_id, slot_mapping, k, v)
             else:
-                k_slots[layer_id].index_copy_(0, slot_mapping, k)
-                v_slots[layer_id].index_copy_(0, slot_mapping, v)
+                k_slots[layer_id].index_copy_(0, slot_mapping, k.to(self.kv_dtype))  # no copy where it is k's
+                v_slots[layer_id].index_copy_(0, slot_mapping, v.to(self.kv_dtype))
             o = attention(layer_id, q, k, v, attn.scaling)  # [T, Hq, D]
             x = x + attn.o_proj(o.reshape(num_tokens, h_q * d))
             x = x + layer.mlp(layer.post_attention_layernorm(x))

@@ -7,8 +7,10 @@
    a padded copy first (what torch's path does: index_select of every block, a mask, SDPA).
 
    Per (sequence, KV head): scores s[g][t] = (scale * q[g]) . k[t]; softmax with the maximum subtracted; the weighted
-   sum of V rows; divided by the softmax's sum. Arithmetic in float32 (bfloat16 caches and queries widened exactly,
-   the output rounded once, to nearest even as torch rounds); exp is a polynomial within ~2 float32 ulps of expf.
+   sum of V rows; divided by the softmax's sum. Arithmetic in float32 (bfloat16 and float16 caches and bfloat16
+   queries widened exactly, the output rounded once, to nearest even as torch rounds); exp is a polynomial within ~2
+   float32 ulps of expf. The cache's dtype may be narrower than the queries' (Config.kv_cache_dtype: a float32 model
+   with a float16 or bfloat16 cache reads half the bytes a step).
    Sums run in another order than SDPA's, so values are not bit-identical to torch's (within float32 rounding;
    bfloat16: within one rounding of the output); greedy tokens are (tests/inference/engine/test_paged_attention.py).
 
@@ -57,6 +59,7 @@ __attribute__((target("avx512f")))
 static inline __m512 load16_512(int dtype, const char *row, int64_t d) {
     if (dtype == DT_F32) return _mm512_loadu_ps((const float *)row + d);
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
+    if (dtype == DT_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
@@ -205,17 +208,20 @@ static inline void task_avx512_as(int dtype, const Task *p) {
 }
 
 __attribute__((target("avx512f")))
-static void task_avx512(int dtype, const Task *p) {  /* one copy of the loops per dtype, without a branch inside */
+static void task_avx512(int dtype, const Task *p) {  /* one copy of the loops per cache dtype, no branch inside */
     if (dtype == DT_F32) task_avx512_as(DT_F32, p);
-    else task_avx512_as(DT_BF16, p);
+    else if (dtype == DT_BF16) task_avx512_as(DT_BF16, p);
+    else task_avx512_as(DT_F16, p);
 }
 
 /* ---- AVX2 + FMA ------------------------------------------------------------------------------------------------ */
 
-__attribute__((target("avx2,fma")))
+/* F16C for float16 caches only: the entry point refuses them on a CPU without it. */
+__attribute__((target("avx2,fma,f16c")))
 static inline __m256 load8_256(int dtype, const char *row, int64_t d) {
     if (dtype == DT_F32) return _mm256_loadu_ps((const float *)row + d);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
+    if (dtype == DT_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
@@ -245,7 +251,7 @@ static inline float hmax(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"), always_inline))
+__attribute__((target("avx2,fma,f16c"), always_inline))
 static inline void task_avx2_as(int dtype, const Task *p) {
     const int64_t n = p->n, bs = p->bs, G = p->G, D = p->D, HG = p->H * p->G;
     const size_t rb = p->row_bytes;
@@ -352,27 +358,30 @@ static inline void task_avx2_as(int dtype, const Task *p) {
     }
 }
 
-__attribute__((target("avx2,fma")))
+__attribute__((target("avx2,fma,f16c")))
 static void task_avx2(int dtype, const Task *p) {
     if (dtype == DT_F32) task_avx2_as(DT_F32, p);
-    else task_avx2_as(DT_BF16, p);
+    else if (dtype == DT_BF16) task_avx2_as(DT_BF16, p);
+    else task_avx2_as(DT_F16, p);
 }
 
 /* ---- entry point ----------------------------------------------------------------------------------------------- */
 
 /* out[b, h * G + g, :] for every sequence b < B, KV head h < Hkv, g < G = Hq / Hkv:
-   q, out: [B, Hq, D] contiguous; k_cache, v_cache: one layer's [N, bs, Hkv, D] contiguous; block_tables: [B, M] at
-   row stride ldt; context_lens: [B], each >= 1 and <= M * bs; all tensors in `dtype` but the int64 tables and
-   lengths. Returns 0, or -1 when the CPU has neither instruction set, -2 when scratch cannot grow, -3 when D is not
-   a multiple of 16 or Hq not one of Hkv (nothing written for -1 and -3). */
-int tandem_paged_attention(int dtype, const void *q, void *out, const void *k_cache, const void *v_cache,
+   q, out: [B, Hq, D] contiguous, in `dtype`; k_cache, v_cache: one layer's [N, bs, Hkv, D] contiguous, in `kv_dtype`
+   (a cache may be narrower than the activations: float16 or bfloat16 beside float32); block_tables: [B, M] at row
+   stride ldt; context_lens: [B], each >= 1 and <= M * bs. Returns 0, or -1 when the CPU has neither instruction set,
+   -2 when scratch cannot grow, -3 when D is not a multiple of 16, Hq not one of Hkv, or the cache float16 on an AVX2
+   CPU without F16C (nothing written for -1 and -3). */
+int tandem_paged_attention(int dtype, int kv_dtype, const void *q, void *out, const void *k_cache, const void *v_cache,
                            const int64_t *block_tables, int64_t ldt, const int64_t *context_lens, int64_t B,
                            int64_t Hq, int64_t Hkv, int64_t D, int64_t bs, float scale, int num_threads) {
     int which = tandem_paged_attention_isa();
     if (which == 0) return -1;
     if (D % 16 != 0 || Hkv <= 0 || Hq % Hkv != 0) return -3;
+    if (kv_dtype == DT_F16 && which == 1 && !__builtin_cpu_supports("f16c")) return -3;
     const int64_t G = Hq / Hkv;
-    const size_t esize = dtype == DT_F32 ? 4 : 2;
+    const size_t esize = dtype_size(kv_dtype);
     int64_t work = 0;  /* elements of K and V read */
     for (int64_t b = 0; b < B; b++) work += context_lens[b] * Hkv * D;
     const int parallel = num_threads > 1 && work >= 65536;
@@ -402,12 +411,9 @@ int tandem_paged_attention(int dtype, const void *q, void *out, const void *k_ca
         const int64_t first = (b * Hq + h * G) * D;  /* element of q and out where the task's rows start */
         for (int64_t i = 0; i < rows * D; i++) buf[i] = load_scalar(dtype, q, first + i) * scale;
         if (n <= 0) memset(p.acc, 0, sizeof(float) * (size_t)(rows * D));
-        else if (which == 2) task_avx512(dtype, &p);
-        else task_avx2(dtype, &p);
-        for (int64_t i = 0; i < rows * D; i++) {
-            if (dtype == DT_F32) ((float *)out)[first + i] = p.acc[i];
-            else ((uint16_t *)out)[first + i] = f32_to_bf16(p.acc[i]);
-        }
+        else if (which == 2) task_avx512(kv_dtype, &p);
+        else task_avx2(kv_dtype, &p);
+        for (int64_t i = 0; i < rows * D; i++) store_scalar(dtype, out, first + i, p.acc[i]);
     }
     return failed ? -2 : 0;
 }

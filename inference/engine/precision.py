@@ -128,3 +128,29 @@ def cpu_has_fast_float16() -> bool:
         return True
     # macOS has no /proc/cpuinfo; every Apple Silicon CPU has Arm's FP16 arithmetic.
     return platform.system() == "Darwin" and platform.machine() == "arm64"
+
+
+# The KV cache's dtype (Config.kv_cache_dtype): "auto" is the model's; a float32 model may keep K and V in half the
+# bytes (float16, as llama.cpp keeps its cache by default, or bfloat16). Each value is rounded once on its way into
+# the cache; attention computes in float32 as before (the paged kernel widens each row; torch's paths convert the
+# rows they gather to the model's dtype). The names: config.KV_CACHE_DTYPES.
+
+
+class KVDtypeError(ValueError):
+    """A KV cache dtype that does not suit the model's dtype."""
+
+
+def choose_kv_dtype(requested: str, dtype_name: str) -> DtypeChoice:
+    """The KV cache's dtype and why, for a model that runs in `dtype_name`: the model's for "auto" or its own name; a
+    16-bit one beside float32. Raises KVDtypeError for anything else (wider than the model's, or the other 16-bit
+    format: either holds values the model's would not)."""
+    if requested == "auto":
+        return DtypeChoice(dtype_name, "auto: the model's dtype")
+    if requested == dtype_name:
+        return DtypeChoice(dtype_name, "asked for: the model's dtype")
+    if dtype_name == "float32" and requested in ("bfloat16", "float16"):
+        precision = "8" if requested == "bfloat16" else "11"
+        return DtypeChoice(requested, f"asked for: half the bytes of the model's float32 per token, each value "
+                                      f"rounded to {precision} significant bits on its way into the cache")
+    raise KVDtypeError(f"kv_cache_dtype {requested} does not suit a model that runs in {dtype_name}: the cache holds "
+                       f"the model's dtype (auto, or {dtype_name}), or float16 or bfloat16 beside float32")

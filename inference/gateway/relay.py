@@ -236,8 +236,10 @@ class Relay:
             # Where the prefill worker pushes the KV: the decode worker, or its KV address (a chaos KV fault's proxy,
             # which only the push crosses: this gateway's own stream and probes go to decode.url).
             fields = {"request_id": request_id, **body, "decode_url": decode.kv_url or decode.url}
-            if decode.dtype:  # the prefill worker converts its KV to the decode worker's dtype
-                fields["decode_kv_dtype"] = decode.dtype
+            # the prefill worker converts its KV to the decode worker's KV cache dtype (a worker that does not say
+            # one keeps its cache in its model's dtype)
+            if decode.kv_cache_dtype or decode.dtype:
+                fields["decode_kv_dtype"] = decode.kv_cache_dtype or decode.dtype
             payload = json.dumps(fields).encode()
             result, prompt_tokens = await self._unless_ejected(
                 self._prefill(group, prefill, decode, payload, excluded), (prefill, decode), excluded)

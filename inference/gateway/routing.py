@@ -59,6 +59,7 @@ class Worker:
     num_outstanding: int = 0
     last_picked: int = 0
     dtype: str | None = None  # what the worker's /health says it runs; None until a probe answers ok
+    kv_cache_dtype: str | None = None  # its KV cache's (the model's, or narrower), as /health says; None: dtype's
     max_model_len: int | None = None  # the context its /health says it serves (its KV pool may hold less than the model)
     weight: float = DEFAULT_WEIGHT  # relative share of its role's traffic (membership, --worker-weight)
     kv_url: str | None = None  # a decode worker's: where prefill pushes its KV when not to `url` (membership kv_urls)
@@ -337,6 +338,8 @@ class Router:
                     return
                 dtype = body.get("dtype")
                 worker.dtype = dtype if isinstance(dtype, str) else None
+                kv_cache_dtype = body.get("kv_cache_dtype")
+                worker.kv_cache_dtype = kv_cache_dtype if isinstance(kv_cache_dtype, str) else None
                 max_model_len = body.get("max_model_len")
                 worker.max_model_len = max_model_len if is_int(max_model_len) else None
                 worker.prefix_caching = body.get("prefix_caching") is True

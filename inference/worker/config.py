@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from inference.engine.config import DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS, Config, ConfigError
+from inference.engine.config import (DTYPES, KV_CACHE_DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS, Config,
+                                     ConfigError)
 from inference import roofline
 from inference.roles import Role
 from inference.worker.sim.profile import ProfileError, SimSettings, load_profile
@@ -133,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "matmul elsewhere), tandem, or torch (greedy tokens identical, values not bit-identical); "
                         "the same for the decode rows' attention (Tandem's paged kernel or torch's SDPA); INT8 "
                         "linears: Tandem's int8 kernel (auto: on a decode worker or a CPU without VNNI) or fbgemm")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="the KV cache's dtype: auto (default: the model's), or float16 or bfloat16 beside a float32 "
+                        "model (half the bytes per token, each value rounded once; outputs not bit-identical)")
     p.add_argument("--allow-slow-float16", action="store_true",
                    help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")

@@ -158,6 +158,8 @@ class ModelEngine:
         info = {"role": config.engine.role, "model": config.model_name,
                 "model_path": str(Path(config.engine.model).resolve()), "revision": config.revision,
                 "dtype": engine.dtype, "dtype_requested": config.engine.dtype, "dtype_reason": engine.dtype_reason,
+                # The KV cache's dtype: the model's, or narrower (Config.kv_cache_dtype); the handoff's too.
+                "kv_cache_dtype": engine.kv_cache_dtype, "kv_cache_dtype_reason": engine.kv_cache_dtype_reason,
                 # max_model_len: the context a request can have here, at most what the KV pool holds.
                 "max_model_len": engine.max_model_len,
                 "configured_max_model_len": engine.configured_max_model_len,

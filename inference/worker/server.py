@@ -188,6 +188,7 @@ class WorkerServer:
         if status == "ok":
             return web.json_response({"status": "ok", "role": self.config.engine.role, "model": self.config.model_name,
                                       "revision": self.config.revision, "dtype": self.info["dtype"],
+                                      "kv_cache_dtype": self.info.get("kv_cache_dtype", self.info["dtype"]),
                                       "max_model_len": self.info["max_model_len"],
                                       "quantization": self.info["quantization"],
                                       "weight_bytes": self.info["weight_bytes"],

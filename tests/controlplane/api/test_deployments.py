@@ -97,6 +97,8 @@ def test_a_model_folder_without_config_json_is_400(admin_api, tmp_path):
     ({"colour": "blue"}, "common.colour is not an engine setting; allowed: "),
     ({"decode": {"max_num_seqs": 0}}, "decode.max_num_seqs must be a positive integer"),
     ({"prefill": {"max_num_seq": 8}}, "prefill.max_num_seq is not an engine setting; allowed: "),
+    ({"common": {"dtype": "bfloat16", "kv_cache_dtype": "float16"}},
+     "common.kv_cache_dtype float16 does not suit the revision's dtype bfloat16"),
 ])
 def test_bad_engine_settings_are_400_naming_the_key(admin_api, model_dir, engine_settings, fragment):
     response = create(admin_api, model_dir, engine_settings=engine_settings)

@@ -1,8 +1,8 @@
 """Tandem's paged decode-attention kernel (inference/engine/paged_attention.c): its output equals torch's gather and
 SDPA path within float32 rounding (bfloat16: within one rounding of the output), for contexts that end inside a
-block and at its end, padded tables, grouped and ungrouped heads, both instruction sets and any thread count; the
-engine serves the same greedy tokens with it as with torch's attention; `auto` takes it on a CPU and says why not
-where it cannot run (`matvec: torch`, a compiled step, CUDA)."""
+block and at its end, padded tables, float16 and bfloat16 caches beside float32 queries, grouped and ungrouped
+heads, both instruction sets and any thread count; the engine serves the same greedy tokens with it as with torch's
+attention; `auto` takes it on a CPU and says why not where it cannot run (`matvec: torch`, a compiled step, CUDA)."""
 from __future__ import annotations
 
 import pytest
@@ -106,6 +106,19 @@ def test_bfloat16_output_is_one_rounding_of_the_exact_value_and_one_ulp_from_tor
     # one ulp of a head's output magnitude
     magnitude = torchs.abs().amax(dim=-1, keepdim=True)  # [B, Hq, 1]
     assert ((got - torchs).abs() <= magnitude * 2 ** -7).all()
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("case", ["five_sequences_grouped", "small_blocks_pairs"])
+def test_a_cache_narrower_than_float32_queries_is_read_widened_exactly(isa, kv_dtype, case):
+    """Config.kv_cache_dtype: float32 queries and outputs over a float16 or bfloat16 cache equal the float32 kernel's
+    over the same values widened (every 16-bit value is a float32), and torch's path over the narrow cache."""
+    k_cache, v_cache, tables, context, q = _step(*CASES[case], torch.float32, seed=len(case))
+    k16, v16 = k_cache.to(kv_dtype), v_cache.to(kv_dtype)
+    got = _kernels(k16, v16, tables, context, q)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, _kernels(k16.float(), v16.float(), tables, context, q))
+    torch.testing.assert_close(got, _torchs(k16, v16, tables, context, q), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("context_lens", [[300, 17, 128, 5, 64], [400]], ids=["by_sequence", "by_head"])

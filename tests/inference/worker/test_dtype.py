@@ -19,13 +19,15 @@ PROMPT = "The quick brown fox jumps over"
 @pytest.fixture(scope="module")
 def workers(tiny_model_dir, tmp_path_factory):
     """The tiny model (saved in float32): a prefill worker on auto (float32), a prefill and a decode worker in
-    bfloat16."""
+    bfloat16, a float32 decode worker with a float16 KV cache."""
     log_dir = tmp_path_factory.mktemp("logs")
     started = {}
     try:
         started["prefill_auto"] = start_worker("prefill-auto", "prefill", tiny_model_dir, log_dir, wait=False)
         for name, role in (("prefill_bf16", "prefill"), ("decode_bf16", "decode")):
             started[name] = start_worker(name, role, tiny_model_dir, log_dir, "--dtype", "bfloat16", wait=False)
+        started["decode_kv16"] = start_worker("decode-kv16", "decode", tiny_model_dir, log_dir,
+                                              "--kv-cache-dtype", "float16", wait=False)
         for proc in started.values():
             wait_http(proc, proc.url + "/health", timeout=START_TIMEOUT_S)
         yield started
@@ -115,6 +117,29 @@ def test_a_gateway_in_front_of_a_float32_prefill_and_a_bfloat16_decode_serves(wo
 
     gateway = start_gateway("gateway-mixed", ["--prefill", workers["prefill_auto"].url,
                                               "--decode", workers["decode_bf16"].url], tmp_path)
+    try:
+        r = requests.post(gateway.url + "/v1/completions", timeout=HTTP_TIMEOUT_S,
+                          json={"model": "tandem", "prompt": PROMPT, "max_tokens": 5, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 5
+    finally:
+        gateway.stop()
+
+
+def test_a_float16_kv_cache_beside_float32_is_said_and_a_gateway_feeds_it_converted_kv(workers, tmp_path):
+    """A decode worker with --kv-cache-dtype float16 says it (/info, /health) and takes float16 KV only; the gateway
+    names that dtype in each prefill request (from /health), so a float32 prefill worker converts its KV to it."""
+    from tests.inference.gateway.support import start_gateway
+
+    decode = workers["decode_kv16"].url
+    info = _get(decode, "/info")
+    assert (info["dtype"], info["kv_cache_dtype"], info["kv_layout"]["dtype"]) == ("float32", "float16", "float16")
+    assert _get(decode, "/health")["kv_cache_dtype"] == "float16"
+    assert _get(workers["prefill_auto"].url, "/health")["kv_cache_dtype"] == "float32"
+    r = requests.post(f"{workers['prefill_auto'].url}/v1/prefill", timeout=HTTP_TIMEOUT_S,
+                      json={"request_id": "kv16-1", "prompt": PROMPT, "max_tokens": 6, "decode_url": decode})
+    assert_openai_error(r, 502, "HTTP 400", "KV dtype mismatch", "'float32'", "'float16'")
+    gateway = start_gateway("gateway-kv16", ["--prefill", workers["prefill_auto"].url, "--decode", decode], tmp_path)
     try:
         r = requests.post(gateway.url + "/v1/completions", timeout=HTTP_TIMEOUT_S,
                           json={"model": "tandem", "prompt": PROMPT, "max_tokens": 5, "ignore_eos": True})
