@@ -85,7 +85,7 @@ def test_it_rejects_kv_of_another_dtype_naming_both_dtypes():
     sent = payload(kv_layout={**LAYOUT, "dtype": "bfloat16"})
     sent.k, sent.v = sent.k.bfloat16(), sent.v.bfloat16()
     with pytest.raises(KVWireError, match="KV dtype mismatch: the payload's KV cache is 'bfloat16' .* this decode "
-                                          "worker runs 'float32'"):
+                                          "worker's is 'float32'"):
         decode_payload(encode_payload(sent), kv_layout=LAYOUT)
 
 

@@ -110,13 +110,11 @@ def test_an_unknown_decode_kv_dtype_is_a_400_naming_the_field(workers):
     assert error["param"] == "decode_kv_dtype"
 
 
-
-def test_a_gateway_in_front_of_a_float32_prefill_and_a_bfloat16_decode_serves(workers, tmp_path):
-    """The gateway names the decode worker's dtype (from its /health) in every prefill request."""
+def _serves_through_a_gateway(name: str, prefill: str, decode: str, tmp_path) -> None:
+    """A gateway in front of the two workers completes a request (5 tokens)."""
     from tests.inference.gateway.support import start_gateway
 
-    gateway = start_gateway("gateway-mixed", ["--prefill", workers["prefill_auto"].url,
-                                              "--decode", workers["decode_bf16"].url], tmp_path)
+    gateway = start_gateway(name, ["--prefill", prefill, "--decode", decode], tmp_path)
     try:
         r = requests.post(gateway.url + "/v1/completions", timeout=HTTP_TIMEOUT_S,
                           json={"model": "tandem", "prompt": PROMPT, "max_tokens": 5, "ignore_eos": True})
@@ -126,11 +124,14 @@ def test_a_gateway_in_front_of_a_float32_prefill_and_a_bfloat16_decode_serves(wo
         gateway.stop()
 
 
+def test_a_gateway_in_front_of_a_float32_prefill_and_a_bfloat16_decode_serves(workers, tmp_path):
+    """The gateway names the decode worker's dtype (from its /health) in every prefill request."""
+    _serves_through_a_gateway("gateway-mixed", workers["prefill_auto"].url, workers["decode_bf16"].url, tmp_path)
+
+
 def test_a_float16_kv_cache_beside_float32_is_said_and_a_gateway_feeds_it_converted_kv(workers, tmp_path):
     """A decode worker with --kv-cache-dtype float16 says it (/info, /health) and takes float16 KV only; the gateway
     names that dtype in each prefill request (from /health), so a float32 prefill worker converts its KV to it."""
-    from tests.inference.gateway.support import start_gateway
-
     decode = workers["decode_kv16"].url
     info = _get(decode, "/info")
     assert (info["dtype"], info["kv_cache_dtype"], info["kv_layout"]["dtype"]) == ("float32", "float16", "float16")
@@ -139,11 +140,4 @@ def test_a_float16_kv_cache_beside_float32_is_said_and_a_gateway_feeds_it_conver
     r = requests.post(f"{workers['prefill_auto'].url}/v1/prefill", timeout=HTTP_TIMEOUT_S,
                       json={"request_id": "kv16-1", "prompt": PROMPT, "max_tokens": 6, "decode_url": decode})
     assert_openai_error(r, 502, "HTTP 400", "KV dtype mismatch", "'float32'", "'float16'")
-    gateway = start_gateway("gateway-kv16", ["--prefill", workers["prefill_auto"].url, "--decode", decode], tmp_path)
-    try:
-        r = requests.post(gateway.url + "/v1/completions", timeout=HTTP_TIMEOUT_S,
-                          json={"model": "tandem", "prompt": PROMPT, "max_tokens": 5, "ignore_eos": True})
-        assert r.status_code == 200, r.text
-        assert r.json()["usage"]["completion_tokens"] == 5
-    finally:
-        gateway.stop()
+    _serves_through_a_gateway("gateway-kv16", workers["prefill_auto"].url, decode, tmp_path)
