@@ -35,11 +35,15 @@ class PrefillAttention:
         # as 0 / -inf in the cache's dtype once per step (what SDPA would turn a boolean mask into in every layer).
         self.contexts = [None if context is None else (context[0], _additive(context[1], k_cache.dtype))
                          for context in contexts]
+        self.mask_dtype = k_cache.dtype
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         # q: [T, Hq, D]; k, v: [T, Hkv, D]  ->  [T, Hq, D]
         # 4-D inputs: with 3-D ones SDPA misses its fused CPU kernel (measured 6x slower at 1000 tokens).
         q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # [1, H, T, D]
+        if self.mask_dtype != q.dtype:  # a cache narrower than the model's made the masks in its dtype: once a step
+            self.contexts = [c if c is None else (c[0], c[1].to(q.dtype)) for c in self.contexts]
+            self.mask_dtype = q.dtype
         if len(self.bounds) == 1 and self.contexts[0] is None:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)  # [1, Hq, T, D]
             return o[0].transpose(0, 1)
@@ -53,11 +57,6 @@ class PrefillAttention:
                 out[:, :, start:end] = self._with_cached_prefix(layer_id, q[:, :, start:end], *context, scale)
         return out[0].transpose(0, 1)
 
-    def _in(self, dtype: torch.dtype) -> None:
-        """The masks in the queries' dtype, once: a cache narrower than the model's (Config.kv_cache_dtype) made them
-        in its own."""
-        self.contexts = [None if c is None or c[1].dtype == dtype else (c[0], c[1].to(dtype)) for c in self.contexts]
-
     def _with_cached_prefix(self, layer_id: int, q: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                             scale: float) -> torch.Tensor:
         # q: [1, Hq, C, D]; slots: [S]; mask: [1, 1, C, S]  ->  [1, Hq, C, D]
@@ -67,9 +66,6 @@ class PrefillAttention:
         # a narrower cache's rows in the queries' dtype (exact: every float16 and bfloat16 value is a float32)
         keys = self.k_slots[layer_id].index_select(0, slots).to(q.dtype).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
         values = self.v_slots[layer_id].index_select(0, slots).to(q.dtype).transpose(0, 1).unsqueeze(0)
-        if mask.dtype != q.dtype:
-            self._in(q.dtype)
-            mask = mask.to(q.dtype)
         num_groups = q.shape[1] // keys.shape[1]
         if q.device.type != "cpu" and num_groups > 1:  # CUDA's fused kernels take a mask without GQA: -> [1, Hq, S, D]
             keys, values = keys.repeat_interleave(num_groups, 1), values.repeat_interleave(num_groups, 1)

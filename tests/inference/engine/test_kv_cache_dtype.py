@@ -1,7 +1,8 @@
 """A KV cache narrower than the model (Config.kv_cache_dtype): a float32 model with a float16 or bfloat16 cache holds
 twice the tokens in the same bytes, says so (kv_layout, the engine's kv_cache_dtype), rounds each K and V value once on
 its way in on every path that writes the cache (the prefill, the lean decode forward, the decode layers in C), serves
-the same greedy tokens through Tandem's paged kernel as through torch's attention over it, and refuses a cache dtype
+the same greedy tokens through Tandem's paged kernel as through torch's attention over it (and with layer drafts as
+without), attends from chunks after a cached prefix as over the same values in float32, and refuses a cache dtype
 that does not suit the model's before loading it."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from inference.engine import Config, LLMEngine, SamplingParams
+from inference.engine.attention import PrefillAttention
 from inference.engine.config import ConfigError
 from inference.engine.precision import KVDtypeError, choose_kv_dtype
 from tests.inference.engine.support import prefilled, random_prompts
@@ -79,6 +81,40 @@ def test_greedy_tokens_over_a_float16_cache_are_the_same_with_the_kernel_and_wit
         eng = _engine(tiny_model_dir, "float16", matvec=matvec)
         assert eng.model_runner.decode_attention_info["kernel"] == ("tandem" if matvec == "auto" else "torch")
         outputs.append(eng.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True)))
+    assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize("kv_cache_dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_chunks_over_a_narrow_cache_attend_as_over_the_same_values_widened(kv_cache_dtype):
+    """Prefill attention of a step with two chunks after cached prefixes (chunked prefill, a prefix-cache hit, a
+    speculative verify), layer after layer: over a float16 or bfloat16 cache it equals the same over a float32 cache
+    holding the same values (the masks made in the cache's dtype are used in the queries' in every layer)."""
+    g = torch.Generator().manual_seed(3)
+    num_layers, num_blocks, block_size, h_q, h_kv, d = 3, 16, 4, 4, 2, 16
+    k16, v16 = (torch.randn(num_layers, num_blocks, block_size, h_kv, d, generator=g).to(kv_cache_dtype)
+                for _ in range(2))
+    chunks = []  # (slots of positions [0, end), mask [1, 1, C, S]) of two sequences' chunks at [start, end)
+    for first_block, start, end in ((1, 5, 9), (8, 3, 10)):
+        slots = torch.arange(first_block * block_size, first_block * block_size + end)
+        keys, queries = torch.arange(end), torch.arange(start, end)
+        chunks.append((slots, (keys.unsqueeze(0) <= queries.unsqueeze(1)).view(1, 1, end - start, end)))
+    bounds = [(0, 4), (4, 11)]
+    q = torch.randn(11, h_q, d, generator=g)
+    k, v = torch.randn(11, h_kv, d, generator=g), torch.randn(11, h_kv, d, generator=g)
+    narrow = PrefillAttention(k16, v16, bounds, chunks)
+    wide = PrefillAttention(k16.float(), v16.float(), bounds, chunks)
+    for layer_id in range(num_layers):
+        got = narrow(layer_id, q, k, v, 0.25)
+        assert torch.equal(got, wide(layer_id, q, k, v, 0.25)), layer_id
+
+
+def test_layer_drafts_over_a_float16_cache_keep_the_greedy_tokens(tiny_model_dir):
+    """Self-speculation writes and verifies over the cache: with a float16 one its greedy tokens are still the
+    engine's without speculation (several sequences verified in one step)."""
+    prompts = random_prompts([3, 17, 33], seed=11)
+    outputs = [_engine(tiny_model_dir, "float16", speculative=spec).generate(
+                   prompts, SamplingParams(max_tokens=16, ignore_eos=True))
+               for spec in (None, {"method": "layers", "num_tokens": 3, "layers": 1})]
     assert outputs[0] == outputs[1]
 
 
