@@ -235,8 +235,10 @@ def revision_dtype(dtype: str | None, engine_settings: dict) -> str | None:
 def check_kv_cache_dtype(dtype: str | None, engine_settings: dict) -> None:
     """400 where a role's KV cache dtype cannot suit its dtype: a 16-bit cache only beside float32 (or the model's
     own). Where the dtype is auto, the worker resolves it and refuses a mismatch when it starts."""
-    common = engine_settings.get(COMMON, {})
+    common = engine_settings.get(COMMON) or {}
     for role, part in engine_settings.items():
+        if role not in (COMMON, *ALL_ROLES) or not isinstance(part, dict):
+            continue  # not a part (validate_engine_settings refuses such keys in what it is given)
         role_dtype = part.get(ROLE_DTYPE) if role != COMMON else None
         model_dtype = role_dtype or dtype
         kv = part.get("kv_cache_dtype", common.get("kv_cache_dtype"))
