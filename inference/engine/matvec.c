@@ -289,8 +289,8 @@ static void rows_avx512(int dtype, const void *w, size_t row_bytes, const float 
    6 rows x 4 tokens as the AVX-512 tiles above, where vdpbf16ps multiplies 32 bfloat16 pairs of a row and a token
    into 16 float32 sums in one instruction; the kernels above widen the row (two instructions per 16 weights) and run
    one FMA per 16. SmolLM2's 120 bfloat16 linears of a step, one thread, a Zen 4 EPYC (AVX-512, AVX512-BF16), best
-   of 7: at 1 / 4 tokens 9.3 / 10.0 ms against the row kernel's 13.5 / 20.0 (at 1, ~23 GB/s of weights: a plain
-   read's rate, where the row kernel is bound by its instructions; six rows side by side cost nothing here), at 8 / 16
+   of 7: at 1 / 4 tokens 9.3 / 10.0 ms against the row kernel's 13.5 / 20.0 (at 1, ~23 GB/s of weights: near a plain
+   read's rate, where the row kernel reads ~16 GB/s; six rows side by side cost nothing here), at 8 / 16
    / 32 tokens 14.0 / 24.6 / 46.7 ms against the AVX-512F tiles' 22.3 / 42.4 / 81.5 and oneDNN's bfloat16 GEMM's
    33.5 / 41.4 / 55.9. The products are exact in float32 and each is added with one rounding, as an FMA adds it; what
    differs is the order (elements 2i and 2i + 1 of a stretch into lane i) and that the instruction treats denormal
