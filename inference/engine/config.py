@@ -11,8 +11,9 @@ from inference.roles import Role
 
 # "auto": the model config's own dtype, resolved when the model loads (inference/engine/precision.py).
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# The KV cache's dtype: "auto" (the model's) or a narrower one beside float32 (precision.choose_kv_dtype).
-KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The KV cache's dtype, by the same names: "auto" (the model's) or a narrower one beside float32
+# (precision.choose_kv_dtype).
+KV_CACHE_DTYPES = DTYPES
 # "int8": the linear layers (attention projections, MLP, lm_head) and the embedding table in int8 with per-channel
 # scales (inference/engine/quantization.py); outputs are then not bit-identical to the model's own.
 QUANTIZATIONS = ("none", "int8")

@@ -33,6 +33,7 @@ from inference.engine.int8_linear import GEMM_TOKENS, MatVecInt8Linear
 from inference.engine.interleave import Pause
 from inference.engine.matvec import WIDE_MAX_TOKENS, matvec_projection
 from inference.engine.native import KernelLibrary, load_library
+from inference.engine.paged_attention import KV_DTYPE_CODES
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,6 @@ SOURCE = Path(__file__).with_name("decode_layers.c")
 MAX_CALLS = 4  # decode_layers.c's: kernel calls per projection (q, k, v: 3)
 CALL_MATVEC, CALL_INT8 = 0, 1
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
-_KV_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # the cache's (kernels.h)
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 
@@ -168,7 +168,7 @@ class FusedDecode:
                          attention=_address(attention_library.lib.tandem_paged_attention),
                          k_cache=k_cache.data_ptr(), v_cache=runner.v_cache.data_ptr(),
                          layer_bytes=k_cache.stride(0) * k_cache.element_size(), block_size=k_cache.shape[2],
-                         kv_dtype=_KV_DTYPE_CODES[k_cache.dtype],
+                         kv_dtype=KV_DTYPE_CODES[k_cache.dtype],
                          **{name: tensor.data_ptr() for name, tensor in self.scratch.items()})
         self._call = library.lib.tandem_decode_layers
         self._plan_ref = ctypes.byref(self.plan)

@@ -141,6 +141,7 @@ class LeanDecoder:
         shape = (runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
         self.k_slots = runner.k_cache.view(shape).unbind(0)  # L x [N*bs, Hkv, D]
         self.v_slots = runner.v_cache.view(shape).unbind(0)
+        self.kv_dtype = runner.kv_dtype if runner.kv_dtype != runner.dtype else None  # a narrower cache's, or None
         self.fused = None  # the layers in one C call (decode_layers.FusedDecode), set by the runner where it runs
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
@@ -167,8 +168,9 @@ class LeanDecoder:
             qk = qk * cos + qk.roll(d // 2, -1) * sin
             # q contiguous: with many sequences, SDPA over a strided q measured ~4% slower a step (SmolLM2, 16).
             q, k, v = qk[:, :h_q].contiguous(), qk[:, h_q:], qkv[:, h_q + h_kv:]
-            self.k_slots[layer_id].index_copy_(0, slot_mapping, k.to(self.k_slots[layer_id].dtype))  # no copy: same
-            self.v_slots[layer_id].index_copy_(0, slot_mapping, v.to(self.v_slots[layer_id].dtype))
+            narrow = self.kv_dtype is not None  # rounded once on the way into a narrower cache (attention: k, v)
+            self.k_slots[layer_id].index_copy_(0, slot_mapping, k.to(self.kv_dtype) if narrow else k)
+            self.v_slots[layer_id].index_copy_(0, slot_mapping, v.to(self.kv_dtype) if narrow else v)
             o = attention(layer_id, q, k, v, layer.scale)  # [T, Hq, D]
             x = x + layer.o(o.reshape(num_tokens, h_q * d))
             gate, up = layer.mlp_in(x).split(layer.intermediate_size, dim=-1)

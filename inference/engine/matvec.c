@@ -261,26 +261,31 @@ static inline void tile_avx512(int dtype, const void *w, size_t row_bytes, const
 #define TILE_AVX512(NR, NT) tile_avx512(dtype, w, row_bytes, xf + t0 * K, K, NR, NT, (int)(t0 / 4), (int)((T + 3) / 4), v)
 #define TILE_AVX512_ROWS(NR) TILE_TOKENS(TILE_AVX512, NR)
 
+/* The body of rows_avx512 and rows_bf16dot: for each group of up to 4 tokens (nt), the tile of nr rows (ROWS(nr):
+   up to 6), then each output plus its bias stored in DTYPE. */
+#define SIX_ROW_TILES(ROWS, DTYPE)                                                                           \
+    for (int64_t t0 = 0; t0 < T; t0 += 4) {                                                                  \
+        int nt = T - t0 < 4 ? (int)(T - t0) : 4;                                                             \
+        float v[6][4];                                                                                       \
+        switch (nr) {                                                                                        \
+            case 6: ROWS(6) break;                                                                           \
+            case 5: ROWS(5) break;                                                                           \
+            case 4: ROWS(4) break;                                                                           \
+            case 3: ROWS(3) break;                                                                           \
+            case 2: ROWS(2) break;                                                                           \
+            default: ROWS(1)                                                                                 \
+        }                                                                                                    \
+        for (int r = 0; r < nr; r++) {                                                                       \
+            float b = bias ? load_scalar(DTYPE, bias, n + r) : 0.0f;                                         \
+            for (int t = 0; t < nt; t++) store_scalar(DTYPE, y, (t0 + t) * ldy + n + r, v[r][t] + b);        \
+        }                                                                                                    \
+    }
+
 /* Rows n .. n + nr - 1 (w is row n) for every token: y[t * ldy + n + r] (+ bias[n + r]). */
 __attribute__((target("avx512f")))
 static void rows_avx512(int dtype, const void *w, size_t row_bytes, const float *xf, int64_t K, int64_t T, int nr,
                         void *y, int64_t ldy, int64_t n, const void *bias) {
-    for (int64_t t0 = 0; t0 < T; t0 += 4) {
-        int nt = T - t0 < 4 ? (int)(T - t0) : 4;
-        float v[6][4];
-        switch (nr) {
-            case 6: TILE_AVX512_ROWS(6) break;
-            case 5: TILE_AVX512_ROWS(5) break;
-            case 4: TILE_AVX512_ROWS(4) break;
-            case 3: TILE_AVX512_ROWS(3) break;
-            case 2: TILE_AVX512_ROWS(2) break;
-            default: TILE_AVX512_ROWS(1)
-        }
-        for (int r = 0; r < nr; r++) {
-            float b = bias ? load_scalar(dtype, bias, n + r) : 0.0f;
-            for (int t = 0; t < nt; t++) store_scalar(dtype, y, (t0 + t) * ldy + n + r, v[r][t] + b);
-        }
-    }
+    SIX_ROW_TILES(TILE_AVX512_ROWS, dtype)
 }
 
 /* ---- AVX512-BF16, every bfloat16 step -------------------------------------------------------------------------- */
@@ -337,25 +342,10 @@ static inline void tile_bf16dot(const void *w, size_t row_bytes, const uint16_t 
 __attribute__((target("avx512f,avx512bf16")))
 static void rows_bf16dot(const void *w, size_t row_bytes, const uint16_t *xb, int64_t K, int64_t T, int nr, void *y,
                          int64_t ldy, int64_t n, const void *bias) {
-    for (int64_t t0 = 0; t0 < T; t0 += 4) {
-        int nt = T - t0 < 4 ? (int)(T - t0) : 4;
-        float v[6][4];
-        switch (nr) {
-            case 6: TILE_BF16DOT_ROWS(6) break;
-            case 5: TILE_BF16DOT_ROWS(5) break;
-            case 4: TILE_BF16DOT_ROWS(4) break;
-            case 3: TILE_BF16DOT_ROWS(3) break;
-            case 2: TILE_BF16DOT_ROWS(2) break;
-            default: TILE_BF16DOT_ROWS(1)
-        }
-        for (int r = 0; r < nr; r++) {
-            float b = bias ? load_scalar(DT_BF16, bias, n + r) : 0.0f;
-            for (int t = 0; t < nt; t++) store_scalar(DT_BF16, y, (t0 + t) * ldy + n + r, v[r][t] + b);
-        }
-    }
+    SIX_ROW_TILES(TILE_BF16DOT_ROWS, DT_BF16)
 }
 
-/* Whether bfloat16 steps of more than 4 tokens run the AVX512-BF16 tiles: where the CPU has AVX512-BF16, the kernels
+/* Whether bfloat16 steps run the AVX512-BF16 tiles: where the CPU has AVX512-BF16, the kernels
    run AVX-512 (not capped to AVX2) and they were not turned off. `on` < 0 asks; 0 turns them off in this process (to
    compare, or to check the AVX-512F tiles on such a CPU); 1 on again. Returns whether they run now. */
 static int bf16_dot_off = 0, cpu_bf16 = -1;

@@ -69,16 +69,20 @@ class Library(KernelLibrary):
         self.lib.tandem_matvec_bf16_dot.argtypes = [ctypes.c_int]
         self.native_bfloat16 = cpu_has_native_bfloat16()
         self.amx = "amx_bf16" in cpu_flags()
-
-    @property
-    def bfloat16_tiles(self) -> bool:
-        """Whether bfloat16 steps run the AVX512-BF16 tiles (the CPU has AVX512-BF16, the kernels run AVX-512)."""
-        return bool(self.lib.tandem_matvec_bf16_dot(-1))
+        # Whether bfloat16 steps run the AVX512-BF16 tiles (the CPU has AVX512-BF16, the kernels run AVX-512): the C
+        # library's state, read again only where it changes (here, use_bfloat16_tiles, cap_isa), not per projection.
+        self.bfloat16_tiles = bool(self.lib.tandem_matvec_bf16_dot(-1))
 
     def use_bfloat16_tiles(self, on: bool) -> bool:
         """Turn the AVX512-BF16 tiles off (then bfloat16 runs the AVX-512F kernels, as on a CPU without them) or on
         again where they can run, in this process; returns whether they run now."""
-        return bool(self.lib.tandem_matvec_bf16_dot(1 if on else 0))
+        self.bfloat16_tiles = bool(self.lib.tandem_matvec_bf16_dot(1 if on else 0))
+        return self.bfloat16_tiles
+
+    def cap_isa(self, name: str) -> str | None:
+        isa = super().cap_isa(name)
+        self.bfloat16_tiles = bool(self.lib.tandem_matvec_bf16_dot(-1))  # none below AVX-512
+        return isa
 
     def max_tokens_for(self, dtype: torch.dtype) -> int:
         """The most tokens of a step the kernel computes in `dtype` (more: a GEMM), by the instruction set it runs

@@ -351,8 +351,9 @@ class ModelRunner:
             if torch.compiler.is_compiling():  # one opaque op, written in place (compilation.write_kv)
                 write_kv(self.k_cache, self.v_cache, layer_id, slot_mapping, k, v)
             else:
-                k_slots[layer_id].index_copy_(0, slot_mapping, k.to(self.kv_dtype))  # no copy where it is k's
-                v_slots[layer_id].index_copy_(0, slot_mapping, v.to(self.kv_dtype))
+                narrow = self.kv_dtype != self.dtype  # rounded once on the way into a narrower cache
+                k_slots[layer_id].index_copy_(0, slot_mapping, k.to(self.kv_dtype) if narrow else k)
+                v_slots[layer_id].index_copy_(0, slot_mapping, v.to(self.kv_dtype) if narrow else v)
             o = attention(layer_id, q, k, v, attn.scaling)  # [T, Hq, D]
             x = x + attn.o_proj(o.reshape(num_tokens, h_q * d))
             x = x + layer.mlp(layer.post_attention_layernorm(x))

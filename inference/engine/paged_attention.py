@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("paged_attention.c")
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}  # the queries' and outputs' (the model's compute dtype)
-_KV_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # the cache's (kernels.h)
+KV_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # the cache's (kernels.h)
 
 
 class Library(KernelLibrary):
@@ -66,7 +66,7 @@ def choose_decode_attention(setting: str, *, dtype: torch.dtype, device: torch.d
         return None, f"{setting}: torch's SDPA inside the compiled decode step (a C call cannot be traced)"
     if dtype not in _DTYPE_CODES:
         return None, f"{setting}: the kernel runs float32 and bfloat16, not {str(dtype).removeprefix('torch.')}"
-    if kv_dtype not in _KV_DTYPE_CODES:
+    if kv_dtype not in KV_DTYPE_CODES:
         return None, f"{setting}: the kernel reads float32, bfloat16 and float16 caches, not {kv_dtype}"
     if head_dim % 16:
         return None, f"{setting}: the kernel runs head dims that are a multiple of 16, not {head_dim}"
@@ -88,13 +88,13 @@ class PagedDecode:
     def __init__(self, library: Library, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  context_lens: torch.Tensor, num_threads: int):
         # k_cache, v_cache: [L, N, bs, Hkv, D]; block_tables: [B, M] int64; context_lens: [B] int64
-        assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.dtype in _KV_DTYPE_CODES
+        assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.dtype in KV_DTYPE_CODES
         assert block_tables.dtype == context_lens.dtype == torch.int64 and block_tables.stride(1) == 1
         assert context_lens.is_contiguous()
         self.lib, self.num_threads = library.lib, num_threads
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_tables, self.context_lens = block_tables, context_lens  # kept alive: the kernel reads them
-        self.kv_code = _KV_DTYPE_CODES[k_cache.dtype]
+        self.kv_code = KV_DTYPE_CODES[k_cache.dtype]
         _, _, self.block_size, self.num_kv_heads, self.head_dim = k_cache.shape
         self.layer_bytes = k_cache.stride(0) * k_cache.element_size()
 
