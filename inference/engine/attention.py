@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from inference.engine.paged_attention import PagedDecode
+from inference.engine.prefill_attention import Library as PrefillKernel
 
 
 class PrefillAttention:
@@ -23,38 +24,48 @@ class PrefillAttention:
     itself, causally: its keys are read back from the cache (where this layer just wrote the chunk's own), with a
     mask that lets query position p see key positions <= p. A chunk at s = 0 keeps the fast path (is_causal over its
     own K/V, no cache read).
+
+    With `kernel` (Tandem's prefill kernel, prefill_attention.py), each chunk runs in one C call instead: its own K/V
+    read from the step's tensors, a cached prefix's rows in place from the cache, no mask (causal by position). Over a
+    cache narrower than the model's (which the kernel does not read), a step with a chunk after a cached prefix keeps
+    torch's path; whole prompts still run the kernel (they read only the step's own K/V).
     """
 
     def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, bounds: list[tuple[int, int]],
-                 contexts: list[tuple[torch.Tensor, torch.Tensor] | None]):
+                 contexts: list[tuple[torch.Tensor, torch.Tensor] | None], kernel: PrefillKernel | None = None,
+                 num_threads: int = 1):
         num_layers, _, _, num_kv_heads, head_dim = k_cache.shape
         self.k_slots = k_cache.view(num_layers, -1, num_kv_heads, head_dim)  # [L, N*bs, Hkv, D]
         self.v_slots = v_cache.view(num_layers, -1, num_kv_heads, head_dim)
         self.bounds = bounds  # [(start, end)] of each sequence's chunk in the packed row
-        # Per sequence: None (chunk at position 0), or (slots [S] of positions [0, end), mask [1, 1, C, S]), the mask
-        # as 0 / -inf in the cache's dtype once per step (what SDPA would turn a boolean mask into in every layer).
-        self.contexts = [None if context is None else (context[0], _additive(context[1], k_cache.dtype))
-                         for context in contexts]
-        self.mask_dtype = k_cache.dtype
+        # Per sequence: None (chunk at position 0), or (slots [S] of positions [0, end), boolean mask [1, 1, C, S]).
+        self.contexts = contexts
+        self.kernel, self.num_threads = kernel, num_threads
+        self.all_whole = all(context is None for context in contexts)
+        # torch's path: the masks as 0 / -inf in the queries' dtype (what SDPA would turn a boolean mask into in every
+        # layer), made at the step's first call and read by every layer
+        self._masks: list[torch.Tensor | None] | None = None
+        self._own_slots: dict[int, torch.Tensor] = {}  # the kernel's slots of a chunk's own K/V: arange(C)
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         # q: [T, Hq, D]; k, v: [T, Hkv, D]  ->  [T, Hq, D]
+        if self.kernel is not None and (self.all_whole or self.k_slots.dtype == q.dtype):
+            return self._kernel(layer_id, q, k, v, scale)
         # 4-D inputs: with 3-D ones SDPA misses its fused CPU kernel (measured 6x slower at 1000 tokens).
         q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # [1, H, T, D]
-        if self.mask_dtype != q.dtype:  # a cache narrower than the model's made the masks in its dtype: once a step
-            self.contexts = [c if c is None else (c[0], c[1].to(q.dtype)) for c in self.contexts]
-            self.mask_dtype = q.dtype
-        if len(self.bounds) == 1 and self.contexts[0] is None:
+        if len(self.bounds) == 1 and self.all_whole:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)  # [1, Hq, T, D]
             return o[0].transpose(0, 1)
+        if self._masks is None:
+            self._masks = [None if c is None else _additive(c[1], q.dtype) for c in self.contexts]
         out = torch.empty_like(q)  # [1, Hq, T, D]
-        for (start, end), context in zip(self.bounds, self.contexts):
+        for (start, end), context, mask in zip(self.bounds, self.contexts, self._masks):
             if context is None:
                 out[:, :, start:end] = F.scaled_dot_product_attention(
                     q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], is_causal=True, scale=scale,
                     enable_gqa=True)
             else:
-                out[:, :, start:end] = self._with_cached_prefix(layer_id, q[:, :, start:end], *context, scale)
+                out[:, :, start:end] = self._with_cached_prefix(layer_id, q[:, :, start:end], context[0], mask, scale)
         return out[0].transpose(0, 1)
 
     def _with_cached_prefix(self, layer_id: int, q: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
@@ -70,6 +81,23 @@ class PrefillAttention:
         if q.device.type != "cpu" and num_groups > 1:  # CUDA's fused kernels take a mask without GQA: -> [1, Hq, S, D]
             keys, values = keys.repeat_interleave(num_groups, 1), values.repeat_interleave(num_groups, 1)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+    def _kernel(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [T, Hq, D]
+        for (start, end), context in zip(self.bounds, self.contexts):
+            size = end - start
+            if context is None:  # over its own K/V: slots 0 .. C - 1 of the step's rows
+                slots = self._own_slots.get(size)
+                if slots is None:
+                    slots = self._own_slots[size] = torch.arange(size, dtype=torch.int64)
+                self.kernel.attend(q[start:end], 0, k[start:end], v[start:end], slots, scale, self.num_threads,
+                                   out[start:end])
+            else:  # over the cache, where this layer just wrote the chunk's own K/V beside the prefix's
+                slots = context[0]
+                self.kernel.attend(q[start:end], slots.numel() - size, self.k_slots[layer_id], self.v_slots[layer_id],
+                                   slots, scale, self.num_threads, out[start:end])
+        return out
 
 
 def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

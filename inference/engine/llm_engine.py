@@ -79,6 +79,8 @@ class LLMEngine:
                              "isa": library.isa if library else None, "reason": self.model_runner.matvec_reason,
                              # the decode rows' attention, under the same setting (paged_attention.py)
                              "decode_attention": self.model_runner.decode_attention_info,
+                             # the prefill chunks' attention, likewise (prefill_attention.py)
+                             "prefill_attention": self.model_runner.prefill_attention_info,
                              # a decode step's layers in one C call (decode_layers.py)
                              "fused_decode": self.model_runner.fused_decode_reason}
         self.decode_step_ops: int | None = self.model_runner.decode_step_ops  # one single-stream step's tensor ops

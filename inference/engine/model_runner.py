@@ -28,6 +28,7 @@ from inference.engine.lean_decode import unsupported_reason as lean_unsupported_
 from inference.engine.matvec import choose_matvec
 from inference.engine.model_loading import eos_token_ids, load_model, resolve_max_model_len, zeroed_pool
 from inference.engine.paged_attention import PagedDecode, choose_decode_attention
+from inference.engine.prefill_attention import choose_prefill_attention
 from inference.engine.precision import TORCH_DTYPES, choose_dtype, choose_kv_dtype
 from inference.engine.quantization import default_kernel, kernel_note, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
@@ -135,6 +136,9 @@ class ModelRunner:
             config.matvec, dtype=self.dtype, device=self.device, head_dim=self.head_dim,
             compiled=self._compiled_decode_forward is not None, kv_dtype=self.kv_dtype)
         self.decode_attention_info = {"kernel": "tandem" if self.paged_attention else "torch", "reason": reason}
+        self.prefill_kernel, reason = choose_prefill_attention(config.matvec, dtype=self.dtype, device=self.device,
+                                                               head_dim=self.head_dim, kv_dtype=self.kv_dtype)
+        self.prefill_attention_info = {"kernel": "tandem" if self.prefill_kernel else "torch", "reason": reason}
         # A decode step's layers in one C call where the kernels run all of them (decode_layers.py).
         fused, self.fused_decode_reason = build_fused_decode(self)
         if self.lean_decoder is not None:
@@ -278,7 +282,8 @@ class ModelRunner:
             input_ids += [0] * num_padding
             positions += [0] * num_padding
             slots += [self.scratch_block * self.block_size] * num_padding
-        prefill_attention = PrefillAttention(self.k_cache, self.v_cache, bounds, contexts) if prefill else None
+        prefill_attention = PrefillAttention(self.k_cache, self.v_cache, bounds, contexts, self.prefill_kernel,
+                                             torch.get_num_threads()) if prefill else None
         decode_attention = self._decode_attention(decode, num_padding=num_padding) if decode else None
         if prefill_attention and decode_attention:
             attention = MixedAttention(prefill_attention, decode_attention, num_prefill_tokens)

@@ -105,7 +105,8 @@ class SpecDecoder:
             input_ids.append(seq.last_token_id)
             positions.append(position)
             slots += runner._slots(seq, position, position + 1)
-        attention = PrefillAttention(runner.k_cache, runner.v_cache, bounds, contexts)
+        attention = PrefillAttention(runner.k_cache, runner.v_cache, bounds, contexts, runner.prefill_kernel,
+                                     torch.get_num_threads())
         if plain_seqs:
             attention = MixedAttention(attention, runner._decode_attention(plain_seqs), num_chunk_tokens)
         hidden = runner._forward(runner._tensor(input_ids), runner._tensor(positions), runner._tensor(slots),

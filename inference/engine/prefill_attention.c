@@ -1,0 +1,342 @@
+/* Tandem's prefill-attention kernel for CPU prefill steps (inference/engine/prefill_attention.py loads it).
+
+   Causal attention of one sequence's chunk of C queries (positions first, ..., first + C - 1) over its keys 0 ..
+   first + C - 1: the chunk's own K/V and, for a chunk after a cached prefix, the prefix's rows read in place from the
+   paged cache (key position j's row at `k + slots[j] * ld_k`, as the decode kernel reads them). Query position p
+   sees the keys j <= p.
+
+   Flash attention, arranged for a CPU's vectors: a tile of 16 query positions of one query head is one 512-bit
+   vector per head dimension (the queries transposed once per tile), so a key's 16 scores come out as one vector
+   (16 query lanes) from D fused multiply-adds with that key's elements broadcast from its row in place, and the
+   online softmax (running maximum, rescale, sum) runs across the lanes with no horizontal operation. Keys are taken
+   in blocks of KB; the G query heads that share a KV head reuse each block while it is in L1. The output of a tile
+   is 64-lane vectors per head dimension, rescaled once per block and divided by the softmax's sum at the end.
+   Blocks past a tile's last query position are never computed (causal), and only the blocks that reach its first
+   position are masked.
+
+   float32: FMAs in float32 (AVX-512F). bfloat16 (AVX512-BF16, with AVX512BW): the products run on `vdpbf16ps`, 32
+   bfloat16 pairs into 16 float32 sums an instruction, twice the multiplies of a float32 FMA: scores over pairs of
+   head dimensions (q's pairs transposed once per tile, k's pairs broadcast from the row), the weighted sum of V over
+   pairs of keys (the softmax's probabilities rounded to bfloat16, as torch's CPU flash kernel rounds them before its
+   second GEMM; V's rows interleaved in pairs once per call). Softmax, maxima and sums in float32; exp is a polynomial
+   within ~2 float32 ulps of expf (inputs below -87 give exp(-87), ~1.6e-38: nothing beside a maximum's 1).
+   Sums run in another order than SDPA's: values are not bit-identical to torch's (within float32 rounding;
+   bfloat16: within the rounding of the probabilities and of the output), greedy tokens are
+   (tests/inference/engine/test_prefill_attention.py).
+
+   No -march: target attributes, picked at run time. tandem_prefill_attention_isa() says 2 where the CPU has
+   AVX-512F (float32), 3 where it also has AVX512-BF16 and AVX512BW (bfloat16 too), 0 otherwise (the engine keeps
+   torch's SDPA: AVX2 CPUs included). */
+#include "kernels.h"
+
+static int isa = -1;
+static int detect(void) {
+    if (detected_isa() < 2) return 0;
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? 3 : 2;
+}
+int tandem_prefill_attention_isa(void) {
+    if (isa < 0) isa = detect();
+    return isa;
+}
+int tandem_prefill_attention_cap_isa(int max) {
+    int found = detect();
+    isa = found < max ? found : max;
+    return isa;
+}
+
+#define LANES 16  /* query positions of a tile: one 512-bit vector of float32 */
+#define KB 64     /* keys of a block */
+#define KG 8      /* keys whose scores are computed at once (KG accumulators) */
+#define DG 16     /* head dimensions of the output updated at once (DG accumulators) */
+#define MAX_D 256
+
+typedef int32_t __attribute__((may_alias)) i32a;
+
+/* The calling thread's int32 scratch for V's interleaved pairs (bfloat16), beside kernels.h's float scratch. */
+static int32_t *pair_scratch(size_t n) {
+    static _Thread_local int32_t *buffer = NULL;
+    static _Thread_local size_t size = 0;
+    if (n > size) {
+        int32_t *grown = realloc(buffer, sizeof(int32_t) * n);
+        if (!grown) return NULL;
+        buffer = grown;
+        size = n;
+    }
+    return buffer;
+}
+
+__attribute__((target("avx512f")))
+static inline __m512 exp_512(__m512 x) {
+    const float lo = -87.0f, log2e = 1.44269504088896341f, c1 = 0.693359375f, c2 = -2.12194440e-4f;
+    const float p0 = 1.9875691500e-4f, p1 = 1.3981999507e-3f, p2 = 8.3334519073e-3f, p3 = 4.1665795894e-2f,
+                p4 = 1.6666665459e-1f, p5 = 5.0000001201e-1f;
+    x = _mm512_max_ps(x, _mm512_set1_ps(lo));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(log2e)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c1), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c2), r);
+    __m512 y = _mm512_set1_ps(p0);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p1));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p2));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p3));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p4));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p5));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+/* What one task (a KV head, a tile of LANES query positions) reads. */
+typedef struct {
+    int dtype;
+    const char *q;         /* the chunk's queries [C, ld_q] */
+    int64_t ld_q;          /* elements from one query position's row to the next */
+    char *out;             /* [C, ld_o] */
+    int64_t ld_o;
+    int64_t C, first;      /* queries, position of the first */
+    const char *k, *v;     /* key position j's rows: k + slots[j] * ld_k elements, v + slots[j] * ld_v */
+    const int64_t *slots;
+    int64_t ld_k, ld_v;
+    const int32_t *vpairs; /* bfloat16: [Hkv, ceil(S / 2), D] V's rows interleaved in pairs of keys */
+    int64_t S, Hkv, G, D;
+    float scale;
+} Call;
+
+/* Per tile and query head: the queries transposed ([D][LANES] floats, or [D/2][LANES] bfloat16 pairs), the
+   output [D][LANES], the running maximum and sum [LANES]; per block: scores [KB][LANES], probabilities. */
+typedef struct {
+    float *qt, *o, *m, *l;
+} State;
+
+/* ---- scores: KG keys (or fewer) x LANES queries ---------------------------------------------------------------- */
+
+__attribute__((target("avx512f"), always_inline))
+static inline void scores_f32(const float *qt, const float *const *rows, int n, int64_t D, __m512 *out) {
+    __m512 acc[KG];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < KG; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+        __m512 qd = _mm512_loadu_ps(qt + d * LANES);
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < KG; t++)
+            if (t < n) acc[t] = _mm512_fmadd_ps(qd, _mm512_set1_ps(rows[t][d]), acc[t]);
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < KG; t++)
+        if (t < n) out[t] = acc[t];
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512bw"), always_inline))
+static inline void scores_bf16(const float *qt, const uint16_t *const *rows, int n, int64_t D, __m512 *out) {
+    __m512 acc[KG];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < KG; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < D / 2; p++) {
+        __m512bh qp = (__m512bh)_mm512_loadu_si512((const void *)(qt + p * LANES));
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < KG; t++)
+            if (t < n)
+                acc[t] = _mm512_dpbf16_ps(acc[t], qp, (__m512bh)_mm512_set1_epi32(((const i32a *)rows[t])[p]));
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < KG; t++)
+        if (t < n) out[t] = acc[t];
+}
+
+/* ---- one block of keys for one query head ---------------------------------------------------------------------- */
+
+/* Scores of keys [j0, j0 + kb) into s[j][LANES] (scaled, masked past each lane's position), then the online softmax:
+   the running maximum and sum updated, s turned into probabilities, the output rescaled and added to. */
+#define BLOCK_BODY(SCORES, ROW_T, ROWS)                                                                               \
+    const __m512 scale = _mm512_set1_ps(c->scale);                                                                  \
+    const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32((int)(c->first + i0)),                                  \
+                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)); \
+    const int masked = j0 + kb - 1 > c->first + i0;                                                                  \
+    __m512 bmax = _mm512_set1_ps(-INFINITY);                                                                        \
+    for (int j = 0; j < kb; j += KG) {                                                                              \
+        int n = kb - j < KG ? kb - j : KG;                                                                          \
+        __m512 sc[KG];                                                                                              \
+        if (n == KG) SCORES(st->qt, (const ROW_T *const *)(ROWS) + j, KG, c->D, sc);                               \
+        else SCORES(st->qt, (const ROW_T *const *)(ROWS) + j, n, c->D, sc);                                        \
+        for (int t = 0; t < n; t++) {                                                                               \
+            __m512 x = _mm512_mul_ps(sc[t], scale);                                                                \
+            if (masked) {                                                                                           \
+                __mmask16 visible = _mm512_cmp_epi32_mask(_mm512_set1_epi32((int)(j0 + j + t)), pos, _MM_CMPINT_LE); \
+                x = _mm512_mask_blend_ps(visible, _mm512_set1_ps(-INFINITY), x);                                   \
+            }                                                                                                       \
+            bmax = _mm512_max_ps(bmax, x);                                                                          \
+            _mm512_storeu_ps(s + (j + t) * LANES, x);                                                              \
+        }                                                                                                           \
+    }                                                                                                               \
+    __m512 m_old = _mm512_loadu_ps(st->m), m_new = _mm512_max_ps(m_old, bmax);                                     \
+    __m512 alpha = exp_512(_mm512_sub_ps(m_old, m_new)), sum = _mm512_setzero_ps();                                \
+    for (int j = 0; j < kb; j++) {                                                                                  \
+        __m512 p = exp_512(_mm512_sub_ps(_mm512_loadu_ps(s + j * LANES), m_new));                                  \
+        sum = _mm512_add_ps(sum, p);                                                                                \
+        _mm512_storeu_ps(s + j * LANES, p);                                                                        \
+    }                                                                                                               \
+    _mm512_storeu_ps(st->m, m_new);                                                                                 \
+    _mm512_storeu_ps(st->l, _mm512_fmadd_ps(_mm512_loadu_ps(st->l), alpha, sum));
+
+__attribute__((target("avx512f")))
+static void block_f32(const Call *c, State *st, const float *const *krows, const float *const *vrows, int64_t i0,
+                      int64_t j0, int kb, float *s) {
+    BLOCK_BODY(scores_f32, float, krows)
+    for (int64_t d0 = 0; d0 < c->D; d0 += DG) {
+        __m512 acc[DG];
+        _Pragma("GCC unroll 16")
+        for (int u = 0; u < DG; u++) acc[u] = _mm512_mul_ps(_mm512_loadu_ps(st->o + (d0 + u) * LANES), alpha);
+        for (int j = 0; j < kb; j++) {
+            __m512 p = _mm512_loadu_ps(s + j * LANES);
+            const float *row = vrows[j] + d0;
+            _Pragma("GCC unroll 16")
+            for (int u = 0; u < DG; u++) acc[u] = _mm512_fmadd_ps(p, _mm512_set1_ps(row[u]), acc[u]);
+        }
+        _Pragma("GCC unroll 16")
+        for (int u = 0; u < DG; u++) _mm512_storeu_ps(st->o + (d0 + u) * LANES, acc[u]);
+    }
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512bw")))
+static void block_bf16(const Call *c, State *st, const uint16_t *const *krows, const int32_t *vpairs, int64_t i0,
+                       int64_t j0, int kb, float *s, int32_t *ppairs) {
+    BLOCK_BODY(scores_bf16, uint16_t, krows)
+    /* probabilities of keys 2jp and 2jp + 1 as one bfloat16 pair per lane (an odd block's last pair with 0) */
+    const __m512i interleave = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004,
+                                                 0x00150005, 0x00160006, 0x00170007, 0x00180008, 0x00190009,
+                                                 0x001a000a, 0x001b000b, 0x001c000c, 0x001d000d, 0x001e000e,
+                                                 0x001f000f);
+    int pairs = (kb + 1) / 2;
+    for (int jp = 0; jp < pairs; jp++) {
+        __m512 a = _mm512_loadu_ps(s + 2 * jp * LANES);
+        __m512 b = 2 * jp + 1 < kb ? _mm512_loadu_ps(s + (2 * jp + 1) * LANES) : _mm512_setzero_ps();
+        __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a);  /* a's 16 in the low half, b's in the high */
+        _mm512_storeu_si512((void *)(ppairs + jp * LANES), _mm512_permutexvar_epi16(interleave, both));
+    }
+    for (int64_t d0 = 0; d0 < c->D; d0 += DG) {
+        __m512 acc[DG];
+        _Pragma("GCC unroll 16")
+        for (int u = 0; u < DG; u++) acc[u] = _mm512_mul_ps(_mm512_loadu_ps(st->o + (d0 + u) * LANES), alpha);
+        for (int jp = 0; jp < pairs; jp++) {
+            __m512bh p = (__m512bh)_mm512_loadu_si512((const void *)(ppairs + jp * LANES));
+            const int32_t *row = vpairs + (j0 / 2 + jp) * c->D + d0;
+            _Pragma("GCC unroll 16")
+            for (int u = 0; u < DG; u++) acc[u] = _mm512_dpbf16_ps(acc[u], p, (__m512bh)_mm512_set1_epi32(row[u]));
+        }
+        _Pragma("GCC unroll 16")
+        for (int u = 0; u < DG; u++) _mm512_storeu_ps(st->o + (d0 + u) * LANES, acc[u]);
+    }
+}
+
+/* ---- one task: a KV head's G query heads over a tile of query positions ---------------------------------------- */
+
+static int task(const Call *c, int64_t h, int64_t i0) {
+    const int64_t D = c->D, G = c->G, lanes = c->C - i0 < LANES ? c->C - i0 : LANES;
+    const size_t esize = dtype_size(c->dtype);
+    /* scratch: per head qt, o [D * LANES] and m, l [LANES]; s [KB * LANES]; pairs [KB / 2 * LANES]; row pointers */
+    size_t per_head = (size_t)(2 * D + 2) * LANES;
+    float *scratch = thread_scratch(per_head * (size_t)G + (KB + KB / 2) * LANES + 2 * KB * 2);
+    if (!scratch) return -2;
+    float *s = scratch + per_head * (size_t)G;
+    int32_t *ppairs = (int32_t *)(s + KB * LANES);
+    const void **krows = (const void **)(ppairs + KB / 2 * LANES), **vrows = krows + KB;
+    State st[64];
+    for (int64_t g = 0; g < G; g++) {
+        float *base = scratch + per_head * (size_t)g;
+        st[g] = (State){base, base + D * LANES, base + 2 * D * LANES, base + 2 * D * LANES + LANES};
+        int64_t head = h * G + g;
+        memset(st[g].qt, 0, sizeof(float) * (size_t)(2 * D * LANES));
+        for (int i = 0; i < LANES; i++) {
+            st[g].m[i] = -INFINITY;
+            st[g].l[i] = 0.0f;
+        }
+        for (int64_t i = 0; i < lanes; i++) {
+            const char *row = c->q + ((i0 + i) * c->ld_q + head * D) * (int64_t)esize;
+            if (c->dtype == DT_F32)
+                for (int64_t d = 0; d < D; d++) st[g].qt[d * LANES + i] = ((const float *)row)[d];
+            else
+                for (int64_t p = 0; p < D / 2; p++) ((int32_t *)st[g].qt)[p * LANES + i] = ((const i32a *)row)[p];
+        }
+    }
+    int64_t last = c->first + i0 + lanes - 1;  /* the tile's last query position: keys 0 .. last */
+    for (int64_t j0 = 0; j0 <= last; j0 += KB) {
+        int kb = (int)(last + 1 - j0 < KB ? last + 1 - j0 : KB);
+        for (int j = 0; j < kb; j++) {
+            krows[j] = c->k + (c->slots[j0 + j] * c->ld_k + h * D) * (int64_t)esize;
+            vrows[j] = c->v + (c->slots[j0 + j] * c->ld_v + h * D) * (int64_t)esize;
+        }
+        for (int64_t g = 0; g < G; g++) {
+            if (c->dtype == DT_F32)
+                block_f32(c, &st[g], (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
+            else
+                block_bf16(c, &st[g], (const uint16_t *const *)krows,
+                           c->vpairs + h * ((c->S + 1) / 2) * D, i0, j0, kb, s, ppairs);
+        }
+    }
+    for (int64_t g = 0; g < G; g++) {
+        int64_t head = h * G + g;
+        for (int64_t i = 0; i < lanes; i++) {
+            float inv = 1.0f / st[g].l[i];
+            char *row = c->out + ((i0 + i) * c->ld_o + head * D) * (int64_t)esize;
+            for (int64_t d = 0; d < D; d++) store_scalar(c->dtype, row, d, st[g].o[d * LANES + i] * inv);
+        }
+    }
+    return 0;
+}
+
+/* V's rows of every KV head interleaved in pairs of keys: out[h][jp][d] = (v[2jp][h][d], v[2jp + 1][h][d]) as one
+   32-bit pair (the low half the even key's), an odd S's last pair with 0. */
+__attribute__((target("avx512f,avx512bw")))
+static void pair_values(const Call *c, int32_t *out) {
+    const int64_t D = c->D, pairs = (c->S + 1) / 2;
+    const __m512i lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                                         0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                                         0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t h = 0; h < c->Hkv; h++)
+        for (int64_t jp = 0; jp < pairs; jp++) {
+            const uint16_t *a = (const uint16_t *)c->v + c->slots[2 * jp] * c->ld_v + h * D;
+            const uint16_t *b = 2 * jp + 1 < c->S ? (const uint16_t *)c->v + c->slots[2 * jp + 1] * c->ld_v + h * D
+                                                  : NULL;
+            int32_t *dst = out + (h * pairs + jp) * D;
+            int64_t d = 0;
+            for (; d + 32 <= D; d += 32) {
+                __m512i x = _mm512_loadu_si512((const void *)(a + d));
+                __m512i y = b ? _mm512_loadu_si512((const void *)(b + d)) : _mm512_setzero_si512();
+                _mm512_storeu_si512((void *)(dst + d), _mm512_permutex2var_epi16(x, lo, y));
+                _mm512_storeu_si512((void *)(dst + d + 16), _mm512_permutex2var_epi16(x, hi, y));
+            }
+            for (; d < D; d++) dst[d] = (int32_t)((uint32_t)a[d] | (uint32_t)(b ? b[d] : 0) << 16);
+        }
+}
+
+/* out[i * ld_o + (h * G + g) * D + d] for the C queries q[i * ld_q + ...] at positions first + i, over the keys
+   0 .. first + C - 1 (rows k + slots[j] * ld_k and v + slots[j] * ld_v); q, out, k, v all of `dtype` (0 float32,
+   1 bfloat16).
+   Returns 0; -1 when the CPU lacks the instruction set for `dtype` (nothing written); -2 when scratch cannot grow;
+   -3 for a shape it does not take (D not a multiple of 16 or over 256, Hq not a multiple of Hkv, more than 64
+   query heads per KV head, C < 1 or first < 0). */
+int tandem_prefill_attention(int dtype, const void *q, int64_t ld_q, void *out, int64_t ld_o, int64_t C,
+                             int64_t first, const void *k, int64_t ld_k, const void *v, int64_t ld_v,
+                             const int64_t *slots,
+                             int64_t Hq, int64_t Hkv, int64_t D, float scale, int num_threads) {
+    int have = tandem_prefill_attention_isa();
+    if (have < 2 || (dtype == DT_BF16 && have < 3) || (dtype != DT_F32 && dtype != DT_BF16)) return -1;
+    if (D % 16 || D > MAX_D || Hkv < 1 || Hq % Hkv || Hq / Hkv > 64 || C < 1 || first < 0) return -3;
+    Call c = {dtype, q, ld_q, out, ld_o, C, first, k, v, slots, ld_k, ld_v, NULL, first + C, Hkv, Hq / Hkv, D, scale};
+    if (dtype == DT_BF16) {
+        int32_t *pairs = pair_scratch((size_t)(Hkv * ((c.S + 1) / 2) * D));
+        if (!pairs) return -2;
+        pair_values(&c, pairs);
+        c.vpairs = pairs;
+    }
+    int64_t tiles = (C + LANES - 1) / LANES, tasks = Hkv * tiles;
+    int failed = 0;
+    /* the later tiles have more keys: dynamic, the longest first */
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) if (num_threads > 1 && tasks > 1) \
+        reduction(| : failed)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t tile = tiles - 1 - t / Hkv, h = t % Hkv;
+        failed |= task(&c, h, tile * LANES) != 0;
+    }
+    return failed ? -2 : 0;
+}
