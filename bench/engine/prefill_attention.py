@@ -7,7 +7,8 @@ under a mask), in the same run.
   interleaved over `--rounds`, the best kept; GFLOP/s counts the causal work (2 x 2 x D x query-key pairs).
 - `engine`: the prefill of one prompt (time to the first token) through LLMEngine, with the kernel (`matvec` auto)
   and with it switched off in the same engine (torch's SDPA, everything else as is), alternating, best of
-  `--rounds`; and greedy agreement of the two over `--agreement-prompts` prompts x 32 tokens.
+  `--rounds`; and greedy agreement of the two over `--agreement-prompts` prompts x 32 tokens (a 16-bit model's
+  also each against the float32 engine's, where float32 ran first).
 
     python bench/engine/prefill_attention.py --threads 1
     python bench/engine/prefill_attention.py --threads 1 --sections engine --dtypes bfloat16 --prompt-tokens 1024
@@ -116,12 +117,19 @@ def calls_section(args) -> dict:
     return out
 
 
+def _agreement(a: list[list[int]], b: list[list[int]]) -> dict:
+    same = [next((i for i, (x, y) in enumerate(zip(p, q)) if x != y), len(p)) for p, q in zip(a, b)]
+    return {"sequences_identical": sum(n == len(p) for n, p in zip(same, a)), "sequences": len(same),
+            "mean_tokens_before_first_difference": round(sum(same) / len(same), 1)}
+
+
 def engine_section(args) -> dict:
     from inference.engine import Config, LLMEngine, SamplingParams
 
     path = model_dir(args.model)
     out: dict = {"model": str(path), "results": {}}
     first_token = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    float32_tokens = None
     for dtype_name in args.dtypes:
         engine = LLMEngine(Config(model=path, dtype=dtype_name, threads=args.threads, prefix_caching=False,
                                   kv_cache_bytes=512 << 20))
@@ -151,10 +159,12 @@ def engine_section(args) -> dict:
         for name in ("kernel", "torch"):
             engine.model_runner.prefill_kernel = kernel if name == "kernel" else None
             runs[name] = engine.generate(prompts, greedy)
-        same = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
-                for x, y in zip(runs["kernel"], runs["torch"])]
-        result["greedy"] = {"sequences_identical": sum(n == 32 for n in same), "sequences": len(same),
-                            "mean_tokens_before_first_difference": round(sum(same) / len(same), 1)}
+        result["greedy"] = _agreement(runs["kernel"], runs["torch"])
+        if dtype_name == "float32":
+            float32_tokens = runs["torch"]
+        elif float32_tokens is not None:  # a 16-bit model's near-ties fall either way: each against float32's
+            result["greedy_against_float32"] = {name: _agreement(tokens, float32_tokens)
+                                                for name, tokens in runs.items()}
         out["results"][dtype_name] = result
         del engine
     return out

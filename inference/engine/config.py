@@ -26,7 +26,7 @@ WEIGHT_LAYOUTS = ("auto", "as_loaded", "transposed")
 # float32, ~2.5x in bfloat16; values not bit-identical, greedy tokens identical), "torch" (torch's matmul), "auto":
 # the kernel where it runs (float32 or bfloat16 on a CPU with AVX2+FMA or AVX-512F and a C compiler), else torch.
 # The same setting covers the decode rows' attention (paged_attention.c: K/V read in place from the cache; "torch":
-# torch's gather and SDPA), the prefill chunks' attention (prefill_attention.c, on AVX-512F; "torch": SDPA), and
+# torch's gather and SDPA), the prefill chunks' attention (prefill_attention.c; "torch": SDPA), and
 # INT8 linears: Tandem's int8 kernel (int8_matvec.c) for "tandem", and for "auto" on a
 # decode worker or a CPU without VNNI (where fbgemm crawls); fbgemm for "torch" and for "auto" on prefill and
 # colocated workers with VNNI (quantization.default_kernel).

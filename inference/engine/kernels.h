@@ -36,6 +36,50 @@ static int detected_isa(void) {
         return isa;                                                \
     }
 
+/* exp(x) as Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for exp(r), times 2^n. Inputs
+   below -87 give exp(-87) (~1.6e-38, nothing beside a maximum's 1); NaN stays NaN. */
+#define EXP_CONSTANTS                                                                                               \
+    const float lo = -87.0f, log2e = 1.44269504088896341f, c1 = 0.693359375f, c2 = -2.12194440e-4f;               \
+    const float p0 = 1.9875691500e-4f, p1 = 1.3981999507e-3f, p2 = 8.3334519073e-3f, p3 = 4.1665795894e-2f,        \
+                p4 = 1.6666665459e-1f, p5 = 5.0000001201e-1f;
+
+__attribute__((target("avx512f")))
+static inline __m512 exp_512(__m512 x) {
+    EXP_CONSTANTS
+    x = _mm512_max_ps(_mm512_set1_ps(lo), x);  /* max(lo, NaN) is NaN: the second operand */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(log2e)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c1), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c2), r);
+    __m512 p = _mm512_set1_ps(p0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p5));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+__attribute__((target("avx2,fma")))
+static inline __m256 exp_256(__m256 x) {
+    EXP_CONSTANTS
+    x = _mm256_max_ps(_mm256_set1_ps(lo), x);  /* max(lo, NaN) is NaN: the second operand */
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c1), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c2), r);
+    __m256 p = _mm256_set1_ps(p0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 /* The sum of a vector's 8 floats (AVX2 kernels). */
 __attribute__((target("avx2")))
 static inline float hsum_avx2(__m256 v) {

@@ -37,13 +37,6 @@ typedef struct {
     float *sums;             /* [H * G]: the softmax's sums */
 } Task;
 
-/* exp(x) as Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for exp(r), times 2^n. Inputs
-   below -87 give exp(-87) (~1.6e-38, nothing beside a maximum's 1); NaN stays NaN. */
-#define EXP_CONSTANTS                                                                                               \
-    const float lo = -87.0f, log2e = 1.44269504088896341f, c1 = 0.693359375f, c2 = -2.12194440e-4f;               \
-    const float p0 = 1.9875691500e-4f, p1 = 1.3981999507e-3f, p2 = 8.3334519073e-3f, p3 = 4.1665795894e-2f,        \
-                p4 = 1.6666665459e-1f, p5 = 5.0000001201e-1f;
-
 /* Part `part` of `parts` of a block's bytes into the caches: the next block's, while this one is computed. Blocks lie
    anywhere in the pool, so the hardware prefetcher, which follows a stream within a block, cannot guess the next
    (measured: a call 1.2-1.4x faster with it; two blocks ahead no better, nor prefetcht1/t2). */
@@ -76,25 +69,6 @@ static inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4
     __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));  /* [a0..a3 low; a0..a3 high] */
     __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
     return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
-}
-
-__attribute__((target("avx512f")))
-static inline __m512 exp_512(__m512 x) {
-    EXP_CONSTANTS
-    x = _mm512_max_ps(_mm512_set1_ps(lo), x);  /* max(lo, NaN) is NaN: the second operand */
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(log2e)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c1), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c2), r);
-    __m512 p = _mm512_set1_ps(p0);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p5));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
 __attribute__((target("avx512f"), always_inline))
@@ -223,24 +197,6 @@ static inline __m256 load8_256(int dtype, const char *row, int64_t d) {
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
     if (dtype == DT_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-__attribute__((target("avx2,fma")))
-static inline __m256 exp_256(__m256 x) {
-    EXP_CONSTANTS
-    x = _mm256_max_ps(_mm256_set1_ps(lo), x);  /* max(lo, NaN) is NaN: the second operand */
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c1), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c2), r);
-    __m256 p = _mm256_set1_ps(p0);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(p5));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 __attribute__((target("avx2")))

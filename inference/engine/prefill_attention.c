@@ -14,25 +14,26 @@
    Blocks past a tile's last query position are never computed (causal), and only the blocks that reach its first
    position are masked.
 
-   float32: FMAs in float32 (AVX-512F). bfloat16 (AVX512-BF16, with AVX512BW): the products run on `vdpbf16ps`, 32
-   bfloat16 pairs into 16 float32 sums an instruction, twice the multiplies of a float32 FMA: scores over pairs of
-   head dimensions (q's pairs transposed once per tile, k's pairs broadcast from the row), the weighted sum of V over
-   pairs of keys (the softmax's probabilities rounded to bfloat16, as torch's CPU flash kernel rounds them before its
-   second GEMM; V's rows interleaved in pairs once per call). Softmax, maxima and sums in float32; exp is a polynomial
-   within ~2 float32 ulps of expf (inputs below -87 give exp(-87), ~1.6e-38: nothing beside a maximum's 1).
+   float32: FMAs in float32 (AVX-512F; on AVX2 the same in tiles of 8). bfloat16 (AVX512-BF16, with AVX512BW): the
+   products run on `vdpbf16ps`, 32 bfloat16 pairs into 16 float32 sums an instruction, twice the multiplies of a float32
+   FMA: scores over pairs of head dimensions (q's pairs transposed once per tile, k's pairs broadcast from the row), the
+   weighted sum of V over pairs of keys (the softmax's probabilities rounded to bfloat16, as torch's CPU flash kernel
+   rounds them before its second GEMM; V's rows interleaved in pairs once per call). Softmax, maxima and sums in
+   float32; exp is a polynomial within ~2 float32 ulps of expf (inputs below -87 give exp(-87), ~1.6e-38: nothing beside
+   a maximum's 1).
    Sums run in another order than SDPA's: values are not bit-identical to torch's (within float32 rounding;
    bfloat16: within the rounding of the probabilities and of the output), greedy tokens are
    (tests/inference/engine/test_prefill_attention.py).
 
-   No -march: target attributes, picked at run time. tandem_prefill_attention_isa() says 2 where the CPU has
-   AVX-512F (float32), 3 where it also has AVX512-BF16 and AVX512BW (bfloat16 too), 0 otherwise (the engine keeps
-   torch's SDPA: AVX2 CPUs included). */
+   No -march: target attributes, picked at run time. tandem_prefill_attention_isa() says 1 where the CPU has AVX2
+   with FMA (float32, tiles of 8 query positions in 256-bit vectors), 2 where it has AVX-512F (float32), 3 where it
+   also has AVX512-BF16 and AVX512BW (bfloat16 too), 0 otherwise (the engine keeps torch's SDPA). */
 #include "kernels.h"
 
 static int isa = -1;
-static int detect(void) {
-    if (detected_isa() < 2) return 0;
-    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? 3 : 2;
+static int detect(void) {  /* kernels.h's 0 / 1 (AVX2 with FMA) / 2 (AVX-512F), and 3: AVX-512F with BF16 and BW */
+    int found = detected_isa();
+    return found == 2 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? 3 : found;
 }
 int tandem_prefill_attention_isa(void) {
     if (isa < 0) isa = detect();
@@ -44,10 +45,12 @@ int tandem_prefill_attention_cap_isa(int max) {
     return isa;
 }
 
-#define LANES 16  /* query positions of a tile: one 512-bit vector of float32 */
+#define LANES 16  /* query positions of a tile on AVX-512: one 512-bit vector of float32 */
+#define LANES8 8  /* on AVX2: one 256-bit vector */
 #define KB 64     /* keys of a block */
 #define KG 8      /* keys whose scores are computed at once (KG accumulators) */
-#define DG 16     /* head dimensions of the output updated at once (DG accumulators) */
+#define DG 16     /* head dimensions of the output updated at once (DG accumulators; AVX2: DG8, in 16 registers) */
+#define DG8 8
 #define MAX_D 256
 
 typedef int32_t __attribute__((may_alias)) i32a;
@@ -63,26 +66,6 @@ static int32_t *pair_scratch(size_t n) {
         size = n;
     }
     return buffer;
-}
-
-__attribute__((target("avx512f")))
-static inline __m512 exp_512(__m512 x) {
-    const float lo = -87.0f, log2e = 1.44269504088896341f, c1 = 0.693359375f, c2 = -2.12194440e-4f;
-    const float p0 = 1.9875691500e-4f, p1 = 1.3981999507e-3f, p2 = 8.3334519073e-3f, p3 = 4.1665795894e-2f,
-                p4 = 1.6666665459e-1f, p5 = 5.0000001201e-1f;
-    x = _mm512_max_ps(x, _mm512_set1_ps(lo));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(log2e)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c1), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c2), r);
-    __m512 y = _mm512_set1_ps(p0);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p1));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p2));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p3));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p4));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(p5));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);
 }
 
 /* What one task (a KV head, a tile of LANES query positions) reads. */
@@ -227,34 +210,99 @@ static void block_bf16(const Call *c, State *st, const uint16_t *const *krows, c
     }
 }
 
+/* ---- float32 on AVX2: tiles of LANES8 query positions, the same steps in 256-bit vectors ---------------------- */
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline void scores_f32_avx2(const float *qt, const float *const *rows, int n, int64_t D, __m256 *out) {
+    __m256 acc[KG];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < KG; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+        __m256 qd = _mm256_loadu_ps(qt + d * LANES8);
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < KG; t++)
+            if (t < n) acc[t] = _mm256_fmadd_ps(qd, _mm256_set1_ps(rows[t][d]), acc[t]);
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < KG; t++)
+        if (t < n) out[t] = acc[t];
+}
+
+__attribute__((target("avx2,fma")))
+static void block_f32_avx2(const Call *c, State *st, const float *const *krows, const float *const *vrows,
+                           int64_t i0, int64_t j0, int kb, float *s) {
+    const __m256 scale = _mm256_set1_ps(c->scale), hidden_value = _mm256_set1_ps(-INFINITY);
+    const __m256i pos = _mm256_add_epi32(_mm256_set1_epi32((int)(c->first + i0)),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const int masked = j0 + kb - 1 > c->first + i0;
+    __m256 bmax = hidden_value;
+    for (int j = 0; j < kb; j += KG) {
+        int n = kb - j < KG ? kb - j : KG;
+        __m256 sc[KG];
+        if (n == KG) scores_f32_avx2(st->qt, krows + j, KG, c->D, sc);
+        else scores_f32_avx2(st->qt, krows + j, n, c->D, sc);
+        for (int t = 0; t < n; t++) {
+            __m256 x = _mm256_mul_ps(sc[t], scale);
+            if (masked) {  /* key j0 + j + t past a lane's position: -inf */
+                __m256i hidden = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(j0 + j + t)), pos);
+                x = _mm256_blendv_ps(x, hidden_value, _mm256_castsi256_ps(hidden));
+            }
+            bmax = _mm256_max_ps(bmax, x);
+            _mm256_storeu_ps(s + (j + t) * LANES8, x);
+        }
+    }
+    __m256 m_old = _mm256_loadu_ps(st->m), m_new = _mm256_max_ps(m_old, bmax);
+    __m256 alpha = exp_256(_mm256_sub_ps(m_old, m_new)), sum = _mm256_setzero_ps();
+    for (int j = 0; j < kb; j++) {
+        __m256 p = exp_256(_mm256_sub_ps(_mm256_loadu_ps(s + j * LANES8), m_new));
+        sum = _mm256_add_ps(sum, p);
+        _mm256_storeu_ps(s + j * LANES8, p);
+    }
+    _mm256_storeu_ps(st->m, m_new);
+    _mm256_storeu_ps(st->l, _mm256_fmadd_ps(_mm256_loadu_ps(st->l), alpha, sum));
+    for (int64_t d0 = 0; d0 < c->D; d0 += DG8) {
+        __m256 acc[DG8];
+        _Pragma("GCC unroll 8")
+        for (int u = 0; u < DG8; u++) acc[u] = _mm256_mul_ps(_mm256_loadu_ps(st->o + (d0 + u) * LANES8), alpha);
+        for (int j = 0; j < kb; j++) {
+            __m256 p = _mm256_loadu_ps(s + j * LANES8);
+            const float *row = vrows[j] + d0;
+            _Pragma("GCC unroll 8")
+            for (int u = 0; u < DG8; u++) acc[u] = _mm256_fmadd_ps(p, _mm256_set1_ps(row[u]), acc[u]);
+        }
+        _Pragma("GCC unroll 8")
+        for (int u = 0; u < DG8; u++) _mm256_storeu_ps(st->o + (d0 + u) * LANES8, acc[u]);
+    }
+}
+
 /* ---- one task: a KV head's G query heads over a tile of query positions ---------------------------------------- */
 
-static int task(const Call *c, int64_t h, int64_t i0) {
-    const int64_t D = c->D, G = c->G, lanes = c->C - i0 < LANES ? c->C - i0 : LANES;
+static int task(const Call *c, int64_t h, int64_t i0, int L) {
+    const int64_t D = c->D, G = c->G, lanes = c->C - i0 < L ? c->C - i0 : L;
     const size_t esize = dtype_size(c->dtype);
-    /* scratch: per head qt, o [D * LANES] and m, l [LANES]; s [KB * LANES]; pairs [KB / 2 * LANES]; row pointers */
-    size_t per_head = (size_t)(2 * D + 2) * LANES;
-    float *scratch = thread_scratch(per_head * (size_t)G + (KB + KB / 2) * LANES + 2 * KB * 2);
+    /* scratch: per head qt, o [D * L] and m, l [L]; s [KB * L]; pairs [KB / 2 * L]; row pointers */
+    size_t per_head = (size_t)(2 * D + 2) * L;
+    float *scratch = thread_scratch(per_head * (size_t)G + (KB + KB / 2) * L + 2 * KB * 2);
     if (!scratch) return -2;
     float *s = scratch + per_head * (size_t)G;
-    int32_t *ppairs = (int32_t *)(s + KB * LANES);
-    const void **krows = (const void **)(ppairs + KB / 2 * LANES), **vrows = krows + KB;
+    int32_t *ppairs = (int32_t *)(s + KB * L);
+    const void **krows = (const void **)(ppairs + KB / 2 * L), **vrows = krows + KB;
     State st[64];
     for (int64_t g = 0; g < G; g++) {
         float *base = scratch + per_head * (size_t)g;
-        st[g] = (State){base, base + D * LANES, base + 2 * D * LANES, base + 2 * D * LANES + LANES};
+        st[g] = (State){base, base + D * L, base + 2 * D * L, base + 2 * D * L + L};
         int64_t head = h * G + g;
-        memset(st[g].qt, 0, sizeof(float) * (size_t)(2 * D * LANES));
-        for (int i = 0; i < LANES; i++) {
+        memset(st[g].qt, 0, sizeof(float) * (size_t)(2 * D * L));
+        for (int i = 0; i < L; i++) {
             st[g].m[i] = -INFINITY;
             st[g].l[i] = 0.0f;
         }
         for (int64_t i = 0; i < lanes; i++) {
             const char *row = c->q + ((i0 + i) * c->ld_q + head * D) * (int64_t)esize;
             if (c->dtype == DT_F32)
-                for (int64_t d = 0; d < D; d++) st[g].qt[d * LANES + i] = ((const float *)row)[d];
+                for (int64_t d = 0; d < D; d++) st[g].qt[d * L + i] = ((const float *)row)[d];
             else
-                for (int64_t p = 0; p < D / 2; p++) ((int32_t *)st[g].qt)[p * LANES + i] = ((const i32a *)row)[p];
+                for (int64_t p = 0; p < D / 2; p++) ((int32_t *)st[g].qt)[p * L + i] = ((const i32a *)row)[p];
         }
     }
     int64_t last = c->first + i0 + lanes - 1;  /* the tile's last query position: keys 0 .. last */
@@ -265,7 +313,9 @@ static int task(const Call *c, int64_t h, int64_t i0) {
             vrows[j] = c->v + (c->slots[j0 + j] * c->ld_v + h * D) * (int64_t)esize;
         }
         for (int64_t g = 0; g < G; g++) {
-            if (c->dtype == DT_F32)
+            if (L == LANES8)
+                block_f32_avx2(c, &st[g], (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
+            else if (c->dtype == DT_F32)
                 block_f32(c, &st[g], (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
             else
                 block_bf16(c, &st[g], (const uint16_t *const *)krows,
@@ -277,7 +327,7 @@ static int task(const Call *c, int64_t h, int64_t i0) {
         for (int64_t i = 0; i < lanes; i++) {
             float inv = 1.0f / st[g].l[i];
             char *row = c->out + ((i0 + i) * c->ld_o + head * D) * (int64_t)esize;
-            for (int64_t d = 0; d < D; d++) store_scalar(c->dtype, row, d, st[g].o[d * LANES + i] * inv);
+            for (int64_t d = 0; d < D; d++) store_scalar(c->dtype, row, d, st[g].o[d * L + i] * inv);
         }
     }
     return 0;
@@ -320,7 +370,8 @@ int tandem_prefill_attention(int dtype, const void *q, int64_t ld_q, void *out, 
                              const int64_t *slots,
                              int64_t Hq, int64_t Hkv, int64_t D, float scale, int num_threads) {
     int have = tandem_prefill_attention_isa();
-    if (have < 2 || (dtype == DT_BF16 && have < 3) || (dtype != DT_F32 && dtype != DT_BF16)) return -1;
+    if (have < 1 || (dtype == DT_BF16 && have < 3) || (dtype != DT_F32 && dtype != DT_BF16)) return -1;
+    const int L = have >= 2 ? LANES : LANES8;
     if (D % 16 || D > MAX_D || Hkv < 1 || Hq % Hkv || Hq / Hkv > 64 || C < 1 || first < 0) return -3;
     Call c = {dtype, q, ld_q, out, ld_o, C, first, k, v, slots, ld_k, ld_v, NULL, first + C, Hkv, Hq / Hkv, D, scale};
     if (dtype == DT_BF16) {
@@ -329,14 +380,14 @@ int tandem_prefill_attention(int dtype, const void *q, int64_t ld_q, void *out, 
         pair_values(&c, pairs);
         c.vpairs = pairs;
     }
-    int64_t tiles = (C + LANES - 1) / LANES, tasks = Hkv * tiles;
+    int64_t tiles = (C + L - 1) / L, tasks = Hkv * tiles;
     int failed = 0;
     /* the later tiles have more keys: dynamic, the longest first */
     #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) if (num_threads > 1 && tasks > 1) \
         reduction(| : failed)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t tile = tiles - 1 - t / Hkv, h = t % Hkv;
-        failed |= task(&c, h, tile * LANES) != 0;
+        failed |= task(&c, h, tile * L, L) != 0;
     }
     return failed ? -2 : 0;
 }

@@ -7,11 +7,13 @@ faster than its float32 (SmolLM2, a 1,024-token prompt: ~25 ms a layer in bfloat
 kernel reads the K/V rows in place (the chunk's own from the step's tensors, the prefix's from the cache), skips the
 blocks no query of a tile can see, and runs bfloat16 on the AVX512-BF16 dot product.
 
-It runs where the CPU has AVX-512F (float32) and AVX512-BF16 with AVX512BW (bfloat16), over a cache of the model's
-dtype (over a narrower one, Config.kv_cache_dtype, for whole prompts only: a chunk after a cached prefix keeps torch's
-path, which widens the rows it gathers), for head dims that are a multiple of 16 up to 256, and the `matvec` setting is not "torch" (it covers Tandem's kernels); elsewhere (AVX2-only CPUs, CUDA)
-torch's SDPA. Values are not bit-identical to SDPA's (sums in another order; bfloat16: the probabilities rounded as
-torch's flash kernel rounds them), greedy tokens are (tests/inference/engine/test_prefill_attention.py).
+It runs float32 where the CPU has AVX-512F (tiles of 16 queries) or AVX2 with FMA (tiles of 8), and bfloat16 where it
+has AVX512-BF16 with AVX512BW, over a cache of the model's dtype (over a narrower one, Config.kv_cache_dtype, for whole
+prompts only: a chunk after a cached prefix keeps torch's path, which widens the rows it gathers), for head dims that
+are a multiple of 16 up to 256, and the `matvec` setting is not "torch" (it covers Tandem's kernels); elsewhere
+(bfloat16 without AVX512-BF16, where SDPA's is no slower than float32's anyway; CUDA) torch's SDPA. Values are not
+bit-identical to SDPA's (sums in another order; bfloat16: the probabilities rounded as torch's flash kernel rounds
+them), greedy tokens are (tests/inference/engine/test_prefill_attention.py).
 """
 from __future__ import annotations
 
@@ -28,12 +30,12 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("prefill_attention.c")
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
-ISA_NAMES = {2: "avx512f", 3: "avx512f+avx512_bf16"}  # what tandem_prefill_attention_isa() says
+ISA_NAMES = {1: "avx2+fma", 2: "avx512f", 3: "avx512f+avx512_bf16"}  # what tandem_prefill_attention_isa() says
 
 
 class Library:
-    """The loaded kernel: `isa` says what it runs on this CPU (float32 on avx512f; bfloat16 too on
-    avx512f+avx512_bf16), None for neither."""
+    """The loaded kernel: `isa` says what it runs on this CPU (float32 on avx2+fma and avx512f; bfloat16 too on
+    avx512f+avx512_bf16), None for none of them."""
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
@@ -51,7 +53,7 @@ class Library:
         return self.isa is not None and (dtype == torch.float32 or (dtype == torch.bfloat16 and "bf16" in self.isa))
 
     def cap_isa(self, name: str | None) -> str | None:
-        """Run no wider set than `name` (avx512f: float32 only; None: nothing) from now on, in this process."""
+        """Run no wider set than `name` (avx2+fma, avx512f: float32 only) from now on, in this process."""
         codes = {v: k for k, v in ISA_NAMES.items()}
         self.isa = ISA_NAMES.get(self.lib.tandem_prefill_attention_cap_isa(codes.get(name, 0)))
         return self.isa
@@ -82,7 +84,7 @@ def load_kernel() -> tuple[Library | None, str | None]:
         return None, reason
     library = Library(lib)
     if library.isa is None:
-        return None, "this CPU has no AVX-512F, which the prefill-attention kernel needs"
+        return None, "this CPU has neither AVX-512F nor AVX2 with FMA, which the prefill-attention kernel needs"
     return library, None
 
 

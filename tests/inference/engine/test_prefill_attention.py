@@ -1,9 +1,10 @@
 """Tandem's prefill-attention kernel (inference/engine/prefill_attention.c): its output equals exact (float64) causal
 attention within float32 rounding (bfloat16: within the rounding of the probabilities and of the output, as torch's
 SDPA), for a chunk over its own K/V and a chunk after a cached prefix read in place from scattered cache rows, chunk
-lengths off the 16-query tiles and key counts off the blocks and pairs, grouped and ungrouped heads, head dims 16 to
-128 and any thread count; the engine serves the same greedy tokens with it as with torch's SDPA, through chunked
-prefill and a cached prefix; `auto` takes it where it runs and says why not elsewhere."""
+lengths off the query tiles and key counts off the blocks and pairs, grouped and ungrouped heads, head dims 16 to 128,
+both instruction sets (float32: AVX2 and AVX-512F) and any thread count; the engine serves the same greedy tokens with
+it as with torch's SDPA, through chunked prefill and a cached prefix; `auto` takes it where it runs and says why not
+elsewhere."""
 from __future__ import annotations
 
 import pytest
@@ -21,6 +22,17 @@ needs_kernel = pytest.mark.skipif(LIBRARY is None, reason=f"prefill attention ke
 needs_bfloat16 = pytest.mark.skipif(LIBRARY is None or not LIBRARY.runs(torch.bfloat16),
                                     reason="the kernel's bfloat16 needs AVX512-BF16")
 SMOLLM2 = MODELS_DIR / "smollm2-135m"
+
+
+@pytest.fixture(params=["avx2+fma", "avx512f"])
+def isa(request):
+    """Each float32 kernel the CPU can run: the AVX2 one too on an AVX-512 CPU (capped, then restored)."""
+    widest = LIBRARY.isa
+    if LIBRARY.cap_isa(request.param) != request.param:
+        LIBRARY.cap_isa(widest)
+        pytest.skip(f"this CPU has no {request.param}")
+    yield request.param
+    LIBRARY.cap_isa(widest)
 
 # (query heads, KV heads, head dim, chunk length C, position of its first query): a whole prompt (first 0) and chunks
 # after a prefix; C off the 16-query tiles, first + C off the 64-key blocks and (odd) the bfloat16 pairs of keys.
@@ -62,7 +74,7 @@ def _reference(q, pool_k, pool_v, slots, first, dtype):
 
 @needs_kernel
 @pytest.mark.parametrize("case", CASES)
-def test_float32_output_equals_exact_attention_within_rounding(case):
+def test_float32_output_equals_exact_attention_within_rounding(isa, case):
     args = _case(*CASES[case], torch.float32, seed=len(case))
     got = _kernel(*args)
     exact = _reference(*args, torch.float64)
@@ -96,7 +108,7 @@ def test_threads_change_nothing(dtype):
 
 
 @needs_kernel
-def test_prefill_attention_runs_the_kernel_per_chunk_over_own_and_cached_keys():
+def test_prefill_attention_runs_the_kernel_per_chunk_over_own_and_cached_keys(isa):
     """PrefillAttention with the kernel: two sequences in one step, one a whole prompt, one a chunk whose prefix is
     in a paged cache [L, N, bs, Hkv, D]; the chunk's own K/V read from the step's tensors and (for the second) from
     the cache where the layer wrote them; equal to torch's path within float32 rounding."""
@@ -131,7 +143,7 @@ def test_auto_takes_the_kernel_where_it_runs_and_says_why_not_elsewhere():
     cpu = torch.device("cpu")
     library, reason = prefill_attention.choose_prefill_attention("auto", dtype=torch.float32, device=cpu, head_dim=64)
     if LIBRARY is None:
-        assert library is None and "AVX-512F" in reason, reason
+        assert library is None and "AVX2 with FMA" in reason, reason
     else:
         assert library is LIBRARY and LIBRARY.isa in reason
         library, reason = prefill_attention.choose_prefill_attention("auto", dtype=torch.float32, device=cpu,
@@ -171,7 +183,7 @@ def _greedy(model, prompts, num_new_tokens, *, kernel: bool, **settings) -> list
 
 
 @needs_kernel
-def test_the_engine_serves_the_same_greedy_tokens_with_the_kernel_and_with_torchs_sdpa(tiny_model_dir):
+def test_the_engine_serves_the_same_greedy_tokens_with_the_kernel_and_with_torchs_sdpa(isa, tiny_model_dir):
     # Chunks of 16 (so prompts run over several steps, each chunk after its cached prefix), then the same prompts
     # again behind a cached prefix (prefix caching: the first chunk starts past position 0).
     prompts = random_prompts([70, 5, 33, 120], seed=21)
