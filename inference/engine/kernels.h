@@ -160,19 +160,24 @@ static inline void store_scalar(int dtype, void *p, int64_t i, float v) {
 
 static inline size_t dtype_size(int dtype) { return dtype == DT_F32 ? 4 : 2; }
 
-/* The calling thread's float scratch, grown to at least `floats` (never shrunk, kept for the thread's life: a decode
-   step makes ~120 kernel calls, and a malloc and free each was measurable); NULL when it cannot grow. Inside an OpenMP
-   loop each thread has its own: hand the caller's to the loop through a plain local. */
-static float *thread_scratch(size_t floats) {
-    static _Thread_local float *buffer = NULL;
-    static _Thread_local size_t buffer_floats = 0;
-    if (floats > buffer_floats) {
-        float *grown = realloc(buffer, sizeof(float) * floats);
-        if (!grown) return NULL;
-        buffer = grown;
-        buffer_floats = floats;
+/* Defines `static TYPE *NAME(size_t n)`: the calling thread's buffer of at least n TYPEs, grown as needed (never
+   shrunk, kept for the thread's life: a decode step makes ~120 kernel calls, and a malloc and free each was
+   measurable); NULL when it cannot grow. Inside an OpenMP loop each thread has its own: hand the caller's to the loop
+   through a plain local. */
+#define TANDEM_THREAD_BUFFER(NAME, TYPE)                          \
+    static TYPE *NAME(size_t n) {                                 \
+        static _Thread_local TYPE *buffer = NULL;                 \
+        static _Thread_local size_t size = 0;                     \
+        if (n > size) {                                           \
+            TYPE *grown = realloc(buffer, sizeof(TYPE) * n);      \
+            if (!grown) return NULL;                              \
+            buffer = grown;                                       \
+            size = n;                                             \
+        }                                                         \
+        return buffer;                                            \
     }
-    return buffer;
-}
+
+/* The calling thread's float scratch. */
+TANDEM_THREAD_BUFFER(thread_scratch, float)
 
 #endif

@@ -56,17 +56,7 @@ int tandem_prefill_attention_cap_isa(int max) {
 typedef int32_t __attribute__((may_alias)) i32a;
 
 /* The calling thread's int32 scratch for V's interleaved pairs (bfloat16), beside kernels.h's float scratch. */
-static int32_t *pair_scratch(size_t n) {
-    static _Thread_local int32_t *buffer = NULL;
-    static _Thread_local size_t size = 0;
-    if (n > size) {
-        int32_t *grown = realloc(buffer, sizeof(int32_t) * n);
-        if (!grown) return NULL;
-        buffer = grown;
-        size = n;
-    }
-    return buffer;
-}
+TANDEM_THREAD_BUFFER(pair_scratch, int32_t)
 
 /* What one task (a KV head, a tile of LANES query positions) reads. */
 typedef struct {

@@ -1,10 +1,26 @@
 """What the engine tests hold the engine to: Hugging Face's own greedy `generate` on the same tiny model."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
+
+
+@contextlib.contextmanager
+def capped_isa(library, isa: str):
+    """A kernel library (its `isa`, `cap_isa`) capped at `isa` inside the block, restored after; the test is skipped
+    where the CPU has not got that set (the AVX2 kernels run on an AVX-512 CPU too)."""
+    widest = library.isa
+    if library.cap_isa(isa) != isa:
+        library.cap_isa(widest)
+        pytest.skip(f"this CPU has no {isa}")
+    try:
+        yield isa
+    finally:
+        library.cap_isa(widest)
 
 
 def random_prompts(lengths, seed=0):

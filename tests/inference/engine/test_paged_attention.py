@@ -12,7 +12,7 @@ from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine import paged_attention
 from inference.engine.attention import DecodeAttention
 from tests.conftest import MODELS_DIR
-from tests.inference.engine.support import random_prompts
+from tests.inference.engine.support import capped_isa, random_prompts
 
 # CI machines have AVX2 and FMA at least: the kernel must run there.
 pytestmark = pytest.mark.skipif(paged_attention.load()[0] is None,
@@ -36,13 +36,8 @@ CASES = {
 @pytest.fixture(params=["avx2+fma", "avx512f"])
 def isa(request):
     """Each kernel the CPU can run: the AVX2 one too on an AVX-512 CPU (capped, then restored)."""
-    library = paged_attention.load()[0]
-    widest = library.isa
-    if library.cap_isa(request.param) != request.param:
-        library.cap_isa(widest)
-        pytest.skip(f"this CPU has no {request.param}")
-    yield request.param
-    library.cap_isa(widest)
+    with capped_isa(paged_attention.load()[0], request.param):
+        yield request.param
 
 
 def _step(num_heads, num_kv_heads, head_dim, block_size, context_lens, dtype, seed):

@@ -15,7 +15,7 @@ from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine import prefill_attention
 from inference.engine.attention import PrefillAttention
 from tests.conftest import MODELS_DIR
-from tests.inference.engine.support import random_prompts
+from tests.inference.engine.support import capped_isa, random_prompts
 
 LIBRARY, WHY = prefill_attention.load_kernel()
 needs_kernel = pytest.mark.skipif(LIBRARY is None, reason=f"prefill attention kernel unavailable: {WHY}")
@@ -27,15 +27,13 @@ SMOLLM2 = MODELS_DIR / "smollm2-135m"
 @pytest.fixture(params=["avx2+fma", "avx512f"])
 def isa(request):
     """Each float32 kernel the CPU can run: the AVX2 one too on an AVX-512 CPU (capped, then restored)."""
-    widest = LIBRARY.isa
-    if LIBRARY.cap_isa(request.param) != request.param:
-        LIBRARY.cap_isa(widest)
-        pytest.skip(f"this CPU has no {request.param}")
-    yield request.param
-    LIBRARY.cap_isa(widest)
+    with capped_isa(LIBRARY, request.param):
+        yield request.param
+
 
 # (query heads, KV heads, head dim, chunk length C, position of its first query): a whole prompt (first 0) and chunks
-# after a prefix; C off the 16-query tiles, first + C off the 64-key blocks and (odd) the bfloat16 pairs of keys.
+# after a prefix; C off the query tiles (16, or 8 on AVX2), first + C off the 64-key blocks and (odd) the bfloat16
+# pairs of keys.
 CASES = {
     "prompt_grouped": (9, 3, 64, 300, 0),
     "prompt_one_token": (4, 2, 48, 1, 0),
