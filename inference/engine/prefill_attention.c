@@ -80,6 +80,12 @@ typedef struct {
     float *qt, *o, *m, *l;
 } State;
 
+/* Query head g's state in a task's scratch: per_head floats a head ((2 * D + 2) * L), one after another. */
+static inline State state_of(float *scratch, size_t per_head, int64_t g, int64_t D, int L) {
+    float *base = scratch + per_head * (size_t)g;
+    return (State){base, base + D * L, base + 2 * D * L, base + 2 * D * L + L};
+}
+
 /* ---- scores: KG keys (or fewer) x LANES queries ---------------------------------------------------------------- */
 
 __attribute__((target("avx512f"), always_inline))
@@ -277,22 +283,20 @@ static int task(const Call *c, int64_t h, int64_t i0, int L) {
     float *s = scratch + per_head * (size_t)G;
     int32_t *ppairs = (int32_t *)(s + KB * L);
     const void **krows = (const void **)(ppairs + KB / 2 * L), **vrows = krows + KB;
-    State st[64];
     for (int64_t g = 0; g < G; g++) {
-        float *base = scratch + per_head * (size_t)g;
-        st[g] = (State){base, base + D * L, base + 2 * D * L, base + 2 * D * L + L};
+        State st = state_of(scratch, per_head, g, D, L);
         int64_t head = h * G + g;
-        memset(st[g].qt, 0, sizeof(float) * (size_t)(2 * D * L));
+        memset(st.qt, 0, sizeof(float) * (size_t)(2 * D * L));
         for (int i = 0; i < L; i++) {
-            st[g].m[i] = -INFINITY;
-            st[g].l[i] = 0.0f;
+            st.m[i] = -INFINITY;
+            st.l[i] = 0.0f;
         }
         for (int64_t i = 0; i < lanes; i++) {
             const char *row = c->q + ((i0 + i) * c->ld_q + head * D) * (int64_t)esize;
             if (c->dtype == DT_F32)
-                for (int64_t d = 0; d < D; d++) st[g].qt[d * L + i] = ((const float *)row)[d];
+                for (int64_t d = 0; d < D; d++) st.qt[d * L + i] = ((const float *)row)[d];
             else
-                for (int64_t p = 0; p < D / 2; p++) ((int32_t *)st[g].qt)[p * L + i] = ((const i32a *)row)[p];
+                for (int64_t p = 0; p < D / 2; p++) ((int32_t *)st.qt)[p * L + i] = ((const i32a *)row)[p];
         }
     }
     int64_t last = c->first + i0 + lanes - 1;  /* the tile's last query position: keys 0 .. last */
@@ -303,21 +307,23 @@ static int task(const Call *c, int64_t h, int64_t i0, int L) {
             vrows[j] = c->v + (c->slots[j0 + j] * c->ld_v + h * D) * (int64_t)esize;
         }
         for (int64_t g = 0; g < G; g++) {
+            State st = state_of(scratch, per_head, g, D, L);
             if (L == LANES8)
-                block_f32_avx2(c, &st[g], (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
+                block_f32_avx2(c, &st, (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
             else if (c->dtype == DT_F32)
-                block_f32(c, &st[g], (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
+                block_f32(c, &st, (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
             else
-                block_bf16(c, &st[g], (const uint16_t *const *)krows,
+                block_bf16(c, &st, (const uint16_t *const *)krows,
                            c->vpairs + h * ((c->S + 1) / 2) * D, i0, j0, kb, s, ppairs);
         }
     }
     for (int64_t g = 0; g < G; g++) {
+        State st = state_of(scratch, per_head, g, D, L);
         int64_t head = h * G + g;
         for (int64_t i = 0; i < lanes; i++) {
-            float inv = 1.0f / st[g].l[i];
+            float inv = 1.0f / st.l[i];
             char *row = c->out + ((i0 + i) * c->ld_o + head * D) * (int64_t)esize;
-            for (int64_t d = 0; d < D; d++) store_scalar(c->dtype, row, d, st[g].o[d * L + i] * inv);
+            for (int64_t d = 0; d < D; d++) store_scalar(c->dtype, row, d, st.o[d * L + i] * inv);
         }
     }
     return 0;
@@ -353,8 +359,8 @@ static void pair_values(const Call *c, int32_t *out) {
    0 .. first + C - 1 (rows k + slots[j] * ld_k and v + slots[j] * ld_v); q, out, k, v all of `dtype` (0 float32,
    1 bfloat16).
    Returns 0; -1 when the CPU lacks the instruction set for `dtype` (nothing written); -2 when scratch cannot grow;
-   -3 for a shape it does not take (D not a multiple of 16 or over 256, Hq not a multiple of Hkv, more than 64
-   query heads per KV head, C < 1 or first < 0). */
+   -3 for a shape it does not take (D not a multiple of 16 or over 256, Hq not a multiple of Hkv, C < 1 or
+   first < 0). */
 int tandem_prefill_attention(int dtype, const void *q, int64_t ld_q, void *out, int64_t ld_o, int64_t C,
                              int64_t first, const void *k, int64_t ld_k, const void *v, int64_t ld_v,
                              const int64_t *slots,
@@ -362,7 +368,7 @@ int tandem_prefill_attention(int dtype, const void *q, int64_t ld_q, void *out, 
     int have = tandem_prefill_attention_isa();
     if (have < 1 || (dtype == DT_BF16 && have < 3) || (dtype != DT_F32 && dtype != DT_BF16)) return -1;
     const int L = have >= 2 ? LANES : LANES8;
-    if (D % 16 || D > MAX_D || Hkv < 1 || Hq % Hkv || Hq / Hkv > 64 || C < 1 || first < 0) return -3;
+    if (D % 16 || D > MAX_D || Hkv < 1 || Hq % Hkv || C < 1 || first < 0) return -3;
     Call c = {dtype, q, ld_q, out, ld_o, C, first, k, v, slots, ld_k, ld_v, NULL, first + C, Hkv, Hq / Hkv, D, scale};
     if (dtype == DT_BF16) {
         int32_t *pairs = pair_scratch((size_t)(Hkv * ((c.S + 1) / 2) * D));

@@ -71,8 +71,10 @@ class Library:
             _DTYPE_CODES[q.dtype], q.data_ptr(), q.stride(0), out.data_ptr(), out.stride(0), num_queries, first,
             keys.data_ptr(), keys.stride(0), values.data_ptr(), values.stride(0), slots.data_ptr(), num_heads,
             keys.shape[1], head_dim, scale, num_threads)
-        if status:
-            raise MemoryError(f"prefill attention: no memory for {num_queries} queries at position {first} ({status})")
+        if status == -2:
+            raise MemoryError(f"prefill attention: no memory for {num_queries} queries at position {first}")
+        if status:  # -1: no instruction set for the dtype, -3: a shape the kernel does not take (choose_... checks)
+            raise ValueError(f"prefill attention: status {status} for q {tuple(q.shape)} {q.dtype}")
         return out
 
 

@@ -41,6 +41,7 @@ CASES = {
     "chunk_after_prefix": (9, 3, 64, 64, 193),
     "chunk_of_one_after_prefix": (2, 1, 128, 1, 70),
     "chunk_d48_odd_keys": (4, 2, 48, 23, 130),
+    "multi_query_72_heads": (72, 1, 16, 9, 3),
 }
 
 
