@@ -64,8 +64,11 @@ class Library:
         0 .. first + C - 1, whose rows are `keys[slots[j]]` and `values[slots[j]]` (keys, values: [N, Hkv, D] of q's
         dtype, each position's heads contiguous; slots: [first + C] int64) into `out` [C, Hq, D] (likewise)."""
         num_queries, num_heads, head_dim = q.shape
-        for t in (q, keys, values, out):
-            assert t.stride(2) == 1 and t.stride(1) == head_dim and t.dtype == q.dtype, t.shape
+        # each position's heads one after another (any row stride: the engine's are views of a fused projection)
+        q, keys, values = (t if t.stride(2) == 1 and t.stride(1) == head_dim else t.contiguous()
+                           for t in (q, keys, values))
+        assert out.stride(2) == 1 and out.stride(1) == head_dim
+        assert keys.dtype == values.dtype == out.dtype == q.dtype
         assert slots.dtype == torch.int64 and slots.is_contiguous() and slots.numel() == first + num_queries
         status = self.lib.tandem_prefill_attention(
             _DTYPE_CODES[q.dtype], q.data_ptr(), q.stride(0), out.data_ptr(), out.stride(0), num_queries, first,
