@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.lib.common import bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
+from bench.lib.common import emit, model_dir, random_prompts, ratio, run_sections  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE, SCALE = 9, 3, 64, 16, 0.125  # SmolLM2-135M's
 POOL_BYTES = 256 << 20  # K and V of all the layers a round calls: past the private caches, most of a shared L3
@@ -183,18 +183,7 @@ def engine_section(args) -> dict:
 
 
 def run(args) -> dict:
-    bootstrap(args.threads)
-    import torch
-
-    from bench.engine.stage_limits import cpu_flags_of_interest
-
-    doc = {"benchmark": "decode_attention", "threads": torch.get_num_threads(), "cpu_flags": cpu_flags_of_interest()}
-    if "calls" in args.sections:
-        doc["calls"] = calls_section(args)
-    if "engine" in args.sections:
-        doc["engine"] = engine_section(args)
-    doc["environment"] = environment()
-    return doc
+    return run_sections("decode_attention", args, {"calls": calls_section, "engine": engine_section})
 
 
 def main(argv=None) -> int:

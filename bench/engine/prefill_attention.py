@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.lib.common import bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
+from bench.lib.common import emit, model_dir, random_prompts, ratio, run_sections  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, SCALE = 9, 3, 64, 0.125  # SmolLM2-135M's
 SECTIONS = ("calls", "engine")
@@ -171,18 +171,7 @@ def engine_section(args) -> dict:
 
 
 def run(args) -> dict:
-    bootstrap(args.threads)
-    import torch
-
-    from bench.engine.stage_limits import cpu_flags_of_interest
-
-    doc = {"benchmark": "prefill_attention", "threads": torch.get_num_threads(), "cpu_flags": cpu_flags_of_interest()}
-    if "calls" in args.sections:
-        doc["calls"] = calls_section(args)
-    if "engine" in args.sections:
-        doc["engine"] = engine_section(args)
-    doc["environment"] = environment()
-    return doc
+    return run_sections("prefill_attention", args, {"calls": calls_section, "engine": engine_section})
 
 
 def main(argv=None) -> int:

@@ -91,6 +91,22 @@ def environment() -> dict:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def run_sections(name: str, args, sections: dict) -> dict:
+    """One bench's document: `sections` (name -> fn(args) -> dict) run where named in args.sections, at
+    args.threads torch threads, with the CPU's flags and the environment."""
+    bootstrap(args.threads)
+    import torch
+
+    from bench.engine.stage_limits import cpu_flags_of_interest
+
+    doc = {"benchmark": name, "threads": torch.get_num_threads(), "cpu_flags": cpu_flags_of_interest()}
+    for section, fn in sections.items():
+        if section in args.sections:
+            doc[section] = fn(args)
+    doc["environment"] = environment()
+    return doc
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 

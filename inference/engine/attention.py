@@ -82,7 +82,6 @@ class PrefillAttention:
             keys, values = keys.repeat_interleave(num_groups, 1), values.repeat_interleave(num_groups, 1)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
 
-
     def _kernel(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [T, Hq, D]
         for (start, end), context in zip(self.bounds, self.contexts):

@@ -10,7 +10,7 @@
    (16 query lanes) from D fused multiply-adds with that key's elements broadcast from its row in place, and the
    online softmax (running maximum, rescale, sum) runs across the lanes with no horizontal operation. Keys are taken
    in blocks of KB; the G query heads that share a KV head reuse each block while it is in L1. The output of a tile
-   is 64-lane vectors per head dimension, rescaled once per block and divided by the softmax's sum at the end.
+   is one vector of its lanes per head dimension, rescaled once per block, divided by the softmax's sum at the end.
    Blocks past a tile's last query position are never computed (causal), and only the blocks that reach its first
    position are masked.
 

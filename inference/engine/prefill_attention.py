@@ -109,6 +109,8 @@ def choose_prefill_attention(setting: str, *, dtype: torch.dtype, device: torch.
     if library is not None and not library.runs(dtype):
         library, reason = None, "bfloat16 needs AVX512-BF16 and AVX512BW, which this CPU has not got"
     if library is None:
+        if setting == "tandem":
+            log.warning("prefill attention: torch's SDPA instead of the asked-for kernel: %s", reason)
         return None, f"{setting}: torch's SDPA: {reason}"
     narrow = kv_dtype is not None and kv_dtype != dtype
     return library, (f"{setting}: Tandem's prefill kernel ({library.isa}): K/V read in place, causal blocks skipped "
