@@ -116,6 +116,30 @@ def test_a_cache_narrower_than_float32_queries_is_read_widened_exactly(isa, kv_d
     torch.testing.assert_close(got, _torchs(k16, v16, tables, context, q), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("block_size", [8, 16, 64])
+def test_blocks_that_lie_one_after_another_are_read_as_one(isa, block_size):
+    """Runs of consecutive block ids (a prompt's blocks, allocated in order) are read as one longer block, up to 64
+    keys: runs cut by a jump in the table, contexts that end inside a run and at its end, runs longer than the cap."""
+    g = torch.Generator().manual_seed(block_size)
+    context_lens = [300, 17, 64, 129, 1]
+    num_blocks = 400 // block_size * len(context_lens)
+    shape = (NUM_LAYERS, num_blocks, block_size, 3, 64)
+    k_cache, v_cache = (torch.randn(shape, generator=g) for _ in range(2))
+    num_table_blocks = max(-(-n // block_size) for n in context_lens) + 2
+    tables = torch.zeros(len(context_lens), num_table_blocks, dtype=torch.long)  # [B, M]
+    next_free = 1
+    for b, n in enumerate(context_lens):
+        for j in range(-(-n // block_size)):
+            next_free += 1 if j % 7 else 2  # a jump every seventh block: runs of up to seven
+            tables[b, j] = next_free
+    assert int(tables.max()) < num_blocks
+    q = torch.randn(len(context_lens), 9, 64, generator=g) * 3
+    step = (k_cache, v_cache, tables, torch.tensor(context_lens), q)
+    got = _kernels(*step)
+    torch.testing.assert_close(got, _torchs(*step), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.double(), _exact(*step), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("context_lens", [[300, 17, 128, 5, 64], [400]], ids=["by_sequence", "by_head"])
 def test_each_layer_reads_its_own_cache_and_threads_change_nothing(isa, context_lens):
     # five sequences: the threads share the sequences; one sequence: its KV heads (long enough to go parallel)
