@@ -157,7 +157,17 @@ class MatVecLinear:
         """torch's product, for an input the kernel does not run (more than max_tokens tokens, another dtype)."""
         if len(self.linears) == 1:
             return F.linear(x, self.weights[0], self.biases[0])
-        return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
+        if x.dim() != 2 or x.dtype != self.dtype:
+            return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
+        # each product straight into its columns (BLAS writes a row-major slice in place): the same values as
+        # torch.cat of the products without the copy (~10 % of a 2,048-token prompt's q/k/v and gate/up products)
+        y = torch.empty(x.shape[0], self.out_features, dtype=self.dtype)
+        for (*_, column, rows), weight, bias in zip(self.calls, self.weights, self.biases):
+            if bias is None:
+                torch.mm(x, weight.t(), out=y[:, column:column + rows])
+            else:
+                torch.addmm(bias, x, weight.t(), out=y[:, column:column + rows])
+        return y
 
     def runs(self, x: torch.Tensor) -> bool:
         """Whether the kernel computes this input (else torch does)."""

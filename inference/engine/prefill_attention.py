@@ -11,7 +11,9 @@ It runs float32 where the CPU has AVX-512F (tiles of 16 queries) or AVX2 with FM
 has AVX512-BF16 with AVX512BW, over a cache of the model's dtype (over a narrower one, Config.kv_cache_dtype, for whole
 prompts only: a chunk after a cached prefix keeps torch's path, which widens the rows it gathers), for head dims that
 are a multiple of 16 up to 256, and the `matvec` setting is not "torch" (it covers Tandem's kernels); elsewhere
-(bfloat16 without AVX512-BF16, where SDPA's is no slower than float32's anyway; CUDA) torch's SDPA. Values are not
+(bfloat16 without AVX512-BF16, where SDPA's is no slower than float32's anyway; bfloat16 on a CPU with AMX, where
+SDPA's flash kernel multiplies on AMX at ~200-240 GFLOP/s against the kernel's ~80, unless `matvec` is "tandem";
+CUDA) torch's SDPA. Values are not
 bit-identical to SDPA's (sums in another order; bfloat16: the probabilities rounded as torch's flash kernel rounds
 them), greedy tokens are (tests/inference/engine/test_prefill_attention.py).
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 import torch
 
 from inference.engine.native import load
+from inference.hardware import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,9 @@ def choose_prefill_attention(setting: str, *, dtype: torch.dtype, device: torch.
         if setting == "tandem":
             log.warning("prefill attention: torch's SDPA instead of the asked-for kernel: %s", reason)
         return None, f"{setting}: torch's SDPA: {reason}"
+    if dtype == torch.bfloat16 and setting == "auto" and "amx_bf16" in cpu_flags():
+        return None, ("auto: torch's SDPA: its bfloat16 flash attention runs on AMX here, ~2-3x the kernel's "
+                      "AVX512-BF16 (matvec tandem runs the kernel)")
     narrow = kv_dtype is not None and kv_dtype != dtype
     return library, (f"{setting}: Tandem's prefill kernel ({library.isa}): K/V read in place, causal blocks skipped "
                      "(values not bit-identical to torch's SDPA)" + (

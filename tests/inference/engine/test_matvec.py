@@ -112,6 +112,23 @@ def test_each_linear_of_a_group_writes_its_own_columns():
     assert torch.equal(group(x), torch.cat(singles, dim=-1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_group_past_the_kernels_tokens_writes_torchs_products_into_their_columns(dtype, bias):
+    # torch's products straight into their columns of one output: the values torch.cat of F.linear gives
+    q, k, v = (_linear(576, n, dtype, bias, seed=n) for n in (576, 192, 192))
+    group = matvec.matvec_projection(matvec.load()[0], q, k, v)
+    x = torch.randn(group.library.max_tokens_for(dtype) + 7, 576).to(dtype)
+    assert not group.runs(x)
+    expected = torch.cat([F.linear(x, linear.weight, linear.bias) for linear in (q, k, v)], dim=-1)
+    assert torch.equal(group(x), expected)
+    # a view with rows apart (a slice of a wider tensor) and a 3-D input: the same values
+    wide = torch.randn(x.shape[0], 700).to(dtype)
+    wide[:, :576] = x
+    assert torch.equal(group(wide[:, :576]), expected)
+    assert torch.equal(group(x.unsqueeze(0))[0], expected)
+
+
 @KERNELS
 def test_in_parts_for_a_step_that_may_pause_it_looks_at_the_flag_between_parts_and_computes_the_same(isa, dtype):
     """The LM head of a step that may pause (model_runner._sample): parts of PAUSE_ROWS rows, the flag looked at between

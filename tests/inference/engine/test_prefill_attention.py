@@ -168,6 +168,22 @@ def test_bfloat16_without_avx512_bf16_keeps_torchs_sdpa():
             "auto", dtype=torch.float32, device=torch.device("cpu"), head_dim=64)[0] is LIBRARY
 
 
+@needs_bfloat16
+def test_bfloat16_on_a_cpu_with_amx_keeps_torchs_sdpa_unless_the_kernel_is_asked_for(monkeypatch):
+    # SDPA's bfloat16 flash kernel multiplies on AMX there (2-3x the kernel's AVX512-BF16 on a Xeon with AMX)
+    cpu = torch.device("cpu")
+    flags = prefill_attention.cpu_flags() | {"amx_bf16", "amx_tile"}
+    monkeypatch.setattr(prefill_attention, "cpu_flags", lambda: flags)
+    library, reason = prefill_attention.choose_prefill_attention("auto", dtype=torch.bfloat16, device=cpu, head_dim=64)
+    assert library is None and "AMX" in reason, reason
+    assert prefill_attention.choose_prefill_attention("tandem", dtype=torch.bfloat16, device=cpu,
+                                                      head_dim=64)[0] is LIBRARY
+    assert prefill_attention.choose_prefill_attention("auto", dtype=torch.float32, device=cpu, head_dim=64)[0] is LIBRARY
+    monkeypatch.setattr(prefill_attention, "cpu_flags", lambda: flags - {"amx_bf16", "amx_tile"})
+    assert prefill_attention.choose_prefill_attention("auto", dtype=torch.bfloat16, device=cpu,
+                                                      head_dim=64)[0] is LIBRARY
+
+
 def _greedy(model, prompts, num_new_tokens, *, kernel: bool, **settings) -> tuple[list[list[int]], LLMEngine]:
     eng = LLMEngine(Config(model=model, threads=1, **{"prefix_caching": False, **settings}))
     assert eng.matvec["prefill_attention"]["kernel"] == "tandem", eng.matvec
