@@ -32,8 +32,8 @@ def isa(request):
 
 
 # (query heads, KV heads, head dim, chunk length C, position of its first query): a whole prompt (first 0) and chunks
-# after a prefix; C off the query tiles (16, or 8 on AVX2), first + C off the 64-key blocks and (odd) the bfloat16
-# pairs of keys.
+# after a prefix; C off the query tiles (float32 on AVX-512: 32 in two vectors above 16 queries, 16 up to 16; 8 on
+# AVX2; bfloat16 16), first + C off the 64-key blocks and (odd) the bfloat16 pairs of keys.
 CASES = {
     "prompt_grouped": (9, 3, 64, 300, 0),
     "prompt_one_token": (4, 2, 48, 1, 0),
@@ -42,6 +42,7 @@ CASES = {
     "chunk_of_one_after_prefix": (2, 1, 128, 1, 70),
     "chunk_d48_odd_keys": (4, 2, 48, 23, 130),
     "multi_query_72_heads": (72, 1, 16, 9, 3),
+    "multi_query_72_heads_two_vector_tiles": (72, 1, 16, 45, 3),
 }
 
 
