@@ -17,8 +17,8 @@ One JSON document with:
   Tandem's matvec kernel where `auto` takes it, and its layers in one C call where the kernels run them all:
   decode_layers.c) against the same with the layer loop in Python (`fused_decode=False`), with torch's matmul
   (`matvec=torch`; not for INT8, whose linears have their own kernels) and against its reference forward
-  (`lean_decode=False`, torch's matmul; not for int8_kernel) in the same run: single-stream step time against the time to read its weights once at the measured
-  bandwidth, tensor ops per step (the kernel's calls are not tensor ops), tokens/s at 16 concurrent requests, and
+  (`lean_decode=False`, torch's matmul; not for int8_kernel) in the same run: single-stream step time against the
+  time to read its weights once at the measured bandwidth, tensor ops per step (the kernel's calls are not tensor ops), tokens/s at 16 concurrent requests, and
   the greedy agreement of the kernel with torch's matmul; INT8 against float32;
 - `levers`: each decode lever alone against the float32 engine without it, both on the reference forward (which the
   levers change), with its greedy output checked token for token: `fused_projections` (q/k/v and gate/up as one
@@ -31,8 +31,8 @@ One JSON document with:
   float32; the before and after of the default);
 - `goals`: each goal of the issue, met (true) or not (false), with the value it was judged on.
 
-Timings are best of `--repeats` (prefill also in this thread's CPU time, which a busy host inflates less); decode
-steps are read without the prefill (N tokens minus 1 token, over N - 1).
+Timings are best of `--repeats` after one untimed pass of each (prefill also in this thread's CPU time, which a
+busy host inflates less); decode steps are read without the prefill (N tokens minus 1 token, over N - 1).
 
     python bench/engine/stage_limits.py            # SmolLM2, 1 thread
     python bench/engine/stage_limits.py --quick    # fewer tokens and repeats
@@ -185,6 +185,8 @@ def prefill_section(ctx: dict, args) -> dict:
     first: dict[str, int] = {}
     short = ctx["short_prompt"]
     ttft: dict[str, list[float]] = {}  # engine -> [wall, CPU] seconds, best of the rounds
+    for run in runs.values():  # untimed: each one's first pass faults its activations' pages in (0.1-0.9 s of
+        run()                  # system time at 2,048 tokens), which a serving worker pays once
     for _ in range(args.repeats):  # in rounds, so that a busy spell slows all alike
         for name, run in runs.items():
             start = time.thread_time()
