@@ -9,8 +9,9 @@ those tiles), and those steps run their layers in one C call (decode_layers.c). 
 float32 by default) and times its decode step at each `--concurrency` with the kernel's steps as they are now
 (`tiles`), capped at 4 tokens as before (`onednn`: the class's max_tokens_for patched for those rounds) and, in
 bfloat16 on a CPU with AVX512-BF16, with those tiles off (`no_bf16_tiles`: the AVX-512F kernels up to 8 tokens, as
-before them), in interleaved rounds (best kept): the median of a round's `--new-tokens` - 1 decode steps of the whole
-batch (engine.step() timed alone, after the prefill).
+before them), and on a CPU with AMX too with those tiles up to 32 tokens as without AMX (`bf16_tiles_to_32`, against
+oneDNN's AMX GEMM above 8), in interleaved rounds (best kept): the median of a round's `--new-tokens` - 1 decode
+steps of the whole batch (engine.step() timed alone, after the prefill).
 
 Also: the step's FLOPs (2 x parameters x tokens) over its time against a large GEMM's rate in the same dtype
 measured in the same run (`gemm_peak_gflop_s`: torch's matmul of [2048, 576] x [576, 1536]), and whether the greedy
@@ -66,6 +67,20 @@ def without_bfloat16_tiles():
         yield
     finally:
         library.use_bfloat16_tiles(True)
+
+
+@contextlib.contextmanager
+def bfloat16_tiles_to_32():
+    """On a CPU with AMX: the AVX512-BF16 tiles up to WIDE_MAX_TOKENS (32), as on a CPU without AMX, instead of
+    oneDNN's AMX GEMM above 8 tokens."""
+    from inference.engine import matvec
+
+    library = matvec.load()[0]
+    library.amx = False
+    try:
+        yield
+    finally:
+        library.amx = True
 
 
 @contextlib.contextmanager
@@ -140,10 +155,11 @@ def run(args) -> dict:
     from inference.engine import matvec
 
     library = matvec.load()[0]
-    variants = VARIANTS + (("no_bf16_tiles",) if args.dtype == "bfloat16" and library and library.bfloat16_tiles
-                           else ())
+    bf16_tiles = args.dtype == "bfloat16" and library is not None and library.bfloat16_tiles
+    variants = VARIANTS + (("no_bf16_tiles",) if bf16_tiles else ()) + (
+        ("bf16_tiles_to_32",) if bf16_tiles and library.amx else ())
     contexts = {"tiles": contextlib.nullcontext, "onednn": capped_at_four_tokens,
-                "no_bf16_tiles": without_bfloat16_tiles}
+                "no_bf16_tiles": without_bfloat16_tiles, "bf16_tiles_to_32": bfloat16_tiles_to_32}
     decode_steps(prompts[min(args.concurrency)])  # lazy init
     best: dict[str, dict[int, float]] = {v: {} for v in variants}
     tokens: dict[str, dict[int, list[list[int]]]] = {v: {} for v in variants}
@@ -171,13 +187,16 @@ def run(args) -> dict:
             row["tiles_over_no_bf16_tiles_tok_s"] = ratio(row["tiles"]["tok_s"], row["no_bf16_tiles"]["tok_s"])
             row["greedy_identical_sequences_no_bf16_tiles"] = sum(
                 a == b for a, b in zip(tokens["tiles"][n], tokens["no_bf16_tiles"][n]))
+        if "bf16_tiles_to_32" in variants:
+            row["bf16_tiles_to_32_over_tiles_tok_s"] = ratio(row["bf16_tiles_to_32"]["tok_s"], row["tiles"]["tok_s"])
         results[n] = row
     import torch
 
     lib = library
     return {"benchmark": "batched_decode", "model": args.model, "dtype": args.dtype, "threads": args.threads,
             "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "parameters": num_params,
-            "kernel_isa": lib.isa if lib else None, "kernel_max_tokens": lib.max_tokens_for(getattr(torch, args.dtype)) if lib else None,
+            "kernel_isa": lib.isa if lib else None,
+            "kernel_max_tokens": lib.max_tokens_for(getattr(torch, args.dtype)) if lib else None,
             "matvec": engine.matvec, "gemm_peak_gflop_s": round(peak, 1), "results": results,
             "note": None if lib is not None and lib.max_tokens_for(getattr(torch, args.dtype)) > matvec.MAX_TOKENS else
             "the kernel runs no tiles here: both variants are the same",
