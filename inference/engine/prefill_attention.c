@@ -14,7 +14,8 @@
    Blocks past a tile's last query position are never computed (causal), and only the blocks that reach its first
    position are masked.
 
-   float32: FMAs in float32 (AVX-512F; on AVX2 the same in tiles of 8). bfloat16 (AVX512-BF16, with AVX512BW): the
+   float32: FMAs in float32 (AVX-512F; on AVX2 the same in tiles of 8). On AVX-512 a chunk of more than 16 queries
+   runs tiles of 32 in two vectors, each broadcast element feeding both (block_f32x2). bfloat16 (AVX512-BF16, with AVX512BW): the
    products run on `vdpbf16ps`, 32 bfloat16 pairs into 16 float32 sums an instruction, twice the multiplies of a float32
    FMA: scores over pairs of head dimensions (q's pairs transposed once per tile, k's pairs broadcast from the row), the
    weighted sum of V over pairs of keys (the softmax's probabilities rounded to bfloat16, as torch's CPU flash kernel
