@@ -14,8 +14,9 @@
    Blocks past a tile's last query position are never computed (causal), and only the blocks that reach its first
    position are masked.
 
-   float32: FMAs in float32 (AVX-512F; on AVX2 the same in tiles of 8). On AVX-512 a chunk of more than 16 queries
-   runs tiles of 32 in two vectors, each broadcast element feeding both (block_f32x2). bfloat16 (AVX512-BF16, with AVX512BW): the
+   float32: FMAs in float32 (AVX-512F; on AVX2 the same in tiles of 8, prefill_attention_avx2.h). A chunk of more
+   queries than one vector's lanes runs tiles of two vectors (32 on AVX-512, 16 on AVX2), each broadcast element
+   feeding both. bfloat16 (AVX512-BF16, with AVX512BW): the
    products run on `vdpbf16ps`, 32 bfloat16 pairs into 16 float32 sums an instruction, twice the multiplies of a float32
    FMA: scores over pairs of head dimensions (q's pairs transposed once per tile, k's pairs broadcast from the row), the
    weighted sum of V over pairs of keys (the softmax's probabilities rounded to bfloat16, as torch's CPU flash kernel
@@ -27,7 +28,7 @@
    (tests/inference/engine/test_prefill_attention.py).
 
    No -march: target attributes, picked at run time. tandem_prefill_attention_isa() says 1 where the CPU has AVX2
-   with FMA (float32, tiles of 8 query positions in 256-bit vectors), 2 where it has AVX-512F (float32), 3 where it
+   with FMA (float32 in 256-bit vectors), 2 where it has AVX-512F (float32), 3 where it
    also has AVX512-BF16 and AVX512BW (bfloat16 too), 0 otherwise (the engine keeps torch's SDPA). */
 #include "kernels.h"
 
@@ -310,75 +311,16 @@ static void block_f32x2(const Call *c, State *st, const float *const *krows, con
     }
 }
 
-/* ---- float32 on AVX2: tiles of LANES8 query positions, the same steps in 256-bit vectors ---------------------- */
-
-__attribute__((target("avx2,fma"), always_inline))
-static inline void scores_f32_avx2(const float *qt, const float *const *rows, int n, int64_t D, __m256 *out) {
-    __m256 acc[KG];
-    _Pragma("GCC unroll 8")
-    for (int t = 0; t < KG; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d++) {
-        __m256 qd = _mm256_loadu_ps(qt + d * LANES8);
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < KG; t++)
-            if (t < n) acc[t] = _mm256_fmadd_ps(qd, _mm256_set1_ps(rows[t][d]), acc[t]);
-    }
-    _Pragma("GCC unroll 8")
-    for (int t = 0; t < KG; t++)
-        if (t < n) out[t] = acc[t];
-}
-
-__attribute__((target("avx2,fma")))
-static void block_f32_avx2(const Call *c, State *st, const float *const *krows, const float *const *vrows,
-                           int64_t i0, int64_t j0, int kb, float *s) {
-    const __m256 scale = _mm256_set1_ps(c->scale), hidden_value = _mm256_set1_ps(-INFINITY);
-    const __m256i pos = _mm256_add_epi32(_mm256_set1_epi32((int)(c->first + i0)),
-                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const int masked = j0 + kb - 1 > c->first + i0;
-    __m256 bmax = hidden_value;
-    for (int j = 0; j < kb; j += KG) {
-        int n = kb - j < KG ? kb - j : KG;
-        __m256 sc[KG];
-        if (n == KG) scores_f32_avx2(st->qt, krows + j, KG, c->D, sc);
-        else scores_f32_avx2(st->qt, krows + j, n, c->D, sc);
-        for (int t = 0; t < n; t++) {
-            __m256 x = _mm256_mul_ps(sc[t], scale);
-            if (masked) {  /* key j0 + j + t past a lane's position: -inf */
-                __m256i hidden = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(j0 + j + t)), pos);
-                x = _mm256_blendv_ps(x, hidden_value, _mm256_castsi256_ps(hidden));
-            }
-            bmax = _mm256_max_ps(bmax, x);
-            _mm256_storeu_ps(s + (j + t) * LANES8, x);
-        }
-    }
-    __m256 m_old = _mm256_loadu_ps(st->m), m_new = _mm256_max_ps(m_old, bmax);
-    __m256 alpha = exp_256(_mm256_sub_ps(m_old, m_new)), sum = _mm256_setzero_ps();
-    for (int j = 0; j < kb; j++) {
-        __m256 p = exp_256(_mm256_sub_ps(_mm256_loadu_ps(s + j * LANES8), m_new));
-        sum = _mm256_add_ps(sum, p);
-        _mm256_storeu_ps(s + j * LANES8, p);
-    }
-    _mm256_storeu_ps(st->m, m_new);
-    _mm256_storeu_ps(st->l, _mm256_fmadd_ps(_mm256_loadu_ps(st->l), alpha, sum));
-    for (int64_t d0 = 0; d0 < c->D; d0 += DG8) {
-        __m256 acc[DG8];
-        _Pragma("GCC unroll 8")
-        for (int u = 0; u < DG8; u++) acc[u] = _mm256_mul_ps(_mm256_loadu_ps(st->o + (d0 + u) * LANES8), alpha);
-        for (int j = 0; j < kb; j++) {
-            __m256 p = _mm256_loadu_ps(s + j * LANES8);
-            const float *row = vrows[j] + d0;
-            OPAQUE(row);
-            _Pragma("GCC unroll 8")
-            for (int u = 0; u < DG8; u++) acc[u] = _mm256_fmadd_ps(p, _mm256_set1_ps(row[u]), acc[u]);
-        }
-        _Pragma("GCC unroll 8")
-        for (int u = 0; u < DG8; u++) _mm256_storeu_ps(st->o + (d0 + u) * LANES8, acc[u]);
-    }
-}
+#include "prefill_attention_avx2.h"
 
 /* ---- one task: a KV head's G query heads over a tile of query positions ---------------------------------------- */
 
-static int task(const Call *c, int64_t h, int64_t i0, int L) {
+/* The block a call's tiles run, and its tile's query positions (lanes). */
+enum { F32_ONE, F32_TWO, F32_ONE_AVX2, F32_TWO_AVX2, BF16_ONE };
+static const int LANES_OF[] = {LANES, LANES32, LANES8, LANES16, LANES};
+
+static int task(const Call *c, int64_t h, int64_t i0, int kind) {
+    const int L = LANES_OF[kind];
     const int64_t D = c->D, G = c->G, lanes = c->C - i0 < L ? c->C - i0 : L;
     const size_t esize = dtype_size(c->dtype);
     /* scratch: per head qt, o [D * L] and m, l [L]; s [KB * L]; pairs [KB / 2 * L]; row pointers */
@@ -413,15 +355,16 @@ static int task(const Call *c, int64_t h, int64_t i0, int L) {
         }
         for (int64_t g = 0; g < G; g++) {
             State st = state_of(scratch, per_head, g, D, L);
-            if (L == LANES32)
-                block_f32x2(c, &st, (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
-            else if (L == LANES8)
-                block_f32_avx2(c, &st, (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
-            else if (c->dtype == DT_F32)
-                block_f32(c, &st, (const float *const *)krows, (const float *const *)vrows, i0, j0, kb, s);
-            else
-                block_bf16(c, &st, (const uint16_t *const *)krows,
-                           c->vpairs + h * ((c->S + 1) / 2) * D, i0, j0, kb, s, ppairs);
+            const float *const *kf = (const float *const *)krows, *const *vf = (const float *const *)vrows;
+            switch (kind) {
+            case F32_ONE: block_f32(c, &st, kf, vf, i0, j0, kb, s); break;
+            case F32_TWO: block_f32x2(c, &st, kf, vf, i0, j0, kb, s); break;
+            case F32_ONE_AVX2: block_f32_avx2(c, &st, kf, vf, i0, j0, kb, s); break;
+            case F32_TWO_AVX2: block_f32x2_avx2(c, &st, kf, vf, i0, j0, kb, s); break;
+            default:
+                block_bf16(c, &st, (const uint16_t *const *)krows, c->vpairs + h * ((c->S + 1) / 2) * D, i0, j0, kb,
+                           s, ppairs);
+            }
         }
     }
     for (int64_t g = 0; g < G; g++) {
@@ -474,7 +417,10 @@ int tandem_prefill_attention(int dtype, const void *q, int64_t ld_q, void *out, 
                              int64_t Hq, int64_t Hkv, int64_t D, float scale, int num_threads) {
     int have = tandem_prefill_attention_isa();
     if (have < 1 || (dtype == DT_BF16 && have < 3) || (dtype != DT_F32 && dtype != DT_BF16)) return -1;
-    const int L = have < 2 ? LANES8 : dtype == DT_F32 && C > LANES ? LANES32 : LANES;
+    /* two vectors a tile where a chunk fills more than one (float32) */
+    const int kind = dtype == DT_BF16 ? BF16_ONE : have < 2 ? (C > LANES8 ? F32_TWO_AVX2 : F32_ONE_AVX2)
+                                                            : (C > LANES ? F32_TWO : F32_ONE);
+    const int L = LANES_OF[kind];
     if (D % 16 || D > MAX_D || Hkv < 1 || Hq % Hkv || C < 1 || first < 0) return -3;
     Call c = {dtype, q, ld_q, out, ld_o, C, first, k, v, slots, ld_k, ld_v, NULL, first + C, Hkv, Hq / Hkv, D, scale};
     if (dtype == DT_BF16) {
@@ -490,7 +436,7 @@ int tandem_prefill_attention(int dtype, const void *q, int64_t ld_q, void *out, 
         reduction(| : failed)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t tile = tiles - 1 - t / Hkv, h = t % Hkv;
-        failed |= task(&c, h, tile * L, L) != 0;
+        failed |= task(&c, h, tile * L, kind) != 0;
     }
     return failed ? -2 : 0;
 }

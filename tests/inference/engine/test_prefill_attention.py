@@ -32,8 +32,8 @@ def isa(request):
 
 
 # (query heads, KV heads, head dim, chunk length C, position of its first query): a whole prompt (first 0) and chunks
-# after a prefix; C off the query tiles (float32 on AVX-512: 32 in two vectors above 16 queries, 16 up to 16; 8 on
-# AVX2; bfloat16 16), first + C off the 64-key blocks and (odd) the bfloat16 pairs of keys.
+# after a prefix; C off the query tiles (float32 on AVX-512: 32 in two vectors above 16 queries, 16 up to 16; on AVX2
+# 16 in two above 8, 8 up to 8; bfloat16 16), first + C off the 64-key blocks and (odd) the bfloat16 pairs of keys.
 CASES = {
     "prompt_grouped": (9, 3, 64, 300, 0),
     "prompt_one_token": (4, 2, 48, 1, 0),
