@@ -18,8 +18,9 @@ One JSON document with:
   decode_layers.c) against the same with the layer loop in Python (`fused_decode=False`), with torch's matmul
   (`matvec=torch`; not for INT8, whose linears have their own kernels) and against its reference forward
   (`lean_decode=False`, torch's matmul; not for int8_kernel) in the same run: single-stream step time against the
-  time to read its weights once at the measured bandwidth, tensor ops per step (the kernel's calls are not tensor ops), tokens/s at 16 concurrent requests, and
-  the greedy agreement of the kernel with torch's matmul; INT8 against float32;
+  time to read its weights once at the measured bandwidth, tensor ops per step (the kernel's calls are not tensor
+  ops), tokens/s at 16 concurrent requests, and the greedy agreement of the kernel with torch's matmul; INT8 against
+  float32;
 - `levers`: each decode lever alone against the float32 engine without it, both on the reference forward (which the
   levers change), with its greedy output checked token for token: `fused_projections` (q/k/v and gate/up as one
   matmul each; the lean forward always runs them fused), `prepacked_linears` (MKL's packed GEMM), `compile` (the
