@@ -76,11 +76,11 @@ def bfloat16_tiles_to_32():
     from inference.engine import matvec
 
     library = matvec.load()[0]
-    library.amx = False
+    amx, library.amx = library.amx, False
     try:
         yield
     finally:
-        library.amx = True
+        library.amx = amx
 
 
 @contextlib.contextmanager

@@ -160,7 +160,8 @@ class MatVecLinear:
         if x.dim() != 2 or x.dtype != self.dtype:
             return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
         # each product straight into its columns (BLAS writes a row-major slice in place): the same values as
-        # torch.cat of the products without the copy (~10 % of a 2,048-token prompt's q/k/v and gate/up products)
+        # torch.cat of the products without the copy (7-9 % of a 2,048-token prompt's float32 q/k/v and gate/up
+        # products on a Xeon with AMX, 17-28 % in bfloat16)
         y = torch.empty(x.shape[0], self.out_features, dtype=self.dtype)
         for (*_, column, rows), weight, bias in zip(self.calls, self.weights, self.biases):
             if bias is None:

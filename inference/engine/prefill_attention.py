@@ -12,10 +12,10 @@ AVX2 with FMA (tiles of 8, of 16 in two vectors above 8), and bfloat16 where it 
 cache of the model's dtype (over a narrower one, Config.kv_cache_dtype, for whole prompts only: a chunk after a cached
 prefix keeps torch's path, which widens the rows it gathers), for head dims that are a multiple of 16 up to 256, and the
 `matvec` setting is not "torch" (it covers Tandem's kernels); elsewhere (bfloat16 without AVX512-BF16, where SDPA's is
-no slower than float32's anyway; bfloat16 on a CPU with AMX, where SDPA's flash kernel multiplies on AMX at ~200-240
-GFLOP/s against the kernel's ~80, unless `matvec` is "tandem"; CUDA) torch's SDPA. Values are not bit-identical to
-SDPA's (sums in another order; bfloat16: the probabilities rounded as torch's flash kernel rounds them), greedy tokens
-are (tests/inference/engine/test_prefill_attention.py).
+no slower than float32's anyway; bfloat16 on a CPU with AMX, where SDPA's flash kernel multiplies on AMX at ~140-240
+GFLOP/s against the kernel's ~57-83 on a Xeon with AMX, unless `matvec` is "tandem"; CUDA) torch's SDPA. Values are not
+bit-identical to SDPA's (sums in another order; bfloat16: the probabilities rounded as torch's flash kernel rounds
+them), greedy tokens are (tests/inference/engine/test_prefill_attention.py).
 """
 from __future__ import annotations
 
