@@ -35,20 +35,25 @@ typedef struct {
     float *scores;           /* [H * G, n]: scores, then unnormalized probabilities */
     float *acc;              /* [H * G, D]: the output */
     float *sums;             /* [H * G]: the softmax's sums */
+    const char *next_k;      /* the next task's first run of K blocks (this thread's), or NULL */
+    size_t next_k_bytes;
 } Task;
 
-/* Part `part` of `parts` of a block's bytes into the caches: the next block's, while this one is computed. Blocks lie
-   anywhere in the pool, so the hardware prefetcher, which follows a stream within a block, cannot guess the next
-   (measured: a call 1.2-1.4x faster with it; two blocks ahead no better, nor prefetcht1/t2). */
+/* Part `part` of `parts` of a stretch of the cache into L2, while the stretch before it is computed: a few lines at
+   each group of keys, not all at once. Blocks lie anywhere in the pool, so the hardware prefetcher, which follows a
+   stream within a block, cannot guess the next. A Zen 4 EPYC, one layer's call from memory, 16 sequences: the next
+   run's lines all at once into L1 (prefetcht0, as before) read the cache at 9-12 GB/s against a plain read's 24;
+   spread over the groups into L2 (prefetcht1) 14-17 GB/s (the calls 1.3-1.7x faster); a read of the blocks alone,
+   nothing computed, 11-12 GB/s with the first and ~20 with the second. */
 static inline void prefetch_part(const char *block, size_t bytes, int64_t part, int64_t parts) {
     size_t end = bytes * (size_t)(part + 1) / (size_t)parts;
     for (size_t o = bytes * (size_t)part / (size_t)parts & ~(size_t)63; o < end; o += 64)
-        __builtin_prefetch(block + o, 0, 3);
+        __builtin_prefetch(block + o, 0, 2);
 }
 
 /* Blocks of keys read as one: a sequence's blocks j, j + 1, ... that lie one after another in the pool (a prompt's,
    allocated at once from the free list in order, mostly do) continue the same rows at the same stride, so a run of
-   them is a block of r * bs keys, prefetched whole (prefetch_next). Runs stop at RUN_KEYS keys: SmolLM2's decode
+   them is a block of r * bs keys, prefetched whole (ahead). Runs stop at RUN_KEYS keys: SmolLM2's decode
    steps ran fastest with 64-key blocks against 16, 32 and 128 (one stream at 1,024 tokens, 16 streams at 512:
    docs/performance.md, "Prefill attention in a kernel of its own"). */
 #define RUN_KEYS 64
@@ -58,14 +63,22 @@ static inline int64_t run_of_blocks(const Task *p, int64_t j, int64_t t0) {
     return r;
 }
 
-/* Part `part` of `parts` of the next run's blocks (from block j, key t0) into the caches, while this one is
-   computed: the whole run, up to RUN_KEYS keys ahead (SmolLM2, blocks of 16, a layer's call: 1.10-1.18x over a
-   prompt's blocks against one block ahead; the next four blocks wherever they lay instead: 0.96-1.03x over
-   scattered ones, against 0.99-1.04x with this). */
-static inline void prefetch_next(const Task *p, const char *cache, int64_t j, int64_t t0, int64_t part,
-                                 int64_t parts) {
-    const char *first = cache + (size_t)p->table[j] * p->block_bytes;
-    prefetch_part(first, p->block_bytes * (size_t)run_of_blocks(p, j, t0), part, parts);
+/* What to bring into L2 while the run of blocks from block j (key t0, r blocks) of `cache` is computed: the next
+   run, or after the last one `then` (V's first run after K's last; the next task's first K block after V's last,
+   where the caller knows it), `then_bytes` of it. */
+typedef struct {
+    const char *at;
+    size_t bytes;
+} Ahead;
+static inline Ahead ahead(const Task *p, const char *cache, int64_t j, int64_t r, int64_t t0, const char *then,
+                          size_t then_bytes) {
+    if (t0 + r * p->bs < p->n)
+        return (Ahead){cache + (size_t)p->table[j + r] * p->block_bytes,
+                       p->block_bytes * (size_t)run_of_blocks(p, j + r, t0 + r * p->bs)};
+    return (Ahead){then, then ? then_bytes : 0};
+}
+static inline Ahead first_v(const Task *p) {
+    return (Ahead){p->v + (size_t)p->table[0] * p->block_bytes, p->block_bytes * (size_t)run_of_blocks(p, 0, 0)};
 }
 
 /* ---- AVX-512F -------------------------------------------------------------------------------------------------- */
@@ -98,16 +111,19 @@ static inline void task_avx512_as(int dtype, const Task *p) {
     const int64_t n = p->n, bs = p->bs, G = p->G, D = p->D, HG = p->H * p->G;
     const size_t rb = p->row_bytes;
     /* 1. Scores, a block at a time: eight keys' dot products side by side, reduced together. */
+    const Ahead v0 = first_v(p);  /* read after K's last run */
     for (int64_t j = 0, t0 = 0, r; t0 < n; j += r, t0 += r * bs) {
         r = run_of_blocks(p, j, t0);  /* blocks j .. j + r - 1 lie one after another: one block of r * bs keys */
         const int64_t m = n - t0 < r * bs ? n - t0 : r * bs;
+        const Ahead next = ahead(p, p->k, j, r, t0, v0.at, v0.bytes);
+        const int64_t groups = (m + 7) / 8, parts = HG * groups;
         for (int64_t g = 0; g < HG; g++) {  /* query row g reads KV head g / G */
             const char *kb = p->k + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
             const float *q = p->q + g * D;
             float *s = p->scores + g * n + t0;
-            if (t0 + r * bs < n) prefetch_next(p, p->k, j + r, t0 + r * bs, g, HG);
             int64_t i = 0;
             for (; i + 8 <= m; i += 8) {
+                prefetch_part(next.at, next.bytes, g * groups + i / 8, parts);
                 const char *r = kb + (size_t)i * rb;
                 __m512 a[8];
                 for (int u = 0; u < 8; u++) a[u] = _mm512_setzero_ps();
@@ -118,6 +134,7 @@ static inline void task_avx512_as(int dtype, const Task *p) {
                 _mm256_storeu_ps(s + i, hsum8(fold_512(a[0]), fold_512(a[1]), fold_512(a[2]), fold_512(a[3]),
                                               fold_512(a[4]), fold_512(a[5]), fold_512(a[6]), fold_512(a[7])));
             }
+            if (i < m) prefetch_part(next.at, next.bytes, g * groups + groups - 1, parts);
             for (; i < m; i++) {
                 __m512 a = _mm512_setzero_ps();
                 for (int64_t d = 0; d < D; d += 16)
@@ -154,11 +171,12 @@ static inline void task_avx512_as(int dtype, const Task *p) {
     for (int64_t j = 0, t0 = 0, r; t0 < n; j += r, t0 += r * bs) {
         r = run_of_blocks(p, j, t0);  /* blocks j .. j + r - 1 lie one after another: one block of r * bs keys */
         const int64_t m = n - t0 < r * bs ? n - t0 : r * bs;
+        const Ahead next = ahead(p, p->v, j, r, t0, p->next_k, p->next_k_bytes);
+        const int64_t pairs = (m + 1) / 2, parts = HG * pairs;
         for (int64_t g = 0; g < HG; g++) {
             const char *vb = p->v + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
             const float *w = p->scores + g * n + t0;
             float *o = p->acc + g * D;
-            if (t0 + r * bs < n) prefetch_next(p, p->v, j + r, t0 + r * bs, g, HG);
             int64_t d = 0;
             for (; d + 64 <= D; d += 64) {
                 __m512 a0 = _mm512_loadu_ps(o + d), a1 = _mm512_loadu_ps(o + d + 16);
@@ -166,6 +184,7 @@ static inline void task_avx512_as(int dtype, const Task *p) {
                 __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
                 int64_t i = 0;
                 for (; i + 2 <= m; i += 2) {
+                    if (d == 0) prefetch_part(next.at, next.bytes, g * pairs + i / 2, parts);
                     const char *r = vb + (size_t)i * rb, *r1 = r + rb;
                     __m512 wv = _mm512_set1_ps(w[i]), wv1 = _mm512_set1_ps(w[i + 1]);
                     a0 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d), a0);
@@ -178,6 +197,7 @@ static inline void task_avx512_as(int dtype, const Task *p) {
                     b3 = _mm512_fmadd_ps(wv1, load16_512(dtype, r1, d + 48), b3);
                 }
                 if (i < m) {
+                    if (d == 0) prefetch_part(next.at, next.bytes, g * pairs + pairs - 1, parts);
                     const char *r = vb + (size_t)i * rb;
                     __m512 wv = _mm512_set1_ps(w[i]);
                     a0 = _mm512_fmadd_ps(wv, load16_512(dtype, r, d), a0);
@@ -190,10 +210,12 @@ static inline void task_avx512_as(int dtype, const Task *p) {
                 _mm512_storeu_ps(o + d + 32, _mm512_add_ps(a2, b2));
                 _mm512_storeu_ps(o + d + 48, _mm512_add_ps(a3, b3));
             }
-            for (; d < D; d += 16) {
+            for (; d < D; d += 16) {  /* the last columns (D % 64); all of them where D < 64 */
                 __m512 a0 = _mm512_loadu_ps(o + d);
-                for (int64_t i = 0; i < m; i++)
+                for (int64_t i = 0; i < m; i++) {
+                    if (d == 0 && i % 2 == 0) prefetch_part(next.at, next.bytes, g * pairs + i / 2, parts);
                     a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), load16_512(dtype, vb + (size_t)i * rb, d), a0);
+                }
                 _mm512_storeu_ps(o + d, a0);
             }
         }
@@ -236,16 +258,19 @@ static inline void task_avx2_as(int dtype, const Task *p) {
     const int64_t n = p->n, bs = p->bs, G = p->G, D = p->D, HG = p->H * p->G;
     const size_t rb = p->row_bytes;
     /* 1. Scores, a block at a time: eight keys' dot products side by side, reduced together. */
+    const Ahead v0 = first_v(p);  /* read after K's last run */
     for (int64_t j = 0, t0 = 0, r; t0 < n; j += r, t0 += r * bs) {
         r = run_of_blocks(p, j, t0);  /* blocks j .. j + r - 1 lie one after another: one block of r * bs keys */
         const int64_t m = n - t0 < r * bs ? n - t0 : r * bs;
+        const Ahead next = ahead(p, p->k, j, r, t0, v0.at, v0.bytes);
+        const int64_t groups = (m + 7) / 8, parts = HG * groups;
         for (int64_t g = 0; g < HG; g++) {  /* query row g reads KV head g / G */
             const char *kb = p->k + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
             const float *q = p->q + g * D;
             float *s = p->scores + g * n + t0;
-            if (t0 + r * bs < n) prefetch_next(p, p->k, j + r, t0 + r * bs, g, HG);
             int64_t i = 0;
             for (; i + 8 <= m; i += 8) {
+                prefetch_part(next.at, next.bytes, g * groups + i / 8, parts);
                 const char *r = kb + (size_t)i * rb;
                 __m256 a[8];
                 for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
@@ -255,6 +280,7 @@ static inline void task_avx2_as(int dtype, const Task *p) {
                 }
                 _mm256_storeu_ps(s + i, hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
             }
+            if (i < m) prefetch_part(next.at, next.bytes, g * groups + groups - 1, parts);
             for (; i < m; i++) {
                 __m256 a = _mm256_setzero_ps();
                 for (int64_t d = 0; d < D; d += 8)
@@ -289,11 +315,12 @@ static inline void task_avx2_as(int dtype, const Task *p) {
     for (int64_t j = 0, t0 = 0, r; t0 < n; j += r, t0 += r * bs) {
         r = run_of_blocks(p, j, t0);  /* blocks j .. j + r - 1 lie one after another: one block of r * bs keys */
         const int64_t m = n - t0 < r * bs ? n - t0 : r * bs;
+        const Ahead next = ahead(p, p->v, j, r, t0, p->next_k, p->next_k_bytes);
+        const int64_t pairs = (m + 1) / 2, parts = HG * pairs;
         for (int64_t g = 0; g < HG; g++) {
             const char *vb = p->v + (size_t)p->table[j] * p->block_bytes + (size_t)(g / G) * p->head_bytes;
             const float *w = p->scores + g * n + t0;
             float *o = p->acc + g * D;
-            if (t0 + r * bs < n) prefetch_next(p, p->v, j + r, t0 + r * bs, g, HG);
             int64_t d = 0;
             for (; d + 32 <= D; d += 32) {
                 __m256 a0 = _mm256_loadu_ps(o + d), a1 = _mm256_loadu_ps(o + d + 8);
@@ -301,6 +328,7 @@ static inline void task_avx2_as(int dtype, const Task *p) {
                 __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
                 int64_t i = 0;
                 for (; i + 2 <= m; i += 2) {
+                    if (d == 0) prefetch_part(next.at, next.bytes, g * pairs + i / 2, parts);
                     const char *r = vb + (size_t)i * rb, *r1 = r + rb;
                     __m256 wv = _mm256_set1_ps(w[i]), wv1 = _mm256_set1_ps(w[i + 1]);
                     a0 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d), a0);
@@ -313,6 +341,7 @@ static inline void task_avx2_as(int dtype, const Task *p) {
                     b3 = _mm256_fmadd_ps(wv1, load8_256(dtype, r1, d + 24), b3);
                 }
                 if (i < m) {
+                    if (d == 0) prefetch_part(next.at, next.bytes, g * pairs + pairs - 1, parts);
                     const char *r = vb + (size_t)i * rb;
                     __m256 wv = _mm256_set1_ps(w[i]);
                     a0 = _mm256_fmadd_ps(wv, load8_256(dtype, r, d), a0);
@@ -325,10 +354,12 @@ static inline void task_avx2_as(int dtype, const Task *p) {
                 _mm256_storeu_ps(o + d + 16, _mm256_add_ps(a2, b2));
                 _mm256_storeu_ps(o + d + 24, _mm256_add_ps(a3, b3));
             }
-            for (; d < D; d += 8) {
+            for (; d < D; d += 8) {  /* the last columns (D % 32); all of them where D < 32 */
                 __m256 a0 = _mm256_loadu_ps(o + d);
-                for (int64_t i = 0; i < m; i++)
+                for (int64_t i = 0; i < m; i++) {
+                    if (d == 0 && i % 2 == 0) prefetch_part(next.at, next.bytes, g * pairs + i / 2, parts);
                     a0 = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), load8_256(dtype, vb + (size_t)i * rb, d), a0);
+                }
                 _mm256_storeu_ps(o + d, a0);
             }
         }
@@ -390,6 +421,16 @@ int tandem_paged_attention(int dtype, int kv_dtype, const void *q, void *out, co
                   .head_bytes = (size_t)D * esize,
                   .G = G, .D = D, .q = buf, .acc = buf + rows * D, .sums = buf + 2 * rows * D,
                   .scores = buf + rows * (2 * D + 1)};
+        /* one thread runs the tasks in order: the next one's first K block is read while this one's last V run is */
+        const int64_t following = task + 1, nb = following / (Hkv / H);
+        if (!parallel && following < B * (Hkv / H) && context_lens[nb] > 0) {
+            Task next = p;
+            next.table = block_tables + nb * ldt;
+            next.n = context_lens[nb];
+            p.next_k = (const char *)k_cache + ((size_t)(following % (Hkv / H) * H * D)) * esize +
+                       (size_t)next.table[0] * p.block_bytes;
+            p.next_k_bytes = p.block_bytes * (size_t)run_of_blocks(&next, 0, 0);
+        }
         const int64_t first = (b * Hq + h * G) * D;  /* element of q and out where the task's rows start */
         for (int64_t i = 0; i < rows * D; i++) buf[i] = load_scalar(dtype, q, first + i) * scale;
         if (n <= 0) memset(p.acc, 0, sizeof(float) * (size_t)(rows * D));
