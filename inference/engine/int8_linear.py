@@ -6,11 +6,12 @@ spends a decode step on its own overhead instead (quantizing the activations, a 
 on SmolLM2-135M at one thread its step took 2.4-2.85x the time to read its weights once. The kernel reads each int8
 row once and multiplies it with the step's tokens, each rounded to int16 with its own scale (max |x| / 32767) once
 per call, by AVX2's 16-bit integer multiply-add with exact integer sums: twice the multiplies per instruction of the
-float32 FMA the kernel used before, which a step of many sequences needs. A token's rounding depends on that token
-alone, and 16 bits keep the outputs as close to the float model's as float activations did: SmolLM2's mean KL of
-the next-token distributions from float32's, 0.00462 with int16 activations against 0.00459 with float32 ones
-(test_int8_engine's text; 0.00649 against 0.00648 over 6 texts decoded token by token), where fbgemm's 8-bit
-activations gave 0.12 on an AVX2 CPU without VNNI (docs/engine.md, "INT8 weights").
+float32 FMA the kernel used before, which a step of many sequences needs (with AVX512-VNNI, steps of 4 tokens or
+more fuse the multiply-add and the add into one vpdpwssd: the same sums, 1.3-1.4x faster on a Zen 4 EPYC). A token's
+rounding depends on that token alone, and 16 bits keep the outputs as close to the float model's as float activations
+did: SmolLM2's mean KL of the next-token distributions from float32's, 0.00462 with int16 activations against 0.00459
+with float32 ones (test_int8_engine's text; 0.00649 against 0.00648 over 6 texts decoded token by token), where
+fbgemm's 8-bit activations gave 0.12 on an AVX2 CPU without VNNI (docs/engine.md, "INT8 weights").
 
 Steps of GEMM_TOKENS tokens or more (long prefills) dequantize each weight for the call and run torch's float GEMM,
 which computes many tokens at once faster than the kernel's passes over the weights (one per 16 tokens), on the
@@ -46,7 +47,8 @@ GEMM_TOKENS = 128
 
 
 class Library(KernelLibrary):
-    """The loaded kernel: `isa` is what it runs on this CPU (avx2+fma, on AVX-512 CPUs too: its only set)."""
+    """The loaded kernel: `isa` is what it runs on this CPU (avx2+fma, on AVX-512 CPUs too); `vnni`: whether its
+    steps of 4 tokens or more multiply-add with AVX512-VNNI's vpdpwssd (the same exact sums, so the same values)."""
 
     def __init__(self, lib: ctypes.CDLL):
         super().__init__(lib, "tandem_int8_matvec")
@@ -54,6 +56,15 @@ class Library(KernelLibrary):
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
         lib.tandem_int8_matvec.argtypes = [ptr, i64, ptr, ptr, i64, ptr, i64, i64, i64, i64, ptr, ptr, ctypes.c_float,
                                            ctypes.c_int]
+        lib.tandem_int8_matvec_vnni.restype = ctypes.c_int
+        lib.tandem_int8_matvec_vnni.argtypes = [ctypes.c_int]
+        self.vnni = bool(lib.tandem_int8_matvec_vnni(-1))
+
+    def use_vnni(self, on: bool) -> bool:
+        """VNNI's multiply-add on or off (where the CPU has it) from now on, in this process; returns whether it is
+        used."""
+        self.vnni = bool(self.lib.tandem_int8_matvec_vnni(1 if on else 0))
+        return self.vnni
 
 
 @functools.lru_cache(maxsize=1)
