@@ -104,6 +104,28 @@ static inline uint16_t f32_to_bf16(float f) {  /* round to nearest even, as torc
     return (uint16_t)(u >> 16);
 }
 
+/* 16 at a time on AVX-512F, bit for bit as the scalar functions above: bfloat16 widened; float32 rounded to
+   bfloat16 (nearest even, NaN kept NaN as f32_to_bf16 keeps it) and widened back; such a value narrowed (its low half
+   is zero). */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 load_bf16_512(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 round_bf16_512(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+__attribute__((target("avx512f"), always_inline))
+static inline void store_rounded_bf16_512(uint16_t *p, __m512 rounded) {
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(rounded), 16)));
+}
+
 /* IEEE half precision, exactly (every float16 is a float32). */
 static inline float f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;

@@ -11,6 +11,7 @@ import torch
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine.config import ConfigError
 from inference.engine import decode_layers, matvec
+from tests.conftest import MODELS_DIR
 from tests.inference.engine.support import prefilled, random_prompts
 
 pytestmark = pytest.mark.skipif(matvec.load()[0] is None or decode_layers.load()[0] is None,
@@ -74,6 +75,19 @@ def test_a_fused_step_computes_the_lean_steps_hidden_states_and_cache(tiny_model
     if name != "int8":
         assert torch.equal(k_fused[0], k_lean[0])
     assert close(k_fused, k_lean, tolerance)
+
+
+@pytest.mark.skipif(not (MODELS_DIR / "smollm2-135m" / "config.json").is_file(), reason="SmolLM2 is not prepared")
+def test_smollm2_bfloat16_fused_step_ropes_k_bit_for_bit_as_the_lean_step():
+    """SmolLM2's head dim (64, a multiple of 32) takes the bfloat16 RoPE 16 elements at a time where the CPU has
+    AVX-512 (the tiny model's 48 keeps the scalar loop): layer 0's K bit for bit as the lean step's (torch's ops), the
+    hidden states within one rounding."""
+    eng = LLMEngine(Config(model=MODELS_DIR / "smollm2-135m", dtype="bfloat16", threads=1, kv_cache_bytes=16 << 20,
+                           prefix_caching=False))
+    seqs = prefilled(eng, random_prompts([5, 19, 40, 7], seed=3))
+    lean, fused, k_lean, k_fused = step_both_ways(eng, seqs)
+    assert torch.equal(k_fused[0], k_lean[0])
+    assert close(fused, lean, TOLERANCES["bfloat16"])
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
