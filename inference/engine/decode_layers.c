@@ -78,8 +78,7 @@ static inline float rounded(int dtype, float v) { return dtype == DT_F32 ? v : b
 /* The residual adds, silu x up (exp still libm's, one at a time) and bfloat16's RoPE 16 elements at a time where the
    CPU has AVX-512F, bit for bit as the scalar loops (the same IEEE products, quotients and sums, the same roundings:
    kernels.h's round_bf16_512; float32's RoPE stays scalar, where a product and the sum after it could be fused into
-   one FMA). A bfloat16 step of 16 tokens spent ~10 %
-   of its time in these scalar loops (SmolLM2, Zen 4 EPYC). */
+   one FMA). A bfloat16 step of 16 tokens spent ~10 % of its time in these scalar loops (SmolLM2, Zen 4 EPYC). */
 static int avx512 = -1;
 static inline int has_avx512(void) {
     if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
