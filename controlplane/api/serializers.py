@@ -24,8 +24,8 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["name", "queue", "hostname", "address", "gpus", "num_gpus", "labels", "detected_labels",
-                  "all_labels", "roofline", "online", "last_seen_at", "created_at"]
-        read_only_fields = ["roofline"]
+                  "all_labels", "roofline", "engines", "online", "last_seen_at", "created_at"]
+        read_only_fields = ["roofline", "engines"]
 
     def get_online(self, node: Node) -> bool:
         return node.is_online()

@@ -26,6 +26,10 @@ class Node(models.Model):
     # and at all cores, with "measured_at"; {} until the agent has measured. Simulated nodes carry a made-up one
     # ("source": "simulated"). Workers get their share as flags (controlplane.agent.launch).
     roofline = models.JSONField(default=dict, blank=True)
+    # The engines other than Tandem's own that this host can run workers of, as its agent found them
+    # (inference.engines.vllm.environment.probe): {"vllm": {"python": ..., "version": "0.32.0"}} or, where there is
+    # none, {"vllm": {"python": ..., "error": "why"}}; {} until the agent has looked.
+    engines = models.JSONField(default=dict, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

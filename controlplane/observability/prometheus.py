@@ -4,7 +4,9 @@ Grafana dashboard per deployment with the panels of its Tandem page.
 `sd_targets()` answers `http_sd_configs` (https://prometheus.io/docs/prometheus/latest/http_sd/): one group per
 worker and gateway that Tandem itself scrapes (observability.store.scrape_targets: a process with a port, serving,
 not a profile run's), labelled with what Tandem's queries need: `deployment`, `pool` (the role of its pool),
-`revision` (its number), `node`, `worker` (its id). Workers label their own series `role` and `model`; Prometheus
+`revision` (its number), `node`, `worker` (its id), and for a worker `engine` (tandem or vllm: a vLLM worker's
+series are renamed to Tandem's by the job's metric_relabel_configs, inference.engines.vllm.metrics.RELABEL_CONFIGS,
+docs/engines.md). Workers label their own series `role` and `model`; Prometheus
 adds these, so `tandem_time_to_first_token_seconds_bucket{deployment="demo", role="prefill"}` is one stage of one
 deployment.
 
@@ -15,6 +17,7 @@ into any Grafana. The expressions are checked by promtool in the tests (tests/co
 from __future__ import annotations
 
 from controlplane.observability.store import scrape_targets
+from inference.engines import engine_of
 
 SCHEMA_VERSION = 39
 RATE = "$__rate_interval"
@@ -26,12 +29,14 @@ def sd_targets() -> list[dict]:
 
     ids = [target.worker_id for target in scrape_targets()]
     rows = (Worker.objects.filter(pk__in=ids)
-            .values_list("id", "host", "port", "role", "deployment__name", "revision__number", "node__name")
+            .values_list("id", "host", "port", "role", "deployment__name", "revision__number", "node__name",
+                         "revision__engine_settings")
             .order_by("deployment__name", "role", "id"))
     return [{"targets": [f"{host}:{port}"],
              "labels": {"deployment": deployment, "pool": role, "revision": "" if revision is None else str(revision),
-                        "node": node or "", "worker": str(worker_id)}}
-            for worker_id, host, port, role, deployment, revision, node in rows]
+                        "node": node or "", "worker": str(worker_id),
+                        **({"engine": engine_of(engine_settings)} if role != "gateway" else {})}}
+            for worker_id, host, port, role, deployment, revision, node, engine_settings in rows]
 
 
 def _q(quantile: float, metric: str, where: str, by: str = "role") -> str:

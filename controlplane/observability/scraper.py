@@ -14,6 +14,7 @@ import aiohttp
 
 from controlplane.lib.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
 from controlplane.observability.exposition import Reading, parse_exposition
+from inference.engines.vllm import metrics as vllm_metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,8 @@ def parse_all(fetched: list[Fetched]) -> list[Fetched]:
     for item in fetched:
         if item.text:
             try:
-                item.reading = parse_exposition(item.text)
+                # A vLLM worker's page in Tandem's names first (inference/engines/vllm/metrics.py).
+                item.reading = parse_exposition(vllm_metrics.translate(item.text))
             except (ValueError, UnicodeDecodeError) as exc:
                 item.error = _error(exc)
             item.text = ""

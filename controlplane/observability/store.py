@@ -24,6 +24,7 @@ from controlplane.observability.models import RevisionSample, Sample, ScrapeStat
 from controlplane.observability.scraper import Fetched, Target, scrape
 from controlplane.observability.tenant_rates import tenant_increments, tenant_states, tenant_values
 from controlplane.tenants.usage import add_usage, counter_deltas, usage_rows
+from inference.engines import ENGINES, TANDEM
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +59,18 @@ ALL = Shard()
 
 def scrape_targets(shard: Shard = ALL) -> list[Target]:
     """Workers and gateways that hold a process with a known port (a profile run's workers are not the
-    deployment's: their load would read as its traffic)."""
-    from controlplane.models import Worker, WorkerPurpose
+    deployment's: their load would read as its traffic). A starting worker of another engine than Tandem's is not
+    one yet: vLLM listens only once it has loaded and compiled, and a minute of `up` 0 while it does would read as
+    a worker down (the health pass holds it to its start deadline meanwhile)."""
+    from controlplane.models import Worker, WorkerPurpose, WorkerStatus
 
     rows = (shard.filter(Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False,
                                                purpose=WorkerPurpose.SERVING))
+            # A subquery: an exclude on the JSON key alone would drop Tandem's starting workers too (the key is
+            # absent there, and NOT (NULL IN ...) is NULL, not true).
+            .exclude(id__in=Worker.objects.filter(
+                status=WorkerStatus.STARTING,
+                revision__engine_settings__common__engine__in=[e for e in ENGINES if e != TANDEM]).values("id"))
             .values_list("id", "deployment_id", "role", "host", "port"))
     return [Target(wid, dep, role, f"http://{host}:{port}") for wid, dep, role, host, port in rows]
 

@@ -258,9 +258,10 @@ def demo_failed_restart(deployment, *, actor) -> list[str]:
     return revived
 
 
-def completion(gateway_url: str, prompt: str, *, max_tokens: int = 16, timeout: float = 60.0) -> requests.Response:
+def completion(gateway_url: str, prompt: str, *, max_tokens: int = 16, timeout: float = 60.0,
+               model: str = DEMO_NAME) -> requests.Response:
     return requests.post(f"{gateway_url}/v1/completions", timeout=timeout,
-                         json={"model": DEMO_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.7})
+                         json={"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.7})
 
 
 class NotReady(Exception):
@@ -331,9 +332,9 @@ class DemoLoad(threading.Thread):
     """One small completion every interval_s through the gateway, so the dashboards show live numbers.
     Failures are counted and reported in a line per minute at most, never raised."""
 
-    def __init__(self, gateway_url: str, *, interval_s: float = 2.0, report=print):
-        super().__init__(name="demo-load", daemon=True)
-        self.gateway_url, self.interval_s, self.report = gateway_url, interval_s, report
+    def __init__(self, gateway_url: str, *, interval_s: float = 2.0, model: str = DEMO_NAME, report=print):
+        super().__init__(name=f"{model}-load", daemon=True)
+        self.gateway_url, self.interval_s, self.report, self.model = gateway_url, interval_s, report, model
         self.num_ok = self.num_failed = 0
         self._stop_event = threading.Event()
 
@@ -341,7 +342,7 @@ class DemoLoad(threading.Thread):
         last_report, last_error = time.monotonic(), ""
         while not self._stop_event.wait(self.interval_s):
             try:
-                response = completion(self.gateway_url, secrets.choice(DEMO_PROMPTS))
+                response = completion(self.gateway_url, secrets.choice(DEMO_PROMPTS), model=self.model)
                 if response.status_code == 200:
                     self.num_ok += 1
                 else:

@@ -65,6 +65,17 @@ def node_roofline_set(*, node: Node, roofline: dict) -> None:
     Node.objects.filter(pk=node.pk).update(roofline=roofline)
 
 
+def node_engines_set(*, node: Node, engines: dict) -> None:
+    """Store which other engines the node's agent found on its host (written by the agent only), and label the node
+    with each one's version (`engine.vllm`: "0.32.0"), so that a pool can select nodes that have it."""
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        labels = {key: value for key, value in (node.detected_labels or {}).items() if not key.startswith("engine.")}
+        labels.update({f"engine.{name}": found["version"] for name, found in engines.items() if found.get("version")})
+        node.engines, node.detected_labels = engines, labels
+        node.save(update_fields=["engines", "detected_labels"])
+
+
 def node_measure_request(*, node: Node) -> bool:
     """Ask the node's agent to measure its host again (a message on its queue, done when the agent takes it; the
     node's `roofline.measured_at` says when it was). Returns whether the broker took the message."""

@@ -10,6 +10,9 @@ from django.conf import settings
 from controlplane.errors import invalid
 from controlplane.models import PoolRole
 from inference.checks import is_number
+from inference.engines import DEFAULT_ENGINE, ENGINE_SETTING, ENGINES, TANDEM
+from inference.engines.vllm import environment as vllm_environment
+from inference.engines.vllm import settings as vllm_settings
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.engine.config import KV_CACHE_DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS
@@ -172,7 +175,7 @@ def _settings_part(part, *, where: str) -> dict:
         return {}
     if not isinstance(part, dict):
         raise invalid(f"engine_settings.{where} must be an object of engine settings", field=f"engine_settings.{where}")
-    allowed = [*ENGINE_SETTING_KEYS, ROLE_DTYPE]
+    allowed = [*ENGINE_SETTING_KEYS, ROLE_DTYPE, *([ENGINE_SETTING] if where == COMMON else [])]
     for key in part:
         if key not in allowed:
             raise invalid(f"{where}.{key} is not an engine setting; allowed: {', '.join(sorted(allowed))}",
@@ -180,7 +183,7 @@ def _settings_part(part, *, where: str) -> dict:
         if key == ROLE_DTYPE and where != COMMON and part[key] not in DTYPES:
             raise invalid(f"{where}.dtype {part[key]!r} is not one of {', '.join(DTYPES)}",
                           field=f"engine_settings.{where}.dtype")
-    return {key: value if key == ROLE_DTYPE else _setting_value(key, value, where=where)
+    return {key: value if key in (ROLE_DTYPE, ENGINE_SETTING) else _setting_value(key, value, where=where)
             for key, value in part.items()}
 
 
@@ -204,6 +207,9 @@ def validate_engine_settings(engine_settings, *, roles: tuple[str, ...] = ALL_RO
         if flat:
             raise invalid(f"engine_settings mixes settings {flat} with per-role parts {sorted(parts)}: put shared "
                           "settings in common", field=f"engine_settings.{flat[0]}")
+    engine = _engine(engine_settings.get(COMMON))
+    if engine != TANDEM:
+        return validate_other_engine(engine, engine_settings, roles=roles)
     cleaned = {COMMON: _settings_part(engine_settings.get(COMMON), where=COMMON)}
     for role in ALL_ROLES:
         if role not in engine_settings:
@@ -214,6 +220,58 @@ def validate_engine_settings(engine_settings, *, roles: tuple[str, ...] = ALL_RO
         part = _settings_part(engine_settings[role], where=role)
         if part:
             cleaned[role] = part
+    return cleaned
+
+
+def _engine(common) -> str:
+    engine = common.get(ENGINE_SETTING, DEFAULT_ENGINE) if isinstance(common, dict) else DEFAULT_ENGINE
+    if engine not in ENGINES:
+        raise invalid(f"common.engine {engine!r} is not one of {', '.join(ENGINES)}",
+                      field="engine_settings.common.engine")
+    return engine
+
+
+def validate_other_engine(engine: str, engine_settings: dict, *, roles: tuple[str, ...]) -> dict:
+    """The settings of a revision that runs vLLM (inference/engines/vllm/settings.py): its own set of settings, and
+    its extra arguments and quantization method judged by vLLM's own parser (the control plane's vLLM interpreter,
+    TANDEM_VLLM_PYTHON), so that a bad value is a 400 here rather than a worker that exits at every start."""
+    if PoolRole.PREFILL in roles or PoolRole.DECODE in roles:
+        raise invalid(f"engine {engine} serves colocated deployments: a disaggregated pair needs a vLLM KV connector, "
+                      "and none of those vLLM ships hands a KV cache over on its CPU build (docs/engines.md says "
+                      "what was tried and how to check one on a GPU)", field="engine_settings.common.engine")
+    cleaned = {}
+    for where in (COMMON, *ALL_ROLES):
+        part = engine_settings.get(where)
+        if part is None:
+            continue
+        if not isinstance(part, dict):
+            raise invalid(f"engine_settings.{where} must be an object of engine settings",
+                          field=f"engine_settings.{where}")
+        if where != COMMON and where not in roles:
+            raise invalid(f"engine_settings.{where}: this deployment has no {where} workers (its roles: "
+                          f"{', '.join(roles)})", field=f"engine_settings.{where}")
+        if where != COMMON and part.get(ROLE_DTYPE, DEFAULT_DTYPE) not in DTYPES:
+            raise invalid(f"{where}.dtype {part[ROLE_DTYPE]!r} is not one of {', '.join(DTYPES)}",
+                          field=f"engine_settings.{where}.dtype")
+        try:
+            checked = vllm_settings.check_part({k: v for k, v in part.items() if k != ROLE_DTYPE or where != COMMON},
+                                               where=where)
+        except vllm_settings.VllmSettingsError as exc:
+            raise invalid(exc.message, field=f"engine_settings.{where}.{exc.key}") from None
+        if where == COMMON and ROLE_DTYPE in part:
+            checked[ROLE_DTYPE] = part[ROLE_DTYPE]  # the revision's dtype: revision_dtype moves it to its field
+        if checked or where == COMMON:
+            cleaned[where] = checked
+        parser_args = [*(["--quantization", checked["quantization"]]
+                         if checked.get("quantization", "none") != "none" else []),
+                       *checked.get("extra_args", ())]
+        if parser_args:
+            try:
+                vllm_environment.check_args(settings.TANDEM_VLLM_PYTHON, parser_args)
+            except vllm_environment.VllmArgsError as exc:
+                field = "extra_args" if checked.get("extra_args") else "quantization"
+                raise invalid(f"{where}.{field}: vLLM refuses {' '.join(parser_args)}: {exc}",
+                              field=f"engine_settings.{where}.{field}") from None
     return cleaned
 
 

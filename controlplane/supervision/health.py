@@ -4,7 +4,8 @@
   pools have ready workers, which is not its own failure); a worker's 200 also says the dtype it runs and its
   weights (quantization, bytes), kept on its row for the pages and the API;
 - starting that is not healthy within TANDEM_STARTUP_TIMEOUT_S → restart; one that answers 503 "starting" (up,
-  loading or compiling) within TANDEM_WARMUP_TIMEOUT_S;
+  loading or compiling), or runs another engine (vLLM answers nothing until it has compiled), within
+  TANDEM_WARMUP_TIMEOUT_S;
 - ready with TANDEM_HEALTH_FAILURES consecutive failures → restart (reported to controlplane.services.restarts);
 - but a pass in which many probes of live hosts' workers time out at once counts none of those timeouts (a restart
   storm caused by the prober's own overload: controlplane.supervision.probe_hold).
@@ -31,6 +32,7 @@ from controlplane.models.workers import (
 )
 from controlplane.services.restarts import WorkerFailure, worker_failure_record, worker_ready_record
 from controlplane.supervision import probe_hold
+from inference.engines import TANDEM, engine_of
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +166,10 @@ def _apply(worker: Worker, result: Probe, outcome: dict) -> None:
     if worker.status == WorkerStatus.STARTING:
         started = worker.started_at or worker.created_at
         deadline_s = settings.TANDEM_STARTUP_TIMEOUT_S
-        if result.starting:  # up and loading or compiling: the warm-up's deadline
+        # Up and loading or compiling: the warm-up's deadline. A vLLM worker listens only once it has loaded and
+        # compiled, so its start gets the warm-up's deadline from the first (its exit is the agent's to report).
+        if result.starting or (worker.revision_id is not None
+                               and engine_of(worker.revision.engine_settings) != TANDEM):
             deadline_s = max(deadline_s, settings.TANDEM_WARMUP_TIMEOUT_S)
         if now - started > timedelta(seconds=deadline_s):
             reason = f"not healthy within {deadline_s} s of its start ({result.detail})"

@@ -13,6 +13,8 @@ import re
 
 import aiohttp
 
+from inference.checks import is_int
+from inference.engines import ENGINES
 from inference.gateway.admission_settings import AdmissionSettingsError, check_admission_settings
 from inference.gateway.config import Config, Mode
 from inference.gateway.traffic_split import MAX_TRAFFIC_WEIGHT
@@ -73,7 +75,22 @@ def parse_endpoints(body: object) -> tuple[Mode, list[dict]]:
                 raise MembershipError(f"the weight of {url} in revision {revision} {problem}")
         _check_split(group, revision)
         _check_kv_urls(group, revision)
+        _check_engine(group, revision)
     return mode, groups
+
+
+def _check_engine(group: dict, revision: object) -> None:
+    """Optional `engine` (absent: tandem), and for another engine what its /health does not say: `max_num_seqs` (a
+    positive integer or null) and `prefix_caching` (a boolean)."""
+    engine = group.get("engine")
+    if engine is not None and engine not in ENGINES:
+        raise MembershipError(f"'engine' of revision {revision} is {engine!r}, not one of {', '.join(ENGINES)}")
+    max_num_seqs = group.get("max_num_seqs")
+    if max_num_seqs is not None and (not is_int(max_num_seqs) or max_num_seqs < 1):
+        raise MembershipError(f"'max_num_seqs' of revision {revision} must be a positive integer, not "
+                              f"{max_num_seqs!r}")
+    if group.get("prefix_caching") not in (None, True, False):
+        raise MembershipError(f"'prefix_caching' of revision {revision} must be true or false")
 
 
 def _check_kv_urls(group: dict, revision: object) -> None:

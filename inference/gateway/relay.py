@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 import aiohttp
 
 from inference import ndjson
+from inference.engines import VLLM
+from inference.engines.vllm import protocol as vllm_protocol
 from inference.gateway.config import Config, Mode
 from inference.gateway.openai_protocol import ApiError
 from inference.gateway.prefix_affinity import affinity_key
@@ -126,10 +128,12 @@ class Relay:
 
     def _headers(self, group: Group) -> dict[str, str]:
         """What every request to a worker of `group` carries: its revision's worker secret, where the gateway has
-        the deployment's key (inference.worker_secret), so that during a rollout each revision gets its own."""
-        if self.config.worker_key is None:
-            return JSON_HEADERS
-        return {**JSON_HEADERS, SECRET_HEADER: revision_secret(self.config.worker_key, group.revision)}
+        the deployment's key (inference.worker_secret), so that during a rollout each revision gets its own. A vLLM
+        worker takes it as its API key."""
+        secret = None if self.config.worker_key is None else revision_secret(self.config.worker_key, group.revision)
+        if group.engine == VLLM:
+            return vllm_protocol.auth_headers(secret)
+        return JSON_HEADERS if secret is None else {**JSON_HEADERS, SECRET_HEADER: secret}
 
     def _affinity_key(self, body: dict) -> str | None:
         return affinity_key(body, self.config.prefix_affinity_chars) if self.config.prefix_affinity else None
@@ -180,13 +184,20 @@ class Relay:
         release = self._acquire(worker)
         resp = None
         try:
-            payload = json.dumps({"request_id": request_id, **body}).encode()
-            resp = await self.session.post(worker.url + "/v1/generate", data=payload, headers=self._headers(group))
+            if group.engine == VLLM:
+                resp = await self._post_vllm(group, worker, body, excluded)
+            else:
+                payload = json.dumps({"request_id": request_id, **body}).encode()
+                resp = await self.session.post(worker.url + "/v1/generate", data=payload,
+                                               headers=self._headers(group))
             if resp.status != 200:
                 await self._classify(resp, worker, excluded)
             if accepted is not None:
                 accepted()
-            events = ndjson.read(resp.content)
+            if group.engine == VLLM:
+                events = vllm_protocol.events(resp.content, num_resumed=len(body.get("resume_token_ids") or ()))
+            else:
+                events = ndjson.read(resp.content)
             prompt_tokens, pending, finish = await self._read_until_first_token(events, worker, excluded)
         except TRANSPORT_ERRORS as exc:
             release()
@@ -200,6 +211,22 @@ class Relay:
             raise
         return Leg(prompt_tokens, pending, finish, events if finish is None else None, [release], [resp], worker.url,
                    lambda reason: self.router.mark_down(worker, reason), worker.ejected)
+
+    async def _post_vllm(self, group: Group, worker: Worker, body: dict,
+                         excluded: set[str]) -> aiohttp.ClientResponse:
+        """vLLM's streaming request for `body` (inference/engines/vllm/protocol.py); a resumed request's prompt is
+        tokenized by the worker first."""
+        headers, name = self._headers(group), self.config.served_model_name
+        prompt_ids = max_model_len = None
+        if body.get("resume_token_ids"):
+            try:
+                prompt_ids, max_model_len = await vllm_protocol.tokenize(self.session, worker.url, name, body,
+                                                                         headers)
+            except vllm_protocol.ResumeFailed as exc:
+                excluded.add(worker.url)
+                raise AttemptFailed("worker_error", str(exc)) from None
+        path, payload = vllm_protocol.request_for(body, name, prompt_ids=prompt_ids, max_model_len=max_model_len)
+        return await self.session.post(worker.url + path, data=json.dumps(payload).encode(), headers=headers)
 
     async def _read_until_first_token(self, events: AsyncIterator[dict], worker: Worker, excluded: set[str]):
         prompt_tokens = 0

@@ -28,6 +28,7 @@ from enum import Enum
 import aiohttp
 
 from inference.checks import is_int
+from inference.engines import TANDEM
 from inference.gateway import traffic_split
 from inference.gateway.config import Config, Mode
 from inference.gateway.prefix_affinity import HashRing, bounded_pick
@@ -67,6 +68,7 @@ class Worker:
     prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
     max_num_seqs: int | None = None  # what its /health says it runs at once (None: not said)
     probe_timeouts: int = 0  # health probes in a row that got no answer in time (PROBE_TIMEOUTS_TO_DOWN)
+    engine: str = TANDEM  # what it runs (inference.engines): how it is probed and spoken to
     # Set when the worker is taken out of rotation: the streams it holds move on at once (TokenStream) instead of
     # waiting on a hung worker. A fresh one once it is ready again.
     ejected: asyncio.Event = field(default_factory=asyncio.Event)
@@ -90,6 +92,7 @@ class Group:
     colocated: list[Worker] = field(default_factory=list)
     traffic_weight: int | None = None  # its share of traffic under a split; None: the membership gives none
     variant: str | None = None         # what a rollout calls it ("stable", "canary", "a", "b"), for the response
+    engine: str = TANDEM               # the engine its workers run (inference.engines): one per revision
 
     def workers(self, role: Role) -> list[Worker]:
         return {Role.PREFILL: self.prefill, Role.DECODE: self.decode, Role.COLOCATED: self.colocated}[role]
@@ -160,7 +163,7 @@ class Router:
         known: dict[tuple[Role, str], Worker] = {}
         for spec in groups:
             group = Group(revision=spec.get("revision"), mode=mode, traffic_weight=spec.get("traffic_weight"),
-                          variant=spec.get("variant"))
+                          variant=spec.get("variant"), engine=spec.get("engine") or TANDEM)
             weights = {url.rstrip("/"): weight for url, weight in (spec.get("weights") or {}).items()}
             kv_urls = {url.rstrip("/"): kv_url.rstrip("/") for url, kv_url in (spec.get("kv_urls") or {}).items()}
             for role in group.roles:
@@ -169,6 +172,11 @@ class Router:
                     worker = known.get(key) or self._workers.get(key) or Worker(url=key[1], role=role)
                     worker.weight = weights.get(key[1], DEFAULT_WEIGHT)
                     worker.kv_url = kv_urls.get(key[1])
+                    worker.engine = group.engine
+                    if group.engine != TANDEM:
+                        # Its /health says nothing but "up": what it serves is the revision's, as the membership says.
+                        worker.max_num_seqs = spec.get("max_num_seqs")
+                        worker.prefix_caching = spec.get("prefix_caching") is True
                     known[key] = worker
                     group.workers(role).append(worker)
             new_groups.append(group)
@@ -322,6 +330,13 @@ class Router:
         try:
             async with session.get(worker.url + "/health", timeout=timeout) as resp:
                 worker.probe_timeouts = 0  # it answered: whatever it says counts from here
+                if worker.engine != TANDEM:
+                    # vLLM's /health is a bare 200 once its engine runs (it listens only once loaded), 503 once
+                    # its engine died.
+                    if resp.status != 200:
+                        self.mark_down(worker, f"HTTP {resp.status} from its /health")
+                        return
+                    return self._now_ready(worker)
                 try:
                     body = await resp.json(content_type=None)
                 except ValueError:
@@ -360,6 +375,9 @@ class Router:
             worker.probe_timeouts = 0
             self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return
+        self._now_ready(worker)
+
+    def _now_ready(self, worker: Worker) -> None:
         if worker.state is not WorkerState.READY:
             log.info("%s %s is ready", worker.role.value, worker.url)
         if worker.ejected.is_set():

@@ -26,6 +26,7 @@ class Command(BaseCommand):
 
         from controlplane.agent import runtime
         from controlplane.agent.faults import faults_resume_after_restart
+        from controlplane.agent.engines import engines_probe_in_background
         from controlplane.agent.host import host_measure_in_background
         from controlplane.agent.node import Heartbeat, node_adopt, node_register
         from controlplane.celery import app
@@ -52,6 +53,7 @@ class Command(BaseCommand):
         faults_resume_after_restart(node_name=node.name, adopted=adopted)
         if settings.TANDEM_HOST_MEASURE:
             host_measure_in_background(node_name=node.name)  # a child process, a few seconds: start is not held up
+        engines_probe_in_background(node_name=node.name)  # likewise: which vLLM this host has
         heartbeat = Heartbeat(node, settings.TANDEM_HEARTBEAT_INTERVAL_S)
         heartbeat.start()
         try:

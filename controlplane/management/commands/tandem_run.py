@@ -69,6 +69,7 @@ class Command(BaseCommand):
             raise CommandError(error.message) from None
         gateway_url = f"http://127.0.0.1:{deployment.gateway_port}"
         self.out(f"demo deployment: {what} (model {model_path.name}, gateway port {deployment.gateway_port})")
+        vllm_url = self._vllm_demo(model_path) if settings.TANDEM_DEMO_ENGINE == "vllm" else None
 
         stop_requested = threading.Event()
 
@@ -88,7 +89,10 @@ class Command(BaseCommand):
                       cwd=settings.BASE_DIR, on_event=self.out)
         stack.start()
         self.out(f"started {', '.join(stack.children)} (logs in {log_dir}); waiting for the demo gateway ...")
-        load = None
+        load = vllm_load = None
+        if vllm_url is not None:
+            threading.Thread(target=self._wait_vllm, name="ready-vllm", daemon=True,
+                             kwargs=dict(gateway_url=vllm_url, stop_requested=stop_requested)).start()
         watch = demo.DemoWatch(deployment.pk, since=started_at, report=self.out)
         waiter = threading.Thread(target=self._wait_ready, name="ready", daemon=True, kwargs=dict(
             gateway_url=gateway_url, started=started, admin=admin, stop_requested=stop_requested, watch=watch))
@@ -100,10 +104,14 @@ class Command(BaseCommand):
                 if load is None and settings.TANDEM_DEMO_LOAD and getattr(self, "ready", False):
                     load = demo.DemoLoad(gateway_url, report=self.out)
                     load.start()
+                if vllm_load is None and settings.TANDEM_DEMO_LOAD and getattr(self, "vllm_ready", False):
+                    vllm_load = demo.DemoLoad(vllm_url, model="demo-vllm", report=self.out)
+                    vllm_load.start()
         finally:
             self.out("stopping ...")
-            if load is not None:
-                load.stop()
+            for running in (load, vllm_load):
+                if running is not None:
+                    running.stop()
             stopping = time.monotonic()
             # Nothing may start or restart a worker while they are stopped: the agent, beat and control go first.
             stack.stop([name for name in ("beat", "control", "agent") if name in stack.children])
@@ -143,6 +151,40 @@ class Command(BaseCommand):
                                  num_restarts=child.num_restarts, log_path=str(child.log_path))
         except Exception as exc:  # the database may be what failed; the supervisor must go on either way
             self.out(f"warning: the restart of {name} could not be recorded in the audit log: {exc}")
+
+    def _vllm_demo(self, model_path) -> str:
+        """The `demo-vllm` deployment ensured (TANDEM_DEMO_ENGINE=vllm); its gateway's URL."""
+        from controlplane.run import demo_vllm
+
+        port = demo_vllm.vllm_demo_gateway_port()
+        self._port_check(port, what="the vLLM demo gateway's", setting="TANDEM_GATEWAY_PORT (+1)",
+                         avoid=(settings.TANDEM_WEB_PORT,))
+        try:
+            deployment, what = demo_vllm.vllm_demo_ensure(model_path)
+        except ControlPlaneError as error:
+            raise CommandError(error.message) from None
+        self.out(f"vLLM demo deployment {deployment.name}: {what} (gateway port {deployment.gateway_port}; "
+                 f"vLLM from {settings.TANDEM_VLLM_PYTHON or 'nowhere: set TANDEM_VLLM_PYTHON'})")
+        return f"http://127.0.0.1:{deployment.gateway_port}"
+
+    def _wait_vllm(self, *, gateway_url, stop_requested) -> None:
+        """Until the vLLM demo serves (vLLM loads for about a minute): then a line with its curl example."""
+        from controlplane.run import demo
+
+        try:
+            demo.gateway_wait(gateway_url, timeout_s=READY_TIMEOUT_S + 300,
+                              is_running=lambda: not stop_requested.is_set())
+        except (TimeoutError, demo.NotReady) as exc:
+            self.out(f"warning: the vLLM demo is not ready: {exc}; see {settings.TANDEM_LOG_DIR}/demo-vllm-*.log")
+            return
+        finally:
+            connection.close()
+        if stop_requested.is_set():
+            return
+        self.vllm_ready = True
+        body = '{"model": "demo-vllm", "prompt": "The capital of France is", "max_tokens": 16}'
+        self.out(f"vLLM demo ready: curl -s {gateway_url}/v1/completions -H 'Content-Type: application/json' "
+                 f"-d '{body}'")
 
     def _wait_ready(self, *, gateway_url, started, admin, stop_requested, watch) -> None:
         from controlplane.run import demo

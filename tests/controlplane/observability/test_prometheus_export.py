@@ -20,7 +20,8 @@ def test_the_targets_are_http_sd_groups_of_the_scraped_workers_with_their_labels
     assert answer.status_code == 200, answer.content
     node = Node.objects.get(pk=ready.node_id).name
     assert answer.json() == [{"targets": [f"{ready.host}:41002"], "labels": {
-        "deployment": "demo", "pool": "decode", "revision": "1", "node": node, "worker": str(ready.pk)}}]
+        "deployment": "demo", "pool": "decode", "revision": "1", "node": node, "worker": str(ready.pk),
+        "engine": "tandem"}}]
 
 
 def test_the_targets_need_a_token(anon_api):
