@@ -3,8 +3,18 @@ end-to-end histograms, running and waiting requests, KV cache use, tokens, prefi
 Tandem's names, and vLLM's aborted and failed requests as errors of the client's and the server's class."""
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+import requests
+
 from controlplane.observability.exposition import parse_exposition
-from inference.engines.vllm.metrics import translate
+from inference.engines.vllm.metrics import RELABEL_CONFIGS, translate
+from tests.controlplane.observability.servers import MetricsServers
+from tests.procs import free_port
 
 PAGE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -59,3 +69,46 @@ def test_a_vllm_page_reads_as_tandems_series():
 def test_a_page_without_vllm_series_is_left_as_it_is():
     tandem = "# TYPE tandem_requests_running gauge\ntandem_requests_running{role=\"decode\"} 1.0\n"
     assert translate(tandem) is tandem
+
+
+def test_a_real_prometheus_renames_a_vllm_page_with_the_documented_relabelling(tmp_path):
+    """The `metric_relabel_configs` docs/engines.md gives for a Prometheus that scrapes vLLM workers itself, in a
+    real Prometheus scraping a vLLM page: the same names the embedded scraper reads, so the recording rules and the
+    Grafana dashboard cover both engines."""
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.skip("prometheus not installed (Debian package `prometheus`)")
+    servers = MetricsServers()
+    page_port = servers.serve(lambda: (200, PAGE.encode()))
+    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": [{
+        "job_name": "tandem", "static_configs": [{"targets": [f"127.0.0.1:{page_port}"], "labels": {"engine": "vllm"}}],
+        "metric_relabel_configs": RELABEL_CONFIGS}]}
+    (tmp_path / "prometheus.yml").write_text(json.dumps(config))
+    port = free_port()
+    proc = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    def query(expr: str) -> dict:
+        try:
+            answer = requests.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": expr}, timeout=2).json()
+        except (requests.RequestException, ValueError):
+            return {}
+        return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in answer["data"]["result"]}
+
+    try:
+        deadline = time.monotonic() + 60
+        while not query("tandem_requests_running"):
+            assert proc.poll() is None and time.monotonic() < deadline, "no renamed series within 60 s"
+            time.sleep(0.5)
+        assert list(query("tandem_requests_running").values()) == [3.0]
+        assert list(query("tandem_kv_cache_usage_ratio").values()) == [0.25]
+        assert list(query('tandem_time_to_first_token_seconds_bucket{le="0.1"}').values()) == [4.0]
+        assert list(query("sum(tandem_request_success_total)").values()) == [5.0]
+        errors = {dict(k)["kind"]: v for k, v in query("tandem_request_errors_total").items()}
+        assert errors == {"client_disconnected": 1.0, "engine": 1.0}
+        assert list(query("tandem_prompt_tokens_total").values()) == [120.0]
+        assert not query('{__name__=~"vllm:(num_requests_running|time_to_first_token_seconds_bucket)"}')
+    finally:
+        proc.terminate()
+        proc.wait(15)
