@@ -13,9 +13,9 @@ from controlplane.selectors import deployment_delete_pending
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
 from controlplane.services.objectives import objectives_merge, validate_objectives
 from controlplane.services.pools import validate_placement
-from controlplane.services.validation import (DEFAULT_DTYPE, check_kv_cache_dtype, revision_dtype,
-                                              validate_engine_settings, validate_model_path, validate_name,
-                                              validate_port,
+from controlplane.services.validation import (DEFAULT_DTYPE, check_kv_cache_dtype, check_model_context,
+                                              revision_dtype, validate_engine_settings, validate_model_path,
+                                              validate_name, validate_port,
                                               validate_replica_bounds, validate_sampling_defaults)
 
 DEFAULT_REPLICAS = 1
@@ -108,6 +108,7 @@ def deployment_create(*, name: str, mode: str, model_path: str, dtype: str | Non
         engine_settings, roles=tuple(str(role) for role in ROLES_BY_MODE[DeploymentMode(mode)]))
     dtype = revision_dtype(dtype, engine_settings) or DEFAULT_DTYPE
     check_kv_cache_dtype(dtype, engine_settings)
+    check_model_context(model_path, engine_settings)
     sampling_defaults = validate_sampling_defaults(sampling_defaults)
     specs = _pool_specs(mode, replicas, min_replicas, max_replicas)
     _placement_into(specs, placement, mode)

@@ -9,8 +9,8 @@ from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Re
 from controlplane.rollout_provider import rollout_active
 from controlplane.selectors import deployment_delete_pending, deployment_rollout_in_progress
 from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
-from controlplane.services.validation import (check_kv_cache_dtype, revision_dtype, validate_engine_settings,
-                                              validate_model_path)
+from controlplane.services.validation import (check_kv_cache_dtype, check_model_context, revision_dtype,
+                                              validate_engine_settings, validate_model_path)
 
 
 def lock_for_rollout(deployment: Deployment) -> Deployment:
@@ -43,6 +43,8 @@ def revision_fields_validate(deployment: Deployment, *, model_path, dtype, engin
     base = deployment.current_revision  # the new revision as it will be: what is not given is copied from it
     check_kv_cache_dtype(dtype if dtype is not None else base.dtype,
                          engine_settings if engine_settings is not None else base.engine_settings)
+    check_model_context(model_path if model_path is not None else base.model_path,
+                        engine_settings if engine_settings is not None else base.engine_settings)
     return model_path, dtype, engine_settings
 
 

@@ -2,6 +2,7 @@
 things with the same messages. Type checks of HTTP input stay in the API's serializers."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from django.conf import settings
 from controlplane.errors import invalid
 from controlplane.models import PoolRole
 from inference.checks import is_number
-from inference.engines import DEFAULT_ENGINE, ENGINE_SETTING, ENGINES, TANDEM
+from inference.engines import DEFAULT_ENGINE, ENGINE_SETTING, ENGINES, TANDEM, engine_of
 from inference.engines.vllm import environment as vllm_environment
 from inference.engines.vllm import settings as vllm_settings
 from inference.engine.config import DTYPES as ENGINE_DTYPES
@@ -273,6 +274,24 @@ def validate_other_engine(engine: str, engine_settings: dict, *, roles: tuple[st
                 raise invalid(f"{where}.{field}: vLLM refuses {' '.join(parser_args)}: {exc}",
                               field=f"engine_settings.{where}.{field}") from None
     return cleaned
+
+
+def check_model_context(model_path: str, engine_settings: dict) -> None:
+    """400 where a vLLM revision asks for a longer context than its model's (config.json's max_position_embeddings):
+    vLLM refuses that at every start. Tandem's own workers cap it to the model's themselves."""
+    if engine_of(engine_settings) == TANDEM:
+        return
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # validate_model_path has said what is wrong with the folder
+    limit = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    for where, part in engine_settings.items():
+        wanted = part.get("max_model_len") if isinstance(part, dict) else None
+        if is_number(limit) and wanted is not None and wanted > limit:
+            raise invalid(f"{where}.max_model_len {wanted} is longer than the model's context of {int(limit)} "
+                          f"tokens (max_position_embeddings): vLLM refuses it", field=f"engine_settings.{where}"
+                          ".max_model_len")
 
 
 def revision_dtype(dtype: str | None, engine_settings: dict) -> str | None:
