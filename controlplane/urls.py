@@ -1,13 +1,20 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 
 from controlplane.api.views.health import healthz
 
+def favicon(request):
+    """No icon, and no 404 for the browsers that ask for one anyway (the pages point theirs at nothing)."""
+    return HttpResponse(status=204, headers={"Cache-Control": "max-age=86400"})
+
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon),
     path("", include("controlplane.observability.urls")),  # /metrics, /api/v1/metrics/query
     path("", include("controlplane.autoscaling.urls")),  # /api/v1/deployments/{name}/autoscaling
     path("", include("controlplane.capacity.urls")),  # profiles, the capacity planner, schedules, predictive

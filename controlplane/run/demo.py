@@ -109,9 +109,10 @@ class AdminLogin:
 
 def admin_ensure() -> AdminLogin:
     """The superuser `admin`: password from TANDEM_ADMIN_PASSWORD, else generated on first run and shown once
-    (only its hash is stored). Returns a new API token too (tokens are stored hashed: each run issues one and
-    revokes the previous run's)."""
-    from controlplane.services.tokens import token_issue
+    (only its hash is stored). Returns its `make run` API token: the one the last run printed while it still works
+    (a shell that kept it goes on working), else a new one. Tokens are stored hashed, so the key itself is kept in
+    var/admin_token (0600, in the 0700 var folder, beside the secret key)."""
+    from controlplane.services.tokens import token_issue, token_user
 
     User = get_user_model()
     wanted = settings.TANDEM_ADMIN_PASSWORD
@@ -128,8 +129,18 @@ def admin_ensure() -> AdminLogin:
         if not (user.is_staff and user.is_superuser):
             user.is_staff = user.is_superuser = True
         user.save()
-        key = token_issue(user=user, name="make run", replace=True)
+        saved = admin_token_path()
+        key = saved.read_text().strip() if saved.is_file() else ""
+        if not key or token_user(key) != user:
+            key = token_issue(user=user, name="make run", replace=True)
+            saved.touch(mode=0o600)
+            saved.chmod(0o600)
+            saved.write_text(key + "\n")
     return AdminLogin(ADMIN_USERNAME, password, key, generated, from_env=bool(wanted))
+
+
+def admin_token_path() -> Path:
+    return settings.VAR_DIR / "admin_token"
 
 
 def demo_gateway_pids() -> set[int]:

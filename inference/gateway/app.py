@@ -30,6 +30,7 @@ from inference.gateway.openai_protocol import (
 )
 from inference.gateway.preemption import Preemption, preemption_settings
 from inference.gateway.relay import Relay, WorkerRejected
+from inference.gateway.request_body import read_body
 from inference.gateway.routing import Group, Router
 from inference.gateway.served import Served
 from inference.gateway.tenancy import OPEN, TenantGate, Ticket
@@ -180,22 +181,12 @@ class Gateway:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, Endpoint.CHAT)
 
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.config.max_body_bytes
-        too_large = ApiError(413, f"the request body exceeds {limit} bytes", param=None, code="request_too_large")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
-
     async def _generate(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
         received = time.perf_counter()
         try:
             # The key first (401/404 before the body is read), the tenant's limits once the request is known.
             tenant = self.tenants.identify(request.headers.get("Authorization"), self.model)
-            body = parse_json_object(await self._read_body(request))
+            body = parse_json_object(await read_body(request, self.config.max_body_bytes, self.router))
             parse = parse_chat if endpoint is Endpoint.CHAT else parse_completion
             gen = parse(body, self.model, self.sampling_defaults)
             ticket = self.tenants.admit(tenant, body, gen.worker_body)

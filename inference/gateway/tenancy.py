@@ -284,14 +284,17 @@ class TenantGate:
         3. A key of a tenant that may not use this deployment: 404 model_not_found (anonymous when open)."""
         policy = self.sync()
         key = _bearer(authorization)
-        known = policy.keys.get(hashlib.sha256(key.encode()).hexdigest()) if key is not None else None
+        # surrogateescape: a header byte that is not UTF-8 arrives as a lone surrogate; hashed as the bytes it was,
+        # it is an unknown key (401), never an encoding error (500).
+        known = (policy.keys.get(hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest())
+                 if key is not None else None)
         if known is None:
             if not policy.requires_key:
                 return None
             if key is None:
                 raise _unauthorized("You didn't provide an API key: send it as 'Authorization: Bearer <key>' (the "
                                     "OpenAI client's api_key).", "missing_api_key")
-            raise _unauthorized(f"Incorrect API key provided: {key[:6]}…; it is unknown or revoked.",
+            raise _unauthorized(f"Incorrect API key provided: {ascii(key[:6])[1:-1]}…; it is unknown or revoked.",
                                 "invalid_api_key")
         name, expires_at = known
         if expires_at is not None and expires_at <= self.wall():

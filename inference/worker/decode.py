@@ -22,7 +22,9 @@ from inference.worker.seams import RoleHost
 def add_routes(app: web.Application, host: RoleHost) -> None:
     async def receive_kv(request: web.Request) -> web.Response:
         arrival = time.monotonic()
-        body = await host.read_body(request, host.kv.body_limit(host.info))
+        # The limit is the loaded model's: worked out once the request is admitted (a worker still loading has
+        # no KV layout yet, and answers 503 starting).
+        body = await host.read_body(request, host.kv.body_limit)
         try:
             header, kv = await host.kv.decode(body, kv_layout=host.info["kv_layout"], revision=host.config.revision)
         except ValueError as exc:  # the codec's own error: what is wrong with the payload, for the sender

@@ -7,6 +7,7 @@ Both engines take `EngineRequest`s and answer each through its `emit` callback w
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from aiohttp import web
@@ -75,8 +76,9 @@ class RoleHost(Protocol):
     vocab_size: int
     kv: KVCodec
 
-    async def read_body(self, request: web.Request, limit: int) -> bytes:
-        """Admit the request (draining, readiness, the in-flight limit), then read at most `limit`."""
+    async def read_body(self, request: web.Request, limit: int | Callable[[dict], int]) -> bytes:
+        """Admit the request (draining, readiness, the in-flight limit), then read at most `limit` (a callable:
+        of the loaded model's info, asked once admitted)."""
 
     async def read_generate(self, request: web.Request, *, need_decode_url: bool) -> tuple[GenerateRequest,
                                                                                             list[int]]:

@@ -24,6 +24,7 @@ import logging
 import signal
 import time
 import uuid
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -246,10 +247,11 @@ class WorkerServer:
                                status=429, type="overloaded", code="queue_full",
                                headers={"Retry-After": str(RETRY_AFTER_S)})
 
-    async def read_body(self, request: web.Request, limit: int) -> bytes:
-        """Admit the request (draining, readiness, the in-flight limit), then read its body."""
+    async def read_body(self, request: web.Request, limit: int | Callable[[dict], int]) -> bytes:
+        """Admit the request (draining, readiness, the in-flight limit), then read its body; a callable limit is
+        asked with the loaded model's info once the request is admitted."""
         self.check_admission()
-        return await self._read(request, limit)
+        return await self._read(request, limit(self.info) if callable(limit) else limit)
 
     async def read_generate(self, request: web.Request, *, need_decode_url: bool) -> tuple[GenerateRequest,
                                                                                             list[int]]:

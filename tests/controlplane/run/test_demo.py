@@ -16,22 +16,27 @@ def fast_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-def test_the_first_run_generates_an_admin_password_and_stores_only_its_hash(db, settings, fast_hashing):
-    settings.TANDEM_ADMIN_PASSWORD = None
+def test_the_first_run_generates_an_admin_password_and_stores_only_its_hash(db, settings, fast_hashing, tmp_path):
+    settings.TANDEM_ADMIN_PASSWORD, settings.VAR_DIR = None, tmp_path
     login = admin_ensure()
     user = get_user_model().objects.get(username="admin")
     assert login.generated and len(login.password) >= 16 and user.is_superuser
     assert user.check_password(login.password) and login.password not in user.password
     again = admin_ensure()
     assert again.password is None  # never shown twice
-    # Tokens are stored hashed: each run issues a new one and revokes the previous run's.
-    from controlplane.services.tokens import token_user
+    # The token the last run printed keeps working (a shell that kept it goes on); its key waits in var/, 0600.
+    from controlplane.services.tokens import token_revoke_all, token_user
 
-    assert again.token != login.token and token_user(again.token) == user and token_user(login.token) is None
+    assert again.token == login.token and token_user(again.token) == user
+    assert oct((tmp_path / "admin_token").stat().st_mode & 0o777) == "0o600"
+    # Revoked meanwhile (the admin revoked their tokens): the next run issues a new one.
+    token_revoke_all(user=user)
+    third = admin_ensure()
+    assert third.token != login.token and token_user(third.token) == user
 
 
-def test_the_admin_password_comes_from_the_environment_when_set(db, settings, fast_hashing):
-    settings.TANDEM_ADMIN_PASSWORD = "correct-horse-battery"
+def test_the_admin_password_comes_from_the_environment_when_set(db, settings, fast_hashing, tmp_path):
+    settings.TANDEM_ADMIN_PASSWORD, settings.VAR_DIR = "correct-horse-battery", tmp_path
     login = admin_ensure()
     assert not login.generated and get_user_model().objects.get(username="admin").check_password(
         "correct-horse-battery")

@@ -3,6 +3,8 @@ max_model_len tokens can spell) is refused by the gateway with a 400, before it 
 worker never sees it. A prompt under the bound still goes to the worker, whose own check counts tokens."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 import requests
 
@@ -48,3 +50,17 @@ def test_a_prompt_under_the_bound_reaches_the_worker_which_counts_its_tokens(fle
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["code"] == "context_length_exceeded"
     assert "tokens" in resp.json()["error"]["message"]  # the worker's own words: it tokenized the prompt
+
+
+def test_a_body_longer_than_any_fitting_prompt_is_refused_by_its_length_unread(fleet):
+    """Its Content-Length alone decides: the answer comes while the body has not even been sent."""
+    gateway, worker = fleet
+    limit = requests.get(worker.url + "/health", timeout=10).json()["max_prompt_chars"]
+    length = limit * 6 + (256 << 10) + 1  # past every prompt that fits, escaped at worst; under --max-body-bytes
+    host, port = gateway.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {length}\r\n\r\n{{\"prompt\": \"aaaa".encode())
+        answer = sock.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 400"), answer
+    assert "context_length_exceeded" in answer and f"the request body has {length} bytes" in answer

@@ -85,6 +85,14 @@ def test_a_valid_key_is_served_and_no_key_or_an_unknown_one_is_a_401(fleet):
     assert [m["id"] for m in listed.json()["data"]] == ["demo"]
 
 
+def test_a_key_with_bytes_that_are_not_utf8_is_a_401_not_a_server_error(fleet):
+    _, gateway = fleet
+    response = requests.post(gateway.url + "/v1/completions", headers={"Authorization": b"Bearer tk-\xff\xfe-key"},
+                             json={"model": "demo", "prompt": "hello", "max_tokens": 3}, timeout=30)
+    error = _error(response, 401)
+    assert error["code"] == "invalid_api_key" and "tk-\\udcff" in error["message"]
+
+
 def test_a_key_of_a_tenant_that_may_not_use_the_deployment_is_model_not_found(fleet):
     _, gateway = fleet
     error = _error(_complete(gateway, KEYS["other"]), 404)
