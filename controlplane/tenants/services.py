@@ -19,7 +19,7 @@ from controlplane.services.actions import action_create, action_once, as_actor
 from controlplane.services.tokens import key_hash
 from controlplane.services.validation import NAME_RE
 from controlplane.tenants.models import (LIMIT_FIELDS, PRICE_FIELDS, DeploymentAccess, PriorityClass, Tenant,
-                                        TenantKey)
+                                        TenantKey, TenantUsage)
 from inference.gateway.admission_settings import AdmissionSettingsError, check_admission_settings
 
 # The audit rows' kind. Every tenant change is one kind, told apart by params["verb"] (create, update, delete,
@@ -171,13 +171,23 @@ def tenant_update(*, tenant: Tenant, actor, reason: str = "", idempotency_key: s
     return Tenant.objects.prefetch_related("deployments").get(pk=tenant.pk)
 
 
+def retired_name(name: str, tenant_id: int) -> str:
+    """What a deleted tenant's usage is kept under: its name and id, `acme~17` (no tenant name has a `~`), so that a
+    new tenant of the same name starts with none of it."""
+    suffix = f"~{tenant_id}"
+    return name[:63 - len(suffix)] + suffix
+
+
 def tenant_delete(*, tenant: Tenant, actor, reason: str = "", idempotency_key: str | None = None) -> None:
-    """The tenant and its keys go; its keys stop working on every gateway at its next poll."""
-    params = {"verb": "delete", "tenant": tenant.name,
+    """The tenant and its keys go; its keys stop working on every gateway at its next poll. Its usage rows stay (a
+    bill), renamed to `retired_name`: usage belongs to the tenant, not to its name."""
+    usage_as = retired_name(tenant.name, tenant.pk)
+    params = {"verb": "delete", "tenant": tenant.name, "usage_as": usage_as,
               "num_keys": TenantKey.objects.filter(tenant=tenant).count()}
 
     def write():
         Tenant.objects.filter(pk=tenant.pk).delete()
+        TenantUsage.objects.filter(tenant=tenant.name).update(tenant=usage_as)
         return _record(params, actor=actor, reason=reason, idempotency_key=idempotency_key)
 
     action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write,

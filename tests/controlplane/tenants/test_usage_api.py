@@ -7,7 +7,9 @@ import io
 
 import pytest
 
+from controlplane.services.actions import Actor
 from controlplane.tenants.models import Tenant
+from controlplane.tenants.services import tenant_delete
 from controlplane.tenants.usage import add_usage, usage_rows
 
 pytestmark = pytest.mark.django_db
@@ -84,10 +86,16 @@ def test_who_may_read_and_which_names_exist(viewer_api, anon_api, outsider_api, 
     assert anon_api.get("/api/v1/tenants/acme/usage").status_code in (401, 403)
     assert outsider_api.get("/api/v1/tenants/acme/usage").status_code == 403
     assert viewer_api.get("/api/v1/tenants/nobody/usage").status_code == 404
-    # A deleted tenant's usage (and `beta`, never a tenant here) stays readable: it is a bill.
-    Tenant.objects.filter(name="acme").delete()
+    # A deleted tenant's usage (and `beta`, never a tenant here) stays readable: it is a bill, kept under the
+    # tenant's name and id; a new tenant of the same name starts with none of it.
+    acme = Tenant.objects.get(name="acme")
+    tenant_delete(tenant=acme, actor=Actor.system("test"))
+    assert viewer_api.get(f"/api/v1/tenants/acme~{acme.pk}/usage", {"start": T0, "end": T0 + 7200}).json()[
+        "totals"]["requests"] == 6
+    assert viewer_api.get("/api/v1/tenants/acme/usage").status_code == 404
+    Tenant.objects.create(name="acme")
     assert viewer_api.get("/api/v1/tenants/acme/usage", {"start": T0, "end": T0 + 7200}).json()["totals"][
-        "requests"] == 6
+        "requests"] == 0
     assert viewer_api.get("/api/v1/tenants/beta/usage", {"start": T0, "end": T0 + 7200}).status_code == 200
     # A tenant that has used nothing yet: empty rows, zero totals.
     Tenant.objects.create(name="quiet")
