@@ -95,10 +95,38 @@ def verdict_of(run: ChaosRun, faults: list[dict]) -> tuple[str, list[str]]:
     return (Verdict.FAILED if reasons else Verdict.PASSED), reasons
 
 
+def progress_of(run: ChaosRun, faults: list[dict], now) -> list[str]:
+    """Where a run that has not finished stands, one line per step: what it has done and what it waits for. A
+    running run has earned no verdict and no reasons for one."""
+    lines = []
+    for fault in faults:
+        where = f"{fault['kind']} of worker {fault['worker']}"
+        if fault["injected"] is None:
+            lines.append(f"{where}: waiting for the agent to inject it")
+        elif not fault["injected"]["ok"]:
+            lines.append(f"{where}: not injected: {fault['injected']['outcome']}")
+        elif fault["reverted"] is None:
+            lines.append(f"{where}: injected ({fault['injected']['outcome']}); reverted at the fault's end")
+        else:
+            lines.append(f"{where}: injected and reverted ({fault['reverted']['outcome']})")
+    if run.reverted_at is None and run.fault_ends_at is not None and now < run.fault_ends_at:
+        lines.append(f"the faults end in {(run.fault_ends_at - now).total_seconds():.0f} s")
+    elif run.reverted_at is not None and run.recovered_at is None:
+        left = run.spec["recovery_timeout_s"] - (now - run.reverted_at).total_seconds()
+        lines.append(f"waiting for the hypothesis to hold again ({max(0.0, left):.0f} s of the recovery timeout "
+                     "left)")
+    elif run.recovered_at is not None:
+        lines.append("the hypothesis holds again")
+    return lines
+
+
 def run_report(run: ChaosRun) -> dict:
-    end = run.finished_at or timezone.now()
+    now = timezone.now()
+    end = run.finished_at or now
     faults = fault_outcomes(run)
     verdict, reasons = verdict_of(run, faults)
+    if run.finished_at is None:
+        reasons = []  # not earned yet: `progress` says where the run stands
     after = next((entry for entry in reversed(run.timeline) if entry["phase"] == "after"), None)
     recovery_s = ((run.recovered_at - run.reverted_at).total_seconds()
                   if run.recovered_at and run.reverted_at else None)
@@ -107,6 +135,7 @@ def run_report(run: ChaosRun) -> dict:
     return {
         "chaos_run": run.pk, "experiment": run.spec.get("name"), "deployment": run.deployment.name,
         "status": run.status, "verdict": verdict if run.finished_at else None, "reasons": reasons,
+        "progress": progress_of(run, faults, now) if run.finished_at is None else None,
         "started_at": _iso(run.started_at), "fault_ends_at": _iso(run.fault_ends_at),
         "reverted_at": _iso(run.reverted_at), "recovered_at": _iso(run.recovered_at),
         "finished_at": _iso(run.finished_at), "recovery_s": round(recovery_s, 3) if recovery_s is not None else None,

@@ -110,6 +110,11 @@ def test_a_run_in_progress_shows_its_live_report_and_the_card_links_it(
     html = signed_in(viewer).get(f"/deployments/demo/chaos/runs/{run.pk}").content.decode()
     assert 'http-equiv="refresh" content="5"' in html and 'data-testid="verdict">running</span>' in html
     assert re.search(r'data-phase="during">.*?pill ok">held', section(html, "hypothesis"), re.S)
+    # Its progress, not reasons for a verdict it has not earned (no revert yet is not "no revert reported").
+    assert 'id="reasons"' not in html and 'id="progress"' in html and "the faults end in" in html
+    report = signed_in(viewer).get(f"/api/v1/deployments/demo/chaos/runs/{run.pk}/report").json()
+    assert report["reasons"] == [] and report["verdict"] is None
+    assert any("injected" in line for line in report["progress"]), report["progress"]
     card = signed_in(viewer).get("/deployments/demo/").content.decode()
     assert f'href="/deployments/demo/chaos/runs/{run.pk}"' in card
 
