@@ -106,7 +106,9 @@ def template_get(key) -> Template:
 def template_fields(template: Template, *, role: str, count, duration_s, node=None) -> dict:
     """The fields of an experiment made from `template` against `role`, on `node` when one is given (experiment_create
     validates them)."""
-    hypothesis = [{"metric": "error_ratio", "max": 0.005, "window_s": 10},
+    # The deployment's own failures (5xx, broken streams), not its callers' mistakes (a missing key, a request over
+    # its tenant's quota: 4xx): a client's error must not block a chaos run, nor abort one (docs/chaos.md).
+    hypothesis = [{"metric": "server_error_ratio", "max": 0.005, "window_s": 10},
                   {"metric": "ttft_p99_seconds", "max_baseline_ratio": 1.5, "window_s": 10}]
     if role != WorkerRole.GATEWAY:
         hypothesis.append({"metric": "ready_workers", "role": role, "min": 1})
@@ -114,5 +116,5 @@ def template_fields(template: Template, *, role: str, count, duration_s, node=No
             "target": {"role": role, "count": count, **({"node": node} if node is not None else {})},
             "faults": [dict(fault) for fault in template.faults],
             "duration_s": duration_s, "hypothesis": hypothesis,
-            "abort_conditions": [{"metric": "error_ratio", "above": 0.05, "window_s": 5, "for_s": 10}],
+            "abort_conditions": [{"metric": "server_error_ratio", "above": 0.05, "window_s": 5, "for_s": 10}],
             "recovery_timeout_s": 120}

@@ -26,6 +26,9 @@ CLIENT_ERROR_KINDS = frozenset({
     "invalid_json", "invalid_type", "invalid_value", "missing_required_parameter", "unsupported_value",
     "invalid_request", "model_not_found", "request_too_large", "not_found", "overloaded", "worker_rejected",
     "client_disconnected", "bad_request", "validation", "queue_full",
+    # A caller's key missing or wrong, its tenant over a limit, a prompt or max_tokens past what it may ask:
+    # the caller's mistake, never the deployment's failure (docs/chaos.md).
+    "missing_api_key", "invalid_api_key", "rate_limit_exceeded", "max_tokens_exceeded", "context_length_exceeded",
 })
 
 _HISTOGRAM_BUCKETS = {name + "_bucket": key for key, name in STORED_HISTOGRAMS.items()}

@@ -6,7 +6,6 @@ import logging
 import secrets
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +31,6 @@ DEMO_SAMPLING_DEFAULTS = {"temperature": 0.0, "max_tokens": 256}
 DEMO_NODE_LABELS = {"tandem.demo": "true"}
 ADMIN_USERNAME = "admin"
 MODEL_FOLDERS = {"tiny": "tiny", "smollm2": "smollm2-135m"}
-DEMO_PROMPTS = [
-    "The capital of France is",
-    "Write a haiku about the sea.",
-    "Explain what a KV cache is in one sentence.",
-    "List three colours:",
-    "Once upon a time",
-]
 
 
 def model_prepare(name: str) -> Path:
@@ -269,12 +261,6 @@ def demo_failed_restart(deployment, *, actor) -> list[str]:
     return revived
 
 
-def completion(gateway_url: str, prompt: str, *, max_tokens: int = 16, timeout: float = 60.0,
-               model: str = DEMO_NAME) -> requests.Response:
-    return requests.post(f"{gateway_url}/v1/completions", timeout=timeout,
-                         json={"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.7})
-
-
 class NotReady(Exception):
     """The demo will not become ready without help; the message says what went wrong."""
 
@@ -337,34 +323,3 @@ class DemoWatch:
             if worker.restart_count > seen:
                 self._seen[worker.pk] = worker.restart_count
                 self.report(f"the demo's {where} is restarting: {first_line}{log}")
-
-
-class DemoLoad(threading.Thread):
-    """One small completion every interval_s through the gateway, so the dashboards show live numbers.
-    Failures are counted and reported in a line per minute at most, never raised."""
-
-    def __init__(self, gateway_url: str, *, interval_s: float = 2.0, model: str = DEMO_NAME, report=print):
-        super().__init__(name=f"{model}-load", daemon=True)
-        self.gateway_url, self.interval_s, self.report, self.model = gateway_url, interval_s, report, model
-        self.num_ok = self.num_failed = 0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        last_report, last_error = time.monotonic(), ""
-        while not self._stop_event.wait(self.interval_s):
-            try:
-                response = completion(self.gateway_url, secrets.choice(DEMO_PROMPTS), model=self.model)
-                if response.status_code == 200:
-                    self.num_ok += 1
-                else:
-                    self.num_failed += 1
-                    last_error = f"HTTP {response.status_code}: {response.text[:120]}"
-            except requests.RequestException as exc:
-                self.num_failed += 1
-                last_error = type(exc).__name__
-            if last_error and time.monotonic() - last_report > 60:
-                self.report(f"demo load: {self.num_ok} ok, {self.num_failed} failed (last: {last_error})")
-                last_report, last_error = time.monotonic(), ""
-
-    def stop(self) -> None:
-        self._stop_event.set()

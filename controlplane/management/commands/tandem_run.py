@@ -45,7 +45,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def handle(self, *args, embedded_beat: bool = False, **options):
-        from controlplane.run import demo
+        from controlplane.run import demo, demo_load
         from controlplane.run.shutdown import node_processes_stop
 
         started, started_at = time.monotonic(), timezone.now()
@@ -102,10 +102,10 @@ class Command(BaseCommand):
                 for name in stack.poll():
                     self._record_restart(stack, name)
                 if load is None and settings.TANDEM_DEMO_LOAD and getattr(self, "ready", False):
-                    load = demo.DemoLoad(gateway_url, report=self.out)
+                    load = demo_load.DemoLoad(gateway_url, report=self.out)
                     load.start()
                 if vllm_load is None and settings.TANDEM_DEMO_LOAD and getattr(self, "vllm_ready", False):
-                    vllm_load = demo.DemoLoad(vllm_url, model="demo-vllm", report=self.out)
+                    vllm_load = demo_load.DemoLoad(vllm_url, model="demo-vllm", report=self.out)
                     vllm_load.start()
         finally:
             self.out("stopping ...")

@@ -27,6 +27,9 @@ def test_an_admin_creates_an_experiment_from_a_template(admin_api, deployment):
     assert body["name"] == "kill-2" and body["target"] == {"role": "decode", "count": 2}
     assert body["faults"] == [{"kind": "kill"}] and body["duration_s"] == 5
     assert {"metric": "ready_workers", "role": "decode", "min": 1.0} in body["hypothesis"]
+    # The deployment's failures, not its callers' 4xx (a missing key must not block the run).
+    assert [check["metric"] for check in body["hypothesis"]][0] == "server_error_ratio"
+    assert [c["metric"] for c in body["abort_conditions"]] == ["server_error_ratio"]
     assert admin_api.get(f"{BASE}/experiments/kill-2").status_code == 200
     # The name defaults to the template's key.
     assert admin_api.post(f"{BASE}/templates/prefill-kill", {}, format="json").json()["name"] == "prefill-kill"

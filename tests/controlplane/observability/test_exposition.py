@@ -108,3 +108,14 @@ def test_the_gateways_series_by_revision_parse_and_sum_over_revisions():
     assert fast.counters["errors"] == 2.0 and fast.counters["server_errors"] == 1.0
     ttft = dict(fast.histograms["ttft"])
     assert ttft[0.025] == 1.0 and ttft[0.5] == 2.0 and ttft[math.inf] == 3.0
+
+
+def test_a_callers_own_mistakes_are_client_errors_not_the_deployments():
+    """A missing or wrong key, a tenant over a limit, a prompt or max_tokens past what may be asked: counted in
+    error_ratio, never in server_error_ratio (which chaos templates and the 5xx rules judge)."""
+    kinds = ("missing_api_key", "invalid_api_key", "rate_limit_exceeded", "max_tokens_exceeded",
+             "context_length_exceeded")
+    page = "".join(f'tandem_request_errors_total{{kind="{kind}"}} 2.0\n' for kind in kinds)
+    page += 'tandem_request_errors_total{kind="upstream_error"} 1.0\n'
+    reading = parse_exposition(page)
+    assert reading.counters["errors"] == 11.0 and reading.counters["server_errors"] == 1.0
