@@ -7,7 +7,8 @@ OpenAI server from `make vllm`'s venv (`.venv-vllm`, or `--vllm-python`), `OMP_N
 One engine runs at a time (the other is stopped), so each has the machine to itself; `--rounds` alternate them, and
 each figure is the best over the rounds (a busy spell on a shared machine slows both alike).
 
-Figures per engine and dtype: `ttft_s` of a ~`--prompt-tokens` prompt (best of 3 requests, nothing else running),
+Figures per engine and dtype: `ttft_s` of a ~`--prompt-tokens` prompt (best of 3 requests, nothing else running,
+each prompt starting differently so that no prefix cache serves it),
 `decode_tok_s` at each of `--streams` concurrent streams of `--new-tokens` tokens each (ignore_eos: the same work on
 both sides; aggregate completion tokens over the wall time from the first request to the last token, the first
 token's prefill included), and `ratios` Tandem / vLLM (above 1: Tandem is faster). With the CPU's flags.
@@ -160,7 +161,8 @@ async def measure(url: str, prompt: str, args) -> dict:
 
     timeout = aiohttp.ClientTimeout(total=1800)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
-        ttfts = [(await _stream(session, url, prompt, 1))[0] for _ in range(3)]
+        # Each prompt starts differently: a repeat would be served from the prefix cache (both engines keep one).
+        ttfts = [(await _stream(session, url, f"Note {i} of {time.time_ns()}: {prompt}", 1))[0] for i in range(3)]
         figures = {"ttft_s": round(min(ttfts), 4)}
         short = "Write a long story about a lighthouse keeper."
         for streams in args.streams:

@@ -36,6 +36,8 @@ DEFAULT_CONDITIONS = {
 # Latency P99s below this many seconds on both sides are equal for the ratio test: a 2 ms vs 3 ms ITL is noise, not
 # a 1.5x regression.
 LATENCY_FLOOR_S = 0.005
+# How unlikely by chance a latency difference must be before it fails a canary (judge).
+DEFAULT_LATENCY_ALPHA = 0.01
 LATENCY_METRICS = {key: f"{key}_p99_seconds" for key in HISTOGRAMS}  # ttft, itl, e2e
 RATIO_METRICS = ("error_ratio", "server_error_ratio")
 
@@ -82,14 +84,22 @@ def window_numbers(start: dict, end: dict) -> dict:
     return numbers
 
 
-def judge(stable: dict, canary: dict, conditions: dict) -> tuple[str, list[dict]]:
-    """("waiting" | "passing" | "failed", failures). Waiting until both sides served min_requests in the window:
-    lacking data never passes. Each failure names the metric, both values and the limit."""
+def judge(stable: dict, canary: dict, conditions: dict) -> tuple[str, list[dict], str]:
+    """("waiting" | "passing" | "failed", failures, note). Waiting until both sides served min_requests in the
+    window: lacking data never passes. Each failure names the metric, both values and the limit. `note` says what a
+    waiting verdict waits for.
+
+    A latency P99 over its limit fails the canary only where the two latency histograms differ beyond chance
+    (the chi-square test of `chi_square_buckets`, p below `latency_alpha`, default 0.01): with a few requests a P99
+    is the single slowest one, and one slow request of an identical revision is noise, not a regression. While
+    there are too few requests for the test to say, the verdict waits for more (as Kayenta's Mann-Whitney does)."""
     needed = conditions["min_requests"]
     if stable["requests"] < needed or canary["requests"] < needed:
-        return "waiting", []
-    failures = []
-    for metric in LATENCY_METRICS.values():
+        return "waiting", [], (f"waiting: stable {stable['requests']} of {needed} requests, canary "
+                               f"{canary['requests']} of {needed}")
+    alpha = conditions.get("latency_alpha", DEFAULT_LATENCY_ALPHA)
+    failures, undecided = [], []
+    for key, metric in LATENCY_METRICS.items():
         base, tried = stable.get(metric), canary.get(metric)
         if tried is None:
             continue
@@ -97,16 +107,27 @@ def judge(stable: dict, canary: dict, conditions: dict) -> tuple[str, list[dict]
             # Stable served requests but has no latency of this kind (a stage it does not time): nothing to compare.
             continue
         limit = max(base, LATENCY_FLOOR_S) * conditions["max_latency_ratio"]
-        if tried > limit:
+        if tried <= limit:
+            continue
+        test = chi_square_buckets(stable.get("buckets", {}).get(key, []), canary.get("buckets", {}).get(key, []))
+        if test.get("p_value") is None:
+            undecided.append(f"{metric} {tried:.4g} vs {base:.4g} s: too few requests to tell it from chance")
+        elif test["p_value"] < alpha:
             failures.append({"metric": metric, "stable": base, "canary": tried, "limit": limit,
-                             "condition": f"canary P99 at most {conditions['max_latency_ratio']}x stable"})
+                             "p_value": test["p_value"],
+                             "condition": f"canary P99 at most {conditions['max_latency_ratio']}x stable "
+                                          f"(the histograms differ: p {test['p_value']:.2g} < {alpha})"})
     for metric in RATIO_METRICS:
         base, tried = stable.get(metric) or 0.0, canary.get(metric) or 0.0
         limit = base + conditions["max_error_ratio_increase"]
         if tried > limit:
             failures.append({"metric": metric, "stable": base, "canary": tried, "limit": limit,
                              "condition": f"canary at most stable + {conditions['max_error_ratio_increase']}"})
-    return ("failed" if failures else "passing"), failures
+    if failures:
+        return "failed", failures, ""
+    if undecided:
+        return "waiting", [], "waiting for more requests: " + "; ".join(undecided)
+    return "passing", [], ""
 
 
 # --- significance (A/B report) ------------------------------------------------------------------------------------

@@ -189,8 +189,8 @@ def _analyse(rollout: Rollout, now) -> tuple[AnalysisRun, str]:
     if rollout.strategy == Strategy.AB:
         fields.update(verdict=Verdict.REPORT, significance=significance(stable, tried))
     else:
-        verdict, failures = judge(stable, tried, rollout.analysis)
-        fields.update(verdict=verdict, failures=failures)
+        verdict, failures, note = judge(stable, tried, rollout.analysis)
+        fields.update(verdict=verdict, failures=failures, note=note)
     # Conditional on the evaluation it read: of two drivers evaluating at once, one writes.
     num_updated = AnalysisRun.objects.filter(pk=run.pk, evaluated_at=run.evaluated_at).update(**fields)
     if num_updated:

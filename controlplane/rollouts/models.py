@@ -123,6 +123,7 @@ class AnalysisRun(models.Model):
     baseline = models.JSONField(default=dict)
     metrics = models.JSONField(default=dict)
     failures = models.JSONField(default=list)  # the conditions that failed, each with its numbers
+    note = models.TextField(blank=True)  # what a waiting verdict waits for ("waiting: canary 7 of 20 requests")
     significance = models.JSONField(default=dict)
     verdict = models.CharField(max_length=10, choices=Verdict.choices, default=Verdict.WAITING)
 

@@ -23,7 +23,7 @@ def rollout_report(rollout: Rollout) -> dict:
             "variants": {name: {"revision": revisions[name],
                                 **{metric: (run.metrics.get(name) or {}).get(metric) for metric in REPORT_METRICS}}
                          for name in (stable_name, tried_name)},
-            "failures": run.failures,
+            "failures": run.failures, "note": run.note,
             "significance": run.significance,
         })
     return {"rollout": rollout.pk, "deployment": rollout.deployment.name, "strategy": rollout.strategy,

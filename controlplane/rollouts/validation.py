@@ -20,6 +20,7 @@ _CONDITIONS = {
     "max_error_ratio_increase": (0.0, 1.0, False),
     "interval_s": (1, 3600, True),
     "max_wait_s": (0, MAX_STEP_S, True),
+    "latency_alpha": (0.0001, 0.5, False),
 }
 
 

@@ -25,7 +25,8 @@ def test_the_window_counts_only_what_happened_after_its_start():
 def test_it_waits_below_min_requests_and_never_passes_without_data():
     stable = _numbers({}, {"ok": 100})
     canary = _numbers({}, {"ok": 5})
-    assert judge(stable, canary, DEFAULT_CONDITIONS) == ("waiting", [])
+    assert judge(stable, canary, DEFAULT_CONDITIONS) == ("waiting", [], "waiting: stable 100 of 20 requests, "
+                                                                        "canary 5 of 20")
     empty = _numbers({}, {})
     assert judge(empty, empty, DEFAULT_CONDITIONS)[0] == "waiting"
 
@@ -33,13 +34,13 @@ def test_it_waits_below_min_requests_and_never_passes_without_data():
 def test_a_canary_within_the_conditions_is_passing():
     stable = _numbers({}, {"ok": 50, "ttft": 0.3})
     canary = _numbers({}, {"ok": 25, "ttft": 0.3})
-    assert judge(stable, canary, DEFAULT_CONDITIONS) == ("passing", [])
+    assert judge(stable, canary, DEFAULT_CONDITIONS) == ("passing", [], "")
 
 
 def test_a_slower_canary_fails_with_both_numbers_and_the_limit():
     stable = _numbers({}, {"ok": 50, "e2e": 0.3})
     canary = _numbers({}, {"ok": 25, "e2e": 3.0})
-    verdict, failures = judge(stable, canary, DEFAULT_CONDITIONS)
+    verdict, failures, _ = judge(stable, canary, DEFAULT_CONDITIONS)
     assert verdict == "failed"
     failure = next(f for f in failures if f["metric"] == "e2e_p99_seconds")
     assert failure["canary"] > failure["limit"] >= failure["stable"]
@@ -48,7 +49,7 @@ def test_a_slower_canary_fails_with_both_numbers_and_the_limit():
 def test_an_erroring_canary_fails_on_error_and_5xx_ratio():
     stable = _numbers({}, {"ok": 100})
     canary = _numbers({}, {"ok": 0, "errors": 30})
-    verdict, failures = judge(stable, canary, DEFAULT_CONDITIONS)
+    verdict, failures, _ = judge(stable, canary, DEFAULT_CONDITIONS)
     assert verdict == "failed"
     assert {"error_ratio", "server_error_ratio"} <= {f["metric"] for f in failures}
 
@@ -59,6 +60,25 @@ def test_the_error_ratio_allows_half_a_point_above_stable():
     beyond = _numbers({}, {"ok": 980, "errors": 20})  # 2.0 %
     assert judge(stable, within, DEFAULT_CONDITIONS)[0] == "passing"
     assert judge(stable, beyond, DEFAULT_CONDITIONS)[0] == "failed"
+
+
+def test_one_slow_request_of_a_few_is_no_regression_until_the_histograms_differ_beyond_chance():
+    """A P99 of 7 requests is the slowest one: on its own it waits for more requests, naming what it waits for;
+    a real shift of the whole distribution fails."""
+    stable = _numbers({}, {"ok": 200, "itl": 0.03})
+    one_slow = _numbers({}, {"ok": 20, "itl": 0.03}), _numbers({}, {"ok": 1, "itl": 0.5})
+    canary = {**one_slow[0], "requests": 21, "itl_p99_seconds": 0.5,
+              "buckets": {**one_slow[0]["buckets"], "itl": _merged(one_slow[0], one_slow[1], "itl")}}
+    verdict, failures, note = judge(stable, canary, {**DEFAULT_CONDITIONS, "min_requests": 7})
+    assert (verdict, failures) == ("waiting", []) and "too few requests to tell it from chance" in note
+    shifted = _numbers({}, {"ok": 60, "itl": 0.5})
+    verdict, failures, _ = judge(stable, shifted, {**DEFAULT_CONDITIONS, "min_requests": 7})
+    assert verdict == "failed" and any(f["metric"] == "itl_p99_seconds" and f["p_value"] < 0.01 for f in failures)
+
+
+def _merged(a: dict, b: dict, key: str) -> list:
+    """The cumulative buckets of two windows' requests together."""
+    return [[le, count_a + count_b] for (le, count_a), (_, count_b) in zip(a["buckets"][key], b["buckets"][key])]
 
 
 def test_the_two_proportion_z_test_tells_a_real_difference_from_noise():
