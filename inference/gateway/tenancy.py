@@ -185,6 +185,21 @@ def _bucket(bucket: TokenBucket | None, per_minute: int | None, now: float) -> T
     return bucket
 
 
+# A prompt's tokens are not known before a worker tokenizes it: a reservation counts one per this many characters
+# (English text under a BPE tokenizer runs about 4), and the request's real usage settles it at the end.
+CHARS_PER_TOKEN_ESTIMATE = 4
+
+
+def reservation(worker_body: dict) -> int:
+    """The tokens a request may take: its prompt's, estimated, and its max_tokens (null: the rest of the context,
+    bounded by the tenant's minute where the caller reserves)."""
+    prompt = worker_body.get("prompt")
+    num_chars = len(prompt) if isinstance(prompt, str) else sum(
+        len(m.get("content") or "") for m in worker_body.get("messages") or () if isinstance(m, dict))
+    max_tokens = worker_body.get("max_tokens")
+    return math.ceil(num_chars / CHARS_PER_TOKEN_ESTIMATE) + (max_tokens if max_tokens is not None else 1 << 30)
+
+
 def _bearer(authorization: str | None) -> str | None:
     """The key of `Authorization: Bearer <key>` (what the OpenAI client sends with api_key=), else None."""
     if not authorization:
@@ -203,10 +218,11 @@ class Ticket:
     counts its tokens (from the stream's real usage) when it ends. A request without a tenant gets a ticket that
     counts nothing."""
 
-    __slots__ = ("state", "clock", "stream", "slot", "_done")
+    __slots__ = ("state", "clock", "stream", "slot", "reserved", "_done")
 
-    def __init__(self, state: TenantState | None, clock: Callable[[], float]) -> None:
+    def __init__(self, state: TenantState | None, clock: Callable[[], float], reserved: int = 0) -> None:
         self.state, self.clock, self.stream, self.slot, self._done = state, clock, None, None, False
+        self.reserved = reserved  # tokens taken from its tenant's minute at admission; settled at the end
 
     @property
     def tenant(self) -> str:
@@ -240,7 +256,7 @@ class Ticket:
         if finish is None:
             state.num_errors += 1
         if state.tokens is not None:
-            state.tokens.take(prompt + completion, self.clock())
+            state.tokens.take(prompt + completion - self.reserved, self.clock())  # the real usage, less the reserve
 
 
 class TenantGate:
@@ -332,13 +348,19 @@ class TenantGate:
             wait = state.requests.wait_s(1, now)
             if wait > 0:
                 raise self._limited(state, "requests_per_minute", state.requests.per_minute, wait)
+        reserved = 0
         if state.tokens is not None:
-            # Admitted while the bucket is not in debt: what a request takes is known when it finishes.
-            wait = state.tokens.wait_s(0, now)
+            # What the request may take is reserved now (its prompt, estimated from its characters, and max_tokens),
+            # and settled with its real usage when it ends: a burst of parallel requests cannot overrun the minute
+            # by more than one reservation, as it could when tokens were only counted at the end.
+            reserved = min(reservation(worker_body), state.tokens.per_minute)
+            wait = state.tokens.wait_s(reserved, now)
             if wait > 0:
                 raise self._limited(state, "tokens_per_minute", state.tokens.per_minute, wait)
         if state.requests is not None:
             state.requests.take(1, now)
+        if state.tokens is not None:
+            state.tokens.take(reserved, now)
         state.num_running += 1
         state.num_requests += 1
         # The workers key this tenant's prefix-cache blocks with it: another tenant's prompt cannot find them, so
@@ -347,7 +369,7 @@ class TenantGate:
         # The workers admit their waiting requests by the same bands as the admission queue (scheduler.py), so a
         # quiet interactive request does not queue there behind a noisy tenant's batch streams.
         worker_body["priority"] = state.policy.priority_class
-        return Ticket(state, self.clock)
+        return Ticket(state, self.clock, reserved)
 
     @staticmethod
     def _limited(state: TenantState, limit: str, value: int, wait_s: float) -> ApiError:

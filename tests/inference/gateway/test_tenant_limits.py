@@ -105,10 +105,11 @@ def test_tokens_per_minute_counts_prompt_and_completion_of_finished_requests():
     ticket.stream = FinishedStream(prompt_tokens=100, completion_tokens=50)
     ticket.release()
     assert (state.num_prompt_tokens, state.num_completion_tokens) == (100, 50)
-    error = _refused(gate, state)  # 120 - 150 = -30 tokens: 15 s at 2 tokens a second
-    assert error.param == "tokens_per_minute" and error.headers["Retry-After"] == "15"
-    clock.now += 15.5
-    gate.admit(state, {}, {}).release()
+    # 120 - 150 = -30 tokens, and the next request reserves its max_tokens (4): 17 s at 2 tokens a second
+    error = _refused(gate, state)
+    assert error.param == "tokens_per_minute" and error.headers["Retry-After"] == "17"
+    clock.now += 17.5
+    gate.admit(state, {}, {"max_tokens": 4}).release()
 
 
 def test_a_request_that_did_not_finish_counts_its_tokens_so_far_and_an_error():
@@ -154,3 +155,32 @@ def test_a_changed_limit_applies_at_the_next_poll_and_keeps_the_spent_budget():
     state = gate.identify(f"Bearer {KEY}", "demo")
     gate.admit(state, {}, {}).release()  # 4 - 3 spent = 1 left
     assert _refused(gate, state).param == "requests_per_minute"
+
+
+def test_a_burst_is_held_to_the_minute_by_reservations_settled_with_the_real_usage():
+    """48 parallel requests under a 400-tokens-a-minute limit: each reserves its estimated prompt and max_tokens at
+    admission, so those admitted together never reserve more than the minute; each settles with its real usage."""
+    clock = Clock()
+    gate = _gate({"tokens_per_minute": 400}, clock)
+    state = gate.identify(f"Bearer {KEY}", "demo")
+    admitted, refused = [], 0
+    for _ in range(48):
+        try:
+            admitted.append(gate.admit(state, {}, {"prompt": "a" * 40, "max_tokens": 30}))  # 10 + 30 reserved
+        except ApiError as error:
+            assert error.param == "tokens_per_minute"
+            refused += 1
+    assert len(admitted) == 10 and refused == 38  # 10 x 40 = the minute
+    for ticket in admitted:
+        ticket.stream = FinishedStream(prompt_tokens=9, completion_tokens=30)
+        ticket.release()
+    used = (state.num_prompt_tokens + state.num_completion_tokens)
+    assert used == 390 and state.tokens.level == pytest.approx(400 - 390)  # settled: 1 token each came back
+
+
+def test_a_request_without_max_tokens_reserves_at_most_the_minute():
+    gate = _gate({"tokens_per_minute": 120}, Clock())
+    state = gate.identify(f"Bearer {KEY}", "demo")
+    ticket = gate.admit(state, {}, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": None})
+    assert ticket.reserved == 120 and state.tokens.level == pytest.approx(0)
+    assert _refused(gate, state).param == "tokens_per_minute"  # the rest of the context: the whole minute held
