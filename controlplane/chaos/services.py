@@ -183,6 +183,33 @@ def _targets(deployment: Deployment, target: dict) -> list[dict]:
             for w in chosen]
 
 
+# Faults whose target leaves the ready workers at once (it exits; the agent restarts it): a pool whose every ready
+# worker is a target has no survivor to serve meanwhile. A pause or a partition leaves the row ready until health
+# checks fail, and a short one never does.
+OUT_OF_SERVICE_KINDS = ("kill",)
+
+
+def _check_survivors(deployment: Deployment, spec: dict, targets: list[dict]) -> None:
+    """409 `no_survivor` where the faults take out so many of a role's ready workers that a `ready_workers` check of
+    the hypothesis cannot hold while they last (a decode kill on a pool of one: every stream breaks, every request
+    gets a 503 until the worker is back): the experiment needs a bigger pool first."""
+    if not any(fault["kind"] in OUT_OF_SERVICE_KINDS for fault in spec["faults"]):
+        return
+    for check in spec["hypothesis"]:
+        if check.get("metric") != "ready_workers" or "min" not in check:
+            continue
+        role = check["role"]
+        taken = sum(1 for target in targets if target["role"] == role)
+        ready = Worker.objects.filter(deployment=deployment, purpose=WorkerPurpose.SERVING, role=role,
+                                      status=WorkerStatus.READY).count()
+        if taken and ready - taken < check["min"]:
+            raise ControlPlaneError(
+                f"the {role} pool of {deployment.name!r} has {ready} ready worker(s) and the experiment takes {taken} "
+                f"of them out, leaving {ready - taken}; its hypothesis needs at least {check['min']:g} ready "
+                f"(ready_workers): scale the {role} pool to {taken + int(check['min'])} or more first",
+                status=409, code="no_survivor", extra={"role": role, "ready": ready, "targets": taken})
+
+
 def _fault_messages(spec: dict, targets: list[dict], carriers: dict[str, Node | None]) -> list[dict]:
     """One agent message per (fault, target), with the queue of the agent that carries it out: the target's node's;
     a node-level fault (NODE_KINDS) once per node, by the agent of that node's first target (a second agent_kill
@@ -236,6 +263,7 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
         raise ControlPlaneError("the system is not in steady state: " + "; ".join(before["failing"]), status=409,
                                 code="not_steady", extra={"failing": before["failing"], "checks": before["checks"]})
     targets = _targets(deployment, spec["target"])
+    _check_survivors(deployment, spec, targets)
     nodes = list(Node.objects.filter(name__in={t["node"] for t in targets}))
     validation.validate_real_hosts(spec["faults"], nodes)
     validation.validate_gpu_memory(spec["faults"], targets, nodes)
