@@ -18,6 +18,9 @@ class TenantProvider:
     gateway_access: Callable[[Any], dict]
     # deployment → its admission settings, for its page ({}: none set, the gateways' flags apply)
     admission: Callable[[Any], dict] = lambda deployment: {}
+    # (tenant name, deployment name) → a new key of that tenant (created, or given access to the deployment, where
+    # needed), for a client of the control plane's own (make run's demo load); None without tenants
+    service_key: Callable[[str, str], str | None] = lambda tenant, deployment: None
 
 
 NO_TENANTS = TenantProvider(gateway_access=lambda deployment: {})
@@ -36,3 +39,7 @@ def gateway_access(deployment) -> dict:
 
 def admission(deployment) -> dict:
     return _provider.admission(deployment)
+
+
+def service_key(tenant: str, deployment: str) -> str | None:
+    return _provider.service_key(tenant, deployment)

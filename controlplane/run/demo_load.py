@@ -10,6 +10,7 @@ import time
 import requests
 from django.db import connection
 
+from controlplane import tenant_provider
 from controlplane.run.demo import DEMO_NAME
 
 DEMO_PROMPTS = [
@@ -32,23 +33,11 @@ DEMO_LOAD_TENANT = "demo-load"
 
 
 def demo_load_key(deployment_name: str) -> str:
-    """A key of the tenant `demo-load` (created, or given access to `deployment_name`, where needed), for the demo
-    load once its deployment requires keys: the load is then one tenant among others, counted and billed as one."""
-    from controlplane.services.actions import Actor
-    from controlplane.tenants.models import Tenant
-    from controlplane.tenants.services import tenant_create, tenant_key_issue, tenant_update
-
-    actor = Actor.system("tandem_run")
-    tenant = Tenant.objects.filter(name=DEMO_LOAD_TENANT).first()
-    if tenant is None:
-        tenant = tenant_create(name=DEMO_LOAD_TENANT, deployments=[deployment_name], actor=actor,
-                               reason="make run: the demo load's own key, now that the demo requires one")
-    elif not tenant.deployments.filter(name=deployment_name).exists():
-        names = [*tenant.deployments.values_list("name", flat=True), deployment_name]
-        tenant = tenant_update(tenant=tenant, deployments=names, actor=actor,
-                               reason=f"make run: the demo load sends requests to {deployment_name}")
-    _, key = tenant_key_issue(tenant=tenant, name="make run demo load", actor=actor,
-                              reason="make run: the demo load's key")
+    """A key of the tenant `demo-load`, for the demo load once its deployment requires keys (the tenants app makes it:
+    controlplane.tenant_provider)."""
+    key = tenant_provider.service_key(DEMO_LOAD_TENANT, deployment_name)
+    if key is None:
+        raise RuntimeError("no tenants app to issue the demo load a key")
     return key
 
 

@@ -12,7 +12,8 @@ class TenantsConfig(AppConfig):
 
     def ready(self) -> None:
         from controlplane import tenant_provider
-        from controlplane.tenants import selectors
+        from controlplane.tenants import selectors, services
 
         tenant_provider.provide(tenant_provider.TenantProvider(gateway_access=selectors.gateway_access,
-                                                               admission=selectors.deployment_admission))
+                                                               admission=selectors.deployment_admission,
+                                                               service_key=services.tenant_service_key))

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from controlplane.errors import ControlPlaneError, invalid
 from controlplane.models import ActionKind, ActionStatus, Deployment
-from controlplane.services.actions import action_create, action_once, as_actor
+from controlplane.services.actions import Actor, action_create, action_once, as_actor
 from controlplane.services.tokens import key_hash
 from controlplane.services.validation import NAME_RE
 from controlplane.tenants.models import (LIMIT_FIELDS, PRICE_FIELDS, DeploymentAccess, PriorityClass, Tenant,
@@ -169,6 +169,24 @@ def tenant_update(*, tenant: Tenant, actor, reason: str = "", idempotency_key: s
 
     action_once(kind=TENANT_ACTION, idempotency_key=idempotency_key, write=write, request=params)
     return Tenant.objects.prefetch_related("deployments").get(pk=tenant.pk)
+
+
+def tenant_service_key(tenant_name: str, deployment_name: str) -> str:
+    """A new key of tenant `tenant_name` for a client of the control plane's own (make run's demo load), the tenant
+    created, or given access to `deployment_name`, where needed: the client is then one tenant among others,
+    counted and billed as one."""
+    actor = Actor.system("tandem_run")
+    tenant = Tenant.objects.filter(name=tenant_name).first()
+    if tenant is None:
+        tenant = tenant_create(name=tenant_name, deployments=[deployment_name], actor=actor,
+                               reason=f"a key of its own for a client of {deployment_name}, which requires one")
+    elif not tenant.deployments.filter(name=deployment_name).exists():
+        names = [*tenant.deployments.values_list("name", flat=True), deployment_name]
+        tenant = tenant_update(tenant=tenant, deployments=names, actor=actor,
+                               reason=f"its client sends requests to {deployment_name}")
+    _, key = tenant_key_issue(tenant=tenant, name=f"{tenant_name} client", actor=actor,
+                              reason=f"a key for a client of {deployment_name}")
+    return key
 
 
 def retired_name(name: str, tenant_id: int) -> str:

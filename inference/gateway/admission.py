@@ -6,177 +6,38 @@ streams, colocated or decode, the max_num_seqs its /health reports + `--worker-c
 `--max-outstanding-per-worker`). A request that finds them all taken waits here instead of getting a 429
 straight away, up to its class's deadline (`--queue-deadline`); when a slot frees, the next request goes:
 
-1. the first band with a request waiting, in the order interactive, standard, batch (strict priority);
-2. within the band, the backlogged tenant with the smallest virtual token counter (VTC, Sheng et al., "Fairness in
-   Serving Large Language Models", OSDI 2024): each tenant's counter grows by the prompt tokens and
-   COMPLETION_WEIGHT × the completion tokens it is served, charged as they stream. A tenant that becomes backlogged
-   is lifted to the smallest counter among the backlogged tenants of its band (to the last admitted tenant's when
-   none is), and so is one that starts to run without waiting after holding nothing, so time spent idle earns no
-   credit to spend later in a burst. A tie (which the lift makes) goes to
-   the tenant holding fewer slots, whose counter grows slower from now on: else a quiet tenant lifted beside a
-   flood waits behind it, and so does preemption, until the flood's next tokens are charged;
-3. within the tenant, its oldest request; but in an overloaded band, its newest: a band is overloaded while one of
-   its requests has waited OVERLOAD_SHARE of its class's deadline. There more arrives than the fleet serves, and in
-   arrival order every request would wait about the deadline and most would miss it (the TTFT of those served is the
-   deadline: goodput collapses). Newest first (adaptive LIFO, as Facebook's queues do, "Fail at Scale", 2015), those
-   served are served soon, and the oldest, which would be late anyway, reach the deadline and are shed. A preempted
-   request going back (at the front of its tenant's queue) still goes first.
+in the order fair_queue.py's docstring gives (strict priority by band, then each band's backlogged tenant with
+the smallest virtual token counter).
 
 Shed: 429 `queue_full` when `--admission-queue` requests already wait (0: admission steps aside and a full fleet
 answers the router's straight 429 `overloaded`, as before there was a queue), 503
-`queue_timeout` when a request's deadline passes while it waits; both with Retry-After. Requests of an open
-deployment (no key) count as one tenant, ANONYMOUS, of class standard.
+`queue_timeout` when a request's deadline passes while it waits; both with Retry-After. Anonymous callers are
+told apart for fairness (fair_queue.py).
 
-`FairQueue` is the pure part (no asyncio, no clock: tested one decision at a time); `Admission` wraps it with
-futures, deadlines and the series on /metrics.
+`FairQueue` (fair_queue.py) is the pure part (no asyncio, no clock: tested one decision at a time); `Admission` wraps
+it with futures, deadlines and the series on /metrics.
 """
 from __future__ import annotations
 
 import asyncio
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from inference.gateway.fair_queue import BANDS, OVERLOAD_SHARE, FairQueue, Waiter, label_of
 from inference.gateway.openai_protocol import ApiError
 
-BANDS = ("interactive", "standard", "batch")  # dispatch order
-ANONYMOUS = "_anonymous"  # not a valid tenant name (tenancy.TENANT_RE), so it cannot collide with one
-ANONYMOUS_CLASS = "standard"
-COMPLETION_WEIGHT = 2.0  # VTC's w_q / w_p: a generated token costs about twice a prompt token to serve
 DEFAULT_MAX_QUEUED = 1024
 # Slots per streaming worker beyond its max_num_seqs (--worker-capacity-headroom): a request or two waiting at the
 # worker keep its batch full between one request's end and the next one's dispatch (docs/performance.md, tenants).
 DEFAULT_HEADROOM = 2
 DEFAULT_DEADLINES = {"interactive": 10.0, "standard": 30.0, "batch": 120.0}
-# A band whose oldest waiting request has waited this share of its deadline dispatches newest first (docstring, 3.).
-OVERLOAD_SHARE = 0.5
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 SHED_REASONS = ("queue_full", "queue_timeout")
 RETRY_AFTER = "1"
-
-
-@dataclass(eq=False, slots=True)
-class Waiter:
-    tenant: str
-    priority_class: str
-    enqueued: float
-    deadline: float
-    future: asyncio.Future | None = None
-    requeued: bool = False  # a preempted request going back (preemption.py): its wait is no admission wait
-
-
-class FairQueue:
-    """Waiting requests by band and tenant, and every tenant's virtual token counter."""
-
-    def __init__(self) -> None:
-        self.counters: dict[str, float] = {}
-        self.holding: dict[str, int] = {}  # tenant → slots its requests hold (Admission keeps it), for ties
-        self.bands: dict[str, dict[str, deque[Waiter]]] = {band: {} for band in BANDS}
-        self.last_counter: dict[str, float] = {band: 0.0 for band in BANDS}
-        self._band_of: dict[str, str] = {}  # tenant → the band of its last admitted request (hold: its departure)
-        self.num_queued = 0
-
-    def push(self, waiter: Waiter, *, front: bool = False) -> None:
-        """Queue a request behind its tenant's others, or ahead of them (`front`: a preempted one going back)."""
-        band = self.bands[waiter.priority_class]
-        queue = band.get(waiter.tenant)
-        if queue is None:
-            # The tenant becomes backlogged: lift it so that idle time earns no credit.
-            floor = min((self.counters[t] for t in band), default=self.last_counter[waiter.priority_class])
-            self.counters[waiter.tenant] = max(self.counters.get(waiter.tenant, 0.0), floor)
-            queue = band[waiter.tenant] = deque()
-        if front:
-            queue.appendleft(waiter)
-        else:
-            queue.append(waiter)
-        self.num_queued += 1
-
-    def peek(self) -> tuple[str, str] | None:
-        """(class, tenant) of the request `pop` would return, or None when none waits."""
-        for priority_class, band in self.bands.items():
-            if band:
-                return priority_class, self._next_tenant(band)
-        return None
-
-    def _next_tenant(self, band: dict[str, deque[Waiter]]) -> str:
-        return min(band, key=lambda t: (self.counters[t], self.holding.get(t, 0)))
-
-    def overloaded(self, priority_class: str, now: float) -> bool:
-        """Whether one of the band's requests (not a preempted one going back) has waited OVERLOAD_SHARE of its
-        deadline by `now`."""
-        for queue in self.bands[priority_class].values():
-            for waiter in queue:  # the oldest first, after any preempted ones at the front
-                if not waiter.requeued:
-                    if now - waiter.enqueued >= OVERLOAD_SHARE * (waiter.deadline - waiter.enqueued):
-                        return True
-                    break
-        return False
-
-    def pop(self, now: float | None = None) -> Waiter | None:
-        """The next request to dispatch (module docstring), or None when none waits. Without `now`, each tenant's
-        oldest (no band is judged overloaded)."""
-        for priority_class, band in self.bands.items():
-            if not band:
-                continue
-            tenant = self._next_tenant(band)
-            queue = band[tenant]
-            newest = now is not None and not queue[0].requeued and self.overloaded(priority_class, now)
-            waiter = queue.pop() if newest else queue.popleft()
-            if not queue:
-                del band[tenant]
-            self.last_counter[priority_class] = self.counters[tenant]
-            self.num_queued -= 1
-            return waiter
-        return None
-
-    def remove(self, waiter: Waiter) -> bool:
-        """Take out a request that stopped waiting (its deadline passed, its client left); False if not queued."""
-        band = self.bands[waiter.priority_class]
-        queue = band.get(waiter.tenant)
-        if queue is None or waiter not in queue:
-            return False
-        queue.remove(waiter)
-        if not queue:
-            del band[waiter.tenant]
-        self.num_queued -= 1
-        return True
-
-    def admitted(self, tenant: str, priority_class: str) -> None:
-        """A request of `tenant` starts to run, whether it waited or not (before its slot is held). A tenant that held
-        no slot and waited for none becomes active here: lifted to the band's last counter, as `push` lifts one that
-        becomes backlogged; then its counter is the band's last (and again when it leaves, `hold`, with the tokens
-        it was served since). Without it a tenant served alone, never
-        queued, kept a counter far above that of a tenant idle meanwhile, which then flooded in at its old counter
-        and went first until it had caught up (a SmolLM2 worker: a quiet tenant waited 1.8-2.3 s at a flood's
-        start, bench/gateway/tenants.py traced)."""
-        if not self.holding.get(tenant) and tenant not in self.bands[priority_class]:
-            self.counters[tenant] = max(self.counters.get(tenant, 0.0), self.last_counter[priority_class])
-        self.last_counter[priority_class] = self.counters.get(tenant, 0.0)
-        self._band_of[tenant] = priority_class
-
-    def charge(self, tenant: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
-        self.counters[tenant] = (self.counters.get(tenant, 0.0) + prompt_tokens
-                                 + COMPLETION_WEIGHT * completion_tokens)
-
-    def hold(self, tenant: str, num: int) -> None:
-        """`num` more (or, below 0, fewer) slots held by `tenant`'s requests."""
-        held = self.holding.get(tenant, 0) + num
-        if held:
-            self.holding[tenant] = held
-            return
-        del self.holding[tenant]
-        band = self._band_of.get(tenant)
-        if band is not None and tenant not in self.bands[band]:  # it leaves: the next to come is lifted to it
-            self.last_counter[band] = self.counters.get(tenant, 0.0)
-
-    def queued(self) -> dict[tuple[str, str], int]:
-        """(class, tenant) → requests waiting."""
-        return {(c, t): len(q) for c, band in self.bands.items() for t, q in band.items()}
 
 
 class Slot:
@@ -245,9 +106,10 @@ class Admission:
         self.max_queued, self.deadlines = max_queued, dict(deadlines)
 
     def _stats(self, priority_class: str, tenant: str) -> WaitStats:
-        stats = self.stats.get((priority_class, tenant))
+        key = (priority_class, label_of(tenant))
+        stats = self.stats.get(key)
         if stats is None:
-            stats = self.stats[(priority_class, tenant)] = WaitStats()
+            stats = self.stats[key] = WaitStats()
         return stats
 
     def has_room(self) -> bool:
@@ -373,7 +235,10 @@ class AdmissionCollector(Collector):
         shed = CounterMetricFamily("tandem_gateway_queue_shed", "Requests refused by admission: queue_full (429) "
                                    "or queue_timeout (503, the class's deadline passed).",
                                    labels=[*labels, "reason"])
-        queued = admission.queue.queued()
+        queued: dict[tuple[str, str], int] = {}
+        for (priority_class, tenant), num in admission.queue.queued().items():
+            key = (priority_class, label_of(tenant))
+            queued[key] = queued.get(key, 0) + num
         for key in sorted(set(admission.stats) | set(queued)):
             values = ["gateway", self.model, *key]
             length.add_metric(values, queued.get(key, 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from inference.gateway.admission import BANDS
+from inference.gateway.fair_queue import BANDS
 
 MAX_QUEUED_LIMIT = 1_000_000
 MAX_DEADLINE_S = 86_400.0

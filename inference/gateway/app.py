@@ -189,7 +189,7 @@ class Gateway:
             body = parse_json_object(await read_body(request, self.config.max_body_bytes, self.router))
             parse = parse_chat if endpoint is Endpoint.CHAT else parse_completion
             gen = parse(body, self.model, self.sampling_defaults)
-            ticket = self.tenants.admit(tenant, body, gen.worker_body)
+            ticket = self.tenants.admit(tenant, body, gen.worker_body, caller=gen.user or request.remote or "")
         except ApiError as error:
             # The codes are a fixed set (invalid_json, invalid_type, model_not_found, ...): a bounded label.
             self.metrics.count_error(error.code or "invalid_request")

@@ -60,7 +60,8 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from inference.gateway.admission import BANDS, Admission, Slot
+from inference.gateway.admission import Admission, Slot
+from inference.gateway.fair_queue import BANDS
 from inference.gateway.tenancy import Ticket
 from inference.gateway.token_stream import TokenStream
 

@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from prometheus_client.registry import Collector
 
-from inference.gateway.admission import ANONYMOUS, ANONYMOUS_CLASS, BANDS
+from inference.gateway.fair_queue import ANONYMOUS, ANONYMOUS_BUCKETS, ANONYMOUS_CLASS, BANDS
 from inference.gateway.openai_protocol import ApiError
 from inference.gateway.tenant_metrics import Histogram, TenantCollector
 from inference.metrics import TTFT_BUCKETS
@@ -200,6 +200,14 @@ def reservation(worker_body: dict) -> int:
     return math.ceil(num_chars / CHARS_PER_TOKEN_ESTIMATE) + (max_tokens if max_tokens is not None else 1 << 30)
 
 
+def anonymous_key(caller: str) -> str:
+    """An anonymous caller's fairness key: its OpenAI `user` field where it sends one, else its connection's address
+    (never X-Forwarded-For, which any client can write), hashed into one of ANONYMOUS_BUCKETS. Fairness, not
+    authentication: a caller that spreads over addresses gets more turns, as it would by opening more connections."""
+    digest = hashlib.sha256(caller.encode("utf-8", "surrogateescape")).digest()
+    return f"{ANONYMOUS}:{int.from_bytes(digest[:4], 'big') % ANONYMOUS_BUCKETS}"
+
+
 def _bearer(authorization: str | None) -> str | None:
     """The key of `Authorization: Bearer <key>` (what the OpenAI client sends with api_key=), else None."""
     if not authorization:
@@ -218,16 +226,18 @@ class Ticket:
     counts its tokens (from the stream's real usage) when it ends. A request without a tenant gets a ticket that
     counts nothing."""
 
-    __slots__ = ("state", "clock", "stream", "slot", "reserved", "_done")
+    __slots__ = ("state", "clock", "stream", "slot", "reserved", "anonymous", "_done")
 
-    def __init__(self, state: TenantState | None, clock: Callable[[], float], reserved: int = 0) -> None:
+    def __init__(self, state: TenantState | None, clock: Callable[[], float], reserved: int = 0,
+                 anonymous: str = ANONYMOUS) -> None:
         self.state, self.clock, self.stream, self.slot, self._done = state, clock, None, None, False
         self.reserved = reserved  # tokens taken from its tenant's minute at admission; settled at the end
+        self.anonymous = anonymous  # an anonymous caller's fairness key (anonymous_key)
 
     @property
     def tenant(self) -> str:
-        """Who admission counts it against: the tenant, or every anonymous caller of an open deployment as one."""
-        return self.state.policy.name if self.state is not None else ANONYMOUS
+        """Who admission counts it against: the tenant, or an anonymous caller's key (anonymous_key)."""
+        return self.state.policy.name if self.state is not None else self.anonymous
 
     @property
     def priority_class(self) -> str:
@@ -325,12 +335,13 @@ class TenantGate:
                            param="model", code="model_not_found")
         return state
 
-    def admit(self, state: TenantState | None, body: dict, worker_body: dict) -> Ticket:
+    def admit(self, state: TenantState | None, body: dict, worker_body: dict, *, caller: str = "") -> Ticket:
         """A ticket for the request, or 400 (max_tokens above the tenant's cap) / 429 (over a limit). A tenant's
         max_tokens cap fills in for a request that asks for none or got a larger default; a request that asks for
-        more itself is refused, naming the cap (retrying would not help, so not a 429)."""
+        more itself is refused, naming the cap (retrying would not help, so not a 429). `caller` tells anonymous
+        callers apart for fairness (anonymous_key)."""
         if state is None:
-            return Ticket(None, self.clock)
+            return Ticket(None, self.clock, anonymous=anonymous_key(caller))
         limits, now = state.policy.limits, self.clock()
         cap = limits.get("max_tokens")
         if cap is not None and (worker_body.get("max_tokens") is None or worker_body["max_tokens"] > cap):

@@ -10,7 +10,8 @@ from controlplane.autoscaling.services import autoscaling_update
 from controlplane.autoscaling.tasks import autoscale_cycle_task
 from controlplane.models import Action, ActorType, Pool
 from controlplane.observability.store import scrape_cycle
-from inference.gateway.admission import Admission, Waiter
+from inference.gateway.admission import Admission
+from inference.gateway.fair_queue import Waiter
 from inference.gateway.config import Config
 from inference.gateway.metrics import GatewayMetrics
 from inference.gateway.routing import Router

@@ -7,7 +7,8 @@ from controlplane.observability.catalog import METRIC_IDS, UNITS
 from controlplane.observability.derive import state_append, target_series
 from controlplane.observability.exposition import parse_exposition
 from controlplane.rollouts.analysis import LATENCY_METRICS
-from inference.gateway.admission import Admission, Waiter
+from inference.gateway.admission import Admission
+from inference.gateway.fair_queue import Waiter
 from inference.gateway.config import Config
 from inference.gateway.metrics import GatewayMetrics
 from inference.gateway.routing import Router

@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from inference.gateway.admission import COMPLETION_WEIGHT, Admission, FairQueue, Waiter
+from inference.gateway.admission import Admission
+from inference.gateway.fair_queue import COMPLETION_WEIGHT, FairQueue, Waiter
 from inference.gateway.openai_protocol import ApiError
 
 

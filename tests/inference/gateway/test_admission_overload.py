@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from inference.gateway.admission import OVERLOAD_SHARE, Admission, FairQueue, Waiter
+from inference.gateway.admission import Admission
+from inference.gateway.fair_queue import OVERLOAD_SHARE, FairQueue, Waiter
 
 
 def _waiter(name: str, enqueued: float, *, deadline_s: float = 10.0, requeued: bool = False) -> Waiter:

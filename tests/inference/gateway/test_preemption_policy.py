@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from inference.gateway.admission import Admission, Slot, Waiter
+from inference.gateway.admission import Admission, Slot
+from inference.gateway.fair_queue import Waiter
 from inference.gateway.preemption import Preemption, PreemptionSettings
 
 

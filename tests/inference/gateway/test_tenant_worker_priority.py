@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from inference.engine.sequence import PRIORITY_BANDS
-from inference.gateway.admission import BANDS
+from inference.gateway.fair_queue import BANDS
 from inference.gateway.tenancy import TenantGate, parse_tenancy
 
 KEYS = {"quiet": "tk-quiet-prio-0123456", "noisy": "tk-noisy-prio-0123456", "plain": "tk-plain-prio-0123456"}
