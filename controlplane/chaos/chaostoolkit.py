@@ -156,12 +156,32 @@ def _bound(probe: dict, func: str, where: str) -> dict:
                   f"[min, {RANGE_TOP:g}]; make it two probes", field=field)
 
 
-def from_chaostoolkit(document) -> dict:
+def named_deployment(document: dict) -> str | None:
+    """The deployment a document says it is for: its configuration's `tandem_deployment` (what the export writes),
+    else a `deployment:<name>` tag; None where it names none."""
+    configuration = document.get("configuration")
+    named = configuration.get("tandem_deployment") if isinstance(configuration, dict) else None
+    if isinstance(named, str):
+        return named
+    tags = document.get("tags")
+    found = [t.split(":", 1)[1] for t in tags if isinstance(t, str) and t.startswith("deployment:")] \
+        if isinstance(tags, list) else []
+    return found[0] if found else None
+
+
+def from_chaostoolkit(document, *, deployment: str | None = None) -> dict:
     """The fields of experiment_create from a Chaos Toolkit experiment (the mapping in the module docstring). A
     400 names what cannot be mapped, by its place in the document (`method[1]`, `steady-state-hypothesis.probes[0]
-    .tolerance`). The fields themselves are validated by experiment_create; its errors name Tandem's fields, which
-    ctk_field turns back into the document's."""
+    .tolerance`), and a document that names another deployment than `deployment` (the URL's): imported here, its
+    faults would hit workers it was not written for. The fields themselves are validated by experiment_create; its
+    errors name Tandem's fields, which ctk_field turns back into the document's."""
     document = _object(document, "document")
+    named = named_deployment(document)
+    if deployment is not None and named is not None and named != deployment:
+        field = "configuration.tandem_deployment" if isinstance(document.get("configuration"), dict) and \
+            "tandem_deployment" in document["configuration"] else "tags"
+        raise invalid(f"the document is for deployment {named!r}, not {deployment!r}: import it at "
+                      f"/api/v1/deployments/{named}/chaos/experiments/import, or change its {field}", field=field)
     if "controls" in document:
         raise invalid("controls cannot be mapped: a Tandem run loads no Chaos Toolkit controls", field="controls")
     unknown = sorted(set(document) - {"title", "description", HYPOTHESIS, "method", "rollbacks", *_IGNORED})

@@ -149,7 +149,7 @@ def experiment_from_template(*, deployment: Deployment, actor, template, name=No
 def experiment_import(*, deployment: Deployment, actor, document) -> Experiment:
     """A new experiment from a Chaos Toolkit experiment (chaostoolkit.from_chaostoolkit). A 400 names the place in
     the document: what cannot be mapped, or the mapped field that experiment_create refuses."""
-    fields = chaostoolkit.from_chaostoolkit(document)
+    fields = chaostoolkit.from_chaostoolkit(document, deployment=deployment.name)
     try:
         return experiment_create(deployment=deployment, actor=actor, **fields)
     except ControlPlaneError as error:

@@ -102,6 +102,11 @@ RUN = ["method", 0, "provider", "arguments"]
      "steady-state-hypothesis.probes[2].provider.arguments.role", "must name a pool"),
     (_set([*PROBE0, "tolerance", "range"], [0, -1]), "steady-state-hypothesis.probes[0].tolerance",
      "hypothesis[0].max must be a number"),
+    # Written for another deployment: imported into this one it would break workers it was not meant for.
+    (_set(["configuration", "tandem_deployment"], "billing"), "configuration.tandem_deployment",
+     "the document is for deployment 'billing', not 'demo'"),
+    (lambda d: (d.pop("configuration"), d.__setitem__("tags", ["tandem", "deployment:billing"])), "tags",
+     "/api/v1/deployments/billing/chaos/experiments/import"),
 ])
 def test_an_import_names_what_cannot_be_mapped(exported, admin_api, change, field, words):
     from controlplane.chaos.models import Experiment
