@@ -143,7 +143,12 @@ def _hover_above(top: float) -> str:
 
 def _base_layout(title: str, *, x_range: tuple[float, float] | None) -> dict:
     # One-line time ticks (the date would take a second line that collides with the legend); hover shows it all.
+    # Seconds where the ticks are less than a minute apart (a short run or rollout, a zoom): "%H:%M" alone would
+    # write the same minute under several ticks.
     xaxis: dict = {"type": "date", "gridcolor": "#e5e7eb", "automargin": True, "tickformat": "%H:%M",
+                   "tickformatstops": [{"dtickrange": [None, 60_000], "value": "%H:%M:%S"},
+                                       {"dtickrange": [60_000, 86_400_000], "value": "%H:%M"},
+                                       {"dtickrange": [86_400_000, None], "value": "%m-%d"}],
                    "hoverformat": "%Y-%m-%d %H:%M:%S UTC"}
     if x_range is not None:
         xaxis["range"] = [_ms(x_range[0]), _ms(x_range[1])]

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.browser
 
 BANDS = "div => div.querySelectorAll('.layer-below .shapelayer path').length"
 NOTES = "div => Array.from(div.querySelectorAll('.annotation-text')).map(t => t.textContent)"
+TICKS = "div => Array.from(div.querySelectorAll('.xtick text')).map(t => t.textContent)"
 
 
 def test_the_deployment_pages_charts_shade_a_chaos_fault(page, live_server, login, viewer, fleet):
@@ -67,5 +68,8 @@ def test_a_chaos_runs_report_page_draws_a_chart_per_check_with_its_fault_shaded(
         page.wait_for_selector(f"[data-chart='{key}'] .main-svg", state="attached")
         assert page.eval_on_selector(f"[data-chart='{key}']", BANDS) == 1
         assert f"chaos run {run.pk}: pause" in page.eval_on_selector(f"[data-chart='{key}']", NOTES)
+        # A run of a minute and a half: ticks seconds apart carry the seconds, never the same minute twice.
+        ticks = page.eval_on_selector(f"[data-chart='{key}']", TICKS)
+        assert len(ticks) >= 2 and len(set(ticks)) == len(ticks), ticks
     screenshot(page, "chaos-run-report")
     assert page.js_errors == []
