@@ -8,19 +8,20 @@ from controlplane.errors import conflict, invalid
 from controlplane.models import Action, ActionKind, ActionStatus, Deployment, Revision
 from controlplane.rollout_provider import rollout_active
 from controlplane.selectors import deployment_delete_pending, deployment_rollout_in_progress
-from controlplane.services.actions import action_create, action_once, as_actor, enqueue_reconcile
+from controlplane.services.actions import action_create, action_fail, action_once, as_actor, enqueue_reconcile
 from controlplane.services.validation import (check_kv_cache_dtype, check_model_context, revision_dtype,
                                               validate_engine_settings, validate_model_path)
 
 
-def lock_for_rollout(deployment: Deployment) -> Deployment:
-    """Lock the deployment row and refuse when it is being deleted or another rollout runs (409)."""
+def lock_for_rollout(deployment: Deployment, *, preempt: bool = False) -> Deployment:
+    """Lock the deployment row and refuse when it is being deleted or another rollout runs (409); with `preempt`
+    (a rollback) a running replacement is no refusal: the caller supersedes it (`running_replacement`)."""
     deployment = (Deployment.objects.select_for_update(of=("self",)).select_related("current_revision")
                   .get(pk=deployment.pk))
     if deployment_delete_pending(deployment) is not None:
         raise conflict(f"deployment {deployment.name!r} is being deleted")
     running = deployment_rollout_in_progress(deployment)
-    if running is not None:
+    if running is not None and not preempt:
         raise conflict(
             f"a {running.kind} of deployment {deployment.name!r} is still in progress (action {running.pk}); "
             "wait for it to finish", action_id=running.pk)
@@ -105,8 +106,11 @@ def deployment_rollback(*, deployment: Deployment, actor, revision_number: int |
                         idempotency_key: str | None = None) -> Action:
     """Make an earlier revision current again (default: the highest-numbered one below the current).
 
-    400 for an unknown revision or the current one, 409 while another rollout of the deployment runs. The
-    `rollback` action is `running` until reconcile has replaced every worker of another revision.
+    400 for an unknown revision or the current one; 409 while a canary or A/B rollout runs (promote or abort it).
+    A revision, rollback or promotion whose replacement still runs is preempted: its action fails naming this
+    rollback, whose params name it (`preempted`), and reconcile replaces the workers from where they are (the target
+    revision's still serving stay; the superseded revision's drain once the target's are ready). The `rollback`
+    action is `running` until reconcile has replaced every worker of another revision.
     """
     actor = as_actor(actor)
     if revision_number is not None and (isinstance(revision_number, bool) or not isinstance(revision_number, int)):
@@ -114,7 +118,10 @@ def deployment_rollback(*, deployment: Deployment, actor, revision_number: int |
 
     def write() -> Action:
         nonlocal deployment  # re-read under the lock
-        deployment = lock_for_rollout(deployment)
+        # The operator who rolls back is the one whose new revision is bad: a replacement still running (its new
+        # workers ready, the old ones draining) is superseded, not waited for.
+        deployment = lock_for_rollout(deployment, preempt=True)
+        preempted = deployment_rollout_in_progress(deployment)
         current = deployment.current_revision
         current_number = current.number if current is not None else None
         if revision_number is None:
@@ -131,10 +138,15 @@ def deployment_rollback(*, deployment: Deployment, actor, revision_number: int |
             if target.number == current_number:
                 raise invalid(f"revision {revision_number} is already the current revision of "
                               f"{deployment.name!r}", field="revision")
-        action = action_create(
-            kind=ActionKind.ROLLBACK, actor=actor, deployment=deployment, reason=reason,
-            params={"from_revision": current_number, "to_revision": target.number, "revision": target.number},
-            status=ActionStatus.RUNNING, idempotency_key=idempotency_key)
+        params = {"from_revision": current_number, "to_revision": target.number, "revision": target.number}
+        if preempted is not None:
+            params["preempted"] = {"action": preempted.pk, "kind": preempted.kind,
+                                   "revision": (preempted.params or {}).get("revision")}
+        action = action_create(kind=ActionKind.ROLLBACK, actor=actor, deployment=deployment, reason=reason,
+                               params=params, status=ActionStatus.RUNNING, idempotency_key=idempotency_key)
+        if preempted is not None:
+            action_fail(action_id=preempted.pk, error=f"preempted by the rollback to revision {target.number} "
+                                                      f"(action {action.pk})", result={"preempted_by": action.pk})
         deployment.current_revision = target
         deployment.save(update_fields=["current_revision"])
         enqueue_reconcile(deployment.pk)

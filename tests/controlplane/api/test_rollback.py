@@ -50,15 +50,30 @@ def test_it_refuses_when_there_is_no_earlier_revision(operator_api, deployment):
     assert "no revision before 1" in response.json()["error"]["message"]
 
 
-def test_it_answers_409_while_another_rollout_runs(operator_api, deployment, second_revision):
-    assert rollback(operator_api).status_code == 202
+def test_a_rollback_preempts_a_new_revisions_replacement_that_still_runs(operator_api, admin, deployment,
+                                                                         second_revision):
+    """The operator who rolls back is the one whose new revision is bad: no waiting for its replacement to end."""
+    from controlplane.services import revision_create
+
+    running = revision_create(deployment=deployment, actor=admin, comment="three: bad")  # its replacement runs
+    response = rollback(operator_api, {"reason": "revision 3 answers garbage"})
+    assert response.status_code == 202, response.content
+    action = response.json()["action"]
+    assert (action["params"]["from_revision"], action["params"]["to_revision"]) == (3, 2)
+    assert action["params"]["preempted"] == {"action": running.pk, "kind": "revision", "revision": 3}
+    superseded = Action.objects.get(pk=running.pk)
+    assert superseded.status == "failed" and f"preempted by the rollback to revision 2 (action {action['id']})" \
+        in superseded.error
+    assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 2
+
+
+def test_a_rollback_preempts_a_running_rollback_too(operator_api, deployment, second_revision):
+    first = rollback(operator_api).json()["action"]
     response = rollback(operator_api, {"revision": 2})
-    assert response.status_code == 409
-    error = response.json()["error"]
-    assert error["code"] == "conflict"
-    assert "rollback" in error["message"] and "in progress" in error["message"]
-    assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 1
-    assert Action.objects.filter(kind="rollback").count() == 1
+    assert response.status_code == 202, response.content
+    assert response.json()["action"]["params"]["preempted"]["action"] == first["id"]
+    assert Action.objects.get(pk=first["id"]).status == "failed"
+    assert Deployment.objects.get(pk=deployment.pk).current_revision.number == 2
 
 
 def test_it_allows_the_next_rollback_once_the_rollout_finished(operator_api, deployment, second_revision):

@@ -51,8 +51,9 @@ def test_rollback_defaults_to_the_revision_below_the_current(deployment, admin):
     assert action.status == "running" and action.started_at is not None
 
 
-def test_rollback_refuses_while_a_revision_rolls_out(deployment, admin):
+def test_a_new_revision_still_refuses_while_a_rollback_rolls_out(deployment, admin):
     revision_create(deployment=deployment, actor=admin)
+    deployment_rollback(deployment=deployment, actor=admin)  # preempts the revision's replacement
     with pytest.raises(ControlPlaneError) as err:
-        deployment_rollback(deployment=deployment, actor=admin)
+        revision_create(deployment=deployment, actor=admin, comment="another")
     assert err.value.status == 409
