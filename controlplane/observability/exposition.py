@@ -29,6 +29,7 @@ CLIENT_ERROR_KINDS = frozenset({
     # A caller's key missing or wrong, its tenant over a limit, a prompt or max_tokens past what it may ask:
     # the caller's mistake, never the deployment's failure (docs/chaos.md).
     "missing_api_key", "invalid_api_key", "rate_limit_exceeded", "max_tokens_exceeded", "context_length_exceeded",
+    "too_many_wrong_keys",
 })
 
 _HISTOGRAM_BUCKETS = {name + "_bucket": key for key, name in STORED_HISTOGRAMS.items()}

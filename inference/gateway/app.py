@@ -22,6 +22,7 @@ from aiohttp import web
 from inference.gateway import quota_state
 from inference.gateway.admission import Admission
 from inference.gateway.config import Config
+from inference.gateway.key_throttle import KeyThrottle
 from inference.gateway.membership import ControlPlaneMembership, apply_static
 from inference.gateway.metrics import GatewayMetrics
 from inference.gateway.openai_protocol import (
@@ -33,7 +34,7 @@ from inference.gateway.relay import Relay, WorkerRejected
 from inference.gateway.request_body import read_body
 from inference.gateway.routing import Group, Router
 from inference.gateway.served import Served
-from inference.gateway.tenancy import OPEN, TenantGate, Ticket
+from inference.gateway.tenancy import OPEN, TenantGate, TenantState, Ticket
 from inference.gateway.token_stream import StreamBroken, TokenStream
 from inference.metrics import CONTENT_TYPE
 
@@ -76,6 +77,7 @@ class Gateway:
             if config.control_plane_url else None
         # Keys and limits come with the membership (tenancy.py); a static gateway is open.
         self.tenants = TenantGate(lambda: self.membership.tenancy if self.membership is not None else OPEN)
+        self.key_throttle = KeyThrottle()  # wrong keys per client address (key_throttle.py)
         self.metrics.registry.register(self.tenants.collector(self.model))
         self.metrics.registry.register(self.admission.collector(self.model))
         self.metrics.registry.register(self.preemption.collector(self.model))
@@ -141,7 +143,7 @@ class Gateway:
         `sampling_defaults`: what the gateway fills into a request that leaves a field out. A deployment that
         requires a key lists its model to a valid key only."""
         try:
-            self.tenants.identify(request.headers.get("Authorization"), self.model)
+            self._identify(request)
         except ApiError as error:
             return error_response(error)
         workers = [{"role": w.role.value, "revision": group.revision, "url": w.url, "state": w.state.value,
@@ -185,7 +187,7 @@ class Gateway:
         received = time.perf_counter()
         try:
             # The key first (401/404 before the body is read), the tenant's limits once the request is known.
-            tenant = self.tenants.identify(request.headers.get("Authorization"), self.model)
+            tenant = self._identify(request)
             body = parse_json_object(await read_body(request, self.config.max_body_bytes, self.router))
             parse = parse_chat if endpoint is Endpoint.CHAT else parse_completion
             gen = parse(body, self.model, self.sampling_defaults)
@@ -198,6 +200,16 @@ class Gateway:
             return await self._serve(request, endpoint, gen, received, ticket)
         finally:
             ticket.release()  # the tenant's concurrency slot, and its tokens counted from the real usage
+
+    def _identify(self, request: web.Request) -> TenantState | None:
+        """The caller's tenant (TenantGate.identify), behind the throttle on wrong keys per address."""
+        self.key_throttle.check(request.remote)
+        try:
+            return self.tenants.identify(request.headers.get("Authorization"), self.model)
+        except ApiError as error:
+            if error.code == "invalid_api_key":
+                self.key_throttle.failed(request.remote)
+            raise
 
     async def _serve(self, request: web.Request, endpoint: Endpoint, gen: GenerationRequest, received: float,
                      ticket: Ticket) -> web.StreamResponse:
