@@ -23,6 +23,9 @@ TANDEM_WARMUP_TIMEOUT_S = env_int("TANDEM_WARMUP_TIMEOUT_S", 900, minimum=1)
 # extra_args. Default: the project's own .venv-vllm (`make vllm`) where it exists.
 _PROJECT_VLLM = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
 TANDEM_VLLM_PYTHON = env_str("TANDEM_VLLM_PYTHON", str(_PROJECT_VLLM) if _PROJECT_VLLM.is_file() else "")
+# Tandem's workers load a private snapshot of their model folder (var/model-snapshots/, one per content, shared by
+# the workers of it): an operator rewriting the folder in place kills no running worker. 0: they map the folder.
+TANDEM_MODEL_SNAPSHOTS = env_bool("TANDEM_MODEL_SNAPSHOTS", True)
 # One /health probe's timeout; probes of all workers run concurrently.
 TANDEM_HEALTH_TIMEOUT_S = env_int("TANDEM_HEALTH_TIMEOUT_S", 2, minimum=1)
 # A health pass in which the probes of at least this many ready workers, and at least this share of them, on hosts

@@ -116,6 +116,10 @@ def argv_for(worker: Worker, port: int) -> list[str]:
     budget = kv_budget_for(worker, engine_settings)
     if budget is not None:
         argv += ["--kv-memory-budget", str(budget)]
+    if settings.TANDEM_MODEL_SNAPSHOTS and not engine_settings.get("simulate"):
+        # A private copy of the model folder per content, shared by the workers of it: rewriting the folder under
+        # load kills no running worker (inference/model_snapshot.py).
+        argv += ["--model-snapshots", str(settings.VAR_DIR / "model-snapshots")]
     for key, value in sorted(engine_settings.items()):
         flag = "--" + key.replace("_", "-")
         if flag not in known or flag in argv:

@@ -45,6 +45,9 @@ class WorkerConfig:
     # precision and read GB/s. The worker reports its efficiency against them; without them it reports none.
     host_peak_gflops: dict[str, float] | None = None
     host_bandwidth_gbs: float | None = None
+    # Where the worker copies its model folder before loading it (inference.model_snapshot): a running worker then
+    # maps files nobody rewrites. None: it maps the folder itself.
+    model_snapshots: str | None = None
     # The revision's worker secret (inference.worker_secret), from the environment, never a flag: the request
     # endpoints refuse a request without it. None: they answer anyone (a worker started by hand).
     secret: str | None = field(default=None, repr=False)
@@ -205,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-bandwidth-gbs", type=float, default=None, metavar="GB/S",
                    help="the host's read bandwidth for this worker's threads (the node agent passes it): the worker "
                         "reports its decode efficiency against it")
+    p.add_argument("--model-snapshots", metavar="DIR", default=None,
+                   help="copy the model folder into DIR/<fingerprint>/ (once, shared by workers of the same files) "
+                        "and load that: rewriting the folder under load then kills no running worker (SIGBUS "
+                        "from its mapped weights); the node agent passes var/model-snapshots")
     p.add_argument("--simulate", metavar="PROFILE", default=None,
                    help="run a simulated worker: no model, latencies from PROFILE (a JSON file or a built-in name "
                         "such as tiny-cpu; docs/simulated-worker.md); --model then only names what it serves")

@@ -9,11 +9,13 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from inference.engine.config import QUANTIZATION_NOTES
 from inference.metrics import TandemMetrics
+from inference.model_snapshot import snapshot
 from inference.roofline import StageRoofline, count_parameters, precision_key
 from inference.worker.config import WorkerConfig
 from inference.worker.engine_loop import EngineLoop, EngineRequest, LoopState
@@ -94,7 +96,13 @@ class ModelEngine:
     def _make_engine(self):
         from inference.engine import LLMEngine  # torch: on the engine thread, while /health answers "starting"
 
-        engine = LLMEngine(self.config.engine)
+        engine_config = self.config.engine
+        if self.config.model_snapshots:
+            reason, self.loop.reason = self.loop.reason, "copying the model folder to a private snapshot"
+            engine_config = replace(engine_config, model=str(snapshot(engine_config.model,
+                                                                      self.config.model_snapshots)))
+            self.loop.reason = reason
+        engine = LLMEngine(engine_config)
         self.loop.roofline = self._stage_roofline(engine)
         return engine
 

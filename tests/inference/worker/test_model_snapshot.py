@@ -1,0 +1,32 @@
+"""A worker started with --model-snapshots maps a private copy of its model folder: the folder truncated under it
+(an operator rewriting the weights in place) kills no running worker, where a worker mapping the folder itself died
+of SIGBUS at its next step; the next worker started snapshots the new files."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.inference.worker.support import generate, start_worker, token_ids
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_model_file_truncated_under_a_running_worker_does_not_kill_it(tiny_model_dir, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    snapshots = tmp_path / "snapshots"
+    # as_loaded: the weights stay mapped from their file (the transposed float32 layout copies them).
+    worker = start_worker("snap", "colocated", model, tmp_path / "logs", "--weight-layout", "as_loaded",
+                          "--model-snapshots", str(snapshots))
+    try:
+        before = token_ids(generate(worker.url, prompt="Hello there", max_tokens=8))
+        with open(model / "model.safetensors", "r+b") as weights:
+            weights.truncate(1000)  # rewritten in place: every mapped page of the old file is gone
+        after = token_ids(generate(worker.url, prompt="Hello there", max_tokens=8))
+        assert after == before and len(after) == 8
+        assert worker.alive()
+    finally:
+        worker.stop()
+    made = [p.name for p in snapshots.iterdir() if not p.name.startswith(".")]
+    assert len(made) == 1 and made[0].startswith("model-")
