@@ -26,6 +26,8 @@ TANDEM_VLLM_PYTHON = env_str("TANDEM_VLLM_PYTHON", str(_PROJECT_VLLM) if _PROJEC
 # Tandem's workers load a private snapshot of their model folder (var/model-snapshots/, one per content, shared by
 # the workers of it): an operator rewriting the folder in place kills no running worker. 0: they map the folder.
 TANDEM_MODEL_SNAPSHOTS = env_bool("TANDEM_MODEL_SNAPSHOTS", True)
+# A worker's or gateway's log past this many bytes is rotated by its node agent's heartbeat (one old copy kept).
+TANDEM_LOG_MAX_BYTES = env_int("TANDEM_LOG_MAX_BYTES", 64 << 20, minimum=4096)
 # One /health probe's timeout; probes of all workers run concurrently.
 TANDEM_HEALTH_TIMEOUT_S = env_int("TANDEM_HEALTH_TIMEOUT_S", 2, minimum=1)
 # A health pass in which the probes of at least this many ready workers, and at least this share of them, on hosts

@@ -120,6 +120,8 @@ def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
     for worker in rows.only("id", "pid", "status", "started_at", "log_path", "role"):
         handle = launch.handle_of(worker)
         alive = runtime.launcher.is_alive(handle)
+        if alive:
+            processes.log_rotate(worker.log_path, settings.TANDEM_LOG_MAX_BYTES)
         if worker.status in (WorkerStatus.STARTING, WorkerStatus.READY) and not alive:
             # A process this agent started is its child, whose exit status is known once it is not alive; None:
             # an earlier agent started it.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -281,6 +282,24 @@ def stop(handle: ProcessHandle, deadline_s: float = 30.0) -> str:
 
 _HEADER = re.compile(rb"^--- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d starting: .*$", re.MULTILINE)
 LOG_TAIL_BYTES = 16384
+
+
+def log_rotate(log_path: str | Path | None, max_bytes: int) -> bool:
+    """Past `max_bytes`, the log is copied to `<log>.1` (replacing the previous one) and emptied in place: the
+    process holds it open for appending (spawn), so its next line starts the new log, and a flood of lines (a
+    client making a worker or gateway log a traceback a thousand times a second) fills at most twice the bound.
+    Lines written between the copy and the truncation are lost, as with logrotate's copytruncate."""
+    if not log_path:
+        return False
+    path = Path(log_path)
+    try:
+        if path.stat().st_size <= max_bytes:
+            return False
+        shutil.copyfile(path, path.with_name(path.name + ".1"))
+        os.truncate(path, 0)
+    except OSError:
+        return False
+    return True
 
 
 def log_tail(log_path: str | Path | None, num_lines: int = 15, max_chars: int = 2000, *,
