@@ -51,12 +51,13 @@ def test_a_rollback_to_the_current_revision_is_a_message(client_for, operator, d
     assert "revision 2 is already the current revision" in response.content.decode()
 
 
-def test_a_rollback_during_another_rollout_is_a_message(client_for, operator, deployment, second_revision):
+def test_a_rollback_during_another_rollout_preempts_it(client_for, operator, deployment, second_revision):
     client = client_for(operator)
     client.post("/deployments/demo/rollback/1/")
     response = client.post("/deployments/demo/rollback/2/", follow=True)
-    assert response.status_code == 200 and 'class="msg error"' in response.content.decode()
-    assert Action.objects.filter(kind="rollback").count() == 1
+    assert response.status_code == 200 and 'class="msg error"' not in response.content.decode()
+    first, second = Action.objects.filter(kind="rollback").order_by("id")
+    assert first.status == "failed" and second.params["preempted"]["action"] == first.pk
 
 
 def test_an_unknown_revision_is_404_and_viewers_are_refused(client_for, viewer, operator, deployment):

@@ -44,7 +44,7 @@ class Gateway:
     def serve(self, tenant: str, *, prompt: int, completion: int, ttft_s: float, wait_s: float = 0.0,
               fail: bool = False) -> None:
         state = self.gate.states[tenant]
-        ticket = self.gate.admit(state, {}, {})
+        ticket = self.gate.admit(state, {}, {"prompt": "x" * (4 * prompt), "max_tokens": completion})
         ticket.slot = self.admission._admit(tenant, "standard", wait_s)
         ticket.observe_ttft(ttft_s)
 
