@@ -21,8 +21,9 @@ def test_each_template_makes_a_valid_experiment(deployment, admin, template):
     assert experiment.name == template.key and experiment.target == {"role": template.role, "count": 1}
     assert [fault["kind"] for fault in experiment.faults] == [fault["kind"] for fault in template.faults]
     assert experiment.duration_s == template.duration_s
-    assert experiment.hypothesis[0] == {"metric": "error_ratio", "role": "gateway", "max": 0.005, "window_s": 10}
-    assert experiment.abort_conditions == [{"metric": "error_ratio", "role": "gateway", "above": 0.05,
+    assert experiment.hypothesis[0] == {"metric": "server_error_ratio", "role": "gateway", "max": 0.005,
+                                        "window_s": 10}
+    assert experiment.abort_conditions == [{"metric": "server_error_ratio", "role": "gateway", "above": 0.05,
                                             "for_s": 10.0, "window_s": 5}]
     ready = [check for check in experiment.hypothesis if check["metric"] == "ready_workers"]
     assert ready == ([] if template.role == "gateway" else [{"metric": "ready_workers", "role": template.role,
