@@ -142,7 +142,7 @@ def argv_for(worker: Worker, port: int) -> list[str]:
 
 def vllm_command(worker: Worker, port: int) -> tuple[list[str], dict[str, str]]:
     """(argv, environment to add) of a vLLM worker (inference/engines/vllm/launch.py): its revision's settings for
-    its role, the drain deadline as vLLM's shutdown timeout, its share of the host's KV memory where the revision
+    its role, half the stop deadline as vLLM's shutdown timeout, its share of the host's KV memory where the revision
     sets none, the revision's worker secret as its API key. ValueError where this host has no vLLM: the start is
     then reported as failed with that reason."""
     if not settings.TANDEM_VLLM_PYTHON:
@@ -152,7 +152,8 @@ def vllm_command(worker: Worker, port: int) -> tuple[list[str], dict[str, str]]:
     dtype = engine_settings.pop("dtype", None) or worker.revision.dtype
     device = str(engine_settings.get("device", "cpu"))
     on_gpu = device.startswith("cuda") or (device == "auto" and bool(worker.node and worker.node.gpus))
-    engine_settings.setdefault("drain_timeout", max(1, settings.TANDEM_STOP_DEADLINE_S - 2))
+    # Half the stop deadline for its requests: vLLM's engine core takes seconds more to shut down after them.
+    engine_settings.setdefault("drain_timeout", max(1, settings.TANDEM_STOP_DEADLINE_S // 2))
     budget = kv_budget_for(worker, engine_settings) if not on_gpu else None
     if budget is not None:
         engine_settings["kv_cache_bytes"] = budget

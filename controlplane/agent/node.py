@@ -131,10 +131,13 @@ def node_heartbeat(*, node: Node) -> dict[str, list[int]]:
                 log_tail=runtime.launcher.log_tail(worker.log_path, 40, handle=handle))
             if worker_failure_record(failure=failure):
                 outcome["exited"].append(worker.id)
+            # Its children (vLLM's engine core) outlive a leader that died: they go with it.
+            runtime.launcher.group_leftovers_kill(handle)
         elif worker.status == WorkerStatus.DRAINING and not alive:
             if Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(
                     status=WorkerStatus.STOPPED, stopped_at=timezone.now()):
                 outcome["stopped"].append(worker.id)
+            runtime.launcher.group_leftovers_kill(handle)
         elif worker.status in (WorkerStatus.PENDING, WorkerStatus.STOPPED, WorkerStatus.FAILED):
             if alive:
                 # A process its row disowns: a hung worker awaiting restart, or one left over from a lost stop.

@@ -268,16 +268,49 @@ def wait_exit(handle: ProcessHandle, timeout: float, poll_s: float = 0.1) -> boo
 
 def stop(handle: ProcessHandle, deadline_s: float = 30.0) -> str:
     """SIGTERM the process group, SIGKILL it after deadline_s. Returns "gone" (was not running), "terminated" or
-    "killed". Blocks until the process has exited (or 10 s after SIGKILL, which only a D-state process survives)."""
+    "killed". Blocks until the process has exited (or 10 s after SIGKILL, which only a D-state process survives);
+    then the rest of its group goes too (group_leftovers_kill)."""
     if not signal_group(handle, signal.SIGTERM):
+        group_leftovers_kill(handle)
         return "gone"
     if wait_exit(handle, deadline_s):
+        group_leftovers_kill(handle)
         return "terminated"
     log.warning("pid %d ignored SIGTERM for %.1f s: SIGKILL", handle.pid, deadline_s)
     signal_group(handle, signal.SIGKILL)
     if not wait_exit(handle, 10.0):
         log.error("pid %d survived SIGKILL for 10 s", handle.pid)
+    group_leftovers_kill(handle)
     return "killed"
+
+
+def group_leftovers_kill(handle: ProcessHandle) -> int:
+    """SIGKILL what is left of a stopped or dead process's group: its children (vLLM's engine core and its worker
+    processes, ~1.9 GB each) outlive a leader that exits or dies before them, and nothing else would ever stop them.
+    The group is the leader's session (spawn starts each process in a new one); only members that carry the leader's
+    marker in their environment (children inherit it) are killed, one by one: a group id whose leader pid was
+    recycled names a stranger's group. Returns how many were killed."""
+    if handle.marker is None:
+        return 0
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid != handle.pid and os.getpgid(proc.pid) == handle.pid \
+                    and proc.environ().get(MARKER_ENV) == handle.marker:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    if not members:
+        return 0
+    log.warning("pid %d left %d process(es) of its group behind: SIGKILL %s", handle.pid, len(members),
+                ", ".join(str(m.pid) for m in members))
+    for member in members:
+        try:
+            member.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(members, timeout=10)
+    return len(members)
 
 
 _HEADER = re.compile(rb"^--- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d starting: .*$", re.MULTILINE)

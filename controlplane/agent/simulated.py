@@ -182,6 +182,10 @@ class SimulatedProcesses:
         with self._lock:
             return self._exit_codes.get(pid)  # virtual pids are never reused
 
+    def group_leftovers_kill(self, handle: ProcessHandle) -> int:
+        # A simulated worker has no process group; a real process (a gateway) has its own.
+        return 0 if self.is_simulated(handle.pid) else processes.group_leftovers_kill(handle)
+
     @staticmethod
     def log_tail(log_path, num_lines: int = 15, max_chars: int = 2000, *, handle: ProcessHandle | None = None) -> str:
         # A simulated worker writes none (""); a real process (a gateway) has its own.

@@ -1,7 +1,7 @@
 """The node agent starts a vLLM worker with vLLM's OpenAI server from TANDEM_VLLM_PYTHON: the revision's settings
 as vLLM's flags, the deployment's name as the served model, the revision's worker secret as its API key in the
-environment (never on the command line), its share of the host's KV memory in whole GiB, the drain deadline as
-vLLM's shutdown timeout; and where the host has no vLLM, the start fails with that reason."""
+environment (never on the command line), its share of the host's KV memory in whole GiB, half the stop deadline
+as vLLM's shutdown timeout (its engine core takes seconds more to stop); and where the host has no vLLM, the start fails with that reason."""
 from __future__ import annotations
 
 import pytest
@@ -36,7 +36,7 @@ def test_a_vllm_worker_runs_vllms_server_with_the_revisions_settings(deployment,
     assert argv[:12] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model",
                          vllm_revision.model_path, "--served-model-name", "demo", "--host", "127.0.0.1", "--port",
                          "8123", "--dtype"]
-    assert argv[12:] == ["float32", "--max-num-seqs", "8", "--shutdown-timeout", "8", "--enforce-eager"]
+    assert argv[12:] == ["float32", "--max-num-seqs", "8", "--shutdown-timeout", "5", "--enforce-eager"]
     assert env["VLLM_API_KEY"] and env["VLLM_API_KEY"] not in " ".join(argv) and SECRET_ENV not in env
     assert env["OMP_NUM_THREADS"] == "2" and env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert int(env["VLLM_CPU_KVCACHE_SPACE"]) >= 1  # the worker's share of TANDEM_KV_HOST_PERCENT, in GiB
