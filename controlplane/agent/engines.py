@@ -10,8 +10,8 @@ import logging
 import threading
 
 from django.conf import settings
-from django.db import close_old_connections
 
+from controlplane.agent.host import in_background
 from controlplane.models import Node
 from controlplane.services.nodes import node_engines_set
 from inference.engines import VLLM
@@ -36,14 +36,5 @@ def engines_probe(*, node_name: str) -> dict:
 
 
 def engines_probe_in_background(*, node_name: str) -> threading.Thread:
-    def run() -> None:
-        try:
-            engines_probe(node_name=node_name)
-        except Exception:
-            log.exception("looking for other engines on node %s failed", node_name)
-        finally:
-            close_old_connections()
-
-    thread = threading.Thread(target=run, name=f"engines-{node_name}", daemon=True)
-    thread.start()
-    return thread
+    return in_background(f"engines-{node_name}", lambda: engines_probe(node_name=node_name),
+                         failed=f"looking for other engines on node {node_name} failed")

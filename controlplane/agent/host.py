@@ -14,6 +14,7 @@ import json
 import logging
 import subprocess
 import threading
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -73,15 +74,22 @@ def host_measure(*, node_name: str) -> str:
     return "measured"
 
 
-def host_measure_in_background(*, node_name: str) -> threading.Thread:
+def in_background(name: str, work: Callable[[], object], *, failed: str) -> threading.Thread:
+    """Run `work` in a daemon thread of its own (a look at the host at the agent's start, which must not hold the
+    start up); an exception is logged as `failed`, and the thread's database connection closed."""
     def run() -> None:
         try:
-            host_measure(node_name=node_name)
+            work()
         except Exception:
-            log.exception("measuring the host of node %s failed", node_name)
+            log.exception(failed)
         finally:
             close_old_connections()
 
-    thread = threading.Thread(target=run, name=f"measure-{node_name}", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def host_measure_in_background(*, node_name: str) -> threading.Thread:
+    return in_background(f"measure-{node_name}", lambda: host_measure(node_name=node_name),
+                         failed=f"measuring the host of node {node_name} failed")
