@@ -287,16 +287,25 @@ def stop(handle: ProcessHandle, deadline_s: float = 30.0) -> str:
 def group_leftovers_kill(handle: ProcessHandle) -> int:
     """SIGKILL what is left of a stopped or dead process's group: its children (vLLM's engine core and its worker
     processes, ~1.9 GB each) outlive a leader that exits or dies before them, and nothing else would ever stop them.
-    The group is the leader's session (spawn starts each process in a new one); only members that carry the leader's
-    marker in their environment (children inherit it) are killed, one by one: a group id whose leader pid was
-    recycled names a stranger's group. Returns how many were killed."""
-    if handle.marker is None:
+
+    The group is the leader's session (spawn starts each process in a new one). Only while the leader is gone, and
+    only members started after it: a member whose environment still holds the marker must hold the leader's (vLLM
+    renames its processes with setproctitle, which blanks what /proc shows of their environment, so a member
+    without the marker counts as the leader's). Returns how many were killed."""
+    if handle.marker is None or is_alive(handle):
         return 0
     members = []
-    for proc in psutil.process_iter(["pid"]):
+    for proc in psutil.process_iter(["pid", "create_time"]):
         try:
-            if proc.pid != handle.pid and os.getpgid(proc.pid) == handle.pid \
-                    and proc.environ().get(MARKER_ENV) == handle.marker:
+            if proc.pid == handle.pid or os.getpgid(proc.pid) != handle.pid:
+                continue
+            if proc.info["create_time"] < handle.create_time - CREATE_TIME_TOLERANCE_S:
+                continue
+            try:
+                marker = proc.environ().get(MARKER_ENV)
+            except psutil.AccessDenied:
+                continue
+            if marker in (None, handle.marker):
                 members.append(proc)
         except (ProcessLookupError, psutil.Error, OSError):
             continue

@@ -1,6 +1,6 @@
 """A worker whose children outlive it (vLLM's engine core and its worker processes, ~1.9 GB each, stay when the API
 server exits on SIGTERM before them) leaves nothing behind: its stop, or the heartbeat that finds it dead, kills
-the rest of its process group; a process of another group, or one without the worker's marker, is left alone."""
+the rest of its process group; a process of another group, or one with another worker's marker, is left alone."""
 from __future__ import annotations
 
 import signal
@@ -12,23 +12,25 @@ import psutil
 
 from controlplane.agent import processes
 
-# A leader that starts a child ignoring SIGTERM in its own process group, then exits on SIGTERM at once.
+# A leader that starts two children ignoring SIGTERM in its process group, then exits on SIGTERM at once: one with
+# no environment to speak of (as vLLM's processes show theirs once setproctitle renamed them), one that says it is
+# another worker's.
 LEADER = """
 import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c",
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('child up', flush=True); "
-    "time.sleep(600)"])
-print("child", child.pid, flush=True)
+IGNORE = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+blank = subprocess.Popen([sys.executable, "-c", IGNORE], env={})
+other = subprocess.Popen([sys.executable, "-c", IGNORE], env={"TANDEM_WORKER_ID": "someone-else"})
+print("child", blank.pid, other.pid, flush=True)
 time.sleep(600)
 """
 
 
-def _child_pid(log, timeout=30.0) -> int:
+def _child_pids(log, timeout=30.0) -> tuple[int, int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for line in log.read_text().splitlines():
-            if line.startswith("child ") and line.split()[1].isdigit():
-                return int(line.split()[1])
+            if line.startswith("child "):
+                return int(line.split()[1]), int(line.split()[2])
         time.sleep(0.05)
     raise AssertionError(log.read_text())
 
@@ -36,13 +38,15 @@ def _child_pid(log, timeout=30.0) -> int:
 def test_stopping_a_leader_kills_the_children_it_leaves_behind(tmp_path):
     log = tmp_path / "leader.log"
     handle = processes.spawn([sys.executable, "-c", LEADER], log_path=log, marker="leftovers-test")
-    child = _child_pid(log)
+    child, others = _child_pids(log)
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
-        assert processes.stop(handle, deadline_s=10) == "terminated"  # the leader went at SIGTERM, its child not
+        assert processes.stop(handle, deadline_s=10) == "terminated"  # the leader went at SIGTERM, its children not
         assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
-        assert stranger.poll() is None
+        assert psutil.Process(others).status() != psutil.STATUS_ZOMBIE  # another worker's, by its marker
+        assert stranger.poll() is None  # another group
     finally:
         stranger.kill()
-        if psutil.pid_exists(child):
-            psutil.Process(child).send_signal(signal.SIGKILL)
+        for pid in (child, others):
+            if psutil.pid_exists(pid):
+                psutil.Process(pid).send_signal(signal.SIGKILL)
