@@ -17,7 +17,8 @@ from controlplane.agent import processes
 # another worker's.
 LEADER = """
 import subprocess, sys, time
-IGNORE = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+IGNORE = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True); "
+          "time.sleep(600)")
 blank = subprocess.Popen([sys.executable, "-c", IGNORE], env={})
 other = subprocess.Popen([sys.executable, "-c", IGNORE], env={"TANDEM_WORKER_ID": "someone-else"})
 print("child", blank.pid, other.pid, flush=True)
@@ -25,12 +26,14 @@ time.sleep(600)
 """
 
 
-def _child_pids(log, timeout=30.0) -> tuple[int, int]:
+def _child_pids(log, timeout=60.0) -> tuple[int, int]:
+    """The two children's pids, once both ignore SIGTERM (a SIGTERM before that would end them: not the case here)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for line in log.read_text().splitlines():
-            if line.startswith("child "):
-                return int(line.split()[1]), int(line.split()[2])
+        lines = log.read_text().splitlines()
+        pids = [line for line in lines if line.startswith("child ")]
+        if pids and sum(line == "ignoring" for line in lines) == 2:
+            return int(pids[0].split()[1]), int(pids[0].split()[2])
         time.sleep(0.05)
     raise AssertionError(log.read_text())
 
