@@ -23,9 +23,9 @@ if not TANDEM_VLLM_PYTHON:
 
 NAME = "it-vllm"
 PROMPT = "The quick brown fox"
-NUM_TOKENS = 480
+NUM_TOKENS = 900  # with ignore_eos: seconds of streaming even on a quiet machine
 VLLM_SETTINGS = {"engine": "vllm", "threads": 1, "compile": False, "kv_cache_bytes": 1 << 30, "max_num_seqs": 8,
-                 "max_model_len": 512}
+                 "max_model_len": 1024}
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +104,10 @@ def _client(gateway: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def _stream(gateway: str, max_tokens: int, on_text=None) -> tuple[str, object]:
+def _stream(gateway: str, max_tokens: int, on_text=None, **extra) -> tuple[str, object]:
     chunks, usage = [], None
     for chunk in _client(gateway).completions.create(model=NAME, prompt=PROMPT, max_tokens=max_tokens,
-                                                     temperature=0, stream=True,
+                                                     temperature=0, stream=True, extra_body=extra or None,
                                                      stream_options={"include_usage": True}):
         if chunk.choices:
             chunks.append(chunk.choices[0].text)
@@ -159,37 +159,38 @@ def test_an_alert_on_the_vllm_pools_ttft_p99_scales_it(live, vllm_gateway):
     _ready(live, 2)
 
 
-def _running_on(workers: list[dict]) -> dict | None:
-    """The worker whose vLLM says it runs a request now."""
-    for worker in workers:
-        page = requests.get(f"http://{worker['host']}:{worker['port']}/metrics", timeout=5).text
-        if any(line.startswith("vllm:num_requests_running") and not line.endswith(" 0.0")
-               for line in page.splitlines()):
-            return worker
-    return None
+def _metric(url: str, name: str) -> float:
+    """The sum of a metric's samples on a /metrics page (0 where it has none)."""
+    page = requests.get(f"{url}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name + "{")
+               or line.startswith(name + " "))
 
 
 def test_a_vllm_worker_killed_mid_stream_moves_the_stream_token_for_token(live, vllm_gateway):
-    # Long enough that the stream still runs when its worker is found (the tiny model streams hundreds a second).
-    reference, reference_usage = _stream(vllm_gateway, NUM_TOKENS)
-    workers = [w for w in live.workers(NAME, role="colocated") if w["status"] == "ready"]
+    reference, reference_usage = _stream(vllm_gateway, NUM_TOKENS, ignore_eos=True)
+    workers = {w["id"]: w for w in live.workers(NAME, role="colocated") if w["status"] == "ready"}
+    url = {wid: f"http://{w['host']}:{w['port']}" for wid, w in workers.items()}
+    prompts_before = {wid: _metric(url[wid], "vllm:prompt_tokens_total") for wid in workers}
+    migrations_before = _metric(vllm_gateway, "tandem_request_migrations_total")
     five_in = threading.Event()
     result = {}
 
     def stream():
-        result["text"], result["usage"] = _stream(vllm_gateway, NUM_TOKENS, lambda n: n >= 5 and five_in.set())
+        result["text"], result["usage"] = _stream(vllm_gateway, NUM_TOKENS, lambda n: n >= 5 and five_in.set(),
+                                                  ignore_eos=True)
 
     client = threading.Thread(target=stream)
     client.start()
     assert five_in.wait(60)
-    victim = live.wait_for("the worker streaming it", lambda: _running_on(workers), timeout=10, interval=0.01)
+    # The worker that prefilled it: the one whose prompt-token counter grew (read once each, no race with its end).
+    victim, = [workers[wid] for wid in workers if _metric(url[wid], "vllm:prompt_tokens_total") > prompts_before[wid]]
     os.kill(victim["pid"], signal.SIGKILL)
     client.join(120)
     assert not client.is_alive()
     assert result["text"] == reference
-    # The same count as undisturbed (the tiny model may reach its end of sequence before NUM_TOKENS).
-    assert result["usage"].completion_tokens == reference_usage.completion_tokens > 5
+    assert result["usage"].completion_tokens == reference_usage.completion_tokens == NUM_TOKENS
     assert result["usage"].prompt_tokens == reference_usage.prompt_tokens
+    assert _metric(vllm_gateway, "tandem_request_migrations_total") == migrations_before + 1  # it moved mid-stream
 
     def restarted():
         worker = live.api("GET", f"workers/{victim['id']}/").json()
