@@ -27,10 +27,10 @@ from enum import Enum
 
 import aiohttp
 
-from inference.checks import is_int
 from inference.engines import TANDEM
 from inference.gateway import traffic_split
 from inference.gateway.config import Config, Mode
+from inference.gateway.health_answer import health_read
 from inference.gateway.prefix_affinity import HashRing, bounded_pick
 from inference.gateway.openai_protocol import ApiError
 from inference.roles import Role
@@ -330,38 +330,14 @@ class Router:
         try:
             async with session.get(worker.url + "/health", timeout=timeout) as resp:
                 worker.probe_timeouts = 0  # it answered: whatever it says counts from here
-                if worker.engine != TANDEM:
-                    # vLLM's /health is a bare 200 once its engine runs (it listens only once loaded), 503 once
-                    # its engine died.
-                    if resp.status != 200:
-                        self.mark_down(worker, f"HTTP {resp.status} from its /health")
-                        return
-                    return self._now_ready(worker)
                 try:
-                    body = await resp.json(content_type=None)
+                    body = await resp.json(content_type=None) if worker.engine == TANDEM else {}
                 except ValueError:
                     body = {}
-                if not isinstance(body, dict):
-                    body = {}
-                if resp.status != 200 or body.get("status") != "ok":
-                    reason = f"HTTP {resp.status} {body.get('status', '')} {body.get('reason', '')}".strip()
+                reason = health_read(worker, resp.status, body)
+                if reason is not None:
                     self.mark_down(worker, reason)
                     return
-                role = body.get("role")
-                if role is not None and role != worker.role.value:
-                    self.mark_down(worker, f"is a {role} worker, listed as {worker.role.value}")
-                    return
-                dtype = body.get("dtype")
-                worker.dtype = dtype if isinstance(dtype, str) else None
-                kv_cache_dtype = body.get("kv_cache_dtype")
-                worker.kv_cache_dtype = kv_cache_dtype if isinstance(kv_cache_dtype, str) else None
-                max_model_len = body.get("max_model_len")
-                worker.max_model_len = max_model_len if is_int(max_model_len) else None
-                worker.prefix_caching = body.get("prefix_caching") is True
-                max_num_seqs = body.get("max_num_seqs")
-                worker.max_num_seqs = max_num_seqs if is_int(max_num_seqs) and max_num_seqs >= 1 else None
-                max_prompt_chars = body.get("max_prompt_chars")
-                worker.max_prompt_chars = max_prompt_chars if is_int(max_prompt_chars) else None
         except asyncio.TimeoutError:  # aiohttp's own timeouts are asyncio.TimeoutError too
             worker.probe_timeouts += 1
             if worker.state is WorkerState.READY and worker.probe_timeouts < PROBE_TIMEOUTS_TO_DOWN:
@@ -375,9 +351,6 @@ class Router:
             worker.probe_timeouts = 0
             self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return
-        self._now_ready(worker)
-
-    def _now_ready(self, worker: Worker) -> None:
         if worker.state is not WorkerState.READY:
             log.info("%s %s is ready", worker.role.value, worker.url)
         if worker.ejected.is_set():
