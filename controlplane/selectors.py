@@ -169,5 +169,7 @@ def deployment_endpoints(deployment: Deployment) -> dict:
         "mode": deployment.mode,
         "groups": [groups[number] for number in sorted(groups, reverse=True)],
         "sampling_defaults": dict(deployment.sampling_defaults or {}),
+        # The gateway sends the ITL objective to the workers, whose decode batch it bounds (batch_limit.py).
+        "objectives": {"itl_p99_seconds": (deployment.objectives or {}).get("itl_p99_seconds")},
         **gateway_access(deployment),  # `requires_key` and `tenants`, when the deployment has any (tenant_provider)
     }

@@ -151,6 +151,8 @@ class TandemMetrics:
         self.requests_running = gauge("tandem_requests_running", "Requests in the running batch.")
         self.requests_waiting = gauge("tandem_requests_waiting", "Requests admitted but waiting to run.")
         self.kv_cache_usage = gauge("tandem_kv_cache_usage_ratio", "Used KV cache blocks / total blocks (0..1).")
+        self.batch_limit = gauge("tandem_batch_limit", "Sequences the worker runs at once now: its max_num_seqs, or "
+                                 "fewer where its requests' ITL objective bounds the decode batch.")
 
         self.prefill_tokens_computed = counter(
             "tandem_prefill_tokens_computed_total", "Prompt tokens this process ran a prefill forward pass over.")
@@ -240,6 +242,8 @@ class TandemMetrics:
         self.requests_running.set(stats.get("num_running", 0))
         self.requests_waiting.set(stats.get("num_waiting", 0))
         self.kv_cache_usage.set(stats.get("kv_usage", 0.0))
+        if stats.get("batch_limit") is not None:
+            self.batch_limit.set(stats["batch_limit"])
         seen = self._engine_totals_seen
         for key, counter in self._engine_totals.items():
             total = stats.get(key, 0)

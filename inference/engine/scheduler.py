@@ -52,6 +52,10 @@ tenant rule orders (a flood's request that waited here over 2 s went ahead of a 
 class: up to ~0.6 s to its first token beside 8 streams). Seconds, not steps: a step lasts a millisecond on a
 small model on a CPU and tens on a large one, and what the bound protects is a client's wait.
 
+ITL objective (batch_limit.py): a sequence may carry its deployment's ITL objective; admission (every path above)
+then stops at `seq_limit`, the largest batch whose decode step the recent steps' fit keeps within it, instead of
+`max_num_seqs`. What waits beyond it waits in the order above.
+
 Prefix caching (block_manager.py, prefix_cache.py): a waiting sequence is admitted after the cached prefix it would
 start from (its token budget and its place among the candidates count only the rest), and postprocess keys the
 blocks each step filled.
@@ -62,6 +66,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
+from inference.engine.batch_limit import DecodeStepTimes
 from inference.engine.block_manager import BlockManager
 from inference.engine.sequence import Sequence, SequenceStatus
 from inference.roles import Role
@@ -95,6 +100,9 @@ class Scheduler:
         self.num_prefill_tokens_computed = 0
         self.num_generation_tokens = 0
         self.num_preemptions = 0
+        # The deployment's ITL objective bounds the decode batch (batch_limit.py): what admission lets run now.
+        self.step_times = DecodeStepTimes()
+        self.seq_limit = max_num_seqs
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
@@ -108,8 +116,15 @@ class Scheduler:
         """Decode role: the slots a sequence can ever fill (its final sampled token is never fed back)."""
         return min(seq.num_prompt_tokens + seq.params.max_tokens - 1, self.max_model_len)
 
+    def itl_target_s(self) -> float | None:
+        """The tightest ITL objective among the sequences here (one deployment's: they all carry the same)."""
+        return min((seq.itl_target_s for queue in (self.running, self.waiting) for seq in queue
+                    if seq.itl_target_s is not None), default=None)
+
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Return the sequences of the next step and whether it is a prefill step (([], False) when idle)."""
+        self.seq_limit = (self.step_times.limit(self.itl_target_s(), self.max_num_seqs)
+                          if self.role is not Role.PREFILL else self.max_num_seqs)
         seqs, is_prefill = self._schedule()
         self.num_batched_tokens = sum(seq.num_scheduled_tokens for seq in seqs)
         return seqs, is_prefill
@@ -198,12 +213,12 @@ class Scheduler:
         return sorted(self.waiting, key=lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt]))
 
     def _schedule_prefill(self) -> list[Sequence]:
-        if len(self.running) >= self.max_num_seqs:
+        if len(self.running) >= self.seq_limit:
             return []  # no room: spare the sort of the waiting queue
         scheduled: list[Sequence] = []
         num_batched_tokens = 0
         for seq in self._by_priority():
-            if len(self.running) >= self.max_num_seqs:
+            if len(self.running) >= self.seq_limit:
                 break
             # A preempted sequence recomputes its produced tokens too; a cached prefix is not computed.
             num_new_tokens = self._num_uncached(seq)
@@ -237,7 +252,7 @@ class Scheduler:
         were appended before the step."""
         self.num_batched_tokens = 0
         if (self.role is not Role.COLOCATED or not self.waiting
-                or len(self.running) - num_leaving >= self.max_num_seqs):
+                or len(self.running) - num_leaving >= self.seq_limit):
             return []  # no room: spare the sort (a step's start asks this beside a full batch every step)
         budget = (self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used
         now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
@@ -249,7 +264,7 @@ class Scheduler:
         bar = (None if outranking is None
                else (self.band(outranking, now, floor), holding[outranking.cache_salt]))
         for seq in sorted(self.waiting, key=order):
-            if len(self.running) - num_leaving >= self.max_num_seqs:
+            if len(self.running) - num_leaving >= self.seq_limit:
                 break
             if first is not None and (self.band(seq, now, floor), seq.cache_salt) != first:
                 continue
@@ -272,10 +287,10 @@ class Scheduler:
         return scheduled
 
     def _admit_prefilled(self) -> None:
-        if len(self.running) >= self.max_num_seqs:
+        if len(self.running) >= self.seq_limit:
             return  # no room: spare the sort of the waiting queue
         for seq in self._by_priority():
-            if len(self.running) >= self.max_num_seqs:
+            if len(self.running) >= self.seq_limit:
                 break
             num_reserved = self.num_reserved_tokens(seq)
             if not self.block_manager.can_allocate(num_reserved):
@@ -309,7 +324,7 @@ class Scheduler:
                 # A partial chunk behind a prompt that completes here would only delay that prompt's first token.
                 continue
             if seq.status is SequenceStatus.WAITING:
-                admitting = (admitting and len(self.running) < self.max_num_seqs
+                admitting = (admitting and len(self.running) < self.seq_limit
                              and self.block_manager.can_allocate(seq.num_tokens, seq))
                 if not admitting:
                     continue

@@ -65,6 +65,9 @@ class Sequence:
         # it was first queued (the scheduler's clock), from which it ages into better bands (scheduler.py).
         self.priority = STANDARD_PRIORITY
         self.queued_at = 0.0
+        # Its deployment's ITL objective in seconds (the gateway sends it; None: none), which bounds the decode
+        # batch it runs in (batch_limit.py).
+        self.itl_target_s: float | None = None
         self.finish_reason: str | None = None
         self.kv_import: Any = None
         self.kv_export: Any = None

@@ -192,6 +192,10 @@ class Gateway:
             parse = parse_chat if endpoint is Endpoint.CHAT else parse_completion
             gen = parse(body, self.model, self.sampling_defaults)
             ticket = self.tenants.admit(tenant, body, gen.worker_body, caller=gen.user or request.remote or "")
+            itl_objective_s = (self.membership.itl_objective_s if self.membership is not None
+                               else self.config.itl_objective_s)
+            if itl_objective_s is not None:
+                gen.worker_body["itl_target_s"] = itl_objective_s
         except ApiError as error:
             # The codes are a fixed set (invalid_json, invalid_type, model_not_found, ...): a bounded label.
             self.metrics.count_error(error.code or "invalid_request")

@@ -83,6 +83,9 @@ class Config:
     # Filled into a request that leaves them out (temperature, top_p, top_k, max_tokens). With --control-plane the
     # deployment's, from each membership poll, instead.
     sampling_defaults: dict = field(default_factory=dict)
+    # The deployment's ITL objective (P99 seconds), sent to the workers with each request: it bounds their decode
+    # batch (inference/engine/batch_limit.py). With --control-plane the deployment's objectives, polled, instead.
+    itl_objective_s: float | None = None
     # Admission (admission.py): how many requests may wait for a slot (0: none, a full fleet answers 429 at once),
     # and how long a request of each class may wait before it is shed with 503.
     max_queued: int = DEFAULT_MAX_QUEUED
@@ -145,6 +148,12 @@ class Config:
         for name in ("request_timeout", "health_interval", "health_timeout", "membership_interval", "connect_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
+        if self.itl_objective_s is not None:
+            if self.control_plane_url:
+                raise ValueError("--itl-objective is for a static gateway: with --control-plane the deployment's "
+                                 "objectives apply")
+            if not 0 < self.itl_objective_s <= 3600:
+                raise ValueError("--itl-objective must be a number of seconds in (0, 3600]")
         if self.sampling_defaults and self.control_plane_url:
             raise ValueError("--default-* sampling flags are for a static gateway: with --control-plane the "
                              "deployment's sampling_defaults apply")
@@ -195,6 +204,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
                              "beyond that, requests wait in the gateway's fair queue, not the worker's FIFO "
                              f"(default {DEFAULT_HEADROOM}: keeps the worker's batch full between a request's end and "
                              "the next one's arrival)")
+    parser.add_argument("--itl-objective", type=float, default=None, metavar="SECONDS",
+                        help="static gateway: the deployment's ITL objective (P99), which bounds the workers' decode "
+                             "batch (default: none)")
     parser.add_argument("--health-interval", type=float, default=1.0, help="seconds between worker health probes")
     parser.add_argument("--health-timeout", type=float, default=1.0)
     parser.add_argument("--membership-interval", type=float, default=2.0, help="seconds between control-plane polls")
@@ -252,6 +264,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             health_interval=args.health_interval, health_timeout=args.health_timeout,
             membership_interval=args.membership_interval, connect_timeout=args.connect_timeout,
             max_migrations=args.max_migrations, sampling_defaults=sampling_defaults,
+            itl_objective_s=args.itl_objective,
             prefix_affinity=args.prefix_affinity, prefix_affinity_chars=args.prefix_affinity_chars,
             max_queued=args.admission_queue, queue_deadlines=queue_deadlines, quota_state=args.quota_state,
             preemption=PreemptionSettings(args.max_preemptions, args.preempt_margin, args.preempt_min_tokens_left),

@@ -31,6 +31,8 @@ def health_read(worker, status: int, body: object) -> str | None:
     worker.prefix_caching = body.get("prefix_caching") is True
     max_num_seqs = body.get("max_num_seqs")
     worker.max_num_seqs = max_num_seqs if is_int(max_num_seqs) and max_num_seqs >= 1 else None
+    batch_limit = body.get("batch_limit")
+    worker.batch_limit = batch_limit if is_int(batch_limit) and batch_limit >= 1 else None
     max_prompt_chars = body.get("max_prompt_chars")
     worker.max_prompt_chars = max_prompt_chars if is_int(max_prompt_chars) else None
     return None

@@ -127,6 +127,21 @@ def parse_sampling_defaults(body: dict) -> dict:
         raise MembershipError(f"sampling_defaults: {exc}") from None
 
 
+def parse_itl_objective(body: dict) -> float | None:
+    """The deployment's ITL objective, `objectives.itl_p99_seconds` (absent or null: none)."""
+    objectives = body.get("objectives")
+    if objectives is None:
+        return None
+    if not isinstance(objectives, dict):
+        raise MembershipError("'objectives' is not an object")
+    value = objectives.get("itl_p99_seconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+        raise MembershipError(f"objectives.itl_p99_seconds must be seconds in (0, 3600], not {value!r}")
+    return float(value)
+
+
 def parse_admission(body: dict) -> dict:
     """The deployment's admission settings (admission_settings.check_admission_settings; absent or null: none, the
     gateway's flags apply)."""
@@ -159,6 +174,7 @@ class ControlPlaneMembership:
         self.num_polls_failed = 0
         self.last_error: str | None = None
         self.sampling_defaults: dict = {}
+        self.itl_objective_s: float | None = None
         self.tenancy: Tenancy = OPEN  # the last good answer's: enforced while the control plane is away
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:
@@ -172,6 +188,7 @@ class ControlPlaneMembership:
                 body = await resp.json(content_type=None)
                 mode, groups = parse_endpoints(body)
                 sampling_defaults = parse_sampling_defaults(body)
+                itl_objective_s = parse_itl_objective(body)
                 tenancy = parse_tenants(body)
                 admission = parse_admission(body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, MembershipError) as exc:
@@ -188,6 +205,7 @@ class ControlPlaneMembership:
         self.last_error = None
         self.router.set_groups(mode, groups)
         self.sampling_defaults = sampling_defaults
+        self.itl_objective_s = itl_objective_s
         self.tenancy = tenancy
         self.on_admission(admission)
 

@@ -67,6 +67,8 @@ class Worker:
     max_prompt_chars: int | None = None  # what its /health says no fitting prompt exceeds (None: not said)
     prefix_caching: bool = False  # what its /health says: it keeps prompt prefixes cached (prefix affinity pays)
     max_num_seqs: int | None = None  # what its /health says it runs at once (None: not said)
+    # What its /health says it admits now: fewer than max_num_seqs where the ITL objective bounds its decode batch.
+    batch_limit: int | None = None
     probe_timeouts: int = 0  # health probes in a row that got no answer in time (PROBE_TIMEOUTS_TO_DOWN)
     engine: str = TANDEM  # what it runs (inference.engines): how it is probed and spoken to
     # Set when the worker is taken out of rotation: the streams it holds move on at once (TokenStream) instead of
@@ -252,12 +254,15 @@ class Router:
         return "; ".join(parts)
 
     def worker_capacity(self, worker: Worker) -> int:
-        """Requests one worker that holds streams may run at once: the max_num_seqs its /health reports plus
-        --worker-capacity-headroom, at most --max-outstanding-per-worker (which alone counts where it reports none)."""
+        """Requests one worker that holds streams may run at once: the max_num_seqs its /health reports (or its
+        batch_limit, where the ITL objective holds its decode batch below that: the backlog then waits here, in the
+        fair queue, not in the worker's own) plus --worker-capacity-headroom, at most --max-outstanding-per-worker
+        (which alone counts where it reports none)."""
         limit = self.config.max_outstanding_per_worker
         if worker.max_num_seqs is None:
             return limit
-        return min(limit, worker.max_num_seqs + self.config.worker_capacity_headroom)
+        num_seqs = min(worker.max_num_seqs, worker.batch_limit or worker.max_num_seqs)
+        return min(limit, num_seqs + self.config.worker_capacity_headroom)
 
     def capacity(self) -> int:
         """Requests that may run at once (admission.py): `worker_capacity` summed over each ready worker that holds

@@ -17,7 +17,7 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         try:
             host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop,
                         num_resumed_tokens=len(req.resume_token_ids), cache_salt=req.cache_salt,
-                        priority=req.priority)
+                        priority=req.priority, itl_target_s=req.itl_target_s)
             await job.wait_admitted()
             return await stream_job(request, job)
         finally:

@@ -15,7 +15,7 @@ from inference.checks import is_int
 from inference.kv_checksum import ChecksumMismatch
 from inference.worker.jobs import stream_job
 from inference.worker.protocol import (REQUEST_ID_RE, RequestError, check_logit_bias, fit_max_tokens,
-                                      parse_sampling)
+                                      parse_sampling, parse_scheduling)
 from inference.worker.seams import RoleHost
 
 
@@ -36,6 +36,7 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         if not REQUEST_ID_RE.match(request_id):
             raise RequestError("request_id must be 1-128 characters of A-Z a-z 0-9 . _ : -", param="request_id")
         params, stop = parse_sampling(header["sampling"])
+        priority, cache_salt, itl_target_s = parse_scheduling(header.get("scheduling"))
         # A resumed request's prompt_token_ids end with the tokens it generated before (docs/contracts.md).
         num_resumed = header.get("num_resumed_tokens", 0)
         if not is_int(num_resumed) or not 0 <= num_resumed < len(prompt_token_ids) \
@@ -55,7 +56,8 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         job = host.open_job(request_id, arrival)
         try:
             host.submit(job, prompt_token_ids, params, stop, first_token_id=first_token_id, kv=kv,
-                        num_resumed_tokens=num_resumed)
+                        num_resumed_tokens=num_resumed, cache_salt=cache_salt, priority=priority,
+                        itl_target_s=itl_target_s)
             del kv  # the engine holds the tensors now
             await job.wait_admitted()
         except BaseException:

@@ -76,6 +76,7 @@ class EngineRequest:
     num_resumed_tokens: int = 0
     cache_salt: bytes = b""  # its tenant's prefix-cache salt (inference/engine/prefix_cache.py)
     priority: int = STANDARD_PRIORITY  # its band in the waiting queue (inference.engine.sequence.PRIORITY_BANDS)
+    itl_target_s: float | None = None  # its deployment's ITL objective (inference/engine/batch_limit.py)
     # From admission on: its text, the tokens it generated (resumed ones included) and when the last one came.
     detok: TextDecoder | None = None
     num_completion_tokens: int = 0
@@ -239,13 +240,14 @@ class EngineLoop:
             if req.first_token_id is None:
                 engine.add_request(req.request_id, req.prompt_token_ids, params,
                                    num_resumed_tokens=req.num_resumed_tokens, cache_salt=req.cache_salt,
-                                   priority=req.priority)
+                                   priority=req.priority, itl_target_s=req.itl_target_s)
             else:
                 # Replay the prefill worker's first token through an identical detokenizer, so that this one
                 # releases exactly the text the prefill worker did not (and sees stop strings spanning it).
                 detok.add(req.first_token_id)
                 engine.add_prefilled(req.request_id, req.prompt_token_ids, req.first_token_id, params, *req.kv,
-                                     num_resumed_tokens=req.num_resumed_tokens)
+                                     num_resumed_tokens=req.num_resumed_tokens, cache_salt=req.cache_salt,
+                                     priority=req.priority, itl_target_s=req.itl_target_s)
                 req.kv = None  # the engine holds it now; drop our reference
         except ValueError as exc:
             req.emit(Event("rejected", message=str(exc)))

@@ -37,7 +37,7 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
         job = host.open_job(req.request_id, arrival)
         try:
             host.submit(job, prompt_ids + req.resume_token_ids, req.params, req.stop, num_resumed_tokens=num_resumed,
-                        cache_salt=req.cache_salt, priority=req.priority)
+                        cache_salt=req.cache_salt, priority=req.priority, itl_target_s=req.itl_target_s)
             await job.wait_admitted()
             event = await job.next_event()
             if event.type != "token":
@@ -60,6 +60,7 @@ def add_routes(app: web.Application, host: RoleHost) -> None:
                     layout["dtype"] = req.decode_kv_dtype
                 header = {"request_id": job.request_id, "prompt_token_ids": prompt_ids + req.resume_token_ids,
                           "first_token_id": first_token_id, "sampling": req.sampling_header(),
+                          "scheduling": req.scheduling_header(),
                           "kv_layout": layout, "revision": host.config.revision}
                 if num_resumed:
                     header["num_resumed_tokens"] = num_resumed

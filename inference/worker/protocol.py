@@ -22,6 +22,7 @@ KV_DTYPES = ("float32", "bfloat16", "float16")  # what a KV payload may carry, a
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # it travels in URL paths (/v1/stream/{request_id})
 MAX_MESSAGES = 1024
 MAX_CACHE_SALT_CHARS = 256
+MAX_ITL_TARGET_S = 3600.0
 
 
 class RequestError(Exception):
@@ -71,6 +72,9 @@ class GenerateRequest:
     # Its band in the worker's waiting queue, from the body's `priority` (the gateway sends its tenant's class):
     # an index into PRIORITY_BANDS; absent: standard.
     priority: int = STANDARD_PRIORITY
+    # The deployment's ITL objective, from the body's `itl_target_s` (the gateway sends it): it bounds the decode
+    # batch this request runs in (inference/engine/batch_limit.py). None: none.
+    itl_target_s: float | None = None
 
     def fit_to_context(self, num_prompt_tokens: int, context: dict, vocab_size: int) -> None:
         """Resolve a null max_tokens and cap it to what this worker's KV pool holds (see fit_max_tokens), then refuse
@@ -93,6 +97,16 @@ class GenerateRequest:
     def sampling_header(self) -> dict:
         """The `sampling` object of the KV header: the same fields as the request body."""
         return sampling_fields(self.params, self.stop)
+
+    def scheduling_header(self) -> dict:
+        """The `scheduling` object of the KV header: what orders and bounds the request at the decode worker too (its
+        band, its tenant's salt digest, its ITL objective)."""
+        header = {"priority": PRIORITY_BANDS[self.priority]}
+        if self.cache_salt:
+            header["tenant"] = self.cache_salt.hex()
+        if self.itl_target_s is not None:
+            header["itl_target_s"] = self.itl_target_s
+        return header
 
 
 def parse_json(raw: bytes):
@@ -146,7 +160,35 @@ def parse_generate(body, *, need_decode_url: bool) -> GenerateRequest:
                            max_tokens_to_context="max_tokens" in body and body["max_tokens"] is None,
                            decode_url=decode_url, decode_kv_dtype=decode_kv_dtype,
                            resume_token_ids=resume_token_ids, cache_salt=_parse_cache_salt(body.get("cache_salt")),
-                           priority=_parse_priority(body.get("priority")))
+                           priority=_parse_priority(body.get("priority")),
+                           itl_target_s=parse_itl_target(body.get("itl_target_s")))
+
+
+def parse_itl_target(value) -> float | None:
+    """`itl_target_s`: seconds > 0 and at most an hour, or absent/null."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_ITL_TARGET_S:
+        raise RequestError(f"itl_target_s must be a number of seconds in (0, {MAX_ITL_TARGET_S:g}], got {value!r}",
+                           param="itl_target_s")
+    return float(value)
+
+
+def parse_scheduling(header) -> tuple[int, bytes, float | None]:
+    """The KV header's optional `scheduling` object (GenerateRequest.scheduling_header) → (priority, tenant salt
+    digest, itl_target_s); absent: standard, none, none."""
+    if header is None:
+        return STANDARD_PRIORITY, b"", None
+    if not isinstance(header, dict):
+        raise RequestError("header field 'scheduling' must be an object", code="bad_kv_payload")
+    tenant = header.get("tenant")
+    try:
+        salt = b"" if tenant is None else bytes.fromhex(tenant)
+    except (TypeError, ValueError):
+        salt = None
+    if salt is None or len(salt) > 64:
+        raise RequestError("header field 'scheduling.tenant' must be a hex digest", code="bad_kv_payload")
+    return _parse_priority(header.get("priority")), salt, parse_itl_target(header.get("itl_target_s"))
 
 
 def _parse_priority(priority) -> int:

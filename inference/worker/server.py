@@ -196,6 +196,9 @@ class WorkerServer:
                                       "prefix_caching": self.info["prefix_caching"],
                                       # What it runs at once: the gateway admits about this many (admission.py).
                                       "max_num_seqs": self.info.get("max_num_seqs"),
+                                      # What it admits now: fewer where its requests' ITL objective bounds the
+                                      # decode batch (inference/engine/batch_limit.py).
+                                      "batch_limit": self.engine.stats.get("batch_limit"),
                                       **({"max_prompt_chars": self.info["max_prompt_chars"]}
                                          if self.info.get("max_prompt_chars") else {}),
                                       **self.markers})
@@ -295,10 +298,11 @@ class WorkerServer:
 
     def submit(self, job: jobs.Job, prompt_token_ids: list[int], params, stop: list[str], *,
                first_token_id: int | None = None, kv: tuple | None = None, num_resumed_tokens: int = 0,
-               cache_salt: bytes = b"", priority: int = STANDARD_PRIORITY) -> None:
+               cache_salt: bytes = b"", priority: int = STANDARD_PRIORITY, itl_target_s: float | None = None) -> None:
         """`prompt_token_ids` ends with the `num_resumed_tokens` a resumed request generated before."""
         self.engine.submit(EngineRequest(job.request_id, prompt_token_ids, params, stop, job.emit,
-                                         job.arrival, first_token_id, kv, num_resumed_tokens, cache_salt, priority))
+                                         job.arrival, first_token_id, kv, num_resumed_tokens, cache_salt, priority,
+                                         itl_target_s))
         job.submitted = True
 
     def close_job(self, job: jobs.Job, *, kind: str = "client_disconnect") -> None:

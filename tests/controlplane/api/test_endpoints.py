@@ -27,6 +27,7 @@ def test_only_ready_workers_are_listed_grouped_by_revision_newest_first(viewer_a
              "weights": {old_prefill.url: 1, old_decode.url: 1}},
         ],
         "sampling_defaults": {},
+        "objectives": {"itl_p99_seconds": 1.0},  # the gateway sends it to the workers (batch_limit.py)
     }
 
 

@@ -39,6 +39,7 @@ def test_it_answers_503_starting_while_the_model_loads_then_200(worker):
     assert body == {"status": "ok", "role": "colocated", "model": "tiny", "revision": None, "dtype": "float32",
                     "kv_cache_dtype": "float32",
                     "max_model_len": 1024, "quantization": "none", "prefix_caching": True, "max_num_seqs": 64,
+                    "batch_limit": 64,
                     "max_prompt_chars": 1024 * 64}  # the tiny tokenizer's longest token is 64 characters
 
 

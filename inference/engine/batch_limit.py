@@ -1,0 +1,74 @@
+"""How many sequences a decode step may hold so that each stream's tokens come at the deployment's ITL objective.
+
+A decode step feeds every running sequence one token, so its duration is what each of them waits between two tokens,
+and it grows with the batch: a small fixed part (the weights read once) plus a part per sequence (its attention over
+its cache, its share of the GEMMs, sampling). A worker that admits up to `max_num_seqs` whatever that costs lets a
+flood of long streams make every stream's tokens, a quiet tenant's included, come at the pace of the biggest batch.
+
+The engine records each pure decode step (no prefill tokens in it) as (sequences, seconds); `DecodeStepTimes.limit`
+fits seconds = fixed + per_sequence * sequences over the recent steps (least squares) and returns the largest batch
+whose fitted step stays within `STEP_SHARE` of the target. Not all of an inter-token gap is the step (a prefill chunk
+beside it, the host's delivery, the objective being a P99): the share leaves room for that. Before two batch sizes
+have been seen the slope is unknown, and the fit takes the step as all per-sequence (fixed = 0): a pessimistic limit
+that loosens as bigger and smaller batches are seen. The limit never falls below one sequence: a step that alone
+exceeds the target cannot be made faster by batching less.
+
+Sequences already running above a limit that fell are not preempted (a recompute would cost more than the step it
+saves): the scheduler admits no more until the batch is back under it. Never imports torch.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+# The share of the ITL objective a decode step may fill.
+STEP_SHARE = 0.8
+# Recent pure decode steps kept for the fit: a few seconds of a busy worker, so the limit follows a host whose speed
+# changes (another process, a thermal limit) within that.
+NUM_SAMPLES = 256
+REFIT_EVERY = 16
+
+
+class DecodeStepTimes:
+    def __init__(self, num_samples: int = NUM_SAMPLES) -> None:
+        self._samples: deque[tuple[int, float]] = deque(maxlen=num_samples)
+        self._fit: tuple[float, float] | None = None
+        self._num_since_fit = 0
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def record(self, num_seqs: int, seconds: float) -> None:
+        if num_seqs >= 1 and seconds > 0:
+            self._samples.append((num_seqs, seconds))
+            self._num_since_fit += 1
+
+    def fit(self) -> tuple[float, float] | None:
+        """(fixed seconds, seconds per sequence) of a decode step, or None before any step was recorded."""
+        if not self._samples:
+            return None
+        n = len(self._samples)
+        mean_x = sum(x for x, _ in self._samples) / n
+        mean_y = sum(y for _, y in self._samples) / n
+        var_x = sum((x - mean_x) ** 2 for x, _ in self._samples)
+        if var_x > 0:
+            slope = sum((x - mean_x) * (y - mean_y) for x, y in self._samples) / var_x
+            fixed = mean_y - slope * mean_x
+            if slope > 0 and fixed >= 0:
+                return fixed, slope
+        # One batch size seen, or a noisy fit (a slope or a fixed part below zero): all per sequence.
+        return 0.0, mean_y / mean_x
+
+    def limit(self, target_s: float | None, max_num_seqs: int) -> int:
+        """The most sequences a decode step may hold for steps within STEP_SHARE of `target_s` (None: no target,
+        max_num_seqs), at least 1 and at most max_num_seqs. The fit is redone every REFIT_EVERY steps (the
+        scheduler asks every step)."""
+        if target_s is None:
+            return max_num_seqs
+        if self._fit is None or self._num_since_fit >= REFIT_EVERY:
+            self._fit, self._num_since_fit = self.fit(), 0
+        fit = self._fit
+        if fit is None:
+            return max_num_seqs
+        fixed, per_seq = fit
+        budget = target_s * STEP_SHARE - fixed
+        return max(1, min(max_num_seqs, int(budget / per_seq))) if budget > 0 else 1

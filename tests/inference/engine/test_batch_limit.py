@@ -1,0 +1,96 @@
+"""The ITL objective bounds the decode batch: the fit of recent decode steps gives the largest batch whose step stays
+within a share of the objective, and the scheduler admits no more than that (colocated, chunked and decode role);
+with no objective, max_num_seqs as before. No model, no torch: the step times are recorded by hand."""
+import pytest
+
+from inference.engine.batch_limit import STEP_SHARE, DecodeStepTimes
+from inference.engine.block_manager import BlockManager
+from inference.engine.scheduler import Scheduler
+from inference.engine.sequence import SamplingParams, Sequence
+
+EOS = 2
+
+
+def times_of(samples) -> DecodeStepTimes:
+    times = DecodeStepTimes()
+    for num_seqs, seconds in samples:
+        times.record(num_seqs, seconds)
+    return times
+
+
+def test_the_limit_is_the_largest_batch_whose_fitted_step_fits_the_objective():
+    # 10 ms fixed, 2 ms per sequence: 0.1 s * 0.8 = 80 ms holds 35 sequences.
+    times = times_of([(n, 0.010 + 0.002 * n) for n in (1, 4, 8, 16, 32) for _ in range(3)])
+    assert times.fit() == pytest.approx((0.010, 0.002))
+    assert times.limit(0.1, 64) == int((0.1 * STEP_SHARE - 0.010) / 0.002) == 35
+    assert times.limit(10.0, 64) == 64  # never above max_num_seqs
+    assert times.limit(0.001, 64) == 1  # one step alone exceeds it: batching less cannot help, never 0
+    assert times.limit(None, 64) == 64  # no objective
+
+
+def test_one_batch_size_seen_is_taken_as_all_per_sequence():
+    times = times_of([(8, 0.040)] * 4)  # 5 ms a sequence, pessimistically
+    assert times.fit() == (0.0, pytest.approx(0.005))
+    assert times.limit(0.1, 64) == 16
+
+
+def test_nothing_recorded_means_no_limit_yet():
+    assert DecodeStepTimes().limit(0.05, 32) == 32
+
+
+def make(role="colocated", *, max_num_seqs=8, chunked=False):
+    return Scheduler(role=role, block_manager=BlockManager(400, 4), max_num_seqs=max_num_seqs,
+                     max_num_batched_tokens=256, max_model_len=256, eos_token_ids=frozenset([EOS]),
+                     chunked_prefill=chunked, prefill_chunk_size=64 if chunked else None)
+
+
+def seq_of(request_id, *, itl_target_s=None, prefilled=False):
+    seq = Sequence(request_id, [10 + i for i in range(5)], SamplingParams(max_tokens=50, ignore_eos=True))
+    seq.itl_target_s = itl_target_s
+    if prefilled:  # decode role: arrives with its prompt's K/V and first token
+        seq.append_token(7)
+    return seq
+
+
+def run_steps(sched, num_steps: int) -> None:
+    for _ in range(num_steps):
+        seqs, is_prefill = sched.schedule()
+        sched.postprocess(seqs, [7 if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens else None
+                                 for seq in seqs], is_prefill)
+
+
+@pytest.mark.parametrize("role,chunked", [("colocated", False), ("colocated", True), ("decode", False)])
+def test_the_scheduler_admits_up_to_the_limit_and_the_rest_wait(role, chunked):
+    sched = make(role, chunked=chunked)
+    # Recorded decode steps: 10 ms a sequence. An objective of 50 ms allows 4.
+    for n in (1, 2, 4):
+        sched.step_times.record(n, 0.010 * n)
+    for i in range(6):
+        sched.add(seq_of(f"r{i}", itl_target_s=0.05, prefilled=role == "decode"))
+    run_steps(sched, 3)
+    assert sched.seq_limit == 4
+    assert [seq.request_id for seq in sched.running] == ["r0", "r1", "r2", "r3"]
+    assert len(sched.waiting) == 2
+
+
+def test_without_an_objective_max_num_seqs_holds_whatever_the_steps_cost():
+    sched = make()
+    sched.step_times.record(4, 4.0)  # a second a sequence
+    for i in range(6):
+        sched.add(seq_of(f"r{i}"))
+    run_steps(sched, 2)
+    assert sched.seq_limit == 8 and len(sched.running) == 6
+
+
+def test_sequences_running_above_a_lowered_limit_finish_and_none_is_admitted_meanwhile():
+    sched = make()
+    for i in range(6):
+        sched.add(seq_of(f"r{i}", itl_target_s=0.05))
+    run_steps(sched, 2)
+    assert len(sched.running) == 6  # nothing recorded yet: no limit
+    for _ in range(4):
+        sched.step_times.record(6, 0.060)  # 10 ms a sequence: 4 fit
+    sched.add(seq_of("late", itl_target_s=0.05))
+    run_steps(sched, 17)  # the fit is redone every 16 steps at most
+    assert sched.seq_limit == 4
+    assert len(sched.running) == 6 and [seq.request_id for seq in sched.waiting] == ["late"]  # none preempted
