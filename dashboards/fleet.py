@@ -11,6 +11,7 @@ from controlplane.models import Node, Worker
 from controlplane.models.workers import LIVE_STATUSES
 from controlplane.observability.reader import MetricsUnavailable, reader
 from controlplane.selectors import deployment_list
+from inference.roofline import disturbance
 
 # Headline numbers: the latest value over the last minute. The gateway's client-side view is what users see, so it
 # wins; without a gateway series the pool that does the work speaks.
@@ -128,4 +129,4 @@ def roofline_rows(roofline: dict | None) -> dict:
                      f"read {figures.get('read_gbs', 0):g} GB/s")
     measured_at = roofline.get("measured_at")
     return {"lines": lines, "measured_at": parse_datetime(measured_at) if isinstance(measured_at, str) else None,
-            "simulated": roofline.get("source") == "simulated"}
+            "simulated": roofline.get("source") == "simulated", "disturbed": roofline.get("disturbed") or disturbance(roofline)}

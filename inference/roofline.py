@@ -167,3 +167,24 @@ class StageRoofline:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+# Other processes' average CPU use during the measurement (cores) past which its figures are flagged as disturbed:
+# they competed for the cores (and the memory bus) being measured, so the peaks read low.
+DISTURBED_OTHERS_CORES = 0.5
+
+
+def disturbance(doc: dict) -> str | None:
+    """Why a measurement's figures read low (another process competed for the cores; all cores measured slower than
+    one thread), or None."""
+    reasons = []
+    others = doc.get("others_cores")
+    if others is not None and others > DISTURBED_OTHERS_CORES:
+        reasons.append(f"other processes kept {others:g} cores busy while it ran")
+    one, full = doc.get("one_thread") or {}, doc.get("all_cores") or {}
+    if full.get("threads", 1) > 1:
+        slower = [p for p, gflops in (one.get("matmul_gflops") or {}).items()
+                  if gflops and (full.get("matmul_gflops") or {}).get(p, gflops) < gflops]
+        if slower:
+            reasons.append(f"all cores measured slower than one thread ({', '.join(sorted(slower))})")
+    return "; ".join(reasons) or None

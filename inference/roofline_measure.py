@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import sys
 import time
 import warnings
@@ -26,6 +27,7 @@ import warnings
 import torch
 
 from inference.hardware import cpu_flags, cpu_has_native_bfloat16
+from inference.roofline import disturbance
 
 # A prompt of `rows` tokens through SmolLM2's MLP up projection (576 -> 1536).
 MATMUL_SHAPE = (2048, 576, 1536)
@@ -97,16 +99,51 @@ def measure_at(threads: int, *, rows: int, tries: int) -> dict:
             "read_gbs": round(read["read_bytes_per_s"] / 1e9, 2)}
 
 
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole host spent busy since boot (/proc/stat), or None where there is no /proc."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]  # idle and iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def others_during(fn):
+    """(fn(), the cores other processes kept busy on average while it ran, or None where that cannot be read)."""
+    busy, own, started = _busy_cpu_seconds(), _own_cpu_seconds(), time.monotonic()
+    result = fn()
+    wall = time.monotonic() - started
+    busy_after = _busy_cpu_seconds()
+    if busy is None or busy_after is None or wall <= 0:
+        return result, None
+    others = (busy_after - busy) - (_own_cpu_seconds() - own)
+    return result, round(max(0.0, others) / wall, 2)
+
+
 def host_roofline(*, rows: int = 1024, tries: int = 3) -> dict:
-    """The document Node.roofline holds: one thread and all cores (one entry where the host has one core)."""
+    """The document Node.roofline holds: one thread and all cores (one entry where the host has one core), how busy
+    other processes kept the host meanwhile (`others_cores`), and `disturbed`: why the figures read low, or None."""
     started = time.perf_counter()
     num_cores = os.cpu_count() or 1
-    one = measure_at(1, rows=rows, tries=tries)
-    full = measure_at(num_cores, rows=rows, tries=tries) if num_cores > 1 else one
-    return {"source": "measured", "device": "cpu", "cpu_count": num_cores,
-            "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or f == "bf16"),
-            "native_bfloat16": cpu_has_native_bfloat16(), "one_thread": one, "all_cores": full,
-            "seconds": round(time.perf_counter() - started, 2)}
+
+    def measure() -> tuple[dict, dict]:
+        one = measure_at(1, rows=rows, tries=tries)
+        return one, measure_at(num_cores, rows=rows, tries=tries) if num_cores > 1 else one
+
+    (one, full), others = others_during(measure)
+    doc = {"source": "measured", "device": "cpu", "cpu_count": num_cores,
+           "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or f == "bf16"),
+           "native_bfloat16": cpu_has_native_bfloat16(), "one_thread": one, "all_cores": full,
+           "others_cores": others, "seconds": round(time.perf_counter() - started, 2)}
+    doc["disturbed"] = disturbance(doc)
+    return doc
 
 
 def main(argv=None) -> int:

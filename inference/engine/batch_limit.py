@@ -42,6 +42,11 @@ class DecodeStepTimes:
             self._samples.append((num_seqs, seconds))
             self._num_since_fit += 1
 
+    @property
+    def last_fit(self) -> tuple[float, float] | None:
+        """The fit the limit was last computed from (None: none yet)."""
+        return self._fit
+
     def fit(self) -> tuple[float, float] | None:
         """(fixed seconds, seconds per sequence) of a decode step, or None before any step was recorded."""
         if not self._samples:

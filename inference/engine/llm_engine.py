@@ -346,7 +346,7 @@ class LLMEngine:
     def stats(self) -> dict:
         bm, sched = self.block_manager, self.scheduler
         return {"num_running": len(sched.running), "num_waiting": len(sched.waiting), "kv_usage": bm.usage,
-                "batch_limit": sched.seq_limit,
+                "batch_limit": sched.seq_limit, "decode_step_fit": sched.step_times.last_fit,
                 "num_prefill_tokens_computed": sched.num_prefill_tokens_computed,
                 "num_generation_tokens": sched.num_generation_tokens, "num_preemptions": sched.num_preemptions,
                 "num_kv_blocks_total": bm.num_blocks, "num_kv_blocks_used": bm.num_used_blocks,

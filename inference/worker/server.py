@@ -230,6 +230,9 @@ class WorkerServer:
         return web.json_response({**self.info, "num_kv_blocks": stats.get("num_kv_blocks_total"),
                                   # Each stage against the host's roofline (inference.roofline); None: not known.
                                   "roofline": stats.get("roofline"),
+                                  # What bounds the decode batch under an ITL objective (batch_limit.py).
+                                  "batch_limit": stats.get("batch_limit"),
+                                  "decode_step": _decode_step(stats.get("decode_step_fit")),
                                   "prefix_cache": {key.removeprefix("prefix_cache_"): stats.get(key, 0) for key in
                                                    ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens",
                                                     "prefix_cache_blocks")}})
@@ -315,6 +318,11 @@ class WorkerServer:
             job.finished = True
             self.engine.abort(job.request_id)
             self.metrics.count_error(kind)
+
+
+def _decode_step(fit: tuple[float, float] | None) -> dict | None:
+    """The fitted decode step: seconds = fixed_s + per_sequence_s * sequences (None before one was fitted)."""
+    return None if fit is None else {"fixed_s": round(fit[0], 6), "per_sequence_s": round(fit[1], 6)}
 
 
 async def serve(config: WorkerConfig) -> int:

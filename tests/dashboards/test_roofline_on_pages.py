@@ -42,6 +42,21 @@ def test_a_simulated_node_says_its_figures_are_simulated(client_for, viewer, nod
     assert "simulated" in _cell(client_for(viewer).get("/").content.decode(), "roofline-local")
 
 
+def test_a_measurement_taken_under_load_says_so(client_for, viewer, node):
+    node.roofline = {"source": "measured", "measured_at": timezone.now().isoformat(), "others_cores": 1.3,
+                     "one_thread": {"threads": 1, "matmul_gflops": {"float32": 60.0}, "read_gbs": 12.0},
+                     "all_cores": {"threads": 2, "matmul_gflops": {"float32": 41.0}, "read_gbs": 15.0}}
+    node.save(update_fields=["roofline"])
+    html = client_for(viewer).get("/").content.decode()
+    warning = re.search(r'data-testid="roofline-disturbed-local">(.*?)</div>', html, re.S).group(1)
+    assert "other processes kept 1.3 cores busy" in warning
+    assert "all cores measured slower than one thread (float32)" in warning
+    node.roofline = {**node.roofline, "others_cores": 0.1,
+                     "all_cores": {"threads": 2, "matmul_gflops": {"float32": 115.0}, "read_gbs": 15.0}}
+    node.save(update_fields=["roofline"])
+    assert "roofline-disturbed-local" not in client_for(viewer).get("/").content.decode()
+
+
 def test_each_stage_column_shows_its_stages_efficiency(client_for, viewer, deployment, seed_samples):
     seed_samples(deployment, "prefill_roofline_ratio", [0.5, 0.6], role="prefill")
     seed_samples(deployment, "decode_roofline_ratio", [0.12], role="decode")

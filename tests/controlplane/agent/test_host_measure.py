@@ -40,3 +40,23 @@ def test_a_failed_measurement_keeps_the_previous_figures(node, monkeypatch):
 
 def test_an_unknown_node_is_gone():
     assert host.host_measure(node_name="nowhere") == "gone"
+
+
+def test_other_processes_busy_during_a_measurement_are_counted():
+    """A CPU hog beside the measured code: its cores are read from /proc and the measurement flagged."""
+    import subprocess
+    import sys
+    import time
+
+    from inference.roofline import disturbance
+    from inference.roofline_measure import others_during
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        _, others = others_during(lambda: time.sleep(1.0))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert others >= 0.6  # one core spinning (less whatever the scheduler gave the rest of the host)
+    assert "other processes kept" in disturbance({"others_cores": others})
+    assert disturbance({"others_cores": 0.1}) is None
