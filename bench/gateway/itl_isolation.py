@@ -53,7 +53,7 @@ class Client:
     def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
         self.session, self.url = session, url
         self.tokens = 0
-        self.failures = 0
+        self.failures: dict[str, int] = {}
 
     async def stream(self, tenant: str, max_tokens: int) -> tuple[float, list[float]] | None:
         """(TTFT, the gaps between its token chunks) of one streamed request, or None when it failed."""
@@ -65,7 +65,8 @@ class Client:
                                      headers={"Authorization": f"Bearer {KEYS[tenant]}"}) as resp:
             if resp.status != 200:
                 await resp.read()
-                self.failures += 1
+                key = f"{tenant}:{resp.status}"
+                self.failures[key] = self.failures.get(key, 0) + 1
                 return None
             async for line in resp.content:
                 if line.startswith(b"data: {") and json.loads(line[6:]).get("choices"):
@@ -87,6 +88,29 @@ class Client:
             pending.append(asyncio.create_task(self.stream("quiet", max_tokens)))
             await asyncio.sleep(interval)
         out.extend(r for r in await asyncio.gather(*pending) if r is not None)
+
+
+async def worker_gaps(session, worker: str) -> dict[str, float]:
+    """The worker's inter-token latency histogram: upper bound (text) → cumulative count, summed over labels."""
+    async with session.get(worker + "/metrics") as r:
+        text = await r.text()
+    buckets: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("tandem_inter_token_latency_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def within(before: dict, after: dict, objective: float | None) -> dict | None:
+    """The share of the worker's gaps in the phase that were at most the histogram bound nearest at or above the
+    objective (its buckets are fixed: ITL_BUCKETS), and that bound."""
+    total = after.get("+Inf", 0) - before.get("+Inf", 0)
+    bounds = sorted(float(le) for le in after if le != "+Inf" and (objective is None or float(le) >= objective))
+    if not total or not bounds or objective is None:
+        return None
+    le = next(text for text in after if text != "+Inf" and float(text) == bounds[0])
+    return {"bound_s": bounds[0], "share": round((after[le] - before.get(le, 0)) / total, 4)}
 
 
 def _gauges(text: str) -> dict[tuple[str, str], float]:
@@ -120,7 +144,7 @@ async def sample(session, gateway: str, worker: str, until: float, out: dict) ->
         await asyncio.sleep(0.05)
 
 
-async def measure(gateway: str, worker: str, args) -> dict:
+async def measure(gateway: str, worker: str, args, objective: float | None) -> dict:
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
         client = Client(session, gateway)
@@ -129,15 +153,17 @@ async def measure(gateway: str, worker: str, args) -> dict:
         started = time.monotonic()
         await client.flood(args.flood_factor * args.slots, args.long_tokens, started + args.duration)
         flood_tps = client.tokens / (time.monotonic() - started)
-        client.tokens, client.failures = 0, 0
+        client.tokens, client.failures = 0, {}
         loaded: list = []
         samples = {"batch_limit": [], "holding": [], "share_vs_fair": []}
+        gaps_before = await worker_gaps(session, worker)
         started = time.monotonic()
         until = started + args.duration
         await asyncio.gather(client.flood(args.flood_factor * args.slots, args.long_tokens, until),
                              client.quiet(args.short_tokens, args.quiet_interval, until, loaded),
                              sample(session, gateway, worker, until, samples))
         total_tps = client.tokens / (time.monotonic() - started)
+        gaps_after = await worker_gaps(session, worker)
         async with session.get(worker + "/info") as r:
             step = (await r.json()).get("decode_step")
     gaps = [g for _, gs in loaded for g in gs]
@@ -151,6 +177,10 @@ async def measure(gateway: str, worker: str, args) -> dict:
                        "quiet_ttft_p50_s": pct([t for t, _ in loaded], 0.5),
                        "quiet_ttft_p99_s": pct([t for t, _ in loaded], 0.99),
                        "quiet_gap_p50_s": pct(gaps, 0.5), "quiet_gap_p99_s": pct(gaps, 0.99),
+                       "quiet_gaps_within_objective": (round(sum(g <= objective for g in gaps) / len(gaps), 4)
+                                                       if gaps and objective else None),
+                       # every stream's gaps as the worker saw them, against the bucket bound at or above it
+                       "worker_gaps_within_objective": within(gaps_before, gaps_after, objective),
                        "total_tokens_per_s": round(total_tps, 1),
                        "batch_limit_mean": round(sum(limits) / len(limits), 1) if limits else None,
                        "slots_held_mean": round(sum(samples["holding"]) / max(1, len(samples["holding"])), 1),
@@ -207,7 +237,7 @@ def run(args) -> dict:
             objective = None if text == "none" else float(text)
             control_plane.endpoints["objectives"] = {"itl_p99_seconds": objective}
             control_plane.wait_polls(2)
-            result = asyncio.run(measure(gateway_url, worker_url, args))
+            result = asyncio.run(measure(gateway_url, worker_url, args, objective))
             result["goals"] = goals(result, objective)
             results[text] = result
     finally:

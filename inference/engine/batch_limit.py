@@ -7,11 +7,16 @@ flood of long streams make every stream's tokens, a quiet tenant's included, com
 
 The engine records each pure decode step (no prefill tokens in it) as (sequences, seconds); `DecodeStepTimes.limit`
 fits seconds = fixed + per_sequence * sequences over the recent steps (least squares) and returns the largest batch
-whose fitted step stays within `STEP_SHARE` of the target. Not all of an inter-token gap is the step (a prefill chunk
-beside it, the host's delivery, the objective being a P99): the share leaves room for that. Before two batch sizes
-have been seen the slope is unknown, and the fit takes the step as all per-sequence (fixed = 0): a pessimistic limit
-that loosens as bigger and smaller batches are seen. The limit never falls below one sequence: a step that alone
-exceeds the target cannot be made faster by batching less.
+whose fitted step stays within STEP_SHARE of the target. Where the recent steps hold one batch size only (a limit that
+binds keeps the batch at it), the last fit of several sizes stands: a fit of one size takes the step as all
+per-sequence (fixed = 0), which would hold a bound batch where it is, or lower, for good. Before any fit of several
+sizes that pessimistic fit is all there is, and it loosens as bigger and smaller batches are seen. The limit never
+falls below one sequence: a step that alone exceeds the target cannot be made faster by batching less.
+
+The objective is a P99 of the gaps the streams see, and a gap is more than a pure decode step: a prefill between the
+step's layers or beside it, the loop's delivery of the tokens. The share (STEP_SHARE) leaves room for those. The limit
+does not chase the P99 of the gaps themselves: tried, it fed on itself (gaps above the target while sequences admitted
+before a lower limit still ran lowered the limit further, down to one sequence).
 
 Sequences already running above a limit that fell are not preempted (a recompute would cost more than the step it
 saves): the scheduler admits no more until the batch is back under it. Never imports torch.
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 
-# The share of the ITL objective a decode step may fill.
+# The share of the ITL objective a fitted decode step may fill.
 STEP_SHARE = 0.8
 # Recent pure decode steps kept for the fit: a few seconds of a busy worker, so the limit follows a host whose speed
 # changes (another process, a thermal limit) within that.
@@ -32,6 +37,7 @@ class DecodeStepTimes:
     def __init__(self, num_samples: int = NUM_SAMPLES) -> None:
         self._samples: deque[tuple[int, float]] = deque(maxlen=num_samples)
         self._fit: tuple[float, float] | None = None
+        self._spread_fit: tuple[float, float] | None = None  # the last fit over several batch sizes
         self._num_since_fit = 0
 
     def __len__(self) -> int:
@@ -50,7 +56,7 @@ class DecodeStepTimes:
     def fit(self) -> tuple[float, float] | None:
         """(fixed seconds, seconds per sequence) of a decode step, or None before any step was recorded."""
         if not self._samples:
-            return None
+            return self._spread_fit
         n = len(self._samples)
         mean_x = sum(x for x, _ in self._samples) / n
         mean_y = sum(y for _, y in self._samples) / n
@@ -59,8 +65,11 @@ class DecodeStepTimes:
             slope = sum((x - mean_x) * (y - mean_y) for x, y in self._samples) / var_x
             fixed = mean_y - slope * mean_x
             if slope > 0 and fixed >= 0:
-                return fixed, slope
-        # One batch size seen, or a noisy fit (a slope or a fixed part below zero): all per sequence.
+                self._spread_fit = (fixed, slope)
+                return self._spread_fit
+        if self._spread_fit is not None:  # one size seen now, or a noisy fit: the last good one
+            return self._spread_fit
+        # One batch size ever seen, or only noisy fits (a slope or a fixed part below zero): all per sequence.
         return 0.0, mean_y / mean_x
 
     def limit(self, target_s: float | None, max_num_seqs: int) -> int:

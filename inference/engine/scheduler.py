@@ -212,14 +212,28 @@ class Scheduler:
         now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
         return sorted(self.waiting, key=lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt]))
 
+    def _has_room(self, seq: Sequence, num_leaving: int = 0) -> bool:
+        """Whether `seq` may join the running batch now: below `seq_limit`; or above it, below max_num_seqs, where its
+        tenant holds fewer running sequences than its fair share of seq_limit (split evenly over the tenants with
+        sequences here). So a tenant's request is not held behind another tenant's sequences admitted before the
+        limit fell, and a flood holding more than its share gets no more while others wait."""
+        num_running = len(self.running) - num_leaving
+        if num_running < self.seq_limit:
+            return True
+        if num_running >= self.max_num_seqs:
+            return False
+        tenants = {s.cache_salt for s in self.running} | {s.cache_salt for s in self.waiting}
+        fair = max(1, self.seq_limit // len(tenants))
+        return sum(s.cache_salt == seq.cache_salt for s in self.running) < fair
+
     def _schedule_prefill(self) -> list[Sequence]:
-        if len(self.running) >= self.seq_limit:
+        if len(self.running) >= self.max_num_seqs:
             return []  # no room: spare the sort of the waiting queue
         scheduled: list[Sequence] = []
         num_batched_tokens = 0
         for seq in self._by_priority():
-            if len(self.running) >= self.seq_limit:
-                break
+            if not self._has_room(seq):
+                continue
             # A preempted sequence recomputes its produced tokens too; a cached prefix is not computed.
             num_new_tokens = self._num_uncached(seq)
             over_budget = num_batched_tokens + num_new_tokens > self.max_num_batched_tokens
@@ -252,7 +266,7 @@ class Scheduler:
         were appended before the step."""
         self.num_batched_tokens = 0
         if (self.role is not Role.COLOCATED or not self.waiting
-                or len(self.running) - num_leaving >= self.seq_limit):
+                or len(self.running) - num_leaving >= self.max_num_seqs):
             return []  # no room: spare the sort (a step's start asks this beside a full batch every step)
         budget = (self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used
         now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
@@ -264,8 +278,8 @@ class Scheduler:
         bar = (None if outranking is None
                else (self.band(outranking, now, floor), holding[outranking.cache_salt]))
         for seq in sorted(self.waiting, key=order):
-            if len(self.running) - num_leaving >= self.seq_limit:
-                break
+            if not self._has_room(seq, num_leaving):
+                continue
             if first is not None and (self.band(seq, now, floor), seq.cache_salt) != first:
                 continue
             if bar is not None and (self.band(seq, now, floor), holding[seq.cache_salt]) >= bar:
@@ -287,11 +301,11 @@ class Scheduler:
         return scheduled
 
     def _admit_prefilled(self) -> None:
-        if len(self.running) >= self.seq_limit:
+        if len(self.running) >= self.max_num_seqs:
             return  # no room: spare the sort of the waiting queue
         for seq in self._by_priority():
-            if len(self.running) >= self.seq_limit:
-                break
+            if not self._has_room(seq):
+                continue
             num_reserved = self.num_reserved_tokens(seq)
             if not self.block_manager.can_allocate(num_reserved):
                 break
@@ -324,8 +338,9 @@ class Scheduler:
                 # A partial chunk behind a prompt that completes here would only delay that prompt's first token.
                 continue
             if seq.status is SequenceStatus.WAITING:
-                admitting = (admitting and len(self.running) < self.seq_limit
-                             and self.block_manager.can_allocate(seq.num_tokens, seq))
+                if not self._has_room(seq):
+                    continue
+                admitting = admitting and self.block_manager.can_allocate(seq.num_tokens, seq)
                 if not admitting:
                     continue
                 self.waiting.remove(seq)

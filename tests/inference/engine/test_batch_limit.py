@@ -94,3 +94,35 @@ def test_sequences_running_above_a_lowered_limit_finish_and_none_is_admitted_mea
     run_steps(sched, 17)  # the fit is redone every 16 steps at most
     assert sched.seq_limit == 4
     assert len(sched.running) == 6 and [seq.request_id for seq in sched.waiting] == ["late"]  # none preempted
+
+
+def test_a_bound_batch_keeps_the_last_fit_of_several_sizes():
+    """Once the limit binds, every recent step has its size: the fit of several sizes seen before stands, so the
+    limit neither locks where it is nor falls to what an all-per-sequence reading of one size would give."""
+    times = times_of([(n, 0.036 + 0.003 * n) for n in (1, 2, 4, 8) for _ in range(4)])
+    assert times.limit(0.1, 64) == int((0.08 - 0.036) / 0.003)  # 14
+    for _ in range(300):  # the window now holds only batches of 14
+        times.record(14, 0.036 + 0.003 * 14)
+    assert times.fit() == pytest.approx((0.036, 0.003))
+    assert times.limit(0.1, 64) == 14
+
+
+def test_above_the_limit_a_tenant_below_its_fair_share_is_still_admitted_and_a_flood_is_not():
+    """The flood's six sequences ran before the limit fell to 4: a quiet tenant's requests join up to its fair share
+    of the limit (4 / 2 tenants), the flood's next one waits."""
+    sched = make(max_num_seqs=16)
+    for i in range(6):
+        seq = seq_of(f"flood{i}", itl_target_s=0.05)
+        seq.cache_salt = b"noisy"
+        sched.add(seq)
+    run_steps(sched, 2)
+    for _ in range(4):
+        sched.step_times.record(6, 0.060)  # 10 ms a sequence: 4 fit
+    for request_id, salt in (("flood6", b"noisy"), ("q1", b"quiet"), ("q2", b"quiet"), ("q3", b"quiet")):
+        seq = seq_of(request_id, itl_target_s=0.05)
+        seq.cache_salt = salt
+        sched.add(seq)
+    run_steps(sched, 3)
+    assert sched.seq_limit == 4
+    assert [seq.request_id for seq in sched.running if seq.cache_salt == b"quiet"] == ["q1", "q2"]
+    assert sorted(seq.request_id for seq in sched.waiting) == ["flood6", "q3"]
