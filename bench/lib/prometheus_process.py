@@ -34,12 +34,18 @@ class PrometheusProcess:
         directory.mkdir(parents=True, exist_ok=True)
         self.data = directory / "data"
         (directory / "token").write_text(token)
+        # The gateways answer /metrics to the scrape token only (docs/prometheus.md); workers ignore it.
+        scrape_token = requests.get(targets_url.removesuffix("/targets") + "/scrape-token", timeout=30,
+                                    headers={"Authorization": f"Bearer {token}"})
+        scrape_token.raise_for_status()
+        (directory / "scrape-token").write_text(scrape_token.text)
         config = {"global": {"scrape_interval": f"{interval_s}s", "evaluation_interval": f"{interval_s}s",
                              "scrape_timeout": f"{min(interval_s, 10)}s"},
                   "rule_files": [str(rules)],
                   "scrape_configs": [{"job_name": "tandem", "http_sd_configs": [{
                       "url": targets_url, "refresh_interval": "15s",
-                      "authorization": {"type": "Bearer", "credentials_file": str(directory / "token")}}]}]}
+                      "authorization": {"type": "Bearer", "credentials_file": str(directory / "token")}}],
+                      "authorization": {"type": "Bearer", "credentials_file": str(directory / "scrape-token")}}]}
         (directory / "prometheus.yml").write_text(json.dumps(config, indent=1))  # JSON is YAML
         self.url = f"http://127.0.0.1:{port}"
         self.log = directory / "prometheus.log"

@@ -23,13 +23,14 @@ import psutil
 from django.conf import settings
 
 from controlplane.agent import processes
-from controlplane.lib.worker_keys import deployment_worker_key, worker_secret_for
+from controlplane.lib.worker_keys import deployment_worker_key, scrape_token, worker_secret_for
 from controlplane.models import Pool, Worker, WorkerPurpose, WorkerRole
 from controlplane.models.workers import LIVE_STATUSES
 from inference.engines import VLLM, engine_of
 from inference.engines.vllm import launch as vllm_launch
 from inference.engines.vllm.launch import LaunchSpec
 from inference.roofline import format_gflops_flag, peaks_for_threads
+from inference.gateway.config import SCRAPE_TOKEN_ENV
 from inference.worker_secret import KEY_ENV, SECRET_ENV
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ def kv_budget_for(worker: Worker, engine_settings: dict) -> int | None:
 # The agent's own secrets and control-plane settings are none of an inference process's business; a worker secret
 # or key in the agent's own environment is no deployment's (each process gets its own below).
 _PRIVATE_ENV = ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "TANDEM_ADMIN_PASSWORD",
-                SECRET_ENV, KEY_ENV)
+                SECRET_ENV, KEY_ENV, SCRAPE_TOKEN_ENV)
 
 
 def gpu_pick(worker: Worker) -> int | None:
@@ -230,6 +231,7 @@ def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
     if worker.role == WorkerRole.GATEWAY:
         env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token(worker.deployment.name)
         env[KEY_ENV] = deployment_worker_key(worker.deployment)
+        env[SCRAPE_TOKEN_ENV] = scrape_token()
     elif worker.revision is not None and engine_of(worker.revision.engine_settings) == VLLM:
         env.update(vllm_command(worker, 0)[1])  # its secret as VLLM_API_KEY, its CPU binding and KV space
     elif worker.revision is not None:

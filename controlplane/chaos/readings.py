@@ -13,6 +13,7 @@ from django.conf import settings
 from controlplane.chaos.hypothesis import gateway_window
 from controlplane.chaos.models import GatewaySample
 from controlplane.chaos.validation import GATEWAY_METRICS, READY_WORKERS
+from controlplane.lib.worker_keys import scrape_headers
 from controlplane.models import Worker, WorkerRole, WorkerStatus
 from controlplane.observability.exposition import parse_exposition
 from controlplane.observability.reader import MetricsUnavailable, reader
@@ -38,7 +39,8 @@ def gateway_snapshot(deployment_id: int) -> dict | None:
     if gateway is None:
         return None
     try:
-        response = requests.get(f"{gateway.url}/metrics", timeout=settings.TANDEM_SCRAPE_TIMEOUT_S)
+        response = requests.get(f"{gateway.url}/metrics", timeout=settings.TANDEM_SCRAPE_TIMEOUT_S,
+                                headers=scrape_headers())
         response.raise_for_status()
         text = response.text
         snapshot = snapshot_of(parse_exposition(text))

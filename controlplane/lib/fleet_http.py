@@ -109,7 +109,8 @@ def fleet_http() -> FleetHttp:
         return _instance
 
 
-async def get_text(session: aiohttp.ClientSession, url: str, *, timeout_s: float) -> tuple[int, str]:
+async def get_text(session: aiohttp.ClientSession, url: str, *, timeout_s: float,
+                   headers: dict[str, str] | None = None) -> tuple[int, str]:
     """GET url: (status, body text). A reused connection the peer had just closed is retried once on a new one.
 
     The timeout bounds connecting and each wait for data (as `requests`' timeout does), not the whole exchange: on a
@@ -119,7 +120,7 @@ async def get_text(session: aiohttp.ClientSession, url: str, *, timeout_s: float
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
     for attempt in (0, 1):
         try:
-            async with session.get(url, timeout=timeout) as response:
+            async with session.get(url, timeout=timeout, headers=headers) as response:
                 return response.status, await response.text()
         except aiohttp.ClientConnectorError:
             raise  # no connection could be made at all (refused, unreachable): nothing to retry

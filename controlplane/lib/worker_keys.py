@@ -20,6 +20,18 @@ def deployment_worker_key(deployment) -> str:
     return hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()
 
 
+def scrape_token() -> str:
+    """The token the gateways ask of whoever reads their /metrics and the fleet in their /health
+    (inference/gateway/operator_views.py): the control plane's scraper, and Prometheus (GET
+    /api/v1/prometheus/scrape-token). One for the whole fleet, derived like the worker keys."""
+    return hmac.new(settings.SECRET_KEY.encode(), b"tandem scrape token", hashlib.sha256).hexdigest()
+
+
+def scrape_headers() -> dict[str, str]:
+    """What a request to a gateway's operator routes carries."""
+    return {"Authorization": f"Bearer {scrape_token()}"}
+
+
 def worker_secret_for(deployment, revision_number: int) -> str:
     """The secret the workers of one revision of `deployment` hold."""
     return revision_secret(deployment_worker_key(deployment), revision_number)

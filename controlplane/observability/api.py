@@ -14,7 +14,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from controlplane.api.serializers import ErrorSerializer
-from controlplane.api.views.base import ERRORS, ApiView
+from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView
 from controlplane.errors import ControlPlaneError, invalid
 from controlplane.observability.catalog import METRICS, UNITS
 from controlplane.observability.reader import MetricsUnavailable, reader
@@ -181,6 +181,20 @@ class PrometheusRulesView(ApiView):
         response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
         response["Content-Disposition"] = 'inline; filename="tandem.yml"'
         return response
+
+
+class PrometheusScrapeTokenView(ApiView):
+    """GET /api/v1/prometheus/scrape-token (viewer and up): the token a gateway asks of whoever reads its /metrics
+    (inference/gateway/operator_views.py), for the `authorization` of a Prometheus scrape job (docs/prometheus.md).
+    Viewers read what it shows (tenants and their usage, the workers' addresses) through this API already."""
+
+    @extend_schema(operation_id="v1_prometheus_scrape_token_retrieve",
+                   responses={(200, "text/plain"): str, **READ_ERRORS},
+                   description="The gateways' scrape token (text), for a Prometheus scrape job's credentials_file.")
+    def get(self, request):
+        from controlplane.lib.worker_keys import scrape_token
+
+        return HttpResponse(scrape_token(), content_type="text/plain; charset=utf-8")
 
 
 class GrafanaDashboardView(ApiView):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from controlplane.lib.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
+from controlplane.lib.worker_keys import scrape_headers
 from controlplane.observability.exposition import Reading, parse_exposition
 from inference.engines.vllm import metrics as vllm_metrics
 
@@ -37,7 +38,10 @@ class Fetched:
 async def _fetch_one(session: aiohttp.ClientSession, target: Target, timeout_s: float) -> Fetched:
     started = time.perf_counter()
     try:
-        status, text = await get_text(session, target.url.rstrip("/") + "/metrics", timeout_s=timeout_s)
+        # A gateway's page names its tenants: it answers only the scrape token (inference/gateway/operator_views.py).
+        headers = scrape_headers() if target.role == "gateway" else None
+        status, text = await get_text(session, target.url.rstrip("/") + "/metrics", timeout_s=timeout_s,
+                                      headers=headers)
         if status != 200:
             raise ValueError(f"HTTP {status}: {text[:200]}")
         return Fetched(target, None, "", time.perf_counter() - started, text)

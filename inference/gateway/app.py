@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 import aiohttp
 from aiohttp import web
 
-from inference.gateway import quota_state
+from inference.gateway import operator_views, quota_state
 from inference.gateway.admission import Admission
 from inference.gateway.config import Config
 from inference.gateway.key_throttle import KeyThrottle
@@ -36,7 +36,6 @@ from inference.gateway.routing import Group, Router
 from inference.gateway.served import Served
 from inference.gateway.tenancy import OPEN, TenantGate, TenantState, Ticket
 from inference.gateway.token_stream import StreamBroken, TokenStream
-from inference.metrics import CONTENT_TYPE
 
 log = logging.getLogger("tandem.gateway")
 
@@ -136,44 +135,22 @@ class Gateway:
     # -- plain routes -------------------------------------------------------------------------------------------------
 
     async def models(self, request: web.Request) -> web.Response:
-        """OpenAI's model list, plus what serves the model: each listed worker with its routing weight and the dtype
-        it runs (from its health probe), and `dtype`, the one dtype of the serving group's ready workers (None while there is no
-        serving group, or while its workers disagree, which the KV handoff refuses). `max_model_len` is the context
-        every ready serving worker holds (the smallest of theirs): a longer request finishes with "length".
-        `sampling_defaults`: what the gateway fills into a request that leaves a field out. A deployment that
-        requires a key lists its model to a valid key only."""
+        """operator_views.models; a deployment that requires a key lists its model to a valid key only."""
         try:
             self._identify(request)
         except ApiError as error:
             return error_response(error)
-        workers = [{"role": w.role.value, "revision": group.revision, "url": w.url, "state": w.state.value,
-                    "weight": w.weight, "dtype": w.dtype, "max_model_len": w.max_model_len}
-                   for group in self.router.groups for role in group.roles for w in group.workers(role)]
-        try:
-            serving = self.router.serving_group()
-            ready = [w for role in serving.roles for w in serving.workers(role) if w.is_ready]
-        except ApiError:
-            ready = []
-        dtypes = {w.dtype for w in ready}
-        lens = [w.max_model_len for w in ready if w.max_model_len is not None]
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": self.created, "owned_by": "tandem",
-             "dtype": dtypes.pop() if len(dtypes) == 1 else None, "max_model_len": min(lens) if lens else None,
-             "sampling_defaults": dict(self.sampling_defaults), "workers": workers}]})
+        return operator_views.models(self, request)
 
     async def health(self, request: web.Request) -> web.Response:
-        groups = [g.describe() for g in self.router.groups]
-        try:
-            group = self.router.serving_group()
-        except ApiError:
-            return web.json_response({"status": "unavailable", "reason": self.router.unavailable_reason(),
-                                      "groups": groups}, status=503)
-        return web.json_response({"status": "ok", "revision": group.revision, "mode": group.mode.value,
-                                  "groups": groups})
+        return await operator_views.health(self, request)
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        self.metrics.requests_running.set(self._num_running)
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+        return await operator_views.metrics(self, request)
+
+    @property
+    def num_running(self) -> int:
+        return self._num_running
 
     # -- generation ---------------------------------------------------------------------------------------------------
 

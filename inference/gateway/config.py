@@ -19,6 +19,8 @@ from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, ch
 from inference.weights import parse_weight, weight_problem
 from inference.worker_secret import KEY_ENV
 
+SCRAPE_TOKEN_ENV = "TANDEM_SCRAPE_TOKEN"
+
 
 class Mode(str, Enum):
     DISAGGREGATED = "disaggregated"
@@ -98,6 +100,9 @@ class Config:
     # The deployment's worker key (inference.worker_secret): each request to a worker carries the secret of the
     # worker's revision derived from it. From the environment only; None: the workers are sent no secret.
     worker_key: str | None = field(default=None, repr=False)
+    # Who may read /metrics and the fleet in /health and /v1/models (operator_views.py): the bearer of this token.
+    # From the environment only; None: everyone (a gateway started by hand).
+    scrape_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -270,6 +275,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             preemption=PreemptionSettings(args.max_preemptions, args.preempt_margin, args.preempt_min_tokens_left),
             # Never a flag: `ps` shows a command line.
             worker_key=os.environ.get(KEY_ENV) or None,
+            scrape_token=os.environ.get(SCRAPE_TOKEN_ENV) or None,
         )
     except ValueError as exc:
         parser.error(str(exc))

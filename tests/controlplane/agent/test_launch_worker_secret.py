@@ -59,3 +59,17 @@ def test_another_deployment_gets_other_secrets(deployment, make_deployment, onli
     theirs = launch.env_for(_worker(other, online_node, "decode", other.current_revision, 98))
     assert deployment.current_revision.number == other.current_revision.number
     assert mine[SECRET_ENV] != theirs[SECRET_ENV]
+
+
+def test_a_gateway_gets_the_scrape_token_that_operators_read_from_the_api(deployment, online_node, viewer_api,
+                                                                          monkeypatch):
+    from inference.gateway.config import SCRAPE_TOKEN_ENV
+
+    monkeypatch.setenv(SCRAPE_TOKEN_ENV, "the agent's own")
+    first = deployment.revisions.get(number=1)
+    gateway = launch.env_for(Worker(deployment=deployment, role=WorkerRole.GATEWAY, node=online_node, id=95))
+    worker = launch.env_for(_worker(deployment, online_node, "decode", first, 96))
+    answer = viewer_api.get("/api/v1/prometheus/scrape-token")
+    assert answer.status_code == 200 and answer["Content-Type"].startswith("text/plain")
+    assert gateway[SCRAPE_TOKEN_ENV] == answer.content.decode() != "the agent's own"
+    assert SCRAPE_TOKEN_ENV not in worker  # workers' pages name no tenant: they need none

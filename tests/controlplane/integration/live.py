@@ -116,6 +116,18 @@ class LiveStack:
         headers = {"Authorization": f"Token {self.token}", **kwargs.pop("headers", {})}
         return requests.request(method, f"{self.web_url}/api/v1/{path}", headers=headers, **kwargs)
 
+    def scrape_headers(self) -> dict[str, str]:
+        """What reads a gateway's operator routes (/metrics, the fleet in /health and /v1/models): the scrape token
+        the control plane hands an operator, as Prometheus sends it."""
+        scrape_token = self.api("GET", "prometheus/scrape-token")
+        assert scrape_token.status_code == 200, scrape_token.text
+        return {"Authorization": f"Bearer {scrape_token.text}"}
+
+    def gateway_metrics(self, gateway_url: str) -> str:
+        response = requests.get(f"{gateway_url}/metrics", timeout=10, headers=self.scrape_headers())
+        assert response.status_code == 200, response.text
+        return response.text
+
     def workers(self, deployment: str, **filters) -> list[dict]:
         response = self.api("GET", "workers/", params={"deployment": deployment, **filters})
         response.raise_for_status()

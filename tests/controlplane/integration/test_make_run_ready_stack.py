@@ -89,20 +89,24 @@ def test_the_demo_takes_at_most_two_gb_and_says_what_it_takes(run, capsys):
     assert pss * 2**30 <= 2e9  # 2 GB
 
 
-def _errors(gateway_url: str) -> dict[str, float]:
-    text = requests.get(f"{gateway_url}/metrics", timeout=10).text
+def _errors(run) -> dict[str, float]:
+    """The gateway's error counters, read with the scrape token an operator gets from the API (as Prometheus)."""
+    token = requests.get(f"{run.web_url}/api/v1/prometheus/scrape-token", timeout=10,
+                         headers={"Authorization": f"Token {run.token}"}).text
+    text = requests.get(f"{run.gateway_url}/metrics", timeout=10, headers={"Authorization": f"Bearer {token}"}).text
+    assert "tandem_request_success_total" in text, text[:300]
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
             if line.startswith("tandem_request_errors_total{")}
 
 
 def test_the_startup_wait_leaves_no_errors_and_the_first_request_works(run):
-    assert all(value == 0 for value in _errors(run.gateway_url).values()), _errors(run.gateway_url)
+    assert all(value == 0 for value in _errors(run).values()), _errors(run)
     response = requests.post(f"{run.gateway_url}/v1/completions", timeout=60,
                              json={"model": "demo", "prompt": "The capital of France is", "max_tokens": 4,
                                    "temperature": 0})
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] >= 1
-    assert all(value == 0 for value in _errors(run.gateway_url).values()), _errors(run.gateway_url)
+    assert all(value == 0 for value in _errors(run).values()), _errors(run)
 
 
 def test_a_restart_of_its_own_beat_is_an_action_on_the_actions_page(run):

@@ -76,9 +76,9 @@ def _wait_status(live, rollout_id: int, statuses: tuple[str, ...], timeout: floa
                          lambda: (r := _rollout(live, rollout_id))["status"] in statuses and r, timeout=timeout)
 
 
-def _gateway_errors(gateway_url: str, revision: str) -> float:
+def _gateway_errors(live, gateway_url: str, revision: str) -> float:
     """Requests the gateway counted as failed on `revision` (its tandem_request_errors_total)."""
-    text = requests.get(f"{gateway_url}/metrics", timeout=10).text
+    text = live.gateway_metrics(gateway_url)
     return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
                if sample.name == "tandem_request_errors_total" and sample.labels.get("revision") == revision)
 
@@ -158,7 +158,7 @@ def test_a_canary_that_answers_errors_is_aborted_and_no_client_sees_a_failure(li
         # series, which the analysis reads: wait until the gateway counted min_requests of them.
         judged_from = live.wait_for(
             f"{min_requests} requests failed on the canary",
-            lambda: _gateway_errors(deployment, tried) >= min_requests and time.monotonic(), timeout=240)
+            lambda: _gateway_errors(live, deployment, tried) >= min_requests and time.monotonic(), timeout=240)
         aborted = _wait_status(live, rollout["id"], ("aborted", "promoted"), timeout=90)
         aborted_at = time.monotonic()
         assert aborted["status"] == "aborted", aborted
@@ -180,7 +180,7 @@ def test_a_canary_that_answers_errors_is_aborted_and_no_client_sees_a_failure(li
     # Not one client failure: what the canary failed, stable answered.
     assert clients.failed() == [], clients.failed()
     assert not [o for o in clients.outcomes if o[0] > after and o[1] != str(stable)]
-    print(f"requests the canary failed before the abort, answered by stable: {_gateway_errors(deployment, tried):.0f}")
+    print(f"requests the canary failed before the abort, answered by stable: {_gateway_errors(live, deployment, tried):.0f}")
     abort = next(a for a in live.actions(DEPLOYMENT, kind="abort") if a["params"].get("rollout") == rollout["id"])
     assert "error_ratio" in {f["metric"] for f in abort["params"]["failures"]}
     _settle(live, stable)

@@ -14,10 +14,10 @@ pytestmark = pytest.mark.integration
 NAME = "it-weighted"
 
 
-def _gateway_weights(gateway_url: str) -> dict[str, float] | None:
+def _gateway_weights(gateway_url: str, headers: dict[str, str]) -> dict[str, float] | None:
     """url → weight of the ready workers the gateway routes to, once both are ready."""
     try:
-        health = requests.get(f"{gateway_url}/health", timeout=10).json()
+        health = requests.get(f"{gateway_url}/health", timeout=10, headers=headers).json()
     except (requests.RequestException, ValueError):
         return None
     workers = [w for group in health.get("groups", []) for w in group.get("colocated", []) if w["state"] == "ready"]
@@ -37,17 +37,18 @@ def test_the_gateway_routes_by_the_weights_the_control_plane_computes_from_node_
         "placement": {"colocated": {"routing_weights": [{"selector": {"class": "compute"}, "weight": 3}]}}})
     assert created.status_code == 202, created.text
     gateway_url = f"http://127.0.0.1:{gateway_port}"
+    operator = live.scrape_headers()
     try:
         weights = live.wait_for("the gateway to route to both weighted workers",
-                                lambda: _gateway_weights(gateway_url), timeout=180, interval=0.5)
+                                lambda: _gateway_weights(gateway_url, operator), timeout=180, interval=0.5)
         urls = {w["node"]: w["url"] for w in live.workers(NAME, role="colocated") if w["status"] == "ready"}
         assert weights == {urls[live.node_name]: 3, urls[second_node]: 2}
         group, = live.api("GET", f"deployments/{NAME}/endpoints").json()["groups"]
         assert group["weights"] == weights
         # The gateway shows each worker's weight in /v1/models and /metrics too.
-        models = requests.get(f"{gateway_url}/v1/models", timeout=10).json()["data"][0]["workers"]
+        models = requests.get(f"{gateway_url}/v1/models", timeout=10, headers=operator).json()["data"][0]["workers"]
         assert {w["url"]: w["weight"] for w in models} == weights
-        metrics = requests.get(f"{gateway_url}/metrics", timeout=10).text
+        metrics = live.gateway_metrics(gateway_url)
         shown = {url: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                  if line.startswith("tandem_gateway_worker_weight{")
                  for url in weights if f'worker="{url}"' in line}
