@@ -26,11 +26,13 @@ from controlplane.agent import processes
 from controlplane.lib.worker_keys import deployment_worker_key, scrape_token, worker_secret_for
 from controlplane.models import Pool, Worker, WorkerPurpose, WorkerRole
 from controlplane.models.workers import LIVE_STATUSES
+from controlplane.services.revisions import revision_model_checksum_record
 from inference.engines import VLLM, engine_of
 from inference.engines.vllm import launch as vllm_launch
 from inference.engines.vllm.launch import LaunchSpec
-from inference.roofline import format_gflops_flag, peaks_for_threads
 from inference.gateway.config import SCRAPE_TOKEN_ENV
+from inference.model_snapshot import checksum as model_checksum
+from inference.roofline import format_gflops_flag, peaks_for_threads
 from inference.worker_secret import KEY_ENV, SECRET_ENV
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,20 @@ def settings_for(worker: Worker) -> dict:
     return engine_settings
 
 
+def model_checksum_for(revision) -> str:
+    """The checksum of the files the revision serves: recorded by its first worker's start (from this node's folder),
+    "" where the folder is not here (the worker's own load says why)."""
+    if revision.model_checksum:
+        return revision.model_checksum
+    if not Path(revision.model_path).is_dir():
+        return ""
+    try:
+        found = model_checksum(revision.model_path)
+    except OSError:
+        return ""
+    return revision_model_checksum_record(revision=revision, checksum=found)
+
+
 def argv_for(worker: Worker, port: int) -> list[str]:
     if worker.role == WorkerRole.GATEWAY:
         return processes.python_argv(
@@ -121,6 +137,10 @@ def argv_for(worker: Worker, port: int) -> list[str]:
         # A private copy of the model folder per content, shared by the workers of it: rewriting the folder under
         # load kills no running worker (inference/model_snapshot.py).
         argv += ["--model-snapshots", str(settings.VAR_DIR / "model-snapshots")]
+    if not engine_settings.get("simulate"):
+        expected = model_checksum_for(revision)
+        if expected:
+            argv += ["--model-checksum", expected]
     for key, value in sorted(engine_settings.items()):
         flag = "--" + key.replace("_", "-")
         if flag not in known or flag in argv:

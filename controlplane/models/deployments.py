@@ -110,6 +110,10 @@ class Revision(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The checksum of the model files its first worker loaded (inference.model_snapshot.checksum; "" until then),
+    # recorded once by that worker's node agent (services.revision_model_checksum_record): every later worker of the
+    # revision serves those files, or refuses to start.
+    model_checksum = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["deployment_id", "number"]

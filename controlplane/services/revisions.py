@@ -154,3 +154,11 @@ def deployment_rollback(*, deployment: Deployment, actor, revision_number: int |
 
     return action_once(kind=ActionKind.ROLLBACK, idempotency_key=idempotency_key, write=write,
                        request={"deployment": deployment.pk, "revision": revision_number})
+
+
+def revision_model_checksum_record(*, revision: Revision, checksum: str) -> str:
+    """The checksum of the model files the revision serves: `checksum` where none was recorded yet (its first worker's
+    node agent read it from the folder), else the one recorded first. A conditional UPDATE: of two agents starting
+    the revision's first workers at once, one records; the revision stays otherwise immutable."""
+    Revision.objects.filter(pk=revision.pk, model_checksum="").update(model_checksum=checksum)
+    return Revision.objects.values_list("model_checksum", flat=True).get(pk=revision.pk)

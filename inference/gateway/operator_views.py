@@ -11,15 +11,27 @@ token comes from. A gateway started by hand without a token answers everyone in 
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
 
+from inference.gateway.config import Config
+from inference.gateway.metrics import GatewayMetrics
 from inference.gateway.openai_protocol import ApiError
+from inference.gateway.routing import Router
 from inference.metrics import CONTENT_TYPE
 
-if TYPE_CHECKING:
-    from inference.gateway.app import Gateway
+
+class Gateway(Protocol):
+    """What these routes read of the gateway (app.Gateway)."""
+
+    config: Config
+    router: Router
+    metrics: GatewayMetrics
+    model: str
+    created: int
+    sampling_defaults: dict
+    num_running: int
 
 
 def is_operator(request: web.Request, token: str | None) -> bool:

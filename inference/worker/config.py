@@ -48,6 +48,9 @@ class WorkerConfig:
     # Where the worker copies its model folder before loading it (inference.model_snapshot): a running worker then
     # maps files nobody rewrites. None: it maps the folder itself.
     model_snapshots: str | None = None
+    # The checksum of the files its revision was first served from (inference.model_snapshot.checksum; the node agent
+    # passes it): a folder holding other files now is served from their snapshot, or not at all. None: no check.
+    model_checksum: str | None = None
     # The revision's worker secret (inference.worker_secret), from the environment, never a flag: the request
     # endpoints refuse a request without it. None: they answer anyone (a worker started by hand).
     secret: str | None = field(default=None, repr=False)
@@ -212,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="copy the model folder into DIR/<fingerprint>/ (once, shared by workers of the same files) "
                         "and load that: rewriting the folder under load then kills no running worker (SIGBUS "
                         "from its mapped weights); the node agent passes var/model-snapshots")
+    p.add_argument("--model-checksum", metavar="CHECKSUM", default=None,
+                   help="the checksum of the files this revision was first served from (the node agent passes it): "
+                        "a model folder that holds other files now is served from the snapshot of those, and the "
+                        "worker refuses to start where there is none")
     p.add_argument("--simulate", metavar="PROFILE", default=None,
                    help="run a simulated worker: no model, latencies from PROFILE (a JSON file or a built-in name "
                         "such as tiny-cpu; docs/simulated-worker.md); --model then only names what it serves")

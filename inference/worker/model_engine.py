@@ -15,7 +15,7 @@ from pathlib import Path
 
 from inference.engine.config import QUANTIZATION_NOTES
 from inference.metrics import TandemMetrics
-from inference.model_snapshot import snapshot
+from inference.model_snapshot import check_unchanged, snapshot
 from inference.roofline import StageRoofline, count_parameters, precision_key
 from inference.worker.config import WorkerConfig
 from inference.worker.engine_loop import EngineLoop, EngineRequest, LoopState
@@ -99,9 +99,11 @@ class ModelEngine:
         engine_config = self.config.engine
         if self.config.model_snapshots:
             reason, self.loop.reason = self.loop.reason, "copying the model folder to a private snapshot"
-            engine_config = replace(engine_config, model=str(snapshot(engine_config.model,
-                                                                      self.config.model_snapshots)))
+            engine_config = replace(engine_config, model=str(snapshot(engine_config.model, self.config.model_snapshots,
+                                                                      expected=self.config.model_checksum)))
             self.loop.reason = reason
+        elif self.config.model_checksum:
+            check_unchanged(engine_config.model, self.config.model_checksum)
         engine = LLMEngine(engine_config)
         self.loop.roofline = self._stage_roofline(engine)
         return engine
