@@ -83,8 +83,10 @@ class RevisionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Revision
+        # model_checksum: of the files its first worker loaded ("" until then; docs/operating.md).
         fields = ["number", "model_path", "dtype", "engine_settings", "comment", "is_current", "created_at",
-                  "created_by"]
+                  "created_by", "model_checksum"]
+        read_only_fields = ["model_checksum"]
 
     def get_is_current(self, revision: Revision) -> bool:
         current_id = self.context.get("current_revision_id")
