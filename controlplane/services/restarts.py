@@ -60,9 +60,12 @@ _PROGRESS_BAR = re.compile(r"\d+%\|.*\|")  # tqdm: " 45%|████▌     | 9
 MAX_REASON_CHARS = 300
 
 
-def exit_reason(*, exit_code: int | None, log_tail: str, ended: str = "process ended") -> str:
+def exit_reason(*, exit_code: int | None, log_tail: str, ended: str = "process ended",
+                now: datetime | None = None) -> str:
     """One line that says only what is known of a process that ended: how (its exit code or signal; else `ended`
-    and that its exit status is unknown) and the last warning or error line of its own log."""
+    and that its exit status is unknown) and the last warning or error line of its own log, with how long before
+    `now` (when the end was seen; default: now) it was written where that is over STALE_LINE_S: a line written
+    minutes before a kill is not its cause, and the reason must not read as if it were."""
     if exit_code is None:
         how = f"{ended}; exit status unknown (started by an earlier agent)"
     elif exit_code >= 0:
@@ -72,7 +75,7 @@ def exit_reason(*, exit_code: int | None, log_tail: str, ended: str = "process e
             how = f"process killed by signal {-exit_code} ({signal.Signals(-exit_code).name})"
         except ValueError:
             how = f"process killed by signal {-exit_code}"
-    problem = last_problem(clean_log(log_tail))
+    problem = last_problem(clean_log(log_tail), now=now or datetime.now())
     return f"{how}; {problem}" if problem else how
 
 
@@ -91,11 +94,32 @@ _PYTHON_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")  # warnings.warn's "file
 _FATAL = re.compile(r"^(Fatal Python error: |terminate called )")  # faulthandler; a C++ exception nothing caught
 
 
-def last_problem(tail: str) -> str:
+# A problem line written this long before the end was seen is quoted with its age (exit_reason).
+STALE_LINE_S = 30.0
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)")
+
+
+def _age_s(line: str, now: datetime) -> float | None:
+    """Seconds from the line's own time stamp (the log format's local time) to `now`, or None without one."""
+    stamp = _STAMP.match(line)
+    if not stamp:
+        return None
+    try:
+        return (now - datetime.fromisoformat(stamp.group(1).replace(" ", "T"))).total_seconds()
+    except ValueError:
+        return None
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def last_problem(tail: str, *, now: datetime | None = None) -> str:
     """'last warning in its log: <line>' or 'last error in its log: <line>', for the last WARNING, ERROR or
     CRITICAL record of a log tail (by the level its format writes), the last line of a Python traceback (the
     exception), a Python warning or a fatal error; '' when it has none. INFO and DEBUG records are never quoted, and
-    neither are lines without a level (a library's chatter), which say nothing of how bad they are."""
+    neither are lines without a level (a library's chatter), which say nothing of how bad they are. With `now`
+    (naive local time, as the log's stamps), a line stamped over STALE_LINE_S before it says how long before."""
     found, in_traceback = None, False
     for line in tail.splitlines():
         level = _LEVEL.match(line)
@@ -115,7 +139,9 @@ def last_problem(tail: str) -> str:
     if found is None:
         return ""
     kind, line = found
-    return f"last {kind} in its log: {line.strip()[:MAX_REASON_CHARS]}"
+    age = _age_s(line, now) if now is not None else None
+    when = f", written {_ago(age)} before its end was seen" if age is not None and age > STALE_LINE_S else ""
+    return f"last {kind} in its log{when}: {line.strip()[:MAX_REASON_CHARS]}"
 
 
 def backoff_seconds(num_recent_restarts: int) -> int:

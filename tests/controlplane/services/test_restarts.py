@@ -102,3 +102,18 @@ def test_a_signal_without_a_log_says_just_that(deployment, make_worker, sent):
     worker = make_worker(deployment, "decode")
     failure = WorkerFailure.exited(worker_id=worker.id, pid=worker.pid, exit_code=-9, log_tail="")
     assert failure.reason == "process killed by signal 9 (SIGKILL)" and failure.log_tail == ""
+
+
+def test_a_log_line_written_long_before_a_kill_is_quoted_with_its_age_not_as_its_cause():
+    from datetime import datetime
+
+    from controlplane.services.restarts import exit_reason
+
+    now = datetime(2026, 12, 7, 4, 40, 0)
+    old = "2026-12-07 04:28:00,100 WARNING tandem.gateway: control plane http://cp: timeout (keeping the last good)"
+    fresh = "2026-12-07 04:39:55,000 ERROR tandem.gateway: out of file descriptors"
+    stale = exit_reason(exit_code=-9, log_tail=old + "\n2026-12-07 04:39:00,000 INFO tandem.gateway: polled", now=now)
+    assert stale.startswith("process killed by signal 9 (SIGKILL); last warning in its log, written 12 min before "
+                            "its end was seen: ")
+    assert exit_reason(exit_code=1, log_tail=old + "\n" + fresh, now=now) == (
+        f"process exited with code 1; last error in its log: {fresh}")
