@@ -32,16 +32,15 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.utils import timezone
 
 from controlplane.agent import control_faults, launch, processes, proxy_faults, resource_faults, runtime
-from controlplane.models import Action, ActionKind, ActionStatus, Worker
-from controlplane.services.actions import Actor, DuplicateAction, action_create, action_find
+from controlplane.agent.fault_holds import (INJECTED_KIND, REVERTED_KIND, HeldFault, held, held_lock,
+                                            injected_key, record, reverted_key, starting, worker_of)
+from controlplane.models import ActionStatus, Worker
+from controlplane.services.actions import action_find
 
 log = logging.getLogger(__name__)
 
@@ -49,67 +48,6 @@ AGENT_FAULT_INJECT = "controlplane.agent.tasks.agent_fault_inject"
 AGENT_FAULT_REVERT = "controlplane.agent.tasks.agent_fault_revert"
 FAULT_KINDS = ("kill", "pause", *proxy_faults.PROXY_KINDS, *resource_faults.RESOURCE_KINDS,
                *control_faults.CONTROL_KINDS)
-# The audit rows of a fault. ActionKind has no `fault` value: adding one changes the Action.kind field's choices,
-# which needs a migration of the core app (see docs/chaos.md); `start`/`stop` carry params.event instead.
-INJECTED_KIND, REVERTED_KIND = ActionKind.START, ActionKind.STOP
-
-
-def injected_key(key: str) -> str:
-    return f"{key}:injected"
-
-
-def reverted_key(key: str) -> str:
-    return f"{key}:reverted"
-
-
-@dataclass(slots=True)
-class _Pause:
-    handle: processes.ProcessHandle | None  # the worker's (pause), the fault proxy's or the hog's process
-    timer: threading.Timer
-    until: float
-    worker_id: int
-    audit: dict
-    proxy: dict | None = None  # a proxy fault: what proxy_faults.proxy_stop needs
-    resource: dict | None = None  # a resource fault: what resource_faults.resource_stop needs
-    freeze: dict | None = None  # a broker freeze: what control_faults.freeze_stop needs
-
-
-# Faults with a deadline this process holds (pauses, proxy and resource faults, a broker freeze), by fault key: the
-# timer that releases each one at its deadline.
-_paused: dict[str, _Pause] = {}
-_starting: set[str] = set()  # proxy and resource faults whose process is starting (outside the lock: it takes a while)
-_paused_lock = threading.Lock()
-
-
-def paused_keys() -> list[str]:
-    with _paused_lock:
-        return sorted(_paused)
-
-
-def _actor() -> Actor:
-    return Actor.system(f"node agent {runtime.node_name or settings.TANDEM_NODE_NAME}")
-
-
-def _record(*, kind: str, key: str, worker: Worker | None, event: str, audit: dict, outcome: str,
-            status: str = ActionStatus.SUCCEEDED, error: str = "", **result) -> None:
-    """One audit row of what this agent did; a database that refuses it is logged, never raised (the signal was
-    sent or not, whatever the row says)."""
-    try:
-        action_create(
-            kind=kind, actor=_actor(), deployment=worker.deployment if worker else None, worker=worker,
-            reason=f"{event.replace('_', ' ')}: {outcome}" + (f" ({error})" if error else ""), status=status,
-            idempotency_key=key, params={**audit, "event": event, "worker": worker.id if worker else None},
-            result={"outcome": outcome, **({"error": error} if error else {}), **result})
-    except DuplicateAction:
-        pass
-    except DatabaseError as exc:
-        log.warning("fault %s: the audit row (%s) was not written: %r", key, event, exc)
-
-
-def _worker(worker_id: int) -> Worker | None:
-    return Worker.objects.select_related("deployment", "node").filter(id=worker_id).first()
-
-
 def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
     """The worker's process when it lives on this host; never a pid of another node's worker (a routing bug must
     not signal whatever process has that number here)."""
@@ -146,23 +84,23 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
     if action_find(injected_key(key)) is not None:
         return "duplicate"
-    worker = _worker(worker_id)
+    worker = worker_of(worker_id)
     common = dict(kind=INJECTED_KIND, key=injected_key(key), worker=worker, event="fault_injected",
                   audit={**audit, "fault": kind})
     if action_find(reverted_key(key)) is not None:
         # Its revert came first (the two messages travel apart, and a short fault's revert can overtake its inject):
         # injected now, the fault would stay until its deadline with no revert left to come.
-        _record(**common, outcome="cancelled", status=ActionStatus.FAILED,
+        record(**common, outcome="cancelled", status=ActionStatus.FAILED,
                 error="its revert arrived first: nothing injected")
         return "cancelled"
     if runtime.simulated and kind in resource_faults.RESOURCE_KINDS:
-        _record(**common, outcome="unsupported", status=ActionStatus.FAILED,
+        record(**common, outcome="unsupported", status=ActionStatus.FAILED,
                 error="resource faults load the real host, which a simulated fleet's nodes share")
         return "unsupported"
     now = time.time()
     remaining = min(until - now, float(settings.TANDEM_CHAOS_MAX_DURATION_S))
     if kind not in ("kill", "agent_kill") and remaining <= 0:
-        _record(**common, outcome="expired", status=ActionStatus.FAILED,
+        record(**common, outcome="expired", status=ActionStatus.FAILED,
                 error=f"the fault's deadline passed {now - until:.1f} s before the message arrived")
         return "expired"
     if kind in control_faults.CONTROL_KINDS:
@@ -170,26 +108,26 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
                                audit=audit, common=common)
     handle = _live_handle(worker)
     if handle is None:
-        _record(**common, outcome="gone", status=ActionStatus.FAILED, error="the worker has no live process")
+        record(**common, outcome="gone", status=ActionStatus.FAILED, error="the worker has no live process")
         return "gone"
     if kind == "kill":
         runtime.launcher.signal_group(handle, signal.SIGKILL)
-        _record(**common, outcome="killed", pid=handle.pid, signal="SIGKILL")
+        record(**common, outcome="killed", pid=handle.pid, signal="SIGKILL")
         log.info("fault %s: worker %s (pid %d) killed", key, worker_id, handle.pid)
         return "killed"
     if kind in proxy_faults.PROXY_KINDS or kind in resource_faults.RESOURCE_KINDS:
         return _held_inject(key=key, kind=kind, worker=worker, until=now + remaining, params=params or {},
                              audit=audit, common=common)
-    with _paused_lock:
-        if key in _paused:
+    with held_lock:
+        if key in held:
             return "duplicate"
-        timer = threading.Timer(remaining, _release, args=(key, "the agent's deadline"))
+        timer = threading.Timer(remaining, release, args=(key, "the agent's deadline"))
         timer.daemon = True
-        _paused[key] = _Pause(handle=handle, timer=timer, until=now + remaining, worker_id=worker_id,
+        held[key] = HeldFault(handle=handle, timer=timer, until=now + remaining, worker_id=worker_id,
                               audit={**audit, "fault": kind})
         runtime.launcher.signal_group(handle, signal.SIGSTOP)
         timer.start()
-    _record(**common, outcome="paused", pid=handle.pid, signal="SIGSTOP", until=now + remaining)
+    record(**common, outcome="paused", pid=handle.pid, signal="SIGSTOP", until=now + remaining)
     log.info("fault %s: worker %s (pid %d) paused for %.1f s", key, worker_id, handle.pid, remaining)
     return "paused"
 
@@ -208,13 +146,13 @@ def _control_inject(*, key: str, kind: str, worker: Worker | None, until: float,
     elif runtime.node_name is not None and node != runtime.node_name:
         refused = "failed", f"meant for the agent of node {node!r}, not {runtime.node_name!r}"
     if refused is not None:
-        _record(**common, outcome=refused[0], status=ActionStatus.FAILED, error=refused[1])
+        record(**common, outcome=refused[0], status=ActionStatus.FAILED, error=refused[1])
         return refused[0]
     if kind in control_faults.HELD_KINDS:
         return _held_inject(key=key, kind=kind, worker=worker, until=until, params={**params, "node": node},
                             audit=audit, common=common)
     # The row first: once this agent is gone, nobody could write it; a message delivered again finds it.
-    _record(**common, outcome="killed", node=node, agent_pid=os.getpid(), signal="SIGKILL",
+    record(**common, outcome="killed", node=node, agent_pid=os.getpid(), signal="SIGKILL",
             simulated=runtime.simulated)
     control_faults.agent_kill(node)
     return "killed"
@@ -224,10 +162,10 @@ def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: d
                  common: dict) -> str:
     """A fault with a process of its own (a fault proxy, a hog) or a broker freeze, held until its deadline."""
     proxied, frozen = kind in proxy_faults.PROXY_KINDS, kind in control_faults.HELD_KINDS
-    with _paused_lock:
-        if key in _paused or key in _starting:
+    with held_lock:
+        if key in held or key in starting:
             return "duplicate"
-        _starting.add(key)
+        starting.add(key)
     try:
         if proxied:
             state = proxy_faults.proxy_start(key=key, kind=kind, worker=worker, until=until, params=params)
@@ -239,35 +177,35 @@ def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: d
             state, handle = resource_faults.resource_start(key=key, kind=kind, worker_id=worker.id, until=until,
                                                            params=params, node=runtime.node_name)
     except (proxy_faults.ProxyFailed, resource_faults.ResourceRefused, control_faults.FreezeFailed) as exc:
-        _record(**common, outcome="failed", status=ActionStatus.FAILED, error=str(exc))
+        record(**common, outcome="failed", status=ActionStatus.FAILED, error=str(exc))
         return "failed"
     finally:
-        with _paused_lock:
-            _starting.discard(key)
-    _hold(key, handle=handle, until=until, worker_id=worker.id, audit={**audit, "fault": kind},
+        with held_lock:
+            starting.discard(key)
+    hold(key, handle=handle, until=until, worker_id=worker.id, audit={**audit, "fault": kind},
           proxy=state if proxied else None, resource=state if not proxied and not frozen else None,
           freeze=state if frozen else None)
     outcome = "proxied" if proxied else control_faults.HELD_OUTCOMES.get(kind) or \
         ("filled" if kind == "disk_fill" else "hogging")
-    _record(**common, outcome=outcome, until=until, params=params, **state)
+    record(**common, outcome=outcome, until=until, params=params, **state)
     log.info("fault %s: %s, %s %s (worker %s) until %.1f", key, outcome, kind, params, worker.id, until)
     return outcome
 
 
-def _hold(key: str, *, until: float, **fields) -> None:
+def hold(key: str, *, until: float, **fields) -> None:
     """Hold a fault with a process (or a file) of its own until `until`: the timer that releases it."""
-    timer = threading.Timer(max(0.0, until - time.time()), _release, args=(key, "the agent's deadline"))
+    timer = threading.Timer(max(0.0, until - time.time()), release, args=(key, "the agent's deadline"))
     timer.daemon = True
-    with _paused_lock:
-        _paused[key] = _Pause(timer=timer, until=until, **fields)
+    with held_lock:
+        held[key] = HeldFault(timer=timer, until=until, **fields)
         timer.start()
 
 
-def _release(key: str, by: str) -> str | None:
+def release(key: str, by: str) -> str | None:
     """Undo a fault this process holds (at its deadline, or on a revert): SIGCONT a pause, point the row back and
     stop the proxy, stop the hog or delete the fill file. None when it holds no such fault."""
-    with _paused_lock:
-        pause = _paused.pop(key, None)
+    with held_lock:
+        pause = held.pop(key, None)
         if pause is None:
             return None
         pause.timer.cancel()
@@ -281,10 +219,10 @@ def _release(key: str, by: str) -> str | None:
         outcome = control_faults.freeze_stop(key=key, state=pause.freeze)
     log.info("fault %s (worker %s) released by %s: %s", key, pause.worker_id, by, outcome)
     try:
-        worker = _worker(pause.worker_id)
+        worker = worker_of(pause.worker_id)
     except DatabaseError:
         worker = None
-    _record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=pause.audit,
+    record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=pause.audit,
             outcome=outcome, by=by, pid=pause.handle.pid if pause.handle else None,
             late_s=round(max(0.0, time.time() - pause.until), 3))
     return outcome
@@ -305,8 +243,8 @@ def _wait_started(key: str) -> None:
     finds nothing to undo, reports "gone", and the fault stays until its deadline."""
     deadline = time.monotonic() + proxy_faults.LISTEN_TIMEOUT_S + 5.0
     while time.monotonic() < deadline:
-        with _paused_lock:
-            if key not in _starting:
+        with held_lock:
+            if key not in starting:
                 return
         time.sleep(0.05)
 
@@ -321,12 +259,12 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
     or resource fault it does not hold is undone from what its injected row recorded."""
     audit = {**(audit or {}), "fault": kind}
     _wait_started(key)
-    outcome = _release(key, "a revert")
+    outcome = release(key, "a revert")
     if outcome is not None:
         return outcome
     if action_find(reverted_key(key)) is not None:
         return "already-reverted"
-    worker = _worker(worker_id)
+    worker = worker_of(worker_id)
     if kind == "kill":
         outcome = "nothing-to-revert"
     elif kind in proxy_faults.PROXY_KINDS:
@@ -350,51 +288,7 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
         handle = _live_handle(worker)
         outcome = "resumed" if handle is not None and runtime.launcher.signal_group(handle, signal.SIGCONT) \
             else "gone"
-    _record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=audit,
+    record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=audit,
             outcome=outcome, by="a revert")
     return outcome
 
-
-def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) -> list[str]:
-    """After this node's agent started (again): the control faults its predecessor carried and nobody reverted get
-    their revert rows now. An agent_kill is over (this agent is its restart: `restarted`, with the workers adopted);
-    a broker freeze is thawed at once (its timer died with the old agent, and no revert can come through a frozen
-    broker). A disk_fill's file (which has no deadline of its own) is held again until its deadline, or deleted now
-    when that has passed. Returns the keys reverted or held again."""
-    since = timezone.now() - timedelta(days=1)
-    rows = Action.objects.filter(created_at__gte=since, kind=INJECTED_KIND, status=ActionStatus.SUCCEEDED,
-                                 params__event="fault_injected",
-                                 params__fault__in=(*control_faults.CONTROL_KINDS, "disk_fill"),
-                                 result__node=node_name).select_related("worker", "deployment")
-    resumed = []
-    for row in rows:
-        key = (row.idempotency_key or "").removesuffix(":injected")
-        if not key or action_find(reverted_key(key)) is not None:
-            continue
-        fault = row.params["fault"]
-        if fault in control_faults.HELD_KINDS and _release(key, "the agent's restart") is not None:
-            resumed.append(key)  # held by this very process (a simulated agent's restart): released, row written
-            continue
-        audit = {k: v for k, v in (row.params or {}).items() if k not in ("event", "worker")}
-        state = row.result or {}
-        if fault == "disk_fill":
-            with _paused_lock:
-                if key in _paused:
-                    continue  # held by this very process
-            if state.get("until", 0) > time.time():
-                _hold(key, handle=None, until=state["until"], worker_id=row.worker_id, audit=audit, resource=state)
-                log.info("fault %s (disk_fill) of node %s: held again until %.1f", key, node_name, state["until"])
-                resumed.append(key)
-                continue
-            outcome, extra = resource_faults.fill_remove(key=key, state=state), {}
-        elif fault == "agent_kill":
-            outcome = "restarted"
-            extra = {"adopted": (adopted or {}).get("adopted", []),
-                     "down_s": round((timezone.now() - row.created_at).total_seconds(), 3)}
-        else:
-            outcome, extra = control_faults.freeze_stop(key=key, state=state), {}
-        _record(kind=REVERTED_KIND, key=reverted_key(key), worker=row.worker, event="fault_reverted", audit=audit,
-                outcome=outcome, by="the agent's restart", **extra)
-        log.info("fault %s (%s) of node %s: %s at the agent's restart", key, fault, node_name, outcome)
-        resumed.append(key)
-    return resumed

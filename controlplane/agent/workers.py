@@ -13,7 +13,7 @@ from datetime import datetime, timezone as dt_timezone
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.agent import launch, runtime
+from controlplane.agent import fault_holds, launch, runtime
 from controlplane.models import Worker, WorkerPurpose, WorkerStatus
 from controlplane.services.restarts import WorkerFailure, worker_failure_record
 
@@ -46,6 +46,7 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
         return "not-pending"
     stale = launch.handle_of(worker)
     if stale is not None and runtime.launcher.is_alive(stale):
+        fault_holds.pause_superseded(worker_id=worker.id, by="its restart")  # one or the other: no resume after this
         outcome = runtime.launcher.stop(stale, deadline_s=settings.TANDEM_STOP_DEADLINE_S)
         log.info("worker %s: stopped its previous process %d (%s) before restarting", worker.id, stale.pid, outcome)
     num_claimed = Worker.objects.filter(id=worker.id, status=WorkerStatus.PENDING, pid=worker.pid).update(
@@ -108,6 +109,7 @@ def worker_stop(*, worker_id: int, node_name: str | None, deadline_s: float) -> 
             # The gateway polls membership every 2 s; new requests must have stopped arriving before SIGTERM
             # makes this worker answer 503. (A profile run's worker was never in the membership.)
             time.sleep(settings.TANDEM_DRAIN_GRACE_S)
+        fault_holds.pause_superseded(worker_id=worker.id, by="its stop")
         outcome = runtime.launcher.stop(handle, deadline_s=deadline_s)
     Worker.objects.filter(id=worker.id, status=WorkerStatus.DRAINING).update(
         status=WorkerStatus.STOPPED, stopped_at=timezone.now(), next_restart_at=None,

@@ -25,7 +25,7 @@ class Command(BaseCommand):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
-        from controlplane.agent.faults import faults_resume_after_restart
+        from controlplane.agent.fault_resume import faults_resume_after_restart
         from controlplane.agent.engines import engines_probe_in_background
         from controlplane.agent.host import host_measure_in_background
         from controlplane.agent.node import Heartbeat, node_adopt, node_register

@@ -29,7 +29,7 @@ class Command(BaseCommand):
         from django.utils.text import slugify
 
         from controlplane.agent import runtime
-        from controlplane.agent.faults import faults_resume_after_restart
+        from controlplane.agent.fault_resume import faults_resume_after_restart
         from controlplane.agent.host import host_measure
         from controlplane.agent.node import node_adopt, node_register
         from controlplane.agent.simulated import FleetHeartbeat, SimulatedProcesses, hosts_start

@@ -69,12 +69,12 @@ def gateway():
 def no_pause_outlives_its_test():
     """Run ids start again in each test's rolled-back database: a pause one test left must not make the next
     test's fault of the same key a duplicate."""
-    from controlplane.agent import control_faults, faults, processes, resource_faults
+    from controlplane.agent import control_faults, fault_holds, processes, resource_faults
 
     yield
-    with faults._paused_lock:
-        left = list(faults._paused.items())
-        faults._paused.clear()
+    with fault_holds.held_lock:
+        left = list(fault_holds.held.items())
+        fault_holds.held.clear()
     for key, pause in left:
         pause.timer.cancel()
         if pause.freeze is not None:

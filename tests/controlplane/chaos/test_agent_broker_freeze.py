@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from controlplane.agent import faults, processes, runtime
+from controlplane.agent import fault_holds, fault_resume, faults, processes, runtime
 from controlplane.lib.broker import freeze_lock_path
 from controlplane.models import Action, ActionStatus
 from tests.controlplane.chaos.conftest import process_state, wait_until
@@ -115,7 +115,7 @@ def test_a_filesystem_broker_freeze_holds_every_client_until_the_agents_deadline
     injected = Action.objects.get(idempotency_key=faults.injected_key("fz-fs"))
     assert injected.result["broker"] == "filesystem" and injected.result["node"] == agent_of.node.name
     # Nothing left: the lock is free, no fault held.
-    assert _lock_is_free(folder_broker) and faults.paused_keys() == []
+    assert _lock_is_free(folder_broker) and fault_holds.paused_keys() == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -142,14 +142,14 @@ def test_an_agent_that_restarts_thaws_the_broker_its_predecessor_froze(agent_of,
     assert faults.fault_inject(key="fz-restart", kind="broker_freeze", worker_id=agent_of.pk,
                                until=time.time() + 60, audit=AUDIT, params={}) == "frozen"
     # The agent dies: its timer with it (no revert message could reach it through the frozen broker).
-    with faults._paused_lock:
-        faults._paused.pop("fz-restart").timer.cancel()
+    with fault_holds.held_lock:
+        fault_holds.held.pop("fz-restart").timer.cancel()
     wait_until("redis to stop", lambda: process_state(handle.pid) == "stopped", timeout=5)
-    assert faults.faults_resume_after_restart(node_name=agent_of.node.name) == ["fz-restart"]
+    assert fault_resume.faults_resume_after_restart(node_name=agent_of.node.name) == ["fz-restart"]
     wait_until("redis to answer again", answers, timeout=10)
     reverted = Action.objects.get(idempotency_key=faults.reverted_key("fz-restart"))
     assert reverted.result["outcome"] == "thawed" and reverted.result["by"] == "the agent's restart"
-    assert faults.faults_resume_after_restart(node_name=agent_of.node.name) == []
+    assert fault_resume.faults_resume_after_restart(node_name=agent_of.node.name) == []
 
 
 @pytest.mark.django_db
@@ -158,7 +158,7 @@ def test_a_process_that_is_no_node_agent_refuses_a_control_fault(world, folder_b
     assert runtime.node_name is None and not runtime.simulated
     outcome = faults.fault_inject(key=f"no-agent-{kind}", kind=kind, worker_id=world["decode"].pk,
                                   until=time.time() + 30, audit=AUDIT, params={})
-    assert outcome == "unsupported" and faults.paused_keys() == [] and _lock_is_free(folder_broker)
+    assert outcome == "unsupported" and fault_holds.paused_keys() == [] and _lock_is_free(folder_broker)
     injected = Action.objects.get(idempotency_key=faults.injected_key(f"no-agent-{kind}"))
     assert injected.status == ActionStatus.FAILED and "node agent process" in injected.result["error"]
 

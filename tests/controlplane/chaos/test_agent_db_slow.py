@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from controlplane.agent import control_faults, faults, processes, runtime
+from controlplane.agent import control_faults, fault_holds, fault_resume, faults, processes, runtime
 from controlplane.models import Action
 from tests.controlplane.chaos.conftest import process_state, wait_until
 from tests.procs import free_port
@@ -115,7 +115,7 @@ def test_the_server_and_its_backends_are_stopped_in_a_duty_cycle_until_the_agent
     ratio = during / ((before + after) / 2)
     print(f"db_slow ms=50: the backend's loop ran at {ratio:.2f} of its speed before and after (loaded host)")
     assert 0.15 < ratio < 0.8, (before, during, after)
-    assert faults.paused_keys() == [] and control_faults._throttles == {}
+    assert fault_holds.paused_keys() == [] and control_faults._throttles == {}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -125,7 +125,7 @@ def test_a_revert_ends_the_cycle_with_every_process_running(agent_of, stand_in):
     wait_until("the backend to stop", lambda: process_state(child.pid) == "stopped", timeout=5)
     assert faults.fault_revert(key="slow-revert", kind="db_slow", worker_id=agent_of.pk, audit=AUDIT) == "released"
     assert all("stopped" not in states for states in _states(parent.pid, child.pid, seconds=0.5))
-    assert faults.paused_keys() == [] and control_faults._throttles == {}
+    assert fault_holds.paused_keys() == [] and control_faults._throttles == {}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -133,19 +133,19 @@ def test_an_agent_that_restarts_continues_the_server_its_predecessor_left_stoppe
     parent, child, _ = stand_in
     assert _inject(agent_of, "slow-restart", until_s=60, ms=90) == "throttled"
     # The agent dies in the stopped part of a cycle: its timer and its thread with it.
-    with faults._paused_lock:
-        faults._paused.pop("slow-restart").timer.cancel()
+    with fault_holds.held_lock:
+        fault_holds.held.pop("slow-restart").timer.cancel()
     with control_faults._throttles_lock:
         throttle = control_faults._throttles.pop("slow-restart")
     throttle.halt.set()
     throttle.join(timeout=10)
     for process in (parent, child):
         process.send_signal(signal.SIGSTOP)
-    assert faults.faults_resume_after_restart(node_name=agent_of.node.name) == ["slow-restart"]
+    assert fault_resume.faults_resume_after_restart(node_name=agent_of.node.name) == ["slow-restart"]
     wait_until("both to run again", lambda: _running(parent.pid, child.pid), timeout=10)
     reverted = Action.objects.get(idempotency_key=faults.reverted_key("slow-restart"))
     assert reverted.result["outcome"] == "released" and reverted.result["by"] == "the agent's restart"
-    assert faults.faults_resume_after_restart(node_name=agent_of.node.name) == []
+    assert fault_resume.faults_resume_after_restart(node_name=agent_of.node.name) == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -164,7 +164,7 @@ def test_a_database_on_another_host_is_refused(agent_of, monkeypatch):
                         lambda: {"database": "postgresql", "host": "db.elsewhere.example", "port": 5432})
     assert _inject(agent_of, "slow-away", until_s=30) == "failed"
     error = Action.objects.get(idempotency_key=faults.injected_key("slow-away")).result["error"]
-    assert "not on this host" in error and faults.paused_keys() == []
+    assert "not on this host" in error and fault_holds.paused_keys() == []
 
 
 def _write(path, timeout: float) -> float:
@@ -221,11 +221,11 @@ def test_on_sqlite_a_writer_waits_while_the_agent_holds_the_write_lock(agent_of,
     assert during > before + 0.005, (before, during)
     assert faults.fault_revert(key="slow-sqlite", kind="db_slow", worker_id=agent_of.pk, audit=AUDIT) == "released"
     assert not any(_is_locked(sqlite_file) for _ in range(50))
-    assert faults.paused_keys() == [] and control_faults._throttles == {}
+    assert fault_holds.paused_keys() == [] and control_faults._throttles == {}
 
 
 @pytest.mark.django_db(transaction=True)
 def test_on_sqlite_more_than_half_of_each_cycle_is_refused(agent_of, sqlite_file):
     assert _inject(agent_of, "slow-sqlite-90", until_s=60, ms=90) == "failed"
     error = Action.objects.get(idempotency_key=faults.injected_key("slow-sqlite-90")).result["error"]
-    assert "at most 50" in error and not _is_locked(sqlite_file) and faults.paused_keys() == []
+    assert "at most 50" in error and not _is_locked(sqlite_file) and fault_holds.paused_keys() == []

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from controlplane.agent import faults, resource_faults, runtime
+from controlplane.agent import fault_holds, fault_resume, faults, resource_faults, runtime
 from controlplane.chaos.services import experiment_create, run_abort, run_start
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionStatus
@@ -109,7 +109,7 @@ def test_a_file_that_cannot_be_written_fails_the_fault_and_leaves_nothing(world,
     assert _inject(world, "d-enospc") == "failed"
     injected = Action.objects.get(idempotency_key=faults.injected_key("d-enospc"))
     assert injected.status == ActionStatus.FAILED and "No space left" in injected.result["error"]
-    assert _fill_files(var) == [] and faults.paused_keys() == []
+    assert _fill_files(var) == [] and fault_holds.paused_keys() == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -119,13 +119,13 @@ def test_the_agents_deadline_deletes_the_file(world, var):
     reverted = wait_until("the revert row", lambda: Action.objects.filter(
         idempotency_key=faults.reverted_key("d-deadline")).first(), timeout=20)
     assert reverted.result["by"] == "the agent's deadline" and reverted.result["outcome"] == "removed"
-    assert _fill_files(var) == [] and faults.paused_keys() == []
+    assert _fill_files(var) == [] and fault_holds.paused_keys() == []
 
 
 def _agent_dies(key: str) -> None:
     """The agent process ends: its timers and what it held are gone."""
-    with faults._paused_lock:
-        faults._paused.pop(key).timer.cancel()
+    with fault_holds.held_lock:
+        fault_holds.held.pop(key).timer.cancel()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -133,9 +133,9 @@ def test_a_restarted_agent_holds_the_file_again_until_its_deadline(world, var):
     node = world["decode"].node.name
     assert _inject(world, "d-again", seconds=8) == "filled"  # room for a busy host's inject and restart
     _agent_dies("d-again")
-    assert faults.faults_resume_after_restart(node_name=node) == ["d-again"]
-    assert faults.paused_keys() == ["d-again"] and _fill_files(var) == ["chaos-disk-fill-d-again.fill"]
-    assert faults.faults_resume_after_restart(node_name=node) == []  # held already
+    assert fault_resume.faults_resume_after_restart(node_name=node) == ["d-again"]
+    assert fault_holds.paused_keys() == ["d-again"] and _fill_files(var) == ["chaos-disk-fill-d-again.fill"]
+    assert fault_resume.faults_resume_after_restart(node_name=node) == []  # held already
     reverted = wait_until("the revert row", lambda: Action.objects.filter(
         idempotency_key=faults.reverted_key("d-again")).first(), timeout=20)
     assert reverted.result["by"] == "the agent's deadline" and reverted.result["outcome"] == "removed"
@@ -151,10 +151,10 @@ def test_a_restarted_agent_deletes_a_file_whose_deadline_passed(world, var):
     row = Action.objects.get(idempotency_key=faults.injected_key("d-late"))
     row.result = {**row.result, "until": time.time() - 1}
     row.save(update_fields=["result"])
-    assert faults.faults_resume_after_restart(node_name=world["decode"].node.name) == ["d-late"]
+    assert fault_resume.faults_resume_after_restart(node_name=world["decode"].node.name) == ["d-late"]
     reverted = _reverted("d-late")
     assert reverted["outcome"] == "removed" and reverted["by"] == "the agent's restart"
-    assert _fill_files(var) == [] and faults.paused_keys() == []
+    assert _fill_files(var) == [] and fault_holds.paused_keys() == []
 
 
 @pytest.mark.django_db(transaction=True)

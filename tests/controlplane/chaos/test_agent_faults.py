@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from controlplane.agent import faults, runtime
+from controlplane.agent import fault_holds, faults, runtime
 from controlplane.models import Action, ActionStatus
 from tests.controlplane.chaos.conftest import process_state, wait_until
 
@@ -21,10 +21,10 @@ def test_a_pause_is_released_by_the_agents_own_deadline(world):
                                   until=time.time() + 1.5, audit=AUDIT)
     assert outcome == "paused"
     wait_until("the worker to stop", lambda: process_state(pid) == "stopped")
-    assert "k-deadline" in faults.paused_keys()
+    assert "k-deadline" in fault_holds.paused_keys()
     # No revert is ever sent: the timer in this (the agent's) process releases it.
     wait_until("the worker to run again", lambda: process_state(pid) in ("sleeping", "running"), timeout=15)
-    assert "k-deadline" not in faults.paused_keys()
+    assert "k-deadline" not in fault_holds.paused_keys()
     reverted = wait_until("the revert row", lambda: Action.objects.filter(
         idempotency_key=faults.reverted_key("k-deadline")).first())
     assert reverted.result["outcome"] == "resumed" and reverted.result["by"] == "the agent's deadline"
@@ -42,7 +42,7 @@ def test_a_revert_releases_a_pause_before_its_deadline(world):
     wait_until("the worker to stop", lambda: process_state(pid) == "stopped")
     assert faults.fault_revert(key="k-early", kind="pause", worker_id=world["decode"].pk, audit=AUDIT) == "resumed"
     wait_until("the worker to run again", lambda: process_state(pid) != "stopped")
-    assert faults.paused_keys() == []
+    assert fault_holds.paused_keys() == []
     assert Action.objects.get(idempotency_key=faults.reverted_key("k-early")).result["by"] == "a revert"
     # A second revert (a re-delivered message) finds the row and does nothing.
     assert faults.fault_revert(key="k-early", kind="pause", worker_id=world["decode"].pk,
@@ -98,7 +98,25 @@ def test_an_inject_that_arrives_after_its_revert_injects_nothing(world):
     assert faults.fault_revert(key="k-late", kind="pause", worker_id=world["decode"].pk, audit=AUDIT) == "resumed"
     assert faults.fault_inject(key="k-late", kind="pause", worker_id=world["decode"].pk, until=time.time() + 60,
                                audit=AUDIT) == "cancelled"
-    assert process_state(pid) in ("sleeping", "running") and faults.paused_keys() == []
+    assert process_state(pid) in ("sleeping", "running") and fault_holds.paused_keys() == []
     injected = Action.objects.get(idempotency_key=faults.injected_key("k-late"))
     assert injected.status == ActionStatus.FAILED and injected.result["outcome"] == "cancelled"
 
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_paused_worker_that_is_stopped_ends_its_pause_once_and_is_not_resumed_later(world, settings):
+    """One or the other: the worker's stop (a restart after failed health checks goes through the same) ends the
+    pause with one revert row, `superseded`; its deadline then has nothing left to resume."""
+    from controlplane.agent.workers import worker_stop
+
+    settings.TANDEM_DRAIN_GRACE_S = 0
+    pid = world["handle"].pid
+    faults.fault_inject(key="k-stop", kind="pause", worker_id=world["decode"].pk, until=time.time() + 2,
+                        audit=AUDIT)
+    wait_until("the worker to stop", lambda: process_state(pid) == "stopped")
+    assert worker_stop(worker_id=world["decode"].pk, node_name=None, deadline_s=10) == "stopped"
+    assert fault_holds.paused_keys() == []  # its deadline's timer is cancelled: nothing left to resume
+    reverted = Action.objects.get(idempotency_key=faults.reverted_key("k-stop"))
+    assert (reverted.result["outcome"], reverted.result["by"]) == ("superseded", "its stop")
+    assert process_state(pid) in ("gone", "zombie")

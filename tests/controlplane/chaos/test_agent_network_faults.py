@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from controlplane.agent import faults
+from controlplane.agent import fault_holds, faults
 from controlplane.chaos.services import experiment_create, run_abort, run_start
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, Worker
@@ -111,8 +111,8 @@ def test_an_agent_restarted_meanwhile_reverts_a_kv_fault_from_the_injected_row(s
         began = time.monotonic()
         assert _push(kv_url, row, "n-slow").status_code == 200
         assert time.monotonic() - began >= 1.5
-    with faults._paused_lock:  # the agent restarts: its timers and what it held are gone
-        faults._paused.pop(key).timer.cancel()
+    with fault_holds.held_lock:  # the agent restarts: its timers and what it held are gone
+        fault_holds.held.pop(key).timer.cancel()
     assert faults.fault_revert(key=key, kind=kind, worker_id=sim_decode.pk, audit=AUDIT) == "restored"
     _nothing_left([key], {sim_decode.pk: port})
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from controlplane.agent import faults, processes
+from controlplane.agent import fault_holds, faults, processes
 from controlplane.chaos.models import ChaosRun, RunStatus
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, Worker
@@ -70,7 +70,7 @@ def test_the_agents_own_deadline_reverts_a_latency_fault(sim_decode):
     reverted = wait_until("the revert row", lambda: Action.objects.filter(
         idempotency_key=faults.reverted_key("p-deadline")).first())
     assert reverted.result["outcome"] == "restored" and reverted.result["by"] == "the agent's deadline"
-    assert faults.paused_keys() == []
+    assert fault_holds.paused_keys() == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -78,8 +78,8 @@ def test_an_agent_restarted_meanwhile_reverts_from_the_injected_row(sim_decode):
     port = sim_decode.port
     faults.fault_inject(key="p-restart", kind="error", worker_id=sim_decode.pk, until=time.time() + 60,
                         audit=AUDIT, params={"ratio": 1})
-    with faults._paused_lock:  # the agent restarts: its timers and what it held are gone
-        faults._paused.pop("p-restart").timer.cancel()
+    with fault_holds.held_lock:  # the agent restarts: its timers and what it held are gone
+        fault_holds.held.pop("p-restart").timer.cancel()
     state = _injected("p-restart").result
     assert faults.fault_revert(key="p-restart", kind="error", worker_id=sim_decode.pk, audit=AUDIT) == "restored"
     assert Worker.objects.get(pk=sim_decode.pk).port == port

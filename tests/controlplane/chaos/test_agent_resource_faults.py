@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from controlplane.agent import faults, processes, resource_faults
+from controlplane.agent import fault_holds, faults, processes, resource_faults
 from controlplane.chaos.services import experiment_create, run_abort, run_start
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionStatus
@@ -95,7 +95,7 @@ def test_memory_pressure_holds_its_memory_and_the_agents_deadline_ends_it(world,
         idempotency_key=faults.reverted_key(key)).first(), timeout=20)
     assert reverted.result["by"] == "the agent's deadline"
     wait_until("the hog to be gone", lambda: _group(pid) == [])
-    assert faults.paused_keys() == []
+    assert fault_holds.paused_keys() == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -114,8 +114,8 @@ def test_an_agent_restarted_meanwhile_stops_the_hog_from_the_injected_row(world,
     key = f"r-restart-{tool}"
     faults.fault_inject(key=key, kind="memory_pressure", worker_id=world["decode"].pk, until=time.time() + 60,
                         audit=AUDIT, params={"mib": 16})
-    with faults._paused_lock:  # the agent restarts: its timers and what it held are gone
-        faults._paused.pop(key).timer.cancel()
+    with fault_holds.held_lock:  # the agent restarts: its timers and what it held are gone
+        fault_holds.held.pop(key).timer.cancel()
     pid = _injected(key).result["hog_pid"]
     assert _group(pid)
     assert faults.fault_revert(key=key, kind="memory_pressure", worker_id=world["decode"].pk,
@@ -131,7 +131,7 @@ def test_the_agent_refuses_more_memory_than_the_host_has(world, settings, tmp_pa
                                until=time.time() + 60, audit=AUDIT, params={"mib": too_much}) == "failed"
     injected = _injected("r-big")
     assert injected.status == ActionStatus.FAILED and injected.result["error"].startswith("mib: ")
-    assert faults.paused_keys() == []
+    assert fault_holds.paused_keys() == []
 
 
 def _experiment(world, admin, name, faults_, **extra):

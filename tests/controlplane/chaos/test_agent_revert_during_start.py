@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from controlplane.agent import faults
+from controlplane.agent import fault_holds, faults
 from controlplane.models import Action, Worker
 from tests.controlplane.chaos.conftest import wait_until
 from tests.controlplane.chaos.test_agent_proxy_faults import BODY, sim_decode  # noqa: F401 (a fixture)
@@ -27,12 +27,12 @@ def test_a_revert_during_the_proxys_start_waits_for_it_and_restores_the_row(sim_
         params={"ratio": 1.0})))
     inject.start()
     try:
-        wait_until("the proxy to be starting", lambda: "race" in faults._starting, timeout=10)
+        wait_until("the proxy to be starting", lambda: "race" in fault_holds.starting, timeout=10)
         reverted = faults.fault_revert(key="race", kind="error", worker_id=sim_decode.pk, audit=AUDIT)
     finally:
         inject.join(timeout=30)
     assert injected["outcome"] == "proxied" and reverted == "restored"
-    assert Worker.objects.get(pk=sim_decode.pk).port == port and faults.paused_keys() == []
+    assert Worker.objects.get(pk=sim_decode.pk).port == port and fault_holds.paused_keys() == []
     # Told to stop (SIGTERM): it passes requests through while it drains, no longer failing them.
     proxy_port = Action.objects.get(idempotency_key=faults.injected_key("race")).result["proxy_port"]
     answer = requests.post(f"http://127.0.0.1:{proxy_port}/v1/generate", json=BODY, timeout=30)

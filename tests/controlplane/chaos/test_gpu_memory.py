@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from controlplane.agent import faults, gpu_hold, processes, resource_faults
+from controlplane.agent import fault_holds, faults, gpu_hold, processes, resource_faults
 from controlplane.chaos.services import experiment_create, run_start
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionStatus, Worker
@@ -126,7 +126,7 @@ def test_the_agent_spawns_the_holder_which_fails_without_cuda_and_the_row_says_w
     assert error.startswith("the gpu_memory holder exited before it held the memory: ")
     assert "gpu_memory: CUDA is not available on this host" in error and "CUDA_VISIBLE_DEVICES=1)" in error
     assert "no GPU 1 to hold memory on" in error, error
-    assert faults.paused_keys() == []
+    assert fault_holds.paused_keys() == []
     log = (tmp_path / "logs" / f"resource-fault-worker-{world['decode'].pk}.log").read_text()
     assert "gpu_hold.py --until" in log and "--mib 64 --gpu 1" in log
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from controlplane.agent import faults, runtime
+from controlplane.agent import fault_holds, faults, runtime
 from controlplane.chaos.models import ChaosRun
 from controlplane.chaos.services import experiment_create, run_start
 from controlplane.errors import ControlPlaneError
@@ -29,7 +29,7 @@ def test_a_run_of_a_resource_fault_on_a_simulated_node_is_a_400_that_starts_noth
         run_start(experiment=experiment, actor=operator)
     assert refused.value.status == 400 and refused.value.extra["field"] == "faults[1].kind"
     assert "simulated" in refused.value.message and online_node.name in refused.value.message
-    assert not ChaosRun.objects.exists() and faults.paused_keys() == []
+    assert not ChaosRun.objects.exists() and fault_holds.paused_keys() == []
 
 
 @pytest.mark.django_db
@@ -37,6 +37,6 @@ def test_the_agent_of_a_simulated_fleet_refuses_a_resource_fault(world, monkeypa
     monkeypatch.setattr(runtime, "simulated", True)
     outcome = faults.fault_inject(key="sim-hog", kind="cpu_hog", worker_id=world["decode"].pk,
                                   until=time.time() + 30, audit={"chaos_run": 1}, params={"workers": 1})
-    assert outcome == "unsupported" and faults.paused_keys() == []
+    assert outcome == "unsupported" and fault_holds.paused_keys() == []
     injected = Action.objects.get(idempotency_key=faults.injected_key("sim-hog"))
     assert injected.status == ActionStatus.FAILED and "simulated fleet" in injected.result["error"]
