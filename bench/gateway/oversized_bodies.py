@@ -35,6 +35,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--attackers", type=int, default=4, help="connections sending oversized bodies at once")
     p.add_argument("--body-mb", type=float, default=1.0)
     p.add_argument("--duration", type=float, default=15.0)
+    p.add_argument("--gateway-src", type=Path, default=None,
+                   help="run the gateway from this checkout instead (e.g. `git archive REV | tar -x -C DIR`): the "
+                        "gateway before a change, measured the same way")
     return p.parse_args(argv)
 
 
@@ -105,7 +108,8 @@ def run(args) -> dict:
     try:
         wait_http(procs[0], f"http://127.0.0.1:{port}/health", timeout=300)
         procs.append(start("gateway", ["-m", "inference.gateway", "--port", str(gw_port), "--colocated",
-                                       f"http://127.0.0.1:{port}"], log_dir))
+                                       f"http://127.0.0.1:{port}"], log_dir,
+                           **({"cwd": args.gateway_src.resolve()} if args.gateway_src else {})))
         url = f"http://127.0.0.1:{gw_port}"
         wait_http(procs[1], url + "/health", timeout=60)
         gateway = psutil.Process(procs[1].popen.pid)
@@ -117,6 +121,7 @@ def run(args) -> dict:
     quiet = (phases["quiet_before"]["tokens_per_s"] + phases["quiet_after"]["tokens_per_s"]) / 2
     ratio = round(phases["attack"]["tokens_per_s"] / quiet, 3) if quiet else None
     return {"benchmark": "oversized_bodies", "worker": {"model": args.model, "dtype": "float32", "threads": 1},
+            "gateway_src": str(args.gateway_src) if args.gateway_src else "this checkout",
             "clients": args.clients, "attackers": args.attackers, "body_mb": args.body_mb,
             "duration_s": args.duration, **phases, "attack_vs_quiet": ratio,
             "goals": {"others' throughput under the attack >= 0.9x": ratio is not None and ratio >= 0.9},

@@ -46,7 +46,10 @@ VARIANT_KEY_HEADER = "X-Tandem-Variant-Key"
 
 
 def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(error.body(), status=error.status, headers={**error.headers, **(headers or {})})
+    response = web.json_response(error.body(), status=error.status, headers={**error.headers, **(headers or {})})
+    if error.headers.get("Connection") == "close":
+        response.force_close()  # aiohttp would otherwise read the unread body to keep the connection
+    return response
 
 
 def group_headers(group: Group) -> dict[str, str]:

@@ -25,16 +25,21 @@ def useful_body_bytes(router: Router) -> int | None:
     return max(limits) * JSON_BYTES_PER_CHAR + BODY_FIELDS_SLACK_BYTES
 
 
+# A body refused by its length is never read, and the answer closes the connection (the server runs with no
+# lingering: __main__.py), so the client sends its next request on a new one.
+CLOSE = {"Connection": "close"}
+
+
 async def read_body(request: web.Request, max_body_bytes: int, router: Router) -> bytes:
     too_large = ApiError(413, f"the request body exceeds {max_body_bytes} bytes", param=None,
-                         code="request_too_large")
+                         code="request_too_large", headers=CLOSE)
     length = request.content_length
     if length is not None and length > max_body_bytes:
         raise too_large
     useful = useful_body_bytes(router)
     if useful is not None and length is not None and length > useful:
         raise ApiError(400, f"the request body has {length} bytes; no prompt that fits this model's context takes "
-                            f"more than {useful}", param=None, code="context_length_exceeded")
+                            f"more than {useful}", param=None, code="context_length_exceeded", headers=CLOSE)
     try:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:  # a chunked body past client_max_size

@@ -53,7 +53,8 @@ def test_a_prompt_under_the_bound_reaches_the_worker_which_counts_its_tokens(fle
 
 
 def test_a_body_longer_than_any_fitting_prompt_is_refused_by_its_length_unread(fleet):
-    """Its Content-Length alone decides: the answer comes while the body has not even been sent."""
+    """Its Content-Length alone decides: the answer comes while the body has not even been sent, and closes the
+    connection (kept open, the server would read the unread body before the next request on it)."""
     gateway, worker = fleet
     limit = requests.get(worker.url + "/health", timeout=10).json()["max_prompt_chars"]
     length = limit * 6 + (256 << 10) + 1  # past every prompt that fits, escaped at worst; under --max-body-bytes
@@ -61,6 +62,10 @@ def test_a_body_longer_than_any_fitting_prompt_is_refused_by_its_length_unread(f
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
                      f"Content-Length: {length}\r\n\r\n{{\"prompt\": \"aaaa".encode())
-        answer = sock.recv(65536).decode()
+        answer = b""
+        while chunk := sock.recv(65536):  # to the end: the gateway closes the connection
+            answer += chunk
+    answer = answer.decode()
     assert answer.startswith("HTTP/1.1 400"), answer
     assert "context_length_exceeded" in answer and f"the request body has {length} bytes" in answer
+    assert "Connection: close" in answer
