@@ -13,7 +13,8 @@ from datetime import timedelta
 from django.utils import timezone
 
 from controlplane.agent import control_faults, resource_faults
-from controlplane.agent.faults import INJECTED_KIND, REVERTED_KIND, hold, is_held, record, release, reverted_key
+from controlplane.agent.fault_holds import INJECTED_KIND, REVERTED_KIND, is_held, record, reverted_key
+from controlplane.agent.faults import hold, release
 from controlplane.models import Action, ActionStatus
 from controlplane.services.actions import action_find
 
