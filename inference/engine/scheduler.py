@@ -123,7 +123,8 @@ class Scheduler:
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Return the sequences of the next step and whether it is a prefill step (([], False) when idle)."""
-        self.seq_limit = (self.step_times.limit(self.itl_target_s(), self.max_num_seqs)
+        self.seq_limit = (self.step_times.limit(self.itl_target_s(), self.max_num_seqs,
+                                                prefill_reserve=self.role is Role.COLOCATED)
                           if self.role is not Role.PREFILL else self.max_num_seqs)
         seqs, is_prefill = self._schedule()
         self.num_batched_tokens = sum(seq.num_scheduled_tokens for seq in seqs)
