@@ -34,27 +34,8 @@ step until it leads: it waits at most about remaining / step_token_budget steps 
 have the larger budget). Admission stops at the first candidate, in that order, that cannot get blocks, so aging
 also protects a long prompt from being overtaken forever when KV memory is short.
 
-Priority bands: each sequence has its request's band (interactive, standard, batch: the gateway's class for its
-tenant; sequence.PRIORITY_BANDS), and every admission order above is taken band first: the FIFO head of the
-non-chunked prefill and of the decode role's admission is the oldest sequence of the best band waiting (of the tenant
-holding fewest, below), and the chunked candidates are ordered by band (and tenant), then by their aged remaining
-prefill. So a quiet tenant's interactive request does not queue behind the resumed and re-dispatched streams of a
-noisy batch one. A preempted sequence goes back to the front of its band. Within a band, a request of the tenant
-holding the fewest running sequences here goes first (its `cache_salt`, which the gateway sets to its tenant; requests
-without one all tie, and keep the order above): a quiet tenant's request that the gateway preempted a flood's stream
-for does not take the place behind the flood's requests already waiting here (bench/gateway/tenants.py's isolation
-scenario on a real SmolLM2 worker, 20-40 quiet requests a run: quiet TTFT P99 0.59-1.02 s before this rule, 0.13-0.78
-s after it; the tail is a handful of requests and varies from run to run). No band starves: a waiting sequence moves
-up one band per `priority_aging_s` seconds since it was first queued, so a batch request competes as interactive (and
-then, within the band, by its age) after two such spans at most; up to the best band among those waiting beside it,
-never past it, so aging lifts a request past other classes' requests and never past those of its own class, where the
-tenant rule orders (a flood's request that waited here over 2 s went ahead of a quiet tenant's fresh one of the same
-class: up to ~0.6 s to its first token beside 8 streams). Seconds, not steps: a step lasts a millisecond on a
-small model on a CPU and tens on a large one, and what the bound protects is a client's wait.
-
-ITL objective (batch_limit.py): a sequence may carry its deployment's ITL objective; admission (every path above)
-then stops at `seq_limit`, the largest batch whose decode step the recent steps' fit keeps within it, instead of
-`max_num_seqs`. What waits beyond it waits in the order above.
+Which waiting sequence goes first, and whether it may join the running batch now (priority bands with aging, the
+tenant holding fewest, the ITL objective's batch limit): admission_order.py, which this class extends.
 
 Prefix caching (block_manager.py, prefix_cache.py): a waiting sequence is admitted after the cached prefix it would
 start from (its token budget and its place among the candidates count only the rest), and postprocess keys the
@@ -66,17 +47,15 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
+from inference.engine.admission_order import PRIORITY_AGING_S, AdmissionOrder
 from inference.engine.batch_limit import DecodeStepTimes
 from inference.engine.block_manager import BlockManager
 from inference.engine.sequence import Sequence, SequenceStatus
 from inference.roles import Role
 
-# Seconds a waiting sequence needs to move up one band: a batch request overtaken without end still competes as
-# interactive after 4 s (the gateway's own queue holds an interactive request for 10 s at most).
-PRIORITY_AGING_S = 2.0
 
 
-class Scheduler:
+class Scheduler(AdmissionOrder):
     def __init__(self, *, role: Role, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, eos_token_ids: frozenset[int], chunked_prefill: bool = False,
                  prefill_chunk_size: int | None = None, prefill_chunk_size_alone: int | None = None,
@@ -103,6 +82,7 @@ class Scheduler:
         # The deployment's ITL objective bounds the decode batch (batch_limit.py): what admission lets run now.
         self.step_times = DecodeStepTimes()
         self.seq_limit = max_num_seqs
+        self._room: tuple[int, Counter[bytes], int] | None = None  # _has_room's counts, for this many running
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
@@ -116,16 +96,12 @@ class Scheduler:
         """Decode role: the slots a sequence can ever fill (its final sampled token is never fed back)."""
         return min(seq.num_prompt_tokens + seq.params.max_tokens - 1, self.max_model_len)
 
-    def itl_target_s(self) -> float | None:
-        """The tightest ITL objective among the sequences here (one deployment's: they all carry the same)."""
-        return min((seq.itl_target_s for queue in (self.running, self.waiting) for seq in queue
-                    if seq.itl_target_s is not None), default=None)
-
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Return the sequences of the next step and whether it is a prefill step (([], False) when idle)."""
         self.seq_limit = (self.step_times.limit(self.itl_target_s(), self.max_num_seqs,
                                                 prefill_reserve=self.role is Role.COLOCATED)
                           if self.role is not Role.PREFILL else self.max_num_seqs)
+        self._room = None
         seqs, is_prefill = self._schedule()
         self.num_batched_tokens = sum(seq.num_scheduled_tokens for seq in seqs)
         return seqs, is_prefill
@@ -193,40 +169,6 @@ class Scheduler:
                     return seq
         return None
 
-    def band(self, seq: Sequence, now: float, floor: int = 0) -> int:
-        """`seq`'s priority band at `now`: its request's, less one per `priority_aging_s` since it was queued, but not
-        past `floor`, the best request band among those it competes with (_floor): aging lifts a request up to other
-        classes' requests, never past those of its own class, whose order is the tenant rule's."""
-        return max(floor, seq.priority - int((now - seq.queued_at) / self.priority_aging_s))
-
-    @staticmethod
-    def _floor(seqs) -> int:
-        return min((seq.priority for seq in seqs), default=0)
-
-    def _holding(self) -> Counter[bytes]:
-        """Running sequences per tenant (cache_salt)."""
-        return Counter(seq.cache_salt for seq in self.running)
-
-    def _by_priority(self) -> list[Sequence]:
-        """The waiting queue, best band first, then the tenant holding fewest sequences; FIFO within those (a stable
-        sort of the queue's order)."""
-        now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
-        return sorted(self.waiting, key=lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt]))
-
-    def _has_room(self, seq: Sequence, num_leaving: int = 0) -> bool:
-        """Whether `seq` may join the running batch now: below `seq_limit`; or above it, below max_num_seqs, where its
-        tenant holds fewer running sequences than its fair share of seq_limit (split evenly over the tenants with
-        sequences here). So a tenant's request is not held behind another tenant's sequences admitted before the
-        limit fell, and a flood holding more than its share gets no more while others wait."""
-        num_running = len(self.running) - num_leaving
-        if num_running < self.seq_limit:
-            return True
-        if num_running >= self.max_num_seqs:
-            return False
-        tenants = {s.cache_salt for s in self.running} | {s.cache_salt for s in self.waiting}
-        fair = max(1, self.seq_limit // len(tenants))
-        return sum(s.cache_salt == seq.cache_salt for s in self.running) < fair
-
     def _schedule_prefill(self) -> list[Sequence]:
         if len(self.running) >= self.max_num_seqs:
             return []  # no room: spare the sort of the waiting queue
@@ -266,6 +208,7 @@ class Scheduler:
         nor the reverse. Each completes its prefill here. Sequences of the paused step are untouched: their blocks
         were appended before the step."""
         self.num_batched_tokens = 0
+        self._room = None
         if (self.role is not Role.COLOCATED or not self.waiting
                 or len(self.running) - num_leaving >= self.max_num_seqs):
             return []  # no room: spare the sort (a step's start asks this beside a full batch every step)
