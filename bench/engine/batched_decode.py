@@ -111,7 +111,7 @@ def gemm_peak_gflop_s(dtype: str, repeats: int = 5) -> float:
 
 def run(args) -> dict:
     bootstrap(args.threads)
-    from bench.engine.stage_limits import cpu_flags_of_interest
+    from bench.lib.common import cpu_flags_of_interest
     from inference.engine import Config, LLMEngine, SamplingParams
 
     # Every prompt of a batch prefilled in one step (no chunks), so that every decode step timed carries them all.

@@ -156,7 +156,7 @@ def run(args) -> dict:
     bootstrap(args.threads)
     import torch
 
-    from bench.engine.stage_limits import cpu_flags_of_interest
+    from bench.lib.common import cpu_flags_of_interest
 
     doc = {"benchmark": "decode_kernels", "threads": torch.get_num_threads(), "rounds": args.rounds,
            "cpu_flags": cpu_flags_of_interest(), "results": {}}

@@ -175,7 +175,7 @@ async def measure(url: str, prompt: str, args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from bench.engine.stage_limits import cpu_flags_of_interest
+    from bench.lib.common import cpu_flags_of_interest
 
     path = model_dir(args.model)
     prompt, prompt_tokens = prompt_text(path, args.prompt_tokens)

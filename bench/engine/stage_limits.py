@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.engine.faster_tokens import decode_rates, greedy_agreement, memory_bandwidth  # noqa: E402
 from bench.engine.stage_levers import (LEVERS, decode_step_ops, engine_runner, lever_section, make_engine,  # noqa: E402
                                        release)
-from bench.lib.common import Timer, bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
+from bench.lib.common import (Timer, bootstrap, cpu_flags_of_interest, emit, environment, model_dir,  # noqa: E402
+                              random_prompts, ratio)
 
 # (at least | at most, bound) per goal of the issue.
 GOALS = {
@@ -98,12 +99,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # -- the machine -------------------------------------------------------------------------------------------------
-
-def cpu_flags_of_interest() -> list[str]:
-    from inference.hardware import cpu_flags
-
-    return sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or f in ("bf16", "asimdhp"))
-
 
 def matmul_peaks(repeats: int) -> dict:
     """GFLOP/s of one MATMUL_SHAPE matmul per dtype, best of a few (inference.roofline_measure, what node agents

@@ -82,10 +82,14 @@ def canary(api: Api, clients: Clients, args, *, fail: bool) -> dict:
     revisions = revisions.get("results", revisions) if isinstance(revisions, dict) else revisions
     settings = next(r["engine_settings"] for r in revisions if r["number"] == stable)
     started, outcomes_before = time.monotonic(), len(clients.outcomes)
-    created = api("POST", f"deployments/{DEMO}/rollouts", json={
-        "strategy": "canary", "revision": {"engine_settings": settings,
-                                           "comment": "failing canary" if fail else "identical canary"},
-        "steps": STEPS, "analysis": ANALYSIS})
+    def create():
+        answer = api("POST", f"deployments/{DEMO}/rollouts", json={
+            "strategy": "canary", "revision": {"engine_settings": settings,
+                                               "comment": "failing canary" if fail else "identical canary"},
+            "steps": STEPS, "analysis": ANALYSIS})
+        return None if answer.status_code == 409 else answer  # the last promote's action still finishing
+
+    created = api.wait("the last change's action to finish", create, timeout=300, interval=2.0)
     if created.status_code != 201:
         raise SystemExit(f"the canary was refused: {created.status_code} {created.text}")
     rollout = created.json()

@@ -91,13 +91,18 @@ def environment() -> dict:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def cpu_flags_of_interest() -> list[str]:
+    """The CPU flags a figure depends on (vector and matrix units), for every bench's document."""
+    from inference.hardware import cpu_flags
+
+    return sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or f in ("bf16", "asimdhp"))
+
+
 def run_sections(name: str, args, sections: dict) -> dict:
     """One bench's document: `sections` (name -> fn(args) -> dict) run where named in args.sections, at
     args.threads torch threads, with the CPU's flags and the environment."""
     bootstrap(args.threads)
     import torch
-
-    from bench.engine.stage_limits import cpu_flags_of_interest
 
     doc = {"benchmark": name, "threads": torch.get_num_threads(), "cpu_flags": cpu_flags_of_interest()}
     for section, fn in sections.items():
