@@ -13,12 +13,9 @@ per-sequence (fixed = 0), which would hold a bound batch where it is, or lower, 
 sizes that pessimistic fit is all there is, and it loosens as bigger and smaller batches are seen. The limit never
 falls below one sequence: a step that alone exceeds the target cannot be made faster by batching less.
 
-The objective is a P99 of the gaps the streams see, and a gap is more than a pure decode step. On a worker that
-prefills (colocated), a new request's first token runs between a step's layers (interleave.py) or beside it, and a
-short prompt's prefill costs about what the step's fixed part does (one pass over the weights): under steady
-arrivals that lands in far more than one gap in a hundred, so the limit holds a step *plus* that pass within the
-target (`prefill_reserve`). STEP_SHARE leaves the rest for the loop's delivery of the tokens. The limit does not
-chase the P99 of the gaps themselves: tried, it fed on itself (gaps above the target while sequences admitted
+The objective is a P99 of the gaps the streams see, and a gap is more than a pure decode step: a prefill between the
+step's layers or beside it, the loop's delivery of the tokens. The share (STEP_SHARE) leaves room for those. The limit
+does not chase the P99 of the gaps themselves: tried, it fed on itself (gaps above the target while sequences admitted
 before a lower limit still ran lowered the limit further, down to one sequence).
 
 Sequences already running above a limit that fell are not preempted (a recompute would cost more than the step it
@@ -28,8 +25,8 @@ from __future__ import annotations
 
 from collections import deque
 
-# The share of the ITL objective a fitted decode step (with the prefill reserve) may fill.
-STEP_SHARE = 0.9
+# The share of the ITL objective a fitted decode step may fill.
+STEP_SHARE = 0.8
 # Recent pure decode steps kept for the fit: a few seconds of a busy worker, so the limit follows a host whose speed
 # changes (another process, a thermal limit) within that.
 NUM_SAMPLES = 256
@@ -75,11 +72,10 @@ class DecodeStepTimes:
         # One batch size ever seen, or only noisy fits (a slope or a fixed part below zero): all per sequence.
         return 0.0, mean_y / mean_x
 
-    def limit(self, target_s: float | None, max_num_seqs: int, *, prefill_reserve: bool = False) -> int:
+    def limit(self, target_s: float | None, max_num_seqs: int) -> int:
         """The most sequences a decode step may hold for steps within STEP_SHARE of `target_s` (None: no target,
-        max_num_seqs), at least 1 and at most max_num_seqs; `prefill_reserve`: a short prefill's pass (the fit's
-        fixed part) beside the step within it too. The fit is redone every REFIT_EVERY steps (the scheduler asks
-        every step)."""
+        max_num_seqs), at least 1 and at most max_num_seqs. The fit is redone every REFIT_EVERY steps (the
+        scheduler asks every step)."""
         if target_s is None:
             return max_num_seqs
         if self._fit is None or self._num_since_fit >= REFIT_EVERY:
@@ -88,5 +84,5 @@ class DecodeStepTimes:
         if fit is None:
             return max_num_seqs
         fixed, per_seq = fit
-        budget = target_s * STEP_SHARE - fixed * (2 if prefill_reserve else 1)
+        budget = target_s * STEP_SHARE - fixed
         return max(1, min(max_num_seqs, int(budget / per_seq))) if budget > 0 else 1

@@ -98,8 +98,7 @@ class Scheduler(AdmissionOrder):
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Return the sequences of the next step and whether it is a prefill step (([], False) when idle)."""
-        self.seq_limit = (self.step_times.limit(self.itl_target_s(), self.max_num_seqs,
-                                                prefill_reserve=self.role is Role.COLOCATED)
+        self.seq_limit = (self.step_times.limit(self.itl_target_s(), self.max_num_seqs)
                           if self.role is not Role.PREFILL else self.max_num_seqs)
         self._room = None
         seqs, is_prefill = self._schedule()

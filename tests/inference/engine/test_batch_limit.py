@@ -19,12 +19,10 @@ def times_of(samples) -> DecodeStepTimes:
 
 
 def test_the_limit_is_the_largest_batch_whose_fitted_step_fits_the_objective():
-    # 10 ms fixed, 2 ms per sequence: 0.1 s * 0.9 = 90 ms holds 40 sequences; 35 with a short prefill's pass (the
-    # fixed part again) beside the step, on a worker that prefills.
+    # 10 ms fixed, 2 ms per sequence: 0.1 s * 0.8 = 80 ms holds 35 sequences.
     times = times_of([(n, 0.010 + 0.002 * n) for n in (1, 4, 8, 16, 32) for _ in range(3)])
     assert times.fit() == pytest.approx((0.010, 0.002))
-    assert times.limit(0.1, 64) == int((0.1 * STEP_SHARE - 0.010) / 0.002) == 40
-    assert times.limit(0.1, 64, prefill_reserve=True) == int((0.1 * STEP_SHARE - 2 * 0.010) / 0.002) == 35
+    assert times.limit(0.1, 64) == int((0.1 * STEP_SHARE - 0.010) / 0.002) == 35
     assert times.limit(10.0, 64) == 64  # never above max_num_seqs
     assert times.limit(0.001, 64) == 1  # one step alone exceeds it: batching less cannot help, never 0
     assert times.limit(None, 64) == 64  # no objective
@@ -33,7 +31,7 @@ def test_the_limit_is_the_largest_batch_whose_fitted_step_fits_the_objective():
 def test_one_batch_size_seen_is_taken_as_all_per_sequence():
     times = times_of([(8, 0.040)] * 4)  # 5 ms a sequence, pessimistically
     assert times.fit() == (0.0, pytest.approx(0.005))
-    assert times.limit(0.1, 64) == 18  # 90 ms / 5 ms
+    assert times.limit(0.1, 64) == 16
 
 
 def test_nothing_recorded_means_no_limit_yet():
@@ -102,11 +100,11 @@ def test_a_bound_batch_keeps_the_last_fit_of_several_sizes():
     """Once the limit binds, every recent step has its size: the fit of several sizes seen before stands, so the
     limit neither locks where it is nor falls to what an all-per-sequence reading of one size would give."""
     times = times_of([(n, 0.036 + 0.003 * n) for n in (1, 2, 4, 8) for _ in range(4)])
-    assert times.limit(0.1, 64) == int((0.09 - 0.036) / 0.003)  # 18
-    for _ in range(300):  # the window now holds only batches of 18
-        times.record(18, 0.036 + 0.003 * 18)
+    assert times.limit(0.1, 64) == int((0.08 - 0.036) / 0.003)  # 14
+    for _ in range(300):  # the window now holds only batches of 14
+        times.record(14, 0.036 + 0.003 * 14)
     assert times.fit() == pytest.approx((0.036, 0.003))
-    assert times.limit(0.1, 64) == 18
+    assert times.limit(0.1, 64) == 14
 
 
 def test_above_the_limit_a_tenant_below_its_fair_share_is_still_admitted_and_a_flood_is_not():
