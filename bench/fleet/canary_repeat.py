@@ -18,6 +18,7 @@ import argparse
 import re
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +30,6 @@ if str(ROOT) not in sys.path:  # run as a script
 
 from bench.lib.common import emit, environment  # noqa: E402
 from tests.controlplane.integration.make_run import MakeRun  # noqa: E402
-from tests.controlplane.integration.test_rollouts_canary import Clients  # noqa: E402
 
 DEMO = "demo"
 # The README's canary request: 20 s unjudged, then 60 s judged once each side served 5 requests.
@@ -43,6 +43,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=1.0, help="seconds between our client's requests")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one canary may take")
     return p.parse_args(argv)
+
+
+class Clients(threading.Thread):
+    """Our client beside the demo's load: a short completion every `interval_s`, each outcome kept with the revision
+    that served it (X-Tandem-Revision) and its status, or the exception."""
+
+    def __init__(self, gateway_url: str, interval_s: float):
+        super().__init__(daemon=True)
+        self.gateway_url, self.interval_s = gateway_url, interval_s
+        self.outcomes: list[tuple[float, str, int | str]] = []
+        self.stopped = threading.Event()
+
+    def run(self):
+        body = {"model": DEMO, "prompt": "Count: one, two,", "max_tokens": 8, "temperature": 0}
+        while not self.stopped.is_set():
+            try:
+                response = requests.post(f"{self.gateway_url}/v1/completions", json=body, timeout=60)
+                outcome = response.status_code
+                if outcome == 200 and not response.json()["choices"][0]["text"]:
+                    outcome = "empty answer"
+                self.outcomes.append((time.monotonic(), response.headers.get("X-Tandem-Revision", ""), outcome))
+            except (requests.RequestException, ValueError, KeyError) as exc:
+                self.outcomes.append((time.monotonic(), "", repr(exc)))
+            time.sleep(self.interval_s)
+
+    def stop(self):
+        self.stopped.set()
+        self.join(90)
 
 
 class Api:
@@ -104,7 +132,8 @@ def canary(api: Api, clients: Clients, args, *, fail: bool) -> dict:
             "seconds": round(time.monotonic() - started, 1), "reason": done.get("reason") or done.get("note"),
             "analysis": [{"verdict": run.get("verdict"), "note": run.get("note")}
                          for run in done.get("analysis_runs", [])],
-            "client_requests": len(window), "client_failures": [o[2] for o in window if o[2] != 200]}
+            "client_requests": len(window), "client_failures": [o[2] for o in window if o[2] != 200],
+            "served_by_canary": sum(1 for o in window if o[1] == str(rollout["revision"]) and o[2] == 200)}
 
 
 def failing(api: Api, revision: int) -> int:

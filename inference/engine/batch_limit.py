@@ -14,9 +14,13 @@ sizes that pessimistic fit is all there is, and it loosens as bigger and smaller
 falls below one sequence: a step that alone exceeds the target cannot be made faster by batching less.
 
 The objective is a P99 of the gaps the streams see, and a gap is more than a pure decode step: a prefill between the
-step's layers or beside it, the loop's delivery of the tokens. The share (STEP_SHARE) leaves room for those. The limit
-does not chase the P99 of the gaps themselves: tried, it fed on itself (gaps above the target while sequences admitted
-before a lower limit still ran lowered the limit further, down to one sequence).
+step's layers or beside it, the loop's delivery of the tokens. The share (STEP_SHARE) leaves room for the loop; the
+prefill it does not budget for. A new request's first token costs a pass over the weights, about the step's fixed
+part, and under steady arrivals that lands in more than one gap in a hundred at any batch worth running: a limit that
+kept a step plus that pass within the objective held the P99 only at a batch of one or two, with every other request
+waiting in the queue (tried: docs/performance.md). So the limit bounds the pace, and the P99 keeps the prefills. Nor
+does it chase the P99 of the gaps themselves: tried, that fed on itself (gaps above the target while sequences
+admitted before a lower limit still ran lowered the limit further, down to one sequence).
 
 Sequences already running above a limit that fell are not preempted (a recompute would cost more than the step it
 saves): the scheduler admits no more until the batch is back under it. Never imports torch.
