@@ -159,9 +159,12 @@ def test_an_alert_on_the_vllm_pools_ttft_p99_scales_it(live, vllm_gateway):
     _ready(live, 2)
 
 
-def _metric(url: str, name: str) -> float:
-    """The sum of a metric's samples on a /metrics page (0 where it has none)."""
-    page = requests.get(f"{url}/metrics", timeout=10).text
+def _metric(url: str, name: str, headers: dict | None = None) -> float:
+    """The sum of a metric's samples on a /metrics page (0 where it has none); a gateway's answers the scrape token
+    only (`headers`)."""
+    response = requests.get(f"{url}/metrics", timeout=10, headers=headers)
+    assert response.status_code == 200, response.text
+    page = response.text
     return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name + "{")
                or line.startswith(name + " "))
 
@@ -171,7 +174,8 @@ def test_a_vllm_worker_killed_mid_stream_moves_the_stream_token_for_token(live, 
     workers = {w["id"]: w for w in live.workers(NAME, role="colocated") if w["status"] == "ready"}
     url = {wid: f"http://{w['host']}:{w['port']}" for wid, w in workers.items()}
     prompts_before = {wid: _metric(url[wid], "vllm:prompt_tokens_total") for wid in workers}
-    migrations_before = _metric(vllm_gateway, "tandem_request_migrations_total")
+    operator = live.scrape_headers()
+    migrations_before = _metric(vllm_gateway, "tandem_request_migrations_total", operator)
     five_in = threading.Event()
     result = {}
 
@@ -190,7 +194,7 @@ def test_a_vllm_worker_killed_mid_stream_moves_the_stream_token_for_token(live, 
     assert result["text"] == reference
     assert result["usage"].completion_tokens == reference_usage.completion_tokens == NUM_TOKENS
     assert result["usage"].prompt_tokens == reference_usage.prompt_tokens
-    assert _metric(vllm_gateway, "tandem_request_migrations_total") == migrations_before + 1  # it moved mid-stream
+    assert _metric(vllm_gateway, "tandem_request_migrations_total", operator) == migrations_before + 1  # it moved
 
     def restarted():
         worker = live.api("GET", f"workers/{victim['id']}/").json()
