@@ -27,6 +27,7 @@ saves): the scheduler admits no more until the batch is back under it. Never imp
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 
 # The share of the ITL objective a fitted decode step may fill.
@@ -35,6 +36,16 @@ STEP_SHARE = 0.8
 # changes (another process, a thermal limit) within that.
 NUM_SAMPLES = 256
 REFIT_EVERY = 16
+
+
+def checked_target(itl_target_s: object) -> float | None:
+    """An ITL target as the engine takes it: seconds > 0, or None (no target); ValueError otherwise."""
+    if itl_target_s is None:
+        return None
+    if (isinstance(itl_target_s, bool) or not isinstance(itl_target_s, (int, float))
+            or not math.isfinite(itl_target_s) or itl_target_s <= 0):
+        raise ValueError(f"itl_target_s must be a number of seconds > 0, got {itl_target_s!r}")
+    return float(itl_target_s)
 
 
 class DecodeStepTimes:

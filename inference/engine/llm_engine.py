@@ -1,7 +1,6 @@
 """The engine: requests in, one step at a time, tokens out. Not thread-safe: one thread owns an engine."""
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from inference.engine.batch_limit import checked_target
 from inference.engine.block_manager import BlockManager
 from inference.engine.config import Config
 from inference.engine.interleave import Arrivals, Pause
@@ -53,15 +53,6 @@ def shared_prompt_ids(tokenizer, text: str | None) -> list[list[int]]:
         except Exception:  # a template that refuses a system message alone: chats then share nothing
             pass
     return forms
-
-
-def _checked_target(itl_target_s: object) -> float | None:
-    if itl_target_s is None:
-        return None
-    if (isinstance(itl_target_s, bool) or not isinstance(itl_target_s, (int, float))
-            or not math.isfinite(itl_target_s) or itl_target_s <= 0):
-        raise ValueError(f"itl_target_s must be a number of seconds > 0, got {itl_target_s!r}")
-    return float(itl_target_s)
 
 
 class LLMEngine:
@@ -144,7 +135,7 @@ class LLMEngine:
             raise ValueError(f"priority must be an index into {PRIORITY_BANDS}, got {priority!r}")
         seq = self._new_sequence(request_id, prompt_token_ids, params, num_resumed_tokens)
         seq.priority = priority
-        seq.itl_target_s = _checked_target(itl_target_s)
+        seq.itl_target_s = checked_target(itl_target_s)
         if cache_salt:
             seq.cache_salt = cache_salt
             seq.num_shared_tokens = num_shared_tokens(seq.token_ids, self.shared_prefixes)
@@ -170,7 +161,7 @@ class LLMEngine:
         if priority not in range(len(PRIORITY_BANDS)):
             raise ValueError(f"priority must be an index into {PRIORITY_BANDS}, got {priority!r}")
         seq.priority, seq.cache_salt = priority, cache_salt
-        seq.itl_target_s = _checked_target(itl_target_s)
+        seq.itl_target_s = checked_target(itl_target_s)
         seq.kv_import = (k, v)
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
