@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from controlplane.observability.catalog import METRIC_IDS
+from tests.page_assets import foreign_assets
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +64,7 @@ def test_a_tenants_page_shows_its_keys_usage_csv_link_and_chart_slots(client_for
     usage = usage[:usage.index("</tr>")]
     assert ">1000000<" in usage and ">3.0<" in usage  # 1M prompt at 1.5 + 0.5M completion at 3
     assert 'data-url="/tenants/acme/charts.json"' in html and "dashboard.js" in html
-    assert "cdn" not in html.lower()
+    assert foreign_assets(html) == []
     assert client_for(viewer).get("/tenants/nobody/").status_code == 404
     # The deployment page's usage table links each tenant to its page.
     deployment_page = client_for(viewer).get("/deployments/demo/").content.decode()
