@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -46,6 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quiet-interval", type=float, default=0.5)
     p.add_argument("--duration", type=float, default=20.0, help="seconds measured per loaded phase")
     p.add_argument("--objectives", default="none,0.02", help="comma-separated: none or seconds")
+    p.add_argument("--worker-args", default="", help="more worker flags, e.g. --no-interleave-prefill")
+    p.add_argument("--pin", action="store_true",
+                   help="the worker on the second CPU, the gateway, the stand-in control plane and this client on "
+                        "the first: the load generator out of the worker's way")
     return p.parse_args(argv)
 
 
@@ -208,6 +213,12 @@ def goals(result: dict, objective: float | None) -> dict:
     return found
 
 
+def _pin_this_process(cpu: int) -> None:
+    """Every thread of this process (the stand-in control plane's included) on `cpu`."""
+    for task in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(task), {cpu})
+
+
 def run(args) -> dict:
     from tests.inference.gateway.support import TOKEN, ControlPlane
     from tests.procs import free_port, start, wait_http
@@ -224,11 +235,18 @@ def run(args) -> dict:
     control_plane.start()
     procs = []
     results = {}
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs")
     try:
+        if args.pin:  # children inherit the affinity they are started with
+            _pin_this_process(cpus[1])
         procs.append(start("worker", ["-m", "inference.worker", "--role", "colocated", "--model",
                                       str(model_dir(args.model)), "--dtype", "float32", "--threads", "1",
                                       "--kv-cache-bytes", "512M", "--port", str(port),
-                                      "--max-num-seqs", str(args.slots)], log_dir))
+                                      "--max-num-seqs", str(args.slots), *args.worker_args.split()], log_dir))
+        if args.pin:
+            _pin_this_process(cpus[0])
         wait_http(procs[-1], worker_url + "/health", timeout=300)
         procs.append(start("gateway", ["-m", "inference.gateway", "--port", str(gw_port), "--control-plane",
                                        control_plane.url, "--deployment", "demo", "--token", TOKEN], log_dir))
@@ -244,7 +262,9 @@ def run(args) -> dict:
         for proc in reversed(procs):
             proc.stop()
         control_plane.stop()
-    info = {"model": args.model, "dtype": "float32", "threads": 1, "slots": args.slots}
+    info = {"model": args.model, "dtype": "float32", "threads": 1, "slots": args.slots,
+            "more_args": args.worker_args,
+            "pinned": f"worker on CPU {cpus[1]}, the rest on CPU {cpus[0]}" if args.pin else None}
     return {"benchmark": "itl_isolation", "worker": info, "flood_streams": args.flood_factor * args.slots,
             "long_tokens": args.long_tokens, "short_tokens": args.short_tokens,
             "quiet_interval_s": args.quiet_interval, "duration_s": args.duration, "objectives": results,

@@ -18,9 +18,14 @@ step's layers or beside it, the loop's delivery of the tokens. The share (STEP_S
 prefill it does not budget for. A new request's first token costs a pass over the weights, about the step's fixed
 part, and under steady arrivals that lands in more than one gap in a hundred at any batch worth running: a limit that
 kept a step plus that pass within the objective held the P99 only at a batch of one or two, with every other request
-waiting in the queue (tried: docs/performance.md). So the limit bounds the pace, and the P99 keeps the prefills. Nor
-does it chase the P99 of the gaps themselves: tried, that fed on itself (gaps above the target while sequences
-admitted before a lower limit still ran lowered the limit further, down to one sequence).
+waiting in the queue (tried: docs/performance.md). So the limit bounds the pace, and with it the prompt work a step
+takes beside its decodes (`prefill_tokens`): a preempted stream's resume recomputes its prompt and every token it had
+sent, hundreds of tokens, in chunks that made each of its steps two or three decode steps long; with a target its
+chunks shrink to what the step leaves of the objective. An arrival's short prompt still runs between the layers, a
+pass of its own: holding it for the next mixed step instead (tried) tripled a quiet request's median first token
+and still left the gaps' P99 above the objective (a mixed step does not take the fused decode path: docs/
+performance.md). Nor does it chase the P99 of the gaps themselves: tried, that fed on itself (gaps above the target
+while sequences admitted before a lower limit still ran lowered the limit further, down to one sequence).
 
 Sequences already running above a limit that fell are not preempted (a recompute would cost more than the step it
 saves): the scheduler admits no more until the batch is back under it. Never imports torch.
@@ -32,6 +37,10 @@ from collections import deque
 
 # The share of the ITL objective a fitted decode step may fill.
 STEP_SHARE = 0.8
+# The share a step with prompt tokens beside its decodes may fill (prefill_tokens), and the fewest prompt tokens
+# such a step may still take, so that a resumed or long prompt always moves.
+MIXED_STEP_SHARE = 0.9
+MIN_MIXED_STEP_TOKENS = 8
 # Recent pure decode steps kept for the fit: a few seconds of a busy worker, so the limit follows a host whose speed
 # changes (another process, a thermal limit) within that.
 NUM_SAMPLES = 256
@@ -101,3 +110,16 @@ class DecodeStepTimes:
         fixed, per_seq = fit
         budget = target_s * STEP_SHARE - fixed
         return max(1, min(max_num_seqs, int(budget / per_seq))) if budget > 0 else 1
+
+    def prefill_tokens(self, target_s: float | None, num_decodes: int, most: int, *, own_pass: bool = False) -> int:
+        """The most prompt tokens a step beside `num_decodes` running streams may take for it to stay within
+        MIXED_STEP_SHARE of `target_s`: `most` without a target or a fit, never below MIN_MIXED_STEP_TOKENS (a prompt
+        always moves; an arrival's short prompt still goes between the layers). `own_pass`: the prompt runs as a pass
+        of its own between the step's layers (interleave.py), which reads the weights again (the fit's fixed part). A
+        prompt token is priced as a decoding sequence (the fit's slope), which overprices it a little: a sequence's
+        step also reads its cache."""
+        if target_s is None or self._fit is None or num_decodes < 1:
+            return most
+        fixed, per_seq = self._fit
+        room = target_s * MIXED_STEP_SHARE - fixed * (2 if own_pass else 1) - per_seq * num_decodes
+        return max(MIN_MIXED_STEP_TOKENS, min(most, int(room / per_seq) if room > 0 else 0))

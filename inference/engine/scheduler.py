@@ -105,14 +105,20 @@ class Scheduler(AdmissionOrder):
         self.num_batched_tokens = sum(seq.num_scheduled_tokens for seq in seqs)
         return seqs, is_prefill
 
+    def _prefill_tokens(self, num_decodes: int, most: int, *, own_pass: bool = False) -> int:
+        """The prompt tokens a step beside `num_decodes` running streams takes at most: `most`, less where the
+        deployment's ITL objective leaves less (batch_limit.py)."""
+        return self.step_times.prefill_tokens(self.itl_target_s(), num_decodes, most, own_pass=own_pass)
+
     def _schedule(self) -> tuple[list[Sequence], bool]:
         if self.role is Role.DECODE:
             self._admit_prefilled()
             return self._schedule_decode(), False
         if self.chunked_prefill:
             decode = self._schedule_decode() if self.role is Role.COLOCATED else []
-            prefill = self._schedule_chunks(self.step_token_budget if decode else self.step_token_budget_alone,
-                                            num_decode_tokens=len(decode))
+            budget = (len(decode) + self._prefill_tokens(len(decode), self.step_token_budget - len(decode))
+                      if decode else self.step_token_budget_alone)
+            prefill = self._schedule_chunks(budget, num_decode_tokens=len(decode))
             return prefill + decode, bool(prefill)  # prefill chunks first, then the decodes
         prefill = self._schedule_prefill()
         if prefill or self.role is Role.PREFILL:
@@ -211,7 +217,9 @@ class Scheduler(AdmissionOrder):
         if (self.role is not Role.COLOCATED or not self.waiting
                 or len(self.running) - num_leaving >= self.max_num_seqs):
             return []  # no room: spare the sort (a step's start asks this beside a full batch every step)
-        budget = (self.step_token_budget if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used
+        budget = (self._prefill_tokens(sum(not seq.is_prefilling for seq in self.running), self.step_token_budget,
+                                       own_pass=True)
+                  if self.chunked_prefill else self.max_num_batched_tokens) - num_tokens_used
         now, holding, floor = self.clock(), self._holding(), self._floor(self.waiting)
         uncached = {id(seq): self._num_uncached(seq) for seq in self.waiting}
         order = ((lambda seq: (self.band(seq, now, floor), holding[seq.cache_salt], uncached[id(seq)]))

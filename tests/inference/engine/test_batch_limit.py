@@ -126,3 +126,40 @@ def test_above_the_limit_a_tenant_below_its_fair_share_is_still_admitted_and_a_f
     assert sched.seq_limit == 4
     assert [seq.request_id for seq in sched.running if seq.cache_salt == b"quiet"] == ["q1", "q2"]
     assert sorted(seq.request_id for seq in sched.waiting) == ["flood6", "q3"]
+
+
+def test_the_prompt_tokens_beside_decodes_shrink_to_what_the_objective_leaves():
+    # 10 ms fixed, 2 ms a sequence (a prompt token priced the same); objective 0.1 s: a step may fill 90 ms.
+    times = times_of([(n, 0.010 + 0.002 * n) for n in (1, 4, 8, 16, 32) for _ in range(3)])
+    times.limit(0.1, 64)  # the fit the scheduler reads, as after a step
+    assert times.prefill_tokens(0.1, 20, 64) == 20  # 90 - 10 - 40 ms leave 40 ms: 20 tokens
+    assert times.prefill_tokens(0.1, 20, 64, own_pass=True) == 15  # a pass of its own costs the fixed part again
+    assert times.prefill_tokens(0.1, 40, 64) == 8  # nothing left: the fewest, so that a prompt still moves
+    assert times.prefill_tokens(0.1, 2, 64) == 38 and times.prefill_tokens(0.1, 2, 16) == 16  # never above `most`
+    assert times.prefill_tokens(None, 20, 64) == 64 and DecodeStepTimes().prefill_tokens(0.1, 20, 64) == 64
+
+
+def test_a_resumed_streams_recompute_beside_decodes_comes_in_chunks_the_objective_leaves_room_for():
+    """A preempted stream comes back with every token it had sent to recompute: beside running decodes, its chunks
+    are what the objective leaves of the step, not the chunk size (64 here)."""
+    sched = make(chunked=True)
+    for n in (1, 2, 4):
+        sched.step_times.record(n, 0.010 + 0.005 * n)  # 10 ms fixed, 5 ms a sequence
+    for i in range(4):
+        sched.add(seq_of(f"r{i}", itl_target_s=0.1))
+    run_steps(sched, 2)
+    resumed = Sequence("resumed", list(range(10, 130)), SamplingParams(max_tokens=50, ignore_eos=True))
+    resumed.itl_target_s = 0.1
+    sched.add(resumed)
+    seqs, _ = sched.schedule()
+    # 90 ms less 10 fixed and 4 decodes' 20 leave 60 ms: 12 tokens at 5 ms.
+    assert resumed in seqs and resumed.num_scheduled_tokens == 12
+    assert sum(seq.num_scheduled_tokens for seq in seqs) == 16
+    # Without an objective, the chunk beside decodes as before: 64 tokens less the 4 decodes'.
+    plain = make(chunked=True)
+    for i in range(4):
+        plain.add(seq_of(f"r{i}"))
+    run_steps(plain, 2)
+    plain.add(Sequence("resumed", list(range(10, 130)), SamplingParams(max_tokens=50, ignore_eos=True)))
+    seqs, _ = plain.schedule()
+    assert [seq.num_scheduled_tokens for seq in seqs if seq.request_id == "resumed"] == [60]
