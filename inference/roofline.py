@@ -40,11 +40,12 @@ class HostPeaks:
 
 
 def precision_key(dtype: str, quantization: str = "none", int8_kernel: str | None = "fbgemm") -> str:
-    """The matmul peak a worker's prefill linears run at: INT8 weights on fbgemm's int8 kernel whatever the dtype;
-    on Tandem's (`matvec`) a prompt's linears dequantize into torch's float32 GEMM; weight-only ones run the dtype."""
+    """The matmul peak a worker's prefill linears run at: INT8 weights on fbgemm's int8 kernel (`fbgemm`, and `split`
+    for long steps) whatever the dtype; on Tandem's (`matvec`) a prompt's linears dequantize into torch's float32
+    GEMM; weight-only ones run the dtype."""
     if quantization != "int8":
         return dtype
-    return {"fbgemm": "int8", "matvec": "float32"}.get(int8_kernel or "", dtype)
+    return {"fbgemm": "int8", "split": "int8", "matvec": "float32"}.get(int8_kernel or "", dtype)
 
 
 def peaks_for_threads(roofline: dict | None, threads: int) -> HostPeaks | None:

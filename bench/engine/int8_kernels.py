@@ -31,7 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import Timer, bootstrap, emit, environment, model_dir, random_prompts, ratio  # noqa: E402
 
-KERNELS = {"tandem": "Tandem's int8 kernel", "torch": "fbgemm"}  # matvec setting: the INT8 linears it runs
+# matvec setting: the INT8 linears it runs ("auto": what a colocated worker takes here, `split` on a CPU with VNNI)
+KERNELS = {"tandem": "Tandem's int8 kernel", "torch": "fbgemm", "auto": "auto"}
 ROLES = ("prefill", "decode", "colocated")
 
 
@@ -47,12 +48,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def make_engine(path: Path, matvec: str, args):
+def make_engine(path: Path, matvec: str, args, quantization: str = "int8"):
     """Prefix caching off: the rounds repeat their prompts, and each must be prefilled again."""
     from inference.engine import Config, LLMEngine
 
     return LLMEngine(Config(model=path, role="colocated", device="cpu", dtype="float32", threads=args.threads,
-                            quantization="int8", matvec=matvec, kv_cache_bytes=256 << 20, prefix_caching=False,
+                            quantization=quantization, matvec=matvec, kv_cache_bytes=256 << 20, prefix_caching=False,
                             max_num_seqs=max(64, args.concurrency),
                             max_num_batched_tokens=max(2048, args.prefill_tokens)))
 
@@ -70,6 +71,7 @@ def run(args) -> dict:
     path = model_dir(args.model)
     engines = {m: make_engine(path, m, args) for m in KERNELS}
     kernels = {m: e.model_runner.int8_kernel for m, e in engines.items()}
+    engines["float32"] = make_engine(path, "auto", args, quantization="none")  # what INT8 must never be slower than
     library = int8_linear.load()[0]
     vnni = library is not None and library.vnni
     # (engine, VNNI on or off for its rounds; None: as it is)
@@ -124,8 +126,8 @@ def run(args) -> dict:
             b["prefill_tok_s"] = max(b.get("prefill_tok_s", 0.0), args.prefill_tokens / sp)
     if vnni:
         library.use_vnni(True)
-    results = {m: {"kernel": INT8_KERNEL_NAMES[kernels[m]], **{k: round(v, 2) for k, v in best[m].items()}}
-               for m in runs}
+    results = {m: {"kernel": INT8_KERNEL_NAMES[kernels[m]] if m in kernels else "float32 weights",
+                   **{k: round(v, 2) for k, v in best[m].items()}} for m in runs}
     a, b = tokens["tandem"], tokens["torch"]
     agree = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     auto = {role: default_kernel(torch.device("cpu"), "auto", role=role) for role in ROLES}
@@ -143,6 +145,8 @@ def run(args) -> dict:
                                                  best["tandem_avx2"]["concurrent_decode_tok_s"]),
                 "prefill_tok_s": ratio(best["tandem"]["prefill_tok_s"], best["tandem_avx2"]["prefill_tok_s"]),
                 "greedy_tokens_identical": tokens["tandem"] == tokens["tandem_avx2"]} if vnni else None,
+            "auto_over_float32": {key: ratio(best["auto"][key], best["float32"][key]) for key in best["auto"]},
+            "auto_over_fbgemm": {key: ratio(best["auto"][key], best["torch"][key]) for key in best["auto"]},
             "greedy_tokens_identical_until": agree,
             "auto_picks": {role: kernel_note(auto[role], "auto", role=role) for role in ROLES},
             "cpu_flags": sorted(cpu_flags()), "environment": environment()}

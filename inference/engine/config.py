@@ -28,8 +28,8 @@ WEIGHT_LAYOUTS = ("auto", "as_loaded", "transposed")
 # The same setting covers the decode rows' attention (paged_attention.c: K/V read in place from the cache; "torch":
 # torch's gather and SDPA), the prefill chunks' attention (prefill_attention.c; "torch": SDPA), and
 # INT8 linears: Tandem's int8 kernel (int8_matvec.c) for "tandem", and for "auto" on a
-# decode worker or a CPU without VNNI (where fbgemm crawls); fbgemm for "torch" and for "auto" on prefill and
-# colocated workers with VNNI (quantization.default_kernel).
+# decode worker or a CPU without VNNI (where fbgemm crawls); fbgemm for "torch"; for "auto" on prefill and
+# colocated workers with VNNI the kernel for short steps and fbgemm for long ones (quantization.default_kernel).
 MATVECS = ("auto", "tandem", "torch")
 # What a worker says (/info) about the outputs of a quantized model.
 QUANTIZATION_NOTES = {"int8": "int8 weights: outputs are not bit-identical to the unquantized model (greedy tokens "

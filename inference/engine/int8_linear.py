@@ -131,3 +131,27 @@ class MatVecInt8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 matvec, int16 activations"
+
+
+class SplitInt8Linear(MatVecInt8Linear):
+    """The kernel for the steps it `runs` (a decode step's few tokens), `gemm` (another int8 linear of the same
+    weights, fbgemm's on a CPU with VNNI) for the longer ones: a prefilling and decoding worker gets the kernel's
+    decode and the int8 GEMM's prefill, at the price of holding the int8 matrix twice (the kernel's rows and the
+    GEMM's packed copy). A subclass, so that the lean decode and the fused layer loop take its kernel as their own."""
+
+    def __init__(self, library: Library, weight_int8: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+                 gemm: nn.Module):
+        super().__init__(library, weight_int8, scale, bias)
+        self.gemm = gemm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [..., K]  ->  [..., N] in x's dtype
+        if x.dim() == 2 and self.runs(x):
+            return self.kernel(x)
+        flat = x.reshape(-1, self.in_features)  # [M, K]
+        if not self.runs(flat):
+            return self.gemm(x)
+        return self.kernel(flat).view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}; steps of {GEMM_TOKENS} tokens or more: {self.gemm.extra_repr()}"

@@ -1,14 +1,16 @@
 """INT8 weights: the model's linear layers (attention projections, MLP, lm_head) and its embedding table held as int8
 with one scale per output channel (per row), swapped into the loaded Hugging Face model in place.
 
-Three kernels, chosen by device, CPU, the worker's role and the engine's `matvec` setting (`default_kernel`):
+Four kernels, chosen by device, CPU, the worker's role and the engine's `matvec` setting (`default_kernel`):
 - `matvec` (CPU, where Tandem's int8 kernel builds: by default on a decode worker, and on any worker of a CPU
   without an int8 dot product (VNNI); wherever the `matvec` setting is "tandem"): int8_linear.py, Tandem's kernel
   (int8_matvec.c: int8 weights, each token's activations rounded to int16, exact integer sums) for steps of fewer
   than 128 tokens, the weight dequantized into torch's float GEMM for longer ones, the int8 matrix held once for both.
-- `fbgemm` (CPU, by default for prefill and colocated workers where the CPU has VNNI; `matvec` "torch"; or where the
-  kernel cannot run): torch's dynamic-quantization linear (`quantized::linear_dynamic`): the weight prepacked for
-  fbgemm, each call quantizes its activations on the fly and multiplies in int8.
+- `split` (CPU, by default for prefill and colocated workers where the CPU has VNNI and the kernel runs): the kernel
+  for those short steps, fbgemm's int8 GEMM for the long ones (int8_linear.SplitInt8Linear), the matrix held twice.
+- `fbgemm` (CPU, `matvec` "torch", or where the kernel cannot run): torch's dynamic-quantization linear
+  (`quantized::linear_dynamic`): the weight prepacked for fbgemm, each call quantizes its activations on the fly
+  and multiplies in int8.
 - `weight_only` (CUDA, and any device): int8 weights and scales in memory, the weight converted to the activation
   dtype inside the matmul and the scale applied to its output. Tested on CPU only (tests select it explicitly).
 
@@ -18,8 +20,9 @@ with AVX2 only 2.5x fbgemm's single-stream rate and 4.7x at 16 sequences (fbgemm
 in 16 bits, must take 7-bit activations, and its tied lm_head through `torch._int_mm` crawls; KL from float32 0.12
 against the kernel's 0.0046); on an AMD EPYC with AVX-512 and VNNI 1.6-2.0x and 1.03-1.08x. Long steps (a
 prompt's) are another matter: with VNNI fbgemm's int8 GEMM prefilled 1.8x as fast as the kernel's dequantized float
-GEMM, so a prefill worker, and a colocated one that prefills too, keeps fbgemm there (one matrix per worker: holding
-both to route by step size would cost the memory INT8 is chosen for). Without VNNI the kernel serves every role.
+GEMM. A prefill or colocated worker there takes both (`split`): holding the int8 matrix twice costs what bfloat16
+weights cost, but a worker asked for INT8 must never decode slower than at the default precision, which fbgemm's
+single stream did. Without VNNI the kernel serves every role.
 
 Activations (fbgemm): quantized per token on a fixed grid (see FbgemmInt8Linear), after SmoothQuant has moved the
 range of a few outlier input channels into the weights (smooth_activations), which recovers most of what per-token
@@ -45,11 +48,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import inference.engine.int8_linear as int8_linear
-from inference.engine.int8_linear import MatVecInt8Linear
+from inference.engine.int8_linear import MatVecInt8Linear, SplitInt8Linear
 from inference.engine.precision import cpu_flags
 from inference.hardware import INT8_DOT_PRODUCT_CPU_FLAGS
 
-KERNELS = ("fbgemm", "weight_only", "matvec")
+KERNELS = ("fbgemm", "weight_only", "matvec", "split")
 _INT8_MAX = 127
 CALIBRATION_TOKENS = 256
 SMOOTHING_ALPHA = 0.5
@@ -59,24 +62,26 @@ log = logging.getLogger(__name__)
 
 # What /info's matvec reason says of each kernel.
 INT8_KERNEL_NAMES = {"fbgemm": "fbgemm's dynamic int8 linear", "matvec": "Tandem's int8 kernel",
-                     "weight_only": "weight-only int8 through torch's matmul"}
+                     "weight_only": "weight-only int8 through torch's matmul",
+                     "split": "Tandem's int8 kernel for short steps, fbgemm's int8 GEMM for long ones"}
 
 
 def default_kernel(device: torch.device, matvec: str = "auto", flags: frozenset[str] | None = None,
                    role: str = "colocated") -> str:
     """The kernel for `device`, the engine's `matvec` setting (Config.matvec), the CPU's `flags` (read from the CPU
-    where None) and the worker's `role`: on a CPU Tandem's int8 kernel where the setting is "tandem", or "auto" on a
-    decode worker or a CPU without VNNI, and the kernel runs here; else fbgemm (the module docstring says why)."""
+    where None) and the worker's `role`, where Tandem's int8 kernel runs here: the kernel where the setting is
+    "tandem", or "auto" on a decode worker or a CPU without VNNI; "auto" on a prefilling worker of a CPU with VNNI the
+    kernel for short steps and fbgemm for long ones; fbgemm otherwise (the module docstring says why)."""
     if device.type != "cpu":
         return "weight_only"
     if matvec == "torch":
-        return "fbgemm"
-    if matvec == "auto" and role != "decode" and (cpu_flags() if flags is None else flags) & INT8_DOT_PRODUCT_CPU_FLAGS:
         return "fbgemm"
     library, reason = int8_linear.load()
     if library is None:
         log.warning("int8: fbgemm's linear instead of Tandem's kernel: %s", reason)
         return "fbgemm"
+    if matvec == "auto" and role != "decode" and (cpu_flags() if flags is None else flags) & INT8_DOT_PRODUCT_CPU_FLAGS:
+        return "split"
     return "matvec"
 
 
@@ -90,7 +95,7 @@ def kernel_note(kernel: str, matvec: str = "auto", flags: frozenset[str] | None 
     if kernel == "matvec":
         return f"{name}: a decode worker's steps are a few tokens" if role == "decode" else \
             f"{name}: no int8 dot product (VNNI) on this CPU"
-    if kernel == "fbgemm" and vnni:
+    if kernel == "split":
         return f"{name}: this CPU has {', '.join(vnni)}, whose int8 GEMM prefills faster"
     return name
 
@@ -330,7 +335,7 @@ def quantize_model(model, *, kernel: str) -> None:
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     make_linear = _linear_maker(kernel)
-    if kernel == "fbgemm":
+    if kernel in ("fbgemm", "split"):
         smooth_activations(model)
     body = model.model
     for layer in body.layers:
@@ -349,7 +354,7 @@ def quantize_model(model, *, kernel: str) -> None:
     tied = model.lm_head.weight is embed.weight
     matrix = Int8Matrix(embed.weight)
     body.embed_tokens = Int8Embedding(matrix, dtype)
-    if tied and kernel == "matvec":  # the kernel reads the shared matrix as it is
+    if tied and kernel in ("matvec", "split"):  # the kernel reads the shared matrix as it is (a prompt's last token)
         model.lm_head = MatVecInt8Linear(int8_linear.load()[0], matrix.weight_int8, matrix.scale)
     elif tied:
         model.lm_head = Int8TiedLMHead(matrix, "int_mm" if kernel == "fbgemm" else "weight_only")
@@ -371,6 +376,8 @@ def _linear_maker(kernel: str):
 
     def make(weight: torch.Tensor, bias: torch.Tensor | None = None) -> MatVecInt8Linear:
         w_int8, scale = quantize_per_row(weight)
+        if kernel == "split":
+            return SplitInt8Linear(library, w_int8.cpu(), scale.cpu(), bias, FbgemmInt8Linear(weight, bias))
         return MatVecInt8Linear(library, w_int8.cpu(), scale.cpu(), bias)
     return make
 

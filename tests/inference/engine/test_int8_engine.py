@@ -1,6 +1,6 @@
 """An int8 engine on a CPU runs Tandem's int8 kernel where `matvec="tandem"` asks for it and by default (`auto`) on a
-decode worker or a CPU without VNNI, fbgemm with `torch` and by default on a prefill or colocated worker with VNNI:
-it decodes greedily exactly as Hugging Face's own `generate` does on the same
+decode worker or a CPU without VNNI, fbgemm with `torch`, and by default on a prefill or colocated worker with VNNI
+both (the kernel for short steps, fbgemm for long ones): it decodes greedily exactly as Hugging Face's own `generate` does on the same
 quantized model, a prompt gets the same tokens alone or in a batch, its weights take a quarter of float32's, and on
 SmolLM2 its next-token distributions lie closer to the float32 model's than fbgemm's do."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from inference.engine import Config, LLMEngine, SamplingParams, int8_linear, quantization
-from inference.engine.int8_linear import MatVecInt8Linear
+from inference.engine.int8_linear import GEMM_TOKENS, MatVecInt8Linear, SplitInt8Linear
 from inference.engine.quantization import (FbgemmInt8Linear, default_kernel, kernel_note, quantize_model,
                                           weight_bytes)
 from tests.conftest import MODELS_DIR
@@ -42,27 +42,29 @@ WITH_VNNI = AVX2_ONLY | {"avx512f", "avx512_vnni"}
 def test_the_kernel_follows_the_matvec_setting_the_role_and_the_cpus_int8_dot_product_and_falls_back_to_fbgemm(
         monkeypatch):
     """auto: Tandem's kernel on a decode worker (its steps are few tokens) and on any worker of a CPU without VNNI
-    (fbgemm's 16-bit pair sums and _int_mm crawl there), fbgemm for prefill and colocated workers with VNNI (its int8
-    GEMM prefills faster); tandem and torch as asked; fbgemm wherever the kernel cannot run."""
+    (fbgemm's 16-bit pair sums and _int_mm crawl there), on prefill and colocated workers with VNNI the kernel for
+    short steps and fbgemm's int8 GEMM (it prefills faster) for long ones; tandem and torch as asked; fbgemm wherever
+    the kernel cannot run."""
     cpu = torch.device("cpu")
     kernels = {(flags, role): [default_kernel(cpu, setting, flags, role) for setting in ("auto", "tandem", "torch")]
                for flags in (AVX2_ONLY, WITH_VNNI) for role in ("prefill", "decode", "colocated")}
     assert kernels == {(AVX2_ONLY, "prefill"): ["matvec", "matvec", "fbgemm"],
                        (AVX2_ONLY, "decode"): ["matvec", "matvec", "fbgemm"],
                        (AVX2_ONLY, "colocated"): ["matvec", "matvec", "fbgemm"],
-                       (WITH_VNNI, "prefill"): ["fbgemm", "matvec", "fbgemm"],
+                       (WITH_VNNI, "prefill"): ["split", "matvec", "fbgemm"],
                        (WITH_VNNI, "decode"): ["matvec", "matvec", "fbgemm"],
-                       (WITH_VNNI, "colocated"): ["fbgemm", "matvec", "fbgemm"]}
+                       (WITH_VNNI, "colocated"): ["split", "matvec", "fbgemm"]}
     assert default_kernel(torch.device("cuda"), "tandem") == "weight_only"
     assert kernel_note("matvec", "auto", AVX2_ONLY) == "Tandem's int8 kernel: no int8 dot product (VNNI) on this CPU"
     assert kernel_note("matvec", "auto", WITH_VNNI, "decode") == \
         "Tandem's int8 kernel: a decode worker's steps are a few tokens"
-    assert kernel_note("fbgemm", "auto", WITH_VNNI, "prefill") == \
-        "fbgemm's dynamic int8 linear: this CPU has avx512_vnni, whose int8 GEMM prefills faster"
+    assert kernel_note("split", "auto", WITH_VNNI, "prefill") == ("Tandem's int8 kernel for short steps, fbgemm's "
+                                                                  "int8 GEMM for long ones: this CPU has avx512_vnni, "
+                                                                  "whose int8 GEMM prefills faster")
     assert kernel_note("fbgemm", "torch", WITH_VNNI) == "fbgemm's dynamic int8 linear"
     monkeypatch.setattr(int8_linear, "load", lambda: (None, "no C compiler"))
-    assert [default_kernel(cpu, setting, AVX2_ONLY, "decode") for setting in ("auto", "tandem")] == \
-        ["fbgemm", "fbgemm"]
+    assert [default_kernel(cpu, setting, flags, "colocated") for setting in ("auto", "tandem")
+            for flags in (AVX2_ONLY, WITH_VNNI)] == ["fbgemm"] * 4
 
 
 def test_every_int8_linear_of_the_engine_is_the_kernels_where_matvec_is_tandem(tiny_model_dir, monkeypatch):
@@ -71,11 +73,14 @@ def test_every_int8_linear_of_the_engine_is_the_kernels_where_matvec_is_tandem(t
     for module in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj, runner.model.lm_head):
         assert isinstance(module, MatVecInt8Linear)
     assert "Tandem's int8 kernel" in _engine(tiny_model_dir).matvec["reason"]
-    monkeypatch.setattr(quantization, "cpu_flags", lambda: WITH_VNNI)  # auto on a CPU with VNNI: fbgemm
-    for setting in ("auto", "torch"):
-        engine = _engine(tiny_model_dir, matvec=setting)
-        assert isinstance(engine.model_runner.model.model.layers[0].self_attn.o_proj, FbgemmInt8Linear)
-        assert "fbgemm's dynamic int8 linear" in engine.matvec["reason"]
+    monkeypatch.setattr(quantization, "cpu_flags", lambda: WITH_VNNI)  # auto on a CPU with VNNI: both
+    engine = _engine(tiny_model_dir, matvec="auto")
+    o_proj = engine.model_runner.model.model.layers[0].self_attn.o_proj
+    assert isinstance(o_proj, SplitInt8Linear) and isinstance(o_proj.gemm, FbgemmInt8Linear)
+    assert "for short steps, fbgemm's int8 GEMM for long ones" in engine.matvec["reason"]
+    engine = _engine(tiny_model_dir, matvec="torch")
+    assert isinstance(engine.model_runner.model.model.layers[0].self_attn.o_proj, FbgemmInt8Linear)
+    assert "fbgemm's dynamic int8 linear" in engine.matvec["reason"]
     engine = _engine(tiny_model_dir, matvec="auto", role="decode")  # but a decode worker's: the kernel
     assert isinstance(engine.model_runner.model.model.layers[0].self_attn.o_proj, MatVecInt8Linear)
     assert "a decode worker's steps are a few tokens" in engine.matvec["reason"]
@@ -93,6 +98,27 @@ def test_the_engine_matches_hugging_face_generate_on_the_same_quantized_model(ti
     hf = _quantized_hf(tiny_model_dir, "matvec")
     for prompt, output in zip(prompts, outputs):
         assert output == hf_greedy(hf, prompt, NUM_NEW_TOKENS), f"prompt of {len(prompt)} tokens"
+
+
+def test_split_runs_the_kernel_for_short_steps_and_fbgemm_for_long_ones_and_decodes_as_hugging_face(
+        tiny_model_dir, monkeypatch):
+    """A prefilling worker of a CPU with VNNI: a decode step's few tokens through the kernel, a prompt of GEMM_TOKENS
+    tokens or more through fbgemm's int8 GEMM; the engine's greedy tokens are Hugging Face's on the same model."""
+    monkeypatch.setattr(quantization, "cpu_flags", lambda: WITH_VNNI)
+    engine = _engine(tiny_model_dir, matvec="auto", role="colocated")
+    assert engine.model_runner.int8_kernel == "split"
+    hf = _quantized_hf(tiny_model_dir, "split")
+    linear = hf.model.layers[0].mlp.gate_up_proj
+    short, long = torch.randn(4, linear.in_features), torch.randn(GEMM_TOKENS, linear.in_features)
+    assert torch.equal(linear(short), linear.kernel(short)) and torch.equal(linear(long), linear.gemm(long))
+    assert not torch.equal(linear(short), linear.gemm(short))  # two kernels, two roundings: the routing shows
+    # Each prompt alone: in a batch, a long prompt's chunks beside the others' decodes are short steps (the
+    # kernel's), where Hugging Face's one pass is fbgemm's: two roundings, and greedy tokens may part after a near-tie.
+    for prompt in random_prompts([3, 17, 90, 200], seed=5):
+        output = engine.generate([prompt], SamplingParams(max_tokens=NUM_NEW_TOKENS))[0]
+        assert output == hf_greedy(hf, prompt, NUM_NEW_TOKENS), f"prompt of {len(prompt)} tokens"
+    assert engine.weight_bytes <= 0.55 * LLMEngine(Config(model=tiny_model_dir, threads=1, dtype="float32",
+                                                          kv_cache_bytes=4 << 20)).weight_bytes
 
 
 def test_a_prompt_gets_the_same_tokens_alone_as_in_a_batch(tiny_model_dir):
