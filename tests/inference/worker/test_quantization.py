@@ -40,7 +40,9 @@ def _get(url: str, path: str) -> dict:
 def test_info_says_int8_with_its_weight_bytes_and_that_outputs_are_not_bit_identical(workers):
     int8, plain = _get(workers["int8"].url, "/info"), _get(workers["plain"].url, "/info")
     assert (int8["quantization"], plain["quantization"]) == ("int8", "none")
-    assert 0 < int8["weight_bytes"] <= 0.3 * plain["weight_bytes"]
+    # A quarter of float32's, or half where a colocated worker of a CPU with VNNI holds the matrix for both kernels.
+    both = "fbgemm's int8 GEMM for long ones" in int8["matvec"]["reason"]
+    assert 0 < int8["weight_bytes"] <= (0.55 if both else 0.3) * plain["weight_bytes"]
     assert int8["bit_identical"] is False and "not bit-identical" in int8["note"]
     assert plain["bit_identical"] is True and "note" not in plain
     health = _get(workers["int8"].url, "/health")
