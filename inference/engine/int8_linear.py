@@ -13,6 +13,7 @@ did: SmolLM2's mean KL of the next-token distributions from float32's, 0.00462 w
 with float32 ones (test_int8_engine's text; 0.00649 against 0.00648 over 6 texts decoded token by token), where
 fbgemm's 8-bit activations gave 0.12 on an AVX2 CPU without VNNI (docs/engine.md, "INT8 weights").
 
+Steps of fewer tokens in another dtype (bfloat16 activations) run the kernel on a float32 copy of the step's input.
 Steps of GEMM_TOKENS tokens or more (long prefills) dequantize each weight for the call and run torch's float GEMM,
 which computes many tokens at once faster than the kernel's passes over the weights (one per 16 tokens), on the
 float activations (not rounded to int16: within half an int16 step per activation of the kernel's values). Not
@@ -81,8 +82,8 @@ def dequantized_linear(x: torch.Tensor, weight_int8: torch.Tensor, scale: torch.
 
 
 class MatVecInt8Linear(nn.Module):
-    """int8 weight [N, K] and float32 scales [N] (one per output channel), held once: the kernel for float32 steps
-    of fewer than GEMM_TOKENS tokens, a dequantized GEMM for longer ones (and for other dtypes)."""
+    """int8 weight [N, K] and float32 scales [N] (one per output channel), held once: the kernel for steps of fewer
+    than GEMM_TOKENS tokens (in float32), a dequantized GEMM for longer ones."""
 
     def __init__(self, library: Library, weight_int8: torch.Tensor, scale: torch.Tensor,
                  bias: torch.Tensor | None = None):
@@ -109,10 +110,16 @@ class MatVecInt8Linear(nn.Module):
         if x.dim() == 2 and self.runs(x):  # a decode step's [T, K], as the lean forward passes it: no reshapes
             return self.kernel(x)
         flat = x.reshape(-1, self.in_features)  # [M, K]
-        y = (self.kernel(flat) if self.runs(flat)
-             else dequantized_linear(flat.float(), self.weight_int8, self.scale, self.bias))
+        if 0 < flat.shape[0] < GEMM_TOKENS:  # bfloat16 activations too: a short step's copy in float32 is small
+            y = self.kernel(flat.float().contiguous())
+        else:
+            y = self.long_step(flat)
         y = y.view(*x.shape[:-1], self.out_features)
         return y if y.dtype == x.dtype else y.to(x.dtype)
+
+    def long_step(self, flat: torch.Tensor) -> torch.Tensor:
+        """A step of GEMM_TOKENS tokens or more: [M, K] -> [M, N] float32, the weight dequantized for the call."""
+        return dequantized_linear(flat.float(), self.weight_int8, self.scale, self.bias)
 
     # A C call cannot be traced: a compiled step (Config.compile) runs it eagerly between its graphs, and without
     # this dynamo would retrace it per module until its recompile limit (~0.3 us a call in eager).
@@ -144,14 +151,8 @@ class SplitInt8Linear(MatVecInt8Linear):
         super().__init__(library, weight_int8, scale, bias)
         self.gemm = gemm
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [..., K]  ->  [..., N] in x's dtype
-        if x.dim() == 2 and self.runs(x):
-            return self.kernel(x)
-        flat = x.reshape(-1, self.in_features)  # [M, K]
-        if not self.runs(flat):
-            return self.gemm(x)
-        return self.kernel(flat).view(*x.shape[:-1], self.out_features).to(x.dtype)
+    def long_step(self, flat: torch.Tensor) -> torch.Tensor:
+        return self.gemm(flat.float())
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}; steps of {GEMM_TOKENS} tokens or more: {self.gemm.extra_repr()}"

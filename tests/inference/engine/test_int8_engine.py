@@ -148,10 +148,14 @@ def test_qwen2_with_biased_qkv_and_mistral_match_hugging_face_on_the_same_quanti
 
 
 def test_int8_weights_run_under_bfloat16_activations_and_kv(tiny_model_dir):
-    """bfloat16 inputs take the dequantized GEMM in float32 (the kernel reads float32); the engine generates."""
+    """bfloat16 inputs of short steps take the kernel on a float32 copy (it reads float32), long ones the dequantized
+    GEMM in float32; the engine generates."""
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1, dtype="bfloat16", quantization="int8",
                               kv_cache_bytes=4 << 20, matvec="tandem"))
-    assert isinstance(engine.model_runner.model.model.layers[0].self_attn.o_proj, MatVecInt8Linear)
+    o_proj = engine.model_runner.model.model.layers[0].self_attn.o_proj
+    assert isinstance(o_proj, MatVecInt8Linear)
+    short = torch.randn(3, o_proj.in_features, dtype=torch.bfloat16)
+    assert torch.equal(o_proj(short), o_proj.kernel(short.float()).to(torch.bfloat16))
     outputs = engine.generate(random_prompts([9, 30], seed=6), SamplingParams(max_tokens=6, ignore_eos=True))
     assert [len(o) for o in outputs] == [6, 6]
 
