@@ -29,7 +29,7 @@ from inference.engine.matvec import choose_matvec
 from inference.engine.model_loading import eos_token_ids, load_model, resolve_max_model_len, zeroed_pool
 from inference.engine.paged_attention import PagedDecode, choose_decode_attention
 from inference.engine.prefill_attention import choose_prefill_attention
-from inference.engine.precision import TORCH_DTYPES, choose_dtype, choose_kv_dtype
+from inference.engine.precision import TORCH_DTYPES, choose_dtypes
 from inference.engine.quantization import default_kernel, kernel_note, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler
 from inference.engine.sequence import Sequence
@@ -49,11 +49,12 @@ class ModelRunner:
             raise ValueError(f"device {config.device} was asked for, but this torch build or host has no CUDA")
         # The dtype that runs: config.dtype, with "auto" resolved from the model's config (model, KV cache and the
         # KV handoff all use it).
-        choice = choose_dtype(config.dtype, config.model, self.device, allow_slow_float16=config.allow_slow_float16)
+        # The KV cache's: the model's, or narrower beside float32 (Config.kv_cache_dtype); refused before the load.
+        choice, kv_choice = choose_dtypes(config.dtype, config.kv_cache_dtype, config.model, self.device,
+                                          allow_slow_float16=config.allow_slow_float16,
+                                          quantization=config.quantization)
         self.dtype_name, self.dtype_reason = choice.name, choice.reason
         self.dtype = TORCH_DTYPES[self.dtype_name]
-        # The KV cache's: the model's, or narrower beside float32 (Config.kv_cache_dtype); refused before the load.
-        kv_choice = choose_kv_dtype(config.kv_cache_dtype, self.dtype_name)
         self.kv_dtype_name, self.kv_dtype_reason = kv_choice.name, kv_choice.reason
         self.kv_dtype = TORCH_DTYPES[self.kv_dtype_name]
         self.model = load_model(config.model, self.dtype, self.device)

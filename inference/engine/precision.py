@@ -61,10 +61,13 @@ def resolve_dtype(requested: str, model_dir: str | Path, device: torch.device, *
 
 
 def choose_dtype(requested: str, model_dir: str | Path, device: torch.device, *,
-                 allow_slow_float16: bool = False) -> DtypeChoice:
+                 allow_slow_float16: bool = False, quantization: str = "none") -> DtypeChoice:
     """The dtype to run and why: `requested`, or for `auto` the model's own where the device computes it natively,
-    else float32. Raises SlowDtypeError for an explicit float16 on a CPU without fast float16 (unless allowed)."""
+    else float32; with INT8 weights on a CPU float32 (int8_activations). Raises SlowDtypeError for an explicit
+    float16 on a CPU without fast float16 (unless allowed)."""
     slow_float16 = device.type == "cpu" and not cpu_has_fast_float16()
+    if requested == "auto" and quantization == "int8" and device.type == "cpu":
+        return int8_activations(choose_dtype("auto", model_dir, device))
     if requested == "auto":
         wanted = model_config_dtype(model_dir)
         if wanted not in TORCH_DTYPES:
@@ -96,6 +99,29 @@ def choose_dtype(requested: str, model_dir: str | Path, device: torch.device, *,
                     "(dtype auto would pick float32 here)", _no_bfloat16(device))
         return DtypeChoice("bfloat16", f"asked for; {_no_bfloat16(device)}")
     return DtypeChoice(requested, "asked for")
+
+
+def choose_dtypes(requested: str, kv_requested: str, model_dir: str | Path, device: torch.device, *,
+                  allow_slow_float16: bool = False, quantization: str = "none") -> tuple[DtypeChoice, DtypeChoice]:
+    """(the dtype to run, the KV cache's): choose_dtype's and choose_kv_dtype's, the cache of INT8's float32
+    activations under `auto` in the dtype the model's own `auto` runs (int8_activations)."""
+    choice = choose_dtype(requested, model_dir, device, allow_slow_float16=allow_slow_float16,
+                          quantization=quantization)
+    own = (choose_dtype("auto", model_dir, device).name
+           if requested == "auto" and quantization == "int8" and device.type == "cpu" else None)
+    return choice, choose_kv_dtype(kv_requested, choice.name, auto=own)
+
+
+def int8_activations(model_choice: DtypeChoice) -> DtypeChoice:
+    """`auto` beside INT8 weights on a CPU: float32 activations, whatever `model_choice` (the model's own under
+    `auto`) is. The weights are int8 either way; Tandem's int8 kernel, which runs the decode steps, reads float32, so
+    half-precision activations cost a conversion in and out of every linear, and the elementwise work of a step runs
+    slower in them on a CPU. The KV cache stays in `model_choice`'s dtype (choose_kv_dtype's `auto`), so that a
+    prefill worker of the model's dtype hands its K/V over unchanged."""
+    if model_choice.name == "float32":
+        return model_choice
+    return DtypeChoice("float32", f"auto with INT8 weights on a CPU: float32 activations, which Tandem's int8 kernel "
+                                  f"reads without a conversion per linear (the model's own: {model_choice.name})")
 
 
 def _logged(choice: DtypeChoice) -> DtypeChoice:
@@ -140,10 +166,13 @@ class KVDtypeError(ValueError):
     """A KV cache dtype that does not suit the model's dtype."""
 
 
-def choose_kv_dtype(requested: str, dtype_name: str) -> DtypeChoice:
-    """The KV cache's dtype and why, for a model that runs in `dtype_name`: the model's for "auto" or its own name; a
-    16-bit one beside float32. Raises KVDtypeError for anything else (wider than the model's, or the other 16-bit
-    format: either holds values the model's would not)."""
+def choose_kv_dtype(requested: str, dtype_name: str, *, auto: str | None = None) -> DtypeChoice:
+    """The KV cache's dtype and why, for a model that runs in `dtype_name`: the model's for "auto" (`auto` where
+    given: the 16-bit dtype the model's own `auto` would run, under int8_activations) or its own name; a 16-bit one
+    beside float32. Raises KVDtypeError for anything else (wider than the model's, or the other 16-bit format:
+    either holds values the model's would not)."""
+    if requested == "auto" and auto not in (None, dtype_name):
+        return DtypeChoice(auto, f"auto: {auto}, the model's own dtype, as a prefill worker without INT8 keeps it")
     if requested == "auto":
         return DtypeChoice(dtype_name, "auto: the model's dtype")
     if requested == dtype_name:

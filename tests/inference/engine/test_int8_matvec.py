@@ -157,7 +157,8 @@ def test_a_token_gets_the_same_kernel_output_bit_for_bit_alone_or_in_any_step(li
 
 
 def test_inputs_of_any_shape_and_a_bfloat16_input_get_the_float32_inputs_values(library):
-    """A bfloat16 input runs the dequantized GEMM (the kernel reads float32 only) on its float32 values."""
+    """A bfloat16 input runs the kernel (it reads float32 only) on its float32 values, as a long step's dequantized
+    GEMM does."""
     module, w_int8, scale, _ = _linear(library, 32, 64, bias=False)
     x = torch.randn(2, 3, 64)
     assert torch.equal(module(x), module(x.reshape(6, 64)).view(2, 3, 32))
@@ -165,7 +166,9 @@ def test_inputs_of_any_shape_and_a_bfloat16_input_get_the_float32_inputs_values(
     assert torch.equal(module(strided), module(strided.contiguous()))
     half = x.bfloat16()
     assert module(half).dtype == torch.bfloat16
-    assert torch.equal(module(half), dequantized_linear(half.float(), w_int8, scale, None).bfloat16())
+    assert torch.equal(module(half), module(half.float()).bfloat16())
+    long = torch.randn(GEMM_TOKENS, 64).bfloat16()
+    assert torch.equal(module(long), dequantized_linear(long.float(), w_int8, scale, None).bfloat16())
 
 
 def test_the_kernel_rms_normalizes_its_input_as_the_lean_forward_does(library):

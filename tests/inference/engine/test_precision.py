@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from inference.engine import Config, LLMEngine
+from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine import precision
 
 
@@ -132,3 +132,20 @@ def test_fast_float16_is_read_from_the_cpu_flags(monkeypatch, flags, fast):
 def test_a_bad_allow_slow_float16_value_is_refused(tiny_model_dir):
     with pytest.raises(ValueError, match="allow_slow_float16 must be true or false"):
         Config(model=tiny_model_dir, allow_slow_float16="yes")
+
+
+def test_auto_with_int8_weights_runs_float32_activations_over_the_models_own_kv_dtype(tiny_model_dir, tmp_path,
+                                                                                      cpu_with_bf16):
+    """INT8's kernel reads float32: `auto` beside INT8 weights on a CPU runs float32 activations, and keeps the KV
+    cache in the model's own dtype, so that a prefill worker without INT8 hands its K/V over unchanged."""
+    model = _variant(tiny_model_dir, tmp_path, dtype="bfloat16")
+    decode = _engine(model, role="decode", quantization="int8", matvec="tandem")
+    prefill = _engine(model, role="prefill")
+    assert decode.dtype == "float32" and "INT8" in decode.model_runner.dtype_reason
+    assert decode.kv_layout == prefill.kv_layout and prefill.kv_layout["dtype"] == "bfloat16"
+    assert decode.model_runner.k_cache.dtype == torch.bfloat16
+    colocated = _engine(model, quantization="int8", matvec="tandem")
+    outputs = colocated.generate([[5, 6, 7, 8]], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert len(outputs[0]) == 4
+    asked = _engine(model, dtype="bfloat16", quantization="int8", matvec="tandem")  # an explicit dtype wins
+    assert asked.dtype == asked.kv_layout["dtype"] == "bfloat16"
