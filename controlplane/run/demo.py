@@ -65,8 +65,8 @@ def demo_engine_settings() -> tuple[dict, str]:
     - decode is memory-bound (every step streams the weights): INT8 weights, a quarter of float32's bytes, where
       they step faster than float32 ones (inference.hardware.cpu_decodes_int8_fast: an int8 dot product, VNNI,
       AMX-INT8 or Arm's, for fbgemm; else AVX2 with FMA for Tandem's int8 kernel, which `auto` takes there: on an AMD
-      EPYC with AVX2 only its single-stream step took 17.6 ms against fbgemm's 45), in the same dtype as prefill, so
-      the KV handoff needs no conversion. On a CPU with neither, decode runs as prefill does.
+      EPYC with AVX2 only its single-stream step took 17.6 ms against fbgemm's 45), its KV cache in prefill's dtype
+      (precision.int8_activations), so the KV handoff needs no conversion. On a CPU with neither, decode runs as prefill does.
     Measured on this project's CPU (avx2 avx512f avx512_bf16 avx512_vnni, SmolLM2, one thread, one run, best of 3
     interleaved rounds on a busy shared host): single-stream decode step float32 253 ms, bfloat16 242 ms, INT8 with
     bfloat16 activations 68 ms (INT8 with float32 ones 143 ms); a 512-token prefill float32 0.90 s, bfloat16 0.25 s.
