@@ -11,7 +11,9 @@ Figures per engine and dtype: `ttft_s` of a ~`--prompt-tokens` prompt (best of 3
 each prompt starting differently so that no prefix cache serves it),
 `decode_tok_s` at each of `--streams` concurrent streams of `--new-tokens` tokens each (ignore_eos: the same work on
 both sides; aggregate completion tokens over the wall time from the first request to the last token, the first
-token's prefill included), and `ratios` Tandem / vLLM (above 1: Tandem is faster). With the CPU's flags.
+token's prefill included), and `ratios` Tandem / vLLM (above 1: Tandem is faster); `greedy_agreement`: each engine's
+greedy completion of GREEDY_PROMPTS, and where they part, the two tokens' logit gap in Hugging Face's float32
+forward. With the CPU's flags.
 
     make vllm && make models
     .venv/bin/python bench/engine/peer_vllm.py --dtypes float32 bfloat16 --threads 1
@@ -32,6 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import ROOT, emit, model_dir, ratio  # noqa: E402
 
 NAME = "peer"
+# Greedy completions compared between the engines (float32: token for token, or a near-tie where they part).
+GREEDY_PROMPTS = ("The capital of France is", "def fibonacci(n):\n", "Once upon a time, in a small village,")
+GREEDY_TOKENS = 48
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -156,6 +161,38 @@ async def _stream(session, url: str, prompt: str, max_tokens: int) -> tuple[floa
     return (first or time.perf_counter()) - started, (last or time.perf_counter()) - started, usage
 
 
+async def _greedy(session, url: str, prompt: str) -> str:
+    """The greedy completion of `prompt` (GREEDY_TOKENS tokens at most), as text."""
+    async with session.post(f"{url}/v1/completions", json={
+            "model": NAME, "prompt": prompt, "max_tokens": GREEDY_TOKENS, "temperature": 0}) as resp:
+        resp.raise_for_status()
+        return (await resp.json())["choices"][0]["text"]
+
+
+def greedy_agreement(path: Path, tandem: list[str], vllm: list[str]) -> list[dict]:
+    """Per GREEDY_PROMPTS prompt: whether both engines' greedy tokens agree, and where they part, how far apart the
+    two tokens' logits lie there in Hugging Face's float32 forward over the common prefix (a near-tie: a small gap)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = None
+    found = []
+    for prompt, a, b in zip(GREEDY_PROMPTS, tandem, vllm):
+        ids_a, ids_b = (tokenizer(prompt + text, add_special_tokens=False)["input_ids"] for text in (a, b))
+        part = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), None)
+        row = {"prompt": prompt, "identical": a == b, "tandem": a, "vllm": b}
+        if part is not None:
+            model = model or AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            with torch.inference_mode():
+                logits = model(torch.tensor([ids_a[:part]])).logits[0, -1]
+            row.update(first_divergence_token=part - len(tokenizer(prompt, add_special_tokens=False)["input_ids"]),
+                       logit_gap=round(abs(logits[ids_a[part]] - logits[ids_b[part]]).item(), 4),
+                       top2_gap=round((logits.topk(2).values[0] - logits.topk(2).values[1]).item(), 4))
+        found.append(row)
+    return found
+
+
 async def measure(url: str, prompt: str, args) -> dict:
     import aiohttp
 
@@ -164,6 +201,7 @@ async def measure(url: str, prompt: str, args) -> dict:
         # Each prompt starts differently: a repeat would be served from the prefix cache (both engines keep one).
         ttfts = [(await _stream(session, url, f"Note {i} of {time.time_ns()}: {prompt}", 1))[0] for i in range(3)]
         figures = {"ttft_s": round(min(ttfts), 4)}
+        figures["greedy"] = [await _greedy(session, url, text) for text in GREEDY_PROMPTS]
         short = "Write a long story about a lighthouse keeper."
         for streams in args.streams:
             started = time.perf_counter()
@@ -195,18 +233,21 @@ def main(argv=None) -> int:
                     server.stop()
                 figures["ready_s"] = round(ready_s, 1)
                 kept = best[engine].setdefault(dtype, {})
+                kept.setdefault("greedy", figures.pop("greedy"))
                 for key, value in figures.items():
                     better = min if key in ("ttft_s", "ready_s") else max
                     kept[key] = better(kept.get(key, value), value)
     ratios = {dtype: {key: (ratio(best["vllm"][dtype][key], best["tandem"][dtype][key]) if key == "ttft_s" else
                             ratio(best["tandem"][dtype][key], best["vllm"][dtype][key]))
-                      for key in best["tandem"][dtype] if key != "ready_s"} for dtype in args.dtypes}
+                      for key in best["tandem"][dtype] if key not in ("ready_s", "greedy")} for dtype in args.dtypes}
+    agreement = {dtype: greedy_agreement(path, best["tandem"][dtype].pop("greedy"), best["vllm"][dtype].pop("greedy"))
+                 for dtype in args.dtypes}
     vllm_version = subprocess.run([args.vllm_python, "-c", "import vllm; print(vllm.__version__)"],
                                   capture_output=True, text=True).stdout.strip().splitlines()[-1:]
     emit({"benchmark": "peer_vllm", "model": str(path), "threads": args.threads, "prompt_tokens": prompt_tokens,
           "new_tokens": args.new_tokens, "rounds": args.rounds, "vllm_compiled": not args.vllm_eager,
           "tandem": best["tandem"], "vllm": best["vllm"],
-          "ratios_tandem_over_vllm": ratios, "cpu_flags": cpu_flags_of_interest(),
+          "ratios_tandem_over_vllm": ratios, "greedy_agreement": agreement, "cpu_flags": cpu_flags_of_interest(),
           "vllm_version": vllm_version[0] if vllm_version else None, "load_avg": os.getloadavg(),
           "logs": str(log_dir)})
     return 0
