@@ -88,7 +88,15 @@ def environment() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "load_avg": load,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "cpu_vendor": cpu_vendor(), "cpu_flags": cpu_flags_of_interest(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor (GenuineIntel, AuthenticAMD): no figure on one CPU stands for another."""
+    from inference.hardware import cpu_vendor as vendor
+
+    return vendor()
 
 
 def cpu_flags_of_interest() -> list[str]:
