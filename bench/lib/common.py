@@ -82,7 +82,10 @@ class Timer:
 
 
 def environment() -> dict:
+    """The host a figure ran on (the CPU's vendor and flags too: no figure on one CPU stands for another)."""
     import torch
+
+    from inference.hardware import cpu_vendor
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"python": platform.python_version(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
@@ -90,13 +93,6 @@ def environment() -> dict:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "cpu_vendor": cpu_vendor(), "cpu_flags": cpu_flags_of_interest(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def cpu_vendor() -> str:
-    """The CPU's vendor (GenuineIntel, AuthenticAMD): no figure on one CPU stands for another."""
-    from inference.hardware import cpu_vendor as vendor
-
-    return vendor()
 
 
 def cpu_flags_of_interest() -> list[str]:

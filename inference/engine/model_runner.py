@@ -47,9 +47,8 @@ class ModelRunner:
         self.device = torch.device(config.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {config.device} was asked for, but this torch build or host has no CUDA")
-        # The dtype that runs: config.dtype, with "auto" resolved from the model's config (and float32 beside INT8
-        # weights). The KV cache's (and the KV handoff's): the model's, or narrower beside float32
-        # (Config.kv_cache_dtype; under "auto" beside INT8, the model's own), refused before the load.
+        # The dtype that runs (config.dtype, "auto" resolved) and the KV cache's, which the KV handoff uses too
+        # (precision.choose_dtypes); a KV dtype that does not suit is refused before the load.
         choice, kv_choice = choose_dtypes(config.dtype, config.kv_cache_dtype, config.model, self.device,
                                           allow_slow_float16=config.allow_slow_float16,
                                           quantization=config.quantization)

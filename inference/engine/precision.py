@@ -61,13 +61,10 @@ def resolve_dtype(requested: str, model_dir: str | Path, device: torch.device, *
 
 
 def choose_dtype(requested: str, model_dir: str | Path, device: torch.device, *,
-                 allow_slow_float16: bool = False, quantization: str = "none") -> DtypeChoice:
+                 allow_slow_float16: bool = False) -> DtypeChoice:
     """The dtype to run and why: `requested`, or for `auto` the model's own where the device computes it natively,
-    else float32; with INT8 weights on a CPU float32 (int8_activations). Raises SlowDtypeError for an explicit
-    float16 on a CPU without fast float16 (unless allowed)."""
+    else float32. Raises SlowDtypeError for an explicit float16 on a CPU without fast float16 (unless allowed)."""
     slow_float16 = device.type == "cpu" and not cpu_has_fast_float16()
-    if requested == "auto" and quantization == "int8" and device.type == "cpu":
-        return int8_activations(choose_dtype("auto", model_dir, device))
     if requested == "auto":
         wanted = model_config_dtype(model_dir)
         if wanted not in TORCH_DTYPES:
@@ -103,13 +100,13 @@ def choose_dtype(requested: str, model_dir: str | Path, device: torch.device, *,
 
 def choose_dtypes(requested: str, kv_requested: str, model_dir: str | Path, device: torch.device, *,
                   allow_slow_float16: bool = False, quantization: str = "none") -> tuple[DtypeChoice, DtypeChoice]:
-    """(the dtype to run, the KV cache's): choose_dtype's and choose_kv_dtype's, the cache of INT8's float32
-    activations under `auto` in the dtype the model's own `auto` runs (int8_activations)."""
-    choice = choose_dtype(requested, model_dir, device, allow_slow_float16=allow_slow_float16,
-                          quantization=quantization)
-    own = (choose_dtype("auto", model_dir, device).name
-           if requested == "auto" and quantization == "int8" and device.type == "cpu" else None)
-    return choice, choose_kv_dtype(kv_requested, choice.name, auto=own)
+    """(the dtype to run, the KV cache's): choose_dtype's and choose_kv_dtype's, except that `auto` beside INT8
+    weights on a CPU runs float32 activations over a cache of the dtype the model's own `auto` runs
+    (int8_activations)."""
+    choice = choose_dtype(requested, model_dir, device, allow_slow_float16=allow_slow_float16)
+    if requested == "auto" and quantization == "int8" and device.type == "cpu":
+        return int8_activations(choice), choose_kv_dtype(kv_requested, "float32", auto=choice.name)
+    return choice, choose_kv_dtype(kv_requested, choice.name)
 
 
 def int8_activations(model_choice: DtypeChoice) -> DtypeChoice:
