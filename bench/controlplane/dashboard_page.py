@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -41,10 +40,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import emit, environment, setup_django  # noqa: E402
 from bench.lib.fleet_data import CpuLoad, create_other_deployments, seed_other_samples  # noqa: E402
+from bench.lib.seeded_day import DAY_S, seed, settle_tables, value_at  # noqa: E402
 
 GOAL_MS = 300.0
-STEP_S = 5.0
-DAY_S = 24 * 3600
 RANGES = ("15m", "1h", "6h", "24h")
 
 
@@ -63,12 +61,6 @@ def parse_args(argv=None):
     p.add_argument("--reuse", action="store_true",
                    help="time a database seeded by an earlier run (no seeding; needs --database-url)")
     return p.parse_args(argv)
-
-
-def value_at(metric_id: int, series_index: int, ts: float) -> float:
-    # A smooth daily curve plus a faster wiggle, different per series: cheap and deterministic.
-    phase = (metric_id * 7 + series_index * 13) % 100 / 100.0
-    return 0.5 + 0.3 * math.sin(2 * math.pi * (ts / DAY_S + phase)) + 0.1 * math.sin(ts / 300.0 + phase * 6)
 
 
 def create_fleet(var_dir: Path, num_workers: int, gpu: bool):
@@ -110,81 +102,6 @@ def create_fleet(var_dir: Path, num_workers: int, gpu: bool):
     workers.append(Worker.objects.create(deployment=deployment, role="gateway", node=node, status="ready",
                                          port=42999, pid=50999, started_at=now, ready_at=now))
     return deployment, workers, viewer
-
-
-def seed(deployment, workers, now: float) -> dict:
-    from django.conf import settings
-
-    from controlplane.observability.catalog import METRIC_IDS
-    from controlplane.observability.models import Rollup, Sample
-    from controlplane.observability.rollup import rollup_pending
-
-    series = [(w.role, w.pk) for w in workers] + [(role, None) for role in ("prefill", "decode", "gateway")]
-    raw_from = now - settings.TANDEM_METRICS_RAW_RETENTION_S
-    started = time.perf_counter()
-    num_samples = 0
-    ts = raw_from
-    batch: list = []
-    while ts <= now:
-        for index, (role, worker_id) in enumerate(series):
-            for metric_id in METRIC_IDS.values():
-                batch.append(Sample(ts=ts, deployment_id=deployment.pk, role=role, worker_id=worker_id,
-                                    metric=metric_id, value=value_at(metric_id, index, ts)))
-        if len(batch) >= 20_000:
-            Sample.objects.bulk_create(batch, batch_size=5000)
-            num_samples += len(batch)
-            batch = []
-        ts += STEP_S
-    Sample.objects.bulk_create(batch, batch_size=5000)
-    num_samples += len(batch)
-    seeded_raw = time.perf_counter()
-    num_rolled = 0
-    while True:  # rollup, as the periodic task runs it (at most 120 minutes per pass)
-        written = rollup_pending(now=now)
-        if not written:
-            break
-        num_rolled += written
-    rolled = time.perf_counter()
-    # The 18 h before raw retention: the rollups those samples became before pruning.
-    per_minute = int(60 / STEP_S)
-    minute = math.floor((now - DAY_S) / 60) * 60
-    batch = []
-    num_old = 0
-    while minute < math.floor(raw_from / 60) * 60:
-        for index, (role, worker_id) in enumerate(series):
-            for metric_id in METRIC_IDS.values():
-                values = [value_at(metric_id, index, minute + i * STEP_S) for i in range(per_minute)]
-                batch.append(Rollup(ts=float(minute), deployment_id=deployment.pk, role=role, worker_id=worker_id,
-                                    metric=metric_id, avg=sum(values) / per_minute, min=min(values),
-                                    max=max(values), count=per_minute))
-        if len(batch) >= 20_000:
-            Rollup.objects.bulk_create(batch, batch_size=5000)
-            num_old += len(batch)
-            batch = []
-        minute += 60
-    Rollup.objects.bulk_create(batch, batch_size=5000)
-    num_old += len(batch)
-    return {"num_series": len(series) * len(METRIC_IDS), "num_raw_samples": num_samples,
-            "num_rollups_from_raw": num_rolled, "num_older_rollups": num_old,
-            "seed_raw_s": round(seeded_raw - started, 1), "rollup_s": round(rolled - seeded_raw, 1),
-            "seed_old_rollups_s": round(time.perf_counter() - rolled, 1)}
-
-
-def settle_tables() -> dict:
-    """VACUUM ANALYZE the series tables (PostgreSQL), as autovacuum leaves a day of data: a day-old page is
-    all-visible (so index-only scans skip the heap) and the planner knows the tables' sizes. Timing right after
-    writing millions of rows would otherwise measure the minute before autovacuum gets to them."""
-    from django.db import connection
-
-    from controlplane.observability.models import Rollup, Sample
-
-    if connection.vendor != "postgresql":
-        return {}
-    started = time.perf_counter()
-    with connection.cursor() as cursor:
-        for model in (Sample, Rollup):
-            cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
-    return {"vacuum_analyze_s": round(time.perf_counter() - started, 1)}
 
 
 def measure(client, url: str, repeat: int, *, cold: bool = True) -> dict:

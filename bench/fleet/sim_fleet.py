@@ -18,7 +18,7 @@ API, same stack):
 At the largest size: one pool scale (decode +2 of one deployment) timed until its workers are ready and in the
 gateway's membership; RSS of each control-plane process sampled over --duration seconds (flat or not); the deployment
 page and its 24 h charts over real HTTP after a day of series is written for one deployment
-(bench/controlplane/dashboard_page's seeding), each request with the chart cache emptied.
+(bench/lib/seeded_day), each request with the chart cache emptied.
 
 --backend prometheus runs the same with a real Prometheus (/usr/bin/prometheus, bench/lib/prometheus_process.py)
 scraping the fleet every interval through Tandem's http_sd (GET /api/v1/prometheus/targets, a viewer token) and

@@ -174,7 +174,7 @@ def roll_up_seeded(deployment, now: float) -> int:
 
 def measure_page(env: dict, web_url: str, name: str, repeat: int = 5, prometheus=None, folder=None) -> dict:
     """A day of series for one deployment, then its page and 24 h charts over real HTTP as a logged-in viewer.
-    The day is in the backend the control plane reads: the SQL store (bench/controlplane/dashboard_page's seeding),
+    The day is in the backend the control plane reads: the SQL store (bench/lib/seeded_day),
     or with `prometheus` (bench/lib/prometheus_process) that Prometheus, backfilled with promtool. The deployment is
     dated a day back, since a chart never starts before its deployment was created; the chart cache (Redis,
     TANDEM_CACHE_URL) is emptied before each timed request, so that each reads the backend."""
@@ -196,7 +196,7 @@ def measure_page(env: dict, web_url: str, name: str, repeat: int = 5, prometheus
     from django.db import connections
     from django.test import Client
 
-    from bench.controlplane.dashboard_page import DAY_S, seed, settle_tables
+    from bench.lib.seeded_day import DAY_S, seed, settle_tables
     from controlplane.auth import Role, set_role
     from controlplane.models import Deployment, Worker
     from dashboards.panels import deployment_has_gpu

@@ -107,7 +107,7 @@ def page_series(has_gpu: bool) -> tuple[list[str], list[str]]:
 
 
 def _value(metric: str, index: int, ts: float) -> float:
-    # A smooth daily curve plus a faster wiggle per series (bench/controlplane/dashboard_page's shape).
+    # A smooth daily curve plus a faster wiggle per series (bench/lib/seeded_day.value_at's shape).
     phase = (len(metric) * 7 + index * 13) % 100 / 100.0
     wave = 0.5 + 0.3 * math.sin(2 * math.pi * (ts / DAY_S + phase)) + 0.1 * math.sin(ts / 300.0 + phase * 6)
     return wave if metric.endswith("_ratio") else wave * 100

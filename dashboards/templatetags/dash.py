@@ -6,6 +6,7 @@ from datetime import timedelta
 from django import template
 
 from dashboards.buckets import above_top, histogram_top
+from dashboards.plotly_bundle import plotly_version
 
 register = template.Library()
 
@@ -87,8 +88,6 @@ def get(mapping, key):
 @register.simple_tag
 def plotly_js_url() -> str:
     from django.urls import reverse
-
-    from dashboards.views.assets import plotly_version
 
     return reverse("dashboards:plotly-js", args=[plotly_version()])
 
