@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 
 from controlplane.errors import not_found
-from controlplane.models import (Action, ActionKind, Deployment, Node, Pool, Revision, Worker, WorkerPurpose,
-                                 WorkerRole, WorkerStatus)
+from controlplane.models import (Action, ActionKind, ActionStatus, Deployment, Node, Pool, Revision, Worker,
+                                 WorkerPurpose, WorkerRole, WorkerStatus)
 from controlplane.models.actions import UNFINISHED_STATUSES
 from controlplane.rollout_provider import traffic_weights, variant_names
 from controlplane.tenant_provider import gateway_access
@@ -119,6 +119,17 @@ def action_get(action_id: int) -> Action:
     if action is None:
         raise not_found(f"action {action_id} does not exist")
     return action
+
+
+def health_hold_get() -> dict | None:
+    """The health pass's running `hold` action (supervision.probe_hold opens and closes it), for /healthz and the
+    overview page: {"since", "reason", "latest"}, or None."""
+    running = (Action.objects.filter(kind=ActionKind.HOLD, status=ActionStatus.RUNNING)
+               .order_by("-id").values("started_at", "reason", "params").first())
+    if running is None:
+        return None
+    return {"since": running["started_at"].isoformat() if running["started_at"] else None,
+            "reason": running["reason"], "latest": (running["params"] or {}).get("latest")}
 
 
 def engine_membership(revision, role: str) -> dict:

@@ -5,7 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 
-from controlplane.api.views.health import healthz
+from controlplane.observability.healthz import healthz
 
 def favicon(request):
     """No icon, and no 404 for the browsers that ask for one anyway (the pages point theirs at nothing)."""

@@ -18,7 +18,7 @@ class AlertingConfig(AppConfig):
         post_save.connect(on_deployment_saved, sender=Deployment, dispatch_uid="alerting-default-rules")
         # The control-loop alert is stepped by the web process's /healthz probes (watchdog.py says why).
         from controlplane.alerting.services.watchdog import on_healthz_probed
-        from controlplane.api.views.health import probed
+        from controlplane.observability.healthz import probed
 
         probed.connect(on_healthz_probed, dispatch_uid="alerting-control-loop-watchdog")
         _schedule_evaluation()

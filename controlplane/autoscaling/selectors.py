@@ -8,6 +8,7 @@ from datetime import datetime, timezone as dt_timezone
 from django.conf import settings
 
 from controlplane.autoscaling.autoscaler import manual_pause, policy_for
+from controlplane.autoscaling.models import AutoscalingPolicy
 
 
 def autoscaling_view(*, deployment) -> dict:
@@ -44,3 +45,9 @@ def autoscaling_view(*, deployment) -> dict:
         "step_period_s": settings.TANDEM_AUTOSCALE_STEP_PERIOD_S,
         "pools": pools,
     }
+
+
+def policy_targets(deployment) -> list[tuple[str, float]]:
+    """(metric, target) of each policy of the deployment's pools, as capacity reads them (capacity.autoscale_targets:
+    what one replica carries within the autoscaler's targets)."""
+    return list(AutoscalingPolicy.objects.filter(pool__deployment=deployment).values_list("metric", "target"))

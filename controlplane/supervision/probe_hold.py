@@ -20,7 +20,7 @@ process is the agent's heartbeat to report in any case; a hold only delays resta
 not answer in time.
 
 An operator sees a hold as a running `hold` action (the audit log, the pages' action lists) from the first held pass
-until the first pass that does not hold, and as a problem on /healthz.
+until the first pass that does not hold, and as a problem on /healthz (controlplane.selectors.health_hold_get).
 """
 from __future__ import annotations
 
@@ -96,12 +96,3 @@ def record_pass(*, num_ready: int, held: set[int]) -> None:
                            result={"released_at": now.isoformat(), "held_passes": passes, "ready": num_ready})
             log.warning("health: restarts for timed-out probes resume after %d held passes", passes)
 
-
-def current_hold() -> dict | None:
-    """The running hold, for /healthz: {"since", "reason", "latest"}, or None."""
-    running = (Action.objects.filter(kind=ActionKind.HOLD, status=ActionStatus.RUNNING)
-               .order_by("-id").values("started_at", "reason", "params").first())
-    if running is None:
-        return None
-    return {"since": running["started_at"].isoformat() if running["started_at"] else None,
-            "reason": running["reason"], "latest": (running["params"] or {}).get("latest")}

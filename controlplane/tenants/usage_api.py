@@ -13,10 +13,10 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, extend_schema
 from rest_framework.response import Response
 
+from controlplane.api.params import parse_time
 from controlplane.api.views.base import READ_ERRORS, ApiView
 from controlplane.errors import invalid
 from controlplane.models import Deployment
-from controlplane.observability.api import parse_time
 from controlplane.tenants.models import PRICE_FIELDS, USAGE_FIELDS, Tenant, TenantUsage
 from controlplane.tenants.selectors import tenant_get
 from controlplane.tenants.usage import hour_of

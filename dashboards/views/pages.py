@@ -15,7 +15,7 @@ from controlplane.models.workers import LIVE_STATUSES, WorkerStatus
 from controlplane.revision_diff import PART_ORDER
 from controlplane.rollouts.models import Strategy
 from controlplane.rollouts.selectors import rollout_active
-from controlplane.selectors import deployment_get, deployment_rollout_in_progress
+from controlplane.selectors import deployment_get, deployment_rollout_in_progress, health_hold_get
 from controlplane.tenants.usage import usage_by_tenant
 from controlplane.tenant_provider import admission as admission_settings
 from dashboards.access import viewer_required
@@ -42,10 +42,8 @@ def get_deployment_or_404(name: str):
 
 @viewer_required
 def overview(request):
-    from controlplane.supervision.probe_hold import current_hold
-
     return page(request, "dashboards/overview.html", {"rows": fleet_rows(), "nodes": node_rows(),
-                                                      "health_hold": current_hold()})
+                                                      "health_hold": health_hold_get()})
 
 
 def revision_pill(worker, deployment, rollout) -> tuple[str, str] | None:

@@ -8,7 +8,7 @@ import math
 from django.conf import settings
 from django.db import transaction
 
-from controlplane.autoscaling.models import AutoscalingPolicy
+from controlplane.capacity.autoscale_targets import policy_targets
 from controlplane.capacity.models import Profile
 from controlplane.capacity.selectors import profiles_by_role, traffic_from_metrics
 from controlplane.capacity.sizing.curves import DecodeCurve, PrefillCurve
@@ -117,9 +117,9 @@ def requests_per_replica(*, pool: Pool, hours: float = 24.0, num_requests: int =
     models = models_for(deployment, traffic)
     targets = {"ttft_p99_seconds": settings.TANDEM_AUTOSCALE_TTFT_TARGET_MS / 1000,
                "itl_p99_seconds": settings.TANDEM_AUTOSCALE_ITL_TARGET_MS / 1000}
-    for policy in AutoscalingPolicy.objects.filter(pool__deployment=deployment):
-        if policy.metric in targets:
-            targets[policy.metric] = policy.target
+    for metric, target in policy_targets(deployment):
+        if metric in targets:
+            targets[metric] = target
     objectives = Objectives(ttft_p99_s=targets["ttft_p99_seconds"], itl_p99_s=targets["itl_p99_seconds"])
     rate = replica_capacity_rps(pool.role, models=models, traffic=traffic, objectives=objectives,
                                 num_requests=num_requests)

@@ -18,7 +18,7 @@ from controlplane.alerting.services import watchdog
 from controlplane.alerting.services.channels import channel_create
 from controlplane.alerting.services.evaluation import evaluate_rules
 from controlplane.alerting.services.rules import rule_create
-from controlplane.api.views import health
+from controlplane.observability import healthz as health
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action
 from controlplane.observability.models import CycleStat

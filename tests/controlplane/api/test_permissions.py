@@ -107,4 +107,4 @@ def test_the_schema_and_docs_are_readable_without_a_token(anon_api):
 def test_healthz_needs_no_token(anon_api):
     response = anon_api.get("/healthz")
     assert response.status_code == 200
-    assert response.json()["database"] == "ok"  # whether ok or degraded is test_health.py's
+    assert response.json()["database"] == "ok"  # whether ok or degraded is observability/test_healthz.py's

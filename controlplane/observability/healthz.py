@@ -1,4 +1,5 @@
-"""GET /healthz, for load balancers, `tandem_run` and operators: no auth.
+"""GET /healthz, for load balancers, `tandem_run` and operators: no auth. How the control plane itself is doing,
+beside its own /metrics (metrics_view.py).
 
 503 when the web process cannot query its database (it cannot serve). Otherwise 200, with `status` "ok" or
 "degraded" and what is wrong: the database refuses writes (read-only: the API's writes answer 503), the broker does
@@ -8,7 +9,7 @@ pass (reconcile, health, scrape, alert evaluation) has not run for 5 of its inte
 workers gone or wedged). Degraded is still 200: restarting the web process would not mend
 any of these, and a load balancer should keep sending it the API.
 Each probe, while the database takes writes, sends `probed` with the loops' freshness: the alerting app steps its
-control-loop alert on it (alerting.services.watchdog), so the core does not depend on that app.
+control-loop alert on it (alerting.services.watchdog), so this app does not depend on that one.
 """
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ from django.dispatch import Signal
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+
+from controlplane.observability.reader import reader
+from controlplane.observability.telemetry import cycle_freshness
+from controlplane.selectors import health_hold_get
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +97,6 @@ def healthz(request):
     except Exception as exc:  # any driver error means "not healthy", which is the answer, not a crash
         log.warning("healthz: database check failed: %s", exc)
         return JsonResponse({"status": "error", "database": f"error: {type(exc).__name__}"}, status=503)
-    from controlplane.observability.telemetry import cycle_freshness
-
     loops = cycle_freshness(STARTED)
     if not read_only:
         # The probes that load balancers send every few seconds step the control-loop alert: no beat, broker or
@@ -105,14 +108,10 @@ def healthz(request):
     problems = [f"database {read_only}: API writes answer 503"] if read_only else []
     if broker != "ok":
         problems.append(f"broker {broker}")
-    from controlplane.observability.reader import reader
-
     metrics_problem = reader().problem()  # None for the embedded store; Prometheus: cached readiness probe
     if metrics_problem is not None:
         problems.append(f"{metrics_problem}: alert evaluation and the autoscaler hold still")
-    from controlplane.supervision.probe_hold import current_hold
-
-    hold = current_hold()
+    hold = health_hold_get()
     if hold is not None:
         problems.append(f"health restarts held since {hold['since']}: {hold['reason']}")
     problems += [f"no {kind} pass for {loop['age_s']:.0f} s (stale after {loop['stale_after_s']:.0f} s)"

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from controlplane.api.views import health
+from controlplane.observability import healthz as health
 from controlplane.observability.models import CycleStat
 from controlplane.observability.telemetry import record_cycle
 from tests.procs import ROOT, free_port
