@@ -1,6 +1,6 @@
 """Stage costs: how long one prefill step and one decode step take, in the one format that the capacity model
 stores (a Profile's `fits`, controlplane/capacity/) and the simulated worker reads (its profile's roles,
-inference/worker/sim/profile.py). Pure: no torch, no Django.
+inference/worker/sim_profile.py). Pure: no torch, no Django.
 
     prefill step seconds = a + b·T + c·Σ nᵢ²   (T tokens in the step, nᵢ each prompt's length: attention is
                                                 quadratic in each prompt, not in the batch's total)

@@ -2,7 +2,7 @@
 connections the previous pass kept open (controlplane.lib.fleet_http), for the scrape (/metrics) and health (/health)
 passes, in one run on the same fleet.
 
-Simulated workers (`inference.worker.sim.host`: several hosts, each carrying many workers on ports of their own,
+Simulated workers (`inference.worker.sim_host`: several hosts, each carrying many workers on ports of their own,
 with real aiohttp servers) answer /metrics and /health as the sim fleet's do. Then, alternating, --passes times each:
 
 - scrape, before: a new aiohttp session per pass (what scraper.scrape did: every pass opens a connection to every
@@ -54,7 +54,7 @@ def start_fleet(num_workers: int, num_hosts: int, log_dir: Path):
     hosts = []
     for index in range(num_hosts):
         port = free_port()
-        proc = start(f"simhost{index}", ["-m", "inference.worker.sim.host", "--port", str(port), "--index",
+        proc = start(f"simhost{index}", ["-m", "inference.worker.sim_host", "--port", str(port), "--index",
                                          str(index)], log_dir)
         proc.url = f"http://127.0.0.1:{port}"
         wait_http(proc, proc.url + "/health", timeout=60)

@@ -35,7 +35,7 @@ def control_processes(stack) -> dict[str, list]:
         if name == "web":  # gunicorn's worker processes (runserver has none)
             procs[name] += proc.children()
         if name == "agent":
-            procs["sim_hosts"] = [c for c in proc.children() if "inference.worker.sim.host" in " ".join(c.cmdline())]
+            procs["sim_hosts"] = [c for c in proc.children() if "inference.worker.sim_host" in " ".join(c.cmdline())]
     gateways = []
     for proc in psutil.process_iter(["cmdline", "environ"]):
         cmd = " ".join(proc.info["cmdline"] or [])

@@ -4,7 +4,7 @@ Everything the control plane sees is real: each node is a Node row that register
 its own Celery queue `node.<name>` (one Celery worker consumes them all), workers are started and stopped by the
 same agent tasks (`controlplane.agent.workers`) and answer /health and /metrics over real HTTP on their own ports.
 Only the worker processes are replaced: a simulated worker (`inference.worker.sim`) lives in one of a few
-simulated worker hosts (`python -m inference.worker.sim.host`), since a thousand worker interpreters would not fit
+simulated worker hosts (`python -m inference.worker.sim_host`), since a thousand worker interpreters would not fit
 a small machine; `SimulatedProcesses` spawns, checks and stops them through the hosts' control API with the
 meaning `controlplane.agent.processes` gives real processes, and signals them for the chaos faults (`signal_group`:
 kill, stop, continue) through the hosts' control API. Anything else the agent starts (a deployment's gateway)
@@ -31,9 +31,9 @@ from inference.worker_secret import SECRET_ENV
 
 log = logging.getLogger(__name__)
 
-HOST_MODULE = "inference.worker.sim.host"
+HOST_MODULE = "inference.worker.sim_host"
 WORKER_MODULE = "inference.worker"
-PID_BASE, PID_SPAN = 1_000_000_000, 10_000_000  # as inference.worker.sim.host numbers its virtual pids
+PID_BASE, PID_SPAN = 1_000_000_000, 10_000_000  # as inference.worker.sim_host numbers its virtual pids
 LISTING_MAX_AGE_S = 1.0  # a heartbeat round checks every worker: one listing per host serves them all
 HTTP_TIMEOUT_S = 10.0
 STOP_POLL_S = 0.2

@@ -18,7 +18,7 @@ from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.engine.config import KV_CACHE_DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS
 from inference.engine.speculation_policy import SpeculativeError, parse_speculative
-from inference.worker.sim.profile import ProfileError, load_profile
+from inference.worker.sim_profile import ProfileError, load_profile
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # "auto": the model config's own dtype, resolved by each worker when it loads the model (float32 where the config

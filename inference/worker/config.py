@@ -17,7 +17,7 @@ from inference.engine.config import (DTYPES, KV_CACHE_DTYPES, MATVECS, QUANTIZAT
                                      ConfigError)
 from inference import roofline
 from inference.roles import Role
-from inference.worker.sim.profile import ProfileError, SimSettings, load_profile
+from inference.worker.sim_profile import ProfileError, SimSettings, load_profile
 from inference.worker_secret import SECRET_ENV
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)

@@ -2,7 +2,7 @@
 
 It drives a WorkerEngine (seams.py): the model (model_engine.py), or with --simulate a profile (sim/engine.py);
 what a client sees is this module's and the role modules' alone, so a real and a simulated worker cannot drift. A
-server holds no per-process state (signal handlers are `serve`'s), so one process can run many (sim/host.py).
+server holds no per-process state (signal handlers are `serve`'s), so one process can run many (sim_host.py).
 
 Order of life:
 1. bind the port and answer at once (/health says 503 "starting" while the engine thread loads the model; a

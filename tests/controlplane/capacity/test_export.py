@@ -5,7 +5,7 @@ import pytest
 from controlplane.capacity.export import profiles_export
 from controlplane.capacity.models import Profile
 from controlplane.capacity.sizing.curves import DecodeCurve, PrefillCurve
-from inference.worker.sim.profile import parse_profile
+from inference.worker.sim_profile import parse_profile
 
 
 def test_a_disaggregated_profile_exports_both_roles(deployment):

@@ -27,7 +27,7 @@ import requests
 from controlplane.agent.proxy_faults import PROXY_KINDS
 from controlplane.agent.resource_faults import RESOURCE_KINDS
 from controlplane.chaos.library import TEMPLATES, template_fields
-from inference.worker.sim.profile import BUILTIN
+from inference.worker.sim_profile import BUILTIN
 from tests.controlplane.integration.live import IsolatedServices, live_stack_start, live_stack_stop
 from tests.procs import free_port
 

@@ -7,7 +7,7 @@ import signal
 import pytest
 import requests
 
-from inference.worker.sim.profile import BUILTIN
+from inference.worker.sim_profile import BUILTIN
 from tests.inference.worker.support import HTTP_TIMEOUT_S, START_TIMEOUT_S, assert_openai_error, start_worker
 from tests.procs import wait_http
 

@@ -100,7 +100,7 @@ def test_a_simulated_worker_checks_the_secret_too(simulated):
 
 def test_a_worker_a_simulated_host_starts_holds_the_secret_it_was_given(tmp_path):
     host_port, worker_port = free_port(), free_port()
-    host = start("simhost", ["-m", "inference.worker.sim.host", "--port", str(host_port)], tmp_path)
+    host = start("simhost", ["-m", "inference.worker.sim_host", "--port", str(host_port)], tmp_path)
     try:
         wait_http(host, f"http://127.0.0.1:{host_port}/health", timeout=60)
         argv = ["--simulate", "tiny-cpu", "--role", "colocated", "--model", "/m/sim", "--port", str(worker_port)]

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from inference.engine.scheduler import PRIORITY_AGING_S
-from inference.worker.sim.profile import BUILTIN
+from inference.worker.sim_profile import BUILTIN
 from tests.inference.worker.sim.test_same_server import start_worker
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from tests.inference.worker.sim.test_host import host_process, worker_argv
+from tests.inference.worker.test_sim_host import host_process, worker_argv
 from tests.procs import free_port
 
 pytestmark = pytest.mark.integration

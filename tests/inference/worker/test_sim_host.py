@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 def host_process(tmp_path_factory, index: int):
     """A simulated worker host (`--index` keeps its port range apart from other modules'), stopped at the end."""
     port = free_port()
-    proc = start("simhost", ["-m", "inference.worker.sim.host", "--port", str(port), "--index", str(index)],
+    proc = start("simhost", ["-m", "inference.worker.sim_host", "--port", str(port), "--index", str(index)],
                  tmp_path_factory.mktemp(f"simhost-{index}"))
     proc.url = f"http://127.0.0.1:{port}"
     wait_http(proc, proc.url + "/health", timeout=60)

@@ -1,4 +1,4 @@
-"""Many simulated workers in one process: `python -m inference.worker.sim.host --port P`.
+"""Many simulated workers in one process: `python -m inference.worker.sim_host --port P`.
 
 A thousand worker processes would need a thousand Python interpreters (some 40 MiB each); a simulated worker needs
 only its own port and an asyncio server, so one host process carries hundreds of them, each bound to its own
@@ -37,7 +37,7 @@ from aiohttp import web
 from inference.engine.config import ConfigError
 from inference.worker.config import build_parser, worker_config
 from inference.worker.server import WorkerServer
-from inference.worker.sim.profile import ProfileError
+from inference.worker.sim_profile import ProfileError
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ async def serve(host: str, port: int, index: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m inference.worker.sim.host",
+    p = argparse.ArgumentParser(prog="python -m inference.worker.sim_host",
                                 description="Host many simulated workers in one process (see the module doc).")
     p.add_argument("--port", type=int, required=True, help="the control API's port")
     p.add_argument("--host", default="127.0.0.1")

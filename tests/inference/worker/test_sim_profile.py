@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from inference.worker.sim.profile import BUILTIN, ProfileError, load_profile, parse_profile
+from inference.worker.sim_profile import BUILTIN, ProfileError, load_profile, parse_profile
 from tests.procs import ROOT
 
 
@@ -69,6 +69,6 @@ def test_the_worker_refuses_an_unknown_profile_with_a_usage_error():
 
 def test_a_simulated_worker_never_imports_torch():
     code = ("import sys; from inference.worker.server import WorkerServer; "
-            "from inference.worker.sim.host import main; print('torch' in sys.modules)")
+            "from inference.worker.sim_host import main; print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
