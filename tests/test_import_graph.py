@@ -1,5 +1,6 @@
-"""No import loops between files of bench/, controlplane/, dashboards/ or inference/; inference/ never imports
-Django, and the control plane's core never imports a feature app (rollouts, capacity, autoscaling, alerting).
+"""No import loops between files of bench/, controlplane/, dashboards/ or inference/, nor between their folders at any
+depth; every module imports only its own layer and those below it (LAYERS); inference/ never imports Django, and the
+control plane's core never imports a feature app (rollouts, capacity, autoscaling, alerting).
 
 The graph is read from the source (ast), so an import hidden inside a function counts like one at the top: a loop
 is a design smell to remove, not to hide. A package's __init__ is a node of its own (importing a package imports
@@ -116,6 +117,61 @@ def test_the_loop_finder_finds_a_loop_and_accepts_a_tree():
     assert strongly_connected({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
 
 
+def _folder(module: str, depth: int) -> str:
+    return ".".join(module.split(".")[:depth])
+
+
+def folder_graph(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    """The graph with each module collapsed into its folder `depth` names deep: at depth 2
+    controlplane.tenants.usage_api and controlplane.tenants.api are both controlplane.tenants, and an import between
+    two modules is one between their folders. A module no deeper than `depth` stays itself, so a folder is also
+    checked against the modules beside it (controlplane.selectors beside controlplane.tenants)."""
+    collapsed: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        collapsed.setdefault(_folder(module, depth), set()).update(_folder(dep, depth) for dep in deps)
+        for dep in deps:
+            collapsed.setdefault(_folder(dep, depth), set())
+    for node, deps in collapsed.items():
+        deps.discard(node)
+    return collapsed
+
+
+def folder_loops(graph: dict[str, set[str]]) -> list[str]:
+    """Each loop between folders, at every depth, with one file import that makes each of its arrows."""
+    found = []
+    for depth in range(1, max(module.count(".") for module in graph) + 1):
+        for loop in strongly_connected(folder_graph(graph, depth)):
+            witness: dict[tuple[str, str], str] = {}
+            for module, dep in sorted((module, dep) for module, deps in graph.items() for dep in deps):
+                arrow = (_folder(module, depth), _folder(dep, depth))
+                if arrow[0] != arrow[1] and set(arrow) <= set(loop):
+                    witness.setdefault(arrow, f"{module} -> {dep}")
+            found.append(f"depth {depth}: {loop}\n" + "\n".join(f"  {a} -> {b}  ({why})"
+                                                             for (a, b), why in sorted(witness.items())))
+    return found
+
+
+def test_there_is_no_import_loop_between_folders():
+    """Two folders that import each other through different files (tenants/usage_api.py → observability,
+    observability/store.py → tenants) are the smell of a file loop a level up: neither can be read, tested or moved
+    without the other. Every depth: apps of the control plane, the folders inside an app, sim/ inside the worker."""
+    loops = folder_loops(import_graph())
+    assert not loops, "import loops between folders:\n" + "\n\n".join(loops)
+
+
+def test_the_folder_check_finds_a_loop_that_no_two_files_make():
+    # p/a/x.py → p/b/y.py and p/b/z.py → p/a/w.py: no file loop, but p/a and p/b import each other.
+    graph = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set(), "p.c": {"p.a.x"}}
+    assert strongly_connected(graph) == []
+    assert folder_graph(graph, 2) == {"p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.a"}}
+    assert strongly_connected(folder_graph(graph, 2)) == [["p.a", "p.b"]]
+    assert folder_loops(graph) == ["depth 2: ['p.a', 'p.b']\n  p.a -> p.b  (p.a.x -> p.b.y)\n"
+                                   "  p.b -> p.a  (p.b.z -> p.a.w)"]
+    # A folder and a module beside it (p/f.py ↔ p/a/), and a tree, which has none.
+    assert strongly_connected(folder_graph({"p.f": {"p.a.x"}, "p.a.y": {"p.f"}}, 2)) == [["p.a", "p.f"]]
+    assert folder_loops({"p.a.x": {"p.b.y", "p.f"}, "p.b.y": {"p.f"}, "p.f": set()}) == []
+
+
 def test_inference_never_imports_django():
     for path in (ROOT / "inference").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -192,3 +248,61 @@ def test_the_core_never_imports_a_feature_app():
     upward = [f"  {module} -> {dep}" for module in sorted(graph) if _within(module, CORE)
               for dep in sorted(graph[module]) if _within(dep, FEATURES)]
     assert not upward, "the core imports a feature app:\n" + "\n".join(upward)
+
+
+# The layers, lowest first: a module imports its own layer and those below it, never one above. Each says why it sits
+# where it does. A module belongs to the longest entry that names it or a package above it.
+LAYERS = (
+    (("inference",), "the data plane: a GPU host runs it without the control plane"),
+    (("controlplane.lib", "controlplane.errors", "controlplane.settings", "controlplane.settings_fleet",
+      "controlplane.celery"), "what every app builds on: helpers of no app, the one domain error, settings, Celery"),
+    (("controlplane.models", "controlplane.rollout_provider", "controlplane.tenant_provider"),
+     "the core's state, and the seams through which feature apps answer the core's questions"),
+    (("controlplane.selectors", "controlplane.services", "controlplane.auth", "controlplane.revision_diff"),
+     "every read and write of the core's state (one service per verb), roles and tokens"),
+    (("controlplane.api",), "the REST plumbing every app's API builds on, and the core's own thin views"),
+    (("controlplane.agent", "controlplane.run"), "the node agent and `make run`: carry out starts and stops"),
+    (("controlplane.tenants",), "tenants, their keys and usage rows, which the scrape writes through this app"),
+    (("controlplane.observability",), "scrape, series, the control plane's own /metrics and /healthz: what all read"),
+    (("controlplane.supervision",), "decides restarts from the health it probes; records its passes' durations"),
+    (("controlplane.capacity",), "profiles, the planner, schedules and predictive floors: the autoscaler's bounds"),
+    (("controlplane.autoscaling",), "the per-pool autoscaler, within capacity's bounds, on the series"),
+    (("controlplane.alerting",), "rules on the series, acting through the services; notification channels"),
+    (("controlplane.rollouts",), "canary and A/B rollouts judged on the series, notifying through alerting"),
+    (("controlplane.chaos",), "faults through the agent, judged as rollouts judge a revision"),
+    (("controlplane", "controlplane.apps", "controlplane.admin", "controlplane.urls", "controlplane.wsgi",
+      "controlplane.management"), "the wiring that names every app: app configs, URLs, admin, commands"),
+    (("dashboards",), "the operator pages, over every app"),
+    (("bench",), "measures all of the above"),
+)
+
+
+def layer_of(module: str, layers=LAYERS) -> tuple[int, str]:
+    """(the layer's index, the entry that placed the module there)."""
+    found = [(len(entry), index, entry) for index, (entries, _) in enumerate(layers) for entry in entries
+             if module == entry or module.startswith(f"{entry}.")]
+    assert found, f"{module} is in no layer: add it to LAYERS"
+    _, index, entry = max(found)
+    return index, entry
+
+
+def upward_imports(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    return [f"  {module} -> {dep}" for module in sorted(graph) for dep in sorted(graph[module])
+            if layer_of(module, layers)[0] < layer_of(dep, layers)[0]]
+
+
+def test_no_module_imports_a_higher_layer():
+    graph = import_graph()
+    # Each app of the control plane is named: a new one must be given its place, not fall into the wiring layer.
+    unplaced = sorted({module for module in graph if module.startswith("controlplane.")
+                       and layer_of(module)[1] == "controlplane"})
+    assert not unplaced, f"not in LAYERS: {unplaced}"
+    upward = upward_imports(graph)
+    assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_finds_an_import_upward():
+    layers = ((("p.low",), ""), (("p.mid", "p.mid.x"), ""), (("p.high",), ""))
+    assert layer_of("p.mid.x.y", layers) == (1, "p.mid.x")
+    graph = {"p.high.a": {"p.mid.x", "p.low"}, "p.mid.x": {"p.low.b"}, "p.low.b": {"p.high.a"}}
+    assert upward_imports(graph, layers) == ["  p.low.b -> p.high.a"]
