@@ -23,7 +23,6 @@ one tenant among them, not every keyless caller's. Their series count them as on
 """
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from dataclasses import dataclass
 
@@ -49,7 +48,7 @@ class Waiter:
     priority_class: str
     enqueued: float
     deadline: float
-    future: asyncio.Future | None = None
+    future: object | None = None  # Admission's asyncio.Future for the waiting request; the queue never reads it
     requeued: bool = False  # a preempted request going back (preemption.py): its wait is no admission wait
 
 
