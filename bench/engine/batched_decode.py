@@ -1,7 +1,7 @@
 """Batched decode: the matvec kernel's tiles against oneDNN's GEMM, in the engine.
 
 A decode step of N sequences multiplies N tokens by every weight. Up to 4 tokens the engine runs Tandem's row-at-a-time
-kernel (inference/engine/matvec.c), which streams the weights at the memory's rate; above, a step is bound by
+kernel (inference/engine/kernels/matvec.c), which streams the weights at the memory's rate; above, a step is bound by
 arithmetic, and the engine ran oneDNN's GEMM (gemm.py). Now the kernel also takes steps of 5-32 tokens, in tiles of
 rows x 4 tokens (3 rows with AVX2, 6 with AVX-512; `Library.max_tokens_for(dtype)`: 32; in bfloat16 every step in
 tiles of the AVX512-BF16 dot product where the CPU has it, up to 8 tokens where it has AMX or computes bfloat16 without
@@ -59,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def without_bfloat16_tiles():
     """bfloat16 as before the AVX512-BF16 tiles: the AVX-512F kernels (bfloat16 widened, FMAs) up to 8 tokens,
     oneDNN's bfloat16 GEMM above."""
-    from inference.engine import matvec
+    from inference.engine.kernels import matvec
 
     library = matvec.load()[0]
     library.use_bfloat16_tiles(False)
@@ -73,7 +73,7 @@ def without_bfloat16_tiles():
 def bfloat16_tiles_to_32():
     """On a CPU with AMX: the AVX512-BF16 tiles up to WIDE_MAX_TOKENS (32), as on a CPU without AMX, instead of
     oneDNN's AMX GEMM above 8 tokens."""
-    from inference.engine import matvec
+    from inference.engine.kernels import matvec
 
     library = matvec.load()[0]
     amx, library.amx = library.amx, False
@@ -86,7 +86,7 @@ def bfloat16_tiles_to_32():
 @contextlib.contextmanager
 def capped_at_four_tokens():
     """The engine as it was before the tiles: the kernel for steps of at most MAX_TOKENS (4), oneDNN above."""
-    from inference.engine import matvec
+    from inference.engine.kernels import matvec
 
     wide = matvec.Library.max_tokens_for
     matvec.Library.max_tokens_for = lambda self, dtype: matvec.MAX_TOKENS
@@ -152,7 +152,7 @@ def run(args) -> dict:
                              "lower --concurrency or --prompt-tokens")
         return statistics.median(times), [out[request_id] for request_id in ids]
 
-    from inference.engine import matvec
+    from inference.engine.kernels import matvec
 
     library = matvec.load()[0]
     bf16_tiles = args.dtype == "bfloat16" and library is not None and library.bfloat16_tiles

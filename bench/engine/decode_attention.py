@@ -1,4 +1,4 @@
-"""Decode attention on a CPU: Tandem's paged kernel (inference/engine/paged_attention.c, K/V read in place) against
+"""Decode attention on a CPU: Tandem's paged kernel (inference/engine/kernels/paged_attention.c, K/V read in place) against
 torch's path (every block gathered into a padded copy, a mask, SDPA), in the same run.
 
 - `calls`: one layer's attention call at SmolLM2-135M's shapes (9 query / 3 KV heads, head dim 64, blocks of 16), per
@@ -59,7 +59,7 @@ def attention_calls(dtype: str, num_seqs: int, context: int, threads: int) -> tu
     """({"kernel": call(layer), "torch": call(layer)}, layers in the pool, K/V bytes one call reads)."""
     import torch
 
-    from inference.engine import paged_attention
+    from inference.engine.kernels import paged_attention
     from inference.engine.attention import DecodeAttention
 
     torch_dtype = getattr(torch, dtype)
@@ -87,7 +87,7 @@ def attention_calls(dtype: str, num_seqs: int, context: int, threads: int) -> tu
 
 
 def calls_section(args) -> dict:
-    from inference.engine import paged_attention
+    from inference.engine.kernels import paged_attention
 
     library, reason = paged_attention.load()
     if library is None:

@@ -5,13 +5,13 @@ floor is the time to read its weight from memory. This measures, for SmolLM2's s
 fused q/k/v 576->960, gate/up 576->1536, down 1536->576, lm_head 576->49152), how near each kernel torch offers
 comes to that floor:
 
-- float32 and bfloat16: Tandem's kernel (`tandem_matvec_<isa>`, inference/engine/matvec.c: the engine's default where
+- float32 and bfloat16: Tandem's kernel (`tandem_matvec_<isa>`, inference/engine/kernels/matvec.c: the engine's default where
   it builds), `F.linear` over the [N, K] weight, `torch.mv` and `torch.addmv` on it,
   a matmul over the weight stored transposed ([K, N] in memory), oneDNN's prepacked linear
   (`mkldnn._reorder_linear_weight` + `mkldnn._linear_pointwise`, what inductor's freezing uses), `mkldnn_linear` on
   an mkldnn weight, and (float32) MKL's packed GEMM (`mkl._mkl_linear`);
 - INT8: the engine's fbgemm linear (activations quantized per call, `quantized::linear_dynamic`) and the bare fbgemm
-  call, Tandem's INT8 kernel (`tandem_int8_<isa>`, inference/engine/int8_matvec.c: int16 activations, the engine's
+  call, Tandem's INT8 kernel (`tandem_int8_<isa>`, inference/engine/kernels/int8_matvec.c: int16 activations, the engine's
   with `matvec: tandem`), `torch._int_mm`, and weight-only `torch._weight_int8pack_mm` (int8 weight, per-channel
   scale, float input).
 
@@ -88,7 +88,7 @@ def kernels(dtype: str, n: int, k: int, num_copies: int) -> dict:
             out["mkl_packed"] = (lambda i: torch.ops.mkl._mkl_linear(x, mkl[i], ws[i], None, 1), nbytes)
         from torch import nn
 
-        from inference.engine import matvec
+        from inference.engine.kernels import matvec
 
         library = matvec.load()[0]
         if library is not None:  # Tandem's kernel (the engine's matvec setting), as the engine calls it
@@ -112,8 +112,8 @@ def kernels(dtype: str, n: int, k: int, num_copies: int) -> dict:
     rows = [quantize_per_row(w) for w in weights]
     w8 = [r[0] for r in rows]
     scales = [r[1] for r in rows]
-    from inference.engine.int8_linear import MatVecInt8Linear
-    from inference.engine.int8_linear import load as load_int8
+    from inference.engine.kernels.int8_linear import MatVecInt8Linear
+    from inference.engine.kernels.int8_linear import load as load_int8
 
     int8_library = load_int8()[0]
     if int8_library is not None:  # as the engine calls it

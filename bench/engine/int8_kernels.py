@@ -1,6 +1,6 @@
 """INT8's two CPU kernels in the engine, on this CPU: which one `matvec: auto` should pick here.
 
-The engine's INT8 linears run either Tandem's int8 kernel (`matvec: tandem`; inference/engine/int8_matvec.c: int16
+The engine's INT8 linears run either Tandem's int8 kernel (`matvec: tandem`; inference/engine/kernels/int8_matvec.c: int16
 activations, AVX2) or fbgemm's dynamic int8 linear (`matvec: torch`); `auto` takes the kernel on a decode worker
 and on a CPU without an int8 dot product (VNNI), fbgemm for prefill and colocated workers on one with it
 (quantization.default_kernel). This runs both engines on the same
@@ -66,7 +66,7 @@ def run(args) -> dict:
     from inference.engine.quantization import INT8_KERNEL_NAMES, default_kernel, kernel_note
     from inference.hardware import cpu_flags
 
-    from inference.engine import int8_linear
+    from inference.engine.kernels import int8_linear
 
     path = model_dir(args.model)
     engines = {m: make_engine(path, m, args) for m in KERNELS}

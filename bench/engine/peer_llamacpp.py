@@ -2,7 +2,7 @@
 the same run.
 
 llama.cpp runs through llama-cpp-python built from source in the bench's own venv (bench/.venv-peer, never in
-requirements.txt); `make bench-peer` creates it, builds it and runs this script. The model is converted to GGUF by
+pyproject.toml); `make bench-peer` creates it, builds it and runs this script. The model is converted to GGUF by
 llama.cpp's own `convert_hf_to_gguf.py` (from the llama-cpp-python sdist, vendor/llama.cpp) where the files are not
 there yet, with this venv's Python (the script needs torch and transformers, which the project venv has; it brings its
 own gguf-py).

@@ -1,4 +1,4 @@
-"""Prefill attention on a CPU: Tandem's kernel (inference/engine/prefill_attention.c) against torch's path (SDPA's
+"""Prefill attention on a CPU: Tandem's kernel (inference/engine/kernels/prefill_attention.c) against torch's path (SDPA's
 flash kernel: causal over a whole prompt, and for a chunk after a cached prefix the prefix gathered from the cache
 under a mask), in the same run.
 
@@ -52,7 +52,7 @@ def _call_pair(dtype, size: int, first: int, threads: int):
     import torch
     import torch.nn.functional as F
 
-    from inference.engine.prefill_attention import load_kernel
+    from inference.engine.kernels.prefill_attention import load_kernel
 
     library = load_kernel()[0]
     gen = torch.Generator().manual_seed(size + first)
@@ -89,7 +89,7 @@ def _call_pair(dtype, size: int, first: int, threads: int):
 def calls_section(args) -> dict:
     import torch
 
-    from inference.engine.prefill_attention import load_kernel
+    from inference.engine.kernels.prefill_attention import load_kernel
 
     library, reason = load_kernel()
     if library is None:

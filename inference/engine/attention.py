@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from inference.engine.paged_attention import PagedDecode
-from inference.engine.prefill_attention import Library as PrefillKernel
+from inference.engine.kernels.paged_attention import PagedDecode
+from inference.engine.kernels.prefill_attention import Library as PrefillKernel
 
 
 class PrefillAttention:

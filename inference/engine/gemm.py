@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.engine.matvec import Library, MatVecLinear, matvec_projection
+from inference.engine.kernels.matvec import Library, MatVecLinear, matvec_projection
 from inference.hardware import cpu_vendor
 
 

@@ -41,7 +41,7 @@ from torch import nn
 from inference.engine.fusion import FusedGatedMLP
 from inference.engine.gemm import kernel_projection
 from inference.engine.interleave import Pause
-from inference.engine.matvec import Library, MatVecLinear
+from inference.engine.kernels.matvec import Library, MatVecLinear
 from inference.engine.quantization import Int8GatedMLP
 
 Projection = Callable[[torch.Tensor], torch.Tensor]

@@ -21,14 +21,14 @@ from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_
 from inference.engine.gemm import kernel_projection
 from inference.engine.gemm import note as gemm_note
 from inference.engine.interleave import Pause
-from inference.engine.decode_layers import build as build_fused_decode
+from inference.engine.kernels.decode_layers import build as build_fused_decode
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
 from inference.engine.lean_decode import LeanDecoder, normed_projection
 from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
-from inference.engine.matvec import choose_matvec
+from inference.engine.kernels.matvec import choose_matvec
 from inference.engine.model_loading import eos_token_ids, load_model, resolve_max_model_len, zeroed_pool
-from inference.engine.paged_attention import PagedDecode, choose_decode_attention
-from inference.engine.prefill_attention import choose_prefill_attention
+from inference.engine.kernels.paged_attention import PagedDecode, choose_decode_attention
+from inference.engine.kernels.prefill_attention import choose_prefill_attention
 from inference.engine.precision import TORCH_DTYPES, choose_dtypes
 from inference.engine.quantization import default_kernel, kernel_note, quantize_model, weight_bytes
 from inference.engine.sampler import Sampler

@@ -47,8 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import inference.engine.int8_linear as int8_linear
-from inference.engine.int8_linear import MatVecInt8Linear, SplitInt8Linear
+import inference.engine.kernels.int8_linear as int8_linear
+from inference.engine.kernels.int8_linear import MatVecInt8Linear, SplitInt8Linear
 from inference.engine.precision import cpu_flags
 from inference.hardware import INT8_DOT_PRODUCT_CPU_FLAGS
 

@@ -7,7 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from inference.engine.attention import DecodeAttention
-from inference.engine.paged_attention import PagedDecode
+from inference.engine.kernels.paged_attention import PagedDecode
 
 
 class CountOps(TorchDispatchMode):

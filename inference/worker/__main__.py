@@ -23,12 +23,19 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(serve(config))
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `tandem-worker` command: main(), then out at once.
+
+    serve() has closed the sockets, stopped the engine thread and logged its exit. Interpreter finalization of
+    torch and transformers then takes seconds for nothing a worker needs, and a rolling replacement waits on it; so
+    flush and leave at once.
+    """
     code = main()
-    # serve() has closed the sockets, stopped the engine thread and logged its exit. Interpreter finalization of
-    # torch and transformers then takes seconds (measured: ~5 s of a 10 s run on a loaded 2-core host) for nothing
-    # a worker needs, and a rolling replacement waits on it; so flush and leave at once.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run()

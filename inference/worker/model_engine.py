@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from inference.engine.config import QUANTIZATION_NOTES
+from inference.engine.kernels.build import status as kernel_status
 from inference.metrics import TandemMetrics
 from inference.model_snapshot import check_unchanged, snapshot
 from inference.roofline import StageRoofline, count_parameters, precision_key
@@ -189,6 +190,9 @@ class ModelEngine:
                 # {"setting", "layout" (as_loaded or transposed), "reason"}: how the float weights lie in memory.
                 "weight_layout": engine.weight_layout,
                 "matvec": engine.matvec,
+                # Each C kernel: built at install, compiled by a worker on first use (a development fallback), or
+                # missing with the reason (torch's path runs instead); inference.engine.kernels.build.
+                "kernels": kernel_status(),
                 # Tensor ops (aten calls) of one single-stream decode step's eager forward and lm_head: the
                 # per-step overhead that no bandwidth removes (None on a prefill worker, which runs no decode step).
                 "decode_step_ops": engine.decode_step_ops,
@@ -202,6 +206,7 @@ class ModelEngine:
         self.metrics.set_worker_info(dtype=engine.dtype, dtype_requested=config.engine.dtype,
                                      revision=config.revision or "", quantization=engine.quantization)
         self.metrics.model_weight_bytes.set(engine.weight_bytes)
+        self.metrics.set_kernels(info["kernels"])
         self.metrics.watch_devices([str(engine.model_runner.device)],
                                    visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
         return info

@@ -1,4 +1,4 @@
-"""A decode step's layers in one C call (inference/engine/decode_layers.c): the same hidden states and cache as the
+"""A decode step's layers in one C call (inference/engine/kernels/decode_layers.c): the same hidden states and cache as the
 lean forward's layer loop over the same kernels (float32 within float32 rounding, bfloat16 within one rounding, INT8
 through Tandem's int8 kernel), the same greedy tokens from an engine with and without it, steps it does not take
 (more tokens than the kernels take, prefill rows) left to the lean forward, and /info saying when it runs and why
@@ -10,7 +10,7 @@ import torch
 
 from inference.engine import Config, LLMEngine, SamplingParams
 from inference.engine.config import ConfigError
-from inference.engine import decode_layers, matvec
+from inference.engine.kernels import decode_layers, matvec
 from tests.conftest import MODELS_DIR
 from tests.inference.engine.support import prefilled, random_prompts
 

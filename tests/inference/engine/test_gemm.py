@@ -11,7 +11,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from inference.engine import gemm, matvec
+from inference.engine import gemm
+from inference.engine.kernels import matvec
 from tests.inference.engine.support import random_prompts
 
 pytestmark = [pytest.mark.skipif(matvec.load()[0] is None, reason=f"matvec kernel unavailable: {matvec.load()[1]}"),

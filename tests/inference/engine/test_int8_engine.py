@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from inference.engine import Config, LLMEngine, SamplingParams, int8_linear, quantization
-from inference.engine.int8_linear import GEMM_TOKENS, MatVecInt8Linear, SplitInt8Linear
+from inference.engine import Config, LLMEngine, SamplingParams, quantization
+from inference.engine.kernels import int8_linear
+from inference.engine.kernels.int8_linear import GEMM_TOKENS, MatVecInt8Linear, SplitInt8Linear
 from inference.engine.quantization import (FbgemmInt8Linear, default_kernel, kernel_note, quantize_model,
                                           weight_bytes)
 from tests.conftest import MODELS_DIR

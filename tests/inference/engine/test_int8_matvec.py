@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inference.engine import int8_linear
-from inference.engine.int8_linear import GEMM_TOKENS, MatVecInt8Linear, dequantized_linear
+from inference.engine.kernels import int8_linear
+from inference.engine.kernels.int8_linear import GEMM_TOKENS, MatVecInt8Linear, dequantized_linear
 from inference.engine.quantization import quantize_per_row
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.engine import Config, LLMEngine, SamplingParams, matvec
+from inference.engine import Config, LLMEngine, SamplingParams
+from inference.engine.kernels import matvec
 from inference.engine.config import ConfigError
 from tests.inference.engine.support import prefilled, random_prompts
 

@@ -1,4 +1,4 @@
-"""Tandem's matrix-vector kernel (inference/engine/matvec.c): its products equal torch's within float32 rounding
+"""Tandem's matrix-vector kernel (inference/engine/kernels/matvec.c): its products equal torch's within float32 rounding
 (bfloat16: within one rounding of the output), each linear of a group writes its own columns, steps of more tokens
 than the library's max_tokens_for(dtype) (32, in tiles above 4; bfloat16 in AVX512-BF16 tiles at every step where the
 CPU has them, 8 where it has AMX or computes bfloat16 without them) are torch's own; the engine serves the same greedy
@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from inference.engine import decode_layers, matvec, paged_attention
+from inference.engine.kernels import build as kernel_build
+from inference.engine.kernels import decode_layers, matvec, paged_attention
 from inference.engine.interleave import Arrivals, Pause
 from inference.engine.lean_decode import normed_projection, rms_norm
 from tests.inference.engine.support import random_prompts
@@ -219,6 +220,8 @@ def test_auto_takes_the_kernel_for_float32_and_bfloat16_on_a_cpu_and_says_why_no
 
 def test_without_a_c_compiler_the_engine_keeps_torchs_matmul_and_says_why(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built yet
+    monkeypatch.setattr(kernel_build, "INSTALLED", tmp_path / "installed")  # nor at install
+    monkeypatch.setattr(kernel_build, "_status", {})
     monkeypatch.setenv("PATH", str(tmp_path))  # no cc, no gcc
     monkeypatch.delenv("CC", raising=False)
     # every kernel library the engine loads, so that none stays cached as missing for the tests after this one
@@ -232,6 +235,7 @@ def test_without_a_c_compiler_the_engine_keeps_torchs_matmul_and_says_why(tiny_m
         for load in loaders:
             load.cache_clear()
     assert eng.matvec["kernel"] == "torch" and "no C compiler found" in eng.matvec["reason"]
+    assert kernel_build.status()["matvec"]["origin"] == "missing"
     assert len(eng.generate(random_prompts([5], seed=1), SamplingParams(max_tokens=4, ignore_eos=True))[0]) == 4
 
 

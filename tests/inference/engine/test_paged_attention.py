@@ -1,4 +1,4 @@
-"""Tandem's paged decode-attention kernel (inference/engine/paged_attention.c): its output equals torch's gather and
+"""Tandem's paged decode-attention kernel (inference/engine/kernels/paged_attention.c): its output equals torch's gather and
 SDPA path within float32 rounding (bfloat16: within one rounding of the output), for contexts that end inside a
 block and at its end, padded tables, float16 and bfloat16 caches beside float32 queries, grouped and ungrouped
 heads, both instruction sets and any thread count; the engine serves the same greedy tokens with it as with torch's
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from inference.engine import paged_attention
+from inference.engine.kernels import paged_attention
 from inference.engine.attention import DecodeAttention
 from tests.conftest import MODELS_DIR
 from tests.inference.engine.support import capped_isa, random_prompts

@@ -1,4 +1,4 @@
-"""Tandem's prefill-attention kernel (inference/engine/prefill_attention.c): its output equals exact (float64) causal
+"""Tandem's prefill-attention kernel (inference/engine/kernels/prefill_attention.c): its output equals exact (float64) causal
 attention within float32 rounding (bfloat16: within the rounding of the probabilities and of the output, as torch's
 SDPA), for a chunk over its own K/V and a chunk after a cached prefix read in place from scattered cache rows, chunk
 lengths off the query tiles and key counts off the blocks and pairs, grouped and ungrouped heads, head dims 16 to 128,
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from inference.engine import prefill_attention
+from inference.engine.kernels import prefill_attention
 from inference.engine.attention import PrefillAttention
 from tests.conftest import MODELS_DIR
 from tests.inference.engine.support import capped_isa, random_prompts

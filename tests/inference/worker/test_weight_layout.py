@@ -1,7 +1,7 @@
 """A worker says on /info how its float weights lie in memory (--weight-layout; which one auto picks:
 tests/inference/engine/test_weight_layout.py), who multiplies its decode steps' tokens by them (--matvec: Tandem's
-kernel or torch's matmul, tests/inference/engine/test_matvec.py) and how many tensor ops one single-stream decode step
-runs; all serve the same greedy tokens; a bad --weight-layout or --matvec stops it at once naming the flag."""
+kernel or torch's matmul, tests/inference/engine/test_matvec.py), where its C kernels came from (built at install),
+and how many tensor ops one single-stream decode step runs; all serve the same greedy tokens; a bad --weight-layout or --matvec stops it at once naming the flag."""
 from __future__ import annotations
 
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from tests.inference.worker.inprocess import InProcessWorker
-from tests.inference.worker.support import HTTP_TIMEOUT_S, generate, token_ids
+from tests.inference.worker.support import HTTP_TIMEOUT_S, generate, metric, token_ids
 from tests.procs import ROOT
 
 WORKER_ARGS = ("--role", "colocated", "--threads", "1", "--kv-cache-bytes", "8M", "--dtype", "float32")
@@ -51,6 +51,16 @@ def test_info_reports_the_weight_layout_and_the_matvec_kernel_with_their_reasons
     assert as_loaded["weight_layout"] == {"setting": "as_loaded", "layout": "as_loaded", "reason": "asked for"}
     assert as_loaded["matvec"]["kernel"] == "tandem"
     assert 0 < transposed["decode_step_ops"] and 0 < as_loaded["decode_step_ops"] == auto["decode_step_ops"]
+
+
+def test_info_and_metrics_say_the_kernels_were_built_at_install(workers):
+    """make setup installs the project, which builds the kernels (a worker compiling one itself says first_use)."""
+    url = workers["auto"].url
+    kernels = _info(workers["auto"])["kernels"]
+    assert set(kernels) == {"matvec", "int8_matvec", "paged_attention", "prefill_attention", "decode_layers"}
+    assert kernels["matvec"]["origin"] == "installed" and "/_built/matvec-" in kernels["matvec"]["path"]
+    assert metric(url, "tandem_worker_kernel", kernel="matvec", origin="installed") == 1
+    assert metric(url, "tandem_worker_kernel", kernel="matvec", origin="first_use") == 0
 
 
 def test_every_layout_and_kernel_serves_the_same_greedy_tokens(workers):

@@ -11,8 +11,8 @@ runs every step in tiles of its bfloat16 dot product, and stops at 8 tokens wher
 GEMM); longer steps (prefill, big batches) run a GEMM, which computes many tokens at once better than a loop over rows
 (float32: oneDNN's, gemm.py; bfloat16: torch's, which is oneDNN's too).
 
-The library is compiled from matvec.c on first use (native.py: the host's C compiler, ~1 s, cached by the source's
-hash) and loaded with ctypes; the kernels pick AVX-512F or AVX2+FMA at run time. Where it cannot run
+The library is built from matvec.c at install (build.py; else on first use, which the worker reports) and loaded
+with ctypes; the kernels pick AVX-512F or AVX2+FMA at run time. Where it cannot run
 (no compiler, a CPU with neither instruction set, CUDA, another dtype, INT8 modules), the engine keeps torch's
 matmul and says why (`matvec` on /info).
 """
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.engine.interleave import Pause
-from inference.engine.native import KernelLibrary, load_library
+from inference.engine.kernels.build import KernelLibrary, load_library
 from inference.hardware import cpu_flags, cpu_has_native_bfloat16
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class Library(KernelLibrary):
 
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
-    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    """(the library, None) or (None, why it cannot run here). Built at install, else on first use (build.py)."""
     return load_library(SOURCE, Library, "matvec kernel")
 
 

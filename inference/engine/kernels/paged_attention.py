@@ -7,7 +7,7 @@ The kernel reads each K and V row in place, once, through the block tables, as l
 
 It runs float32 and bfloat16 queries over float32, bfloat16 and float16 caches (a cache may be narrower than the
 model's activations: Config.kv_cache_dtype) on a CPU with AVX-512F or AVX2+FMA (float16 caches: and F16C) and a C
-compiler (native.py builds it on first use), for head dims that are a multiple of 16, wherever the decode forward
+build (build.py: at install, else on first use), for head dims that are a multiple of 16, wherever the decode forward
 is eager: a ctypes call cannot be traced into a torch.compile graph, so a compiled engine keeps torch's attention.
 The `matvec` setting covers it with the linears: "torch" is torch's ops for both, "auto" / "tandem" Tandem's kernels
 where they run. Values are not
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from inference.engine.native import KernelLibrary, load_library
+from inference.engine.kernels.build import KernelLibrary, load_library
 from inference.hardware import cpu_flags
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Library(KernelLibrary):
 
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
-    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    """(the library, None) or (None, why it cannot run here). Built at install, else on first use (build.py)."""
     return load_library(SOURCE, Library, "paged attention kernel")
 
 

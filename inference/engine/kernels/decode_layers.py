@@ -28,12 +28,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from inference.engine.attention import DecodeAttention
-from inference.engine.int8_linear import GEMM_TOKENS, MatVecInt8Linear
+from inference.engine.kernels.int8_linear import GEMM_TOKENS, MatVecInt8Linear
 from inference.engine.interleave import Pause
-from inference.engine.matvec import WIDE_MAX_TOKENS, matvec_projection
-from inference.engine.native import KernelLibrary, load_library
-from inference.engine.paged_attention import KV_DTYPE_CODES
+from inference.engine.kernels.matvec import WIDE_MAX_TOKENS, matvec_projection
+from inference.engine.kernels.build import KernelLibrary, load_library
+from inference.engine.kernels.paged_attention import KV_DTYPE_CODES, PagedDecode
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class Library(KernelLibrary):
 
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
-    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    """(the library, None) or (None, why it cannot run here). Built at install, else on first use (build.py)."""
     return load_library(SOURCE, Library, "decode layers")
 
 
@@ -184,7 +183,9 @@ class FusedDecode:
         # x: [T, hidden] (contiguous, updated in place); cos, sin: [T, D] contiguous in x's dtype, sin's first
         # half negated; slot_mapping: [T] int64; attention: the step's DecodeAttention; pause: where the step may
         # stop between layers for a prefill (interleave.py)
-        kernel = attention.kernel if isinstance(attention, DecodeAttention) else None  # a pure decode step's
+        # A pure decode step's attention carries its paged kernel (attention.DecodeAttention); other steps' do not.
+        kernel = getattr(attention, "kernel", None)
+        kernel = kernel if isinstance(kernel, PagedDecode) else None
         num_tokens = x.shape[0]
         if (kernel is None or num_tokens > self.max_tokens() or kernel.block_tables.shape[0] != num_tokens
                 or x.dtype != self.runner.dtype or not x.is_contiguous() or not slot_mapping.is_contiguous()):

@@ -23,7 +23,7 @@ and without VNNI oneDNN's int8 GEMM saturated its 16-bit pair sums on them), tor
 `aten._weight_int8pack_mm` (~50x fbgemm's time in this torch build). fbgemm itself would need its own packed copy of
 the weights: memory is why INT8 is picked.
 
-The library is compiled from int8_matvec.c on first use (native.py) and loaded with ctypes; where it cannot run (no
+The library is built from int8_matvec.c at install (build.py) and loaded with ctypes; where it cannot run (no
 compiler, a CPU without AVX2 with FMA) `load` says why and the engine keeps fbgemm.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.engine.native import KernelLibrary, load_library
+from inference.engine.kernels.build import KernelLibrary, load_library
 
 SOURCE = Path(__file__).with_name("int8_matvec.c")
 # Steps of at least this many tokens dequantize and run torch's GEMM; fewer run the kernel. Over SmolLM2's linears
@@ -70,7 +70,7 @@ class Library(KernelLibrary):
 
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[Library | None, str | None]:
-    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    """(the library, None) or (None, why it cannot run here). Built at install, else on first use (build.py)."""
     return load_library(SOURCE, Library, "int8 kernel")
 
 

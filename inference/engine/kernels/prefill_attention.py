@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from inference.engine.native import load
+from inference.engine.kernels.build import load
 from inference.hardware import cpu_flags
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class Library:
 
 @functools.lru_cache(maxsize=1)
 def load_kernel() -> tuple[Library | None, str | None]:
-    """(the library, None) or (None, why it cannot run here). Built once per source and cached on disk (native.py)."""
+    """(the library, None) or (None, why it cannot run here). Built at install, else on first use (build.py)."""
     lib, reason = load(SOURCE)
     if lib is None:
         return None, reason
