@@ -6,6 +6,8 @@ Checked in README.md and docs/*.md, outside fenced code blocks:
 - every word in backticks that looks like a repository path (it contains a `/` and ends in a known extension, or
   starts with a top-level folder of the repository) names one. Paths that .gitignore covers (`var/`, `.venv`,
   bench/results) are made at run time and are not looked for.
+And docs/performance.md holds current figures only (at most 400 lines), docs/figures at most 20 raw outputs, one per
+benchmark and host kind, named without a date: history lives in git.
 """
 from __future__ import annotations
 
@@ -158,3 +160,22 @@ def test_the_readme_shows_make_run_and_make_test_before_any_other_command():
     commands = [line.split("#", 1)[0].strip() for line in first_fence.group(0).splitlines()[1:-1]]
     commands = [command for command in commands if command]
     assert commands[:2] == ["make run", "make test"], f"the first commands are {commands[:2]}"
+
+
+MAX_PERFORMANCE_LINES = 400
+MAX_FIGURES = 20
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def test_performance_md_holds_current_figures_only():
+    """docs/performance.md keeps one current result per benchmark and host kind; history lives in git."""
+    num_lines = len((ROOT / "docs" / "performance.md").read_text(encoding="utf-8").splitlines())
+    assert num_lines <= MAX_PERFORMANCE_LINES, f"docs/performance.md has {num_lines} lines (at most {MAX_PERFORMANCE_LINES})"
+
+
+def test_figures_are_one_file_per_benchmark_and_host_kind_without_dates():
+    """docs/figures holds at most 20 files, named `<benchmark>-<host kind>.json`: no date in a name."""
+    names = sorted(p.name for p in (ROOT / "docs" / "figures").iterdir() if not p.name.startswith("."))
+    assert len(names) <= MAX_FIGURES, f"docs/figures holds {len(names)} files (at most {MAX_FIGURES}): {names}"
+    dated = [name for name in names if DATE.search(name)]
+    assert not dated, f"figure files named with a date (history lives in git): {dated}"
