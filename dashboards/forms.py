@@ -8,6 +8,7 @@ from django import forms
 
 from controlplane.alerting.models import CONTROL_LOOP_METRIC, Aggregation, Comparison, Severity
 from controlplane.alerting.models.rules import ScopeRole
+from controlplane.alerting.services.action_kinds import actions_help
 from controlplane.models import Deployment
 from controlplane.observability.catalog import METRICS
 
@@ -73,7 +74,7 @@ class RuleForm(forms.Form):
     cooldown_s = _seconds("cooldown (s)", initial=300)
     enabled = forms.BooleanField(required=False, initial=True)
     actions = JSONField(kind=list, help_text='e.g. [{"type": "scale", "direction": "up", "step": 1}, '
-                                             '{"type": "notify"}]')
+                                             f'{{"type": "notify"}}]. Types: {actions_help()}')
     labels = JSONField(kind=dict)
     annotations = JSONField(kind=dict)
 

@@ -6,6 +6,7 @@ from rest_framework import serializers
 from controlplane.alerting.models import (Aggregation, Alert, AlertRule, AlertState, AlertTransition, Channel,
                                           ChannelKind, Comparison, Delivery, DeliveryStatus, Severity, Silence)
 from controlplane.alerting.models.rules import ScopeRole
+from controlplane.alerting.services.action_kinds import actions_help
 from controlplane.models import Deployment
 from controlplane.selectors import MAX_ID
 
@@ -37,7 +38,9 @@ class RuleInput(serializers.Serializer):
     severity = serializers.ChoiceField(choices=Severity.choices, required=False, default=Severity.WARNING)
     labels = serializers.JSONField(required=False, default=dict)
     annotations = serializers.JSONField(required=False, default=dict)
-    actions = serializers.JSONField(required=False, default=list)
+    actions = serializers.JSONField(required=False, default=list,
+                                    help_text=f'[{{"type": <kind>, <its params>}}, ...], run in order. Kinds: '
+                                              f'{actions_help()}.')
     cooldown_s = serializers.IntegerField(min_value=0, max_value=MAX_SECONDS, required=False, default=300)
     enabled = serializers.BooleanField(required=False, default=True)
 

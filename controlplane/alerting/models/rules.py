@@ -38,13 +38,6 @@ class Severity(models.TextChoices):
     CRITICAL = "critical"
 
 
-class ActionType(models.TextChoices):
-    NOTIFY = "notify"      # {"type": "notify", "channels": ["ops"]} (no channels: every enabled channel)
-    SCALE = "scale"        # {"type": "scale", "direction": "up"|"down", "step": 1} within the pool's min..max
-    RESTART = "restart"    # {"type": "restart"}: the alert's worker (per-worker rules only)
-    ROLLBACK = "rollback"  # {"type": "rollback"}: the deployment's previous revision
-
-
 class ScopeRole(models.TextChoices):
     ANY = "", "every role"
     PREFILL = "prefill"
@@ -86,6 +79,7 @@ class AlertRule(models.Model):
     severity = models.CharField(max_length=10, choices=Severity.choices, default=Severity.WARNING)
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
+    # [{"type": <kind>, <its params>}, ...], run in order: the kinds are alerting.services.action_kinds'.
     actions = models.JSONField(default=list, blank=True)
     cooldown_s = models.PositiveIntegerField(default=300)
     enabled = models.BooleanField(default=True)

@@ -1,15 +1,15 @@
 """Carry out the alerts of an Alertmanager webhook (parsed by controlplane.alerting.webhooks.inbound).
 
 Mapping: labels `deployment` and `role` (the pool), optional `worker` (an id, for restart); the annotation (or
-label) `tandem_action`: scale_up | scale_down | restart | rollback | notify, and `tandem_scale_step` (default 1).
+label) `tandem_action`: one of action_kinds.INBOUND, and `tandem_<kind>_<parameter>` (`tandem_scale_step`,
+default 1).
 Only firing alerts act. The idempotency key comes from the alert (inbound_key), so a redelivery acts once.
 """
 from __future__ import annotations
 
 from controlplane.alerting.services import carry_out
-from controlplane.alerting.webhooks.inbound import (
-    ACTIONS, InboundAlert, InboundPayload, alert_field, inbound_key, positive_int,
-)
+from controlplane.alerting.services.action_kinds import ALERT, INBOUND, POOL, WORKER
+from controlplane.alerting.webhooks.inbound import InboundAlert, InboundPayload, alert_field, inbound_key, positive_int
 from controlplane.errors import ControlPlaneError
 from controlplane.models import ActionKind, ActionStatus, Deployment, Pool, Worker
 from controlplane.selectors import MAX_ID
@@ -27,8 +27,8 @@ def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
         return {**outcome, "outcome": "ignored", "detail": "resolved alerts do not act"}
     if not wanted:
         return {**outcome, "outcome": "ignored", "detail": "no tandem_action annotation"}
-    if wanted not in ACTIONS:
-        return {**outcome, "outcome": "rejected", "detail": f"tandem_action must be one of {', '.join(ACTIONS)}"}
+    if wanted not in INBOUND:
+        return {**outcome, "outcome": "rejected", "detail": f"tandem_action must be one of {', '.join(INBOUND)}"}
     key = inbound_key(payload, alert)
     existing = action_find(key)
     if existing is not None:
@@ -46,24 +46,27 @@ def alert_apply(payload: InboundPayload, alert: InboundAlert, *, user) -> dict:
         reason += f" — {summary}"
     role = alert.labels.get("role") or payload.common_labels.get("role") or ""
     common = dict(deployment=deployment, actor=actor, reason=reason, idempotency_key=key)
-    if wanted in ("scale_up", "scale_down"):
-        if not Pool.objects.filter(deployment=deployment, role=role).exists():
-            return {**outcome, "outcome": "rejected", "detail": f"label role names no pool of {name} ({role!r})"}
-        size = positive_int(alert_field(alert, payload, "tandem_scale_step") or "1", most=64)
-        if size is None:
-            return {**outcome, "outcome": "rejected", "detail": "tandem_scale_step must be an integer 1..64"}
-        result = carry_out.alert_action_carry_out(kind="scale", role=role,
-                                                  step=size if wanted == "scale_up" else -size, **common)
-    elif wanted == "restart":
+    kind, params = INBOUND[wanted]
+    if kind.acts_on == ALERT:
+        return {**outcome, **_audit_notify(alert, **common)}
+    worker = None
+    if kind.acts_on == POOL and not Pool.objects.filter(deployment=deployment, role=role).exists():
+        return {**outcome, "outcome": "rejected", "detail": f"label role names no pool of {name} ({role!r})"}
+    if kind.acts_on == WORKER:
         worker_id = positive_int(alert.labels.get("worker", ""), most=MAX_ID)
         worker = Worker.objects.filter(pk=worker_id, deployment=deployment).first() if worker_id else None
         if worker is None:
             return {**outcome, "outcome": "rejected", "detail": f"label worker names no worker of {name}"}
-        result = carry_out.alert_action_carry_out(kind="restart", worker=worker, **common)
-    elif wanted == "rollback":
-        result = carry_out.alert_action_carry_out(kind="rollback", **common)
-    else:
-        return {**outcome, **_audit_notify(alert, **common)}
+    params = dict(params)
+    for param in kind.params:
+        annotation = f"tandem_{kind.name}_{param.name}"
+        text = alert_field(alert, payload, annotation) if param.from_text is not None else ""
+        if text:
+            try:
+                params[param.name] = param.from_text(text, annotation)
+            except ControlPlaneError as exc:
+                return {**outcome, "outcome": "rejected", "detail": exc.message}
+    result = carry_out.alert_action_carry_out(kind=kind.name, params=params, role=role, worker=worker, **common)
     if result.status == carry_out.DONE:
         return {**outcome, "outcome": "created", "action": result.action.pk}
     return {**outcome, "outcome": _OUTCOME[result.status], "detail": result.detail}

@@ -7,44 +7,41 @@ revision, a pool at its bound) is an outcome to record, never an exception.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from datetime import datetime
 
+from controlplane.alerting.models import Alert, AlertRule
+from controlplane.alerting.services.action_kinds import (
+    ALERT_ACTIONS, DONE, POOL, REFUSED, SKIPPED, WORKER, Call, Outcome, action_params,
+)
 from controlplane.errors import ControlPlaneError
-from controlplane.models import Action, Deployment, Pool, Worker
-from controlplane.services import PoolAtBound, deployment_rollback, pool_scale_by, worker_restart
+from controlplane.models import Deployment, Pool, Worker
+from controlplane.services import PoolAtBound
 
 log = logging.getLogger(__name__)
 
-DONE, SKIPPED, REFUSED = "done", "skipped", "refused"
-KINDS = ("scale", "restart", "rollback")
+__all__ = ["DONE", "REFUSED", "SKIPPED", "Outcome", "alert_action_carry_out"]
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    status: str  # DONE (action carries the row), SKIPPED (nothing to do) or REFUSED (the service said no)
-    action: Action | None = None
-    detail: str = ""
-
-
-def alert_action_carry_out(*, kind: str, deployment: Deployment, actor, reason: str, idempotency_key: str,
-                           role: str = "", step: int = 0, worker: Worker | None = None) -> Outcome:
-    """Carry out one `scale` (by `step`, negative for down, on the `role` pool), `restart` (of `worker`) or
-    `rollback` (of `deployment`) through its service."""
+def alert_action_carry_out(*, kind: str, deployment: Deployment | None, actor, reason: str, idempotency_key: str,
+                           params: dict | None = None, role: str = "", worker: Worker | None = None,
+                           alert: Alert | None = None, rule: AlertRule | None = None, event: str = "firing",
+                           now: datetime | None = None, deliver=None) -> Outcome:
+    """Carry out one action of `kind` (action_kinds.ALERT_ACTIONS) with `params` (a rule's entry, or what an
+    Alertmanager alert asked; missing ones take their defaults) through its service, on the `role` pool, the
+    `worker` or the `deployment` as the kind acts on. `alert`, `rule`, `event`, `now`, `deliver`: a rule's firing,
+    for the kinds that tell people about it."""
+    action_kind = ALERT_ACTIONS.get(kind)
+    if action_kind is None:
+        return Outcome(REFUSED, detail=f"unknown action type {kind!r} (one of {', '.join(ALERT_ACTIONS)})")
     try:
-        if kind == "scale":
-            if not Pool.objects.filter(deployment=deployment, role=role).exists():
-                return Outcome(SKIPPED, detail=f"deployment has no {role!r} pool to scale")
-            action = pool_scale_by(deployment=deployment, role=role, step=step, actor=actor, reason=reason,
-                                   idempotency_key=idempotency_key)
-        elif kind == "restart":
-            if worker is None:
-                return Outcome(SKIPPED, detail="the alert names no worker (or it no longer exists)")
-            action = worker_restart(worker=worker, actor=actor, reason=reason, idempotency_key=idempotency_key)
-        elif kind == "rollback":
-            action = deployment_rollback(deployment=deployment, actor=actor, reason=reason,
-                                         idempotency_key=idempotency_key)
-        else:
-            return Outcome(REFUSED, detail=f"unknown action type {kind!r} (one of {', '.join(KINDS)})")
+        if action_kind.acts_on == POOL and not Pool.objects.filter(deployment=deployment, role=role).exists():
+            return Outcome(SKIPPED, detail=f"deployment has no {role!r} pool to {kind}")
+        if action_kind.acts_on == WORKER and worker is None:
+            return Outcome(SKIPPED, detail="the alert names no worker (or it no longer exists)")
+        action = action_kind.run(Call(deployment=deployment, actor=actor, reason=reason,
+                                      idempotency_key=idempotency_key,
+                                      params=action_params(action_kind, params or {}), role=role, worker=worker,
+                                      alert=alert, rule=rule, event=event, now=now, deliver=deliver))
     except PoolAtBound as exc:
         return Outcome(SKIPPED, detail=exc.message)
     except ControlPlaneError as exc:

@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError
 
-from controlplane.alerting.models import ActionType, Alert, AlertRule, RuleActionRun, RunStatus
+from controlplane.alerting.models import Alert, AlertRule, RuleActionRun, RunStatus
 from controlplane.alerting.services import carry_out
-from controlplane.alerting.services.notifications import delivery_enqueue, notify
+from controlplane.alerting.services.action_kinds import ALERT, ALERT_ACTIONS, WORKER, action_acts_on, action_target
 from controlplane.services import Actor
 
 log = logging.getLogger(__name__)
@@ -26,17 +26,6 @@ def action_key(alert: Alert, index: int, event: str = "firing") -> str:
     start = int(alert.fired_at.timestamp() * 1000)
     key = f"rule:{alert.rule_id}:{alert.fingerprint}:{start}:{index}"
     return key if event == "firing" else f"{key}:{event}"
-
-
-def action_target(spec: dict, alert: Alert) -> str:
-    kind = spec["type"]
-    if kind == ActionType.SCALE:
-        return f"pool:{alert.deployment_id}:{alert.role}"
-    if kind == ActionType.RESTART:
-        return f"worker:{alert.worker_id}"
-    if kind == ActionType.ROLLBACK:
-        return f"deployment:{alert.deployment_id}"
-    return f"alert:{alert.fingerprint}"
 
 
 def in_cooldown(rule: AlertRule, index: int, target: str, now: datetime) -> bool:
@@ -68,7 +57,7 @@ def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime, deli
         if in_cooldown(rule, index, target, now):
             continue
         reason = reason_for(rule, alert, detail)
-        held = _mass_restart(rule, alert) if spec["type"] == ActionType.RESTART else None
+        held = _mass_restart(rule, alert) if action_acts_on(spec) == WORKER else None
         if held is not None:
             status, action, error = RunStatus.SKIPPED, None, held
             log.warning("rule %s: restart of worker %s held: %s", rule.name, alert.worker_id, held)
@@ -89,7 +78,8 @@ def alert_notify_resolved(*, alert: Alert, rule: AlertRule, now: datetime, deliv
     """Send "resolved" to the channels that were told about this firing."""
     num_run = 0
     for index, spec in enumerate(rule.actions or []):
-        if spec["type"] != ActionType.NOTIFY:
+        kind = ALERT_ACTIONS.get(spec["type"])
+        if kind is None or not kind.on_resolved:
             continue
         fired = RuleActionRun.objects.filter(idempotency_key=action_key(alert, index), status=RunStatus.DONE)
         key = action_key(alert, index, "resolved")
@@ -139,14 +129,10 @@ def _perform(spec: dict, *, alert: Alert, rule: AlertRule, reason: str, key: str
              deliver=None):
     """→ (RunStatus, Action or None, error text)."""
     kind = spec["type"]
-    if kind == ActionType.NOTIFY:
-        action = notify(alert=alert, rule=rule, channels=spec.get("channels"), event=event, reason=reason,
-                        idempotency_key=key, now=now, deliver=deliver or delivery_enqueue)
-        return RunStatus.DONE, action, ""
-    if alert.deployment is None:
+    if alert.deployment is None and action_acts_on(spec) != ALERT:
         return RunStatus.SKIPPED, None, "the alert has no deployment"
-    step = int(spec.get("step", 1)) * (1 if spec.get("direction", "up") == "up" else -1)
     outcome = carry_out.alert_action_carry_out(kind=kind, deployment=alert.deployment, actor=Actor.rule(rule.name),
-                                               reason=reason, idempotency_key=key, role=alert.role, step=step,
-                                               worker=alert.worker)
+                                               reason=reason, idempotency_key=key, params=spec, role=alert.role,
+                                               worker=alert.worker, alert=alert, rule=rule, event=event, now=now,
+                                               deliver=deliver)
     return _RUN_STATUS[outcome.status], outcome.action, outcome.detail

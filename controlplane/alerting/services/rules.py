@@ -5,8 +5,9 @@ import re
 
 from django.db import IntegrityError, transaction
 
-from controlplane.alerting.models import CONTROL_LOOP_METRIC, ActionType, AlertRule, Channel
+from controlplane.alerting.models import CONTROL_LOOP_METRIC, AlertRule
 from controlplane.alerting.models.rules import ScopeRole
+from controlplane.alerting.services.action_kinds import ALERT, action_acts_on, action_validate
 from controlplane.errors import conflict, invalid
 from controlplane.services.validation import each_object
 
@@ -14,7 +15,6 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 LABEL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Labels the evaluator sets itself: a rule's own labels may not redefine an instance's identity.
 RESERVED_LABELS = {"alertname", "severity", "deployment", "role", "worker", "tenant"}
-MAX_STEP = 64
 
 
 def _label_map(value, field: str) -> dict[str, str]:
@@ -29,47 +29,12 @@ def _label_map(value, field: str) -> dict[str, str]:
 
 
 def validate_actions(actions, *, role: str, per_worker: bool) -> list[dict]:
-    """[{"type": "notify", "channels": [...]}, {"type": "scale", "direction": "up", "step": 1}, {"type": "restart"},
-    {"type": "rollback"}] → the same, normalised; 400 naming the entry for anything else."""
+    """A list of action entries (action_kinds.ALERT_ACTIONS) → the same, normalised; 400 naming the entry for
+    anything else."""
     if not isinstance(actions, list):
         raise invalid("actions must be a list", field="actions")
-    clean = []
-    for where, spec in each_object(actions, field="actions"):
-        kind = spec.get("type")
-        if kind not in ActionType.values:
-            raise invalid(f"{where}.type must be one of {', '.join(ActionType.values)}, not {kind!r}",
-                          field=f"{where}.type")
-        allowed = {"type"} | {ActionType.NOTIFY: {"channels"}, ActionType.SCALE: {"direction", "step"}}.get(kind, set())
-        unknown = set(spec) - allowed
-        if unknown:
-            raise invalid(f"{where} ({kind}) has unknown keys {sorted(unknown)}", field=where)
-        entry = {"type": kind}
-        if kind == ActionType.NOTIFY:
-            names = spec.get("channels")
-            if names is not None:
-                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                    raise invalid(f"{where}.channels must be a list of channel names", field=f"{where}.channels")
-                known = set(Channel.objects.filter(name__in=names).values_list("name", flat=True))
-                missing = [n for n in names if n not in known]
-                if missing:
-                    raise invalid(f"{where}.channels: unknown channel(s) {', '.join(missing)}",
-                                  field=f"{where}.channels")
-                entry["channels"] = names
-        elif kind == ActionType.SCALE:
-            direction, step = spec.get("direction", "up"), spec.get("step", 1)
-            if direction not in ("up", "down"):
-                raise invalid(f"{where}.direction must be 'up' or 'down'", field=f"{where}.direction")
-            if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_STEP:
-                raise invalid(f"{where}.step must be an integer from 1 to {MAX_STEP}", field=f"{where}.step")
-            if role == ScopeRole.GATEWAY:
-                raise invalid(f"{where}: a gateway has no pool to scale; scope the rule to a pool role",
-                              field=f"{where}.type")
-            entry.update(direction=direction, step=step)
-        elif kind == ActionType.RESTART and not per_worker:
-            raise invalid(f"{where}: restart needs a per-worker rule (per_worker: true) to know which worker",
-                          field=f"{where}.type")
-        clean.append(entry)
-    return clean
+    return [action_validate(spec, where=where, role=role, per_worker=per_worker)
+            for where, spec in each_object(actions, field="actions")]
 
 
 def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
@@ -137,7 +102,7 @@ def _control_loop_scope(merged: dict) -> None:
             raise invalid(f"{CONTROL_LOOP_METRIC} is the control plane's own, per control loop: {field} must be "
                           f"empty", field=field)
     for index, action in enumerate(merged["actions"]):
-        if action["type"] != ActionType.NOTIFY:
+        if action_acts_on(action) != ALERT:
             raise invalid(f"actions[{index}]: a control-loop rule may only notify", field=f"actions[{index}].type")
 
 
@@ -169,7 +134,7 @@ def _tenant_scope(merged: dict) -> str:
         raise invalid("a tenant's series exist only while it sends requests, so no data is its usual state: a rule "
                       "with a tenant cannot fire on no data", field="fire_on_no_data")
     for index, action in enumerate(merged["actions"]):
-        if action["type"] != ActionType.NOTIFY:
+        if action_acts_on(action) != ALERT:
             raise invalid(f"actions[{index}]: a rule scoped to a tenant may only notify (it is about one "
                           f"tenant's traffic, not the pools')", field=f"actions[{index}].type")
     return tenant

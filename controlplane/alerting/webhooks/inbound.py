@@ -3,8 +3,8 @@
 Mapping convention (docs in controlplane/alerting/README.md):
 - labels `deployment` (required for an action) and `role` (the pool: prefill, decode or colocated), optional
   `worker` (a worker id, for restart);
-- annotation (or label) `tandem_action`: scale_up | scale_down | restart | rollback | notify, and optional
-  `tandem_scale_step` (default 1). An alert without `tandem_action` is recorded and ignored.
+- annotation (or label) `tandem_action`: one of alerting.services.action_kinds.INBOUND (scale_up, notify, ...),
+  and optional `tandem_scale_step` (default 1). An alert without `tandem_action` is recorded and ignored.
 - Only `firing` alerts act; a `resolved` one is acknowledged.
 Alertmanager delivers at least once: the idempotency key is derived from groupKey + fingerprint + status + startsAt
 (startsAt: a later firing episode of the same alert is a new one and may act again).
@@ -19,9 +19,6 @@ from django.utils.dateparse import parse_datetime
 
 from controlplane.errors import invalid
 from controlplane.services.validation import each_object
-
-ACTIONS = ("scale_up", "scale_down", "restart", "rollback", "notify")
-
 
 @dataclass(frozen=True, slots=True)
 class InboundAlert:

@@ -17,15 +17,15 @@ def _carry_out(deployment, kind, **kwargs):
 
 
 def test_a_scale_is_done_through_the_service(deployment):
-    outcome = _carry_out(deployment, "scale", role="decode", step=1)
+    outcome = _carry_out(deployment, "scale", role="decode", params={"direction": "up", "step": 1})
     assert outcome.status == carry_out.DONE and outcome.action.params == {"role": "decode", "from": 1, "to": 2}
     assert Pool.objects.get(deployment=deployment, role="decode").desired_replicas == 2
 
 
 def test_a_scale_at_the_bound_or_of_no_pool_is_skipped(deployment):
-    outcome = _carry_out(deployment, "scale", role="decode", step=-1)
+    outcome = _carry_out(deployment, "scale", role="decode", params={"direction": "down", "step": 1})
     assert (outcome.status, outcome.detail) == (carry_out.SKIPPED, "decode pool already at its min (1 replicas)")
-    outcome = _carry_out(deployment, "scale", role="colocated", step=1)
+    outcome = _carry_out(deployment, "scale", role="colocated")
     assert (outcome.status, outcome.detail) == (carry_out.SKIPPED, "deployment has no 'colocated' pool to scale")
 
 
