@@ -69,8 +69,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def checksum(header: dict, *tensors: torch.Tensor) -> str:
-    """kv_checksum.payload_checksum of the header and the tensors' bytes in order (contiguous CPU tensors; any dtype):
-    ~2 GB/s on one core."""
+    """kv_checksum.payload_checksum of the header and the tensors' bytes in order (contiguous CPU tensors; any
+    dtype)."""
     return payload_checksum(header, (t.reshape(-1).view(torch.uint8).numpy() for t in tensors if t.numel()))
 
 

@@ -65,7 +65,7 @@ def matmul_gflops(*, shape: tuple[int, int, int] = MATMUL_SHAPE, tries: int = 3,
         peaks["float32"] = max(peaks["float32"], onednn)
     if cpu_has_native_bfloat16() if bfloat16 is None else bfloat16:
         a16, b16 = a32.bfloat16(), b32.bfloat16()
-        # Without native bfloat16 one try tells (it converts inside and runs ~50x slower).
+        # Without native bfloat16 one try tells (it converts inside and runs far slower).
         peaks["bfloat16"] = gflops(lambda: a16 @ b16, tries if cpu_has_native_bfloat16() else 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

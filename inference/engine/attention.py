@@ -17,7 +17,7 @@ class PrefillAttention:
     """Causal attention within each packed sequence: one SDPA call per sequence and layer.
 
     A single call over the packed row with a block-diagonal mask would cost (sum of lengths)^2 instead of the sum of
-    squares (8x the attention work at 8 prompts of 256 tokens, and measured slower); the per-sequence calls are also
+    squares (as many times the work as there are prompts of equal length, and slower); the per-sequence calls are also
     exactly Hugging Face's own causal path. (A varlen kernel, e.g. flash-attn on CUDA, would do both in one call.)
 
     A chunk that starts at position s > 0 (chunked prefill) attends to the cached K/V of positions [0, s) and to
@@ -51,7 +51,7 @@ class PrefillAttention:
         # q: [T, Hq, D]; k, v: [T, Hkv, D]  ->  [T, Hq, D]
         if self.kernel is not None and (self.all_whole or self.k_slots.dtype == q.dtype):
             return self._kernel(layer_id, q, k, v, scale)
-        # 4-D inputs: with 3-D ones SDPA misses its fused CPU kernel (measured 6x slower at 1000 tokens).
+        # 4-D inputs: with 3-D ones SDPA misses its fused CPU kernel and runs several times slower.
         q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # [1, H, T, D]
         if len(self.bounds) == 1 and self.all_whole:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)  # [1, Hq, T, D]
@@ -73,7 +73,7 @@ class PrefillAttention:
         # q: [1, Hq, C, D]; slots: [S]; mask: [1, 1, C, S]  ->  [1, Hq, C, D]
         # K/V gathered once per KV head and shared by its query heads through enable_gqa (Hugging Face's repeat_kv
         # order), with the additive mask: bit-identical to repeating K/V per query head with a boolean mask, and
-        # ~20 % faster a call at a 64-token chunk over 1-2k cached tokens in float32 and bfloat16 (no 3x copy of K/V).
+        # faster, since K/V are not copied once per query head.
         # a narrower cache's rows in the queries' dtype (exact: every float16 and bfloat16 value is a float32)
         keys = self.k_slots[layer_id].index_select(0, slots).to(q.dtype).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
         values = self.v_slots[layer_id].index_select(0, slots).to(q.dtype).transpose(0, 1).unsqueeze(0)
@@ -109,8 +109,8 @@ class DecodeAttention:
 
     A decode query is one position, so the G = Hq / Hkv query heads of one KV head can stand as G query positions of
     that head ([B, Hkv, G, D], no causal mask) instead of asking SDPA to broadcast K/V (enable_gqa). Same result; on
-    CPU the grouped form is ~10% faster in float32 and 6x faster in bfloat16, where SDPA's GQA path with a mask falls
-    off its fast kernel (measured at 16 sequences of ~200 tokens, SmolLM2's 9 query / 3 KV heads).
+    CPU the grouped form is faster in float32 and far faster in bfloat16, where SDPA's GQA path with a mask falls
+    off its fast kernel.
 
     With `kernel` (Tandem's paged kernel bound to this step, paged_attention.py), the kernel reads K/V in place
     instead: no gather, no mask (`mask` may then be None).
@@ -133,7 +133,7 @@ class DecodeAttention:
         _, _, block_size, num_kv_heads, head_dim = self.k_cache.shape
         num_heads = q.shape[1]
         context_shape = (num_seqs, num_table_blocks * block_size, num_kv_heads, head_dim)
-        # index_select over whole blocks: ~4x faster on CPU than advanced indexing with the [B, M] table.
+        # index_select over whole blocks: on CPU several times faster than advanced indexing with the [B, M] table.
         flat_tables = self.block_tables.view(-1)  # [B * M]
         keys = self.k_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)  # [B, Hkv, S, D]
         values = self.v_cache[layer_id].index_select(0, flat_tables).view(context_shape).transpose(1, 2)
@@ -144,8 +144,8 @@ class DecodeAttention:
         # Query head h reads KV head h // G (Hugging Face's repeat_kv order), so the grouping is a plain view.
         grouped = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)  # [B, Hkv, G, D]
         o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=self.mask, scale=scale)  # [B, Hkv, G, D]
-        # reshape, not view: CUDA's float32 SDPA kernels may hand back a non-contiguous [B, Hkv, G, D] (seen on an
-        # H200: "view size is not compatible with input tensor's size and stride").
+        # reshape, not view: CUDA's float32 SDPA kernels may hand back a non-contiguous [B, Hkv, G, D] (view raises
+        # "view size is not compatible with input tensor's size and stride").
         return o.reshape(num_seqs, num_heads, head_dim)
 
 

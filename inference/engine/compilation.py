@@ -37,7 +37,7 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, layer_id: int, slot_m
              k: torch.Tensor, v: torch.Tensor) -> None:
     """One layer's K/V of this step into their cache slots, as one op that the compiled graph mutates in place.
     Traced as plain indexing into the pool, the in-place write to a view of a graph input becomes a copy of the
-    whole pool per layer (measured: a step 60x slower with a 256 MiB pool)."""
+    whole pool per layer, which makes a step many times slower, the more so the larger the pool."""
     # k_cache, v_cache: [L, N, bs, Hkv, D]; slot_mapping: [T]; k, v: [T, Hkv, D]
     num_layers, _, _, num_kv_heads, head_dim = k_cache.shape
     k_cache.view(num_layers, -1, num_kv_heads, head_dim)[layer_id].index_copy_(0, slot_mapping, k.to(k_cache.dtype))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from inference.checks import is_int, is_number
@@ -22,8 +22,9 @@ QUANTIZATIONS = ("none", "int8")
 # greedy tokens identical but values not bit-identical), "auto": transposed for float32 on a CPU, else as loaded.
 WEIGHT_LAYOUTS = ("auto", "as_loaded", "transposed")
 # Who multiplies a decode step's few tokens by the float linears on a CPU (matvec.py): "tandem" (Tandem's kernel,
-# matvec.c: it streams the weights at about the rate a plain sum reads memory, ~1.8x torch's one-token matmul in
-# float32, ~2.5x in bfloat16; values not bit-identical, greedy tokens identical), "torch" (torch's matmul), "auto":
+# matvec.c: it streams the weights at about the rate a plain sum reads memory, faster than torch's one-token matmul
+# in float32 and more so in bfloat16, see docs/performance.md, 'Decode against the bandwidth limit'; values not
+# bit-identical, greedy tokens identical), "torch" (torch's matmul), "auto":
 # the kernel where it runs (float32 or bfloat16 on a CPU with AVX2+FMA or AVX-512F and a C compiler), else torch.
 # The same setting covers the decode rows' attention (paged_attention.c: K/V read in place from the cache; "torch":
 # torch's gather and SDPA), the prefill chunks' attention (prefill_attention.c; "torch": SDPA), and
@@ -79,16 +80,17 @@ class Config:
     # whole in one step, however long (the old way).
     chunked_prefill: bool = True
     # The chunk beside running decodes, which each stream's next token waits for. None: 64 on a CPU, 512 on CUDA. On
-    # one CPU thread a step of 64 SmolLM2 tokens takes ~0.3 s beside ~0.1 s for a plain decode step; chunks of 256
-    # make every step ~2 s, which is what a stream would see (docs/engine.md, "Chunked prefill"). A GPU reads its
-    # weights in about the time it computes a few hundred tokens, so its chunks can be far larger at the same step time.
+    # one CPU thread a chunk of 64 SmolLM2 tokens already makes a step a few times a plain decode step's; chunks of
+    # 256 make every step, which is what a stream would see, far longer (docs/engine.md, "Chunked prefill"). A GPU
+    # reads its weights in about the time it computes a few hundred tokens, so its chunks can be far larger at the
+    # same step time.
     prefill_chunk_size: int | None = None
     # The chunk of a step with no decode in it (every step of a prefill worker; a colocated one's while no stream is
     # past its prefill), at least prefill_chunk_size. None: 4 x prefill_chunk_size (256 on a CPU, 2,048 on CUDA).
-    # No stream waits on such a step, but every chunk is a pass over the weights: a 2,048-token SmolLM2 prompt costs
-    # 10-28 % more in chunks of 64 than in one pass on one CPU thread, under 5 % in chunks of 256; larger
-    # chunks gain nothing measurable and make a short prompt arriving behind a long one wait longer for its first
-    # token (one chunk's time; docs/performance.md).
+    # No stream waits on such a step, but every chunk is a pass over the weights: a long prompt costs clearly more in
+    # chunks of 64 than in one pass on one CPU thread, little more in chunks of 256; larger chunks gain nothing
+    # measurable and make a short prompt arriving behind a long one wait longer for its first token (one chunk's time;
+    # docs/performance.md, 'Stage split').
     prefill_chunk_size_alone: int | None = None
     # Prefix caching (colocated and prefill roles; block_manager.py, prefix_cache.py): full KV blocks are keyed by
     # their prefix and kept after a request ends while memory allows, so a later request that shares the prefix (a
@@ -107,7 +109,7 @@ class Config:
     # engine runs eager and says why in compile_info), CUDA graphs ("reduce-overhead") on CUDA. Compiled during the
     # engine's construction, before a worker reports ready.
     compile: bool = False
-    # The lean decode forward (lean_decode.py): decode-only steps with ~40 % fewer tensor ops, bit-identical to the
+    # The lean decode forward (lean_decode.py): decode-only steps with far fewer tensor ops, bit-identical to the
     # reference forward over the Hugging Face modules (False: the reference, for comparisons).
     lean_decode: bool = True
     # Prefill steps (whole prompts, chunks, mixed chunked steps) through the same lean forward, which is as exact for
@@ -122,7 +124,7 @@ class Config:
     # chunk beside decodes). False: it waits for the step's end, as before.
     interleave_prefill: bool = True
     # One of WEIGHT_LAYOUTS: "auto" (transposed for float32 on a CPU, where one thread's matrix-vector products read
-    # [in, out] weights 1.2-1.3x faster a step; as loaded elsewhere), or either layout by name.
+    # [in, out] weights faster; as loaded elsewhere), or either layout by name.
     weight_layout: str = "auto"
     # One of MATVECS: the kernel of the float linears in steps of a few tokens (decode steps) on a CPU.
     matvec: str = "auto"
@@ -150,8 +152,7 @@ class Config:
                                                 f"{self.kv_cache_dtype!r}")
         if self.matvec not in MATVECS:
             raise ConfigError("matvec", f"must be one of {', '.join(MATVECS)}, got {self.matvec!r}")
-        for name in ("allow_slow_float16", "chunked_prefill", "prefix_caching", "compile", "lean_decode",
-                     "lean_prefill", "fused_decode", "interleave_prefill"):
+        for name in _SWITCHES:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.shared_prompt is not None and (not isinstance(self.shared_prompt, str) or not self.shared_prompt):
@@ -189,3 +190,7 @@ class Config:
         self.speculative = spec.as_dict() if spec is not None else None
         if self.max_model_len is not None and (not is_int(self.max_model_len) or self.max_model_len < 2):
             raise ConfigError("max_model_len", f"must be an integer >= 2 or None, got {self.max_model_len!r}")
+
+
+# Every setting that is a switch: each field whose default is true or false.
+_SWITCHES = tuple(f.name for f in fields(Config) if isinstance(f.default, bool))

@@ -117,7 +117,7 @@ def transpose_weights(runner) -> int:
 
     Why: at one token a step, F.linear over an [out, in] weight is MKL's matrix-vector product, which one thread
     runs at about half the rate a plain sum reads memory; over an [in, out] weight it streams the weight one input
-    row at a time, 1.2-1.3x faster a SmolLM2 float32 step (bench/engine/decode_kernels.py has each kernel). The sums
+    row at a time, faster a float32 step (bench/engine/decode_kernels.py measures each kernel). The sums
     run in another order, so values are not bit-identical to the loaded layout's; greedy tokens are
     (tests/inference/engine/test_weight_layout.py). Fusing costs nothing here: each weight is copied once anyway.
     A tied embedding reads its rows from lm_head's transposed matrix (a strided gather of the same values), so the

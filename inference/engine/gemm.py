@@ -1,22 +1,21 @@
 """The float32 GEMM of CPU steps of many tokens (batched decode, prefill): oneDNN's instead of torch's (MKL's).
 
 Tandem's matvec kernel (matvec.py) multiplies steps of at most `Library.max_tokens` tokens; above, the linears were
-torch's `F.linear`, which for float32 on a CPU is MKL's sgemm (bfloat16 already goes through oneDNN in torch). On the
-AMD EPYC host of issue 19 (AVX-512, one thread), MKL ran a [16, 576] x [576, 1536] product at ~60-70 GFLOP/s and
-oneDNN's at ~120-135; over all of SmolLM2-135M's linears with cold caches, 91 ms against 56 ms at 16 tokens, 232
-against 115 at 64, even at 4. In the engine's 16-sequence float32 decode step MKL's sgemm was ~85 of ~135 ms.
+torch's `F.linear`, which for float32 on a CPU is MKL's sgemm (bfloat16 already goes through oneDNN in torch). On an
+AMD CPU MKL does not take its fast paths: oneDNN's GEMM ran SmolLM2-135M's linears clearly faster at every batch
+size, and MKL's sgemm had been most of a float32 decode step of many sequences (docs/performance.md, 'Batched
+decode').
 
 oneDNN is called through `torch.ops.mkldnn._linear_pointwise` (what inductor's CPU linears call) on the weights as
-loaded ([out, in], dense): oneDNN reorders them on every call, and a packed copy would be faster still (42 against
-56 ms), but it would hold the float weights twice (the kernel reads the loaded ones). Its sums run in another order
+loaded ([out, in], dense): oneDNN reorders them on every call, and a packed copy would be faster still, but it
+would hold the float weights twice (the kernel reads the loaded ones). Its sums run in another order
 than MKL's, so values are not bit-identical to torch's linear; greedy tokens are (tests/inference/engine/
 test_gemm.py). It runs where the kernel runs (Config.matvec resolved to Tandem's, float weights): with
 `matvec="torch"`, torch's matmul everywhere, as before.
 
-Not on an Intel CPU: there MKL is Intel's own and runs its fast paths (on AMD it does not). On an Intel Xeon with
-AMX (one thread, SmolLM2's linears, 8 layers' weights) MKL ran 97-131 GFLOP/s at 48-128 tokens as oneDNN did
-(0.99x its time) and 6-10 % faster at 512-2,048 tokens (167 against 152 GFLOP/s at 2,048), where the engine's
-2,048-token prefill through oneDNN was 0.92x transformers' (MKL's) single forward.
+Not on an Intel CPU: there MKL is Intel's own and runs its fast paths. On an Intel CPU with AMX MKL ran the linears
+as fast as oneDNN at a few dozen tokens and somewhat faster at prefill's thousands, where a prefill through oneDNN
+was slower than transformers' (MKL's) own forward (docs/performance.md, 'Prefill against the compute peak').
 """
 from __future__ import annotations
 

@@ -1,26 +1,26 @@
 """A request's prefill between the layers of the step under way, so that its first token does not wait for the step.
 
-A colocated SmolLM2 worker serving 8 streams in float32 on one CPU thread makes ~110 tokens/s, a step every ~70 ms
-(bench/gateway/tenants.py), a mixed step with a resumed stream's chunk more; a request that arrived during one waited,
-before this, for the step to end and then for its own prefill (alone, or as a chunk of the next mixed step, which costs
-about a decode step more): a short request beside running streams measured 1.7x its unloaded time to first token at P50
-at the worker itself (bench/engine/arrival_ttft.py). Now the engine loop raises `Arrivals` when it queues a request (or
-an abort, which may make room for one); the step looks at it between layers (decode_layers.c reads the flag itself in a
-fused decode step, the lean forward in Python in decode, prefill and mixed steps), then after its last layer, between
-parts of the LM head (matvec.PAUSE_ROWS) and before sampling (model_runner._sample), and where it is raised, the step
-pauses: the engine loop takes the new commands, the engine prefills what can start now (LLMEngine.prefill_between: the
-waiting requests, best band first, then the tenant holding fewest sequences, one tenant's per prefill, whose whole
-prompt fits what is left of the step's budget, up to the sequences the running batch frees by the aborts that came in),
-their first tokens go out at once, and the step goes on from the layer where it stopped. No step's work is thrown away,
-and the paused step's values are the same as without the pause: its K/V slots and hidden states are its own, and the
-prefill writes only the new sequences' blocks.
+A colocated CPU worker serving several streams runs a step every few dozen milliseconds, a mixed step with a resumed
+stream's chunk more; a request that arrived during one waited, before this, for the step to end and then for its own
+prefill (alone, or as a chunk of the next mixed step, which costs about a decode step more): a short request beside
+running streams saw its time to first token grow well past its unloaded value (bench/engine/arrival_ttft.py; the
+figures: docs/performance.md, "A quiet request's path, traced"). Now the engine loop raises `Arrivals` when it queues a
+request (or an abort, which may make room for one); the step looks at it between layers (decode_layers.c reads the flag
+itself in a fused decode step, the lean forward in Python in decode, prefill and mixed steps), then after its last
+layer, between parts of the LM head (matvec.PAUSE_ROWS) and before sampling (model_runner._sample), and where it is
+raised, the step pauses: the engine loop takes the new commands, the engine prefills what can start now
+(LLMEngine.prefill_between: the waiting requests, best band first, then the tenant holding fewest sequences, one
+tenant's per prefill, whose whole prompt fits what is left of the step's budget, up to the sequences the running batch
+frees by the aborts that came in), their first tokens go out at once, and the step goes on from the layer where it
+stopped. No step's work is thrown away, and the paused step's values are the same as without the pause: its K/V slots
+and hidden states are its own, and the prefill writes only the new sequences' blocks.
 
 What it costs: the running streams' next token waits for the prefill, as it did when the prefill went first at the
 step's end. The budget is the paused step's, however many pauses it takes: in chunked mode the chunk beside decodes
 (`prefill_chunk_size`), so a stream never waits for more prompt tokens in one step than in a mixed step; without
 chunks the prefill token budget. A prefill between layers is a pass over the weights of its own where a mixed step
-shares the decodes' pass: the long streams' tokens/s measured 2.7 % lower with a short request every 0.5 s
-(docs/performance.md).
+shares the decodes' pass: the long streams' tokens/s drop a little under a steady trickle of short requests
+(docs/performance.md, "A quiet request's path, traced").
 
 An aborted sequence that is part of the paused step stays in it until the step ends (its K/V slots are being
 written); its blocks are freed then, and the prefill may take its place in the running batch meanwhile. The pause

@@ -1,5 +1,5 @@
 """The lean decode forward: the same layers as ModelRunner._forward (the reference, over the Hugging Face modules),
-with ~40 % fewer tensor ops per step, for the step that runs once per generated token.
+with far fewer tensor ops per step, for the step that runs once per generated token.
 
 A single-stream decode step multiplies one token by every weight once, so beside the matmuls its cost is per-op
 overhead: SmolLM2's reference step runs ~60 tensor ops per layer (RMSNorm as six, RoPE as seven for q and seven
@@ -167,7 +167,7 @@ class LeanDecoder:
             qk = qkv[:, : h_q + h_kv]  # [T, Hq + Hkv, D]
             rolled = qk.roll(d // 2, -1).mul_(sin)  # the same operations as qk * cos + roll * sin, two buffers fewer
             qk = (qk * cos).add_(rolled)
-            # q contiguous: with many sequences, SDPA over a strided q measured ~4% slower a step (SmolLM2, 16).
+            # q contiguous: with many sequences, SDPA over a strided q made a step slower.
             q, k, v = qk[:, :h_q].contiguous(), qk[:, h_q:], qkv[:, h_q + h_kv:]
             narrow = self.kv_dtype is not None  # rounded once on the way into a narrower cache (attention: k, v)
             self.k_slots[layer_id].index_copy_(0, slot_mapping, k.to(self.kv_dtype) if narrow else k)

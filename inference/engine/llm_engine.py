@@ -232,8 +232,8 @@ class LLMEngine:
         prompt within the chunk beside decodes), prefilled alone as a step of their own, as if they had come while
         the step before ran; None when there are none (the step schedules as usual). Without this a request that
         came in the step's tail (past its last look at the flag: sampling, delivery) rode the next mixed step,
-        whose first token costs every running stream's decode too: measured 75-138 ms on a SmolLM2 worker beside
-        8 streams, against ~45 ms between layers."""
+        whose first token costs every running stream's decode too: it came out later than a prefill between layers
+        (docs/performance.md, "A quiet request's path, traced")."""
         scheduler = self.scheduler
         if not scheduler.waiting or not any(not seq.is_prefilling for seq in scheduler.running):
             return None
@@ -262,7 +262,7 @@ class LLMEngine:
         This prefill pauses between its layers too: a request arriving during it that outranks it (a better band, or
         a tenant holding fewer sequences) is prefilled at its next layer (a nested call, within what is left of the
         same budget), so that it does not wait for a prefill that came just before it; one that does not waits for
-        it (on a SmolLM2 worker a flood's request prefilled inside a quiet one's delayed its first token ~47 ms).
+        it (a flood's request prefilled inside a quiet one's would delay the quiet one's first token).
         Its sequences are in flight like the paused step's: an abort of one takes effect when the
         step ends."""
         if self._in_flight is None:

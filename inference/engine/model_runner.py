@@ -240,8 +240,8 @@ class ModelRunner:
     def _sample(self, hidden: torch.Tensor, sampling: list[Sequence], pause: Pause | None) -> list[int]:
         """The LM head and the sampler over the step's sampling rows. A step that may pause looks at the arrivals
         flag after its last layer, between the head's parts (where Tandem's kernel runs it) and before sampling: the
-        tail of a decode step of 8 SmolLM2 streams (~8 ms of ~40, float32 on a Zen 4 EPYC with AVX-512) is no longer a
-        stretch that an arrival waits out."""
+        tail of a decode step (a sizeable share of a small model's step of a few streams) is no longer a stretch that
+        an arrival waits out."""
         if pause is None:
             return self.sampler(self.norm_lm_head(hidden).float(), sampling)
         pause.check()

@@ -6,13 +6,13 @@ refused where it would crawl.
   the named half precision: `auto` means "the model's precision where it runs well", never a refusal. The choice and
   its reason are logged and shown on the worker's /info (`dtype_reason`).
 - bfloat16 is native on CUDA devices of compute capability 8.0 and up, and on CPUs with AVX512-BF16 or AMX-BF16
-  (x86) or BF16 (Arm's `bf16`). Without it torch converts inside every matmul: measured on an AVX2+FMA CPU, one
-  thread, a 2048x576 by 576x1536 matmul ran at 57.9 GFLOP/s in float32 and 1.2 in bfloat16, and one forward of a
-  2,048-token prompt through SmolLM2 took 12.9 s in float32 against 64.8 s in bfloat16. An explicit bfloat16 there
+  (x86) or BF16 (Arm's `bf16`). Without it torch converts inside every matmul: on an AVX2+FMA CPU a bfloat16 matmul
+  ran dozens of times slower than float32's, and a long prompt's forward several times slower (docs/engine.md,
+  "Precision"). An explicit bfloat16 there
   still runs (half the memory; the operator chose) with a warning in the log.
 - float16 is fast on CPUs with float16 arithmetic: AVX512-FP16 or AMX-FP16 (x86), FP16 SIMD (Arm's `asimdhp`).
-  Without it torch runs float16 matmuls through conversions: measured on this project's AVX512 CPU (with BF16, no
-  FP16), a SmolLM2-sized linear at 16-512 rows takes 3-8x the time of float32 and 6-16x that of bfloat16. An
+  Without it torch runs float16 matmuls through conversions: on an AVX-512 CPU with BF16 and no FP16 a small model's
+  linear takes several times float32's time and more still than bfloat16's. An
   explicit `float16` on such a CPU is refused with a message that names the alternatives, unless the operator
   forces it (`allow_slow_float16`, which logs a warning).
 

@@ -14,15 +14,15 @@ Four kernels, chosen by device, CPU, the worker's role and the engine's `matvec`
 - `weight_only` (CUDA, and any device): int8 weights and scales in memory, the weight converted to the activation
   dtype inside the matmul and the scale applied to its output. Tested on CPU only (tests select it explicitly).
 
-Why the CPU and the role decide (docs/engine.md, "INT8 weights", has the figures; bench/engine/int8_kernels.py
-measures them). Decode steps of up to 16 sequences ran faster with the kernel on every CPU measured: on an AMD EPYC
-with AVX2 only 2.5x fbgemm's single-stream rate and 4.7x at 16 sequences (fbgemm there sums pairs of 8-bit products
-in 16 bits, must take 7-bit activations, and its tied lm_head through `torch._int_mm` crawls; KL from float32 0.12
-against the kernel's 0.0046); on an AMD EPYC with AVX-512 and VNNI 1.6-2.0x and 1.03-1.08x. Long steps (a
-prompt's) are another matter: with VNNI fbgemm's int8 GEMM prefilled 1.8x as fast as the kernel's dequantized float
-GEMM. A prefill or colocated worker there takes both (`split`): holding the int8 matrix twice costs what bfloat16
-weights cost, but a worker asked for INT8 must never decode slower than at the default precision, which fbgemm's
-single stream did. Without VNNI the kernel serves every role.
+Why the CPU and the role decide (the figures: docs/performance.md, 'INT8 kernels by CPU and role', and docs/engine.md,
+"INT8 weights"; bench/engine/int8_kernels.py measures them). Decode steps of up to 16 sequences ran faster with the
+kernel than with fbgemm on every CPU tried: far faster with AVX2 only (fbgemm there sums pairs of 8-bit products in 16
+bits, must take 7-bit activations, and its tied lm_head through `torch._int_mm` crawls; its KL from float32 is many
+times the kernel's), by less with AVX-512 and VNNI, least at many sequences. Long steps (a prompt's) are another matter:
+with VNNI fbgemm's int8 GEMM prefilled clearly faster than the kernel's dequantized float GEMM. A prefill or colocated
+worker there takes both (`split`): holding the int8 matrix twice costs what bfloat16 weights cost, but a worker asked
+for INT8 must never decode slower than at the default precision, which fbgemm's single stream did. Without VNNI the
+kernel serves every role.
 
 Activations (fbgemm): quantized per token on a fixed grid (see FbgemmInt8Linear), after SmoothQuant has moved the
 range of a few outlier input channels into the weights (smooth_activations), which recovers most of what per-token

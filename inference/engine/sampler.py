@@ -8,12 +8,12 @@ A seeded request draws from a generator re-seeded from (seed, number of tokens p
 that its tokens depend on nothing else: not on the other sequences of the batch, not on preemption and recompute,
 and not on whether its first token was sampled by a prefill worker and the rest by a decode worker.
 
-What a sampled step costs (SmolLM2's 49,152-token vocabulary, 8 rows, one thread of a Zen 1 EPYC with AVX2 and FMA
-only): torch.multinomial draws one exponential per vocabulary entry (9.4 ms, where the softmax takes 0.4), and top-k /
-top-p sorted the whole vocabulary (32 ms). A draw here is one uniform per row against the cumulative distribution
-(inverse CDF, ~0.4 ms), and top-k / top-p look at the CANDIDATES best tokens (torch.topk) whenever those hold the
-whole nucleus, which they do unless the distribution is flat (then the whole vocabulary is sorted, as before): the
-same distribution, a different draw for a given seed than before.
+What a sampled step costs (a large vocabulary, a few rows, one CPU thread; the figures: docs/performance.md, 'Sampling
+in the decode step'): torch.multinomial draws one exponential per vocabulary entry (many times the softmax's cost), and
+top-k / top-p sorted the whole vocabulary (costlier still). A draw here is one uniform per row against the cumulative
+distribution (inverse CDF, about a softmax's cost), and top-k / top-p look at the CANDIDATES best tokens (torch.topk)
+whenever those hold the whole nucleus, which they do unless the distribution is flat (then the whole vocabulary is
+sorted, as before): the same distribution, a different draw for a given seed than before.
 """
 from __future__ import annotations
 
@@ -127,9 +127,8 @@ def _nucleus(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, wid
 def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Per row, the index whose cumulative probability first exceeds uniform x total (inverse CDF): one uniform per
     row instead of multinomial's one exponential per entry. Never an entry of probability 0."""
-    # probs: [S, W] (not necessarily normalized); uniforms: [S] in [0, 1). In float32 (a float64 cumsum over
-    # 8 x 49,152 took 3.9 ms, float32's 0.44, one thread of that Zen 1 EPYC): a token's share of the cdf is off by
-    # at most one ulp of it, ~6e-8.
+    # probs: [S, W] (not necessarily normalized); uniforms: [S] in [0, 1). In float32 (a float64 cumsum over a
+    # vocabulary takes several times as long): a token's share of the cdf is off by at most one ulp of it, ~6e-8.
     cdf = probs.float().cumsum(dim=-1)  # [S, W], non-decreasing
     total = cdf[:, -1:].contiguous()  # [S, 1]
     index = torch.searchsorted(cdf, uniforms.float().unsqueeze(1) * total, right=True)  # [S, 1]: first cdf > u x total

@@ -206,7 +206,7 @@ class Scheduler(AdmissionOrder):
         running batch less the `num_leaving` sequences that its aborts free when the step ends has room. The budget is
         the paused step's, whatever the number of pauses: `num_tokens_used` of it went to earlier ones. One tenant's
         requests (of one band) per prefill, the first's: a quiet tenant's first token does not wait for a flood's
-        resumed streams prefilled beside it (54-77 ms against ~45 alone, on a SmolLM2 worker beside 8 streams); the
+        resumed streams prefilled beside it (which would delay it well past a prefill alone); the
         others wait for the next pause or the next step's start. `outranking`: a prefill of this kind is running (this
         one pauses it): only requests that outrank it go in (a better band, or its band and a tenant holding fewer
         sequences): a quiet tenant's request is not kept waiting by a flood's prefill that started just before it,

@@ -131,7 +131,7 @@ class Admission:
         reached its worker (Slot.handed_over), or at once when no waiter took the slot. The preempted request closes
         its leg, which frees its sequence on the worker, only then: a worker that frees the sequence before the
         waiter's request is there gives it to a request already waiting there (the flood's), and the waiter waits
-        for the next stream to end (on a SmolLM2 worker beside 8 streams: 0.4-0.8 s, against ~50 ms)."""
+        for the next stream to end (many times a prefill's time on a worker beside several streams)."""
         handoff = self._handoff = asyncio.Event()
         try:
             slot.release()

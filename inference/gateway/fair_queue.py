@@ -134,8 +134,8 @@ class FairQueue:
         becomes backlogged; then its counter is the band's last (and again when it leaves, `hold`, with the tokens
         it was served since). Without it a tenant served alone, never
         queued, kept a counter far above that of a tenant idle meanwhile, which then flooded in at its old counter
-        and went first until it had caught up (a SmolLM2 worker: a quiet tenant waited 1.8-2.3 s at a flood's
-        start, bench/gateway/tenants.py traced)."""
+        and went first until it had caught up (a quiet tenant waited seconds at a flood's start; bench/gateway/
+        tenants.py traced it: docs/performance.md, 'Tenants: admission queue and fair queuing')."""
         if not self.holding.get(tenant) and tenant not in self.bands[priority_class]:
             self.counters[tenant] = max(self.counters.get(tenant, 0.0), self.last_counter[priority_class])
         self.last_counter[priority_class] = self.counters.get(tenant, 0.0)

@@ -10,10 +10,10 @@ either
   holds (a quiet tenant's requests beside a flood; a tenant backlogged beyond that is left to the counters). The
   counters alone cannot see this case soon: a tenant that becomes backlogged is lifted to the counter of the others
   (admission.py), so a quiet tenant arriving beside a flood ties with it and would wait until the flood has been
-  served `margin` more (measured: quiet TTFT P50 7.7x its unloaded value instead of ~1x); and a quiet tenant served
-  alone before the flood began is ahead of it by all that, so its requests waited until the flood had caught up
-  (measured, tenants.py's isolation scenario on a real SmolLM2 worker: the quiet tenant's requests of the first
-  seconds of the flood waited 1.7-2.1 s, 6.9 s with the host also running the test suite). The rule asked first that
+  served `margin` more (quiet TTFT P50 many times its unloaded value instead of about the same); and a quiet tenant
+  served alone before the flood began is ahead of it by all that, so its requests waited until the flood had caught
+  up (tenants.py's isolation scenario on a real worker: the quiet tenant's requests of the first seconds of the flood
+  waited seconds; the figures: docs/performance.md, "A quiet request's path, traced"). The rule asked first that
   nothing else of the tenant wait: once a second request of it queued behind the first, it was left to those counters.
   Its slots can never be taken back by the same rule: the flood, backlogged, holds and waits for more than the light
   tenant holds.
@@ -40,14 +40,14 @@ they keep two tenants of a band from taking turns preempting each other through 
 band, and a light tenant's request beside a flood (the second rule above: the flood can never preempt back by it),
 preempt whatever the victim's preemptions and tokens left, preferring one within the bounds, then one with
 `min_tokens_left` left. Within the bounds alone a light tenant's request waited, once every slot held a request
-preempted once already or near its end, for one of them to end (measured, tenants.py's isolation scenario on a real
-SmolLM2 worker: quiet TTFT P99 19x its unloaded value, P50 2.2x). Across bands: a preempted request goes back to the
-front of its tenant's queue and takes the next free slot, so under a `batch` flood every slot soon holds a batch
-request preempted once already, and an `interactive` request that the bounds held back waited for one of them to end
-(measured, bench/gateway/tenants.py's priority scenario: interactive TTFT P99 20x its unloaded value, against 2.6x
-without the bounds across bands). A lower band never outranks a higher one, so an `interactive` request is never
-preempted for a `standard` or `batch` one; one streaming preemption is under way at a time. Preemptions are counted
-per class and tenant on /metrics.
+preempted once already or near its end, for one of them to end (tenants.py's isolation scenario on a real worker: quiet
+TTFT P99 many times its unloaded value). Across bands: a preempted request goes back to the front of its tenant's queue
+and takes the next free slot, so under a `batch` flood every slot soon holds a batch request preempted once already, and
+an `interactive` request that the bounds held back waited for one of them to end (bench/gateway/tenants.py's priority
+scenario: interactive TTFT P99 many times its unloaded value, and a small multiple of it without the bounds across
+bands; the figures: docs/performance.md, 'Tenants: admission queue and fair queuing'). A lower band never outranks a
+higher one, so an `interactive` request is never preempted for a `standard` or `batch` one; one streaming preemption is
+under way at a time. Preemptions are counted per class and tenant on /metrics.
 """
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ class Preemption:
 
         The streaming victim's place (its admission slot and its worker's outstanding count) goes to the waiter at
         once, not when the victim's task has closed its leg: on a busy gateway that task runs a few event-loop turns
-        later (measured: 5-30 ms, up to 200 ms on a loaded host, of a quiet tenant's ~50 ms TTFT). Its worker frees
+        later, a sizeable share of a quiet tenant's TTFT, more on a loaded host. Its worker frees
         the sequence when the leg closes; until then it holds one request more, which its --max-queue takes."""
         if self.admission.has_room():
             return

@@ -18,8 +18,8 @@ goes on to the same next worker each time, so its prefix gets cached there as we
 HEADROOM: the bound alone is harsh at the small counts a prefill stage holds (its requests last one prefill): with
 4 workers and 3 requests in flight it is ceil(1.25 x 3 / 4) = 1, so a home holding one request would spill the next
 of its key, although being one or two prefills behind is not "loaded well above the others" and costs less than
-the cache miss a spill makes (a hit skips most of a prompt's prefill). Measured with 4 prefill workers and 4
-clients: without headroom 28 of 96 requests spilled and the hit rate was 0.75 of a possible 0.86. Under real load
+the cache miss a spill makes (a hit skips most of a prompt's prefill). Without headroom, a run with as many clients
+as prefill workers spilled a large share of its requests and lost much of the possible hit rate. Under real load
 the LOAD_FACTOR term dominates and the headroom is noise.
 """
 from __future__ import annotations

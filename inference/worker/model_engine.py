@@ -28,10 +28,9 @@ log = logging.getLogger(__name__)
 HEADER_BYTES_PER_TOKEN = 16
 HEADER_SLACK_BYTES = 1 << 20
 KV_HEADER_FIELDS = ("request_id", "prompt_token_ids", "first_token_id", "sampling", "kv_layout", "revision")
-# A prompt this short tokenizes in well under a millisecond (SmolLM2's tokenizer on a Zen 4 EPYC: 4 words 0.02 ms,
-# 2,000 characters 0.5 ms, a one-message chat 0.16 ms): on the event loop it skips the two thread hops of the
-# tokenizer thread (that thread waking, then the loop waking to its answer), which took up to ~7 ms on a worker
-# serving 8 streams (docs/performance.md, the quiet request traced). Longer prompts, and any while the tokenizer
+# A prompt this short tokenizes in well under a millisecond: on the event loop it skips the two thread hops of the
+# tokenizer thread (that thread waking, then the loop waking to its answer), which cost far more on a worker serving
+# several streams (docs/performance.md, "A quiet request's path, traced"). Longer prompts, and any while the tokenizer
 # thread is busy, go to that thread, so that a megabyte prompt never holds the loop.
 INLINE_TOKENIZE_CHARS = 2000
 INLINE_TOKENIZE_MESSAGES = 8

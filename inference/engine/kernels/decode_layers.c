@@ -1,8 +1,8 @@
 /* A decode step's layers in one C call (inference/engine/decode_layers.py builds the plan and calls it).
 
    The lean forward (lean_decode.py) runs each layer as ~25 tensor ops and 5-7 kernel calls from Python; at one token
-   a sequence each op costs more in dispatch than in arithmetic (a SmolLM2 step: ~4 ms of ops and ~1 ms of call
-   overhead beside ~25 ms of weight reads in bfloat16). Here the same layer runs in C, calling the same kernels
+   a sequence each op costs more in dispatch than in arithmetic (in a small model's step the ops and call overhead
+   are a sizeable share beside the weight reads). Here the same layer runs in C, calling the same kernels
    through the function pointers the plan holds (tandem_matvec, tandem_int8_matvec, tandem_paged_attention: each
    from its own library), with the elementwise steps between them written out:
 
@@ -78,7 +78,7 @@ static inline float rounded(int dtype, float v) { return dtype == DT_F32 ? v : b
 /* The residual adds, silu x up (exp still libm's, one at a time) and bfloat16's RoPE 16 elements at a time where the
    CPU has AVX-512F, bit for bit as the scalar loops (the same IEEE products, quotients and sums, the same roundings:
    kernels.h's round_bf16_512; float32's RoPE stays scalar, where a product and the sum after it could be fused into
-   one FMA). A bfloat16 step of 16 tokens spent ~10 % of its time in these scalar loops (SmolLM2, Zen 4 EPYC). */
+   one FMA). Scalar, these loops were a visible share of a bfloat16 step of many tokens on a CPU with AVX-512. */
 static int avx512 = -1;
 static inline int has_avx512(void) {
     if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;

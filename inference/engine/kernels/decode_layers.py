@@ -1,8 +1,8 @@
 """A decode step's layers in one C call (decode_layers.c), where Tandem's kernels run all of a layer.
 
 At one token a sequence, the lean forward's ~25 tensor ops and 5-7 kernel calls per layer cost more in Python and
-dispatch than in arithmetic: on SmolLM2 in bfloat16 about 5 ms of a ~30 ms single-stream step, beside the weight
-reads (measured by wrapping each kernel call of the lean step; docs/performance.md has the bench's figures). Here
+dispatch than in arithmetic: a sizeable share of a small model's single-stream step, beside the weight reads
+(found by wrapping each kernel call of the lean step; the figures: docs/performance.md, 'Faster tokens'). Here
 the lean forward hands its layer loop to C: the plan (each layer's weight pointers, the kernels' entry points, the
 cache, scratch rows) is built once per runner, and each step makes one call with its tokens' cos/sin, slots, block
 tables and context lengths. The embedding, RoPE's cos/sin, the final norm, lm_head and sampling stay as they were.

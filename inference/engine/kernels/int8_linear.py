@@ -3,11 +3,11 @@
 A single-stream decode step reads every weight once: it is bound by how fast the weights stream from memory, and
 int8 weights are a quarter of float32's bytes. fbgemm's dynamic-quantization linear (quantization.FbgemmInt8Linear)
 spends a decode step on its own overhead instead (quantizing the activations, a few tensor ops around each call):
-on SmolLM2-135M at one thread its step took 2.4-2.85x the time to read its weights once. The kernel reads each int8
+at one thread its step took a few times as long as reading its weights once. The kernel reads each int8
 row once and multiplies it with the step's tokens, each rounded to int16 with its own scale (max |x| / 32767) once
 per call, by AVX2's 16-bit integer multiply-add with exact integer sums: twice the multiplies per instruction of the
 float32 FMA the kernel used before, which a step of many sequences needs (with AVX512-VNNI, steps of 4 tokens or
-more fuse the multiply-add and the add into one vpdpwssd: the same sums, 1.3-1.4x faster on a Zen 4 EPYC). A token's
+more fuse the multiply-add and the add into one vpdpwssd: the same sums, fewer instructions). A token's
 rounding depends on that token alone, and 16 bits keep the outputs as close to the float model's as float activations
 did: SmolLM2's mean KL of the next-token distributions from float32's, 0.00462 with int16 activations against 0.00459
 with float32 ones (test_int8_engine's text; 0.00649 against 0.00648 over 6 texts decoded token by token), where
@@ -16,11 +16,11 @@ fbgemm's 8-bit activations gave 0.12 on an AVX2 CPU without VNNI (docs/engine.md
 Steps of fewer tokens in another dtype (bfloat16 activations) run the kernel on a float32 copy of the step's input.
 Steps of GEMM_TOKENS tokens or more (long prefills) dequantize each weight for the call and run torch's float GEMM,
 which computes many tokens at once faster than the kernel's passes over the weights (one per 16 tokens), on the
-float activations (not rounded to int16: within half an int16 step per activation of the kernel's values). Not
-taken, measured on SmolLM2 at one thread: `torch._int_mm` with 8-bit per-token activations (3.5x the KL from
-float32 of weight-only), the same with 16-bit activations split in two int8 halves (1.6-2.8x fbgemm's prefill time;
-and without VNNI oneDNN's int8 GEMM saturated its 16-bit pair sums on them), torch's weight-only CPU op
-`aten._weight_int8pack_mm` (~50x fbgemm's time in this torch build). fbgemm itself would need its own packed copy of
+float activations (not rounded to int16: within half an int16 step per activation of the kernel's values). Not taken
+(docs/performance.md, 'INT8 kernels by CPU and role'): `torch._int_mm` with 8-bit per-token activations (several times
+the KL from float32 of weight-only), the same with 16-bit activations split in two int8 halves (slower than fbgemm's
+prefill; and without VNNI oneDNN's int8 GEMM saturated its 16-bit pair sums on them), torch's weight-only CPU op
+`aten._weight_int8pack_mm` (far slower than fbgemm in this torch build). fbgemm itself would need its own packed copy of
 the weights: memory is why INT8 is picked.
 
 The library is built from int8_matvec.c at install (build.py) and loaded with ctypes; where it cannot run (no
@@ -39,11 +39,11 @@ from torch import nn
 from inference.engine.kernels.build import KernelLibrary, load_library
 
 SOURCE = Path(__file__).with_name("int8_matvec.c")
-# Steps of at least this many tokens dequantize and run torch's GEMM; fewer run the kernel. Over SmolLM2's linears
-# at one thread (AVX2, no AVX-512) the kernel took 0.6-0.7x the float GEMM's time at 32 tokens, 0.87-0.98x at 128
-# and 0.91-1.09x at 256 (the lm_head far less: 0.1x at 16 tokens, its dequantization costing the same at any).
-# Kept at 128, not 256: past it the kernel gains little here, and a CPU with AVX-512 doubles the float GEMM's FMAs
-# but not the kernel's multiply-adds (AVX2 only).
+# Steps of at least this many tokens dequantize and run torch's GEMM; fewer run the kernel. On a CPU with AVX2 and
+# no AVX-512 the kernel is clearly faster than the float GEMM at a few dozen tokens, about even by a few hundred
+# (the lm_head far faster at any: its dequantization costs the same at any number of tokens). Kept at 128, not
+# 256: past it the kernel gains little, and a CPU with AVX-512 doubles the float GEMM's FMAs but not the kernel's
+# multiply-adds (AVX2 only). The figures: docs/performance.md, 'INT8 kernels by CPU and role'.
 GEMM_TOKENS = 128
 
 
@@ -122,7 +122,7 @@ class MatVecInt8Linear(nn.Module):
         return dequantized_linear(flat.float(), self.weight_int8, self.scale, self.bias)
 
     # A C call cannot be traced: a compiled step (Config.compile) runs it eagerly between its graphs, and without
-    # this dynamo would retrace it per module until its recompile limit (~0.3 us a call in eager).
+    # this dynamo would retrace it per module until its recompile limit (where an eager call costs next to nothing).
     @torch.compiler.disable
     def kernel(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
         """The kernel's product for an input that `runs`; with norm (an RMSNorm's float32 weight [K] and eps), of x

@@ -29,8 +29,8 @@
 #include "kernels.h"
 
 /* Rows multiplied at once (each token's int16 vector loaded once for all), for passes of at least GROUP tokens; fewer
-   tokens take one row at a time, which streamed the weights faster (at one token, three rows at once took 1.25-1.4x
-   the time of one, on SmolLM2-135M's linears at one thread). Any blocking gives the same exact sums. */
+   tokens take one row at a time, which streamed the weights faster (at one token three rows at once were slower
+   than one). Any blocking gives the same exact sums. */
 #define ROWS 3
 #define GROUP 4      /* tokens multiplied with one widening of the rows' weights: ROWS * GROUP int32 accumulators */
 #define BLOCK 16     /* tokens of one pass over the weights: groups of GROUP over each band of rows while it is in L1 */
@@ -40,14 +40,12 @@
 #define CHUNK 4096
 _Static_assert((int64_t)(CHUNK / 16) * 2 * 128 * 32767 <= INT32_MAX, "int32 accumulators may overflow");
 /* How far ahead of the multiply the weights are prefetched (into the rows that follow: a matrix's rows are one
-   stream). The hardware prefetcher alone left the float kernel waiting on memory between rows: on SmolLM2-135M's
-   linears at one thread, 1.9x the time of one read of the weights without, 1.3-1.4x with 2-8 KB (4 KB chosen).
-   Beside it, twice as far ahead into L2 only (T1), as matvec.c does: SmolLM2's 120 int8 projections of a step at
-   one token 9.0-9.3 -> 8.6-9.0 ms on an Intel Xeon with AMX (interleaved rounds, best of 7), 16 tokens 50.5 -> 47.7.
-   Both once per 64-byte line (each line was prefetched twice, once per 32 weights): on an AMD EPYC with AVX2 only
-   (Zen 1, where the kernel is bound by its instructions: ~12 GB/s with the weights in L2), SmolLM2's 120 linears of a
-   step at one token 13.1-14.1 -> 10.9-11.5 ms (a C harness, best of 15, three rounds); any distance from 1 to 8 KB
-   within that. */
+   stream). The hardware prefetcher alone left the float kernel waiting on memory between rows: a step took far
+   longer than one read of the weights without, much less with a distance of 2-8 KB (4 KB chosen). Beside it, twice
+   as far ahead into L2 only (T1), as matvec.c does: a little faster on a CPU with AMX, at one token and at 16. Both
+   once per 64-byte line (each line was prefetched twice, once per 32 weights): clearly faster on an older AVX2-only
+   CPU, where the kernel is bound by its instructions, not by memory; any distance from 1 to 8 KB did as well there.
+   The figures: docs/performance.md, 'INT8 kernels by CPU and role'. */
 #define PREFETCH_BYTES 4096
 
 /* kernels.h's TANDEM_ISA_FUNCTIONS, capped at AVX2: the only set this kernel has. */
@@ -241,7 +239,7 @@ static void dot_rows_vnni(const int8_t *q, int64_t ldq, const int16_t *xq, int64
 /* AVX512-VNNI's multiply-add where the CPU has it, unless switched off (tests and benches compare the two: the same
    values), for ROWS rows at once (steps of GROUP tokens or more). One row at a time (fewer tokens) keeps AVX2's:
    there each accumulator is one chain of vpdpwssd, bound by its latency, where madd's add is one cycle (a
-   single-stream SmolLM2 step, Zen 4 EPYC: 8.1 ms with AVX2's, 10.8 with VNNI's). Returns whether it is used now. */
+   single-stream step is slower with VNNI's than with AVX2's). Returns whether it is used now. */
 static int vnni_off = 0, cpu_vnni = -1;
 int tandem_int8_matvec_vnni(int on) {
     if (cpu_vnni < 0)

@@ -19,22 +19,20 @@
 TANDEM_ISA_FUNCTIONS(tandem_matvec)
 
 /* How far ahead of the multiply the weights are prefetched, into the rows that follow (a matrix's rows are one
-   stream). On an Intel Xeon (one thread, SmolLM2's 60 projections of a step, a shared host, two runs) 1 KB read the
-   weights -6 to +20 % faster (mostly +4-15 %) than the hardware prefetcher alone with AVX-512, at 1 and 4 tokens,
-   float32 and bfloat16, and +8-30 % with the AVX2 kernels; 4-8 KB gained less or lost. (An AMD EPYC measured no gain
+   stream). On an Intel CPU 1 KB read the weights faster than the hardware prefetcher alone, with the AVX-512 and
+   more so with the AVX2 kernels, in float32 and bfloat16; 4-8 KB gained less or lost. (An AMD CPU gained nothing
    from a prefetch before.) Values are the same either way.
    Beside it, the same lines PREFETCH_L2_BYTES ahead into L2 only (T1): more misses in flight than L1's fill buffers
-   hold. On an Intel Xeon with AMX (one thread, SmolLM2's 210 projections of a step as decode_layers.c calls them, one
-   token, interleaved rounds, best of 7): bfloat16 10.1 -> 11.9 GB/s with AVX-512 and 9.5-9.9 -> 12.5-12.8 with the
-   AVX2 kernel, float32 12.1-12.5 -> 13.0 and 12.1 -> 12.9-13.5; L2 alone at 4 KB gained about half of that, L1 alone
-   at 4 KB lost. */
+   hold. On an Intel CPU with AMX both together read the weights faster in every dtype and kernel; L2 alone at 4 KB
+   gained about half of that, L1 alone at 4 KB lost. The figures: docs/performance.md, 'Decode against the bandwidth
+   limit'. */
 #define PREFETCH_BYTES 1024
 #define PREFETCH_L2_BYTES 4096
 
 /* Each kernel computes one row for every token: the row is read from memory once (the rows of a matrix one after
    another are one sequential stream, which the hardware prefetcher follows at a plain sum's rate; four rows side by
-   side measured ~25 % slower), and each stretch of it, loaded and widened once, is multiplied with every token of the
-   step (one row per token, re-read from L1 and re-widened, measured 1.2-1.4x slower at 3-4 tokens). Four
+   side were slower), and each stretch of it, loaded and widened once, is multiplied with every token of the
+   step (one row per token, re-read from L1 and re-widened, was slower already at 3-4 tokens). Four
    accumulators per token hide the FMA latency. */
 
 /* ---- AVX-512F -------------------------------------------------------------------------------------------------- */
@@ -150,13 +148,12 @@ static void row_avx2(int dtype, const void *w, const float *x, int64_t K, int64_
 
 /* A batched decode step (5-32 sequences) is bound by arithmetic, not by the weights' stream: the row-at-a-time kernel
    above re-reads each row from L1 per pair of tokens, and oneDNN's GEMM (which reorders the weights on each call)
-   ran SmolLM2's linears at ~half of a large float32 matmul's rate at 16 tokens on an AVX2-only AMD EPYC (38-41
-   against 83 GFLOP/s; docs/performance.md). Here a tile of 3 rows x 4 tokens keeps 12 accumulators in registers
-   (3 weights + 1 input + 12 sums of the 16 ymm), and while the first tokens' tile runs, the next 3 rows are
-   prefetched: 55-59 GFLOP/s at 16 tokens (~1.4x oneDNN's), ~1.6x oneDNN's at 8. The AVX-512 tiles' prefetch spread
-   over every pass (below) lost here: on a Zen 1 AMD EPYC (AVX2 only; a C harness over SmolLM2's 120 float32 linears
-   of a step, best of 5, two rounds) 8 / 16 / 32 tokens 50-57 / 96-97 / 180-188 ms with the next rows into L1 during
-   the first pass, 61-62 / 107-109 / 198-240 ms spread (into L2 or L1 alike).
+   ran a small model's linears at about half of a large float32 matmul's rate on an AVX2-only CPU. Here a tile of 3
+   rows x 4 tokens keeps 12 accumulators in registers (3 weights + 1 input + 12 sums of the 16 ymm), and while the
+   first tokens' tile runs, the next 3 rows are prefetched: faster than oneDNN's GEMM, the more so the fewer the
+   tokens. The AVX-512 tiles' prefetch spread over every pass (below) lost here, on an AVX2-only CPU at every batch
+   size, against the next rows into L1 during the first pass (spread into L2 or L1 alike). The figures:
+   docs/performance.md, 'Batched decode'.
 
    Each (row, token) sums in one accumulator, k in steps of 8 in order, whatever the tile: a token's value does not
    depend on the others in its step (but differs by a few ulp from the 1-4 token kernel's order above). */
@@ -220,12 +217,11 @@ static void rows_avx2(int dtype, const void *w, size_t row_bytes, const float *x
 
 /* ---- AVX-512F, steps of more than 4 tokens --------------------------------------------------------------------- */
 
-/* As the AVX2 tiles above, with 32 zmm registers: 6 rows x 4 tokens, 24 accumulators (6 weights + 1 input + 24 sums
-   of 32). The next 6 rows are prefetched into L2 a few lines at each step of every pass over the step's tokens (pass
-   `pass` of `passes`), so that their read overlaps the later passes' arithmetic, not the first pass's alone: SmolLM2's
-   linears on an Intel Xeon with AMX, float32, 8 / 16 / 32 tokens, +7 % / +9-13 % / +4 % against all of them into L1
-   during the first pass. Each (row, token) sums in one accumulator,
-   k in steps of 16 in order: a token's value does not depend on the others in its step. */
+/* As the AVX2 tiles above, with 32 zmm registers: 6 rows x 4 tokens, 24 accumulators (6 weights + 1 input + 24 sums of
+   32). The next 6 rows are prefetched into L2 a few lines at each step of every pass over the step's tokens (pass
+   `pass` of `passes`), so that their read overlaps the later passes' arithmetic, not the first pass's alone: faster, on
+   an Intel CPU with AMX in float32 at every batch size, than all of them into L1 during the first pass. Each (row,
+   token) sums in one accumulator, k in steps of 16 in order: a token's value does not depend on the others. */
 __attribute__((target("avx512f"), always_inline))
 static inline void tile_avx512(int dtype, const void *w, size_t row_bytes, const float *x, int64_t K, int nr, int nt,
                                int pass, int passes, float out[6][4]) {

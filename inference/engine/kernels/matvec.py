@@ -36,19 +36,18 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("matvec.c")
 # Steps of at most `Library.max_tokens_for(dtype)` tokens run the kernel: up to MAX_TOKENS the rows a token group at
 # a time (bound by the weights' stream), above that tiles of rows x 4 tokens (bound by arithmetic), which beat
-# oneDNN's GEMM in the engine up to WIDE_MAX_TOKENS tokens in float32 (bench/engine/batched_decode.py: on an AVX2-only
-# AMD EPYC 1.5-1.8x at 5-16 sequences and 1.14x at 32; on an Intel Xeon with AVX-512 1.72x at 5, 1.45x at 16, 1.12x
-# at 32). In bfloat16 on a CPU with AMX, oneDNN's bfloat16 GEMM (AMX's) is faster than the AVX-512F tiles from about a
-# dozen tokens: there the tiles stop at NATIVE_BFLOAT16_MAX_TOKENS (same Xeon: 1.56x at 5, 1.28x at 8, 0.80x at 16;
-# the AVX512-BF16 tiles have not been measured against AMX). With AVX512-BF16 and no AMX the AVX512-BF16 tiles beat
-# oneDNN's bfloat16 GEMM up to WIDE_MAX_TOKENS (a Zen 4 EPYC: 1.68x at 16, 1.20x at 32; matvec.c). More tokens run a
-# GEMM (gemm.py).
+# oneDNN's GEMM in the engine up to WIDE_MAX_TOKENS tokens in float32 (bench/engine/batched_decode.py), with AVX2
+# only and with AVX-512, by less the more tokens. In bfloat16 on a CPU with AMX, oneDNN's bfloat16 GEMM (AMX's) is
+# faster than the AVX-512F tiles from about a dozen tokens: there the tiles stop at NATIVE_BFLOAT16_MAX_TOKENS (the
+# AVX512-BF16 tiles have not been compared with AMX). With AVX512-BF16 and no AMX the AVX512-BF16 tiles beat oneDNN's
+# bfloat16 GEMM up to WIDE_MAX_TOKENS (matvec_bf16dot.h). More tokens run a GEMM (gemm.py). The figures:
+# docs/performance.md, 'Batched decode'.
 MAX_TOKENS = 4
 WIDE_MAX_TOKENS = 32
 NATIVE_BFLOAT16_MAX_TOKENS = 8
 # A step that may pause for an arrival (interleave.py) runs a wide projection in parts of at most PAUSE_ROWS output
-# rows and looks at the arrivals flag between them: SmolLM2's LM head (49,152 x 576) is 6-8 ms of a ~40 ms decode step
-# of 8 streams that no layer boundary cut before (float32, one thread, a Zen 4 EPYC with AVX-512 and AVX512-BF16).
+# rows and looks at the arrivals flag between them: a small model's LM head (SmolLM2's: 49,152 x 576) is a sizeable
+# share of a decode step of a few streams, which no layer boundary cut before.
 # A multiple of the AVX-512 (6) and AVX2 (3) tiles; each output is computed as in one call.
 PAUSE_ROWS = 8190
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
@@ -160,8 +159,8 @@ class MatVecLinear:
         if x.dim() != 2 or x.dtype != self.dtype:
             return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
         # each product straight into its columns (BLAS writes a row-major slice in place): the same values as
-        # torch.cat of the products without the copy (7-9 % of a 2,048-token prompt's float32 q/k/v and gate/up
-        # products on a Xeon with AMX, 17-28 % in bfloat16)
+        # torch.cat of the products without the copy, which costs a long prompt's q/k/v and gate/up products a
+        # visible share of their time, more in bfloat16 than in float32
         y = torch.empty(x.shape[0], self.out_features, dtype=self.dtype)
         for (*_, column, rows), weight, bias in zip(self.calls, self.weights, self.biases):
             if bias is None:

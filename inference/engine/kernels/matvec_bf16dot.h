@@ -2,19 +2,17 @@
    use; native.py's build key covers the headers beside the source). */
 /* ---- AVX512-BF16, every bfloat16 step -------------------------------------------------------------------------- */
 
-/* Every bfloat16 step on a CPU with AVX512-BF16 (Zen 4 EPYC, Cooper Lake and later Xeons), one token or 32: tiles of
-   6 rows x 4 tokens as the AVX-512 tiles above, where vdpbf16ps multiplies 32 bfloat16 pairs of a row and a token
-   into 16 float32 sums in one instruction; the kernels above widen the row (two instructions per 16 weights) and run
-   one FMA per 16. SmolLM2's 120 bfloat16 linears of a step, one thread, a Zen 4 EPYC (AVX-512, AVX512-BF16), best
-   of 7: at 1 / 4 tokens 9.3 / 10.0 ms against the row kernel's 13.5 / 20.0 (at 1, ~23 GB/s of weights: near a plain
-   read's rate, where the row kernel reads ~16 GB/s; six rows side by side cost nothing here), at 8 / 16
-   / 32 tokens 14.0 / 24.6 / 46.7 ms against the AVX-512F tiles' 22.3 / 42.4 / 81.5 and oneDNN's bfloat16 GEMM's
-   33.5 / 41.4 / 55.9. The products are exact in float32 and each is added with one rounding, as an FMA adds it; what
-   differs is the order (elements 2i and 2i + 1 of a stretch into lane i) and that the instruction treats denormal
-   inputs and results as zero (bfloat16 values below ~1.2e-38, which a model's weights and activations do not hold).
-   The inputs are the step's tokens in bfloat16, as the lean forward hands them to torch's matmul (after an RMSNorm,
-   rounded to bfloat16 as there). Each (row, token) sums in one accumulator, k in steps of 32 in order: a token's value
-   does not depend on the others in its step, nor on how many there are. */
+/* Every bfloat16 step on a CPU with AVX512-BF16 (recent AMD and Intel server CPUs), one token or 32: tiles of 6 rows x
+   4 tokens as the AVX-512 tiles above, where vdpbf16ps multiplies 32 bfloat16 pairs of a row and a token into 16
+   float32 sums in one instruction; the kernels above widen the row (two instructions per 16 weights) and run one FMA
+   per 16. Faster than the row kernel at a few tokens (at one it reads the weights near a plain read's rate; six rows
+   side by side cost nothing here), and than the AVX-512F tiles and oneDNN's bfloat16 GEMM at 8 to 32
+   (docs/performance.md, 'Batched decode'). The products are exact in float32 and each is added with one rounding, as an
+   FMA adds it; what differs is the order (elements 2i and 2i + 1 of a stretch into lane i) and that the instruction
+   treats denormal inputs and results as zero (bfloat16 values below ~1.2e-38, which a model's weights and activations
+   do not hold). The inputs are the step's tokens in bfloat16, as the lean forward hands them to torch's matmul (after
+   an RMSNorm, rounded to bfloat16 as there). Each (row, token) sums in one accumulator, k in steps of 32 in order: a
+   token's value does not depend on the others in its step, nor on how many there are. */
 __attribute__((target("avx512f,avx512bf16"), always_inline))
 static inline void tile_bf16dot(const void *w, size_t row_bytes, const uint16_t *xb, int64_t K, int nr, int nt,
                                 int pass, int passes, float out[6][4]) {

@@ -41,11 +41,11 @@ typedef struct {
 
 /* Part `part` of `parts` of a stretch of the cache into L2, while the stretch before it is computed: a few lines at
    each group of keys, not all at once. Blocks lie anywhere in the pool, so the hardware prefetcher, which follows a
-   stream within a block, cannot guess the next. A Zen 4 EPYC, one layer's call from memory, 16 sequences: the next
-   run's lines all at once into L1 (prefetcht0, as before) read the cache at 9-12 GB/s against a plain read's 24;
-   spread over the groups into L2 (prefetcht1), with the phases' and the tasks' first runs too (ahead), 15-19 GB/s
-   (float32 calls 1.35-1.9x faster); a read of the blocks alone, nothing computed, 11-12 GB/s with the first and
-   20-22 with the second. */
+   stream within a block, cannot guess the next. The next run's lines all at once into L1 (prefetcht0, as before)
+   read the cache at about half a plain read's rate; spread over the groups into L2 (prefetcht1), with the phases'
+   and the tasks' first runs too (ahead), far faster, and so were the float32 calls; a read of the blocks alone,
+   nothing computed, nearly doubled its rate with the second. The figures: docs/performance.md, 'Decode attention
+   at the memory's rate'. */
 static inline void prefetch_part(const char *block, size_t bytes, int64_t part, int64_t parts) {
     size_t end = bytes * (size_t)(part + 1) / (size_t)parts;
     for (size_t o = bytes * (size_t)part / (size_t)parts & ~(size_t)63; o < end; o += 64)
@@ -167,7 +167,7 @@ static inline void task_avx512_as(int dtype, const Task *p) {
     }
     /* 3. The weighted sum of V, a block at a time (its rows stay in L1 for every query head), 64 columns of the
        output in registers at once, two keys at a time into two sets of sums (eight chains of FMAs hide their
-       latency: ~1.2x faster than four). */
+       latency better than four). */
     memset(p->acc, 0, sizeof(float) * (size_t)(HG * D));
     for (int64_t j = 0, t0 = 0, r; t0 < n; j += r, t0 += r * bs) {
         r = run_of_blocks(p, j, t0);  /* blocks j .. j + r - 1 lie one after another: one block of r * bs keys */
@@ -400,8 +400,8 @@ int tandem_paged_attention(int dtype, int kv_dtype, const void *q, void *out, co
     for (int64_t b = 0; b < B; b++) work += context_lens[b] * Hkv * D;
     const int parallel = num_threads > 1 && work >= 65536;
     /* A task is a sequence's KV heads together, so that each block (bs rows of Hkv * D elements) is read as one
-       contiguous stream; a head's rows alone are a strided read (one head in Hkv), which measured ~1.5x slower a
-       call. With fewer sequences than threads, a task is one KV head, so that the threads share the heads. */
+       contiguous stream; a head's rows alone are a strided read (one head in Hkv), which made a call slower. With fewer
+       sequences than threads, a task is one KV head, so that the threads share the heads. */
     const int64_t H = parallel && B < num_threads ? 1 : Hkv;
     int failed = 0;
     /* dynamic: the tasks differ by their context lengths */

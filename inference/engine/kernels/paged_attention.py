@@ -2,7 +2,8 @@
 
 torch's decode attention (attention.DecodeAttention) gathers every sequence's K/V blocks into a padded contiguous
 copy per layer, then runs SDPA under a mask over the padding: at long contexts the copy costs more than the
-attention (SmolLM2, one stream at ~1,100 tokens: ~10 ms of a 34 ms step, where reading those K/V once takes ~2 ms).
+attention, several times what reading those K/V once takes (docs/performance.md, "Decode attention at the memory's
+rate").
 The kernel reads each K and V row in place, once, through the block tables, as llama.cpp reads its cache.
 
 It runs float32 and bfloat16 queries over float32, bfloat16 and float16 caches (a cache may be narrower than the

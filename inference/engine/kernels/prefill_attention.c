@@ -59,7 +59,7 @@ int tandem_prefill_attention_cap_isa(int max) {
 typedef int32_t __attribute__((may_alias)) i32a;
 
 /* The row's address as the compiler cannot take apart: its DG elements are then read at displacements from one
-   register, not from DG offsets (d0 + u) hoisted out of the loop over keys, which spilled registers (perf, Xeon). */
+   register, not from DG offsets (d0 + u) hoisted out of the loop over keys, which spilled registers (seen in perf). */
 #define OPAQUE(ptr) __asm__("" : "+r"(ptr))
 
 /* The calling thread's int32 scratch for V's interleaved pairs (bfloat16), beside kernels.h's float scratch. */
@@ -217,7 +217,7 @@ static void block_bf16(const Call *c, State *st, const uint16_t *const *krows, c
 /* ---- float32 on AVX-512, tiles of LANES32 query positions in two vectors ----------------------------------------
    The same steps as block_f32; each broadcast element of a key's or a value's row feeds two FMAs (the tile's two
    halves), so the loads per FMA fall from ~1.1 to ~0.6 (one 512-bit load port less busy than the two FMA ports on an
-   Intel core, where block_f32 ran at ~50 % of the matmul peak). */
+   Intel core, where block_f32 ran well below the matmul peak). */
 
 #define KG2 8  /* keys whose scores are computed at once: 2 x KG2 accumulators */
 #define DG2 8  /* head dimensions of the output updated at once: 2 x DG2 accumulators */

@@ -3,7 +3,7 @@
 torch's CPU path (attention.PrefillAttention) runs SDPA's flash kernel per chunk: causal over a chunk's own K/V, and
 for a chunk after a cached prefix the prefix's rows gathered from the cache into a copy, under an explicit mask that
 makes it compute every block of the chunk against every key (the masked part too). Its bfloat16 attention runs no
-faster than its float32 (SmolLM2, a 1,024-token prompt: ~25 ms a layer in bfloat16, ~22 in float32, Zen 4). The
+faster than its float32 (docs/performance.md, 'Prefill attention in a kernel of its own'). The
 kernel reads the K/V rows in place (the chunk's own from the step's tensors, the prefix's from the cache), skips the
 blocks no query of a tile can see, and runs bfloat16 on the AVX512-BF16 dot product.
 
@@ -12,8 +12,8 @@ AVX2 with FMA (tiles of 8, of 16 in two vectors above 8), and bfloat16 where it 
 cache of the model's dtype (over a narrower one, Config.kv_cache_dtype, for whole prompts only: a chunk after a cached
 prefix keeps torch's path, which widens the rows it gathers), for head dims that are a multiple of 16 up to 256, and the
 `matvec` setting is not "torch" (it covers Tandem's kernels); elsewhere (bfloat16 without AVX512-BF16, where SDPA's is
-no slower than float32's anyway; bfloat16 on a CPU with AMX, where SDPA's flash kernel multiplies on AMX at ~140-240
-GFLOP/s against the kernel's ~57-83 on a Xeon with AMX, unless `matvec` is "tandem"; CUDA) torch's SDPA. Values are not
+no slower than float32's anyway; bfloat16 on a CPU with AMX, where SDPA's flash kernel multiplies on AMX several times
+faster than the kernel does, unless `matvec` is "tandem"; CUDA) torch's SDPA. Values are not
 bit-identical to SDPA's (sums in another order; bfloat16: the probabilities rounded as torch's flash kernel rounds
 them), greedy tokens are (tests/inference/engine/test_prefill_attention.py).
 """
