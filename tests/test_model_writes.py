@@ -1,5 +1,6 @@
 """Each table is written by the app that owns it: Action rows only by the actions service, RevisionSample rows only by
-the observability app, AutoscalingPolicy rows only by the autoscaling app.
+the observability app, AutoscalingPolicy rows only by the autoscaling app, Delivery rows only by the alerting app
+(rollouts and chaos queue theirs through alerting's channels_notify).
 
 The writes are read from the source (ast) of controlplane/ and dashboards/, as the import graph is. A write is a
 call of an ORM writing method (save, delete, create, update, ...) on a chain that starts at the model
@@ -34,6 +35,7 @@ OWNERS = {
                     makers=("action_create", "action_once", "action_find", "action_get")),
     "RevisionSample": Owner(writers=("controlplane/observability/",)),
     "AutoscalingPolicy": Owner(writers=("controlplane/autoscaling/",), related=("autoscaling",)),
+    "Delivery": Owner(writers=("controlplane/alerting/",), related=("deliveries",), names=("delivery",)),
 }
 
 

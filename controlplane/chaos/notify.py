@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from controlplane.alerting.models import ChannelKind, Delivery
-from controlplane.alerting.services.notifications import channels_for, delivery_enqueue
+from controlplane.alerting.models import ChannelKind
+from controlplane.alerting.services.notifications import channels_notify
 
 
 def report_urls(run) -> dict:
@@ -32,12 +32,5 @@ def run_end_notify(*, run, report: dict) -> list[int]:
                "verdict": report["verdict"], "reasons": report["reasons"], "recovery_s": report["recovery_s"],
                "started_at": report["started_at"], "finished_at": report["finished_at"],
                "requests": report["requests"], **report_urls(run)}
-    ids = []
-    for channel in channels_for(None):
-        delivery, created = Delivery.objects.get_or_create(
-            idempotency_key=f"chaos-{run.pk}-ended:{channel.pk}",
-            defaults={"channel": channel, "event": report["verdict"], "payload": _payload(channel.kind, summary)})
-        if created:
-            delivery_enqueue(delivery.pk)
-        ids.append(delivery.pk)
-    return ids
+    return channels_notify(idempotency_key=f"chaos-{run.pk}-ended", event=report["verdict"],
+                           payload=lambda kind: _payload(kind, summary))

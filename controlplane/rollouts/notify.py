@@ -2,8 +2,8 @@
 alerting app's delivery task (bounded tries, timeout, the outcome on the delivery row)."""
 from __future__ import annotations
 
-from controlplane.alerting.models import ChannelKind, Delivery
-from controlplane.alerting.services.notifications import channels_for, delivery_enqueue
+from controlplane.alerting.models import ChannelKind
+from controlplane.alerting.services.notifications import channels_notify
 
 
 def _payload(kind: str, summary: dict) -> dict:
@@ -19,12 +19,5 @@ def rollout_abort_notify(*, rollout, reason: str, failures: list[dict], idempote
     summary = {"deployment": rollout.deployment.name, "rollout": rollout.pk, "strategy": rollout.strategy,
                "revision": rollout.revision.number, "stable_revision": rollout.stable_revision.number,
                "reason": reason, "failures": failures}
-    ids = []
-    for channel in channels_for(None):
-        delivery, created = Delivery.objects.get_or_create(
-            idempotency_key=f"{idempotency_key}:{channel.pk}",
-            defaults={"channel": channel, "event": "aborted", "payload": _payload(channel.kind, summary)})
-        if created:
-            delivery_enqueue(delivery.pk)
-        ids.append(delivery.pk)
-    return ids
+    return channels_notify(idempotency_key=idempotency_key, event="aborted",
+                           payload=lambda kind: _payload(kind, summary))

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from datetime import datetime
+from typing import Callable
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -70,6 +71,22 @@ def notify(*, alert: Alert, rule: AlertRule, channels: list[str] | None, event: 
             raise
         return existing
     return action
+
+
+def channels_notify(*, idempotency_key: str, event: str, payload: Callable[[str], dict]) -> list[int]:
+    """Queue one delivery of an event that is no alert's (a rollout aborted, a chaos run ended) to each enabled
+    channel, its body `payload(channel kind)`, sent after commit by the delivery task. Call it inside the event's
+    own transaction; the deliveries' keys are `<idempotency_key>:<channel id>`, so an event recorded twice queues
+    once. Returns the deliveries' ids."""
+    ids = []
+    for channel in channels_for(None):
+        delivery, created = Delivery.objects.get_or_create(
+            idempotency_key=f"{idempotency_key}:{channel.pk}",
+            defaults={"channel": channel, "event": event, "payload": payload(channel.kind)})
+        if created:
+            delivery_enqueue(delivery.pk)
+        ids.append(delivery.pk)
+    return ids
 
 
 def delivery_enqueue(delivery_id: int) -> None:
