@@ -56,7 +56,8 @@ def deployment_get(name: str, *, for_update: bool = False) -> Deployment:
 def deployment_row(name: str) -> Deployment:
     """The deployment's own row and its current revision, without the worker counts, pools and delete flag that
     deployment_get annotates: for reads that need none of them, such as the membership every gateway polls every
-    2 s (at 50 deployments, deployment_get's annotations were 32 % of each poll's time in the web tier, py-spy)."""
+    2 s (with many deployments, deployment_get's annotations were a large share of each poll's time in the web tier,
+    as py-spy showed)."""
     deployment = (Deployment.objects.select_related("current_revision").filter(name=name).first()
                   if _could_be_name(name) else None)
     if deployment is None:

@@ -15,7 +15,7 @@ from controlplane.lib.env import env_bool, env_int, env_str
 # How long a started worker may take to answer /health 200 before the start counts as failed (model load).
 TANDEM_STARTUP_TIMEOUT_S = env_int("TANDEM_STARTUP_TIMEOUT_S", 120, minimum=1)
 # The same for a worker that answers /health 503 "starting": its process is up, loading the weights or compiling its
-# decode step (`compile`: 2.6 min of warm-up for SmolLM2 on an H200, bench/engine/gpu_stages.py), so it gets this
+# decode step (`compile`: minutes of warm-up on a GPU, docs/performance.md, 'On a GPU'), so it gets this
 # long (at least TANDEM_STARTUP_TIMEOUT_S) before the start counts as failed.
 TANDEM_WARMUP_TIMEOUT_S = env_int("TANDEM_WARMUP_TIMEOUT_S", 900, minimum=1)
 # The Python of the vLLM environment that vLLM workers run from (inference/engines/vllm/environment.py): on each agent

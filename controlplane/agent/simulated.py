@@ -286,7 +286,8 @@ class FleetHeartbeat(threading.Thread):
                     log.exception("the restart of node %s's agent failed", node.name)
             # Each real agent beats on its own host, first thing in its round, whatever the others' rounds take:
             # one round of many nodes in this one thread must not hold the last node's beat behind the others'
-            # repairs (on a loaded host a round took 38 s and every node read as offline, so nothing was placed).
+            # repairs (on a loaded host a round outlasted the offline threshold and every node read as offline, so
+            # nothing was placed).
             Node.objects.filter(id__in=[node.id for node in live]).update(last_seen_at=timezone.now())
             for node in live:
                 try:

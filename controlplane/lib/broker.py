@@ -2,7 +2,7 @@
 
 kombu's filesystem transport creates a message file, then writes it; a consumer that lists the folder in between
 takes the empty file and its worker dies on a JSONDecodeError ("Unrecoverable error"), losing the message. Seen
-under `make run` after ~10 minutes. Here a message is written under a name no consumer picks up (`.part`), then
+under `make run` within minutes. Here a message is written under a name no consumer picks up (`.part`), then
 renamed into place, which is atomic on POSIX: a consumer sees a complete message or none.
 
 A frozen broker, for the chaos fault `broker_freeze` (controlplane.agent.control_faults): the folder has no server

@@ -27,8 +27,8 @@ ROLES_BY_MODE = {
 
 
 # Service-level objectives per deployment (P99, seconds), and the alert rules' thresholds that follow them
-# (alerting.services.defaults). Defaults that SmolLM2-135M on a loaded 2-core CPU host meets with room (measured:
-# TTFT ~1.1 s for four 200-token prompts in one step, ITL ~0.06-0.09 s, engine alone), so a fresh demo is not red.
+# (alerting.services.defaults). Defaults that SmolLM2-135M on a loaded 2-core CPU host meets with room (several
+# times what its engine alone takes for a step of a few prompts), so a fresh demo is not red.
 DEFAULT_OBJECTIVES = {"ttft_p99_seconds": 10.0, "itl_p99_seconds": 1.0, "e2e_p99_seconds": 60.0}
 
 

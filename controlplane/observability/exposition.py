@@ -1,10 +1,10 @@
 """From a worker's or gateway's Prometheus text to the raw numbers the scraper keeps. No Django.
 
-Only the families Tandem stores are parsed: the text is first cut down to their lines (a cheap prefix test).
-prometheus_client's parser takes ~2.4 ms for a worker's full text and ~0.7 ms for the cut text; the regular
-expression fast path (see _samples) ~0.1 ms, which is what lets one control process scrape 1,000 targets within a
-cycle on two cores. prometheus_client's parser remains the reference (tests compare both) and the fallback.
-
+Only the families Tandem stores are parsed: the text is first cut down to their lines (a cheap prefix test). Cutting
+saves prometheus_client's parser most of its work, and the regular expression fast path (see _samples) is several times
+faster still, which is what lets one control process scrape 1,000 targets within a cycle on two cores (the figures:
+docs/performance.md, 'Control plane at scale'). prometheus_client's parser remains the reference (tests compare both)
+and the fallback.
 Error classes (the gateway counts failed requests by `kind`, not by HTTP status, see inference/gateway/app.py):
 the kinds that answer a 4xx (bad input, unknown model, body too large, 429 back-pressure) or that the client
 caused (disconnect) are *client* errors; every other kind (timeout 504, no_ready_workers 503, upstream/KV-transfer
@@ -128,7 +128,7 @@ def _samples(text: str):
     """(name, labels, value) of the wanted samples.
 
     Lines without a backslash (every line Tandem's processes write: labels are role, model, gpu, le, kind,
-    finished_reason) are matched by one compiled regular expression, ~8× faster than prometheus_client's
+    finished_reason) are matched by one compiled regular expression, many times faster than prometheus_client's
     character-by-character parser, which is what keeps a 1,000-target cycle within its interval. Text with any
     escape sequence goes to prometheus_client's parser, which handles the whole grammar. Either way a malformed line
     raises ValueError.

@@ -208,8 +208,8 @@ def latest_pool_values(*, deployment_ids, metrics, window_s: float, now: float,
 
     `roles` (optional) names the roles to read. With them the read is a few short index ranges (deployment, metric,
     role, pool, the window); without, the index's role column is open and the scan walks every sample of each
-    metric of the deployment, all workers and all of raw retention, to find the window's few rows (~0.2 s for a
-    deployment of 20 workers).
+    metric of the deployment, all workers and all of raw retention, to find the window's few rows (slow for a
+    deployment of many workers).
     """
     filters = {"deployment_id__in": deployment_ids, "worker_id__isnull": True,
                "metric__in": [METRIC_IDS[name] for name in metrics], "ts__gt": now - window_s, "ts__lte": now}
@@ -315,7 +315,7 @@ def _read_bucketed(*, scope: dict, metrics: set[str], start: float, end: float, 
     (the end of the newest rollup minute) from the raw samples.
 
     The database groups the buckets: the dashboard reads ~20 series every 5 s, and fetching a day of samples into
-    Python costs ~0.4 s where grouping returns at most ~300 rows a series.
+    Python costs far more than grouping, which returns at most ~300 rows a series.
     """
     names = {METRIC_IDS[metric]: metric for metric in metrics}
     filters = {**scope, "metric__in": sorted(names), "ts__gte": start, "ts__lt": end}
@@ -348,7 +348,7 @@ def _grouped(model, filters: dict, start: float, step: float, total, weight):
 def _merged_rows(rollups, raw) -> list[tuple]:
     """The buckets of both grouped queries, summed where a bucket holds the last rolled-up minutes and the first raw
     ones (weighted: totals and weights add), in the same order. The database merges: a day of a per-worker chart
-    is ~30,000 bucket rows, which a merge in Python spent ~0.1 s of CPU sorting."""
+    is ~30,000 bucket rows, which a merge in Python spent a noticeable share of CPU sorting."""
     rollup_sql, rollup_params = rollups.order_by().query.sql_with_params()
     raw_sql, raw_params = raw.order_by().query.sql_with_params()
     # The weights are integers: summed again they would be NUMERIC (Decimal) on PostgreSQL.

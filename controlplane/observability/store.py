@@ -178,7 +178,7 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
 def _upsert_states(states: list[tuple]) -> None:
     """Insert or replace each target's state: one executemany of INSERT ... ON CONFLICT (PostgreSQL, SQLite 3.24+).
     Not bulk_create: on PostgreSQL it sends its rows as arrays (UNNEST), and escaping each snapshot's JSON text as
-    an array element cost more than the rest of the write (0.4 s of 0.66 s at 1,000 targets); here the JSON goes as
+    an array element cost more than the rest of the write; here the JSON goes as
     one text parameter, which the jsonb (or SQLite text) column takes as it is."""
     quote = connection.ops.quote_name
     table = quote(ScrapeState._meta.db_table)
@@ -215,9 +215,9 @@ def _rows(ts, deployment_id, role, worker_id, values: dict) -> list[tuple]:
 
 
 def _insert_samples(rows: list[tuple]) -> None:
-    """All rows in one statement. PostgreSQL: COPY, ~8x faster than executemany for the ~30,000 rows of a
-    1,000-target cycle (measured: 0.2 s against 1.75 s), since each row is one line of text, not a bound statement.
-    Elsewhere one executemany: ~10x faster than bulk_create (0.13 s against 1.2 s on SQLite), no model instances."""
+    """All rows in one statement. PostgreSQL: COPY, many times faster than executemany for the ~30,000 rows of a
+    1,000-target cycle, since each row is one line of text, not a bound statement. Elsewhere one executemany: many
+    times faster than bulk_create, no model instances (docs/performance.md, 'Control plane benches')."""
     table = connection.ops.quote_name(Sample._meta.db_table)
     columns = "ts, deployment_id, role, worker_id, metric, value"
     with connection.cursor() as cursor:

@@ -34,7 +34,7 @@ DEFAULT_CONDITIONS = {
     "max_wait_s": 3600,
 }
 # Latency P99s below this many seconds on both sides are equal for the ratio test: a 2 ms vs 3 ms ITL is noise, not
-# a 1.5x regression.
+# a regression by half.
 LATENCY_FLOOR_S = 0.005
 # How unlikely by chance a latency difference must be before it fails a canary (judge).
 DEFAULT_LATENCY_ALPHA = 0.01

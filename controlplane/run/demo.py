@@ -47,7 +47,7 @@ def model_target(name: str) -> tuple[Path, list[str]]:
     SmolLM2 is saved in the dtype that `auto` runs on this host: bfloat16 where the CPU computes it natively, else
     float32 (a folder of its own, `smollm2-135m-float32`). The workers then map the saved weights as they are, so
     both demo workers share one copy in the page cache; weights converted at load would be a private copy in each
-    (measured: 513 MiB more per float32 worker loading a bfloat16 folder)."""
+    (a whole float32 copy of the model more per worker loading a bfloat16 folder)."""
     folder = MODEL_FOLDERS[name]
     if name != "smollm2":
         return settings.TANDEM_MODELS_DIR / folder, []
@@ -64,16 +64,15 @@ def demo_engine_settings() -> tuple[dict, str]:
       higher), float32 elsewhere (inference/engine/precision.py);
     - decode is memory-bound (every step streams the weights): INT8 weights, a quarter of float32's bytes, where
       they step faster than float32 ones (inference.hardware.cpu_decodes_int8_fast: an int8 dot product, VNNI,
-      AMX-INT8 or Arm's, for fbgemm; else AVX2 with FMA for Tandem's int8 kernel, which `auto` takes there: on an AMD
-      EPYC with AVX2 only its single-stream step took 17.6 ms against fbgemm's 45), its KV cache in prefill's dtype
-      (precision.int8_activations), so the KV handoff needs no conversion. On a CPU with neither, decode runs as prefill does.
-    Measured on this project's CPU (avx2 avx512f avx512_bf16 avx512_vnni, SmolLM2, one thread, one run, best of 3
-    interleaved rounds on a busy shared host): single-stream decode step float32 253 ms, bfloat16 242 ms, INT8 with
-    bfloat16 activations 68 ms (INT8 with float32 ones 143 ms); a 512-token prefill float32 0.90 s, bfloat16 0.25 s.
-    INT8 prefill measured faster still (0.11 s) but is not picked: it would change every prompt's KV, not only the
-    weights decode streams. The INT8 decode pick is off unless TANDEM_DEMO_DECODE_INT8=1: the decode worker's INT8
-    weights are its own (not the file both workers map), and the demo measured 1.93 GiB PSS with it against 1.47
-    without (after two requests, AVX512-BF16 + VNNI host), over the 2 GB it must fit in.
+      AMX-INT8 or Arm's, for fbgemm; else AVX2 with FMA for Tandem's int8 kernel, which `auto` takes there: with AVX2
+      only its single-stream step is far faster than fbgemm's), its KV cache in prefill's dtype
+      (precision.int8_activations), so the KV handoff needs no conversion. On a CPU with neither, decode runs as
+      prefill does.
+    With AVX512-BF16 and VNNI, INT8 weights with bfloat16 activations stepped several times faster than float32 or
+    bfloat16 ones, and bfloat16 prefilled several times faster than float32 (docs/engine.md, "Precision"). INT8
+    prefill was faster still but is not picked: it would change every prompt's KV, not only the weights decode
+    streams. The INT8 decode pick is off unless TANDEM_DEMO_DECODE_INT8=1: the decode worker's INT8 weights are its
+    own (not the file both workers map), which takes the demo over the 2 GB it must fit in.
     """
     common = {"threads": 1}
     if not settings.TANDEM_DEMO_DECODE_INT8:
@@ -220,6 +219,7 @@ def demo_gateway_move(deployment, *, port: int, actor):
     from controlplane.errors import conflict
     from controlplane.models import ActionKind, ActionStatus, Deployment, Worker, WorkerRole, WorkerStatus
     from controlplane.services.actions import action_create, enqueue_reconcile
+    from controlplane.services.deployments import deployment_gateway_port_set
     from controlplane.services.workers import worker_restart
 
     with transaction.atomic():
@@ -229,7 +229,7 @@ def demo_gateway_move(deployment, *, port: int, actor):
         if other is not None:
             raise conflict(f"port {port} is the gateway port of deployment {other.name!r}; set TANDEM_GATEWAY_PORT "
                            f"to another port (the demo's is {previous})", field="gateway_port")
-        Deployment.objects.filter(pk=locked.pk).update(gateway_port=port)
+        deployment_gateway_port_set(deployment=locked, port=port)
         reason = f"TANDEM_GATEWAY_PORT changed: the demo's gateway moves from port {previous} to {port}"
         action = action_create(kind=ActionKind.RESTART, actor=actor, deployment=locked, reason=reason,
                                status=ActionStatus.SUCCEEDED,

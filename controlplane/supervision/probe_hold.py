@@ -2,12 +2,12 @@
 the prober (an overloaded control plane) or its network is the likely cause, not the workers, so that pass counts
 none of those timeouts and restarts no one for them.
 
-Why: restarting a worker that is slow to answer /health does not make the host or the prober faster; it throws away
-the worker's requests and KV, and its new start loads the host more. On the simulated fleet bench (1,000 workers,
-Prometheus and the control plane on 2 cores) a pass's probes timed out for 15-25 % of the ready workers, and three
-such passes in a row restarted 568 workers that were all alive (SocketTimeoutError): the fleet fell from 762 ready
-workers to 527 within 10 minutes instead of growing to 1,000. Kubernetes' node controller makes
-the same call for nodes (it slows, then stops, evictions when a large share of a zone is unhealthy at once).
+Why: restarting a worker that is slow to answer /health does not make the host or the prober faster; it throws away the
+worker's requests and KV, and its new start loads the host more. On the simulated fleet bench (1,000 workers, Prometheus
+and the control plane on 2 cores) a pass's probes timed out for a sizeable share of the ready workers, and three such
+passes in a row restarted hundreds of workers that were all alive (SocketTimeoutError): the fleet's ready workers shrank
+instead of growing to 1,000 (docs/performance.md, 'Control plane at scale'). Kubernetes' node controller makes the same
+call for nodes (it slows, then stops, evictions when a large share of a zone is unhealthy at once).
 
 The rule (settings TANDEM_HEALTH_HOLD_PCT, TANDEM_HEALTH_HOLD_MIN): a pass holds when the ready workers whose probe
 timed out, on nodes whose agent has beaten within TANDEM_NODE_OFFLINE_AFTER_S, number at least HOLD_MIN and at least
@@ -15,7 +15,7 @@ HOLD_PCT % of the ready workers it probed. What still counts in a held pass: an 
 5xx), a refused connection (nothing listens: the host is up and the process is not), and every failure on a node
 whose agent went quiet (a host gone: its workers are restarted elsewhere, which is the health pass's job), unless
 the agents of most of the fleet's nodes went quiet at once: then their heartbeats are the likely casualty of the same
-overload (on the bench above every simulated node's heartbeat lagged 1-2 minutes), and all count as live. A dead
+overload (on the bench above every simulated node's heartbeat lagged by minutes), and all count as live. A dead
 process is the agent's heartbeat to report in any case; a hold only delays restarting processes that live but do
 not answer in time.
 
