@@ -12,7 +12,7 @@ broker_freeze, by where the broker is (controlplane.lib.broker.broker_location o
   from its injected row (fault_resume_after_restart): its timer died with the old agent, and no revert message can
   reach it through a frozen broker.
 - A broker on another host: refused ("failed"); the chaos app sends the fault to an agent of the broker's host, and
-  answers 400 when no node has one (controlplane.chaos.validation.broker_freeze_carrier).
+  answers 400 when no node has one (controlplane.chaos.fault_checks.broker_freeze_carrier).
 
 db_slow, by the database (settings.DATABASES["default"]): PostgreSQL has no statement-delay setting, so the server is
 throttled from outside as cpulimit does: a thread of this agent SIGSTOPs the postmaster that listens on the database's
@@ -24,7 +24,7 @@ SQLite: a connection of this agent holds the file's write lock (BEGIN IMMEDIATE,
 SQLITE_MAX_MS) out of every 100 ms on average, so that writers (IMMEDIATE transactions, settings.py) wait at BEGIN
 within their busy timeout; readers (WAL) do not wait. Safe: the holder never writes, so no lock upgrade can
 deadlock, and the kernel drops the lock with a dead agent. A database on another host, or of another engine: refused
-("failed"); the chaos app sends it to an agent of the database's host (controlplane.chaos.validation.db_slow_carrier).
+("failed"); the chaos app sends it to an agent of the database's host (controlplane.chaos.fault_checks.db_slow_carrier).
 
 agent_kill: SIGKILL this process once its injected row is written. Worker processes run in sessions of their own with
 no parent-death signal (processes.spawn), so they keep serving; the agent its supervisor starts again (`make run`'s
@@ -54,10 +54,6 @@ from controlplane.lib.broker import broker_location, freeze_lock_path
 
 log = logging.getLogger(__name__)
 
-CONTROL_KINDS = ("broker_freeze", "agent_kill", "db_slow")
-# Held until a deadline by faults.py's timer (freeze_start .. freeze_stop), and the outcome of each when injected.
-HELD_OUTCOMES = {"broker_freeze": "frozen", "db_slow": "throttled"}
-HELD_KINDS = tuple(HELD_OUTCOMES)
 PERIOD_S = 0.1  # db_slow's duty cycle: stopped `ms` of every 100 ms
 # SQLite's busy handler polls a held lock at growing intervals, up to 100 ms: held longer than half of each cycle, or
 # in a cycle of a fixed period (the polls land in the held part again and again), writers starved past their busy
@@ -113,11 +109,15 @@ def _signal_local_server(what: str, host: str, port: int, sig: int) -> tuple[psu
     return process, started
 
 
-def freeze_start(*, key: str, kind: str = "broker_freeze", params: dict | None = None) -> dict:
-    """Freeze the broker, or throttle the database (db_slow); returns what freeze_stop needs (also the injected
-    row's result)."""
-    if kind == "db_slow":
-        return _throttle_start(key=key, ms=float((params or {})["ms"]))
+def freeze_start(*, key: str, kind, worker, until: float, params: dict) -> tuple[dict, None]:
+    """Freeze the broker, or throttle the database (db_slow); `kind` its fault_kinds.FaultKind, `params` with the
+    carrier's `node`. Returns what freeze_stop needs (also the injected row's result), and no process of its own:
+    the deadline is the agent's timer's."""
+    state = _throttle_start(key=key, ms=float(params["ms"])) if kind.name == "db_slow" else _broker_freeze(key)
+    return {**state, **params}, None
+
+
+def _broker_freeze(key: str) -> dict:
     where = broker_here()
     if where["scheme"] == "filesystem":
         path = freeze_lock_path(where["folder"])
@@ -140,9 +140,9 @@ def freeze_start(*, key: str, kind: str = "broker_freeze", params: dict | None =
     return {"broker": where["scheme"], "broker_pid": process.pid, "broker_started": started, "port": where["port"]}
 
 
-def freeze_stop(*, key: str, state: dict) -> str:
+def freeze_stop(*, key: str, state: dict, worker_id: int | None = None) -> str:
     """Thaw the broker: "thawed", or "gone" (its process is not the one frozen any more); end a database's throttle:
-    "released" or "gone"."""
+    "released" or "gone". (`worker_id`: every kind's stop takes it; the broker and the database need none.)"""
     if "database" in state:
         return _throttle_stop(key=key, state=state)
     if state.get("broker") == "filesystem":

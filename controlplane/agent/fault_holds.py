@@ -41,9 +41,8 @@ class HeldFault:
     until: float
     worker_id: int
     audit: dict
-    proxy: dict | None = None  # a proxy fault: what proxy_faults.proxy_stop needs
-    resource: dict | None = None  # a resource fault: what resource_faults.resource_stop needs
-    freeze: dict | None = None  # a broker freeze: what control_faults.freeze_stop needs
+    kind: str = "pause"  # the fault's kind (fault_kinds.KINDS)
+    state: dict | None = None  # what the kind's stop needs (None: a pause, released by SIGCONT)
 
 
 # Faults with a deadline this process holds (pauses, proxy and resource faults, a broker freeze), by fault key: the
@@ -93,8 +92,7 @@ def pause_superseded(*, worker_id: int, by: str) -> str | None:
     showed it resumed and restarted in the same second). SIGCONT first, so that the stop's SIGTERM is handled
     (a drain) rather than waiting for the SIGKILL. Returns the fault key, or None when no pause holds the worker."""
     with held_lock:
-        key = next((k for k, p in held.items() if p.worker_id == worker_id and p.proxy is None
-                    and p.resource is None and p.freeze is None), None)
+        key = next((k for k, p in held.items() if p.worker_id == worker_id and p.state is None), None)
         if key is None:
             return None
         pause = held.pop(key)

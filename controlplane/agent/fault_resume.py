@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from controlplane.agent import control_faults, resource_faults
+from controlplane.agent.fault_kinds import KINDS, Family, kinds_of
 from controlplane.agent.fault_holds import INJECTED_KIND, REVERTED_KIND, is_held, record, reverted_key
 from controlplane.agent.faults import hold, release
 from controlplane.models import Action, ActionStatus
@@ -30,7 +31,7 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
     since = timezone.now() - timedelta(days=1)
     rows = Action.objects.filter(created_at__gte=since, kind=INJECTED_KIND, status=ActionStatus.SUCCEEDED,
                                  params__event="fault_injected",
-                                 params__fault__in=(*control_faults.CONTROL_KINDS, "disk_fill"),
+                                 params__fault__in=(*kinds_of(Family.CONTROL), "disk_fill"),
                                  result__node=node_name).select_related("worker", "deployment")
     resumed = []
     for row in rows:
@@ -38,7 +39,8 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
         if not key or action_find(reverted_key(key)) is not None:
             continue
         fault = row.params["fault"]
-        if fault in control_faults.HELD_KINDS and release(key, "the agent's restart") is not None:
+        held_control = KINDS[fault].family == Family.CONTROL and KINDS[fault].held  # a freeze, a throttle
+        if held_control and release(key, "the agent's restart") is not None:
             resumed.append(key)  # held by this very process (a simulated agent's restart): released, row written
             continue
         audit = {k: v for k, v in (row.params or {}).items() if k not in ("event", "worker")}
@@ -47,7 +49,8 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
             if is_held(key):
                 continue  # held by this very process
             if state.get("until", 0) > time.time():
-                hold(key, handle=None, until=state["until"], worker_id=row.worker_id, audit=audit, resource=state)
+                hold(key, handle=None, until=state["until"], worker_id=row.worker_id, audit=audit, kind=fault,
+                     state=state)
                 log.info("fault %s (disk_fill) of node %s: held again until %.1f", key, node_name, state["until"])
                 resumed.append(key)
                 continue

@@ -7,6 +7,9 @@ under the host's var/ folder until the deadline): resource_faults.py,
 and the control faults `broker_freeze` (the Celery broker hangs until the deadline), `db_slow` (the database throttled
 until then) and `agent_kill` (this agent SIGKILLs itself; its supervisor starts it again): control_faults.py.
 
+Each kind is declared once in fault_kinds/ (its parameters and limits, the functions that start and stop it); this
+module dispatches on the declaration and holds the deadlines.
+
 The agent is the executor, never the policy: a fault arrives as a message naming the worker, the kind, a deadline
 (`until`, Unix seconds) and the audit params to copy onto its rows; what happened is reported as Action rows
 (services.actions), one when the fault is injected and one when it is reverted, each under an idempotency key derived
@@ -37,6 +40,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from controlplane.agent import control_faults, launch, processes, proxy_faults, resource_faults, runtime
+from controlplane.agent.fault_kinds import KINDS, Family, FaultKind
 from controlplane.agent.fault_holds import (INJECTED_KIND, REVERTED_KIND, HeldFault, held, held_lock,
                                             injected_key, record, reverted_key, starting, worker_of)
 from controlplane.models import ActionStatus, Worker
@@ -46,8 +50,8 @@ log = logging.getLogger(__name__)
 
 AGENT_FAULT_INJECT = "controlplane.agent.tasks.agent_fault_inject"
 AGENT_FAULT_REVERT = "controlplane.agent.tasks.agent_fault_revert"
-FAULT_KINDS = ("kill", "pause", *proxy_faults.PROXY_KINDS, *resource_faults.RESOURCE_KINDS,
-               *control_faults.CONTROL_KINDS)
+
+
 def _live_handle(worker: Worker | None) -> processes.ProcessHandle | None:
     """The worker's process when it lives on this host; never a pid of another node's worker (a routing bug must
     not signal whatever process has that number here)."""
@@ -80,8 +84,9 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     6. kill: SIGKILL the process group; the node's heartbeat reports the exit and supervision restarts it.
     """
     audit = dict(audit or {})
-    if kind not in FAULT_KINDS:
-        raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
+    spec = KINDS.get(kind)
+    if spec is None:
+        raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(KINDS)}")
     if action_find(injected_key(key)) is not None:
         return "duplicate"
     worker = worker_of(worker_id)
@@ -93,18 +98,18 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         record(**common, outcome="cancelled", status=ActionStatus.FAILED,
                 error="its revert arrived first: nothing injected")
         return "cancelled"
-    if runtime.simulated and kind in resource_faults.RESOURCE_KINDS:
+    if runtime.simulated and spec.family == Family.RESOURCE:
         record(**common, outcome="unsupported", status=ActionStatus.FAILED,
                 error="resource faults load the real host, which a simulated fleet's nodes share")
         return "unsupported"
     now = time.time()
     remaining = min(until - now, float(settings.TANDEM_CHAOS_MAX_DURATION_S))
-    if kind not in ("kill", "agent_kill") and remaining <= 0:
+    if spec.held and remaining <= 0:
         record(**common, outcome="expired", status=ActionStatus.FAILED,
                 error=f"the fault's deadline passed {now - until:.1f} s before the message arrived")
         return "expired"
-    if kind in control_faults.CONTROL_KINDS:
-        return _control_inject(key=key, kind=kind, worker=worker, until=now + remaining, params=params or {},
+    if spec.family == Family.CONTROL:
+        return _control_inject(key=key, spec=spec, worker=worker, until=now + remaining, params=params or {},
                                audit=audit, common=common)
     handle = _live_handle(worker)
     if handle is None:
@@ -115,8 +120,8 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         record(**common, outcome="killed", pid=handle.pid, signal="SIGKILL")
         log.info("fault %s: worker %s (pid %d) killed", key, worker_id, handle.pid)
         return "killed"
-    if kind in proxy_faults.PROXY_KINDS or kind in resource_faults.RESOURCE_KINDS:
-        return _held_inject(key=key, kind=kind, worker=worker, until=now + remaining, params=params or {},
+    if spec.start is not None:
+        return _held_inject(key=key, spec=spec, worker=worker, until=now + remaining, params=params or {},
                              audit=audit, common=common)
     with held_lock:
         if key in held:
@@ -124,7 +129,7 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
         timer = threading.Timer(remaining, release, args=(key, "the agent's deadline"))
         timer.daemon = True
         held[key] = HeldFault(handle=handle, timer=timer, until=now + remaining, worker_id=worker_id,
-                              audit={**audit, "fault": kind})
+                              audit={**audit, "fault": kind}, kind=kind)
         runtime.launcher.signal_group(handle, signal.SIGSTOP)
         timer.start()
     record(**common, outcome="paused", pid=handle.pid, signal="SIGSTOP", until=now + remaining)
@@ -132,7 +137,7 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     return "paused"
 
 
-def _control_inject(*, key: str, kind: str, worker: Worker | None, until: float, params: dict, audit: dict,
+def _control_inject(*, key: str, spec: FaultKind, worker: Worker | None, until: float, params: dict, audit: dict,
                     common: dict) -> str:
     """agent_kill or broker_freeze, carried out by a node agent process only (an eager task in the control worker
     would kill or freeze the control plane itself). The node is the worker's (agent_kill) or the carrier's that the
@@ -148,8 +153,8 @@ def _control_inject(*, key: str, kind: str, worker: Worker | None, until: float,
     if refused is not None:
         record(**common, outcome=refused[0], status=ActionStatus.FAILED, error=refused[1])
         return refused[0]
-    if kind in control_faults.HELD_KINDS:
-        return _held_inject(key=key, kind=kind, worker=worker, until=until, params={**params, "node": node},
+    if spec.start is not None:
+        return _held_inject(key=key, spec=spec, worker=worker, until=until, params={**params, "node": node},
                             audit=audit, common=common)
     # The row first: once this agent is gone, nobody could write it; a message delivered again finds it.
     record(**common, outcome="killed", node=node, agent_pid=os.getpid(), signal="SIGKILL",
@@ -158,42 +163,32 @@ def _control_inject(*, key: str, kind: str, worker: Worker | None, until: float,
     return "killed"
 
 
-def _held_inject(*, key: str, kind: str, worker: Worker, until: float, params: dict, audit: dict,
+def _held_inject(*, key: str, spec: FaultKind, worker: Worker, until: float, params: dict, audit: dict,
                  common: dict) -> str:
-    """A fault with a process of its own (a fault proxy, a hog) or a broker freeze, held until its deadline."""
-    proxied, frozen = kind in proxy_faults.PROXY_KINDS, kind in control_faults.HELD_KINDS
+    """A fault with a process of its own (a fault proxy, a hog), a file or a freeze, held until its deadline: its
+    declaration's start, then the timer."""
     with held_lock:
         if key in held or key in starting:
             return "duplicate"
         starting.add(key)
     try:
-        if proxied:
-            state = proxy_faults.proxy_start(key=key, kind=kind, worker=worker, until=until, params=params)
-            handle = processes.ProcessHandle(pid=state["proxy_pid"], create_time=state["proxy_started"],
-                                             marker=proxy_faults.marker_of(key))
-        elif frozen:
-            state, handle = {**control_faults.freeze_start(key=key, kind=kind, params=params), **params}, None
-        else:
-            state, handle = resource_faults.resource_start(key=key, kind=kind, worker_id=worker.id, until=until,
-                                                           params=params, node=runtime.node_name)
+        state, handle = spec.start(key=key, kind=spec, worker=worker, until=until, params=params)
     except (proxy_faults.ProxyFailed, resource_faults.ResourceRefused, control_faults.FreezeFailed) as exc:
         record(**common, outcome="failed", status=ActionStatus.FAILED, error=str(exc))
         return "failed"
     finally:
         with held_lock:
             starting.discard(key)
-    hold(key, handle=handle, until=until, worker_id=worker.id, audit={**audit, "fault": kind},
-          proxy=state if proxied else None, resource=state if not proxied and not frozen else None,
-          freeze=state if frozen else None)
-    outcome = "proxied" if proxied else control_faults.HELD_OUTCOMES.get(kind) or \
-        ("filled" if kind == "disk_fill" else "hogging")
-    record(**common, outcome=outcome, until=until, params=params, **state)
-    log.info("fault %s: %s, %s %s (worker %s) until %.1f", key, outcome, kind, params, worker.id, until)
-    return outcome
+    hold(key, handle=handle, until=until, worker_id=worker.id, audit={**audit, "fault": spec.name}, kind=spec.name,
+         state=state)
+    record(**common, outcome=spec.outcome, until=until, params=params, **state)
+    log.info("fault %s: %s, %s %s (worker %s) until %.1f", key, spec.outcome, spec.name, params, worker.id, until)
+    return spec.outcome
 
 
 def hold(key: str, *, until: float, **fields) -> None:
-    """Hold a fault with a process (or a file) of its own until `until`: the timer that releases it."""
+    """Hold a fault with a state of its own (a process, a file, a freeze) until `until`: the timer that releases
+    it."""
     timer = threading.Timer(max(0.0, until - time.time()), release, args=(key, "the agent's deadline"))
     timer.daemon = True
     with held_lock:
@@ -209,14 +204,10 @@ def release(key: str, by: str) -> str | None:
         if pause is None:
             return None
         pause.timer.cancel()
-        if pause.proxy is None and pause.resource is None and pause.freeze is None:
+        if pause.state is None:
             outcome = "resumed" if runtime.launcher.signal_group(pause.handle, signal.SIGCONT) else "gone"
-    if pause.proxy is not None:
-        outcome = _proxy_stop(key, pause.worker_id, pause.proxy)
-    elif pause.resource is not None:
-        outcome = resource_faults.resource_stop(key=key, state=pause.resource)
-    elif pause.freeze is not None:
-        outcome = control_faults.freeze_stop(key=key, state=pause.freeze)
+    if pause.state is not None:
+        outcome = _stop(key, KINDS[pause.kind], pause.worker_id, pause.state)
     log.info("fault %s (worker %s) released by %s: %s", key, pause.worker_id, by, outcome)
     try:
         worker = worker_of(pause.worker_id)
@@ -228,9 +219,10 @@ def release(key: str, by: str) -> str | None:
     return outcome
 
 
-def _proxy_stop(key: str, worker_id: int, state: dict) -> str:
+def _stop(key: str, spec: FaultKind, worker_id: int, state: dict) -> str:
+    """Undo a held fault by its declaration's stop."""
     try:
-        return proxy_faults.proxy_stop(key=key, worker_id=worker_id, state=state)
+        return spec.stop(key=key, worker_id=worker_id, state=state)
     except DatabaseError as exc:
         # The proxy passes through past its deadline: the worker is reachable; a later revert retries the row.
         log.warning("fault %s: the worker's row was not pointed back: %r", key, exc)
@@ -265,20 +257,13 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
     if action_find(reverted_key(key)) is not None:
         return "already-reverted"
     worker = worker_of(worker_id)
+    spec = KINDS[kind]
     if kind == "kill":
         outcome = "nothing-to-revert"
-    elif kind in proxy_faults.PROXY_KINDS:
+    elif spec.stop is not None:
         injected = action_find(injected_key(key))
         state = (injected.result or {}) if injected is not None else {}
-        outcome = _proxy_stop(key, worker_id, state) if "proxy_port" in state else "gone"
-    elif kind in resource_faults.RESOURCE_KINDS:
-        injected = action_find(injected_key(key))
-        state = (injected.result or {}) if injected is not None else {}
-        outcome = resource_faults.resource_stop(key=key, state=state)
-    elif kind in control_faults.HELD_KINDS:
-        injected = action_find(injected_key(key))
-        state = (injected.result or {}) if injected is not None else {}
-        outcome = control_faults.freeze_stop(key=key, state=state) if state else "gone"
+        outcome = _stop(key, spec, worker_id, state) if state else "gone"
     elif kind == "agent_kill":
         node = worker.node.name if worker is not None and worker.node is not None else None
         if node is not None and control_faults.agent_is_down(node):

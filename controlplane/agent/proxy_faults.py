@@ -28,29 +28,12 @@ from controlplane.models import Worker, WorkerRole
 
 log = logging.getLogger(__name__)
 
-KV_KINDS = ("kv_latency", "kv_reset", "kv_corrupt")
-PROXY_KINDS = ("error", "latency", "reset", "partition", *KV_KINDS)
 PROXY_MODULE = "controlplane.agent.fault_proxy"
 LISTEN_TIMEOUT_S = 15.0
 
 
 class ProxyFailed(Exception):
     pass
-
-
-def proxy_flags(kind: str, params: dict) -> list[str]:
-    """The fault proxy's flags of one fault (params as the chaos app validated them)."""
-    kind = kind.removeprefix("kv_")
-    if kind == "partition":  # begins `onset_s` after the proxy listens: gateways route through it first
-        return ["--partition", "--partition-after-s", str(params.get("onset_s", 0))]
-    if kind == "corrupt":
-        return ["--corrupt-ratio", str(params.get("ratio", 1.0)), "--corrupt-bytes", str(int(params.get("bytes", 1)))]
-    if kind in ("error", "reset"):
-        return [f"--{kind}-ratio", str(params.get("ratio", 1.0))]
-    flags = ["--latency-ms", str(params.get("ms", 0))]
-    if params.get("line_ms"):
-        flags += ["--line-latency-ms", str(params["line_ms"])]
-    return flags
 
 
 def marker_of(key: str) -> str:
@@ -65,19 +48,22 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def proxy_start(*, key: str, kind: str, worker: Worker, until: float, params: dict) -> dict:
+def proxy_start(*, key: str, kind, worker: Worker, until: float,
+                params: dict) -> tuple[dict, processes.ProcessHandle]:
     """Start the proxy in front of the worker and point the row at it (its `port`, or its `kv_port` for a KV
-    fault). Returns what a revert needs; raises ProxyFailed (the proxy stopped again) when the worker cannot take
-    the fault, the proxy does not listen in time, or the worker moved meanwhile."""
+    fault); `kind` the fault's declaration (fault_kinds.FaultKind: its proxy flags, whether it is on the KV push).
+    Returns what a revert needs and the proxy's process; raises ProxyFailed (the proxy stopped again) when the
+    worker cannot take the fault, the proxy does not listen in time, or the worker moved meanwhile."""
     upstream_port, host = worker.port, worker.host
-    on_kv = kind in KV_KINDS
+    on_kv = kind.on_kv
     if on_kv and worker.role != WorkerRole.DECODE:
-        raise ProxyFailed(f"a {kind} fault is on the KV push to a decode worker; worker {worker.id} is {worker.role}")
+        raise ProxyFailed(f"a {kind.name} fault is on the KV push to a decode worker; worker {worker.id} is "
+                          f"{worker.role}")
     if on_kv and worker.kv_port is not None:
         raise ProxyFailed(f"worker {worker.id}'s KV pushes already go through port {worker.kv_port}")
     port = processes.free_port(host)
     argv = processes.python_argv(PROXY_MODULE, "--upstream", f"http://{host}:{upstream_port}", "--host", host,
-                                 "--port", str(port), "--until", f"{until:.3f}", *proxy_flags(kind, params))
+                                 "--port", str(port), "--until", f"{until:.3f}", *kind.proxy_flags(params))
     log_path = Path(settings.TANDEM_LOG_DIR) / f"fault-proxy-worker-{worker.id}.log"
     handle = processes.spawn(argv, log_path=log_path, marker=marker_of(key), cwd=Path(settings.BASE_DIR))
     deadline = time.monotonic() + LISTEN_TIMEOUT_S
@@ -95,13 +81,15 @@ def proxy_start(*, key: str, kind: str, worker: Worker, until: float, params: di
     log.info("fault %s: worker %s reached through the fault proxy on port %d (pid %d)%s", key, worker.id, port,
              handle.pid, " by KV pushes" if on_kv else "")
     return {"proxy_pid": handle.pid, "proxy_started": handle.create_time, "proxy_port": port,
-            "upstream_port": upstream_port, **({"kv": True} if on_kv else {})}
+            "upstream_port": upstream_port, **({"kv": True} if on_kv else {})}, handle
 
 
 def proxy_stop(*, key: str, worker_id: int, state: dict) -> str:
     """Point the row back at the worker (unless it moved since; a KV fault: no KV address again) and SIGTERM the
     proxy, which drains and exits. Returns "restored", or "gone" when neither the row nor the proxy needed
-    anything."""
+    anything (or no proxy was started: a failed inject's row)."""
+    if "proxy_port" not in state:
+        return "gone"
     if state.get("kv"):
         moved_back = Worker.objects.filter(pk=worker_id, kv_port=state["proxy_port"]).update(kv_port=None)
     else:

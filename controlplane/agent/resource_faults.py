@@ -14,7 +14,7 @@ index), else the target worker's (Worker.gpu_index), else GPU 0, under `timeout`
 until it prints that it holds the memory, and a holder that exits first (no CUDA, less free memory than asked) fails
 the fault with its line. Which GPUs a node has, and how much memory each, the API checks at run start.
 
-memory_pressure is bounded here as well as by the API (controlplane.chaos.validation, from the node's registered
+memory_pressure is bounded here as well as by the API (controlplane.chaos.fault_checks, from the node's registered
 memory): at most MEMORY_FRACTION of the memory the host has available when the fault arrives. disk_fill writes one
 file, `chaos-disk-fill-<key>.fill` in the agent's var/ folder (its workers, logs and filesystem broker live there),
 as large as leaves `free_mib` MiB free on that filesystem, but never more than `max_mib` nor
@@ -36,14 +36,11 @@ from pathlib import Path
 import psutil
 from django.conf import settings
 
-from controlplane.agent import processes
+from controlplane.agent import processes, runtime
 from controlplane.models import Worker
 
 log = logging.getLogger(__name__)
 
-HOG_KINDS = ("cpu_hog", "memory_pressure")
-GPU_KIND = "gpu_memory"
-RESOURCE_KINDS = (*HOG_KINDS, GPU_KIND, "disk_fill")
 HOG_SCRIPT = Path(__file__).with_name("hog.py")
 GPU_HOLD_SCRIPT = Path(__file__).with_name("gpu_hold.py")
 # torch's import and CUDA's initialisation (seconds). No longer than a revert waits for a start that is under way
@@ -130,7 +127,7 @@ def hog_start(*, key: str, kind: str, worker_id: int, until: float, params: dict
             raise ResourceRefused(f"mib: {params['mib']:g} MiB is more than {MEMORY_FRACTION:g} of the memory this "
                                   f"host has available ({limit} MiB)")
     log_path = Path(settings.TANDEM_LOG_DIR) / f"resource-fault-worker-{worker_id}.log"
-    if kind == GPU_KIND:
+    if kind == "gpu_memory":
         gpu = gpu_of(worker_id, params)
         # PCI_BUS_ID: CUDA's index then is NVML's, the one Node.gpus lists and the API checked.
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
@@ -229,17 +226,19 @@ def fill_remove(*, key: str, state: dict) -> str:
     return "removed"
 
 
-def resource_start(*, key: str, kind: str, worker_id: int, until: float, params: dict,
-                   node: str | None) -> tuple[dict, processes.ProcessHandle | None]:
-    """Start a resource fault: its state (what a revert needs) and the hog's process (None: a fill file)."""
-    if kind == "disk_fill":
-        return fill_start(key=key, params=params, node=node), None
-    state = hog_start(key=key, kind=kind, worker_id=worker_id, until=until, params=params)
+def resource_start(*, key: str, kind, worker: Worker, until: float,
+                   params: dict) -> tuple[dict, processes.ProcessHandle | None]:
+    """Start a resource fault (`kind` its fault_kinds.FaultKind) on this host: its state (what a revert needs) and
+    the hog's process (None: a fill file)."""
+    if kind.name == "disk_fill":
+        return fill_start(key=key, params=params, node=runtime.node_name), None
+    state = hog_start(key=key, kind=kind.name, worker_id=worker.id, until=until, params=params)
     return state, hog_handle(key, state)
 
 
-def resource_stop(*, key: str, state: dict) -> str:
-    """Undo a resource fault from its state: "stopped" (a hog), "removed" (a fill file) or "gone"."""
+def resource_stop(*, key: str, state: dict, worker_id: int | None = None) -> str:
+    """Undo a resource fault from its state: "stopped" (a hog), "removed" (a fill file) or "gone". (`worker_id`:
+    every kind's stop takes it; a host's load needs none.)"""
     if "fill_path" in state:
         return fill_remove(key=key, state=state)
     if "hog_pid" in state:

@@ -17,9 +17,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.agent.faults import AGENT_FAULT_INJECT, AGENT_FAULT_REVERT
-from controlplane.agent.resource_faults import RESOURCE_KINDS
+from controlplane.agent.fault_kinds import kinds_of
 from controlplane.celery import task_send
-from controlplane.chaos import chaostoolkit, library, validation
+from controlplane.chaos import chaostoolkit, fault_checks, library, validation
 from controlplane.chaos.hypothesis import judge_hypothesis
 from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, Experiment, RunStatus, Verdict
 from controlplane.chaos.notify import run_end_notify
@@ -31,7 +31,7 @@ from controlplane.models import (ActionKind, ActionStatus, Deployment, Node, Wor
 from controlplane.services.actions import Actor, action_create, action_once, as_actor, shown_idempotency_key
 
 # Faults of a node rather than of a worker: sent once per node of the targets.
-NODE_KINDS = ("agent_kill", *RESOURCE_KINDS)
+NODE_KINDS = kinds_of(node_level=True)
 STARTED_KIND, FINISHED_KIND, ABORTED_KIND = ActionKind.START, ActionKind.STOP, ActionKind.ABORT
 ENABLED_KIND, DISABLED_KIND = ActionKind.START, ActionKind.STOP
 SYSTEM = Actor.system("chaos")
@@ -85,7 +85,7 @@ def _cleaned(deployment: Deployment, fields: dict, *, new_target: bool = True) -
     duration_s = validation.validate_duration(fields["duration_s"])
     cleaned["duration_s"] = duration_s
     cleaned["target"] = validation.validate_target(fields["target"], roles)
-    cleaned["faults"] = validation.validate_faults(fields["faults"], duration_s, cleaned["target"].get("role"))
+    cleaned["faults"] = fault_checks.validate_faults(fields["faults"], duration_s, cleaned["target"].get("role"))
     cleaned["hypothesis"] = validation.validate_hypothesis(fields["hypothesis"], roles)
     cleaned["abort_conditions"] = validation.validate_abort_conditions(fields.get("abort_conditions"), roles)
     cleaned["recovery_timeout_s"] = validation.validate_recovery_timeout(fields.get("recovery_timeout_s", 120))
@@ -186,7 +186,7 @@ def _targets(deployment: Deployment, target: dict) -> list[dict]:
 # Faults whose target leaves the ready workers at once (it exits; the agent restarts it): a pool whose every ready
 # worker is a target has no survivor to serve meanwhile. A pause or a partition leaves the row ready until health
 # checks fail, and a short one never does.
-OUT_OF_SERVICE_KINDS = ("kill",)
+OUT_OF_SERVICE_KINDS = kinds_of(out_of_service=True)
 
 
 def _check_survivors(deployment: Deployment, spec: dict, targets: list[dict]) -> None:
@@ -214,7 +214,7 @@ def _fault_messages(spec: dict, targets: list[dict], carriers: dict[str, Node | 
     """One agent message per (fault, target), with the queue of the agent that carries it out: the target's node's;
     a node-level fault (NODE_KINDS) once per node, by the agent of that node's first target (a second agent_kill
     would kill the restarted agent, a second hog double the load asked of the host); a broker_freeze or a db_slow
-    once in all, by its carrier's agent (validation.broker_freeze_carrier, db_slow_carrier), its target the first
+    once in all, by its carrier's agent (fault_checks.broker_freeze_carrier, db_slow_carrier), its target the first
     (the deployment's, for the audit)."""
     faults = []
     for fault in spec["faults"]:
@@ -225,7 +225,7 @@ def _fault_messages(spec: dict, targets: list[dict], carriers: dict[str, Node | 
                 if target["node"] not in nodes:
                     nodes.add(target["node"])
                     chosen.append(target)
-        params = validation.fault_params(fault)
+        params = fault_checks.fault_params(fault)
         if fault["kind"] in carriers:
             carrier = carriers[fault["kind"]]
             chosen, params = [{**targets[0], "queue": carrier.queue}], {**params, "node": carrier.name}
@@ -265,11 +265,11 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     targets = _targets(deployment, spec["target"])
     _check_survivors(deployment, spec, targets)
     nodes = list(Node.objects.filter(name__in={t["node"] for t in targets}))
-    validation.validate_real_hosts(spec["faults"], nodes)
-    validation.validate_gpu_memory(spec["faults"], targets, nodes)
-    validation.validate_memory_pressure(spec["faults"], nodes)
-    carriers = {"broker_freeze": validation.broker_freeze_carrier(spec["faults"], nodes),
-                "db_slow": validation.db_slow_carrier(spec["faults"], nodes)}
+    fault_checks.validate_real_hosts(spec["faults"], nodes)
+    fault_checks.validate_gpu_memory(spec["faults"], targets, nodes)
+    fault_checks.validate_memory_pressure(spec["faults"], nodes)
+    carriers = {"broker_freeze": fault_checks.broker_freeze_carrier(spec["faults"], nodes),
+                "db_slow": fault_checks.db_slow_carrier(spec["faults"], nodes)}
 
     def write():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)

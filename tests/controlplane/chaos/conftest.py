@@ -69,7 +69,8 @@ def gateway():
 def no_pause_outlives_its_test():
     """Run ids start again in each test's rolled-back database: a pause one test left must not make the next
     test's fault of the same key a duplicate."""
-    from controlplane.agent import control_faults, fault_holds, processes, resource_faults
+    from controlplane.agent import fault_holds, processes
+    from controlplane.agent.fault_kinds import KINDS
 
     yield
     with fault_holds.held_lock:
@@ -77,13 +78,10 @@ def no_pause_outlives_its_test():
         fault_holds.held.clear()
     for key, pause in left:
         pause.timer.cancel()
-        if pause.freeze is not None:
-            control_faults.freeze_stop(key=key, state=pause.freeze)
+        if pause.state is not None and pause.handle is None:  # a freeze, a fill file
+            KINDS[pause.kind].stop(key=key, worker_id=pause.worker_id, state=pause.state)
             continue
-        if pause.resource is not None and "fill_path" in pause.resource:
-            resource_faults.fill_remove(key=key, state=pause.resource)
-            continue
-        processes.signal_group(pause.handle, signal.SIGKILL if pause.proxy or pause.resource else signal.SIGCONT)
+        processes.signal_group(pause.handle, signal.SIGCONT if pause.state is None else signal.SIGKILL)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from controlplane.chaos import validation
+from controlplane.chaos import fault_checks
 from controlplane.chaos.report import verdict_of
 from controlplane.chaos.services import experiment_create, run_start
 from controlplane.errors import ControlPlaneError
@@ -74,7 +74,7 @@ def database_at(monkeypatch):
     """The database as db_slow's carrier choice sees it (never the session's own: nothing here is throttled, and
     the inline agent here is no node agent, which refuses it)."""
     def set_to(where: dict):
-        monkeypatch.setattr(validation, "database_here", lambda: where)
+        monkeypatch.setattr(fault_checks, "database_here", lambda: where)
     return set_to
 
 

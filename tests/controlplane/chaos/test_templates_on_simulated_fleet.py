@@ -24,14 +24,14 @@ import threading
 import pytest
 import requests
 
-from controlplane.agent.proxy_faults import PROXY_KINDS
-from controlplane.agent.resource_faults import RESOURCE_KINDS
+from controlplane.agent.fault_kinds import Family, kinds_of
 from controlplane.chaos.library import TEMPLATES, template_fields
 from inference.worker.sim_profile import BUILTIN
 from tests.controlplane.integration.live import IsolatedServices, live_stack_start, live_stack_stop
 from tests.procs import free_port
 
 pytestmark = pytest.mark.integration
+PROXY_KINDS, RESOURCE_KINDS = kinds_of(Family.PROXY), kinds_of(Family.RESOURCE)
 
 NAME = "sim-chaos"
 CHAOS = f"deployments/{NAME}/chaos"
