@@ -1,6 +1,6 @@
 """Each table is written by the app that owns it: Action rows only by the actions service, RevisionSample rows only by
 the observability app, AutoscalingPolicy rows only by the autoscaling app, Delivery rows only by the alerting app
-(rollouts and chaos queue theirs through alerting's channels_notify).
+(rollouts and chaos queue theirs through alerting's channels_notify), Deployment rows only by the core's services.
 
 The writes are read from the source (ast) of controlplane/ and dashboards/, as the import graph is. A write is a
 call of an ORM writing method (save, delete, create, update, ...) on a chain that starts at the model
@@ -36,6 +36,7 @@ OWNERS = {
     "RevisionSample": Owner(writers=("controlplane/observability/",)),
     "AutoscalingPolicy": Owner(writers=("controlplane/autoscaling/",), related=("autoscaling",)),
     "Delivery": Owner(writers=("controlplane/alerting/",), related=("deliveries",), names=("delivery",)),
+    "Deployment": Owner(writers=("controlplane/services/",), names=("deployment",)),
 }
 
 

@@ -10,6 +10,7 @@ from controlplane.autoscaling.models import AutoscalingPolicy
 from controlplane.errors import invalid
 from controlplane.models import ActionKind, ActionStatus
 from controlplane.services.actions import action_create
+from controlplane.services.deployments import deployment_autoscale_set
 
 
 def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools: dict | None = None) -> None:
@@ -30,8 +31,7 @@ def autoscaling_update(*, deployment, actor, enabled: bool | None = None, pools:
     with transaction.atomic():
         _record(deployment=deployment, actor=actor, enabled=enabled, pools=pools)
         if enabled is not None and enabled != deployment.autoscale_enabled:
-            deployment.autoscale_enabled = enabled
-            deployment.save(update_fields=["autoscale_enabled"])
+            deployment_autoscale_set(deployment=deployment, enabled=enabled)
         for role, changes in pools.items():
             policy = policy_for(by_role[role])
             fields = {key: changes[key] for key in ("enabled", "metric", "target", "queue_wait_target")

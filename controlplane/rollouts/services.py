@@ -18,6 +18,7 @@ from controlplane.rollouts.notify import rollout_abort_notify
 from controlplane.rollouts.validation import validate_ab, validate_conditions, validate_steps, validate_strategy
 from controlplane.services.actions import (action_create, action_once, as_actor, enqueue_reconcile,
                                           shown_idempotency_key)
+from controlplane.services.deployments import deployment_revision_set
 from controlplane.services.revisions import lock_for_rollout, revision_add, revision_fields_validate
 
 _REVISION_FIELDS = ("model_path", "dtype", "engine_settings", "comment")
@@ -144,8 +145,7 @@ def rollout_promote(*, rollout: Rollout, actor, reason: str = "", idempotency_ke
         Rollout.objects.filter(pk=locked.pk).update(status=RolloutStatus.PROMOTED, finished_at=now,
                                                     reason=reason or "promoted")
         deployment = locked.deployment
-        deployment.current_revision = locked.revision
-        deployment.save(update_fields=["current_revision"])
+        deployment_revision_set(deployment=deployment, revision=locked.revision)
         action = _event(locked, kind=ActionKind.PROMOTE, actor=actor, event="promoted", reason=reason,
                         idempotency_key=idempotency_key, status=ActionStatus.RUNNING,
                         from_revision=locked.stable_revision.number, to_revision=locked.revision.number)

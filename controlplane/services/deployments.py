@@ -1,4 +1,6 @@
-"""Creating and deleting deployments (admin). Both only write desired state; reconcile makes it so."""
+"""Creating and deleting deployments (admin). Both only write desired state; reconcile makes it so. Every other
+write of a Deployment row (its current revision, autoscaler switch, gateway port, the final delete) is a function
+here too, whichever app asks for it."""
 from __future__ import annotations
 
 import socket
@@ -208,3 +210,27 @@ def deployment_delete(*, deployment: Deployment, actor, reason: str = "",
         from controlplane.errors import not_found
 
         raise not_found(f"deployment {deployment.name!r} does not exist") from None
+
+
+def deployment_revision_set(*, deployment: Deployment, revision: Revision) -> None:
+    """Make `revision` the deployment's current one (inside the caller's transaction: a rollout's promotion)."""
+    deployment.current_revision = revision
+    deployment.save(update_fields=["current_revision"])
+
+
+def deployment_autoscale_set(*, deployment: Deployment, enabled: bool) -> None:
+    """Turn the deployment's autoscaler on or off (inside the caller's transaction, beside its Action)."""
+    deployment.autoscale_enabled = enabled
+    deployment.save(update_fields=["autoscale_enabled"])
+
+
+def deployment_gateway_port_set(*, deployment: Deployment, port: int) -> None:
+    """Move the deployment's gateway to `port` (inside the caller's transaction, under its lock on the row; the
+    caller checks that no other deployment has it and restarts the running gateway)."""
+    Deployment.objects.filter(pk=deployment.pk).update(gateway_port=port)
+
+
+def deployment_remove(*, deployment: Deployment) -> None:
+    """Delete the row of a deployment whose delete action reconcile has carried out (no process left): its pools,
+    revisions and workers cascade; its Action rows stay, the audit log."""
+    deployment.delete()

@@ -36,6 +36,7 @@ from controlplane.models import (
 )
 from controlplane.rollout_provider import rollout_active, tried_replicas
 from controlplane.services.actions import action_fail, action_start, action_succeed
+from controlplane.services.deployments import deployment_remove
 from controlplane.services.pools import pool_schedulable_set
 from controlplane.services.restarts import worker_back_to_pending
 from controlplane.supervision import node_queue
@@ -352,6 +353,6 @@ def _reconcile_delete(deployment: Deployment, action: Action, summary: dict) -> 
         return False
     name = deployment.name
     action_succeed(action_id=action.id, result={"deployment": name})
-    deployment.delete()
+    deployment_remove(deployment=deployment)
     log.info("deployment %s deleted: every process stopped", name)
     return True
