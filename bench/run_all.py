@@ -27,10 +27,10 @@ def plan(args) -> dict[str, list[str]]:
     dev = ["--device", args.device, "--dtype", args.dtype]
     on_gpu = args.device.startswith("cuda")
     smol_decode = (["--concurrency", "1,8,32", "--repeats", "2"] if on_gpu else
-                   # One CPU thread does ~25 tok/s on SmolLM2: the cold generate_batch and bs32 would take minutes.
+                   # One CPU thread is slow on SmolLM2: the cold generate_batch and bs32 would take minutes.
                    ["--concurrency", "1,8", "--methods", "engine,static,hf_generate", "--sequential-requests", "1",
                     "--repeats", "1"])
-    # SmolLM2's own dtype (bfloat16) against float32, engine and static loop in one run (~2 min on one CPU thread).
+    # SmolLM2's own dtype (bfloat16) against float32, engine and static loop in one run (minutes on one CPU thread).
     smol_dtype = ["--dtype", "bfloat16", "--vs-dtype", "float32", "--concurrency", "1,16", "--goals-at", "16",
                   "--methods", "engine,static", "--repeats", "1" if not on_gpu else "2"]
     return {
@@ -42,9 +42,9 @@ def plan(args) -> dict[str, list[str]]:
         "kv_handoff_smollm2": ["engine/kv_handoff.py", "--model", "smollm2", *dev, "--repeats", "3"],
         "gateway": ["gateway/gateway_overhead.py", "--model", "tiny", "--requests", "200"],
         "weighted_routing": ["gateway/weighted_routing.py", "--model", "tiny"],
-        # Single-stream speed-ups on SmolLM2, CPU, one thread (~3 min): int8 weights against float32 and HF generate.
+        # Single-stream speed-ups on SmolLM2, CPU, one thread (minutes): int8 weights against float32 and HF generate.
         **({} if on_gpu else {"faster_tokens": ["engine/faster_tokens.py"]}),
-        # Colocated, chunked and disaggregated on 2 threads each, SmolLM2 through the gateway (~10 min on a CPU).
+        # Colocated, chunked and disaggregated on 2 threads each, SmolLM2 through the gateway (the longest on a CPU).
         "stage_split": ["engine/stage_split.py", "--model", "smollm2", "--threads", "2"],
         # The control plane's benchmarks (written with the control plane): no model, no device.
         "scrape_cycle": ["controlplane/scrape_cycle.py"],

@@ -13,7 +13,7 @@ rollups), against the dashboard's 300 ms goal.
     python bench/controlplane/scrape_cycle.py --targets 1000 --cycles 5 --database-url postgres://127.0.0.1:5432/test
     python bench/controlplane/scrape_cycle.py --targets 1000 --compare --database-url postgres://127.0.0.1:5432/scratch
 
---compare: the cycle's store phase as it was before 2026-12-01 (samples by one executemany, scrape states by
+--compare: the cycle's store phase as it was before COPY (samples by one executemany, scrape states by
 bulk_create's upsert, histogram increases matched bound by bound) against the current one (COPY on PostgreSQL,
 one INSERT ... ON CONFLICT executemany, the ring's one bucket layout), alternating cycle by cycle on the same
 targets, so both see the same machine.

@@ -9,7 +9,7 @@ so what a short request waits for is the step under way and its own prefill. Rep
 requests' TTFT alone first (unloaded) and under the load (P50, P90, the worst three), and the long streams' tokens/s
 (what the pauses cost them).
 
-    python bench/engine/arrival_ttft.py                       # SmolLM2, about 2 minutes
+    python bench/engine/arrival_ttft.py                       # SmolLM2, a few minutes
     python bench/engine/arrival_ttft.py --model tiny --duration 10
 """
 from __future__ import annotations

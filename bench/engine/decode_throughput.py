@@ -33,7 +33,7 @@ BASELINES = METHODS[1:]
 SINGLE_RUN = ("hf_generate", "generate_batch")
 GOALS = {"engine_vs_static": 0.9, "engine_vs_hf_generate": 6.0, "engine_vs_generate_batch": 4.0}
 # The engine in a 2-byte dtype against itself in float32 (--dtype bfloat16 --vs-dtype float32): half the bytes of
-# weights and KV to move, so close to 2x where decode is bound by memory bandwidth.
+# weights and KV to move, so close to twice the speed where decode is bound by memory bandwidth.
 HALF_VS_FLOAT32_GOAL = 1.8
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 

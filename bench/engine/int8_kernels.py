@@ -10,7 +10,7 @@ model and prompts, in interleaved rounds (best kept), and prints per kernel:
   N tokens minus that of one, over N - 1, so the prefill is left out);
 - decode tokens/s with `--concurrency` requests decoding together: the steps after every request has its first
   token, timed alone (the tokens they make over their time; a subtraction of two whole runs, as the single stream's,
-  swung 3x between rounds here: a busy spell in the shorter run's prefill inflates it);
+  swung widely between rounds: a busy spell in the shorter run's prefill inflates it);
 - prefill tokens/s of one `--prefill-tokens` prompt (the kernel dequantizes each weight into torch's float GEMM for
   steps of 128 tokens or more);
 - the greedy tokens of the two, compared (they round differently, so they may part at a near-tie);

@@ -181,8 +181,8 @@ def prefill_section(ctx: dict, args) -> dict:
     first: dict[str, int] = {}
     short = ctx["short_prompt"]
     ttft: dict[str, list[float]] = {}  # engine -> [wall, CPU] seconds, best of the rounds
-    for run in runs.values():  # untimed: each one's first pass faults its activations' pages in (0.1-0.9 s of
-        run()                  # system time at 2,048 tokens), which a serving worker pays once
+    for run in runs.values():  # untimed: each one's first pass faults its activations' pages in (a large share
+        run()                  # of a long prompt's time, in system time), which a serving worker pays once
     for _ in range(args.repeats):  # in rounds, so that a busy spell slows all alike
         for name, run in runs.items():
             start = time.thread_time()

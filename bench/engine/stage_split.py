@@ -18,7 +18,7 @@ P50/P99 of short and long requests, short tokens per second, and goodput: reques
 objectives under "objectives" (TTFT, and mean ITL for the streams). Goals, each a ratio within this run (see
 GOALS); ratios near 1 on a loaded shared machine are noisy, so read them with the load average in "environment".
 
-    python bench/engine/stage_split.py               # SmolLM2, 2 threads, ~8 minutes
+    python bench/engine/stage_split.py               # SmolLM2, 2 threads, several minutes
     python bench/engine/stage_split.py --modes disaggregated --duration 20
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ request with a 500 (docs/chaos.md), waited until it ends. A client of our own se
 --interval s throughout, beside the demo's load, and counts what failed. Prints one JSON document: per canary its
 verdict, duration, analysis notes and the client failures during it.
 
-    python bench/fleet/canary_repeat.py                 # ~25 min
+    python bench/fleet/canary_repeat.py                 # long: a whole canary per repeat
     python bench/fleet/canary_repeat.py --repeats 2     # a quick check
 """
 from __future__ import annotations

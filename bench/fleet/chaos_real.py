@@ -13,8 +13,8 @@ failed requests (an HTTP error, a cut connection, an SSE error chunk, a stream t
 longest stall between two streamed tokens. Goals, per experiment: 0 failed client requests, recovery <= 15 s, the
 hypothesis held after the faults. Prints one JSON document.
 
-    python bench/fleet/chaos_real.py                          # the five (those whose template exists), ~15 min
-    python bench/fleet/chaos_real.py --only decode-kill --duration 10     # a quick check, ~4 min
+    python bench/fleet/chaos_real.py                          # the five (those whose template exists)
+    python bench/fleet/chaos_real.py --only decode-kill --duration 10     # a quick check
 
 The product's own loop intervals are used (reconcile, heartbeat and chaos driver every 2 s), not the integration
 tests' 1 s ones, unless --fast-loops.

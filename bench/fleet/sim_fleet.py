@@ -79,8 +79,8 @@ def parse_args(argv=None):
                         "(the reconciles each change asks for); 0: one worker consumes both, as `make run` starts it")
     p.add_argument("--debug", action="store_true", help="run the control plane with DJANGO_DEBUG=1 (it keeps the "
                    "last 9,000 queries of every database connection in memory)")
-    # runserver by default: a run with gunicorn (2026-12-01 02:58) lost a gunicorn worker after 14 minutes, for a
-    # reason not found yet ("Worker exiting", no error), and the bench stopped there.
+    # runserver by default: a run with gunicorn once lost a gunicorn worker well into the run, for a reason not found
+    # yet ("Worker exiting", no error), and the bench stopped there.
     p.add_argument("--web", choices=("gunicorn", "runserver"), default="runserver",
                    help="the web tier: make run's runserver, or gunicorn (2 processes x 8 threads, as in production)")
     p.add_argument("--conn-max-age", type=int, default=60,

@@ -19,17 +19,17 @@ Three scenarios (--scenarios), each run through every gateway:
 - isolation: tenant `noisy` keeps --noisy-streams long requests in flight (closed loop, 4x the slots by default);
   tenant `quiet` sends one short streamed request every --quiet-interval s. Reported: quiet's TTFT and end-to-end
   latency P50/P99 (and unloaded, before the noise starts), and each tenant's share of the completion tokens served.
-- fairness: both tenants keep long requests in flight, noisy 10x as many as quiet, so both stay backlogged.
+- fairness: both tenants keep long requests in flight, noisy ten times as many as quiet, so both stay backlogged.
   Reported: each tenant's share of completion tokens (goal of the issue: within 20 % of each other).
 - priority: as isolation, but `quiet` is of class interactive and `noisy` of class batch (the control plane hands the
   gateways the new classes first; they take them at their next membership poll). Reported as isolation, against
   quiet's unloaded TTFT as an interactive tenant (goal of the issue: P99 <= 2x unloaded).
 - overload: `noisy` alone, of class interactive (deadline 10 s), sends streamed long requests at random (Poisson)
   arrivals, first at the fleet's capacity (requests/s, measured before through `admission` with a closed loop of its
-  slots), then at twice it. Goodput: requests per second whose first token came within the class's deadline. Goal of
-  the issue: goodput at 2x >= 0.9x goodput at 1x ("no collapse"). In arrival order every request of an overloaded
-  queue waits about the deadline (`before`: the worker's FIFO, without bound); the gateway's admission dispatches
-  newest first in an overloaded band (inference/gateway/admission.py).
+  slots), then at twice it. Goodput: requests per second whose first token came within the class's deadline. Goal of the
+  issue: goodput at twice the capacity >= 0.9x goodput at the capacity ("no collapse"). In arrival order every request
+  of an overloaded queue waits about the deadline (`before`: the worker's FIFO, without bound); the gateway's admission
+  dispatches newest first in an overloaded band (inference/gateway/admission.py).
 `--baseline-src DIR` adds a gateway `baseline`, with the defaults as `preemption`, that runs the gateway code of
 another checkout (e.g. `git archive HEAD | tar -x -C DIR`), to the priority and overload scenarios: a change to
 preemption measured beside the code before it, in one run. `--worker-baseline-flags=--no-interleave-prefill` (with
@@ -38,7 +38,7 @@ defaults in front of a second worker started with those flags (idle while the ot
 plane: a change to the worker measured beside it, in one run; `--worker-baseline-src DIR` runs that second worker from
 another checkout's code (a change to the worker's code measured beside the code before it).
 
-    python bench/gateway/tenants.py                       # about 5 minutes
+    python bench/gateway/tenants.py                       # several minutes
     python bench/gateway/tenants.py --duration 10 --slots 4 --scenarios priority
     python bench/gateway/tenants.py --model tiny     # a real tiny-model worker instead of the simulated one
 """

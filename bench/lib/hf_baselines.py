@@ -5,7 +5,7 @@
 - hf_generate_one_by_one: `model.generate` per request, what a naive server does.
 - hf_generate_batch: transformers' own continuous batching (`model.generate_batch`, paged attention), used as its
   docs show: each call builds a manager (paged cache, background thread) and tears it down. On CPU that setup is
-  5-15 s, most of the cold figure.
+  most of the cold figure.
 - hf_generate_batch with persistent=True: the manager is built once (by a warm-up call sized for the largest batch)
   and reused, what a long-running server would do; the fairer comparison for steady-state decode speed.
 All are greedy and never stop early (the ignore_eos of the engine's SamplingParams), so token counts are equal.
