@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from django.conf import settings
 
-from controlplane.agent.faults import INJECTED_KIND, REVERTED_KIND
+from controlplane.agent.fault_holds import FAULT_KIND
 from controlplane.chaos.hypothesis import judge_hypothesis
 from controlplane.chaos.library import TEMPLATES
 from controlplane.chaos.selectors import chaos_settings_of, experiment_list, run_list, schedule_list, target_nodes
@@ -55,7 +55,7 @@ def chaos_windows(deployment, *, start: float, end: float) -> list[dict]:
     [{"start", "end", "run", "fault", "label"}]."""
     # A fault lasts at most TANDEM_CHAOS_MAX_DURATION_S: one injected that long before the range can reach into it.
     since = datetime.fromtimestamp(start - settings.TANDEM_CHAOS_MAX_DURATION_S - 60, tz=timezone.utc)
-    rows = (Action.objects.filter(deployment=deployment, kind__in=(INJECTED_KIND, REVERTED_KIND),
+    rows = (Action.objects.filter(deployment=deployment, kind=FAULT_KIND,
                                   params__event__in=("fault_injected", "fault_reverted"), created_at__gte=since)
             .values_list("idempotency_key", "params", "result", "status", "created_at"))
     injected, reverted = {}, {}

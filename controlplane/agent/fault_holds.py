@@ -21,9 +21,9 @@ from controlplane.services.actions import Actor, DuplicateAction, action_create
 
 log = logging.getLogger(__name__)
 
-# The audit rows of a fault. ActionKind has no `fault` value: adding one changes the Action.kind field's choices,
-# which needs a migration of the core app (see docs/chaos.md); `start`/`stop` carry params.event instead.
-INJECTED_KIND, REVERTED_KIND = ActionKind.START, ActionKind.STOP
+# The audit rows of a fault, its injection and its revert alike: params.event (fault_injected, fault_reverted) says
+# which.
+FAULT_KIND = ActionKind.FAULT
 
 
 def injected_key(key: str) -> str:
@@ -99,7 +99,7 @@ def pause_superseded(*, worker_id: int, by: str) -> str | None:
         pause.timer.cancel()
         runtime.launcher.signal_group(pause.handle, signal.SIGCONT)
     log.info("fault %s (worker %s): its pause ends with %s", key, worker_id, by)
-    record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker_of(worker_id), event="fault_reverted",
+    record(kind=FAULT_KIND, key=reverted_key(key), worker=worker_of(worker_id), event="fault_reverted",
            audit=pause.audit, outcome="superseded", by=by, pid=pause.handle.pid if pause.handle else None,
            late_s=round(max(0.0, time.time() - pause.until), 3))
     return key

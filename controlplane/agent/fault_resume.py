@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from controlplane.agent import control_faults, resource_faults
 from controlplane.agent.fault_kinds import KINDS, Family, kinds_of
-from controlplane.agent.fault_holds import INJECTED_KIND, REVERTED_KIND, is_held, record, reverted_key
+from controlplane.agent.fault_holds import FAULT_KIND, is_held, record, reverted_key
 from controlplane.agent.faults import hold, release
 from controlplane.models import Action, ActionStatus
 from controlplane.services.actions import action_find
@@ -29,7 +29,7 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
     broker). A disk_fill's file (which has no deadline of its own) is held again until its deadline, or deleted now
     when that has passed. Returns the keys reverted or held again."""
     since = timezone.now() - timedelta(days=1)
-    rows = Action.objects.filter(created_at__gte=since, kind=INJECTED_KIND, status=ActionStatus.SUCCEEDED,
+    rows = Action.objects.filter(created_at__gte=since, kind=FAULT_KIND, status=ActionStatus.SUCCEEDED,
                                  params__event="fault_injected",
                                  params__fault__in=(*kinds_of(Family.CONTROL), "disk_fill"),
                                  result__node=node_name).select_related("worker", "deployment")
@@ -61,7 +61,7 @@ def faults_resume_after_restart(*, node_name: str, adopted: dict | None = None) 
                      "down_s": round((timezone.now() - row.created_at).total_seconds(), 3)}
         else:
             outcome, extra = control_faults.freeze_stop(key=key, state=state), {}
-        record(kind=REVERTED_KIND, key=reverted_key(key), worker=row.worker, event="fault_reverted", audit=audit,
+        record(kind=FAULT_KIND, key=reverted_key(key), worker=row.worker, event="fault_reverted", audit=audit,
                 outcome=outcome, by="the agent's restart", **extra)
         log.info("fault %s (%s) of node %s: %s at the agent's restart", key, fault, node_name, outcome)
         resumed.append(key)

@@ -41,7 +41,7 @@ from django.db import DatabaseError
 
 from controlplane.agent import control_faults, launch, processes, proxy_faults, resource_faults, runtime
 from controlplane.agent.fault_kinds import KINDS, Family, FaultKind
-from controlplane.agent.fault_holds import (INJECTED_KIND, REVERTED_KIND, HeldFault, held, held_lock,
+from controlplane.agent.fault_holds import (FAULT_KIND, HeldFault, held, held_lock,
                                             injected_key, record, reverted_key, starting, worker_of)
 from controlplane.models import ActionStatus, Worker
 from controlplane.services.actions import action_find
@@ -90,7 +90,7 @@ def fault_inject(*, key: str, kind: str, worker_id: int, until: float, audit: di
     if action_find(injected_key(key)) is not None:
         return "duplicate"
     worker = worker_of(worker_id)
-    common = dict(kind=INJECTED_KIND, key=injected_key(key), worker=worker, event="fault_injected",
+    common = dict(kind=FAULT_KIND, key=injected_key(key), worker=worker, event="fault_injected",
                   audit={**audit, "fault": kind})
     if action_find(reverted_key(key)) is not None:
         # Its revert came first (the two messages travel apart, and a short fault's revert can overtake its inject):
@@ -213,7 +213,7 @@ def release(key: str, by: str) -> str | None:
         worker = worker_of(pause.worker_id)
     except DatabaseError:
         worker = None
-    record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=pause.audit,
+    record(kind=FAULT_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=pause.audit,
             outcome=outcome, by=by, pid=pause.handle.pid if pause.handle else None,
             late_s=round(max(0.0, time.time() - pause.until), 3))
     return outcome
@@ -273,7 +273,7 @@ def fault_revert(*, key: str, kind: str, worker_id: int, audit: dict | None = No
         handle = _live_handle(worker)
         outcome = "resumed" if handle is not None and runtime.launcher.signal_group(handle, signal.SIGCONT) \
             else "gone"
-    record(kind=REVERTED_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=audit,
+    record(kind=FAULT_KIND, key=reverted_key(key), worker=worker, event="fault_reverted", audit=audit,
             outcome=outcome, by="a revert")
     return outcome
 

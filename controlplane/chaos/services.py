@@ -3,9 +3,9 @@ finish). Each run move is a conditional UPDATE on the status it read plus one Ac
 are sent after commit (robust: a broker that is down costs a late fault or revert, never a 500; a pause is released
 by the agent's own deadline in any case).
 
-Audit rows: ActionKind has no chaos value (a new value changes Action.kind's choices, which needs a migration of the
-core app): a run's start is `start`, its end `stop`, an abort `abort`, each with params {"chaos_run", "event"}; the
-agent writes one `start` row per injected fault and one `stop` row per revert (controlplane.agent.faults)."""
+Audit rows: a run's start is `start`, its end `stop`, an abort `abort`, each with params {"chaos_run", "event"}; the
+agent writes one `fault` row per injected fault and one per revert (controlplane.agent.faults), told apart by
+params.event."""
 from __future__ import annotations
 
 import math

@@ -29,6 +29,7 @@ class ActionKind(models.TextChoices):
     ABORT = "abort"  # a rollout aborted (by its analysis or an operator): its revision's workers drain
     TENANT = "tenant"  # a tenant, its keys or a deployment's key requirement changed (controlplane/tenants)
     HOLD = "hold"  # health restarts held: many probes timed out at once (supervision.probe_hold); running while held
+    FAULT = "fault"  # a chaos fault injected or reverted by a node agent (params.event says which)
 
 
 class ActorType(models.TextChoices):

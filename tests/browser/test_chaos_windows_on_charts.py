@@ -16,11 +16,11 @@ TICKS = "div => Array.from(div.querySelectorAll('.xtick text')).map(t => t.textC
 
 
 def test_the_deployment_pages_charts_shade_a_chaos_fault(page, live_server, login, viewer, fleet):
-    from controlplane.agent.faults import INJECTED_KIND, REVERTED_KIND
+    from controlplane.agent.fault_holds import FAULT_KIND
     from controlplane.models import Action, ActionStatus, ActorType
 
     now = datetime.now(tz=timezone.utc)
-    for kind, event, ago in ((INJECTED_KIND, "injected", 90), (REVERTED_KIND, "reverted", 30)):
+    for kind, event, ago in ((FAULT_KIND, "injected", 90), (FAULT_KIND, "reverted", 30)):
         Action.objects.create(kind=kind, deployment=fleet["deployment"], actor_type=ActorType.SYSTEM,
                               actor="node agent n", status=ActionStatus.SUCCEEDED,
                               idempotency_key=f"chaos-4-0-w1:{event}", created_at=now - timedelta(seconds=ago),
@@ -36,7 +36,7 @@ def test_the_deployment_pages_charts_shade_a_chaos_fault(page, live_server, logi
 
 def test_a_chaos_runs_report_page_draws_a_chart_per_check_with_its_fault_shaded(page, live_server, login, viewer,
                                                                                fleet, screenshot):
-    from controlplane.agent.faults import INJECTED_KIND, REVERTED_KIND
+    from controlplane.agent.fault_holds import FAULT_KIND
     from controlplane.chaos.models import ChaosRun, RunStatus
     from controlplane.chaos.report import run_report
     from controlplane.models import Action, ActionStatus, ActorType
@@ -54,7 +54,7 @@ def test_a_chaos_runs_report_page_draws_a_chart_per_check_with_its_fault_shaded(
         started_at=now - timedelta(seconds=95), fault_ends_at=now - timedelta(seconds=35),
         reverted_at=now - timedelta(seconds=30), recovered_at=now - timedelta(seconds=20),
         finished_at=now - timedelta(seconds=15))
-    for kind, event, ago in ((INJECTED_KIND, "injected", 90), (REVERTED_KIND, "reverted", 30)):
+    for kind, event, ago in ((FAULT_KIND, "injected", 90), (FAULT_KIND, "reverted", 30)):
         Action.objects.create(kind=kind, deployment=fleet["deployment"], actor_type=ActorType.SYSTEM,
                               actor="node agent n", status=ActionStatus.SUCCEEDED,
                               idempotency_key=f"chaos-{run.pk}-0-w1:{event}",

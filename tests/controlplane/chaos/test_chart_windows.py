@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.test import Client
 
-from controlplane.agent import faults
+from controlplane.agent import fault_holds, faults
 from controlplane.chaos.services import run_abort, run_start
 from controlplane.models import Action, ActionStatus, ActorType
 from dashboards.chaos import chaos_windows
@@ -62,8 +62,7 @@ def test_every_chart_shades_a_runs_fault_from_its_injection_to_its_revert(
 
 def _row(deployment, key: str, event: str, at: datetime, *, status=ActionStatus.SUCCEEDED, run=7, fault="cpu_hog",
          result=None):
-    kind = faults.INJECTED_KIND if event == "fault_injected" else faults.REVERTED_KIND
-    Action.objects.create(kind=kind, deployment=deployment, actor_type=ActorType.SYSTEM, actor="node agent n",
+    Action.objects.create(kind=fault_holds.FAULT_KIND, deployment=deployment, actor_type=ActorType.SYSTEM, actor="node agent n",
                           status=status, idempotency_key=f"{key}:{event.split('_')[1]}", created_at=at,
                           params={"chaos_run": run, "fault": fault, "event": event}, result=result or {})
 
