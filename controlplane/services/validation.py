@@ -16,7 +16,7 @@ from inference.engines.vllm import environment as vllm_environment
 from inference.engines.vllm import settings as vllm_settings
 from inference.engine.config import DTYPES as ENGINE_DTYPES
 from inference.sampling_params import SamplingError, check_sampling_defaults
-from inference.engine.config import KV_CACHE_DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS
+from inference.engine import settings as engine_settings
 from inference.engine.speculation_policy import SpeculativeError, parse_speculative
 from inference.worker.sim_profile import ProfileError, load_profile
 
@@ -26,36 +26,8 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 DTYPES = ENGINE_DTYPES
 DEFAULT_DTYPE = "auto"
 DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d{1,2}|auto)$")
-# The largest KV pool one worker may ask for: 4 TiB is beyond any single host; past it a value is a typo.
-MAX_KV_CACHE_BYTES = 4 << 40
-
-# key → (minimum, maximum) for the integer engine settings the workers accept.
-_INT_SETTINGS = {
-    "kv_cache_bytes": (1, MAX_KV_CACHE_BYTES),
-    "block_size": (1, 1024),
-    "max_num_seqs": (1, 65_536),
-    "max_num_batched_tokens": (1, 1 << 24),
-    "prefill_chunk_size": (1, 1 << 24),
-    "prefill_chunk_size_alone": (1, 1 << 24),
-    "max_model_len": (1, 1 << 24),
-    "max_queue": (1, 1 << 20),
-    "threads": (1, 1024),
-}
-# Integer settings that also take "auto": the worker chooses (kv_cache_bytes: a share of the memory free once the
-# model is loaded, the worker's default).
-_AUTO_SETTINGS = {"kv_cache_bytes"}
-# key -> what it means, for the boolean engine settings (worker flags without a value).
-_BOOL_SETTINGS = {"allow_slow_float16": "run dtype float16 even on a CPU without fast float16",
-                  "chunked_prefill": "prefill long prompts in chunks (on unless false)",
-                  "interleave_prefill": "prefill an arriving request between a decode step's layers (on unless "
-                                        "false)",
-                  "prefix_caching": "reuse the KV blocks of a shared prompt prefix (on unless false)",
-                  "compile": "torch.compile the decode step, warmed up before the worker is ready (off unless true)"}
-# key -> (exclusive minimum, maximum) for the fractional engine settings.
-_FRACTION_SETTINGS = {"kv_memory_fraction": (0, 1)}
-# key -> its choices, for the engine settings that are one of a few names (the worker flag's choices).
-_CHOICE_SETTINGS = {"quantization": QUANTIZATIONS, "weight_layout": WEIGHT_LAYOUTS, "matvec": MATVECS,
-                    "kv_cache_dtype": KV_CACHE_DTYPES}
+# The engine settings with a value of one kind (numbers, booleans, choices): declared once, in
+# inference/engine/settings.py, with their bounds; the others are checked here, each its own way.
 # "speculative": null or an object (the engine's own check, inference/engine/speculation_policy.py); decode and colocated
 # workers only: a prefill part refuses it, and prefill workers are started without the common part's.
 SPECULATIVE = "speculative"
@@ -64,8 +36,7 @@ SPECULATIVE = "speculative"
 # each tenant's own: docs/tenants.md); it travels as a worker flag, so a character a command line cannot hold is
 # refused, and its length is bounded well below what one argument may carry.
 SHARED_PROMPT, MAX_SHARED_PROMPT_CHARS = "shared_prompt", 32_768
-ENGINE_SETTING_KEYS = tuple(sorted([*_INT_SETTINGS, *_BOOL_SETTINGS, *_FRACTION_SETTINGS, *_CHOICE_SETTINGS,
-                                    "device", "simulate", SPECULATIVE, SHARED_PROMPT]))
+ENGINE_SETTING_KEYS = tuple(sorted([*engine_settings.BY_NAME, "device", "simulate", SPECULATIVE, SHARED_PROMPT]))
 # `dtype` in common is the revision's dtype (revision_dtype moves it there); in a role's part it overrides it for that
 # role's workers (prefill float32 on a CPU without BF16 arithmetic, decode bfloat16, say): the gateway names the
 # decode worker's dtype in each prefill request and the prefill worker converts its KV to it (docs/contracts.md).
@@ -139,9 +110,6 @@ def _setting_value(key: str, value, *, where: str):
     elif key == "device":
         if not isinstance(value, str) or not DEVICE_RE.match(value):
             raise invalid(f"{name} {value!r} must be cpu, cuda, cuda:N or auto", field=field)
-    elif key in _CHOICE_SETTINGS:
-        if value not in _CHOICE_SETTINGS[key]:
-            raise invalid(f"{name} {value!r} is not one of {', '.join(_CHOICE_SETTINGS[key])}", field=field)
     elif key == SHARED_PROMPT:
         if not isinstance(value, str) or not 0 < len(value) <= MAX_SHARED_PROMPT_CHARS or "\x00" in value:
             raise invalid(f"{name} must be a text of 1-{MAX_SHARED_PROMPT_CHARS} characters without NUL",
@@ -153,21 +121,13 @@ def _setting_value(key: str, value, *, where: str):
             load_profile(value)
         except ProfileError as exc:
             raise invalid(f"{name}: {exc}", field=field) from None
-    elif key in _BOOL_SETTINGS:
-        if not isinstance(value, bool):
-            raise invalid(f"{name} must be true or false, not {value!r}", field=field)
-    elif key in _FRACTION_SETTINGS:
-        low, high = _FRACTION_SETTINGS[key]
-        if not is_number(value) or not low < value <= high:
-            raise invalid(f"{name} must be a number above {low} and at most {high}, not {value!r}", field=field)
-    elif key in _AUTO_SETTINGS and value == "auto":
-        pass
     else:
-        low, high = _INT_SETTINGS[key]
-        either = " or auto" if key in _AUTO_SETTINGS else ""
-        # bool is an int in Python; true is never a meant number of anything.
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise invalid(f"{name} must be a positive integer{either} (at most {high}), not {value!r}", field=field)
+        setting = engine_settings.BY_NAME[key]
+        if setting.kind == "choice" and value not in setting.choices:
+            raise invalid(f"{name} {value!r} is not one of {', '.join(setting.choices)}", field=field)
+        problem = engine_settings.check(setting, value)
+        if problem is not None:
+            raise invalid(f"{name} {problem}, not {value!r}", field=field)
     return value
 
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from inference.engine.config import (DTYPES, KV_CACHE_DTYPES, MATVECS, QUANTIZATIONS, WEIGHT_LAYOUTS, Config,
-                                     ConfigError)
+from inference.engine.config import DTYPES, Config, ConfigError
+from inference.engine.settings import ENGINE_SETTINGS
 from inference import roofline
 from inference.roles import Role
 from inference.worker.sim_profile import ProfileError, SimSettings, load_profile
@@ -117,6 +117,21 @@ def parse_gflops_flag(text: str) -> dict[str, float]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def add_setting_flags(p: argparse.ArgumentParser) -> None:
+    """A flag per engine setting a revision may set (inference.engine.settings): `--name-with-dashes`; a setting on
+    by default also has `--no-...`."""
+    types = {"int": int, "fraction": float, "bytes": parse_kv_cache_bytes}
+    for setting in ENGINE_SETTINGS:
+        flag = "--" + setting.name.replace("_", "-")
+        if setting.kind == "bool":
+            action = argparse.BooleanOptionalAction if setting.default else "store_true"
+            p.add_argument(flag, dest=setting.name, action=action, default=setting.default, help=setting.help)
+        elif setting.kind == "choice":
+            p.add_argument(flag, default=setting.default, choices=setting.choices, help=setting.help)
+        else:
+            p.add_argument(flag, type=types[setting.kind], default=setting.default, help=setting.help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m inference.worker",
                                 description="A Tandem inference worker: prefill, decode or colocated.")
@@ -127,74 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto (default): the model config's dtype, float32 where it names none")
-    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
-                   help="none (default), or int8: linear layers and embeddings in int8 with per-channel scales "
-                        "(about a quarter of the float32 weight memory; outputs not bit-identical)")
-    p.add_argument("--weight-layout", default="auto", choices=WEIGHT_LAYOUTS,
-                   help="how the float linears' weights lie in memory: auto (default: transposed for float32 on a "
-                        "CPU, where one-token matmuls read them faster; as loaded elsewhere), as_loaded, or "
-                        "transposed (greedy tokens identical, values not bit-identical)")
-    p.add_argument("--matvec", default="auto", choices=MATVECS,
-                   help="the kernel of the float linears in decode steps on a CPU: auto (default: Tandem's kernel "
-                        "where it runs, float32 or bfloat16 with AVX2+FMA or AVX-512F and a C compiler; torch's "
-                        "matmul elsewhere), tandem, or torch (greedy tokens identical, values not bit-identical); "
-                        "the same for the decode rows' attention (Tandem's paged kernel or torch's SDPA); INT8 "
-                        "linears: Tandem's int8 kernel (auto: on a decode worker or a CPU without VNNI) or fbgemm")
-    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                   help="the KV cache's dtype: auto (default: the model's), or float16 or bfloat16 beside a float32 "
-                        "model (half the bytes per token, each value rounded once; outputs not bit-identical)")
-    p.add_argument("--allow-slow-float16", action="store_true",
-                   help="run --dtype float16 even on a CPU without fast float16 (refused otherwise: it crawls)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--kv-cache-bytes", type=parse_kv_cache_bytes, default="auto",
-                   help="KV pool size, e.g. 64M, or auto (default): --kv-memory-fraction of the memory free after "
-                        "the weights load, at least one full context where memory allows, at most --max-num-seqs "
-                        "of them")
-    p.add_argument("--kv-memory-fraction", type=float, default=None,
-                   help="for --kv-cache-bytes auto: the share of free memory for the KV pool (default 0.2 of "
-                        "available RAM on CPU, 0.8 of free GPU memory on CUDA)")
+    add_setting_flags(p)
     p.add_argument("--kv-memory-budget", type=parse_size, default=None,
                    help="for --kv-cache-bytes auto: this worker's share of its host's KV memory (e.g. 512M), "
                         "instead of --kv-memory-fraction of the free memory; the node agent sets it for the workers "
                         "it places on a CPU host")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    p.add_argument("--max-num-seqs", type=int, default=64, help="largest running batch")
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="prefill token budget per step")
-    p.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=True,
-                   help="prefill long prompts in chunks, interleaved with running decodes (colocated) and with other "
-                        "prompts, shortest first (prefill); on by default")
-    p.add_argument("--interleave-prefill", dest="interleave_prefill", action=argparse.BooleanOptionalAction,
-                   default=True,
-                   help="colocated: prefill a request that arrives during a decode step between that step's layers, "
-                        "so that its first token does not wait for the step's end (with --chunked-prefill: a prompt "
-                        "that fits --prefill-chunk-size); on by default")
-    p.add_argument("--prefill-chunk-size", type=int, default=None,
-                   help="with --chunked-prefill: the most tokens one step feeds (decodes and prefill chunks "
-                        "together) beside running decodes, at most --max-num-batched-tokens (default: 64 on a CPU, "
-                        "512 on CUDA)")
-    p.add_argument("--prefill-chunk-size-alone", type=int, default=None,
-                   help="with --chunked-prefill: the most tokens a step without decodes feeds (every step of a "
-                        "prefill worker, a colocated one's while no stream is past its prefill), at least "
-                        "--prefill-chunk-size (default: 4 x --prefill-chunk-size)")
-    p.add_argument("--prefix-caching", dest="prefix_caching", action=argparse.BooleanOptionalAction, default=True,
-                   help="keep full KV blocks keyed by their prefix after a request ends, so that later requests "
-                        "sharing it compute only the rest (colocated and prefill; a decode worker has no use for "
-                        "it); on by default")
     p.add_argument("--shared-prompt", default=None, metavar="TEXT",
                    help="the deployment's shared prompt (a system prompt all tenants send): with prefix caching, "
                         "its blocks are reused across tenants, whose other blocks are keyed with their tenant "
                         "(the request's cache_salt)")
-    p.add_argument("--max-model-len", type=int, default=None, help="default: from the model config")
     p.add_argument("--speculative", type=parse_speculative_flag, default=None, metavar="JSON",
                    help="speculative decoding (decode and colocated roles): "
                         "'{\"method\": \"ngram\", \"num_tokens\": 4}' (prompt lookup; ngram_max, ngram_min) or "
                         "'{\"method\": \"layers\", \"num_tokens\": 3, \"layers\": 8}' (the first layers draft); "
                         "off by default")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the decode step (inductor on a CPU, which needs a C++ compiler, else eager "
-                        "with the reason on /info; CUDA graphs on CUDA), warmed up before the worker is ready")
-    p.add_argument("--max-queue", type=int, default=256,
-                   help="requests admitted beyond --max-num-seqs before answering 429")
     p.add_argument("--revision", default=None, help="the deployment revision this worker serves")
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="seconds SIGTERM waits for in-flight requests before aborting them")
