@@ -13,6 +13,7 @@ import threading
 import openai
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.settings_fleet import TANDEM_VLLM_PYTHON
 from tests.procs import free_port
@@ -159,6 +160,15 @@ def test_an_alert_on_the_vllm_pools_ttft_p99_scales_it(live, vllm_gateway):
     _ready(live, 2)
 
 
+def _in_flight_on(gateway: str, headers: dict) -> set[str]:
+    """The URLs of the workers the gateway has a request in flight on."""
+    response = requests.get(f"{gateway}/metrics", timeout=10, headers=headers)
+    assert response.status_code == 200, response.text
+    return {sample.labels["worker"] for family in text_string_to_metric_families(response.text)
+            if family.name == "tandem_gateway_worker_outstanding_requests"
+            for sample in family.samples if sample.value >= 1}
+
+
 def _metric(url: str, name: str, headers: dict | None = None) -> float:
     """The sum of a metric's samples on a /metrics page (0 where it has none); a gateway's answers the scrape token
     only (`headers`)."""
@@ -173,7 +183,6 @@ def test_a_vllm_worker_killed_mid_stream_moves_the_stream_token_for_token(live, 
     reference, reference_usage = _stream(vllm_gateway, NUM_TOKENS, ignore_eos=True)
     workers = {w["id"]: w for w in live.workers(NAME, role="colocated") if w["status"] == "ready"}
     url = {wid: f"http://{w['host']}:{w['port']}" for wid, w in workers.items()}
-    prompts_before = {wid: _metric(url[wid], "vllm:prompt_tokens_total") for wid in workers}
     operator = live.scrape_headers()
     migrations_before = _metric(vllm_gateway, "tandem_request_migrations_total", operator)
     five_in = threading.Event()
@@ -186,8 +195,9 @@ def test_a_vllm_worker_killed_mid_stream_moves_the_stream_token_for_token(live, 
     client = threading.Thread(target=stream)
     client.start()
     assert five_in.wait(60)
-    # The worker that prefilled it: the one whose prompt-token counter grew (read once each, no race with its end).
-    victim, = [workers[wid] for wid in workers if _metric(url[wid], "vllm:prompt_tokens_total") > prompts_before[wid]]
+    # The worker streaming it: the one the gateway has a request in flight on (the gateway's own count; a worker's
+    # counters may not have caught up yet).
+    victim, = [workers[wid] for wid in workers if url[wid] in _in_flight_on(vllm_gateway, operator)]
     os.kill(victim["pid"], signal.SIGKILL)
     client.join(120)
     assert not client.is_alive()
