@@ -74,7 +74,7 @@ bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf var/ $(VENV) $(VLLM_VENV)
+	rm -rf var/ $(VENV) $(VLLM_VENV) inference/engine/kernels/_built build
 
 # The peer, side by side: llama.cpp (llama-cpp-python built from source, in the bench's own venv, never in
 # pyproject.toml) against the engine, same model, prompts and threads (bench/engine/peer_llamacpp.py). The sdist
