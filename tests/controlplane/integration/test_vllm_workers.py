@@ -180,27 +180,36 @@ def _metric(url: str, name: str, headers: dict | None = None) -> float:
 
 
 def test_a_vllm_worker_killed_mid_stream_moves_the_stream_token_for_token(live, vllm_gateway):
+    _ready(live, 2)  # another worker to move to
     reference, reference_usage = _stream(vllm_gateway, NUM_TOKENS, ignore_eos=True)
     workers = {w["id"]: w for w in live.workers(NAME, role="colocated") if w["status"] == "ready"}
     url = {wid: f"http://{w['host']}:{w['port']}" for wid, w in workers.items()}
     operator = live.scrape_headers()
     migrations_before = _metric(vllm_gateway, "tandem_request_migrations_total", operator)
-    five_in = threading.Event()
-    result = {}
+    victim = result = None
+    # Kill the worker while it still generates the stream. Under load a worker may have sent every token before the
+    # client has read five (the gateway still holds the request for the client): then nothing moves, and the
+    # attempt is made again with another stream rather than a kill that shows nothing.
+    for _attempt in range(5):
+        five_in, result = threading.Event(), {}
 
-    def stream():
-        result["text"], result["usage"] = _stream(vllm_gateway, NUM_TOKENS, lambda n: n >= 5 and five_in.set(),
-                                                  ignore_eos=True)
+        def stream():
+            result["text"], result["usage"] = _stream(vllm_gateway, NUM_TOKENS, lambda n: n >= 5 and five_in.set(),
+                                                      ignore_eos=True)
 
-    client = threading.Thread(target=stream)
-    client.start()
-    assert five_in.wait(60)
-    # The worker streaming it: the one the gateway has a request in flight on (the gateway's own count; a worker's
-    # counters may not have caught up yet).
-    victim, = [workers[wid] for wid in workers if url[wid] in _in_flight_on(vllm_gateway, operator)]
-    os.kill(victim["pid"], signal.SIGKILL)
-    client.join(120)
-    assert not client.is_alive()
+        client = threading.Thread(target=stream)
+        client.start()
+        assert five_in.wait(60)
+        # The worker streaming it: the one the gateway has a request in flight on (the gateway's own count).
+        serving, = [workers[wid] for wid in workers if url[wid] in _in_flight_on(vllm_gateway, operator)]
+        if _metric(url[serving["id"]], "vllm:num_requests_running") >= 1:
+            victim = serving
+            os.kill(victim["pid"], signal.SIGKILL)
+        client.join(120)
+        assert not client.is_alive()
+        if victim is not None:
+            break
+    assert victim is not None, "every stream's worker had finished generating before it could be killed"
     assert result["text"] == reference
     assert result["usage"].completion_tokens == reference_usage.completion_tokens == NUM_TOKENS
     assert result["usage"].prompt_tokens == reference_usage.prompt_tokens
