@@ -36,6 +36,7 @@ from inference.gateway.routing import Group, Router
 from inference.gateway.served import Served
 from inference.gateway.tenancy import OPEN, TenantGate, TenantState, Ticket
 from inference.gateway.token_stream import StreamBroken, TokenStream
+from inference.gateway.trace_log import TraceEntry, TraceLog
 
 log = logging.getLogger("tandem.gateway")
 
@@ -80,6 +81,7 @@ class Gateway:
         # Keys and limits come with the membership (tenancy.py); a static gateway is open.
         self.tenants = TenantGate(lambda: self.membership.tenancy if self.membership is not None else OPEN)
         self.key_throttle = KeyThrottle()  # wrong keys per client address (key_throttle.py)
+        self.trace = TraceLog(config.trace_size, config.trace_sample)  # what a replay reads (trace_log.py)
         self.metrics.registry.register(self.tenants.collector(self.model))
         self.metrics.registry.register(self.admission.collector(self.model))
         self.metrics.registry.register(self.preemption.collector(self.model))
@@ -151,6 +153,9 @@ class Gateway:
     async def prometheus(self, request: web.Request) -> web.Response:
         return await operator_views.metrics(self, request)
 
+    async def trace_page(self, request: web.Request) -> web.Response:
+        return operator_views.trace(self, request)
+
     @property
     def num_running(self) -> int:
         return self._num_running
@@ -180,10 +185,14 @@ class Gateway:
             # The codes are a fixed set (invalid_json, invalid_type, model_not_found, ...): a bounded label.
             self.metrics.count_error(error.code or "invalid_request")
             return error_response(error)
+        trace = self.trace.begin(gen.worker_body, ticket.tenant, ticket.priority_class, received)
+        response = None
         try:
-            return await self._serve(request, endpoint, gen, received, ticket)
+            response = await self._serve(request, endpoint, gen, received, ticket, trace)
+            return response
         finally:
             ticket.release()  # the tenant's concurrency slot, and its tokens counted from the real usage
+            self.trace.end(trace, response)
 
     def _identify(self, request: web.Request) -> TenantState | None:
         """The caller's tenant (TenantGate.identify), behind the throttle on wrong keys per address."""
@@ -196,7 +205,7 @@ class Gateway:
             raise
 
     async def _serve(self, request: web.Request, endpoint: Endpoint, gen: GenerationRequest, received: float,
-                     ticket: Ticket) -> web.StreamResponse:
+                     ticket: Ticket, trace: TraceEntry | None = None) -> web.StreamResponse:
         try:
             # The header wins over the body's `user`: a client can pin its variant without touching its requests.
             group = await self.router.pick_group_probed(request.headers.get(VARIANT_KEY_HEADER) or gen.user)
@@ -254,7 +263,7 @@ class Gateway:
                 return error_response(self._timed_out("no first token"), headers)
             ticket.stream = stream
             ticket.slot.charge(prompt_tokens=stream.prompt_tokens)
-            served = Served(series, headers, received, deadline, ticket)
+            served = Served(series, headers, received, deadline, ticket, trace)
             try:
                 if gen.stream:
                     return await self._stream(request, gen, stream, request_id, served)
@@ -370,4 +379,5 @@ def build_app(config: Config) -> web.Application:
     app.router.add_get("/v1/models", gateway.models)
     app.router.add_get("/health", gateway.health)
     app.router.add_get("/metrics", gateway.prometheus)
+    app.router.add_get("/trace", gateway.trace_page)
     return app

@@ -15,6 +15,7 @@ from inference.gateway.preemption import (
     DEFAULT_MARGIN, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MIN_TOKENS_LEFT, PreemptionSettings,
 )
 from inference.gateway.prefix_affinity import DEFAULT_NUM_CHARS
+from inference.gateway.trace_log import DEFAULT_SIZE as DEFAULT_TRACE_SIZE
 from inference.sampling_params import SAMPLING_DEFAULT_FIELDS, SamplingError, check_sampling_defaults
 from inference.weights import parse_weight, weight_problem
 from inference.worker_secret import KEY_ENV
@@ -95,6 +96,9 @@ class Config:
     # Preemption (preemption.py): how often one request may be preempted (0: never), how far behind (virtual token
     # counter) a waiting tenant must be to preempt one of its band, and how few tokens left protect a request.
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    # The request trace the control plane pulls for replays (trace_log.py): records kept, share of requests sampled.
+    trace_size: int = DEFAULT_TRACE_SIZE
+    trace_sample: float = 1.0
     # Where tenants' rpm/tpm bucket levels are kept across a restart (quota_state.py); None: in memory only.
     quota_state: Path | None = None
     # The deployment's worker key (inference.worker_secret): each request to a worker carries the secret of the
@@ -148,6 +152,10 @@ class Config:
             raise ValueError("--preempt-min-tokens-left must be at least 0")
         if self.max_migrations < 0:
             raise ValueError("--max-migrations must be at least 0")
+        if self.trace_size < 0:
+            raise ValueError("--trace-size must be at least 0 (0: no trace)")
+        if not 0 <= self.trace_sample <= 1:
+            raise ValueError("--trace-sample must be within 0..1")
         if self.prefix_affinity_chars < 1:
             raise ValueError("--prefix-affinity-chars must be at least 1")
         for name in ("request_timeout", "health_interval", "health_timeout", "membership_interval", "connect_timeout"):
@@ -246,6 +254,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--preempt-min-tokens-left", type=int, default=DEFAULT_MIN_TOKENS_LEFT, metavar="N",
                         help="a request with fewer tokens of its max_tokens left is not preempted (default "
                              f"{DEFAULT_MIN_TOKENS_LEFT})")
+    parser.add_argument("--trace-size", type=int, default=DEFAULT_TRACE_SIZE, metavar="N",
+                        help="requests kept in the trace the control plane pulls for replays (0: no trace)")
+    parser.add_argument("--trace-sample", type=float, default=1.0, metavar="SHARE",
+                        help="share of requests recorded in the trace (0..1)")
     parser.add_argument("--quota-state", type=Path, metavar="FILE",
                         help="keep tenants' requests/tokens-per-minute usage in FILE across a restart (written every "
                              "second and at stop; default: none, a restarted gateway gives every tenant a fresh "
@@ -272,6 +284,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             itl_objective_s=args.itl_objective,
             prefix_affinity=args.prefix_affinity, prefix_affinity_chars=args.prefix_affinity_chars,
             max_queued=args.admission_queue, queue_deadlines=queue_deadlines, quota_state=args.quota_state,
+            trace_size=args.trace_size, trace_sample=args.trace_sample,
             preemption=PreemptionSettings(args.max_preemptions, args.preempt_margin, args.preempt_min_tokens_left),
             # Never a flag: `ps` shows a command line.
             worker_key=os.environ.get(KEY_ENV) or None,

@@ -1,4 +1,5 @@
-"""The gateway's routes that describe the fleet behind it: /health, /metrics and the serving part of /v1/models.
+"""The gateway's routes that describe the fleet behind it: /health, /metrics, /trace and the serving part of
+/v1/models.
 
 They say more than a client should learn: /metrics names every tenant with its usage and limits, /health and
 /v1/models list the workers' addresses. Where the gateway holds a scrape token (config.SCRAPE_TOKEN_ENV, which the
@@ -19,6 +20,7 @@ from inference.gateway.config import Config
 from inference.gateway.metrics import GatewayMetrics
 from inference.gateway.openai_protocol import ApiError
 from inference.gateway.routing import Router
+from inference.gateway.trace_log import MAX_PAGE, TraceLog
 from inference.metrics import CONTENT_TYPE
 
 
@@ -32,6 +34,7 @@ class Gateway(Protocol):
     created: int
     sampling_defaults: dict
     num_running: int
+    trace: TraceLog
 
 
 def is_operator(request: web.Request, token: str | None) -> bool:
@@ -60,13 +63,29 @@ async def health(gateway: Gateway, request: web.Request) -> web.Response:
 
 async def metrics(gateway: Gateway, request: web.Request) -> web.Response:
     if not is_operator(request, gateway.config.scrape_token):
-        error = ApiError(401, "this gateway's /metrics is for the control plane and Prometheus: send "
-                              "'Authorization: Bearer <scrape token>' (an operator reads it at GET "
-                              "/api/v1/prometheus/scrape-token)", type="authentication_error",
-                         code="scrape_token_required")
-        return web.json_response(error.body(), status=error.status)
+        return _token_required("/metrics", "the control plane and Prometheus")
     gateway.metrics.requests_running.set(gateway.num_running)
     return web.Response(body=gateway.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def trace(gateway: Gateway, request: web.Request) -> web.Response:
+    """GET /trace?after=SEQ&limit=N: the request records after SEQ (trace_log.py), for the control plane."""
+    if not is_operator(request, gateway.config.scrape_token):
+        return _token_required("/trace", "the control plane")
+    try:
+        after = int(request.query.get("after", "0"))
+        limit = int(request.query.get("limit", str(MAX_PAGE)))
+    except ValueError:
+        error = ApiError(400, "after and limit must be integers", param="after", code="invalid_value")
+        return web.json_response(error.body(), status=error.status)
+    return web.json_response(gateway.trace.page(after, limit))
+
+
+def _token_required(route: str, readers: str) -> web.Response:
+    error = ApiError(401, f"this gateway's {route} is for {readers}: send 'Authorization: Bearer <scrape token>' "
+                          "(an operator reads it at GET /api/v1/prometheus/scrape-token)",
+                     type="authentication_error", code="scrape_token_required")
+    return web.json_response(error.body(), status=error.status)
 
 
 def models(gateway: Gateway, request: web.Request) -> web.Response:

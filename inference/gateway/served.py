@@ -7,6 +7,7 @@ import time
 
 from inference.gateway.tenancy import Ticket
 from inference.gateway.token_stream import TokenStream
+from inference.gateway.trace_log import TraceEntry
 from inference.metrics import RequestSeries
 
 
@@ -14,13 +15,15 @@ class Served:
     """One request from its first token on: the revision's series it is measured into, its response headers, and its
     client-side clock (arrival, the last token, the deadline)."""
 
-    __slots__ = ("series", "headers", "received", "deadline", "ticket", "_last")
+    __slots__ = ("series", "headers", "received", "deadline", "ticket", "trace", "_last")
 
     def __init__(self, series: RequestSeries, headers: dict[str, str], received: float, deadline: float,
-                 ticket: Ticket) -> None:
+                 ticket: Ticket, trace: TraceEntry | None = None) -> None:
         self.series, self.headers, self.received, self.deadline = series, headers, received, deadline
-        self.ticket = ticket
+        self.ticket, self.trace = ticket, trace
         self._last: float | None = None
+        if trace is not None:
+            trace.revision = headers.get("X-Tandem-Revision")
 
     def observe_token(self, num_tokens: int) -> None:
         """TTFT for the first token, inter-token latency for the others; the tokens count on the tenant's virtual
@@ -30,6 +33,8 @@ class Served:
         if self._last is None:
             self.series.time_to_first_token.observe(now - self.received)
             self.ticket.observe_ttft(now - self.received)
+            if self.trace is not None:
+                self.trace.first(now)
         else:
             self.series.inter_token_latency.observe(now - self._last)
         self._last = now
@@ -40,3 +45,5 @@ class Served:
         self.series.prompt_tokens.inc(finish.prompt_tokens)
         self.series.generation_tokens.inc(finish.completion_tokens)
         self.series.count_success(finish.reason or "unknown")
+        if self.trace is not None:
+            self.trace.finished(finish.prompt_tokens, finish.completion_tokens, finish.reason)

@@ -50,3 +50,32 @@ def test_a_client_sees_liveness_and_the_model_but_no_worker_address(gateway):
     assert health["status"] == "ok" and health["groups"][0]["colocated"][0]["url"].startswith("http://127.0.0.1:")
     (model,) = requests.get(gateway.url + "/v1/models", headers=operator, timeout=10).json()["data"]
     assert model["workers"][0]["state"] == "ready"
+
+
+def test_the_trace_records_served_requests_for_the_control_plane_only(gateway):
+    """What a replay reads: one record per served request, with shared prompt prefixes as shared block hashes, its
+    token counts and client-side timings; a refused body leaves no record; only the scrape token reads it."""
+    operator = {"Authorization": f"Bearer {TOKEN}"}
+    last = requests.get(gateway.url + "/trace", headers=operator, timeout=10).json()["last"]
+    head = "You are a careful assistant. " * 40  # several whole blocks, shared by the first two prompts
+    prompts = [head + "Tell me about tides.", head + "And about waves?", "short and unshared"]
+    for i, prompt in enumerate(prompts):
+        answer = requests.post(gateway.url + "/v1/completions", timeout=60, stream=i == 1,
+                               json={"model": "tandem", "prompt": prompt, "max_tokens": 5, "stream": i == 1})
+        assert answer.status_code == 200
+        answer.content  # noqa: B018  (reads a streamed answer to its end)
+    assert requests.post(gateway.url + "/v1/completions", json={"model": "tandem", "prompt": 7},
+                         timeout=10).status_code == 400
+    assert requests.get(gateway.url + "/trace", timeout=10).status_code == 401
+    page = requests.get(gateway.url + "/trace", params={"after": last}, headers=operator, timeout=10).json()
+    records = page["records"]
+    assert [r["seq"] for r in records] == [last + 1, last + 2, last + 3] and page["last"] == last + 3
+    assert all(r["outcome"] == "ok" and r["completion_tokens"] == 5 and r["max_tokens"] == 5 for r in records)
+    assert all(0 < r["ttft_s"] <= r["e2e_s"] and r["prompt_tokens"] > 0 and not r["prompt_estimated"]
+               for r in records)
+    first, second, third = records
+    shared = len(head) // 256
+    assert shared >= 3 and first["hashes"][:shared] == second["hashes"][:shared] and third["hashes"] == []
+    assert first["tenant"] and first["block_tokens"] >= 1
+    assert requests.get(gateway.url + "/trace", params={"after": last + 3}, headers=operator,
+                        timeout=10).json()["records"] == []
