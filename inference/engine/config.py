@@ -128,6 +128,10 @@ class Config:
     weight_layout: str = "auto"
     # One of MATVECS: the kernel of the float linears in steps of a few tokens (decode steps) on a CPU.
     matvec: str = "auto"
+    # Steps above the matvec kernel's tokens (prefill chunks, large decode batches) through oneDNN's GEMM over a copy
+    # of the float weights packed once, instead of a GEMM that reorders every weight on every call; the kernel
+    # cannot read the packed copy, so the float weights are held twice (packed_weights.py).
+    packed_weights: bool = False
 
     def __post_init__(self) -> None:
         self.model = str(self.model)

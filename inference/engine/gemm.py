@@ -7,11 +7,11 @@ size, and MKL's sgemm had been most of a float32 decode step of many sequences (
 decode').
 
 oneDNN is called through `torch.ops.mkldnn._linear_pointwise` (what inductor's CPU linears call) on the weights as
-loaded ([out, in], dense): oneDNN reorders them on every call, and a packed copy would be faster still, but it
-would hold the float weights twice (the kernel reads the loaded ones). Its sums run in another order
-than MKL's, so values are not bit-identical to torch's linear; greedy tokens are (tests/inference/engine/
-test_gemm.py). It runs where the kernel runs (Config.matvec resolved to Tandem's, float weights): with
-`matvec="torch"`, torch's matmul everywhere, as before.
+loaded ([out, in], dense): oneDNN reorders them on every call. A packed copy is faster still, but holds the float
+weights twice (the kernel reads the loaded ones): the opt-in `packed_weights` setting (packed_weights.py). Its sums
+run in another order than MKL's, so values are not bit-identical to torch's linear; greedy tokens are
+(tests/inference/engine/test_gemm.py). It runs where the kernel runs (Config.matvec resolved to Tandem's, float
+weights): with `matvec="torch"`, torch's matmul everywhere, as before.
 
 Not on an Intel CPU: there MKL is Intel's own and runs its fast paths. On an Intel CPU with AMX MKL ran the linears
 as fast as oneDNN at a few dozen tokens and somewhat faster at prefill's thousands, where a prefill through oneDNN
@@ -20,6 +20,7 @@ was slower than transformers' (MKL's) own forward (docs/performance.md, 'Prefill
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -65,8 +66,12 @@ class GemmMatVecLinear(MatVecLinear):
         return torch.cat([_linear(x, w, b) for w, b in zip(self.weights, self.biases)], dim=-1)
 
 
-def note(library: Library | None, dtype: torch.dtype, quantization: str) -> str:
-    """What the `matvec` reason (/info) adds where oneDNN takes the kernel's steps of more tokens, else ""."""
+def note(library: Library | None, dtype: torch.dtype, quantization: str, packed: bool = False) -> str:
+    """What the `matvec` reason (/info) adds where oneDNN takes the kernel's steps of more tokens (`packed`: over
+    prepacked weights, packed_weights.py), else ""."""
+    if library is not None and packed:
+        return (f"; steps of more than {library.max_tokens_for(dtype)} tokens: oneDNN's GEMM over prepacked weights "
+                "(packed_weights)")
     if library is None or quantization != "none" or dtype != torch.float32 or not onednn_runs():
         return ""
     if not onednn_preferred():
@@ -74,10 +79,14 @@ def note(library: Library | None, dtype: torch.dtype, quantization: str) -> str:
     return f"; float32 steps of more than {library.max_tokens} tokens: oneDNN's GEMM, not MKL's (gemm.py)"
 
 
-def kernel_projection(library: Library | None, *linears: nn.Module) -> MatVecLinear | None:
+def kernel_projection(library: Library | None, *linears: nn.Module,
+                      packer: Callable[[MatVecLinear], MatVecLinear] | None = None) -> MatVecLinear | None:
     """matvec_projection's projection over `linears` (None where the kernel does not run them), with its steps of
-    more tokens through oneDNN where they are float32, oneDNN runs here and the CPU is not Intel's."""
+    more tokens through `packer`'s projection where given (packed_weights.py), else through oneDNN where they are
+    float32, oneDNN runs here and the CPU is not Intel's."""
     kernel = matvec_projection(library, *linears)
+    if kernel is not None and packer is not None:
+        return packer(kernel)
     if kernel is None or kernel.dtype != torch.float32 or not onednn_runs() or not onednn_preferred():
         return kernel
     return GemmMatVecLinear(library, kernel.linears, kernel.num_threads)

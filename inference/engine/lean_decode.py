@@ -69,9 +69,10 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
-def _projection(module: nn.Module, matvec: Library | None) -> Projection:
-    # Tandem's kernel for a few tokens (oneDNN's GEMM above, gemm.py), where it runs
-    kernel = kernel_projection(matvec, module)
+def _projection(module: nn.Module, matvec: Library | None, packer=None) -> Projection:
+    # Tandem's kernel for a few tokens (oneDNN's GEMM above, gemm.py; over packed weights with a packer,
+    # packed_weights.py), where it runs
+    kernel = kernel_projection(matvec, module, packer=packer)
     if kernel is not None:
         return kernel
     if isinstance(module, nn.Linear):  # F.linear on the weights: no module call per step
@@ -79,10 +80,10 @@ def _projection(module: nn.Module, matvec: Library | None) -> Projection:
     return module.forward
 
 
-def _concatenated(*modules: nn.Module, matvec: Library | None) -> Projection:
+def _concatenated(*modules: nn.Module, matvec: Library | None, packer=None) -> Projection:
     """Unfused projections as one: each output column is computed alone, as a fused matmul computes it (exact);
     through Tandem's kernel, each writes its own columns of one output."""
-    kernel = kernel_projection(matvec, *modules)
+    kernel = kernel_projection(matvec, *modules, packer=packer)
     if kernel is not None:
         return kernel
     projections = [_projection(module, None) for module in modules]
@@ -125,17 +126,19 @@ class LeanDecoder:
         self.rotary = model.model.rotary_emb
         self.layers = []
         matvec = runner.matvec  # Tandem's kernel for steps of a few tokens, or None (matvec.py)
+        packer = runner.packer  # prepacked weights for the steps above the kernel's, or None (packed_weights.py)
         for layer in model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             fused_mlp = isinstance(mlp, (FusedGatedMLP, Int8GatedMLP))  # INT8, or fusion.fuse_projections before
-            qkv = (_projection(attn.qkv_proj, matvec) if hasattr(attn, "qkv_proj")
-                   else _concatenated(attn.q_proj, attn.k_proj, attn.v_proj, matvec=matvec))
-            gate_up = (_projection(mlp.gate_up_proj, matvec) if fused_mlp
-                       else _concatenated(mlp.gate_proj, mlp.up_proj, matvec=matvec))
+            qkv = (_projection(attn.qkv_proj, matvec, packer) if hasattr(attn, "qkv_proj")
+                   else _concatenated(attn.q_proj, attn.k_proj, attn.v_proj, matvec=matvec, packer=packer))
+            gate_up = (_projection(mlp.gate_up_proj, matvec, packer) if fused_mlp
+                       else _concatenated(mlp.gate_proj, mlp.up_proj, matvec=matvec, packer=packer))
             self.layers.append(LeanLayer(
-                attn_in=normed_projection(qkv, _norm(layer.input_layernorm)), o=_projection(attn.o_proj, matvec),
+                attn_in=normed_projection(qkv, _norm(layer.input_layernorm)),
+                o=_projection(attn.o_proj, matvec, packer),
                 mlp_in=normed_projection(gate_up, _norm(layer.post_attention_layernorm)),
-                act=mlp.act_fn, down=_projection(mlp.down_proj, matvec),
+                act=mlp.act_fn, down=_projection(mlp.down_proj, matvec, packer),
                 intermediate_size=mlp.intermediate_size if fused_mlp else mlp.gate_proj.out_features,
                 scale=attn.scaling))
         shape = (runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)

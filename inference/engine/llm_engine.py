@@ -14,6 +14,7 @@ from inference.engine.block_manager import BlockManager
 from inference.engine.config import Config
 from inference.engine.interleave import Arrivals, Pause
 from inference.engine.model_runner import ModelRunner
+from inference.engine.packed_weights import info as packed_weights_info
 from inference.engine.prefix_cache import num_shared_tokens
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import PRIORITY_BANDS, STANDARD_PRIORITY, SamplingParams, Sequence
@@ -84,7 +85,10 @@ class LLMEngine:
                              # the prefill chunks' attention, likewise (prefill_attention.py)
                              "prefill_attention": self.model_runner.prefill_attention_info,
                              # a decode step's layers in one C call (decode_layers.py)
-                             "fused_decode": self.model_runner.fused_decode_reason}
+                             "fused_decode": self.model_runner.fused_decode_reason,
+                             # steps above the kernel's over prepacked copies, held beside the weights it reads
+                             "packed_weights": packed_weights_info(self.model_runner.packer,
+                                                                   self.model_runner.packed_weights_reason)}
         self.decode_step_ops: int | None = self.model_runner.decode_step_ops  # one single-stream step's tensor ops
         # What runs: a decode engine computes no prompt, so it has no use for a prefix cache.
         self.prefix_caching = config.prefix_caching and config.role is not Role.DECODE

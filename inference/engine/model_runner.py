@@ -18,15 +18,14 @@ from inference.engine.compilation import (compile_decode, pad_num_table_blocks, 
                                           write_kv)
 from inference.engine.config import Config
 from inference.engine.fusion import choose_weight_layout, file_dtype, transpose_weights
-from inference.engine.gemm import kernel_projection
-from inference.engine.gemm import note as gemm_note
+from inference.engine.gemm import kernel_projection, note as gemm_note
 from inference.engine.interleave import Pause
 from inference.engine.kernels.decode_layers import build as build_fused_decode
 from inference.engine.kv_sizing import choose_num_blocks, default_fraction
-from inference.engine.lean_decode import LeanDecoder, normed_projection
-from inference.engine.lean_decode import unsupported_reason as lean_unsupported_reason
+from inference.engine.lean_decode import LeanDecoder, normed_projection, unsupported_reason as lean_unsupported_reason
 from inference.engine.kernels.matvec import choose_matvec
 from inference.engine.model_loading import eos_token_ids, load_model, resolve_max_model_len, zeroed_pool
+from inference.engine.packed_weights import choose_packer, packed_bytes
 from inference.engine.kernels.paged_attention import PagedDecode, choose_decode_attention
 from inference.engine.kernels.prefill_attention import choose_prefill_attention
 from inference.engine.precision import TORCH_DTYPES, choose_dtypes
@@ -76,8 +75,9 @@ class ModelRunner:
             if self.matvec is not None:  # the kernel reads [out, in] rows
                 self.matvec, self.matvec_reason = None, (f"{config.matvec}: torch's matmul: weight_layout "
                                                          "transposed (the kernel reads the weights as loaded)")
+        self.packer, self.packed_weights_reason = choose_packer(config, self.matvec, self.dtype, self.device)
         if self.matvec is not None:
-            self.matvec_reason += gemm_note(self.matvec, self.dtype, config.quantization)
+            self.matvec_reason += gemm_note(self.matvec, self.dtype, config.quantization, packed=bool(self.packer))
             log.info("matvec: %s", self.matvec_reason)
         # The final norm and lm_head: [B, hidden] -> logits [B, V], through the kernel too where it runs (lm_head is a
         # fifth of SmolLM2's weights; the kernel normalizes its input on the way in).
@@ -121,7 +121,7 @@ class ModelRunner:
                 self.lean_decoder = LeanDecoder(self)
             else:
                 log.warning("lean decode: using the reference forward: %s", reason)
-        self.weight_bytes = weight_bytes(self.model)  # what the weights hold now, quantized or not
+        self.weight_bytes = weight_bytes(self.model) + packed_bytes(self.packer)  # as held now, packed copies too
         # compile: the decode step's forward compiled and warmed up here, before the engine serves (compilation.py).
         self._compiled_decode_forward = None
         self.compile_info: dict = {"enabled": False, "backend": None, "mode": None, "warmup_s": 0.0, "fallback": None,
@@ -150,7 +150,7 @@ class ModelRunner:
         self.decode_step_ops = count_decode_step_ops(self) if config.role is not Role.PREFILL else None
 
     def _norm_lm_head(self):
-        norm, lm_head = self.model.model.norm, kernel_projection(self.matvec, self.model.lm_head)
+        norm, lm_head = self.model.model.norm, kernel_projection(self.matvec, self.model.lm_head, packer=self.packer)
         if lm_head is not None and lean_unsupported_reason(self.model) is None:
             return normed_projection(lm_head, (norm.weight, norm.variance_epsilon))
         return lambda hidden, pause=None: self.model.lm_head(norm(hidden))

@@ -46,6 +46,10 @@ ENGINE_SETTINGS = (
             "torch (greedy tokens identical, values not bit-identical); the same for the decode rows' attention "
             "(Tandem's paged kernel or torch's SDPA); INT8 linears: Tandem's int8 kernel (auto: on a decode worker "
             "or a CPU without VNNI) or fbgemm", default="auto", choices=MATVECS),
+    Setting("packed_weights", "bool", "CPU steps of more tokens than the matvec kernel takes (prefill chunks, "
+            "large decode batches) run oneDNN's GEMM over a copy of the float weights packed once at start: faster "
+            "steps, but the float weights held twice (weight_bytes on /info counts both); greedy tokens identical, "
+            "values not bit-identical", default=False),
     Setting("kv_cache_dtype", "choice", "the KV cache's dtype: auto (the model's), or float16 or bfloat16 beside a "
             "float32 model (half the bytes per token, each value rounded once; outputs not bit-identical)",
             default="auto", choices=KV_CACHE_DTYPES),
