@@ -270,6 +270,7 @@ LAYERS = (
     (("controlplane.alerting",), "rules on the series, acting through the services; notification channels"),
     (("controlplane.rollouts",), "canary and A/B rollouts judged on the series, notifying through alerting"),
     (("controlplane.chaos",), "faults through the agent, judged as rollouts judge a revision"),
+    (("controlplane.replay",), "replays recorded traffic through a simulation of the fleet before a change"),
     (("controlplane", "controlplane.apps", "controlplane.admin", "controlplane.urls", "controlplane.wsgi",
       "controlplane.management"), "the wiring that names every app: app configs, URLs, admin, commands"),
     (("dashboards",), "the operator pages, over every app"),
