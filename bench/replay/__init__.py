@@ -1,0 +1,1 @@
+"""Benchmarks of the replay simulation: how fast it runs a trace."""
