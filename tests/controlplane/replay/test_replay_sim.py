@@ -54,6 +54,16 @@ def test_a_burst_beyond_running_and_queue_sheds_exactly_the_excess():
     assert result.slo_attainment == pytest.approx(10 / 30)
 
 
+def test_without_a_bound_the_gateways_own_follows_the_serving_workers():
+    model = StageModel(prefill=MODEL.prefill, decode=MODEL.decode, max_num_seqs=2, max_batch_tokens=2048)
+    burst = [ReplayRequest(0.0, 100, 20) for _ in range(12)]
+    one = run(burst, models={"colocated": model}, layout=Layout("colocated", 0, 1),
+              admission=Admission(queue_size=3, headroom=1))
+    two = run(burst, models={"colocated": model}, layout=Layout("colocated", 0, 2),
+              admission=Admission(queue_size=3, headroom=1))
+    assert one.shed == {"queue_full": 12 - 3 - 3} and two.shed == {"queue_full": 12 - 6 - 3}
+
+
 def test_a_request_waiting_past_the_timeout_is_shed():
     burst = [ReplayRequest(0.0, 100, 200) for _ in range(6)]
     result = run(burst, admission=Admission(max_running=2, queue_timeout_s=1.0))
