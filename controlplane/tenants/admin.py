@@ -1,14 +1,14 @@
 from django.contrib import admin
 
 from controlplane.tenants.models import DeploymentAccess, Tenant, TenantKey, TenantUsage
+from inference.gateway.tenant_limits import NAMES as LIMIT_NAMES
 
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     """Read-only: every change goes through the services (one Action row each), as the API's do."""
 
-    list_display = ("name", "priority_class", "requests_per_minute", "tokens_per_minute", "max_concurrent_requests",
-                    "max_tokens")
+    list_display = ("name", "priority_class", *LIMIT_NAMES)
 
     def has_add_permission(self, request):
         return False

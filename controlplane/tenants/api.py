@@ -11,14 +11,15 @@ from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView, WriteInput
 from controlplane.errors import invalid
 from controlplane.selectors import deployment_get
 from controlplane.tenants import services
-from controlplane.tenants.models import LIMIT_FIELDS, PriorityClass, Tenant
+from controlplane.tenants.models import PriorityClass, Tenant
 from controlplane.tenants.selectors import (deployment_admission, deployment_requires_key, tenant_get,
                                             tenant_key_get, tenant_key_list, tenant_list)
+from inference.gateway.tenant_limits import TENANT_LIMITS
 
 PRICES_HELP = ("An object of prompt, completion: the price per 1M tokens (a number >= 0, at most 6 decimals), or "
                "null / left out for not priced; the usage export's cost column.")
-LIMITS_HELP = ("An object of " + ", ".join(LIMIT_FIELDS) + ": each a whole number >= 1, or null / left out for no "
-               "limit. Tokens per minute count prompt + completion tokens.")
+LIMITS_HELP = ("An object of limits, each a whole number >= 1, or null / left out for no limit: "
+               + "; ".join(f"{limit.name} ({limit.help})" for limit in TENANT_LIMITS) + ".")
 
 
 class TenantOutput(serializers.ModelSerializer):

@@ -9,6 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from inference.gateway.tenant_limits import TENANT_LIMITS, TenantLimit
+
 
 class PriorityClass(models.TextChoices):
     INTERACTIVE = "interactive"
@@ -16,8 +18,6 @@ class PriorityClass(models.TextChoices):
     BATCH = "batch"
 
 
-# The limits a tenant may have, each optional (null: no limit). Tokens count prompt + completion.
-LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "max_tokens")
 # A tenant's prices per 1M tokens ("prices" in the API: kind → the model's field).
 PRICE_FIELDS = {"prompt": "price_prompt_per_million", "completion": "price_completion_per_million"}
 
@@ -26,10 +26,8 @@ class Tenant(models.Model):
     # A DNS-label-like name: it is a Prometheus label value on the gateways and appears in log lines.
     name = models.CharField(max_length=63, unique=True)
     priority_class = models.CharField(max_length=12, choices=PriorityClass.choices, default=PriorityClass.STANDARD)
-    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
-    max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
-    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # A column per limit (null: no limit), added below from the table the gateway enforces
+    # (inference/gateway/tenant_limits.py).
     # Prices per 1M tokens (any currency; null: not priced), what the usage export turns tokens into a cost with.
     price_prompt_per_million = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     price_completion_per_million = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
@@ -47,13 +45,23 @@ class Tenant(models.Model):
     @property
     def limits(self) -> dict[str, int]:
         """The limits it has (a limit left out is no limit)."""
-        return {field: getattr(self, field) for field in LIMIT_FIELDS if getattr(self, field) is not None}
+        return {limit.name: getattr(self, limit.name) for limit in TENANT_LIMITS
+                if getattr(self, limit.name) is not None}
 
     @property
     def prices(self) -> dict[str, float]:
         """The prices per 1M tokens it has (prompt, completion)."""
         return {kind: float(getattr(self, field)) for kind, field in PRICE_FIELDS.items()
                 if getattr(self, field) is not None}
+
+
+def _limit_column(limit: TenantLimit) -> models.Field:
+    column = models.PositiveBigIntegerField if limit.wide else models.PositiveIntegerField
+    return column(null=True, blank=True)
+
+
+for _limit in TENANT_LIMITS:
+    Tenant.add_to_class(_limit.name, _limit_column(_limit))
 
 
 class TenantKey(models.Model):

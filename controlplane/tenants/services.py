@@ -18,15 +18,13 @@ from controlplane.models import ActionKind, ActionStatus, Deployment
 from controlplane.services.actions import Actor, action_create, action_once, as_actor
 from controlplane.services.tokens import key_hash
 from controlplane.services.validation import NAME_RE
-from controlplane.tenants.models import (LIMIT_FIELDS, PRICE_FIELDS, DeploymentAccess, PriorityClass, Tenant,
-                                        TenantKey, TenantUsage)
+from controlplane.tenants.models import PRICE_FIELDS, DeploymentAccess, PriorityClass, Tenant, TenantKey, TenantUsage
+from inference.gateway import tenant_limits
 from inference.gateway.admission_settings import AdmissionSettingsError, check_admission_settings
 
 # The audit rows' kind. Every tenant change is one kind, told apart by params["verb"] (create, update, delete,
 # key_issue, key_revoke, access, admission).
 TENANT_ACTION = ActionKind.TENANT
-# The largest limit a column holds (PositiveIntegerField); far beyond any real rate.
-MAX_LIMIT = 2**31 - 1
 MAX_PRICE = 1_000_000  # per 1M tokens
 KEY_PREFIX = "tk-"
 UNSET = object()
@@ -46,20 +44,21 @@ def check_priority_class(value) -> str:
 
 
 def check_limits(limits) -> dict[str, int | None]:
-    """{limit: positive integer, or None for no limit}; an unknown limit, 0, a negative or a non-integer is a 400
-    naming `limits.<name>`."""
+    """{limit: positive integer, or None for no limit}; an unknown limit (inference/gateway/tenant_limits.py), 0, a
+    negative, a non-integer or one above the limit's bound is a 400 naming `limits.<name>`."""
     if limits is None:
         return {}
+    names = ", ".join(tenant_limits.NAMES)
     if not isinstance(limits, dict):
-        raise invalid(f"limits must be an object of {', '.join(LIMIT_FIELDS)}, not {limits!r}", field="limits")
+        raise invalid(f"limits must be an object of {names}, not {limits!r}", field="limits")
     checked = {}
     for name, value in limits.items():
-        if name not in LIMIT_FIELDS:
-            raise invalid(f"limits.{name} is not a limit; the limits are {', '.join(LIMIT_FIELDS)}",
-                          field=f"limits.{name}")
+        limit = tenant_limits.BY_NAME.get(name)
+        if limit is None:
+            raise invalid(f"limits.{name} is not a limit; the limits are {names}", field=f"limits.{name}")
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not
-                                  0 < value <= MAX_LIMIT):
-            raise invalid(f"limits.{name} must be a whole number from 1 to {MAX_LIMIT} (null or left out: no "
+                                  0 < value <= limit.high):
+            raise invalid(f"limits.{name} must be a whole number from 1 to {limit.high} (null or left out: no "
                           f"limit), not {value!r}", field=f"limits.{name}")
         checked[name] = value
     return checked

@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 
 BANDS = ("interactive", "standard", "batch")  # dispatch order
-ANONYMOUS = "_anonymous"  # not a valid tenant name (tenancy.TENANT_RE), so it cannot collide with one
+ANONYMOUS = "_anonymous"  # not a valid tenant name (tenant_policy.TENANT_RE), so it cannot collide with one
 ANONYMOUS_CLASS = "standard"
 # Fairness keys of anonymous callers (`_anonymous:0` .. `_anonymous:63`): a bounded number of queues and counters,
 # whatever the number of addresses; two callers that share a key share its turn.

@@ -19,7 +19,7 @@ from inference.gateway.admission_settings import AdmissionSettingsError, check_a
 from inference.gateway.config import Config, Mode
 from inference.gateway.traffic_split import MAX_TRAFFIC_WEIGHT
 from inference.gateway.routing import Router
-from inference.gateway.tenancy import OPEN, Tenancy, TenancyError, parse_tenancy
+from inference.gateway.tenant_policy import OPEN, Tenancy, TenancyError, parse_tenancy
 from inference.roles import Role
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.weights import weight_problem
@@ -155,7 +155,7 @@ def parse_admission(body: dict) -> dict:
 
 
 def parse_tenants(body: dict) -> Tenancy:
-    """Whether the deployment requires a key, and the tenants' keys (hashes), classes and limits (tenancy.py);
+    """Whether the deployment requires a key, and the tenants' keys (hashes), classes and limits (tenant_policy.py);
     absent: open, no tenants (a control plane without tenants)."""
     try:
         return parse_tenancy(body)

@@ -62,7 +62,7 @@ from prometheus_client.registry import Collector
 
 from inference.gateway.admission import Admission, Slot
 from inference.gateway.fair_queue import BANDS
-from inference.gateway.tenancy import Ticket
+from inference.gateway.tenant_quota import Ticket
 from inference.gateway.token_stream import TokenStream
 
 log = logging.getLogger("tandem.gateway.preemption")

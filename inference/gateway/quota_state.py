@@ -1,13 +1,13 @@
 """Tenants' minute of usage kept across a gateway restart (`--quota-state FILE`).
 
-The requests- and tokens-per-minute buckets (tenancy.py) live in the gateway's memory: without this, a restarted
-gateway would give every tenant a fresh minute. With a file, the gateway writes every tenant's bucket levels there
-(atomically: a temporary file renamed over it) every SAVE_INTERVAL_S seconds and when it stops, and reads it when it
-starts: a tenant the restarted gateway knows again starts from its saved levels, refilled for the time the gateway
-was away (wall-clock seconds, since the monotonic clock does not survive the process), under its current limits (a
-changed limit keeps what was spent, as TokenBucket.resize). A clean stop loses nothing; a crash loses at most the
-last SAVE_INTERVAL_S seconds of usage. A missing, unreadable or malformed file is a fresh minute for everyone, with a
-log line. The node agent gives each gateway it starts a file of its own (controlplane/agent/launch.py).
+The per-minute buckets (tenant_quota.py) live in the gateway's memory: without this, a restarted gateway would give
+every tenant a fresh minute. With a file, the gateway writes every tenant's bucket levels there (atomically: a
+temporary file renamed over it) every SAVE_INTERVAL_S seconds and when it stops, and reads it when it starts: a
+tenant the restarted gateway knows again starts from its saved levels, refilled for the time the gateway was away
+(wall-clock seconds, since the monotonic clock does not survive the process), under its current limits (a changed
+limit keeps what was spent, as TokenBucket.resize). A clean stop loses nothing; a crash loses at most the last
+SAVE_INTERVAL_S seconds of usage. A missing, unreadable or malformed file is a fresh minute for everyone, with a log
+line. The node agent gives each gateway it starts a file of its own (controlplane/agent/launch.py).
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import os
 import time
 from pathlib import Path
 
-from inference.gateway.tenancy import TenantGate, TokenBucket
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_limits import BUCKETS  # TenantState.buckets' keys; the file's keys
 
 log = logging.getLogger("tandem.gateway.quota_state")
 
 SAVE_INTERVAL_S = 1.0
-BUCKETS = ("requests", "tokens")  # TenantState's attributes; the file's keys
 
 
 def snapshot(gate: TenantGate, *, wall: float) -> dict:
@@ -34,11 +34,9 @@ def snapshot(gate: TenantGate, *, wall: float) -> dict:
     tenants = {}
     for name, state in gate.states.items():
         buckets = {}
-        for kind in BUCKETS:
-            bucket: TokenBucket | None = getattr(state, kind)
-            if bucket is not None:
-                bucket.wait_s(0, now)  # refilled up to now
-                buckets[kind] = [bucket.per_minute, bucket.level]
+        for kind, bucket in state.buckets.items():
+            bucket.wait_s(0, now)  # refilled up to now
+            buckets[kind] = [bucket.per_minute, bucket.level]
         if buckets:
             tenants[name] = buckets
     # Carried levels of tenants the membership does not name (yet: a control plane away) stay for a later start.

@@ -1,5 +1,6 @@
 """The gateway's per-tenant series on /metrics, read from its TenantGate's states at scrape time: requests, tokens,
-errors, 429s by limit, requests running, time to first token (a histogram) and the limits it enforces.
+errors, 429s by limit, requests running, time to first token (a histogram) and the limits it enforces (the metered
+ones of tenant_limits.py: a cap on one request is no flow to run close to).
 
 The `tenant` label takes only the tenants the membership names (a tenant gone from it leaves with its series), at
 most the control plane's TANDEM_MAX_TENANTS (100 by default): ~50 series each with admission's, the TTFT histogram's
@@ -10,9 +11,7 @@ from __future__ import annotations
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-# The limits that meter a flow (max_tokens caps one request): exported per tenant, so that the control plane can
-# say how close a tenant runs to them (tokens per minute used / tokens_per_minute).
-METERED_LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
+from inference.gateway.tenant_limits import METERED
 
 
 class Histogram:
@@ -67,11 +66,11 @@ class TenantCollector(Collector):
             tokens.add_metric([*labels, "prompt"], state.num_prompt_tokens)
             tokens.add_metric([*labels, "completion"], state.num_completion_tokens)
             errors.add_metric(labels, state.num_errors)
-            for limit in METERED_LIMITS:
+            for limit in METERED:
                 limited.add_metric([*labels, limit], state.num_limited.get(limit, 0))
             running.add_metric(labels, state.num_running)
             ttft.add_metric(labels, state.ttft.exposition(), state.ttft.total)
-            for limit in METERED_LIMITS:
+            for limit in METERED:
                 if state.policy.limits.get(limit) is not None:
                     limits.add_metric([*labels, limit], state.policy.limits[limit])
         yield from (requests, tokens, errors, limited, running, ttft, limits)

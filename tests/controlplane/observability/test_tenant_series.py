@@ -18,7 +18,8 @@ from controlplane.observability.store import scrape_cycle
 from controlplane.observability.tenant_rates import tenant_increments, tenant_states, tenant_values
 from controlplane.observability.tenant_series import tenant_metric_values, tenant_series_range
 from inference.gateway.admission import Admission
-from inference.gateway.tenancy import TenantGate, parse_tenancy
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_policy import parse_tenancy
 from inference.metrics import TandemMetrics
 
 T0 = 1_800_000_000.0

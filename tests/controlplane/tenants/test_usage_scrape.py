@@ -16,7 +16,8 @@ from controlplane.observability.scraper import Fetched
 from controlplane.observability.store import scrape_cycle
 from controlplane.tenants.models import TenantUsage
 from controlplane.tenants.usage import add_usage, counter_deltas, hour_of, prune_usage, usage_rows
-from inference.gateway.tenancy import TenantGate, parse_tenancy
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_policy import parse_tenancy
 from inference.metrics import TandemMetrics
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, the start of an hour

@@ -7,7 +7,8 @@ import asyncio
 
 from inference.gateway.admission import Admission
 from inference.gateway.fair_queue import ANONYMOUS, ANONYMOUS_BUCKETS, FairQueue, Waiter, label_of
-from inference.gateway.tenancy import OPEN, TenantGate, anonymous_key
+from inference.gateway.tenancy import TenantGate, anonymous_key
+from inference.gateway.tenant_policy import OPEN
 
 
 def test_callers_get_keys_of_their_own_bounded_in_number():

@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from inference.gateway import quota_state
-from inference.gateway.tenancy import TenantGate, parse_tenancy
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_policy import parse_tenancy
 from tests.inference.gateway.support import TOKEN, ControlPlane, restart, start_gateway, stop_all
 from tests.inference.gateway.test_tenant_limits import FinishedStream
 from tests.procs import free_port, start, wait_http
@@ -46,7 +47,7 @@ def _spend(gate: TenantGate, num: int, tokens_each: int) -> None:
 
 def _levels(gate: TenantGate) -> tuple[float, float]:
     state = gate.states["acme"]
-    return state.requests.level, state.tokens.level
+    return state.buckets["requests"].level, state.buckets["tokens"].level
 
 
 def test_a_restarted_gate_starts_from_the_saved_minute_refilled_for_the_time_away(tmp_path):

@@ -9,7 +9,8 @@ import hashlib
 import pytest
 import requests
 
-from inference.gateway.tenancy import TenantGate, parse_tenancy
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_policy import parse_tenancy
 from tests.inference.gateway.support import PLAIN_FLEET, TOKEN, ControlPlane, shared_workers, start_gateway
 
 pytestmark = pytest.mark.integration

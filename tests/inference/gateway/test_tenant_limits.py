@@ -8,7 +8,9 @@ import hashlib
 import pytest
 
 from inference.gateway.openai_protocol import ApiError
-from inference.gateway.tenancy import TenantGate, TokenBucket, parse_tenancy
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_policy import parse_tenancy
+from inference.gateway.tenant_quota import TokenBucket
 from inference.gateway.token_stream import Finish
 
 KEY = "tk-acme-key"
@@ -119,7 +121,7 @@ def test_a_request_that_did_not_finish_counts_its_tokens_so_far_and_an_error():
     ticket.stream = FinishedStream(prompt_tokens=10, completion_tokens=3, finished=False)
     ticket.release()
     assert (state.num_completion_tokens, state.num_errors) == (3, 1)
-    assert state.tokens.level == pytest.approx(1000 - 13, abs=0.1)
+    assert state.buckets["tokens"].level == pytest.approx(1000 - 13, abs=0.1)
 
 
 def test_the_max_tokens_cap_fills_in_a_default_and_refuses_a_larger_ask():
@@ -175,12 +177,12 @@ def test_a_burst_is_held_to_the_minute_by_reservations_settled_with_the_real_usa
         ticket.stream = FinishedStream(prompt_tokens=9, completion_tokens=30)
         ticket.release()
     used = (state.num_prompt_tokens + state.num_completion_tokens)
-    assert used == 390 and state.tokens.level == pytest.approx(400 - 390)  # settled: 1 token each came back
+    assert used == 390 and state.buckets["tokens"].level == pytest.approx(400 - 390)  # settled: 1 token each came back
 
 
 def test_a_request_without_max_tokens_reserves_at_most_the_minute():
     gate = _gate({"tokens_per_minute": 120}, Clock())
     state = gate.identify(f"Bearer {KEY}", "demo")
     ticket = gate.admit(state, {}, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": None})
-    assert ticket.reserved == 120 and state.tokens.level == pytest.approx(0)
+    assert ticket.reserved == 120 and state.buckets["tokens"].level == pytest.approx(0)
     assert _refused(gate, state).param == "tokens_per_minute"  # the rest of the context: the whole minute held

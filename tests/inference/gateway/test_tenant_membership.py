@@ -9,7 +9,8 @@ import pytest
 
 from inference.gateway.membership import MembershipError, parse_tenants
 from inference.gateway.openai_protocol import ApiError
-from inference.gateway.tenancy import OPEN, TenantGate, parse_tenancy
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_policy import OPEN, parse_tenancy
 
 KEY, OTHER = "tk-acme", "tk-bulk"
 

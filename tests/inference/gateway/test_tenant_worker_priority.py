@@ -7,7 +7,8 @@ import hashlib
 
 from inference.engine.sequence import PRIORITY_BANDS
 from inference.gateway.fair_queue import BANDS
-from inference.gateway.tenancy import TenantGate, parse_tenancy
+from inference.gateway.tenancy import TenantGate
+from inference.gateway.tenant_policy import parse_tenancy
 
 KEYS = {"quiet": "tk-quiet-prio-0123456", "noisy": "tk-noisy-prio-0123456", "plain": "tk-plain-prio-0123456"}
 CLASSES = {"quiet": "interactive", "noisy": "batch", "plain": "standard"}
