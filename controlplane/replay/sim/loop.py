@@ -37,10 +37,7 @@ class Replay:
         self.scaling = scaling or Scaling()
         self.fleet = Fleet(layout, models, prefix_cache_blocks, self.scaling.startup_s)
         self.router = Router(routing)
-        capacity = (lambda: admission.max_running) if admission.max_running is not None else \
-            (lambda: self.fleet.streaming_capacity(admission.headroom)) if admission.headroom is not None else \
-            (lambda: math.inf)
-        self.gateway = GatewayQueue(admission, capacity)
+        self.gateway = GatewayQueue(admission, self._capacity_of(admission))
         self.timeout_s = admission.queue_timeout_s
         self.recorder = Recorder(self.fleet.pools, warmup_s, windowed=self.scaling.policy is not None)
         order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
@@ -55,6 +52,14 @@ class Replay:
         self.num_arrived = 0
         self.num_pending = 0  # events other than the policy's ticks
         self.transfer_s = models["prefill"].kv_transfer_s if "prefill" in models else 0.0
+
+    def _capacity_of(self, admission: Admission):
+        """The bound on running requests: the setting's, the gateway's own (with headroom), or none."""
+        if admission.max_running is not None:
+            return lambda: admission.max_running
+        if admission.headroom is not None:
+            return lambda: self.fleet.streaming_capacity(admission.headroom)
+        return lambda: math.inf
 
     def push(self, t: float, kind: int, obj) -> None:
         self.order += 1
