@@ -353,5 +353,6 @@ INSTALLED_APPS += ["controlplane.autoscaling.apps.AutoscalingConfig"]
 INSTALLED_APPS += ["controlplane.capacity.apps.CapacityConfig"]
 INSTALLED_APPS += ["controlplane.tenants.apps.TenantsConfig"]
 INSTALLED_APPS += ["controlplane.alerting.apps.AlertingConfig"]
+INSTALLED_APPS += ["controlplane.replay.apps.ReplayConfig"]
 
 from controlplane.settings_fleet import *  # noqa: E402,F401,F403

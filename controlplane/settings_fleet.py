@@ -107,6 +107,15 @@ TANDEM_AUTOSCALE_ITL_TARGET_MS = env_int("TANDEM_AUTOSCALE_ITL_TARGET_MS", 100, 
 # How often live traffic adds points (from the scraped series) to the current revisions' profiles.
 TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S = env_int("TANDEM_CAPACITY_LIVE_REFINE_INTERVAL_S", 300, minimum=10)
 
+# --- replay (request traces) -------------------------------------------------------------------------------
+# How often the gateways' request traces are pulled; how long and how many recorded requests each deployment keeps;
+# the most requests one imported file may hold.
+TANDEM_TRACE_PULL_INTERVAL_S = env_int("TANDEM_TRACE_PULL_INTERVAL_S", 15, minimum=1)
+TANDEM_TRACE_RETENTION_S = env_int("TANDEM_TRACE_RETENTION_S", 7 * 86400, minimum=3600)
+TANDEM_TRACE_MAX_REQUESTS = env_int("TANDEM_TRACE_MAX_REQUESTS", 1_000_000, minimum=1000)
+TANDEM_TRACE_IMPORT_MAX_REQUESTS = env_int("TANDEM_TRACE_IMPORT_MAX_REQUESTS", 1_000_000, minimum=1)
+TANDEM_TRACE_IMPORT_MAX_BYTES = env_int("TANDEM_TRACE_IMPORT_MAX_BYTES", 256 << 20, minimum=1024)
+
 # --- tenants (API keys, limits, the deployments that require a key) ----------------------------------------
 # Hourly usage rows per tenant and deployment (controlplane/tenants/usage.py) are kept this long (a bill's months).
 TANDEM_TENANT_USAGE_RETENTION_S = env_int("TANDEM_TENANT_USAGE_RETENTION_S", 400 * 86400, minimum=86400)

@@ -22,6 +22,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.api.urls")),
     path("api/v1/", include("controlplane.rollouts.urls")),  # canary and A/B rollouts
     path("api/v1/", include("controlplane.chaos.urls")),  # chaos experiments and their runs
+    path("api/v1/", include("controlplane.replay.urls")),  # request traces, replays before a change
     path("api/v1/", include("controlplane.tenants.urls")),  # tenants, their keys, deployments' key requirement
     # The schema describes the API, not the fleet: readable without a token, like the docs page that loads it.
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[AllowAny]), name="schema"),
