@@ -4,7 +4,7 @@
   (seconds from the trace's start), `prompt_tokens`, `completion_tokens`, and optionally `tenant`, `class`,
   `max_tokens`, `block_tokens`, `hashes`, `ttft_s`, `e2e_s`, `outcome`, `prompt_estimated`, `revision`.
 - `azure`: the Azure LLM inference trace (CSV with the header TIMESTAMP,ContextTokens,GeneratedTokens; timestamps
-  like `2023-11-16 18:15:46.6805900`, UTC).
+  as `YYYY-MM-DD hh:mm:ss.fffffff`, UTC).
 - `mooncake`: Mooncake's JSON Lines (`timestamp` in milliseconds from the trace's start, `input_length`,
   `output_length`, `hash_ids`: one id per block of MOONCAKE_BLOCK_TOKENS prompt tokens).
 
