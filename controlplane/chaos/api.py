@@ -1,18 +1,14 @@
-"""The chaos API, under /api/v1/deployments/{name}/chaos:
+"""The chaos API, under /api/v1/deployments/{name}/chaos: the opt-in and the experiments (what may run, and what to
+inject). Runs are in runs_api.py, game days in schedules_api.py.
 
     GET, PUT  .../chaos                          the opt-in (admins set it; off by default)
     GET, POST .../chaos/experiments              list (viewer), create (admin)
     GET, PATCH, DELETE .../chaos/experiments/{experiment}
-    POST      .../chaos/experiments/{experiment}/run      start a run (operator): 201, 403 not opted in, 409
-    GET       .../chaos/runs, .../chaos/runs/{id}, .../chaos/runs/{id}/report
-    POST      .../chaos/runs/{id}/abort          (operator)
     GET       .../chaos/experiments/{experiment}/steady-state      the hypothesis judged now (viewer)
     GET       .../chaos/experiments/{experiment}/chaostoolkit.json the experiment as a Chaos Toolkit experiment
     POST      .../chaos/import                   a new experiment from a Chaos Toolkit experiment (admin)
     GET       .../chaos/templates                the built-in templates (viewer)
     POST      .../chaos/templates/{key}          a new experiment from one of them (admin)
-    GET, POST .../chaos/schedules                game days: list (viewer), create (admin)
-    GET, PATCH, DELETE .../chaos/schedules/{id}  (PATCH: enabled; admin)
 """
 from __future__ import annotations
 
@@ -24,19 +20,15 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from controlplane.api.serializers import ActionSerializer
-from controlplane.api.views.base import (ADMINISTER, ERRORS, OPERATE, READ_ERRORS, ApiView, StrictSerializer,
+from controlplane.api.views.base import (ADMINISTER, ERRORS, READ_ERRORS, ApiView, StrictSerializer,
                                          WriteInputSerializer, write_kwargs)
 from controlplane.chaos import library
 from controlplane.chaos.chaostoolkit import to_chaostoolkit
-from controlplane.chaos.models import ChaosRun, ChaosSchedule, Experiment
-from controlplane.chaos.schedules import next_times, schedule_create, schedule_delete, schedule_set_enabled
-from controlplane.chaos.report import run_report
+from controlplane.chaos.models import Experiment
 from controlplane.chaos.selectors import (chaos_settings_of, experiment_get, experiment_list,
-                                          experiment_steady_state, run_active, run_get, run_list,
-                                          schedule_get, schedule_list)
+                                          experiment_steady_state, run_active)
 from controlplane.chaos.services import (chaos_enable, experiment_create, experiment_delete, experiment_from_template,
-                                         experiment_import, experiment_update, run_abort, run_start)
-from controlplane.errors import invalid
+                                         experiment_import, experiment_update)
 from controlplane.selectors import deployment_get
 
 
@@ -234,157 +226,3 @@ class TemplateCreateView(ApiView):
         experiment = experiment_from_template(deployment=deployment, actor=request.user, template=key,
                                               **data.validated_data)
         return Response(ExperimentOutput(experiment).data, status=status.HTTP_201_CREATED)
-
-
-class RunOutput(serializers.ModelSerializer):
-    deployment = serializers.CharField(source="deployment.name")
-    experiment = serializers.SerializerMethodField()
-    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
-
-    class Meta:
-        model = ChaosRun
-        fields = ["id", "deployment", "experiment", "status", "verdict", "targets", "faults", "started_at",
-                  "fault_ends_at", "reverted_at", "recovered_at", "finished_at", "abort_reason", "created_by"]
-
-    def get_experiment(self, run) -> str | None:
-        return run.spec.get("name")
-
-
-class ExperimentRunView(ApiView):
-    write_permission = OPERATE
-
-    @extend_schema(request=WriteInputSerializer, responses={201: RunOutput, **ERRORS},
-                   description="Start a run: the hypothesis is checked first (409 `not_steady` naming each failing "
-                               "check), then the faults are injected by the node agents. 403 `chaos_disabled` when "
-                               "the deployment has not opted in; 409 while another run is active. Operator.")
-    def post(self, request, name: str, experiment: str):
-        found = experiment_get(deployment_get(name), experiment)
-        data = WriteInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        run = run_start(experiment=found, **write_kwargs(request, data.validated_data))
-        return Response(RunOutput(run).data, status=status.HTTP_201_CREATED)
-
-
-class RunListView(ApiView):
-    @extend_schema(responses={200: RunOutput(many=True), **READ_ERRORS},
-                   description="The deployment's chaos runs, newest first. Viewer.")
-    def get(self, request, name: str):
-        return Response(RunOutput(run_list(deployment_get(name))[:100], many=True).data)
-
-
-class RunDetailView(ApiView):
-    @extend_schema(responses={200: RunOutput, **READ_ERRORS}, description="One run. Viewer.")
-    def get(self, request, name: str, run_id: int):
-        return Response(RunOutput(run_get(deployment_get(name), run_id)).data)
-
-
-class RunAbortView(ApiView):
-    write_permission = OPERATE
-
-    @extend_schema(request=WriteInputSerializer, responses={202: RunOutput, **ERRORS},
-                   description="Revert every fault now (a recovering run stops waiting and finishes). 409 once "
-                               "finished. Operator.")
-    def post(self, request, name: str, run_id: int):
-        run = run_get(deployment_get(name), run_id)
-        data = WriteInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        kwargs = write_kwargs(request, data.validated_data)
-        return Response(RunOutput(run_abort(run=run, actor=kwargs["actor"], reason=kwargs["reason"])).data,
-                        status=status.HTTP_202_ACCEPTED)
-
-
-class RunReportView(ApiView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
-                   description="The run's report: hypothesis before, during and after, recovery time, requests "
-                               "sent/failed/migrated, the faults as the agents reported them, the actions the "
-                               "system took meanwhile, the verdict. Final once the run finished. Viewer.")
-    def get(self, request, name: str, run_id: int):
-        run = run_get(deployment_get(name), run_id)
-        return Response(run.report if run.finished_at else run_report(run))
-
-
-class ChaosScheduleOutput(serializers.ModelSerializer):
-    deployment = serializers.CharField(source="deployment.name")
-    experiment = serializers.CharField(source="experiment.name")
-    timezone = serializers.CharField(source="tz")
-    window = serializers.SerializerMethodField()
-    next_times = serializers.SerializerMethodField()
-    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
-
-    class Meta:
-        model = ChaosSchedule
-        fields = ["id", "deployment", "experiment", "cron", "timezone", "window", "enabled", "next_run_at",
-                  "next_times", "last_fired_at", "last_outcome", "last_run", "created_at", "created_by"]
-
-    def get_window(self, schedule) -> dict | None:
-        if not schedule.window_cron:
-            return None
-        return {"cron": schedule.window_cron, "duration_minutes": schedule.window_minutes}
-
-    def get_next_times(self, schedule) -> list[str]:
-        return [t.isoformat() for t in next_times(schedule)] if schedule.enabled else []
-
-
-class ChaosScheduleInput(StrictSerializer):
-    experiment = serializers.JSONField(help_text="The name of an experiment of this deployment.")
-    cron = serializers.JSONField(help_text="When it runs: a 5-field cron expression, e.g. \"0 10 * * 2\".")
-    timezone = serializers.JSONField(required=False, default="UTC", help_text="An IANA zone for both crons.")
-    window = serializers.JSONField(required=False, default=None,
-                                   help_text="When it may run: {\"cron\": \"0 9 * * 1-5\", \"duration_minutes\": "
-                                             "480}; a cron time outside it is skipped. None: any time.")
-    enabled = serializers.JSONField(required=False, default=True)
-
-
-class ChaosSchedulePatchInput(StrictSerializer):
-    enabled = serializers.JSONField(help_text="false pauses the schedule; true resumes it from now.")
-
-
-class ScheduleListView(ApiView):
-    write_permission = ADMINISTER
-
-    @extend_schema(responses={200: ChaosScheduleOutput(many=True), **READ_ERRORS},
-                   description="The deployment's game days. Viewer.")
-    def get(self, request, name: str):
-        return Response(ChaosScheduleOutput(schedule_list(deployment_get(name)), many=True).data)
-
-    @extend_schema(request=ChaosScheduleInput, responses={201: ChaosScheduleOutput, **ERRORS},
-                   description="Run an experiment at each cron time inside the window (400 naming the bad field). "
-                               "A start is an operator's start: the deployment's opt-in, one run at a time and the "
-                               "steady-state check decide; a refusal is a failed Action. Admin.")
-    def post(self, request, name: str):
-        deployment = deployment_get(name)
-        data = ChaosScheduleInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = dict(data.validated_data)
-        experiment = fields.pop("experiment")
-        found = experiment_list(deployment).filter(name=experiment).first() if isinstance(experiment, str) else None
-        if found is None:
-            # A 400, not a 404: the URL is right, a field of the body is not.
-            raise invalid(f"experiment {experiment!r} is not an experiment of {deployment.name!r}",
-                          field="experiment")
-        schedule = schedule_create(experiment=found, actor=request.user, timezone_name=fields.pop("timezone"),
-                                   **fields)
-        return Response(ChaosScheduleOutput(schedule).data, status=status.HTTP_201_CREATED)
-
-
-class ScheduleDetailView(ApiView):
-    write_permission = ADMINISTER
-
-    @extend_schema(responses={200: ChaosScheduleOutput, **READ_ERRORS}, description="One game day. Viewer.")
-    def get(self, request, name: str, schedule_id: int):
-        return Response(ChaosScheduleOutput(schedule_get(deployment_get(name), schedule_id)).data)
-
-    @extend_schema(request=ChaosSchedulePatchInput, responses={200: ChaosScheduleOutput, **ERRORS},
-                   description="Pause or resume a game day. Admin.")
-    def patch(self, request, name: str, schedule_id: int):
-        schedule = schedule_get(deployment_get(name), schedule_id)
-        data = ChaosSchedulePatchInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        return Response(ChaosScheduleOutput(schedule_set_enabled(schedule=schedule, actor=request.user,
-                                                            **data.validated_data)).data)
-
-    @extend_schema(responses={204: None, **ERRORS},
-                   description="Delete a game day; a run it started goes on. Admin.")
-    def delete(self, request, name: str, schedule_id: int):
-        schedule_delete(schedule=schedule_get(deployment_get(name), schedule_id), actor=request.user)
-        return Response(status=status.HTTP_204_NO_CONTENT)
