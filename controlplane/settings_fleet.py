@@ -115,6 +115,9 @@ TANDEM_TRACE_RETENTION_S = env_int("TANDEM_TRACE_RETENTION_S", 7 * 86400, minimu
 TANDEM_TRACE_MAX_REQUESTS = env_int("TANDEM_TRACE_MAX_REQUESTS", 1_000_000, minimum=1000)
 TANDEM_TRACE_IMPORT_MAX_REQUESTS = env_int("TANDEM_TRACE_IMPORT_MAX_REQUESTS", 1_000_000, minimum=1)
 TANDEM_TRACE_IMPORT_MAX_BYTES = env_int("TANDEM_TRACE_IMPORT_MAX_BYTES", 256 << 20, minimum=1024)
+# A replay (what-if): the most requests one window may hold, and how long a worker the replay adds takes to serve.
+TANDEM_REPLAY_MAX_REQUESTS = env_int("TANDEM_REPLAY_MAX_REQUESTS", 500_000, minimum=100)
+TANDEM_REPLAY_STARTUP_S = env_int("TANDEM_REPLAY_STARTUP_S", 30, minimum=0)
 
 # --- tenants (API keys, limits, the deployments that require a key) ----------------------------------------
 # Hourly usage rows per tenant and deployment (controlplane/tenants/usage.py) are kept this long (a bill's months).

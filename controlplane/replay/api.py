@@ -8,6 +8,9 @@
 - DELETE traces/{trace}. Operator.
 - GET  traces/{trace}/requests.jsonl?since=&until= (seconds from the trace's start): the requests, one JSON
   object a line, in the `tandem` import format. Viewer.
+- GET / PUT change-gate: {"enabled", "window_s"}: the deployment's change gate (gate.py). Viewer / operator.
+- POST what-if: {"trace", "since", "until", "change"}: the window replayed on the deployment as it stands and as
+  changed (whatif.py), side by side. Viewer: it changes nothing.
 """
 from __future__ import annotations
 
@@ -19,11 +22,13 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
-from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView, StrictSerializer
+from controlplane.api.views.base import ERRORS, OPERATE, READ, READ_ERRORS, ApiView, StrictSerializer
 from controlplane.errors import invalid
 from controlplane.replay.formats import PARSERS, export_line
 from controlplane.replay.selectors import trace_detail, trace_get, trace_list, trace_window
 from controlplane.replay.services import FIELDS, recording_set, trace_delete, trace_import
+from controlplane.replay.gate import gate_of, gate_set
+from controlplane.replay.whatif import what_if
 from controlplane.selectors import deployment_get
 
 EXPORT_BATCH = 5000
@@ -132,3 +137,47 @@ class TraceRequestsView(ApiView):
         response = StreamingHttpResponse(lines(), content_type="application/jsonl")
         response["Content-Disposition"] = f'attachment; filename="{name}-{row.name}.jsonl"'
         return response
+
+
+class WhatIfSerializer(StrictSerializer):
+    trace = serializers.CharField(default="recorded", max_length=63)
+    since = serializers.FloatField(required=False, allow_null=True, default=None,
+                                   help_text="seconds from the trace's start")
+    until = serializers.FloatField(required=False, allow_null=True, default=None)
+    change = serializers.DictField(default=dict, help_text="pools, autoscaling, admission, prefix_caching, routing, "
+                                                           "traffic: what the change alters")
+
+
+class WhatIfView(ApiView):
+    write_permission = READ
+
+    @extend_schema(request=WhatIfSerializer, responses={200: dict, **ERRORS},
+                   description="Replay a window of a trace on the deployment as it stands and as changed. Viewer.")
+    def post(self, request, name: str):
+        deployment = deployment_get(name)
+        data = WhatIfSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        body = data.validated_data
+        return Response(what_if(deployment, trace_get(deployment, body["trace"]), change=body["change"],
+                                since_s=body["since"], until_s=body["until"]))
+
+
+class ChangeGateSerializer(StrictSerializer):
+    enabled = serializers.BooleanField(required=False)
+    window_s = serializers.IntegerField(required=False, help_text="the recorded traffic a change is replayed on")
+
+
+class ChangeGateView(ApiView):
+    write_permission = OPERATE
+
+    @extend_schema(responses={200: ChangeGateSerializer, **READ_ERRORS})
+    def get(self, request, name: str):
+        return Response(gate_of(deployment_get(name)))
+
+    @extend_schema(request=ChangeGateSerializer, responses={200: ChangeGateSerializer, **ERRORS},
+                   description="Turn the deployment's change gate on or off; set the window it replays. Operator.")
+    def put(self, request, name: str):
+        deployment = deployment_get(name)
+        data = ChangeGateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(gate_set(deployment, **data.validated_data))

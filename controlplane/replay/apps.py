@@ -11,7 +11,10 @@ class ReplayConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
+        from controlplane import change_gate
         from controlplane.celery import schedule_periodic
-        from controlplane.replay import tasks  # noqa: F401  (registers the trace pull)
+        from controlplane.replay import gate, tasks  # noqa: F401  (tasks: registers the trace pull)
+
+        change_gate.provide(gate.check)
 
         schedule_periodic({"replay-pull-traces": ("replay.pull_traces", float(settings.TANDEM_TRACE_PULL_INTERVAL_S))})

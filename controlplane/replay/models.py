@@ -62,3 +62,14 @@ class TraceCursor(models.Model):
     last = models.BigIntegerField(default=0)
     lost = models.BigIntegerField(default=0)  # records the ring dropped before the pull read them
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class ChangeGate(models.Model):
+    """A deployment's opt-in change gate (gate.py): an operator's change whose replay of the last `window_s` of the
+    recorded trace falls short of the objectives is refused with a 409, unless acknowledged."""
+
+    deployment = models.OneToOneField("controlplane.Deployment", on_delete=models.CASCADE, primary_key=True,
+                                      related_name="+")
+    enabled = models.BooleanField(default=False)
+    window_s = models.PositiveIntegerField(default=86400)
+    updated_at = models.DateTimeField(auto_now=True)

@@ -10,4 +10,6 @@ urlpatterns = [
     path("deployments/<str:name>/traces/<str:trace>/", api.TraceDetailView.as_view(), name="trace-detail"),
     path("deployments/<str:name>/traces/<str:trace>/requests.jsonl", api.TraceRequestsView.as_view(),
          name="trace-requests"),
+    *verb("deployments/<str:name>/what-if", api.WhatIfView, "deployment-what-if"),
+    *verb("deployments/<str:name>/change-gate", api.ChangeGateView, "deployment-change-gate"),
 ]

@@ -5,6 +5,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from controlplane import change_gate
 from controlplane.api.serializers import (ActionSerializer, DeploymentActionSerializer, DeploymentSerializer,
                                           EndpointsSerializer)
 from controlplane.api.views.base import ERRORS, OPERATE, READ_ERRORS, ApiView, WriteInputSerializer, write_kwargs
@@ -25,6 +26,9 @@ class ScaleInput(WriteInputSerializer):
     # Bounds are the pool's min..max, checked by the service so its message can name them; this cap only keeps
     # absurd numbers out of the database driver.
     replicas = serializers.IntegerField(min_value=-1_000_000, max_value=1_000_000)
+    acknowledge_prediction = serializers.BooleanField(
+        default=False, help_text="Scale even where the deployment's change gate predicts it falls short of its "
+                                 "objectives (the 409's prediction).")
 
 
 class ScaleView(ApiView):
@@ -38,6 +42,8 @@ class ScaleView(ApiView):
         deployment = deployment_get(name)
         data = ScaleInput(data=request.data)
         data.is_valid(raise_exception=True)
+        change_gate.check(deployment, {"pools": {data.validated_data["role"]: {
+            "replicas": data.validated_data["replicas"]}}}, acknowledged=data.validated_data["acknowledge_prediction"])
         action = pool_scale(deployment=deployment, role=data.validated_data["role"],
                             replicas=data.validated_data["replicas"], **write_kwargs(request, data.validated_data))
         return _answer(action, name)

@@ -1,0 +1,115 @@
+"""What-if through the API: a recorded-format trace replayed on the deployment as it stands and as changed, side by
+side; halving the decode pool under the trace's peak shows as lost attainment, a harmless change as none; a bad
+change is a 400 naming its field, and nothing is replayed without the revision's profile."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controlplane.capacity.models import Profile
+from controlplane.models import Deployment, Pool
+
+URL = "/api/v1/deployments/demo/what-if"
+
+
+@pytest.fixture
+def fleet(deployment, operator_api):
+    """`demo` with 1 prefill + 2 decode, profiled, objectives of 2 s TTFT and 0.1 s ITL, and a trace of a minute
+    at 20 requests/s that two decode workers carry and one cannot."""
+    revision = deployment.current_revision
+    common = {"max_num_seqs": 32, "max_batch_tokens": 2048, "kv_capacity_tokens": 200_000, "kv_bytes_per_token": 4096}
+    Profile.objects.create(revision=revision, role="prefill", fits={"prefill": {"a": 0.01, "b": 2e-4, "c": 0.0}},
+                           **common)
+    Profile.objects.create(revision=revision, role="decode", fits={"decode": {"a": 0.01, "b": 5e-4, "c": 1e-7},
+                                                                   "kv_transfer": {"seconds_per_token": 1e-5}},
+                           **common)
+    Pool.objects.filter(deployment=deployment, role="decode").update(desired_replicas=2)
+    Deployment.objects.filter(pk=deployment.pk).update(objectives={"ttft_p99_seconds": 2.0, "itl_p99_seconds": 0.1,
+                                                                   "e2e_p99_seconds": 60.0})
+    lines = [json.dumps({"at_s": i / 20, "prompt_tokens": 50, "completion_tokens": 100, "tenant": f"t{i % 3}",
+                         "class": "standard", "outcome": "ok"}) for i in range(1200)]
+    answer = operator_api.post("/api/v1/deployments/demo/traces/import?format=tandem&name=peak",
+                               data="\n".join(lines), content_type="text/plain")
+    assert answer.status_code == 201, answer.content
+    return deployment
+
+
+def test_halving_the_decode_pool_under_the_peak_loses_attainment(fleet, viewer_api):
+    answer = viewer_api.post(URL, {"trace": "peak", "change": {"pools": {"decode": {"replicas": 1}}}}, format="json")
+    assert answer.status_code == 200, answer.content
+    report = answer.json()
+    assert report["trace"]["requests"] == 1200 and report["fleet"]["after"]["replicas"]["decode"] == 1
+    assert report["before"]["offered"] == report["after"]["offered"] == 1200
+    assert report["verdict"]["attainment_before"] >= 0.99 and report["verdict"]["meets_objective"] is False
+    assert report["verdict"]["worse"] is True
+    assert report["after"]["ttft_s"]["p99"] > 2.0 > report["before"]["ttft_s"]["p99"]
+    assert report["before"]["worker_hours"]["total"] > report["after"]["worker_hours"]["total"]
+
+
+def test_a_harmless_change_keeps_attainment_and_a_window_narrows_the_replay(fleet, viewer_api):
+    answer = viewer_api.post(URL, {"trace": "peak", "since": 10, "until": 40,
+                                   "change": {"admission": {"max_queued": 4096}}}, format="json")
+    assert answer.status_code == 200, answer.content
+    report = answer.json()
+    assert report["trace"]["requests"] == 600
+    assert report["verdict"]["attainment_after"] == report["verdict"]["attainment_before"] >= 0.99
+    assert report["verdict"]["meets_objective"] and not report["verdict"]["worse"]
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"pools": {"prefill": {"replicas": 0}}}, "change.pools.prefill.replicas"),
+    ({"pools": {"decode": {"replicas": 9}}}, "change.pools.decode"),
+    ({"pools": {"colocated": {"replicas": 1}}}, "change.pools.colocated"),
+    ({"autoscaling": {"pools": {"decode": {"metric": "vibes", "target": 1}}}}, "change.autoscaling.pools.decode.metric"),
+    ({"traffic": {"rate": -1}}, "change.traffic.rate"),
+    ({"colour": "red"}, "change.colour"),
+])
+def test_a_bad_change_is_a_400_naming_its_field(fleet, viewer_api, change, field):
+    answer = viewer_api.post(URL, {"trace": "peak", "change": change}, format="json")
+    assert answer.status_code == 400 and answer.json()["error"]["field"] == field, answer.content
+
+
+def test_no_profile_no_trace_no_window(deployment, viewer_api, operator_api):
+    assert viewer_api.post(URL, {"trace": "nope"}, format="json").status_code == 404
+    empty = viewer_api.post(URL, {"trace": "recorded"}, format="json")
+    assert empty.status_code == 400 and "holds no request" in empty.json()["error"]["message"]
+    operator_api.post("/api/v1/deployments/demo/traces/import?format=tandem&name=one",
+                      data='{"at_s": 0, "prompt_tokens": 5, "completion_tokens": 2}', content_type="text/plain")
+    unprofiled = viewer_api.post(URL, {"trace": "one"}, format="json")
+    assert unprofiled.status_code == 400 and "no profile" in unprofiled.json()["error"]["message"]
+
+
+def test_the_gate_refuses_halving_the_decode_pool_and_lets_a_harmless_change_through(fleet, operator_api,
+                                                                                      viewer_api):
+    """The gate replays the recorded trace's last window: the peak trace is copied into `recorded` first."""
+    from controlplane.replay.models import Trace, TraceRequest
+
+    peak, recorded = Trace.objects.get(name="peak"), Trace.objects.get_or_create(
+        deployment=fleet, name="recorded", defaults={"start": Trace.objects.get(name="peak").start})[0]
+    TraceRequest.objects.filter(trace=peak).update(trace=recorded)
+    scale = "/api/v1/deployments/demo/scale"
+    # Off by default: the change is applied as asked.
+    assert viewer_api.get("/api/v1/deployments/demo/change-gate").json() == {"enabled": False, "window_s": 86400}
+    assert viewer_api.put("/api/v1/deployments/demo/change-gate", {"enabled": True}, format="json").status_code == 403
+    on = operator_api.put("/api/v1/deployments/demo/change-gate", {"enabled": True, "window_s": 3600}, format="json")
+    assert on.status_code == 200 and on.json() == {"enabled": True, "window_s": 3600}
+    assert operator_api.put("/api/v1/deployments/demo/change-gate", {"window_s": 5},
+                            format="json").json()["error"]["field"] == "window_s"
+
+    refused = operator_api.post(scale, {"role": "decode", "replicas": 1}, format="json")
+    assert refused.status_code == 409, refused.content
+    error = refused.json()["error"]
+    assert error["code"] == "prediction_below_objective" and "acknowledge_prediction" in error["message"]
+    assert error["prediction"]["attainment_after"] < 0.99 <= error["prediction"]["attainment_before"]
+    assert error["prediction"]["requests"] == 1200
+    assert Pool.objects.get(deployment=fleet, role="decode").desired_replicas == 2  # nothing applied
+
+    assert operator_api.post(scale, {"role": "decode", "replicas": 3}, format="json").status_code == 202
+    assert Pool.objects.get(deployment=fleet, role="decode").desired_replicas == 3
+    forced = operator_api.post(scale, {"role": "decode", "replicas": 1, "acknowledge_prediction": True},
+                               format="json")
+    assert forced.status_code == 202 and Pool.objects.get(deployment=fleet, role="decode").desired_replicas == 1
+    beyond = operator_api.post(scale, {"role": "decode", "replicas": 99}, format="json")
+    # A bound the pool refuses passes the gate untouched, to the service's own message.
+    assert beyond.status_code == 400 and "change." not in json.dumps(beyond.json())
