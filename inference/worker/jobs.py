@@ -14,7 +14,7 @@ from aiohttp import web
 
 from inference import ndjson
 from inference.metrics import TandemMetrics
-from inference.worker.engine_loop import Event
+from inference.worker.engine_request import Event
 from inference.worker.protocol import RequestError
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from inference.metrics import TandemMetrics
 from inference.model_snapshot import check_unchanged, snapshot
 from inference.roofline import StageRoofline, count_parameters, precision_key
 from inference.worker.config import WorkerConfig
-from inference.worker.engine_loop import EngineLoop, EngineRequest, LoopState
+from inference.worker.engine_loop import EngineLoop
+from inference.worker.engine_request import EngineRequest, LoopState
 from inference.worker.protocol import RequestError
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 A `WorkerEngine` is the model (`model_engine.ModelEngine`: the engine thread around `inference.engine`) or a profile
 (`sim.engine.SimEngine`: latencies slept on the event loop, no torch). Everything on the HTTP side (admission, bodies,
 errors, jobs, the NDJSON stream, the KV push) is the server's alone, so a real and a simulated worker cannot drift.
-Both engines take `EngineRequest`s and answer each through its `emit` callback with `Event`s (engine_loop.py).
+Both engines take `EngineRequest`s and answer each through its `emit` callback with `Event`s (engine_request.py).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from aiohttp import web
 from inference.engine.sequence import STANDARD_PRIORITY
 from inference.metrics import TandemMetrics
 from inference.worker.config import WorkerConfig
-from inference.worker.engine_loop import EngineRequest, LoopState
+from inference.worker.engine_request import EngineRequest, LoopState
 from inference.worker.jobs import Job
 from inference.worker.protocol import GenerateRequest
 

@@ -33,7 +33,7 @@ from inference.metrics import CONTENT_TYPE, TandemMetrics
 from inference.roles import Role
 from inference.worker import colocated, decode, jobs, prefill
 from inference.worker.config import WorkerConfig
-from inference.worker.engine_loop import EngineRequest, LoopState
+from inference.worker.engine_request import EngineRequest, LoopState
 from inference.worker.model_engine import ModelEngine
 from inference.worker.protocol import GenerateRequest, RequestError, error_response, parse_generate, parse_json
 from inference.worker.seams import KVCodec, WorkerEngine

@@ -24,7 +24,7 @@ from inference.metrics import TandemMetrics
 from inference.roles import Role
 from inference.worker.config import WorkerConfig
 from inference.worker.detokenize import Delta
-from inference.worker.engine_loop import EngineRequest, Event, LoopState
+from inference.worker.engine_request import EngineRequest, Event, LoopState
 from inference.worker.sim.kv import FakeKV
 from inference.worker.sim_profile import RoleProfile, SimSettings
 from inference.worker.sim.words import SimText, token_id, tokenize
