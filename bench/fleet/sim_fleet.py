@@ -28,6 +28,9 @@ instead). The page's day of data is then in Prometheus, backfilled with `promtoo
 openmetrics`. --backend both runs the embedded backend, then Prometheus, each on a fresh database. One JSON document
 is printed: each backend's figures and, per backend, the goals ({"value", "goal", "met"}).
 
+The stack is bench/lib/fleet_stack.py's, the calls to the REST API bench/lib/fleet_api.py's, the measurements
+bench/lib/fleet_measure.py's; this script runs the sizes and reports.
+
     python bench/fleet/sim_fleet.py                             # 250, 500, 1000 workers; 50 deployments; 100 nodes
     python bench/fleet/sim_fleet.py --sizes 100 --deployments 10 --nodes 10 --window 30 --duration 60  # a quick look
     python bench/fleet/sim_fleet.py --backend both              # embedded, then Prometheus, at each size
@@ -37,20 +40,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import ROOT, emit  # noqa: E402
+from bench.lib.fleet_api import Api, answers, deploy, scale_all, split, wait, worker_counts  # noqa: E402
 from bench.lib.fleet_measure import (CONTROL_PLANE, KINDS, SCALE_GOAL_S, control_processes, cpu_seconds,  # noqa: E402
                                      cycle_stats, goals, measure_page, rss_mib, rules_keep_cycle, sample_rss,
                                      time_http_sd, window_summary)
+from bench.lib.fleet_stack import free_port, fresh_services, manage, stack_env, stack_specs, stop_stack  # noqa: E402
 from bench.lib.prometheus_process import PrometheusProcess, own_figures  # noqa: E402
 
 
@@ -89,70 +91,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def _with_path(url: str, path: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
-
-
-def fresh_services(database_url: str, broker_url: str) -> None:
-    import psycopg
-    import redis
-
-    name = urlsplit(database_url).path.lstrip("/")
-    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or name == "test":
-        raise SystemExit(f"--database-url must name a scratch database other than test, got {name!r}")
-    with psycopg.connect(_with_path(database_url, "/test"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    redis.Redis.from_url(broker_url).flushdb()
-
-
-def manage(env: dict, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    if done.returncode:
-        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
-
-
-class Api:
-    def __init__(self, base: str, token: str):
-        import requests
-
-        self.base, self.session = base, requests.Session()
-        self.session.headers["Authorization"] = f"Token {token}"
-
-    def __call__(self, method: str, path: str, **kwargs):
-        kwargs.setdefault("timeout", 60)
-        return self.session.request(method, f"{self.base}/api/v1/{path}", **kwargs)
-
-    def ok(self, method: str, path: str, **kwargs) -> dict | list:
-        r = self(method, path, **kwargs)
-        if r.status_code >= 300:
-            raise SystemExit(f"{method} {path} answered {r.status_code}: {r.text[:500]}")
-        return r.json()
-
-
-def wait(what: str, predicate, timeout: float, interval: float = 1.0, poll=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        if poll is not None:
-            poll()
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
-        time.sleep(interval)
-
-
-def worker_counts(api: Api) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for w in api.ok("GET", "workers/", params={"status": "ready"}):
-        counts[w["role"]] = counts.get(w["role"], 0) + 1
-    return counts
-
-
 def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shards: int, prometheus=None) -> dict:
     """Passes of each periodic kind over the window and each process's CPU share; with Prometheus scraping (the
     control plane then does not), Prometheus' own share and loops too."""
@@ -181,38 +119,6 @@ def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shar
         out["prometheus"]["keeps_cycle"] = rules_keep_cycle(out["prometheus"], interval)
         out["http_sd"] = time_http_sd(api)
     return out
-
-
-def deploy(api: Api, names: list[str], per_role: dict[str, int], model: str, profile: str) -> None:
-    for name in names:
-        port = free_port()
-        api.ok("POST", "deployments/", json={
-            "name": name, "mode": "disaggregated", "model_path": model, "engine_settings": {"simulate": profile},
-            "replicas": per_role, "min_replicas": {"prefill": 1, "decode": 1},
-            "max_replicas": {"prefill": 64, "decode": 64}, "gateway_port": port})
-        api.ok("POST", "alert-rules/", json={
-            "name": f"{name}-kv", "deployment": name, "role": "decode", "per_worker": True,
-            "metric": "kv_cache_usage_ratio", "comparison": ">", "threshold": 0.95, "for_s": 60})
-        api.ok("PUT", f"deployments/{name}/autoscaling", json={
-            "enabled": True, "pools": {"decode": {"enabled": True, "metric": "ttft_p99_seconds", "target": 1.0}}})
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scale_all(api: Api, names: list[str], per_role: dict[str, int]) -> None:
-    for name in names:
-        for role, replicas in per_role.items():
-            api.ok("POST", f"deployments/{name}/scale", json={"role": role, "replicas": replicas})
-
-
-def split(per_deployment: int) -> dict[str, int]:
-    return {"prefill": per_deployment // 2, "decode": per_deployment - per_deployment // 2}
 
 
 def measure_scale(api: Api, name: str, stack) -> dict:
@@ -256,7 +162,7 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
     """The whole run for one metrics backend, on a fresh database and broker: the stack, each size, a pool scale,
     RSS over --duration, the page. With `prometheus`, a real Prometheus scrapes the fleet (http_sd, Tandem's
     recording rules) and the control plane reads from it and scrapes nothing."""
-    from controlplane.run.stack import ChildSpec, Stack, child_specs
+    from controlplane.run.stack import Stack
     from inference.models import DEFAULT_MODELS_DIR
 
     print(f"--- backend {backend}", file=sys.stderr)
@@ -264,29 +170,9 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
     fresh_services(args.database_url, args.broker_url)
     var_dir = Path(tempfile.mkdtemp(prefix=f"tandem-simfleet-{backend}-"))
     web_port, prometheus_port = free_port(), free_port()
-    interval = str(args.interval)
     shards = max(1, args.periodic_workers)  # one scrape shard per periodic worker, as docs/operating.md advises
-    env = {**os.environ, "DATABASE_URL": args.database_url, "CELERY_BROKER_URL": args.broker_url,
-           "TANDEM_VAR_DIR": str(var_dir), "TANDEM_WEB_PORT": str(web_port),
-           "TANDEM_PUBLIC_URL": f"http://127.0.0.1:{web_port}", "TANDEM_RECONCILE_INTERVAL_S": interval,
-           "TANDEM_SCRAPE_INTERVAL_S": interval, "TANDEM_SCRAPE_SHARDS": str(shards),
-           "TANDEM_ALERT_EVAL_INTERVAL_S": interval,
-           "TANDEM_HEARTBEAT_INTERVAL_S": interval, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-           "TANDEM_DB_CONN_MAX_AGE": str(args.conn_max_age),
-           # As in production (docs/operating.md): with DEBUG on every database connection keeps its last 9,000 queries.
-           "DJANGO_DEBUG": "1" if args.debug else "0", "SECRET_KEY": secret,
-           "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
-           # The chart cache in Redis, as with several web processes, so that the page timing can empty it.
-           "TANDEM_CACHE_URL": args.cache_url,
-           # An idle pool reads as "shrink" (no traffic here: TTFT read as 0 against a target of 1 s). A tolerance of
-           # 100% keeps every pool at its size while the autoscaler still evaluates each one every cycle. (A day of
-           # down-stabilization did not: the bench's own scales pause the autoscaler, and the recommendations it
-           # kept from before the pause were all "shrink", so it shrank the pools as the pause ended.)
-           "TANDEM_AUTOSCALE_TOLERANCE_PCT": "100",
-           "TANDEM_METRICS_BACKEND": backend}
-    if backend == "prometheus":
-        env["TANDEM_PROMETHEUS_URL"] = f"http://127.0.0.1:{prometheus_port}"
-    env.pop("CELERY_TASK_ALWAYS_EAGER", None)
+    env = stack_env(args, backend, secret, var_dir=var_dir, web_port=web_port, prometheus_port=prometheus_port,
+                    shards=shards)
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
     prometheus = None
@@ -296,23 +182,7 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
             var_dir / "prometheus", port=prometheus_port, rules=var_dir / "tandem-rules.yml",
             targets_url=f"http://127.0.0.1:{web_port}/api/v1/prometheus/targets", interval_s=args.interval,
             token=manage(env, "tandem_token", "prometheus", "--role", "viewer").strip())
-    specs = child_specs(web_port=web_port, node_name="sim", var_dir=var_dir, embedded_beat=False)
-    if args.web == "gunicorn":  # as in production (docs/operating.md): threads that live and keep their DB connection
-        specs[0] = ChildSpec("web", [sys.executable, "-m", "gunicorn", "controlplane.wsgi", "-b",
-                                     f"127.0.0.1:{web_port}", "-w", "2", "-k", "gthread", "--threads", "8",
-                                     "--timeout", "120"], stop_deadline_s=20)
-    specs[1].argv[specs[1].argv.index("--concurrency") + 1] = str(args.control_concurrency)
-    if args.periodic_workers:
-        specs[1].argv[specs[1].argv.index("--queues") + 1] = "control"
-    for index in range(args.periodic_workers):
-        argv = list(specs[1].argv)
-        argv[argv.index("--queues") + 1] = "periodic"
-        argv[argv.index("--hostname") + 1] = f"periodic{index}.sim@%h"
-        specs.insert(2 + index, ChildSpec(f"periodic{index}", argv, stop_deadline_s=20))
-    specs[-1] = ChildSpec("agent", [sys.executable, str(ROOT / "manage.py"), "tandem_simfleet", "--nodes",
-                                    str(args.nodes), "--hosts", str(args.hosts), "--prefix", "sim",
-                                    "--concurrency", "16"], stop_deadline_s=30)
-    stack = Stack(specs, log_dir=var_dir / "logs", env=env, cwd=ROOT,
+    stack = Stack(stack_specs(args, web_port=web_port, var_dir=var_dir), log_dir=var_dir / "logs", env=env, cwd=ROOT,
                   on_event=lambda m: print(m, file=sys.stderr))
     web_url = f"http://127.0.0.1:{web_port}"
     api = Api(web_url, token)
@@ -321,9 +191,7 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
                  "scrape_shards": shards if prometheus is None else 0, "sizes": []}
     stack.start()
     try:
-        import requests
-
-        wait("the web server", lambda: _ok(requests, web_url + "/healthz"), timeout=120, poll=stack.poll)
+        wait("the web server", lambda: answers(web_url + "/healthz"), timeout=120, poll=stack.poll)
         wait(f"{args.nodes} simulated nodes", lambda: len(api.ok("GET", "nodes/")) >= args.nodes, timeout=300,
              poll=stack.poll)
         for index, size in enumerate(sizes):
@@ -365,30 +233,10 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
             print(f"deployment page: {doc['deployment_page']}", file=sys.stderr)
         return doc
     finally:
-        stack.stop(["agent", "beat", *(name for name in stack.children if name.startswith(("control", "periodic")))])
-        _stop_gateways(stack)
-        stack.stop(["web"])
+        stop_stack(stack)
         if prometheus is not None:
             prometheus.stop()
         shutil.rmtree(var_dir / "prometheus", ignore_errors=True)  # a day of blocks and the WAL: not worth keeping
-
-
-def _ok(requests, url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).ok
-    except requests.RequestException:
-        return False
-
-
-def _stop_gateways(stack) -> None:
-    """The fleet agent starts each deployment's gateway in its own session (as real workers are, to outlive it)."""
-    import signal
-
-    for proc in control_processes(stack).get("gateways", []):
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except Exception:
-            pass
 
 
 if __name__ == "__main__":
