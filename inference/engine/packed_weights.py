@@ -31,9 +31,9 @@ import torch
 from inference.engine.kernels.matvec import Library, MatVecLinear
 from inference.engine.quantization import _fused
 
-# The number of tokens oneDNN is told to pack for: the layout it picks serves steps of any number of tokens, and one
-# that suits the chunk beside running decodes (config.prefill_chunk_size on a CPU) served every count the bench
-# tries as well as the others.
+# The number of tokens oneDNN is told to pack for. The layout it picks serves steps of any number of tokens; this is
+# the CPU's default chunk beside running decodes (Config.prefill_chunk_size), and layouts packed for other counts
+# ran the engine's step sizes no faster.
 PACK_TOKENS = 64
 
 
