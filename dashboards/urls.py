@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboards.views import alerts, assets, capacity, chaos, controls, history, pages, rollouts, tenants
+from dashboards.views import alerts, assets, capacity, chaos, controls, history, pages, rollouts, tenants, what_if
 
 app_name = "dashboards"
 
@@ -13,6 +13,7 @@ urlpatterns = [
     path("deployments/<slug:name>/revisions/", history.revisions_page, name="revisions"),
     path("deployments/<slug:name>/capacity/", capacity.capacity_page, name="capacity"),
     path("deployments/<slug:name>/capacity/profiles", capacity.capacity_profiles, name="capacity-profiles"),
+    path("deployments/<slug:name>/what-if", what_if.what_if_page, name="what-if"),
     path("deployments/<slug:name>/pools/<slug:role>/scale", controls.pool_scale_view, name="pool-scale"),
     path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),
     path("deployments/<slug:name>/autoscaling", controls.autoscaling_view, name="autoscaling"),
