@@ -50,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile (faster to start)")
+    parser.add_argument("--tandem-flag", action="append", default=[], metavar="FLAG",
+                        help="an extra flag for Tandem's worker, e.g. --tandem-flag=--packed-weights (repeatable)")
     parser.add_argument("--start-timeout", type=float, default=900)
     return parser.parse_args(argv)
 
@@ -114,12 +116,12 @@ def _wait(server: Server, timeout: float) -> None:
     raise RuntimeError(f"not serving within {timeout:g} s")
 
 
-def start_tandem(path: Path, dtype: str, threads: int, log_dir: Path) -> Server:
+def start_tandem(path: Path, dtype: str, threads: int, log_dir: Path, flags: list[str]) -> Server:
     worker_port, gateway_port = free_port(), free_port()
     env = {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     worker = _popen([sys.executable, "-m", "inference.worker", "--role", "colocated", "--model", str(path),
                      "--dtype", dtype, "--threads", str(threads), "--port", str(worker_port),
-                     "--max-num-seqs", "128"], log_dir / f"tandem-{dtype}.log", env)
+                     "--max-num-seqs", "128", *flags], log_dir / f"tandem-{dtype}.log", env)
     gateway = _popen([sys.executable, "-m", "inference.gateway", "--port", str(gateway_port), "--colocated",
                       f"http://127.0.0.1:{worker_port}", "--served-model-name", NAME,
                       "--max-outstanding-per-worker", "256"], log_dir / "gateway.log", env)
@@ -222,7 +224,7 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         for dtype in args.dtypes:
             for engine in ("tandem", "vllm"):
-                server = (start_tandem(path, dtype, args.threads, log_dir) if engine == "tandem" else
+                server = (start_tandem(path, dtype, args.threads, log_dir, args.tandem_flag) if engine == "tandem" else
                           start_vllm(args.vllm_python, path, dtype, args.threads, args.vllm_eager, log_dir))
                 started = time.monotonic()
                 try:
@@ -246,6 +248,7 @@ def main(argv=None) -> int:
                                   capture_output=True, text=True).stdout.strip().splitlines()[-1:]
     emit({"benchmark": "peer_vllm", "model": str(path), "threads": args.threads, "prompt_tokens": prompt_tokens,
           "new_tokens": args.new_tokens, "rounds": args.rounds, "vllm_compiled": not args.vllm_eager,
+          "tandem_flags": args.tandem_flag,
           "tandem": best["tandem"], "vllm": best["vllm"],
           "ratios_tandem_over_vllm": ratios, "greedy_agreement": agreement, "cpu_flags": cpu_flags_of_interest(),
           "vllm_version": vllm_version[0] if vllm_version else None, "load_avg": os.getloadavg(),
