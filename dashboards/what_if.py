@@ -190,30 +190,40 @@ def _figure(key: str, title: str, lines: list[tuple], axis: Axis, empty_reason: 
     return {"key": key, "data": traces, "layout": layout}
 
 
+def _steps(timeline: list[dict], read) -> list:
+    """One step per interval, from its start to its end: the last interval's value is held to its end too."""
+    points = [[t["start_s"], read(t)] for t in timeline]
+    return points + [[timeline[-1]["start_s"] + _bucket_s(timeline), points[-1][1]]] if points else points
+
+
 def timeline_figures(report: dict) -> list[dict]:
-    """Three charts of the two timelines: TTFT P99 before and after against the objective; pool sizes per role
-    (before dotted); arrivals and shed requests per second. With the traffic rate changed the after side's seconds
-    are the sped-up (or slowed) replay's."""
+    """Three charts of the two timelines: TTFT P99 per interval before and after against the objective; pool sizes
+    per role; arrivals and shed requests per second (before dotted, after solid). With the traffic rate changed the
+    after side's seconds are the sped-up (or slowed) replay's."""
     before, after = report["before"]["timeline"], report["after"]["timeline"]
     sides = (("before", before, BEFORE_COLOUR, "dot"), ("after", after, AFTER_COLOUR, "solid"))
     end = max((t["start_s"] + _bucket_s(timeline) for _, timeline, _, _ in sides for t in timeline[-1:]),
               default=0.0)
-    ttft = [(f"TTFT P99 {side}", [[t["start_s"], t["ttft_p99_s"]] for t in timeline if t["ttft_p99_s"] is not None],
-             colour, "solid", False) for side, timeline, colour, _ in sides]
+    ttft = [(f"TTFT P99 {side}", [[t["start_s"] + _bucket_s(timeline) / 2, t["ttft_p99_s"]] for t in timeline
+                                  if t["ttft_p99_s"] is not None], colour, "solid", False)
+            for side, timeline, colour, _ in sides]
     objective = report["objectives"]["ttft_p99_s"]
     if objective is not None and any(line[1] for line in ttft):
         ttft.append((f"objective {objective:g} s", [[0.0, objective], [end, objective]], OBJECTIVE_COLOUR, "dash",
                      False))
-    roles = sorted({role for _, timeline, _, _ in sides for t in timeline for role in t["replicas"]})
-    replicas = [(f"{role} {side}", [[t["start_s"], t["replicas"].get(role, 0)] for t in timeline],
-                 colour_for(role), dash, True) for role in roles for side, timeline, _, dash in sides]
+    # The after lines last, over the before ones, and of those a pool the change resized last of all: two pools of
+    # one size draw one line over the other.
+    roles = sorted({role for _, timeline, _, _ in sides for t in timeline for role in t["replicas"]},
+                   key=lambda role: ([t["replicas"].get(role) for t in before] !=
+                                     [t["replicas"].get(role) for t in after], role))
+    replicas = [(f"{role} {side}", _steps(timeline, lambda t, role=role: t["replicas"].get(role, 0)),
+                 colour_for(role), dash, True) for side, timeline, _, dash in sides for role in roles]
     traffic = []
     for side, timeline, colour, dash in sides:
         per_s = 1 / _bucket_s(timeline)
-        traffic.append((f"arrivals {side}", [[t["start_s"], t["arrivals"] * per_s] for t in timeline], colour, dash,
-                        False))
-        traffic.append((f"shed {side}", [[t["start_s"], t["shed"] * per_s] for t in timeline], OBJECTIVE_COLOUR,
-                        dash, False))
+        traffic.append((f"arrivals {side}", _steps(timeline, lambda t: t["arrivals"] * per_s), colour, dash, True))
+        traffic.append((f"shed {side}", _steps(timeline, lambda t: t["shed"] * per_s), OBJECTIVE_COLOUR, dash,
+                        True))
     return [
         _figure("ttft", "TTFT P99 per interval", ttft, Axis("seconds"), "no first token in this window"),
         _figure("replicas", "Replicas per pool", replicas, Axis("workers", title="replicas"), "no pool"),
