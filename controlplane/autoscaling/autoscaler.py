@@ -16,6 +16,10 @@ The gateway's admission queue is a second signal of the pool that bounds admissi
 deployment is disaggregated, colocated otherwise; the gateway admits as many requests as those workers' batches
 hold, and prefill capacity does not raise that bound): with the policy's `queue_wait_target` set, a P99 queue wait
 over it scales that pool out, and requests waiting in the queue keep it from shrinking (hpa.decide).
+
+A deployment's mode (DeploymentAutoscaling) is `active` (the above) or `advisory`: the same evaluation on the same
+inputs, but instead of scaling it records the decision as advice an operator may apply (advice.py). In both modes a
+deployment's budget of workers in all caps growth after the step cap and the bounds (budget.py).
 """
 from __future__ import annotations
 
@@ -28,8 +32,10 @@ from datetime import datetime, timedelta, timezone as dt_timezone
 from django.conf import settings
 from django.db.models import Count
 
+from controlplane.autoscaling.advice import advice_record, advice_settle, advised_action_ids, open_advice
+from controlplane.autoscaling.budget import budget_cap, load_budgets
 from controlplane.autoscaling.hpa import Bounds, Decision, QueueWait, decide
-from controlplane.autoscaling.models import AutoscaleMetric, AutoscalingPolicy
+from controlplane.autoscaling.models import AutoscaleMetric, AutoscaleMode, AutoscalingPolicy, DeploymentAutoscaling
 from controlplane.capacity.services.bounds import pool_bounds
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionKind, ActorType, Pool, Worker, WorkerStatus
@@ -78,6 +84,7 @@ class Inputs:
     ready: dict[int, int]  # pool id → ready workers
     scale_actions: dict[tuple[int, str], list[tuple]]  # (deployment, role) → [(created_at, id, actor_type, actor,
     #                                                    params)] of recent scales, oldest first
+    advised: set[int]  # ids of those scales that carried out the autoscaler's advice: the autoscaler's own
 
 
 def load_inputs(pools, *, now: float, metrics: bool = True) -> Inputs:
@@ -99,7 +106,8 @@ def load_inputs(pools, *, now: float, metrics: bool = True) -> Inputs:
             .values_list("created_at", "id", "deployment_id", "actor_type", "actor", "params")):
         if isinstance(params, dict) and params.get("role"):
             scale_actions[(deployment_id, params["role"])].append((created_at, pk, actor_type, actor, params))
-    return Inputs(latest=latest, ready=ready, scale_actions=scale_actions)
+    advised = advised_action_ids(deployment_ids, since=since) if scale_actions else set()
+    return Inputs(latest=latest, ready=ready, scale_actions=scale_actions, advised=advised)
 
 
 _OBSERVED = ("ttft_p99_seconds", "itl_p99_seconds", "e2e_p99_seconds", "requests_waiting", "requests_running",
@@ -143,7 +151,7 @@ def _pause_of(pool, policy: AutoscalingPolicy, inputs: Inputs, now: datetime) ->
     if policy.resumed_at is not None and policy.resumed_at > since:
         since = policy.resumed_at
     manual = [a for a in inputs.scale_actions.get((pool.deployment_id, pool.role), ())
-              if a[2] != ActorType.AUTOSCALER and a[0] > since]
+              if a[2] != ActorType.AUTOSCALER and a[1] not in inputs.advised and a[0] > since]
     if not manual:
         return None
     created_at, pk, _, actor, _ = manual[-1]
@@ -153,8 +161,9 @@ def _pause_of(pool, policy: AutoscalingPolicy, inputs: Inputs, now: datetime) ->
 def _step_base(pool, current: int, inputs: Inputs, now: datetime) -> int:
     """Replicas at the start of the step period: the `from` of the autoscaler's first scale inside it."""
     since = now - timedelta(seconds=settings.TANDEM_AUTOSCALE_STEP_PERIOD_S)
-    for created_at, _, actor_type, _, params in inputs.scale_actions.get((pool.deployment_id, pool.role), ()):
-        if actor_type == ActorType.AUTOSCALER and created_at > since and isinstance(params.get("from"), int):
+    for created_at, pk, actor_type, _, params in inputs.scale_actions.get((pool.deployment_id, pool.role), ()):
+        own = actor_type == ActorType.AUTOSCALER or pk in inputs.advised
+        if own and created_at > since and isinstance(params.get("from"), int):
             return params["from"]
     return current
 
@@ -170,7 +179,8 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     1. off (deployment or policy) → nothing; 2. paused by a manual scale → nothing (the decision text says so);
     3. observe the policy metric (and the gateway's queue wait, for a pool that bounds admission); 4. hpa.decide;
     5. hold a scale-up while earlier new workers are not ready yet (their capacity is not in the metric yet; HPA
-    likewise discounts unready pods); 6. scale via pool_scale.
+    likewise discounts unready pods); 6. cap growth by the deployment's budget (budget.py); 7. scale via pool_scale,
+    or in advisory mode record the decision as advice (advice.py).
     """
     now_s = time.time() if now is None else now
     now_dt = datetime.fromtimestamp(now_s, tz=dt_timezone.utc)
@@ -192,6 +202,11 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
         AutoscalingPolicy.objects.bulk_update([policies[p.pk] for p in active],
                                               ["last_decision", "last_evaluated_at"], batch_size=200)
         return [(pool, None) for pool in pools]
+    deployment_ids = {pool.deployment_id for pool in active}
+    advisory = set(DeploymentAutoscaling.objects.filter(deployment_id__in=deployment_ids, mode=AutoscaleMode.ADVISORY)
+                   .values_list("deployment_id", flat=True)) if active else set()
+    budgets = load_budgets(deployment_ids) if active else {}
+    advice = open_advice([pool.pk for pool in active if pool.deployment_id in advisory]) if advisory else {}
     results, updates = [], []
     for pool in pools:
         policy = policies[pool.pk]
@@ -212,13 +227,13 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
         bounds = Bounds(min_replicas=limit.min_replicas, max_replicas=limit.max_replicas,
                         max_step=settings.TANDEM_AUTOSCALE_MAX_STEP,
                         step_base=_step_base(pool, current, inputs, now_dt))
+        observed, queue = observe(pool, policy.metric, inputs), queue_wait_signal(pool, policy, inputs)
         decision, history = decide(
-            current=current, observed=observe(pool, policy.metric, inputs), target=policy.target,
+            current=current, observed=observed, target=policy.target,
             tolerance=settings.TANDEM_AUTOSCALE_TOLERANCE_PCT / 100, metric=policy.metric,
             history=[(float(ts), int(n)) for ts, n in policy.recommendations], now=now_s,
             up_window_s=settings.TANDEM_AUTOSCALE_UP_STABILIZATION_S,
-            down_window_s=settings.TANDEM_AUTOSCALE_DOWN_STABILIZATION_S, bounds=bounds,
-            queue=queue_wait_signal(pool, policy, inputs))
+            down_window_s=settings.TANDEM_AUTOSCALE_DOWN_STABILIZATION_S, bounds=bounds, queue=queue)
         if decision.desired > current and num_ready < current:
             decision = Decision(current, current, decision.raw,
                                 f"{decision.reason}; held: {num_ready} of {current} workers ready, waiting for "
@@ -229,16 +244,28 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
             desired = min(max(decision.desired, limit.min_replicas), limit.max_replicas)
             decision = Decision(current, desired, decision.raw,
                                 f"{decision.reason}; bounds {limit.min_replicas}..{limit.max_replicas} → {desired}")
+        budget = budgets[pool.deployment_id]
+        decision = budget_cap(decision, budget, floor=limit.min_replicas)
         if limit.why:
             decision = Decision(decision.current, decision.desired, decision.raw,
                                 f"{decision.reason} [{limit.why}: {limit.min_replicas}..{limit.max_replicas}]")
         text = decision.reason
-        if decision.changes:
+        if pool.deployment_id in advisory:
+            text = _advise(pool, policy, decision, advice.get(pool.pk), observed=observed, now=now_dt, inputs={
+                "num_ready": num_ready, "step_base": bounds.step_base, "max_step": bounds.max_step,
+                "min_replicas": limit.min_replicas, "max_replicas": limit.max_replicas, "bounds_why": limit.why,
+                "max_workers": budget.max_workers, "num_workers": budget.num_workers,
+                **({"queue_wait_p99": queue.wait_p99, "num_queued": queue.num_queued,
+                    "queue_wait_target": queue.target} if queue is not None else {})})
+            if decision.changes:
+                budget.take(decision)
+        elif decision.changes:
             try:
                 action = pool_scale(deployment=pool.deployment, role=pool.role, replicas=decision.desired,
                                     actor=Actor.autoscaler(ACTOR_NAME), reason=decision.reason,
                                     idempotency_key=f"autoscaler:{pool.pk}:{now_s:.3f}")
                 text = f"{text} (action #{action.pk})"
+                budget.take(decision)
                 log.info("autoscaler scaled %s %d → %d: %s", pool, current, decision.desired, decision.reason)
             except ControlPlaneError as exc:
                 log.warning("autoscaler could not scale %s: %s", pool, exc.message)
@@ -251,6 +278,19 @@ def autoscale_pools(pools, *, now: float | None = None) -> list[tuple[object, De
     AutoscalingPolicy.objects.bulk_update(updates, ["last_decision", "last_evaluated_at", "recommendations"],
                                           batch_size=200)
     return results
+
+
+def _advise(pool, policy: AutoscalingPolicy, decision: Decision, current, *, observed: float | None, inputs: dict,
+            now: datetime) -> str:
+    """Advisory mode's last step: a change becomes advice (or confirms the open one), a kept size settles the open
+    advice. `inputs`: what else the decision read, kept on the advice. Returns the policy's `last_decision` text."""
+    if not decision.changes:
+        advice_settle(current=current, decision=decision, now=now)
+        return decision.reason
+    row = advice_record(pool=pool, decision=decision, current=current, now=now, numbers={
+        "metric": policy.metric, "observed": observed, "target": policy.target,
+        "ratio": None if observed is None else observed / policy.target, "inputs": inputs})
+    return f"{decision.reason} (advice #{row.pk}; advisory mode, not applied)"
 
 
 def _policies_for(pools) -> dict[int, AutoscalingPolicy]:
