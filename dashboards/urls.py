@@ -17,6 +17,8 @@ urlpatterns = [
     path("deployments/<slug:name>/pools/<slug:role>/scale", controls.pool_scale_view, name="pool-scale"),
     path("deployments/<slug:name>/rollback/<int:number>/", controls.rollback_view, name="rollback"),
     path("deployments/<slug:name>/autoscaling", controls.autoscaling_view, name="autoscaling"),
+    path("deployments/<slug:name>/autoscaling/advice/<int:advice_id>/apply", controls.advice_apply_view,
+         name="autoscaling-advice-apply"),
     path("deployments/<slug:name>/objectives", controls.objectives_view, name="objectives"),
     path("deployments/<slug:name>/rollouts/<int:rollout_id>/", rollouts.rollout_page, name="rollout"),
     path("deployments/<slug:name>/rollouts/<int:rollout_id>/<slug:verb>", rollouts.rollout_verb_view,

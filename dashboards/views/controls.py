@@ -11,6 +11,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from controlplane.autoscaling.advice import advice_apply
 from controlplane.autoscaling.services import autoscaling_update
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Worker
@@ -175,6 +176,23 @@ def autoscaling_view(request, name: str):
         return _back(request, name)
     messages.success(request, f"Autoscaler of {name} turned {enabled}.")
     return _back(request, name)
+
+
+@require_POST
+@operator_required
+def advice_apply_view(request, name: str, advice_id: int):
+    """Apply the autoscaler's advice (the same service as POST /api/v1/.../autoscaling/advice/{id}/apply): the
+    pool scales as the operator's action naming the advice; stale advice is a message saying why."""
+    deployment = get_deployment_or_404(name)
+    try:
+        advice, action = advice_apply(deployment=deployment, advice_id=min(advice_id, MAX_ID), actor=request.user,
+                                      reason=_reason(request, "Apply button"), idempotency_key=posted_key(request))
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return _back(request, name)
+    _done(request, action, f"Applying advice #{advice.pk}: scaling {action.params['role']} from "
+                           f"{action.params['from']} to {action.params['to']}")
+    return _back(request, name, action)
 
 
 @require_POST

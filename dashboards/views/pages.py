@@ -8,6 +8,8 @@ from urllib.parse import urlencode
 from django.http import Http404, HttpResponse
 from django.utils import timezone
 
+from controlplane.autoscaling.advice import open_advice
+from controlplane.autoscaling.selectors import autoscaling_settings
 from controlplane.capacity.selectors import schedule_rows
 from controlplane.errors import ControlPlaneError
 from controlplane.models.deployments import engine_settings_parts
@@ -65,9 +67,9 @@ def revision_pill(worker, deployment, rollout) -> tuple[str, str] | None:
 def live_context(request, deployment) -> dict:
     """What the live part of the deployment page shows (refreshed every 5 s as an HTML fragment)."""
     pools = list(deployment.pools.all())
-    policies = pool_policies(deployment)
+    policies, advice = pool_policies(deployment), open_advice([pool.pk for pool in pools])
     for pool in pools:
-        pool.policy = policies.get(pool.pk)
+        pool.policy, pool.advice = policies.get(pool.pk), advice.get(pool.pk)
     now = timezone.now()
     workers = deployment_workers(deployment, stopped_since=now - RECENTLY_STOPPED)
     # Stopped workers (replaced, drained, scaled away) are hidden unless asked for: after a few restarts of the
@@ -103,7 +105,7 @@ def live_context(request, deployment) -> dict:
             "highlight_action": highlight, "show_stopped": show_stopped, "num_stopped": num_stopped,
             "recently_stopped_minutes": int(RECENTLY_STOPPED.total_seconds() // 60), "live_query": live_query,
             "alerts": alerts, "rollout": deployment_rollout_in_progress(deployment),
-            "canary": canary}
+            "canary": canary, "autoscaling": autoscaling_settings(deployment)}
 
 
 @viewer_required
