@@ -162,19 +162,22 @@ def rollback_view(request, name: str, number: int):
 @require_POST
 @operator_required
 def autoscaling_view(request, name: str):
-    """Turn the deployment's autoscaler on or off through the observability app's settings service (the same as
-    PUT /api/v1/deployments/{name}/autoscaling)."""
+    """Turn the deployment's autoscaler on or off, or switch its mode (`mode`: active or advisory), through the
+    autoscaling app's settings service (the same as PUT /api/v1/deployments/{name}/autoscaling)."""
     deployment = get_deployment_or_404(name)
-    enabled = request.POST.get("enabled")
-    if enabled not in ("on", "off"):
+    enabled, mode = request.POST.get("enabled"), request.POST.get("mode")
+    if mode is None and enabled not in ("on", "off"):
         messages.error(request, "enabled must be on or off")
         return _back(request, name)
     try:
-        autoscaling_update(deployment=deployment, actor=request.user, enabled=enabled == "on")
+        if mode is not None:
+            autoscaling_update(deployment=deployment, actor=request.user, mode=mode[:40])
+        else:
+            autoscaling_update(deployment=deployment, actor=request.user, enabled=enabled == "on")
     except ControlPlaneError as error:
         messages.error(request, error.message)
         return _back(request, name)
-    messages.success(request, f"Autoscaler of {name} turned {enabled}.")
+    messages.success(request, f"Autoscaler of {name} " + (f"in {mode} mode." if mode else f"turned {enabled}."))
     return _back(request, name)
 
 

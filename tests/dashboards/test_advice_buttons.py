@@ -10,6 +10,7 @@ import pytest
 
 from controlplane.autoscaling.autoscaler import autoscale_pool
 from controlplane.autoscaling.models import ScaleAdvice
+from controlplane.autoscaling.selectors import autoscaling_settings
 from controlplane.autoscaling.services import autoscaling_update
 from controlplane.models import Action, Worker
 from controlplane.services import pool_scale
@@ -72,3 +73,13 @@ def test_stale_advice_is_a_message_and_scales_nothing(client_for, operator, depl
     assert "is stale: it scales decode from 1, and the pool has 2 desired replicas now" in \
         response.content.decode()
     assert pool_of(deployment).desired_replicas == 2
+
+
+def test_an_operator_switches_the_mode_from_the_page_and_a_bad_one_is_a_message(client_for, operator, deployment):
+    client = client_for(operator)
+    response = client.post("/deployments/demo/autoscaling", {"mode": "advisory"}, follow=True)
+    assert "Autoscaler of demo in advisory mode." in response.content.decode()
+    assert "Let it scale (active)" in response.content.decode()
+    response = client.post("/deployments/demo/autoscaling", {"mode": "chaotic"}, follow=True)
+    assert "mode must be one of active, advisory, not &#x27;chaotic&#x27;" in response.content.decode()
+    assert autoscaling_settings(deployment).mode == "advisory"
