@@ -7,6 +7,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from controlplane import change_gate
 from controlplane.api.views.base import ERRORS, READ_ERRORS, ApiView, WriteInputSerializer, id_or_404, write_kwargs
 from controlplane.errors import invalid
 from controlplane.selectors import deployment_get
@@ -14,6 +15,7 @@ from controlplane.tenants import services
 from controlplane.tenants.models import PriorityClass, Tenant
 from controlplane.tenants.selectors import (deployment_admission, deployment_requires_key, tenant_get,
                                             tenant_key_get, tenant_key_list, tenant_list)
+from inference.gateway.admission import DEFAULT_DEADLINES, DEFAULT_MAX_QUEUED
 from inference.gateway.tenant_limits import TENANT_LIMITS
 
 PRICES_HELP = ("An object of prompt, completion: the price per 1M tokens (a number >= 0, at most 6 decimals), or "
@@ -93,6 +95,9 @@ class AccessInput(WriteInputSerializer):
     requires_key = serializers.JSONField(required=False,
                                          help_text="true: the gateway refuses requests without a tenant key")
     admission = serializers.JSONField(required=False, allow_null=True, help_text=ADMISSION_HELP)
+    acknowledge_prediction = serializers.BooleanField(
+        default=False, help_text="Apply admission settings even where the deployment's change gate predicts they "
+                                 "fall short of its objectives (the 409's prediction).")
 
 
 class AccessOutput(serializers.Serializer):
@@ -195,6 +200,16 @@ def _access_out(deployment) -> dict:
             "tenants": sorted(tenants), "admission": deployment_admission(deployment)}
 
 
+def _gated_admission(admission) -> dict:
+    """The new admission settings as a what-if change: the queue's size and the standard class's deadline (the
+    replay's queue has one deadline). The settings replace the old ones whole, so what they leave out is the
+    gateways' default. Values the service will refuse pass through to its own message."""
+    admission = admission if isinstance(admission, dict) else {}
+    deadlines = admission.get("queue_deadlines") if isinstance(admission.get("queue_deadlines"), dict) else {}
+    return {"max_queued": admission.get("max_queued", DEFAULT_MAX_QUEUED),
+            "queue_timeout_s": deadlines.get("standard", DEFAULT_DEADLINES["standard"])}
+
+
 class AccessView(ApiView):
     @extend_schema(responses={200: AccessOutput, **READ_ERRORS},
                    description="Whether the deployment's gateway requires a tenant key, which tenants may use "
@@ -215,6 +230,8 @@ class AccessView(ApiView):
             raise invalid("a PATCH changes exactly one setting: give requires_key or admission"
                           + (" (not both)" if given else ""), field="requires_key" if not given else given[1])
         if given == ["admission"]:
+            change_gate.check(deployment, {"admission": _gated_admission(values["admission"])},
+                              acknowledged=values["acknowledge_prediction"])
             services.deployment_admission_set(deployment=deployment, admission=values["admission"],
                                               **write_kwargs(request, values))
         else:

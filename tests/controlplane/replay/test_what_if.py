@@ -113,3 +113,30 @@ def test_the_gate_refuses_halving_the_decode_pool_and_lets_a_harmless_change_thr
     beyond = operator_api.post(scale, {"role": "decode", "replicas": 99}, format="json")
     # A bound the pool refuses passes the gate untouched, to the service's own message.
     assert beyond.status_code == 400 and "change." not in json.dumps(beyond.json())
+
+
+def test_the_gate_also_weighs_admission_settings(fleet, admin_api, operator_api):
+    """Bursts the admission queue absorbs today: with no queue they are shed, which the gate refuses unless
+    acknowledged."""
+    from controlplane.replay.models import Trace, TraceRequest
+
+    Deployment.objects.filter(pk=fleet.pk).update(objectives={"ttft_p99_seconds": 8.0, "itl_p99_seconds": 0.1,
+                                                              "e2e_p99_seconds": 60.0})
+    steady = [{"at_s": i / 10, "prompt_tokens": 50, "completion_tokens": 100} for i in range(600)]
+    bursts = [{"at_s": at, "prompt_tokens": 50, "completion_tokens": 100} for at in (20.0, 40.0) for _ in range(100)]
+    body = "\n".join(json.dumps(row) for row in steady + bursts)
+    assert operator_api.post("/api/v1/deployments/demo/traces/import?format=tandem&name=bursts", data=body,
+                             content_type="text/plain").status_code == 201
+    recorded = Trace.objects.create(deployment=fleet, name="recorded", start=Trace.objects.get(name="bursts").start)
+    TraceRequest.objects.filter(trace__name="bursts").update(trace=recorded)
+    operator_api.put("/api/v1/deployments/demo/change-gate", {"enabled": True}, format="json")
+    access = "/api/v1/deployments/demo/access"
+    tight = {"admission": {"max_queued": 0}}
+    refused = admin_api.patch(access, tight, format="json")
+    assert refused.status_code == 409, refused.content
+    assert refused.json()["error"]["prediction"]["shed"]["after"] > 0 == refused.json()["error"]["prediction"][
+        "shed"]["before"]
+    assert admin_api.get(access).json()["admission"] == {}  # nothing applied
+    assert admin_api.patch(access, {"admission": {"max_queued": 4096}}, format="json").status_code == 200
+    assert admin_api.patch(access, {**tight, "acknowledge_prediction": True}, format="json").status_code == 200
+    assert admin_api.get(access).json()["admission"]["max_queued"] == 0
