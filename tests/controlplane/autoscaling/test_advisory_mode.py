@@ -97,3 +97,15 @@ def test_it_keeps_a_bounded_number_of_rows_per_pool(scaled, operator, monkeypatc
         autoscale_pool(pool_of(scaled), now=now + 10 * i)
     assert ScaleAdvice.objects.count() == 3
     assert ScaleAdvice.objects.filter(status="open").count() == 1
+
+
+def test_a_schedules_floor_is_advised_too_since_schedules_act_through_the_autoscaler(scaled, operator):
+    from controlplane.capacity.services.schedules import schedule_create
+
+    advisory(scaled, operator)
+    schedule_create(pool=pool_of(scaled), actor=operator, name="always", cron="* * * * *", duration_minutes=1440,
+                    timezone="UTC", min_replicas=4)
+    autoscale_pool(pool_of(scaled), now=time.time())  # no data at all: HPA alone would keep 1
+    advice = ScaleAdvice.objects.get()
+    assert (advice.from_replicas, advice.to_replicas) == (1, 4) and "schedule 'always'" in advice.reason
+    assert advice.inputs["bounds_why"].startswith("schedule") and pool_of(scaled).desired_replicas == 1
