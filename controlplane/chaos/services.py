@@ -1,15 +1,14 @@
 """Write services of chaos experiments: the opt-in, experiments, and a run's moves (start, abort, revert, recover,
-finish). Each run move is a conditional UPDATE on the status it read plus one Action row, and the agent's messages
-are sent after commit (robust: a broker that is down costs a late fault or revert, never a 500; a pause is released
-by the agent's own deadline in any case).
+finish); which workers a run breaks, and the agent's messages that break them, are targets.py's. Each run move is a
+conditional UPDATE on the status it read plus one Action row, and the agent's messages are sent after commit
+(robust: a broker that is down costs a late fault or revert, never a 500; a pause is released by the agent's own
+deadline in any case).
 
 Audit rows: a run's start is `start`, its end `stop`, an abort `abort`, each with params {"chaos_run", "event"}; the
 agent writes one `fault` row per injected fault and one per revert (controlplane.agent.faults), told apart by
 params.event."""
 from __future__ import annotations
 
-import math
-import random
 import time
 from datetime import timedelta
 
@@ -17,7 +16,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.agent.faults import AGENT_FAULT_INJECT, AGENT_FAULT_REVERT
-from controlplane.agent.fault_kinds import kinds_of
 from controlplane.celery import task_send
 from controlplane.chaos import chaostoolkit, fault_checks, library, validation
 from controlplane.chaos.hypothesis import judge_hypothesis
@@ -25,13 +23,11 @@ from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, 
 from controlplane.chaos.notify import run_end_notify
 from controlplane.chaos.readings import check_values
 from controlplane.chaos.report import run_report
+from controlplane.chaos.targets import check_survivors, fault_messages, run_targets
 from controlplane.errors import ControlPlaneError, conflict
-from controlplane.models import (ActionKind, ActionStatus, Deployment, Node, Worker, WorkerPurpose, WorkerRole,
-                                 WorkerStatus)
+from controlplane.models import ActionKind, ActionStatus, Deployment, Node, WorkerRole
 from controlplane.services.actions import Actor, action_create, action_once, as_actor, shown_idempotency_key
 
-# Faults of a node rather than of a worker: sent once per node of the targets.
-NODE_KINDS = kinds_of(node_level=True)
 STARTED_KIND, FINISHED_KIND, ABORTED_KIND = ActionKind.START, ActionKind.STOP, ActionKind.ABORT
 ENABLED_KIND, DISABLED_KIND = ActionKind.START, ActionKind.STOP
 SYSTEM = Actor.system("chaos")
@@ -162,78 +158,6 @@ def experiment_import(*, deployment: Deployment, actor, document) -> Experiment:
 
 # --- runs ---------------------------------------------------------------------------------------------------------
 
-def _targets(deployment: Deployment, target: dict) -> list[dict]:
-    """The workers a run breaks: ready serving workers with a live process, of the role and on the node the target
-    names (a node target: all its workers unless count or percent), `count` of them or `percent` (rounded up, at
-    least one), chosen at random. 409 when there are fewer ready workers."""
-    workers = Worker.objects.filter(deployment=deployment, purpose=WorkerPurpose.SERVING, status=WorkerStatus.READY,
-                                    pid__isnull=False, node__isnull=False).select_related("node")
-    for key, lookup in (("role", "role"), ("node", "node__name"), ("revision", "revision__number")):
-        if key in target:
-            workers = workers.filter(**{lookup: target[key]})
-    workers = list(workers)
-    wanted = target.get("count") or max(1, math.ceil(len(workers) * target.get("percent", 100) / 100))
-    if len(workers) < wanted:
-        of = f" of revision {target['revision']}" if "revision" in target else ""
-        where = f"the {target['role']} role of {deployment.name!r}" if "role" in target else repr(deployment.name)
-        on = f" on node {target['node']!r}" if "node" in target else ""
-        raise conflict(f"{where} has {len(workers)} ready worker(s){of}{on}; the experiment targets {wanted}")
-    chosen = sorted(random.sample(workers, wanted), key=lambda w: w.pk)
-    return [{"worker": w.pk, "role": w.role, "node": w.node.name, "queue": w.node.queue, "pid": w.pid}
-            for w in chosen]
-
-
-# Faults whose target leaves the ready workers at once (it exits; the agent restarts it): a pool whose every ready
-# worker is a target has no survivor to serve meanwhile. A pause or a partition leaves the row ready until health
-# checks fail, and a short one never does.
-OUT_OF_SERVICE_KINDS = kinds_of(out_of_service=True)
-
-
-def _check_survivors(deployment: Deployment, spec: dict, targets: list[dict]) -> None:
-    """409 `no_survivor` where the faults take out so many of a role's ready workers that a `ready_workers` check of
-    the hypothesis cannot hold while they last (a decode kill on a pool of one: every stream breaks, every request
-    gets a 503 until the worker is back): the experiment needs a bigger pool first."""
-    if not any(fault["kind"] in OUT_OF_SERVICE_KINDS for fault in spec["faults"]):
-        return
-    for check in spec["hypothesis"]:
-        if check.get("metric") != "ready_workers" or "min" not in check:
-            continue
-        role = check["role"]
-        taken = sum(1 for target in targets if target["role"] == role)
-        ready = Worker.objects.filter(deployment=deployment, purpose=WorkerPurpose.SERVING, role=role,
-                                      status=WorkerStatus.READY).count()
-        if taken and ready - taken < check["min"]:
-            raise ControlPlaneError(
-                f"the {role} pool of {deployment.name!r} has {ready} ready worker(s) and the experiment takes {taken} "
-                f"of them out, leaving {ready - taken}; its hypothesis needs at least {check['min']:g} ready "
-                f"(ready_workers): scale the {role} pool to {taken + int(check['min'])} or more first",
-                status=409, code="no_survivor", extra={"role": role, "ready": ready, "targets": taken})
-
-
-def _fault_messages(spec: dict, targets: list[dict], carriers: dict[str, Node | None]) -> list[dict]:
-    """One agent message per (fault, target), with the queue of the agent that carries it out: the target's node's;
-    a node-level fault (NODE_KINDS) once per node, by the agent of that node's first target (a second agent_kill
-    would kill the restarted agent, a second hog double the load asked of the host); a broker_freeze or a db_slow
-    once in all, by its carrier's agent (fault_checks.broker_freeze_carrier, db_slow_carrier), its target the first
-    (the deployment's, for the audit)."""
-    faults = []
-    for fault in spec["faults"]:
-        chosen = targets
-        if fault["kind"] in NODE_KINDS:
-            chosen, nodes = [], set()
-            for target in targets:
-                if target["node"] not in nodes:
-                    nodes.add(target["node"])
-                    chosen.append(target)
-        params = fault_checks.fault_params(fault)
-        if fault["kind"] in carriers:
-            carrier = carriers[fault["kind"]]
-            chosen, params = [{**targets[0], "queue": carrier.queue}], {**params, "node": carrier.name}
-        faults += [{"key": "", "kind": fault["kind"], "worker": t["worker"], "queue": t["queue"],
-                    "duration_s": fault.get("duration_s"), "params": params} for t in chosen]
-    return faults
-
-
 def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_key: str | None = None) -> ChaosRun:
     """Check the hypothesis, then inject the experiment's faults.
 
@@ -241,9 +165,9 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     2. The hypothesis before: each check over its window ending now. 409 naming each failing check when it does
        not hold (the system is not in steady state, or the gateway's samples do not cover the window yet). Its
        values are the baselines of `max_baseline_ratio` checks.
-    3. The targets (ready workers of the role, of the node; 409 when too few); 400 for a fault their nodes cannot
-       take (a resource fault on a simulated node, more memory than a node has), or a broker_freeze or db_slow that
-       no agent on the broker's or the database's host can carry out.
+    3. The targets (targets.py: ready workers of the role, of the node; 409 when too few); 400 for a fault their
+       nodes cannot take (a resource fault on a simulated node, more memory than a node has), or a broker_freeze or
+       db_slow that no agent on the broker's or the database's host can carry out.
     4. The run row (one active per deployment: a partial unique constraint), its `start` Action; after commit, one
        agent message per (fault, target) on the target's node queue.
     """
@@ -262,8 +186,8 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     if not before["holds"]:
         raise ControlPlaneError("the system is not in steady state: " + "; ".join(before["failing"]), status=409,
                                 code="not_steady", extra={"failing": before["failing"], "checks": before["checks"]})
-    targets = _targets(deployment, spec["target"])
-    _check_survivors(deployment, spec, targets)
+    targets = run_targets(deployment, spec["target"])
+    check_survivors(deployment, spec, targets)
     nodes = list(Node.objects.filter(name__in={t["node"] for t in targets}))
     fault_checks.validate_real_hosts(spec["faults"], nodes)
     fault_checks.validate_gpu_memory(spec["faults"], targets, nodes)
@@ -274,7 +198,7 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
     def write():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         started = timezone.now()
-        faults = _fault_messages(spec, targets, carriers)
+        faults = fault_messages(spec, targets, carriers)
         try:
             with transaction.atomic():
                 run = ChaosRun.objects.create(
