@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import argparse
+import json
 import math
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from inference.weights import parse_weight, weight_problem
 from inference.worker_secret import KEY_ENV
 
 SCRAPE_TOKEN_ENV = "TANDEM_SCRAPE_TOKEN"
+# A shared gateway's worker keys, one per deployment it serves: a JSON object of deployment name → key
+# (inference.worker_secret; a per-deployment gateway's one key is KEY_ENV).
+WORKER_KEYS_ENV = "TANDEM_WORKER_KEYS"
 
 
 class Mode(str, Enum):
@@ -52,6 +56,19 @@ def _split_weights(items: list[str] | None) -> dict[str, float]:
     return weights
 
 
+def _worker_keys(text: str | None) -> dict[str, str]:
+    """WORKER_KEYS_ENV's JSON object of deployment name → key; ValueError (without the keys) for anything else."""
+    if not text:
+        return {}
+    try:
+        keys = json.loads(text)
+    except ValueError:
+        keys = None
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
+        raise ValueError(f"${WORKER_KEYS_ENV} must be a JSON object of deployment name → worker key")
+    return keys
+
+
 @dataclass(slots=True)
 class Config:
     port: int
@@ -64,6 +81,9 @@ class Config:
     worker_weights: dict[str, float] = field(default_factory=dict)
     control_plane_url: str | None = None
     deployment: str | None = None
+    # A shared gateway (shared_membership.py): its name at the control plane, which answers the memberships of every
+    # deployment it serves in one poll; requests go to a deployment by their `model`. Exclusive with `deployment`.
+    shared_gateway: str | None = None
     token: str | None = None
     served_model_name: str | None = None
     max_body_bytes: int = 1 << 20
@@ -104,6 +124,9 @@ class Config:
     # The deployment's worker key (inference.worker_secret): each request to a worker carries the secret of the
     # worker's revision derived from it. From the environment only; None: the workers are sent no secret.
     worker_key: str | None = field(default=None, repr=False)
+    # A shared gateway's: deployment name → its worker key (WORKER_KEYS_ENV); a deployment it does not name is sent
+    # no secret.
+    worker_keys: dict[str, str] = field(default_factory=dict, repr=False)
     # Who may read /metrics and the fleet in /health and /v1/models (operator_views.py): the bearer of this token.
     # From the environment only; None: everyone (a gateway started by hand).
     scrape_token: str | None = field(default=None, repr=False)
@@ -117,8 +140,14 @@ class Config:
             raise ValueError("give exactly one of --prefill/--decode, --colocated, or --control-plane")
         if static_disagg and not (self.prefill_urls and self.decode_urls):
             raise ValueError("--prefill and --decode must both be given (comma-separated URLs)")
-        if self.control_plane_url and not (self.deployment and self.token):
-            raise ValueError("--control-plane needs --deployment and --token")
+        if self.control_plane_url and not ((self.deployment or self.shared_gateway) and self.token):
+            raise ValueError("--control-plane needs --deployment (or --shared-gateway) and --token")
+        if self.shared_gateway is not None:
+            if not self.control_plane_url:
+                raise ValueError("--shared-gateway needs --control-plane: the control plane says what it serves")
+            if self.deployment or self.served_model_name:
+                raise ValueError("--shared-gateway serves the deployments the control plane attaches to it: give "
+                                 "neither --deployment nor --served-model-name")
         for url in [*self.prefill_urls, *self.decode_urls, *self.colocated_urls, self.control_plane_url or "http://"]:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"worker and control-plane URLs must start with http:// or https://, got {url!r}")
@@ -174,7 +203,7 @@ class Config:
             self.sampling_defaults = check_sampling_defaults(self.sampling_defaults)
         except SamplingError as exc:
             raise ValueError(f"--default-{exc.param.replace('_', '-')}: {exc.requirement}") from None
-        if self.served_model_name is None:
+        if self.served_model_name is None and self.shared_gateway is None:
             self.served_model_name = self.deployment or "tandem"
         if self.control_plane_url:
             self.control_plane_url = self.control_plane_url.rstrip("/")
@@ -203,6 +232,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
                              "--worker-weight http://127.0.0.1:8001=3 (a number above 0, at most 100)")
     parser.add_argument("--control-plane", help="control plane base URL; membership is polled from it")
     parser.add_argument("--deployment", help="deployment name at the control plane")
+    parser.add_argument("--shared-gateway", metavar="NAME",
+                        help="serve every deployment the control plane attaches to shared gateway NAME, each by its "
+                             "model name (instead of --deployment)")
     # The environment keeps the token out of `ps` (the node agent passes it so); --token is for a shell.
     parser.add_argument("--token", default=os.environ.get("TANDEM_CONTROL_PLANE_TOKEN"),
                         help="API token for the control plane (default: $TANDEM_CONTROL_PLANE_TOKEN)")
@@ -274,7 +306,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
             port=args.port, host=args.host,
             prefill_urls=_split_urls(args.prefill), decode_urls=_split_urls(args.decode),
             colocated_urls=_split_urls(args.colocated), worker_weights=_split_weights(args.worker_weight),
-            control_plane_url=args.control_plane, deployment=args.deployment, token=args.token,
+            control_plane_url=args.control_plane, deployment=args.deployment, shared_gateway=args.shared_gateway,
+            token=args.token,
             served_model_name=args.served_model_name, max_body_bytes=args.max_body_bytes,
             request_timeout=args.request_timeout, max_outstanding_per_worker=args.max_outstanding_per_worker,
             worker_capacity_headroom=args.worker_capacity_headroom,
@@ -288,6 +321,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
             preemption=PreemptionSettings(args.max_preemptions, args.preempt_margin, args.preempt_min_tokens_left),
             # Never a flag: `ps` shows a command line.
             worker_key=os.environ.get(KEY_ENV) or None,
+            worker_keys=_worker_keys(os.environ.get(WORKER_KEYS_ENV)),
             scrape_token=os.environ.get(SCRAPE_TOKEN_ENV) or None,
         )
     except ValueError as exc:

@@ -1,14 +1,16 @@
 """Where the workers are: fixed by the command line, or polled from the control plane.
 
-The control plane answers `GET {URL}/api/v1/deployments/{NAME}/endpoints` (docs/contracts.md). When it is
-unreachable or answers garbage, the gateway keeps serving with the last good membership: a control-plane outage
-must not take the data plane down.
+The control plane answers `GET {URL}/api/v1/deployments/{NAME}/endpoints` (docs/contracts.md), parsed whole into a
+DeploymentAnswer (parse_deployment) before any of it is applied. When it is unreachable or answers garbage, the
+gateway keeps serving with the last good membership: a control-plane outage must not take the data plane down. A
+shared gateway polls the answers of all its deployments at once (shared_membership.py), each parsed the same way.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 import re
 
 import aiohttp
@@ -19,7 +21,7 @@ from inference.gateway.admission_settings import AdmissionSettingsError, check_a
 from inference.gateway.config import Config, Mode
 from inference.gateway.traffic_split import MAX_TRAFFIC_WEIGHT
 from inference.gateway.routing import Router
-from inference.gateway.tenant_policy import OPEN, Tenancy, TenancyError, parse_tenancy
+from inference.gateway.tenant_policy import Tenancy, TenancyError, parse_tenancy
 from inference.roles import Role
 from inference.sampling_params import SamplingError, check_sampling_defaults
 from inference.weights import weight_problem
@@ -163,19 +165,39 @@ def parse_tenants(body: dict) -> Tenancy:
         raise MembershipError(f"tenants: {exc}") from None
 
 
+@dataclass(slots=True)
+class DeploymentAnswer:
+    """One deployment's membership answer, every part checked: what a gateway applies at once, or not at all."""
+
+    mode: Mode
+    groups: list[dict]
+    sampling_defaults: dict
+    itl_objective_s: float | None
+    tenancy: Tenancy
+    admission: dict  # its admission settings ({}: none, the gateway's flags apply)
+
+
+def parse_deployment(body: object) -> DeploymentAnswer:
+    """The whole answer for one deployment, or MembershipError naming what is wrong with it."""
+    mode, groups = parse_endpoints(body)
+    assert isinstance(body, dict)  # parse_endpoints refused anything else
+    return DeploymentAnswer(mode, groups, parse_sampling_defaults(body), parse_itl_objective(body),
+                            parse_tenants(body), parse_admission(body))
+
+
 class ControlPlaneMembership:
+    """The poll of one deployment's membership: each good answer sets the router's groups, then goes to `on_answer`
+    (the deployment's sampling defaults, objective, tenants and admission: deployment.ServedDeployment)."""
+
     def __init__(self, config: Config, router: Router,
-                 on_admission: Callable[[dict], None] = lambda settings: None) -> None:
+                 on_answer: Callable[[DeploymentAnswer], None] = lambda answer: None) -> None:
         self.config = config
         self.router = router
-        self.on_admission = on_admission  # called with each good answer's admission settings ({}: none)
+        self.on_answer = on_answer
         self.url = f"{config.control_plane_url}/api/v1/deployments/{config.deployment}/endpoints"
         self.headers = {"Authorization": f"Token {config.token}"}
         self.num_polls_failed = 0
         self.last_error: str | None = None
-        self.sampling_defaults: dict = {}
-        self.itl_objective_s: float | None = None
-        self.tenancy: Tenancy = OPEN  # the last good answer's: enforced while the control plane is away
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:
         timeout = aiohttp.ClientTimeout(total=max(self.config.membership_interval, 5.0),
@@ -185,12 +207,7 @@ class ControlPlaneMembership:
                 if resp.status != 200:
                     text = (await resp.text())[:200]
                     raise MembershipError(f"HTTP {resp.status}: {text}")
-                body = await resp.json(content_type=None)
-                mode, groups = parse_endpoints(body)
-                sampling_defaults = parse_sampling_defaults(body)
-                itl_objective_s = parse_itl_objective(body)
-                tenancy = parse_tenants(body)
-                admission = parse_admission(body)
+                answer = parse_deployment(await resp.json(content_type=None))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, MembershipError) as exc:
             self.num_polls_failed += 1
             error = f"control plane {self.url}: {type(exc).__name__}: {exc}"
@@ -203,11 +220,8 @@ class ControlPlaneMembership:
         if self.last_error:
             log.info("control plane %s answers again", self.url)
         self.last_error = None
-        self.router.set_groups(mode, groups)
-        self.sampling_defaults = sampling_defaults
-        self.itl_objective_s = itl_objective_s
-        self.tenancy = tenancy
-        self.on_admission(admission)
+        self.router.set_groups(answer.mode, answer.groups)
+        self.on_answer(answer)
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         while True:

@@ -1,10 +1,15 @@
 """The gateway's series: the shared tandem_* set with role="gateway" (what the client sees, by `revision`), plus
-routing state."""
+routing state.
+
+Each deployment a gateway serves has its series in a registry of its own, labelled with its `model`; a shared
+gateway's page merges them (`render`), since a Prometheus exposition names each family once."""
 from __future__ import annotations
 
-from prometheus_client import Counter
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+from collections.abc import Iterable
+
+from prometheus_client import Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from inference.metrics import BASE_LABELS, TandemMetrics
 from inference.gateway.routing import Router
@@ -48,10 +53,11 @@ class RouterCollector(Collector):
 
 
 class GatewayMetrics(TandemMetrics):
-    def __init__(self, *, model: str, router: Router) -> None:
+    def __init__(self, *, model: str, router: Router, process: bool = True) -> None:
         # Per-request series by the revision that served ("" for the static group and for requests refused before a
-        # group was picked), so that a canary and its stable revision are compared over the same window.
-        super().__init__(role="gateway", model=model, gpu=False, request_labels=("revision",))
+        # group was picked), so that a canary and its stable revision are compared over the same window. `process`:
+        # the process's CPU and memory series too (a shared gateway's deployments leave them to the gateway's own).
+        super().__init__(role="gateway", model=model, gpu=False, process=process, request_labels=("revision",))
         self._retries = Counter("tandem_gateway_retries", "Requests whose first try failed before the first token "
                                 "and were retried on another worker (when one was ready), by what failed.",
                                 (*BASE_LABELS, "kind"), registry=self.registry)
@@ -65,3 +71,25 @@ class GatewayMetrics(TandemMetrics):
 
     def count_migration(self, reason: str) -> None:
         self._migrations.labels(role=self.role, model=self.model, reason=reason).inc()
+
+
+class _Merged(Collector):
+    def __init__(self, registries: Iterable[CollectorRegistry]) -> None:
+        self.registries = list(registries)
+
+    def collect(self):
+        families: dict[str, Metric] = {}
+        for registry in self.registries:
+            for family in registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = families[family.name] = Metric(family.name, family.documentation, family.type,
+                                                            family.unit)
+                merged.samples.extend(family.samples)
+        yield from families.values()
+
+
+def render(registries: Iterable[CollectorRegistry]) -> bytes:
+    """One exposition of several registries' series: each family once, with the samples of all (their `model` labels
+    tell the deployments apart)."""
+    return generate_latest(_Merged(registries))

@@ -132,15 +132,21 @@ def _check_unsupported(body: dict, endpoint: Endpoint) -> None:
         raise invalid("'suffix' is not supported", "suffix", "unsupported_value")
 
 
-def _common(body: dict, endpoint: Endpoint, served_model_name: str, max_tokens_names: tuple[str, ...],
-            default_max_tokens: int | None, defaults: Mapping) -> tuple[dict, bool, bool]:
-    """The sampling fields, OpenAI's conventions mapped onto the worker's. `defaults` (the deployment's sampling
-    defaults) fill a field the request leaves out or sends as null; a value the request gives always wins."""
+def requested_model(body: dict) -> str:
+    """The body's `model`: 400 where it is missing or not a string."""
     model = body.get("model")
     if model is None:
         raise invalid("you must provide a 'model' parameter", "model", "missing_required_parameter")
     if not isinstance(model, str):
         raise invalid(f"'model' must be a string, got {json_type(model)}", "model", "invalid_type")
+    return model
+
+
+def _common(body: dict, endpoint: Endpoint, served_model_name: str, max_tokens_names: tuple[str, ...],
+            default_max_tokens: int | None, defaults: Mapping) -> tuple[dict, bool, bool]:
+    """The sampling fields, OpenAI's conventions mapped onto the worker's. `defaults` (the deployment's sampling
+    defaults) fill a field the request leaves out or sends as null; a value the request gives always wins."""
+    model = requested_model(body)
     if model != served_model_name:
         raise ApiError(404, f"The model '{model}' does not exist; this gateway serves '{served_model_name}'",
                        param="model", code="model_not_found")

@@ -8,6 +8,10 @@ that carries it (`Authorization: Bearer <token>`): the control plane's scraper a
 scrape job sends it. Anyone else gets what a client needs: /health a bare liveness answer (its status code and
 `status`), /v1/models the OpenAI list with the model's context and sampling defaults, /metrics a 401 saying where the
 token comes from. A gateway started by hand without a token answers everyone in full, as before.
+
+A shared gateway answers them for every deployment it serves: /health with each one's state, /metrics with each
+one's series (labelled with its model), /trace with one deployment's records (`?deployment=NAME`), /v1/models with the
+models the caller may use.
 """
 from __future__ import annotations
 
@@ -15,12 +19,13 @@ import hmac
 from typing import Protocol
 
 from aiohttp import web
+from prometheus_client.registry import CollectorRegistry
 
+from inference.gateway import metrics as gateway_metrics
 from inference.gateway.config import Config
-from inference.gateway.metrics import GatewayMetrics
+from inference.gateway.deployment import ServedDeployment
 from inference.gateway.openai_protocol import ApiError
-from inference.gateway.routing import Router
-from inference.gateway.trace_log import MAX_PAGE, TraceLog
+from inference.gateway.trace_log import MAX_PAGE
 from inference.metrics import CONTENT_TYPE
 
 
@@ -28,13 +33,11 @@ class Gateway(Protocol):
     """What these routes read of the gateway (app.Gateway)."""
 
     config: Config
-    router: Router
-    metrics: GatewayMetrics
-    model: str
+    shared: bool
     created: int
-    sampling_defaults: dict
-    num_running: int
-    trace: TraceLog
+    registry: CollectorRegistry  # a shared gateway's own series (the process's, refusals before a deployment)
+
+    def served(self) -> list[ServedDeployment]: ...
 
 
 def is_operator(request: web.Request, token: str | None) -> bool:
@@ -46,39 +49,67 @@ def is_operator(request: web.Request, token: str | None) -> bool:
                                                                token.encode())
 
 
-async def health(gateway: Gateway, request: web.Request) -> web.Response:
-    full = is_operator(request, gateway.config.scrape_token)
-    groups = [g.describe() for g in gateway.router.groups]
+def _health_of(served: ServedDeployment) -> tuple[bool, dict]:
+    """Whether the deployment serves, and its full answer (its groups, and the serving one or why none serves)."""
+    groups = [g.describe() for g in served.router.groups]
     try:
-        group = gateway.router.serving_group()
+        group = served.router.serving_group()
     except ApiError:
-        if not full:
-            return web.json_response({"status": "unavailable"}, status=503)
-        return web.json_response({"status": "unavailable", "reason": gateway.router.unavailable_reason(),
-                                  "groups": groups}, status=503)
-    if not full:
-        return web.json_response({"status": "ok"})
-    return web.json_response({"status": "ok", "revision": group.revision, "mode": group.mode.value, "groups": groups})
+        return False, {"status": "unavailable", "reason": served.router.unavailable_reason(), "groups": groups}
+    return True, {"status": "ok", "revision": group.revision, "mode": group.mode.value, "groups": groups}
+
+
+async def health(gateway: Gateway, request: web.Request) -> web.Response:
+    """A per-deployment gateway: 200 while its deployment serves, else 503. A shared one: 200 `ok` while every
+    deployment serves, 200 `degraded` while some do (the process serves them; taking it out of a load balancer
+    would stop those too), 503 `unavailable` while none does; to an operator, each deployment's answer by name."""
+    full = is_operator(request, gateway.config.scrape_token)
+    answers = {served.name: _health_of(served) for served in gateway.served()}
+    if not gateway.shared:
+        ((ok, answer),) = answers.values()
+        return web.json_response(answer if full else {"status": answer["status"]}, status=200 if ok else 503)
+    num_ok = sum(ok for ok, _ in answers.values())
+    status = "ok" if answers and num_ok == len(answers) else "degraded" if num_ok else "unavailable"
+    body: dict = {"status": status}
+    if full:
+        body["deployments"] = {name: answer for name, (_, answer) in answers.items()}
+    return web.json_response(body, status=503 if status == "unavailable" else 200)
 
 
 async def metrics(gateway: Gateway, request: web.Request) -> web.Response:
     if not is_operator(request, gateway.config.scrape_token):
         return _token_required("/metrics", "the control plane and Prometheus")
-    gateway.metrics.requests_running.set(gateway.num_running)
-    return web.Response(body=gateway.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+    for served in gateway.served():
+        served.metrics.requests_running.set(served.num_running)
+    if not gateway.shared:
+        page = gateway.served()[0].metrics.render()
+    else:
+        page = gateway_metrics.render([gateway.registry, *(served.metrics.registry for served in gateway.served())])
+    return web.Response(body=page, headers={"Content-Type": CONTENT_TYPE})
 
 
 def trace(gateway: Gateway, request: web.Request) -> web.Response:
-    """GET /trace?after=SEQ&limit=N: the request records after SEQ (trace_log.py), for the control plane."""
+    """GET /trace?after=SEQ&limit=N[&deployment=NAME]: the request records after SEQ (trace_log.py), for the control
+    plane; a shared gateway's of the deployment it names (each has its own sequence)."""
     if not is_operator(request, gateway.config.scrape_token):
         return _token_required("/trace", "the control plane")
     try:
         after = int(request.query.get("after", "0"))
         limit = int(request.query.get("limit", str(MAX_PAGE)))
     except ValueError:
-        error = ApiError(400, "after and limit must be integers", param="after", code="invalid_value")
-        return web.json_response(error.body(), status=error.status)
-    return web.json_response(gateway.trace.page(after, limit))
+        return _bad_query("after and limit must be integers", "after")
+    served = gateway.served()
+    name = request.query.get("deployment")
+    if name is not None or gateway.shared:
+        served = [s for s in served if s.name == name]
+        if not served:
+            return _bad_query(f"give ?deployment= one of the deployments served here, not {name!r}", "deployment")
+    return web.json_response(served[0].trace.page(after, limit))
+
+
+def _bad_query(message: str, param: str) -> web.Response:
+    error = ApiError(400, message, param=param, code="invalid_value")
+    return web.json_response(error.body(), status=error.status)
 
 
 def _token_required(route: str, readers: str) -> web.Response:
@@ -88,25 +119,31 @@ def _token_required(route: str, readers: str) -> web.Response:
     return web.json_response(error.body(), status=error.status)
 
 
-def models(gateway: Gateway, request: web.Request) -> web.Response:
-    """OpenAI's model list, plus what serves the model: `dtype`, the one dtype of the serving group's ready workers
-    (None while there is no serving group, or while its workers disagree, which the KV handoff refuses);
-    `max_model_len`, the context every ready serving worker holds (the smallest of theirs): a longer request
-    finishes with "length"; `sampling_defaults`, what the gateway fills into a request that leaves a field out; and,
-    to an operator (above), `workers`: each listed worker with its routing weight and the dtype it runs (from its
-    health probe). A deployment that requires a key lists its model to a valid key only (the caller checks)."""
+def models(gateway: Gateway, visible: list[ServedDeployment], request: web.Request) -> web.Response:
+    """OpenAI's model list of the `visible` deployments (those the caller may use: the gateway checks), each with
+    what serves it: `dtype`, the one dtype of the serving group's ready workers (None while there is no serving group,
+    or while its workers disagree, which the KV handoff refuses); `max_model_len`, the context every ready serving
+    worker holds (the smallest of theirs): a longer request finishes with "length"; `sampling_defaults`, what the
+    gateway fills into a request that leaves a field out; and, to an operator (above), `workers`: each listed worker
+    with its routing weight and the dtype it runs (from its health probe)."""
+    operator = is_operator(request, gateway.config.scrape_token)
+    return web.json_response({"object": "list", "data": [_model(served, operator) for served in visible]})
+
+
+def _model(served: ServedDeployment, operator: bool) -> dict:
+    router = served.router
     try:
-        serving = gateway.router.serving_group()
+        serving = router.serving_group()
         ready = [w for role in serving.roles for w in serving.workers(role) if w.is_ready]
     except ApiError:
         ready = []
     dtypes = {w.dtype for w in ready}
     lens = [w.max_model_len for w in ready if w.max_model_len is not None]
-    model = {"id": gateway.model, "object": "model", "created": gateway.created, "owned_by": "tandem",
+    model = {"id": served.model, "object": "model", "created": served.created, "owned_by": "tandem",
              "dtype": dtypes.pop() if len(dtypes) == 1 else None, "max_model_len": min(lens) if lens else None,
-             "sampling_defaults": dict(gateway.sampling_defaults)}
-    if is_operator(request, gateway.config.scrape_token):
+             "sampling_defaults": dict(served.sampling_defaults)}
+    if operator:
         model["workers"] = [{"role": w.role.value, "revision": group.revision, "url": w.url, "state": w.state.value,
                              "weight": w.weight, "dtype": w.dtype, "max_model_len": w.max_model_len}
-                            for group in gateway.router.groups for role in group.roles for w in group.workers(role)]
-    return web.json_response({"object": "list", "data": [model]})
+                            for group in router.groups for role in group.roles for w in group.workers(role)]
+    return model

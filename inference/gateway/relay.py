@@ -62,10 +62,14 @@ async def _error_text(resp: aiohttp.ClientResponse) -> str:
 
 class Relay:
     def __init__(self, config: Config, router: Router, session: aiohttp.ClientSession, on_retry=None,
-                 on_migration=None) -> None:
+                 on_migration=None, *, model: str | None = None, worker_key: str | None = None) -> None:
         self.config = config
         self.router = router
         self.session = session
+        # The deployment's (a shared gateway relays for several): the model a vLLM worker is asked for, and the key
+        # each revision's worker secret derives from.
+        self.model = model or config.served_model_name
+        self.worker_key = worker_key or config.worker_key
         self.on_retry = on_retry or (lambda kind: None)
         self.on_migration = on_migration or (lambda reason: None)
 
@@ -130,7 +134,7 @@ class Relay:
         """What every request to a worker of `group` carries: its revision's worker secret, where the gateway has
         the deployment's key (inference.worker_secret), so that during a rollout each revision gets its own. A vLLM
         worker takes it as its API key."""
-        secret = None if self.config.worker_key is None else revision_secret(self.config.worker_key, group.revision)
+        secret = None if self.worker_key is None else revision_secret(self.worker_key, group.revision)
         if group.engine == VLLM:
             return vllm_protocol.auth_headers(secret)
         return JSON_HEADERS if secret is None else {**JSON_HEADERS, SECRET_HEADER: secret}
@@ -216,7 +220,7 @@ class Relay:
                          excluded: set[str]) -> aiohttp.ClientResponse:
         """vLLM's streaming request for `body` (inference/engines/vllm/protocol.py); a resumed request's prompt is
         tokenized by the worker first."""
-        headers, name = self._headers(group), self.config.served_model_name
+        headers, name = self._headers(group), self.model
         prompt_ids = max_model_len = None
         if body.get("resume_token_ids"):
             try:

@@ -13,7 +13,9 @@ at most MAX_BLOCKS of them, each hash covering its block and every block before 
 tokens for the replay (the prompt's tokens per block, from its measured token count). A request that never reached
 a worker has no measured prompt size: its tokens are estimated from its characters and the record says so.
 
-The ring holds the last `size` records; `GET /trace?after=SEQ` returns those after SEQ, with the ring's oldest
+Each deployment a gateway serves has its own ring, and each record names its deployment (a shared gateway answers
+`GET /trace?deployment=NAME`), so one busy deployment cannot push another's records out. The ring holds the last
+`size` records; `GET /trace?after=SEQ` returns those after SEQ, with the ring's oldest
 sequence number, so a reader that fell behind knows how many it lost. Sequence numbers start at 1 with each process
 (`started` tells processes apart).
 """
@@ -98,8 +100,9 @@ class TraceEntry:
 class TraceLog:
     """The bounded ring of finished requests' records, sampled at `sample` (0..1; 0 records nothing)."""
 
-    def __init__(self, size: int = DEFAULT_SIZE, sample: float = 1.0, *, rng: random.Random | None = None) -> None:
-        self.size, self.sample = size, sample
+    def __init__(self, size: int = DEFAULT_SIZE, sample: float = 1.0, *, rng: random.Random | None = None,
+                 deployment: str | None = None) -> None:
+        self.size, self.sample, self.deployment = size, sample, deployment
         self.started = time.time()
         self.records: deque[dict] = deque(maxlen=max(1, size))
         self.seq = 0
@@ -140,7 +143,7 @@ class TraceLog:
             "block_tokens": block_tokens, "hashes": list(entry.hashes),
             "ttft_s": None if entry.first_token is None else round(entry.first_token - entry.received, 6),
             "e2e_s": round(now - entry.received, 6), "outcome": outcome, "finish": entry.finish,
-            "revision": entry.revision, "status": status,
+            "revision": entry.revision, "status": status, "deployment": self.deployment,
         })
 
     def page(self, after: int, limit: int = MAX_PAGE) -> dict:
@@ -149,8 +152,8 @@ class TraceLog:
         oldest = self.records[0]["seq"] if self.records else self.seq + 1
         skip = max(0, after + 1 - oldest)
         records = list(islice(self.records, skip, skip + limit))
-        return {"started": self.started, "oldest": oldest, "last": self.seq, "size": self.size,
-                "sample": self.sample, "records": records}
+        return {"deployment": self.deployment, "started": self.started, "oldest": oldest, "last": self.seq,
+                "size": self.size, "sample": self.sample, "records": records}
 
 
 def error_code(body: bytes | None) -> str | None:

@@ -166,12 +166,14 @@ TOKEN = "s3cret-token"
 
 class ControlPlane:
     """A stand-in control plane: a real HTTP server (on its own thread) speaking the documented endpoints contract.
-    Serves GET /api/v1/deployments/demo/endpoints from `self.endpoints`; 503 everything while `self.down`."""
+    Serves GET /api/v1/deployments/demo/endpoints from `self.endpoints`, and a shared gateway's
+    GET /api/v1/gateways/front/endpoints from `self.shared`; 503 everything while `self.down`."""
 
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.endpoints: dict = {"deployment": "demo", "model": "demo", "mode": "colocated", "groups": []}
+        self.shared: dict = {"gateway": "front", "deployments": []}
         self.down = False
         self.delay_s = 0.0  # how long each answer takes (a control plane under load)
         self.num_polls = 0
@@ -189,12 +191,13 @@ class ControlPlane:
             return web.json_response({"detail": "maintenance"}, status=503)
         if request.headers.get("Authorization") != f"Token {TOKEN}":
             return web.json_response({"detail": "Invalid token."}, status=401)
-        return web.json_response(self.endpoints)
+        return web.json_response(self.shared if request.path.startswith("/api/v1/gateways/") else self.endpoints)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         app = web.Application()
         app.router.add_get("/api/v1/deployments/demo/endpoints", self._endpoints)
+        app.router.add_get("/api/v1/gateways/front/endpoints", self._endpoints)
         self._runner = web.AppRunner(app)
         self._loop.run_until_complete(self._runner.setup())
         self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
