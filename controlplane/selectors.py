@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 
 from controlplane.errors import not_found
-from controlplane.models import (Action, ActionKind, ActionStatus, Deployment, Node, Pool, Revision, Worker,
-                                 WorkerPurpose, WorkerRole, WorkerStatus)
+from controlplane.models import (Action, ActionKind, ActionStatus, Deployment, Node, Pool, Revision, SharedGateway,
+                                 Worker, WorkerPurpose, WorkerRole, WorkerStatus)
 from controlplane.models.actions import UNFINISHED_STATUSES
 from controlplane.rollout_provider import traffic_weights, variant_names
 from controlplane.tenant_provider import gateway_access
@@ -40,7 +40,7 @@ def deployment_list() -> QuerySet[Deployment]:
         num_live=Count("workers", filter=Q(workers__status__in=[WorkerStatus.PENDING, WorkerStatus.STARTING,
                                                                  WorkerStatus.READY])),
     ).order_by("-role")  # prefill, decode, colocated: the order a request flows through
-    return (Deployment.objects.select_related("current_revision", "gateway_node", "created_by")
+    return (Deployment.objects.select_related("current_revision", "gateway_node", "shared_gateway__node", "created_by")
             .prefetch_related(Prefetch("pools", queryset=pools))
             .annotate(num_ready_workers=ready, is_deleting=Exists(_unfinished_deletes)))
 
@@ -185,3 +185,18 @@ def deployment_endpoints(deployment: Deployment) -> dict:
         "objectives": {"itl_p99_seconds": (deployment.objectives or {}).get("itl_p99_seconds")},
         **gateway_access(deployment),  # `requires_key` and `tenants`, when the deployment has any (tenant_provider)
     }
+
+
+def shared_gateway_get(name: str) -> SharedGateway:
+    gateway = (SharedGateway.objects.select_related("node").filter(name=name).first()
+               if _could_be_name(name) else None)
+    if gateway is None:
+        raise not_found(f"shared gateway {name!r} does not exist")
+    return gateway
+
+
+def shared_gateway_endpoints(gateway: SharedGateway) -> dict:
+    """A shared gateway's membership (docs/contracts.md "Shared gateway membership"): every attached deployment's
+    answer, as deployment_endpoints gives it, in one response for one poll."""
+    deployments = Deployment.objects.select_related("current_revision").filter(shared_gateway=gateway).order_by("name")
+    return {"gateway": gateway.name, "deployments": [deployment_endpoints(d) for d in deployments]}

@@ -52,16 +52,21 @@ class DeploymentSerializer(serializers.ModelSerializer):
     current_revision = serializers.IntegerField(source="current_revision.number", allow_null=True, default=None)
     gateway_node = serializers.CharField(source="gateway_node.name", allow_null=True, default=None)
     gateway_url = serializers.SerializerMethodField()
+    shared_gateway = serializers.CharField(source="shared_gateway.name", allow_null=True, default=None)
     created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
     pools = PoolSerializer(many=True, read_only=True)
     deleting = serializers.SerializerMethodField()
 
     class Meta:
         model = Deployment
-        fields = ["name", "mode", "current_revision", "gateway_port", "gateway_url", "gateway_node", "pools",
+        fields = ["name", "mode", "current_revision", "gateway_port", "gateway_url", "gateway_node", "shared_gateway",
+                  "pools",
                   "autoscale_enabled", "sampling_defaults", "objectives", "deleting", "created_at", "created_by"]
 
     def get_gateway_url(self, deployment: Deployment) -> str | None:
+        """The base URL that serves the deployment: its shared gateway's, else its own gateway's."""
+        if deployment.shared_gateway is not None:
+            return deployment.shared_gateway.url
         if deployment.gateway_port is None:
             return None
         node = deployment.gateway_node
@@ -179,3 +184,15 @@ class EndpointsSerializer(serializers.Serializer):
     groups = EndpointGroupSerializer(many=True)
     sampling_defaults = SamplingDefaultsSerializer(help_text="what the gateway fills into a request that leaves a "
                                                              "field out")
+
+
+class SharedGatewaySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    port = serializers.IntegerField()
+    node = serializers.CharField(source="node.name", allow_null=True, default=None)
+    url = serializers.CharField(help_text="the base URL clients send every attached deployment's requests to")
+    deployments = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+
+    def get_deployments(self, gateway) -> list[str]:
+        return sorted(gateway.deployments.values_list("name", flat=True))

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from controlplane.api.views import actions, deployments, nodes, operations, workers
+from controlplane.api.views import actions, deployments, gateways, nodes, operations, workers
 
 app_name = "api"
 
@@ -23,6 +23,10 @@ urlpatterns = [
     *verb("deployments/<str:name>/rollback", operations.RollbackView, "deployment-rollback"),
     *verb("deployments/<str:name>/endpoints", operations.EndpointsView, "deployment-endpoints"),
     *verb("deployments/<str:name>/pools/<str:role>", operations.PoolPlacementView, "pool-placement"),
+    *verb("deployments/<str:name>/gateway", gateways.DeploymentGatewayView, "deployment-gateway"),
+    path("gateways/", gateways.SharedGatewayListView.as_view(), name="gateway-list"),
+    path("gateways/<str:name>/", gateways.SharedGatewayDetailView.as_view(), name="gateway-detail"),
+    *verb("gateways/<str:name>/endpoints", gateways.SharedGatewayEndpointsView, "gateway-endpoints"),
     path("workers/", workers.WorkerListView.as_view(), name="worker-list"),
     path("workers/<int:worker_id>/", workers.WorkerDetailView.as_view(), name="worker-detail"),
     *verb("workers/<int:worker_id>/restart", workers.WorkerRestartView, "worker-restart"),

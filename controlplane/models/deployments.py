@@ -49,6 +49,11 @@ class Deployment(models.Model):
     gateway_node = models.ForeignKey(
         "controlplane.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="gateway_deployments"
     )
+    # Served by this shared gateway instead of one of its own (then gateway_port is None). PROTECT: a shared gateway
+    # is deleted only once no deployment is attached (services.gateways).
+    shared_gateway = models.ForeignKey(
+        "controlplane.SharedGateway", null=True, blank=True, on_delete=models.PROTECT, related_name="deployments"
+    )
     # The autoscaler acts on this deployment's pools only while this is on.
     autoscale_enabled = models.BooleanField(default=False)
     # What the gateway fills into a request that leaves a field out: any of temperature, top_p, top_k, max_tokens

@@ -193,6 +193,9 @@ def _advance_rollout(deployment: Deployment, pools: list[Pool], summary: dict, *
 
 def _reconcile_gateway(deployment: Deployment, summary: dict) -> None:
     if deployment.gateway_port is None:
+        # Attached to a shared gateway (services.gateways): a gateway of its own that still runs stops.
+        for own in Worker.objects.filter(deployment=deployment, role=WorkerRole.GATEWAY, status__in=SERVING):
+            _drain(own, "served by a shared gateway", summary)
         return
     gateways = list(Worker.objects.filter(deployment=deployment, role=WorkerRole.GATEWAY,
                                           status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id"))
