@@ -8,7 +8,8 @@
   per target in ScrapeState, with Prometheus' histogram_quantile math and counter-reset handling. Series names and
   pool aggregation rules: catalog.py. Client vs server (5xx) error kinds: exposition.py.
 - Store (models.py, rollup.py): one row per (target, scrape, metric); 1-minute rollups; retention raw 6 h,
-  rollups 14 days (settings), pruned by `observability.rollup_and_prune` every minute.
+  rollups 14 days (settings), pruned by `observability.rollup_and_prune` every minute. A gateway's request counters
+  are also kept as scraped (gateway_counters.py), for windows shorter than the rate window: a chaos fault's.
 - Read (series.py, the embedded store's reader): `metric_values` (one value per series over a window: alert rules,
   the fleet overview), `latest_pool_values` (the autoscaler) and `query_series_many` (points over a range: GET
   /api/v1/metrics/query in api.py, and the dashboard's charts).

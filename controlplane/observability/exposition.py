@@ -48,6 +48,10 @@ _COUNTERS = {
     # Speculative decoding: draft tokens verified and accepted (workers; 0 without speculation).
     "tandem_spec_decode_proposed_tokens_total": "spec_proposed",
     "tandem_spec_decode_accepted_tokens_total": "spec_accepted",
+    # A gateway's requests moved mid-stream to another worker pair, and retried before their first token (summed over
+    # their reason and kind): what a chaos run's report counts.
+    "tandem_request_migrations_total": "migrations",
+    "tandem_gateway_retries_total": "retries",
 }
 # Gauges → (key, how several label sets combine: GPUs of one worker).
 _GAUGES = {

@@ -106,6 +106,26 @@ class TenantSample(models.Model):
         ]
 
 
+class GatewayCounters(models.Model):
+    """A gateway's cumulative request counters and latency histograms at one scrape that it answered, summed over
+    revisions (gateway_counters.py has the format). The derived series are rates over the scrape window, too long
+    for a fault of a few seconds: a window of any length is read as the increase between two of these rows, as
+    Prometheus' raw samples are read in the other backend. Pruned with raw samples' retention (rollup.prune)."""
+
+    ts = models.FloatField()  # Unix seconds of the scrape
+    deployment_id = models.BigIntegerField()
+    worker_id = models.BigIntegerField()  # the gateway's Worker row
+    snapshot = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [
+            # Read by gateway_counters.stored_counters: one gateway's scrapes over a window.
+            models.Index(fields=["worker_id", "ts"], name="gateway_counters_window"),
+            # Read by retention pruning.
+            models.Index(fields=["ts"], name="gateway_counters_ts"),
+        ]
+
+
 class ScrapeState(models.Model):
     """The recent raw counters and histogram buckets of one target, so that any Celery process can compute rates.
 

@@ -12,6 +12,8 @@ refreshes in five).
                               revision=~"1|2"}[step]) per metric
     query_range(queries)    → query_range of avg_over_time(tandem_worker:<metric>{deployment="a", pool=~"...",
                               worker=~"..."}[step]) per line of a chart, evaluated at the end of each step
+    gateway_counters(...)   → {__name__=~"<a gateway's request series>", deployment="a", pool="gateway",
+                              worker="9"}[window]: raw samples, one snapshot per scrape (gateway_counters.py)
 
 Answers follow series.metric_values' contract: deployments by id (the `deployment` label is its name), the pool
 aggregate under worker None, and the series expected but silent (a named pool, each worker holding a process) with
@@ -32,14 +34,13 @@ import requests
 from controlplane.observability import series
 from controlplane.observability.catalog import TENANT_METRICS
 from controlplane.observability.exposition import Reading, parse_exposition
+from controlplane.observability.gateway_counters import exposition_line, range_selector, scraped_counters
 from controlplane.observability.recording_rules import (POOL_PREFIX, REVISION_METRICS, REVISION_PREFIX, TENANT_PREFIX,
                                                         WORKER_PREFIX, recorded_metrics)
 from controlplane.observability.scraper import Target
 from controlplane.observability.series import AGGREGATIONS, METRICS, MetricValue, SeriesQuery, as_unix
 from controlplane.observability.tenant_series import TENANT_ROLE, check_tenant_read
 
-# Labels Prometheus adds to what it scrapes (Tandem's service discovery and its own): not the gateway's.
-_TARGET_LABELS = frozenset({"deployment", "pool", "node", "worker", "job", "instance"})
 RANGE_CONCURRENCY = 8  # range queries in flight at once for one read (a page's lines)
 PROBLEM_TTL_S = 5.0  # /healthz comes every few seconds: one readiness probe per this long at most
 _OVER_TIME = {"avg": "avg_over_time", "max": "max_over_time", "min": "min_over_time", "sum": "sum_over_time",
@@ -249,7 +250,7 @@ class PrometheusReader:
         with ThreadPoolExecutor(max_workers=min(RANGE_CONCURRENCY, len(wanted))) as pool:
             return {key: points for answer in pool.map(read, wanted) for key, points in answer.items()}
 
-    # --- a gateway's counters per revision ---------------------------------------------------------------------
+    # --- a gateway's counters ---------------------------------------------------------------------------------
 
     def gateway_revisions(self, gateway: Target) -> dict[str, Reading] | None:
         """The gateway's series that carry a `revision` label, as Prometheus last scraped them (one instant query),
@@ -262,19 +263,24 @@ class PrometheusReader:
         target = f'deployment="{names[gateway.deployment_id]}", pool="gateway", worker="{int(gateway.worker_id)}"'
         up, lines = None, []
         for item in self.query(f'{{{target}, revision!=""}} or up{{{target}}}', at=time.time()):
-            labels = {k: v for k, v in item["metric"].items() if k not in _TARGET_LABELS}
-            name = labels.pop("__name__", "")
-            if name == "up":
+            if item["metric"].get("__name__") == "up":
                 up = float(item["value"][1])
                 continue
-            text = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(labels.items()))
-            lines.append(f"{name}{{{text}}} {item['value'][1]}")
+            lines.append(exposition_line(item["metric"], item["value"][1]))
         if up != 1.0:
             return None
         try:
             return parse_exposition("\n".join(lines) + "\n").by_revision
         except ValueError:  # none of the request metrics the parser reads (or no series at all): no revision yet
             return {}
+
+    def gateway_counters(self, gateway: Target, *, start: float, end: float) -> list[dict]:
+        """gateway_counters.scraped_counters of one range selector over the gateway's raw request series."""
+        deployment = _deployment_names([gateway.deployment_id]).get(gateway.deployment_id)
+        if deployment is None:
+            return []
+        matrix = self.query(range_selector(deployment, gateway.worker_id, start=start, end=end), at=end)
+        return scraped_counters(matrix, start=start, end=end)
 
     # --- points over a range ----------------------------------------------------------------------------------
 
@@ -344,9 +350,6 @@ def _range_selector(query: SeriesQuery, deployment: str | None) -> str | None:
         matchers.append(f'worker="{int(query.worker)}"')
     prefix = POOL_PREFIX if query.worker is None else WORKER_PREFIX
     return f"{prefix}{query.metric}{{{', '.join(matchers)}}}"
-
-def _escaped(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _duration(seconds: float) -> str:

@@ -17,6 +17,9 @@ through `reader()`, and nothing else knows which backend is in use.
     reader().gateway_revisions(Target(gateway id, deployment id, "gateway", url))
         {revision: Reading} of the gateway's cumulative request counters and histograms: rollout analysis
         (embedded: the gateway's /metrics, read at once; prometheus: its series as last scraped)
+    reader().gateway_counters(Target(gateway id, ...), start=t0, end=t1)
+        [{"ts", "snapshot"}]: the gateway's cumulative request counters and latency histograms at each scrape of the
+        window, led by the one that opens it (gateway_counters.py): chaos reads a fault's window as their increase
 
 TANDEM_METRICS_BACKEND picks the implementation: "embedded" (the default) reads Tandem's own tables
 (observability.series); "prometheus" issues PromQL instant and range queries over the recording rules
@@ -38,6 +41,7 @@ from django.conf import settings
 from controlplane.observability import revision_series, series, tenant_series
 from controlplane.observability.promql import MetricsUnavailable, PrometheusReader
 from controlplane.observability.exposition import Reading
+from controlplane.observability.gateway_counters import stored_counters
 from controlplane.observability.scraper import Target, scrape
 from controlplane.observability.series import MetricValue, SeriesQuery
 
@@ -79,6 +83,10 @@ class SeriesReader(Protocol):
         """A gateway's cumulative request counters and latency histograms per revision that it served
         (Reading.by_revision: what rollout analysis compares), as of now; None when it has none to give."""
 
+    def gateway_counters(self, gateway: Target, *, start: float, end: float) -> list[dict]:
+        """A gateway's counters at each of its scrapes in (start, end], led by the newest at or before `start`
+        (gateway_counters.py has the contract)."""
+
     def problem(self) -> str | None:
         """Why the backend cannot answer now, or None (for /healthz; cheap, cached)."""
 
@@ -113,6 +121,9 @@ class EmbeddedReader:
             log.info("gateway %s did not answer: %s", gateway.worker_id, fetched.error)
             return None
         return fetched.reading.by_revision
+
+    def gateway_counters(self, gateway: Target, *, start: float, end: float) -> list[dict]:
+        return stored_counters(gateway.worker_id, start=start, end=end)
 
     def problem(self) -> str | None:
         return None  # the database: /healthz checks it first

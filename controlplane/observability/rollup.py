@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Avg, Count, F, Max, Min
 from django.db.models.functions import Floor
 
-from controlplane.observability.models import RevisionSample, Rollup, Sample, ScrapeState, TenantSample
+from controlplane.observability.models import GatewayCounters, RevisionSample, Rollup, Sample, ScrapeState, TenantSample
 from controlplane.tenants.usage import prune_usage
 
 MAX_MINUTES_PER_PASS = 120
@@ -55,16 +55,18 @@ def rollup_pending(*, now: float | None = None) -> int:
 
 
 def prune(*, now: float | None = None) -> dict[str, int]:
-    """Delete samples (a revision's and a tenant's as a worker's) and rollups past retention, and the scrape state of targets
-    silent for a whole window of raw retention (workers long gone). Returns the number of rows deleted per table."""
+    """Delete samples (a revision's, a tenant's and a gateway's counters as a worker's) and rollups past retention,
+    and the scrape state of targets silent for a whole window of raw retention (workers long gone). Returns the
+    number of rows deleted per table."""
     now = time.time() if now is None else now
     raw_cutoff = now - settings.TANDEM_METRICS_RAW_RETENTION_S
     # No relations or signals point at these models, so Django deletes with one DELETE ... WHERE (no fetch).
     num_samples, _ = Sample.objects.filter(ts__lt=raw_cutoff).delete()
     num_revision_samples, _ = RevisionSample.objects.filter(ts__lt=raw_cutoff).delete()
     num_tenant_samples, _ = TenantSample.objects.filter(ts__lt=raw_cutoff).delete()
+    num_gateway_counters, _ = GatewayCounters.objects.filter(ts__lt=raw_cutoff).delete()
     num_rollups, _ = Rollup.objects.filter(ts__lt=now - settings.TANDEM_METRICS_ROLLUP_RETENTION_S).delete()
     num_states, _ = ScrapeState.objects.filter(last_scrape_at__lt=raw_cutoff).delete()
     return {"samples": num_samples, "revision_samples": num_revision_samples,
-            "tenant_samples": num_tenant_samples, "rollups": num_rollups,
+            "tenant_samples": num_tenant_samples, "gateway_counters": num_gateway_counters, "rollups": num_rollups,
             "scrape_states": num_states, "tenant_usage": prune_usage(now=now)}

@@ -20,7 +20,8 @@ from django.db.models.functions import Mod
 from controlplane.models import Pool
 from controlplane.observability.catalog import METRIC_IDS, POOL_AGGREGATES, SCRAPED_STATUSES, PoolAggregate
 from controlplane.observability.derive import Increments, pool_increments, rate_series, state_append, target_series
-from controlplane.observability.models import RevisionSample, Sample, ScrapeState, TenantSample
+from controlplane.observability.gateway_counters import counter_rows
+from controlplane.observability.models import GatewayCounters, RevisionSample, Sample, ScrapeState, TenantSample
 from controlplane.observability.scraper import Fetched, Target, scrape
 from controlplane.observability.tenant_rates import tenant_increments, tenant_states, tenant_values
 from controlplane.tenants.usage import add_usage, counter_deltas, usage_rows
@@ -92,7 +93,7 @@ def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = Non
     """1. scrape every target (of the shard's deployments) concurrently (failed workers count as targets that did
     not answer); 2. derive each target's series from its snapshots in the window (a gateway's per revision and per
     tenant too); 3. aggregate per (deployment, role), and per (deployment, tenant) over its gateways (tenant_rates);
-    4. write samples and states in one short transaction."""
+    4. write samples, each gateway's counters as scraped (gateway_counters.py) and states in one short transaction."""
     down: list[Target] = []
     if targets is None:
         targets, down = scrape_targets(shard), failed_targets(shard)
@@ -119,6 +120,7 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     new_states: list[tuple] = []
     revision_rows: list[RevisionSample] = []
     usage: list[tuple] = []
+    gateways: list[tuple] = []  # (worker id, deployment id, reading) of each gateway that answered
     # deployment → tenant → (its increments, its limits) at each of the deployment's gateways
     tenant_parts: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     num_up = 0
@@ -136,6 +138,7 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
             tenant_rings = (state or {}).get("tenant_rings")
             state = state_append(state, item.reading, ts, window)
             if target.role == "gateway":  # what each tenant used since the last scrape (a bill's rows)
+                gateways.append((target.worker_id, target.deployment_id, item.reading))
                 state["tenants"], growth = counter_deltas(tenants_before, item.reading.by_tenant,
                                                           item.reading.started_at, ts)
                 usage.extend(usage_rows(ts, target.deployment_id, growth))
@@ -169,6 +172,7 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     with transaction.atomic():
         _insert_samples(rows)
         RevisionSample.objects.bulk_create(revision_rows, batch_size=500)
+        GatewayCounters.objects.bulk_create(counter_rows(ts, gateways), batch_size=500)
         _insert_tenant_samples(tenant_rows)
         _upsert_states(new_states)
         add_usage(usage)  # in the states' transaction: a growth is added once, with the counters it was read from

@@ -3,7 +3,7 @@ import pytest
 from django.test import override_settings
 
 from controlplane.observability.catalog import METRIC_IDS
-from controlplane.observability.models import RevisionSample, Rollup, Sample, ScrapeState
+from controlplane.observability.models import GatewayCounters, RevisionSample, Rollup, Sample, ScrapeState
 from controlplane.observability.rollup import prune, rollup_pending
 from controlplane.observability.series import metric_values
 
@@ -55,10 +55,14 @@ def test_prune_deletes_what_is_past_retention():
     # A gateway's per-revision series are kept as long as raw samples.
     RevisionSample.objects.create(ts=now - 3700, deployment_id=1, revision=1, metric=QPS, value=3.0)
     RevisionSample.objects.create(ts=now - 60, deployment_id=1, revision=2, metric=QPS, value=4.0)
-    assert prune(now=now) == {"samples": 1, "revision_samples": 1, "tenant_samples": 0, "rollups": 1,
-                              "scrape_states": 1, "tenant_usage": 0}
+    # So are a gateway's counters as scraped.
+    GatewayCounters.objects.create(ts=now - 3700, deployment_id=1, worker_id=9)
+    GatewayCounters.objects.create(ts=now - 60, deployment_id=1, worker_id=9)
+    assert prune(now=now) == {"samples": 1, "revision_samples": 1, "tenant_samples": 0, "gateway_counters": 1,
+                              "rollups": 1, "scrape_states": 1, "tenant_usage": 0}
     assert list(Sample.objects.values_list("value", flat=True)) == [2.0]
     assert list(RevisionSample.objects.values_list("value", flat=True)) == [4.0]
+    assert list(GatewayCounters.objects.values_list("ts", flat=True)) == [now - 60]
     assert list(ScrapeState.objects.values_list("worker_id", flat=True)) == [6]
 
 

@@ -19,6 +19,7 @@ def test_a_cycle_scrapes_stores_and_records_its_duration(deployment, make_worker
 
 def test_the_rollup_task_runs_on_an_empty_store(db):
     assert rollup_and_prune_task() == {"rollups": 0, "deleted": {"samples": 0, "revision_samples": 0,
-                                                                 "tenant_samples": 0, "rollups": 0,
+                                                                 "tenant_samples": 0, "gateway_counters": 0,
+                                                                 "rollups": 0,
                                                                  "scrape_states": 0, "tenant_usage": 0}}
     assert CycleStat.objects.get(kind=CycleKind.ROLLUP).count == 1
