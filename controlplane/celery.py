@@ -31,6 +31,7 @@ PERIODIC_QUEUE = "periodic"
 # Task names that other modules enqueue by name (controlplane.celery.task_send).
 RECONCILE_DEPLOYMENT = "controlplane.supervision.tasks.reconcile_deployment"
 RECONCILE_ALL = "controlplane.supervision.tasks.reconcile_all"
+RECONCILE_SHARED_GATEWAY = "controlplane.supervision.tasks.reconcile_shared_gateway"
 CHECK_HEALTH = "controlplane.supervision.tasks.check_health"
 AGENT_START_WORKER = "controlplane.agent.tasks.agent_start_worker"
 AGENT_STOP_WORKER = "controlplane.agent.tasks.agent_stop_worker"
@@ -53,6 +54,7 @@ def _schedule(sender, **kwargs):
     sender.conf.task_routes = {
         **(sender.conf.task_routes or {}),
         RECONCILE_DEPLOYMENT: {"queue": CONTROL_QUEUE},
+        RECONCILE_SHARED_GATEWAY: {"queue": CONTROL_QUEUE},
         RECONCILE_ALL: {"queue": PERIODIC_QUEUE},
         CHECK_HEALTH: {"queue": PERIODIC_QUEUE},
     }

@@ -91,16 +91,17 @@ def _given(**filters) -> dict:
 
 
 def worker_list(*, deployment: str | None = None, role: str | None = None, status: str | None = None,
-                node: str | None = None) -> QuerySet[Worker]:
-    qs = Worker.objects.select_related("deployment", "node", "revision").order_by("id")
-    return qs.filter(**_given(deployment__name=deployment, role=role, status=status, node__name=node))
+                node: str | None = None, shared_gateway: str | None = None) -> QuerySet[Worker]:
+    qs = Worker.objects.select_related("deployment", "shared_gateway", "node", "revision").order_by("id")
+    return qs.filter(**_given(deployment__name=deployment, role=role, status=status, node__name=node,
+                              shared_gateway__name=shared_gateway))
 
 
 def worker_get(worker_id: int, *, for_update: bool = False) -> Worker:
     if not isinstance(worker_id, int) or not 0 < worker_id <= MAX_ID:
         raise not_found(f"worker {worker_id!r} does not exist")
     qs = Worker.objects.select_for_update(of=("self",)) if for_update else Worker.objects
-    worker = qs.select_related("deployment", "node", "revision").filter(pk=worker_id).first()
+    worker = qs.select_related("deployment", "shared_gateway", "node", "revision").filter(pk=worker_id).first()
     if worker is None:
         raise not_found(f"worker {worker_id} does not exist")
     return worker

@@ -8,9 +8,12 @@ placement reserves for the worker), else 1. D may be `auto`: the
 worker resolves it from the model's config when it loads. A CPU worker on a node that has measured its host also
 gets `--host-peak-gflops` and `--host-bandwidth-gbs` (its share of the host's roofline), to report its efficiency. Gateways: `python -m inference.gateway --port P --control-plane URL --deployment NAME`,
 `--quota-state FILE` (quota_state_path), with the `tandem-gateway` service user's token (viewer: it only reads
-/endpoints) in its environment (TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it.
+/endpoints) in its environment (TANDEM_CONTROL_PLANE_TOKEN), not on its command line where `ps` shows it. A shared
+gateway's process (a row with `shared_gateway`, docs/gateway.md) runs `--shared-gateway NAME` in place of
+`--deployment NAME`, on the shared gateway's port.
 Secrets between them (inference.worker_secret), in the environment too: a worker gets its revision's worker secret,
-a gateway the deployment's worker key, from which it derives each revision's.
+a gateway the deployment's worker key, from which it derives each revision's; a shared gateway the key of each
+deployment attached when it starts (TANDEM_WORKER_KEYS, a JSON object of name → key; shared_gateway_keys).
 """
 from __future__ import annotations
 
@@ -24,13 +27,13 @@ from django.conf import settings
 
 from controlplane.agent import processes
 from controlplane.lib.worker_keys import deployment_worker_key, scrape_token, worker_secret_for
-from controlplane.models import Pool, Worker, WorkerPurpose, WorkerRole
+from controlplane.models import Deployment, Pool, Worker, WorkerPurpose, WorkerRole
 from controlplane.models.workers import LIVE_STATUSES
 from controlplane.services.revisions import revision_model_checksum_record
 from inference.engines import VLLM, engine_of
 from inference.engines.vllm import launch as vllm_launch
 from inference.engines.vllm.launch import LaunchSpec
-from inference.gateway.config import SCRAPE_TOKEN_ENV
+from inference.gateway.config import SCRAPE_TOKEN_ENV, WORKER_KEYS_ENV
 from inference.model_snapshot import checksum as model_checksum
 from inference.roofline import format_gflops_flag, peaks_for_threads
 from inference.worker_secret import KEY_ENV, SECRET_ENV
@@ -73,7 +76,23 @@ def quota_state_path(deployment_name: str, port: int) -> Path:
 
 def log_path_for(worker: Worker) -> Path:
     prefix = "profile-" if worker.purpose == WorkerPurpose.PROFILE else ""
-    return settings.TANDEM_LOG_DIR / f"{prefix}{worker.deployment.name}-{worker.role}-{worker.id}.log"
+    if worker.shared_gateway_id is not None:
+        prefix = "shared-"  # a shared gateway's name may be a deployment's too: its log is never that one's
+    return settings.TANDEM_LOG_DIR / f"{prefix}{worker.owner_name}-{worker.role}-{worker.id}.log"
+
+
+def gateway_port(worker: Worker) -> int:
+    """The port a gateway listens on: its shared gateway's, else its deployment's (chosen by the operator)."""
+    if worker.shared_gateway_id is not None:
+        return worker.shared_gateway.port
+    return worker.deployment.gateway_port
+
+
+def shared_gateway_keys(worker: Worker) -> dict[int, tuple[str, str]]:
+    """Each deployment attached to the worker's shared gateway now: id → (name, worker key). Read once per start:
+    the ids the process got are recorded on its row (Worker.worker_keys_of), from the same read."""
+    attached = Deployment.objects.filter(shared_gateway_id=worker.shared_gateway_id).order_by("name")
+    return {deployment.pk: (deployment.name, deployment_worker_key(deployment)) for deployment in attached}
 
 
 def settings_for(worker: Worker) -> dict:
@@ -107,10 +126,12 @@ def model_checksum_for(revision) -> str:
 
 def argv_for(worker: Worker, port: int) -> list[str]:
     if worker.role == WorkerRole.GATEWAY:
+        served = (["--shared-gateway", worker.shared_gateway.name] if worker.shared_gateway_id is not None
+                  else ["--deployment", worker.deployment.name])
         return processes.python_argv(
             "inference.gateway", "--port", str(port), "--host", worker.host,
-            "--control-plane", settings.TANDEM_PUBLIC_URL, "--deployment", worker.deployment.name,
-            "--quota-state", str(quota_state_path(worker.deployment.name, port)),
+            "--control-plane", settings.TANDEM_PUBLIC_URL, *served,
+            "--quota-state", str(quota_state_path(worker.owner_name, port)),
         )
     revision = worker.revision
     if engine_of(revision.engine_settings) == VLLM:
@@ -221,7 +242,7 @@ def kv_budget_for(worker: Worker, engine_settings: dict) -> int | None:
 # The agent's own secrets and control-plane settings are none of an inference process's business; a worker secret
 # or key in the agent's own environment is no deployment's (each process gets its own below).
 _PRIVATE_ENV = ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "TANDEM_ADMIN_PASSWORD",
-                SECRET_ENV, KEY_ENV, SCRAPE_TOKEN_ENV)
+                SECRET_ENV, KEY_ENV, SCRAPE_TOKEN_ENV, WORKER_KEYS_ENV)
 
 
 def gpu_pick(worker: Worker) -> int | None:
@@ -242,13 +263,22 @@ def gpu_pick(worker: Worker) -> int | None:
     return min(gpus, key=lambda index: (load[index], index))
 
 
-def env_for(worker: Worker, gpu_index: int | None = None) -> dict[str, str]:
+def env_for(worker: Worker, gpu_index: int | None = None,
+            worker_keys: dict[int, tuple[str, str]] | None = None) -> dict[str, str]:
+    """The process's environment. worker_keys: a shared gateway's (shared_gateway_keys), read by the caller, which
+    records whose keys the process got."""
     env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
     # Each worker process gets the threads its revision asks for (else one): several share a host's cores.
     threads = settings_for(worker).get("threads")
     env["OMP_NUM_THREADS"] = str(threads or 1)
     env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
-    if worker.role == WorkerRole.GATEWAY:
+    if worker.role == WorkerRole.GATEWAY and worker.shared_gateway_id is not None:
+        # "shared " in the token's name: a shared gateway and a deployment of one name each keep their own token.
+        env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token(f"shared {worker.shared_gateway.name}")
+        keys = shared_gateway_keys(worker) if worker_keys is None else worker_keys
+        env[WORKER_KEYS_ENV] = json.dumps({name: key for name, key in keys.values()}, sort_keys=True)
+        env[SCRAPE_TOKEN_ENV] = scrape_token()
+    elif worker.role == WorkerRole.GATEWAY:
         env["TANDEM_CONTROL_PLANE_TOKEN"] = gateway_token(worker.deployment.name)
         env[KEY_ENV] = deployment_worker_key(worker.deployment)
         env[SCRAPE_TOKEN_ENV] = scrape_token()

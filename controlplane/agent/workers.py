@@ -38,7 +38,8 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
     3. Claim pending → starting (conditional on the pid we saw), spawn, record pid, port and the process's create
        time (started_at), which is the identity later checks compare.
     """
-    worker = Worker.objects.select_related("deployment", "revision", "node").filter(id=worker_id).first()
+    worker = (Worker.objects.select_related("deployment", "shared_gateway", "revision", "node")
+              .filter(id=worker_id).first())
     if worker is None:
         return "gone"
     _check_node(worker, node_name)
@@ -56,13 +57,16 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
     if num_claimed != 1:
         return "not-pending"  # another agent thread (a duplicate message) got there first
 
-    port = worker.deployment.gateway_port if worker.role == "gateway" else runtime.launcher.free_port(worker.host)
+    port = launch.gateway_port(worker) if worker.role == "gateway" else runtime.launcher.free_port(worker.host)
     log_path = launch.log_path_for(worker)
+    # A shared gateway's: whose worker keys its process gets, recorded with its pid (reconcile restarts it for a
+    # deployment attached later).
+    keys = launch.shared_gateway_keys(worker) if worker.shared_gateway_id is not None else None
     try:
         gpu_index = launch.gpu_pick(worker)
         argv = launch.argv_for(worker, port)
         handle = runtime.launcher.spawn(argv, log_path=log_path, marker=str(worker.id),
-                                 env=launch.env_for(worker, gpu_index), cwd=settings.BASE_DIR)
+                                 env=launch.env_for(worker, gpu_index, worker_keys=keys), cwd=settings.BASE_DIR)
     except Exception as exc:
         # Nothing runs: reported like a process that exited, so the restart policy (and its limit) applies.
         Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING).update(
@@ -75,7 +79,7 @@ def worker_start(*, worker_id: int, node_name: str | None) -> str:
     # kv_port: a KV fault's proxy was in front of the previous process, not this one (proxy_faults).
     num_updated = Worker.objects.filter(id=worker.id, status=WorkerStatus.STARTING, pid__isnull=True).update(
         pid=handle.pid, port=port, log_path=str(log_path), started_at=started_at, last_error="",
-        gpu_index=gpu_index, kv_port=None,
+        gpu_index=gpu_index, kv_port=None, worker_keys_of=sorted(keys or ()),
     )
     if num_updated != 1:
         # The row was drained or deleted while we spawned: this process must not outlive it.
@@ -92,7 +96,7 @@ def worker_stop(*, worker_id: int, node_name: str | None, deadline_s: float) -> 
     """Stop a worker's process: out of membership (draining), a grace period for the gateway to notice, SIGTERM
     (the worker finishes its in-flight requests), SIGKILL after deadline_s. Returns "stopped" or "gone".
     """
-    worker = Worker.objects.select_related("deployment", "node").filter(id=worker_id).first()
+    worker = Worker.objects.select_related("deployment", "shared_gateway", "node").filter(id=worker_id).first()
     if worker is None:
         return "gone"
     _check_node(worker, node_name)

@@ -115,14 +115,16 @@ RevisionDiffSerializer = type("RevisionDiffSerializer", (serializers.Serializer,
 
 
 class WorkerSerializer(serializers.ModelSerializer):
-    deployment = serializers.CharField(source="deployment.name")
+    deployment = serializers.CharField(source="deployment.name", allow_null=True, default=None)
+    shared_gateway = serializers.CharField(source="shared_gateway.name", allow_null=True, default=None,
+                                           help_text="a shared gateway's process: the gateway (deployment is null)")
     node = serializers.CharField(source="node.name", allow_null=True, default=None)
     revision = serializers.IntegerField(source="revision.number", allow_null=True, default=None)
     url = serializers.CharField(allow_null=True, read_only=True)
 
     class Meta:
         model = Worker
-        fields = ["id", "deployment", "role", "purpose", "status", "pid", "host", "port", "url", "node", "gpu_index",
+        fields = ["id", "deployment", "shared_gateway", "role", "purpose", "status", "pid", "host", "port", "url", "node", "gpu_index",
                   "revision", "dtype", "quantization", "weight_bytes", "restart_count", "last_error", "log_path", "created_at", "started_at",
                   "ready_at", "stopped_at", "last_health_at"]
 

@@ -30,6 +30,7 @@ class ActionKind(models.TextChoices):
     TENANT = "tenant"  # a tenant, its keys or a deployment's key requirement changed (controlplane/tenants)
     HOLD = "hold"  # health restarts held: many probes timed out at once (supervision.probe_hold); running while held
     FAULT = "fault"  # a chaos fault injected or reverted by a node agent (params.event says which)
+    GATEWAY = "gateway"  # a shared gateway created or deleted, or a deployment attached to or detached from one
 
 
 class ActorType(models.TextChoices):

@@ -8,7 +8,9 @@ class WorkerRole(models.TextChoices):
     PREFILL = "prefill"
     DECODE = "decode"
     COLOCATED = "colocated"
-    GATEWAY = "gateway"  # the deployment's gateway is supervised like a worker, without a pool or revision
+    # A deployment's gateway, or a shared gateway's (Worker.shared_gateway): supervised like a worker, without a
+    # pool or revision.
+    GATEWAY = "gateway"
 
 
 class WorkerStatus(models.TextChoices):
@@ -74,9 +76,19 @@ def health_answer_weights(response) -> dict:
 
 
 class Worker(models.Model):
-    """One process (a prefill, decode or colocated worker, or a gateway) on a node. Desired vs live is reconciled."""
+    """One process (a prefill, decode or colocated worker, or a gateway) on a node. Desired vs live is reconciled.
 
-    deployment = models.ForeignKey("controlplane.Deployment", on_delete=models.CASCADE, related_name="workers")
+    Every process is a deployment's but a shared gateway's (docs/gateway.md, "Shared gateway"), which serves several:
+    its row has `shared_gateway` instead, so that it is started, probed, restarted and re-adopted by the same code as
+    any other process."""
+
+    deployment = models.ForeignKey("controlplane.Deployment", null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="workers")
+    shared_gateway = models.ForeignKey("controlplane.SharedGateway", null=True, blank=True,
+                                       on_delete=models.CASCADE, related_name="workers")
+    # A shared gateway's process gets each attached deployment's worker key in its environment at start: the ids it
+    # was given, so that reconcile restarts it once a deployment attached later needs its key.
+    worker_keys_of = models.JSONField(default=list, blank=True)
     pool = models.ForeignKey(
         "controlplane.Pool", null=True, blank=True, on_delete=models.CASCADE, related_name="workers"
     )
@@ -122,9 +134,18 @@ class Worker(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["deployment", "role", "status"], name="worker_deployment_role_status")]
+        constraints = [models.CheckConstraint(
+            name="worker_one_owner",
+            condition=(models.Q(deployment__isnull=False, shared_gateway__isnull=True)
+                       | models.Q(deployment__isnull=True, shared_gateway__isnull=False, role="gateway")))]
 
     def __str__(self) -> str:
         return f"{self.role}#{self.pk}"
+
+    @property
+    def owner_name(self) -> str:
+        """The deployment's name, or the shared gateway's: what its log file and its gateway token are named by."""
+        return self.deployment.name if self.deployment_id is not None else self.shared_gateway.name
 
     @property
     def url(self) -> str | None:

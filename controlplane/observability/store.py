@@ -66,7 +66,7 @@ def scrape_targets(shard: Shard = ALL) -> list[Target]:
     from controlplane.models import Worker, WorkerPurpose, WorkerStatus
 
     rows = (shard.filter(Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False,
-                                               purpose=WorkerPurpose.SERVING))
+                                               purpose=WorkerPurpose.SERVING, deployment__isnull=False))
             # A subquery: an exclude on the JSON key alone would drop Tandem's starting workers too (the key is
             # absent there, and NOT (NULL IN ...) is NULL, not true).
             .exclude(id__in=Worker.objects.filter(
@@ -83,7 +83,8 @@ def failed_targets(shard: Shard = ALL) -> list[Target]:
     ready again, stopped, or replaced by a rollout (a failed worker of an older revision holds no slot)."""
     from controlplane.models import Worker, WorkerPurpose, WorkerRole, WorkerStatus
 
-    rows = (shard.filter(Worker.objects.filter(status=WorkerStatus.FAILED, purpose=WorkerPurpose.SERVING))
+    rows = (shard.filter(Worker.objects.filter(status=WorkerStatus.FAILED, purpose=WorkerPurpose.SERVING,
+                                               deployment__isnull=False))
             .filter(Q(role=WorkerRole.GATEWAY) | Q(revision_id=F("deployment__current_revision_id")))
             .values_list("id", "deployment_id", "role"))
     return [Target(wid, dep, role, "") for wid, dep, role in rows]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from controlplane.celery import RECONCILE_DEPLOYMENT, task_send
+from controlplane.celery import RECONCILE_DEPLOYMENT, RECONCILE_SHARED_GATEWAY, task_send
 from controlplane.errors import ControlPlaneError, conflict
 from controlplane.models import Action, ActionStatus, ActorType
 from controlplane.models.actions import UNFINISHED_STATUSES
@@ -251,3 +251,8 @@ def enqueue_reconcile(deployment_id: int) -> None:
     # robust: the change is committed by now; a broker that is down must not turn it into a 500. The periodic
     # reconcile_all (Celery beat) picks the deployment up anyway; the failure is logged.
     transaction.on_commit(send, robust=True)
+
+
+def enqueue_shared_gateway_reconcile(gateway_id: int) -> None:
+    """As enqueue_reconcile, for a shared gateway's process (controlplane.supervision.shared_gateways)."""
+    transaction.on_commit(lambda: task_send(RECONCILE_SHARED_GATEWAY, args=(gateway_id,)), robust=True)

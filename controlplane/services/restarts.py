@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.celery import RECONCILE_DEPLOYMENT, task_send
+from controlplane.celery import RECONCILE_DEPLOYMENT, RECONCILE_SHARED_GATEWAY, task_send
 from controlplane.models import Action, ActionKind, ActionStatus, Worker, WorkerStatus
 from controlplane.services.actions import Actor, action_create, worker_actions_finish
 
@@ -218,9 +218,10 @@ def worker_failure_record(*, failure: WorkerFailure) -> str | None:
                       reason=failure.reason, status=ActionStatus.RUNNING,
                       params={"role": worker.role, "pid": failure.pid, "backoff_s": delay,
                               "restart_count": worker.restart_count + 1, "log_tail": failure.log_tail})
-        deployment_id = worker.deployment_id
         # Beat's periodic reconcile would also get there; this makes the restart happen right after the backoff.
-        transaction.on_commit(lambda: task_send(RECONCILE_DEPLOYMENT, args=(deployment_id,),
-                                                countdown=delay + 0.1), robust=True)
+        # A shared gateway's process has no deployment: its own reconcile starts it again.
+        task, owner_id = ((RECONCILE_DEPLOYMENT, worker.deployment_id) if worker.deployment_id is not None
+                          else (RECONCILE_SHARED_GATEWAY, worker.shared_gateway_id))
+        transaction.on_commit(lambda: task_send(task, args=(owner_id,), countdown=delay + 0.1), robust=True)
     log.warning("worker %s (%s) restarts in %d s: %s", failure.worker_id, worker.role, delay, failure.reason)
     return "restart"

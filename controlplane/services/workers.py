@@ -14,6 +14,10 @@ from controlplane.services.actions import action_create, action_once, as_actor, 
 
 def _lock_worker(worker: Worker) -> Worker:
     worker = Worker.objects.select_for_update(of=("self",)).select_related("deployment").get(pk=worker.pk)
+    if worker.deployment_id is None:
+        # Its reconcile (supervision.shared_gateways) carries out no operator action: it restarts the process
+        # itself when it fails or needs a new deployment's key, and stops it when it serves none.
+        raise conflict(f"worker {worker.pk} is a shared gateway's process: it follows its attached deployments")
     if deployment_delete_pending(worker.deployment) is not None:
         raise conflict(f"deployment {worker.deployment.name!r} is being deleted")
     busy = (Action.objects.filter(worker=worker, kind__in=[ActionKind.RESTART, ActionKind.DRAIN],

@@ -29,6 +29,7 @@ import logging
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from controlplane.models import (
@@ -77,11 +78,11 @@ def reconcile_deployment(deployment_id: int, *, skip_locked: bool = False) -> di
             _advance_rollout(deployment, pools, summary, keep=rollout.revision_id if rollout else None)
         _reconcile_gateway(deployment, summary)
         _finish_actions(deployment)
-        _send_due_starts(deployment, summary)
+        send_due_starts(Worker.objects.filter(deployment=deployment), summary)
     return summary
 
 
-def _drain(worker: Worker, reason: str, summary: dict) -> None:
+def drain_worker(worker: Worker, reason: str, summary: dict) -> None:
     """Take a worker out of service. A pending one has no process: it is stopped at once."""
     now = timezone.now()
     if worker.status == WorkerStatus.PENDING and Worker.objects.filter(
@@ -148,7 +149,7 @@ def _reconcile_pool(deployment: Deployment, pool: Pool, summary: dict) -> None:
         rank = {WorkerStatus.FAILED: 0, WorkerStatus.PENDING: 1, WorkerStatus.STARTING: 2, WorkerStatus.READY: 3}
         excess = sorted(slots, key=lambda w: (rank[w.status], -w.id))[:-missing]
         for worker in excess:
-            _drain(worker, f"scaled {pool.role} down to {pool.desired_replicas}", summary)
+            drain_worker(worker, f"scaled {pool.role} down to {pool.desired_replicas}", summary)
 
 
 def _reconcile_tried(deployment: Deployment, pool: Pool, rollout, summary: dict) -> None:
@@ -163,7 +164,7 @@ def _reconcile_tried(deployment: Deployment, pool: Pool, rollout, summary: dict)
     if len(slots) > wanted:
         rank = {WorkerStatus.FAILED: 0, WorkerStatus.PENDING: 1, WorkerStatus.STARTING: 2, WorkerStatus.READY: 3}
         for worker in sorted(slots, key=lambda w: (rank[w.status], -w.id))[:len(slots) - wanted]:
-            _drain(worker, f"rollout {rollout.pk} needs {wanted} {pool.role} workers", summary)
+            drain_worker(worker, f"rollout {rollout.pk} needs {wanted} {pool.role} workers", summary)
 
 
 def _advance_replacements(deployment: Deployment, summary: dict) -> None:
@@ -171,7 +172,7 @@ def _advance_replacements(deployment: Deployment, summary: dict) -> None:
     ready = Worker.objects.filter(deployment=deployment, replaces__isnull=False, status=WorkerStatus.READY,
                                   replaces__status__in=SERVING).select_related("replaces")
     for replacement in ready:
-        _drain(replacement.replaces, f"replaced by worker {replacement.id}", summary)
+        drain_worker(replacement.replaces, f"replaced by worker {replacement.id}", summary)
 
 
 def _advance_rollout(deployment: Deployment, pools: list[Pool], summary: dict, *, keep: int | None) -> None:
@@ -188,14 +189,14 @@ def _advance_rollout(deployment: Deployment, pools: list[Pool], summary: dict, *
     )
     for worker in old:
         if new_group_complete or worker.status != WorkerStatus.READY:
-            _drain(worker, f"rollout to revision {current.number}", summary)
+            drain_worker(worker, f"rollout to revision {current.number}", summary)
 
 
 def _reconcile_gateway(deployment: Deployment, summary: dict) -> None:
     if deployment.gateway_port is None:
         # Attached to a shared gateway (services.gateways): a gateway of its own that still runs stops.
         for own in Worker.objects.filter(deployment=deployment, role=WorkerRole.GATEWAY, status__in=SERVING):
-            _drain(own, "served by a shared gateway", summary)
+            drain_worker(own, "served by a shared gateway", summary)
         return
     gateways = list(Worker.objects.filter(deployment=deployment, role=WorkerRole.GATEWAY,
                                           status__in=(*SERVING, WorkerStatus.FAILED)).order_by("id"))
@@ -203,7 +204,7 @@ def _reconcile_gateway(deployment: Deployment, summary: dict) -> None:
         _new_worker(deployment, role=WorkerRole.GATEWAY, pool=None, summary=summary, port=deployment.gateway_port,
                     node=deployment.gateway_node if deployment.gateway_node_id else None)
     for extra in gateways[1:]:
-        _drain(extra, "one gateway per deployment", summary)
+        drain_worker(extra, "one gateway per deployment", summary)
 
 
 def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
@@ -228,7 +229,7 @@ def _carry_out_worker_actions(deployment: Deployment, summary: dict) -> None:
                 if worker.status == WorkerStatus.STOPPED:
                     action_succeed(action_id=action.id, result={"worker_status": worker.status})
                 continue
-            _drain(worker, by, summary)
+            drain_worker(worker, by, summary)
             continue
         # restart in place, like a supervised restart but without backoff; a failed worker gets its slot back.
         if worker.status not in (WorkerStatus.STARTING, WorkerStatus.READY, WorkerStatus.FAILED,
@@ -316,12 +317,13 @@ def _finish_scale_actions(deployment: Deployment) -> None:
             action_succeed(action_id=action.id, result={"role": role, "num_ready": num_ready})
 
 
-def _send_due_starts(deployment: Deployment, summary: dict) -> None:
-    """Hand due pending workers to their agents. The claim (next_restart_at moved START_RESEND_S ahead) keeps two
-    passes from sending the same start twice, and resends it if the agent never picked it up."""
+def send_due_starts(owned: QuerySet[Worker], summary: dict) -> None:
+    """Hand the due pending workers among `owned` (one deployment's, or one shared gateway's) to their agents. The
+    claim (next_restart_at moved START_RESEND_S ahead) keeps two passes from sending the same start twice, and
+    resends it if the agent never picked it up."""
     now = timezone.now()
     online_ids = set(online_nodes().values_list("id", flat=True))
-    due = Worker.objects.filter(deployment=deployment, status=WorkerStatus.PENDING).select_related("node")
+    due = owned.filter(status=WorkerStatus.PENDING).select_related("node")
     for worker in due:
         if worker.next_restart_at is not None and worker.next_restart_at > now:
             continue
@@ -351,7 +353,7 @@ def _reconcile_delete(deployment: Deployment, action: Action, summary: dict) -> 
         status__in=(WorkerStatus.STOPPED, WorkerStatus.FAILED))
     for worker in running:
         if worker.status != WorkerStatus.DRAINING:
-            _drain(worker, "deployment deleted", summary)
+            drain_worker(worker, "deployment deleted", summary)
     if running.exists():
         return False
     name = deployment.name

@@ -2,7 +2,7 @@
 wrappers; they take ids.
 
 Beat schedules reconcile_all and check_health every TANDEM_RECONCILE_INTERVAL_S; services also enqueue a
-reconcile of one deployment right after every change (by name: controlplane.celery.task_send).
+reconcile of one deployment (or one shared gateway) right after every change (by name: controlplane.celery.task_send).
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
 
-from controlplane.celery import CHECK_HEALTH, RECONCILE_ALL, RECONCILE_DEPLOYMENT
-from controlplane.models import Deployment
+from controlplane.celery import CHECK_HEALTH, RECONCILE_ALL, RECONCILE_DEPLOYMENT, RECONCILE_SHARED_GATEWAY
+from controlplane.models import Deployment, SharedGateway
 from controlplane.observability.models import CycleKind
 from controlplane.observability.telemetry import record_cycle
 from controlplane.lib.single_pass import single_pass
-from controlplane.supervision import health, reconcile
+from controlplane.supervision import health, reconcile, shared_gateways
 from controlplane.supervision.at_rest import deployments_at_rest
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,11 @@ RETRY = dict(autoretry_for=(OperationalError,), retry_backoff=1, retry_backoff_m
 @shared_task(name=RECONCILE_DEPLOYMENT, **RETRY)
 def reconcile_deployment(deployment_id: int) -> dict:
     return reconcile.reconcile_deployment(deployment_id)
+
+
+@shared_task(name=RECONCILE_SHARED_GATEWAY, **RETRY)
+def reconcile_shared_gateway(gateway_id: int) -> dict:
+    return shared_gateways.reconcile_shared_gateway(gateway_id)
 
 
 # Every deployment, even one at rest, is reconciled at least this often: a safety net under the at-rest check.
@@ -51,7 +56,8 @@ def _at_rest_turn(ids: list[int], now: float) -> set[int]:
 
 @shared_task(name=RECONCILE_ALL, **RETRY)
 def reconcile_all() -> int:
-    """Reconcile every deployment not at rest (supervision.at_rest) and those whose turn it is (_at_rest_turn), timed
+    """Reconcile every deployment not at rest (supervision.at_rest) and those whose turn it is (_at_rest_turn), and
+    every shared gateway, timed
     for the control plane's /metrics; none while another pass runs (single_pass). A deployment whose row another
     reconcile holds is skipped: that one is reconciling it. Returns how many were reconciled."""
     with single_pass(CycleKind.RECONCILE) as mine:
@@ -69,6 +75,12 @@ def _reconcile_all() -> int:
         except Exception:
             # One broken deployment must not stop the others from being reconciled.
             log.exception("reconcile of deployment %s failed", deployment_id)
+    # Every pass: there are few of them, and each is one row to compare.
+    for gateway_id in SharedGateway.objects.values_list("id", flat=True):
+        try:
+            shared_gateways.reconcile_shared_gateway(gateway_id)
+        except Exception:
+            log.exception("reconcile of shared gateway %s failed", gateway_id)
     record_cycle(CycleKind.RECONCILE, time.perf_counter() - started)
     return len(ids)
 

@@ -188,7 +188,8 @@ def sent(monkeypatch):
 
     messages: list[tuple[str, tuple, str | None]] = []
     for module, name in ((agent_tasks, "agent_start_worker"), (agent_tasks, "agent_stop_worker"),
-                         (supervision_tasks, "reconcile_deployment")):
+                         (supervision_tasks, "reconcile_deployment"),
+                         (supervision_tasks, "reconcile_shared_gateway")):
         task = getattr(module, name)
 
         def apply_async(args=(), kwargs=None, queue=None, _name=name, **options):

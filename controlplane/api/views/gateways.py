@@ -43,9 +43,10 @@ class SharedGatewayDetailView(ApiView):
         return Response(SharedGatewaySerializer(shared_gateway_get(name)).data)
 
     @extend_schema(request=None, responses={204: None, **ERRORS},
-                   description="Delete a shared gateway; 409 while it serves a deployment. Admin.")
+                   description="Delete a shared gateway; 409 while it serves a deployment or its process is still "
+                               "stopping. Admin.")
     def delete(self, request, name: str):
-        shared_gateway_delete(gateway=shared_gateway_get(name))
+        shared_gateway_delete(gateway=shared_gateway_get(name), actor=request.user)
         return Response(status=204)
 
 
@@ -70,12 +71,12 @@ class DeploymentGatewayView(ApiView):
         data = AttachInput(data=request.data)
         data.is_valid(raise_exception=True)
         gateway = shared_gateway_get(data.validated_data["shared_gateway"])
-        deployment_gateway_attach(deployment=deployment, gateway=gateway)
+        deployment_gateway_attach(deployment=deployment, gateway=gateway, actor=request.user)
         return Response(DeploymentSerializer(deployment_get(name)).data)
 
     @extend_schema(request=None, responses={200: DeploymentSerializer, **ERRORS},
                    description="Detach the deployment from its shared gateway: it gets a gateway of its own again "
                                "(a new port). 409 when no shared gateway serves it. Admin.")
     def delete(self, request, name: str):
-        deployment_gateway_detach(deployment=deployment_get(name))
+        deployment_gateway_detach(deployment=deployment_get(name), actor=request.user)
         return Response(DeploymentSerializer(deployment_get(name)).data)

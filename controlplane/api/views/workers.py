@@ -17,12 +17,14 @@ class WorkerFilter(serializers.Serializer):
     role = serializers.ChoiceField(choices=WorkerRole.choices, required=False)
     status = serializers.ChoiceField(choices=WorkerStatus.choices, required=False)
     node = serializers.CharField(required=False, max_length=63)
+    shared_gateway = serializers.CharField(required=False, max_length=63)
 
 
 class WorkerListView(ApiView):
     @extend_schema(parameters=[WorkerFilter], responses={200: WorkerSerializer(many=True), **READ_ERRORS},
-                   description="Worker processes (gateways included, role `gateway`), filtered by deployment name, "
-                               "role, status and node. Viewer.")
+                   description="Worker processes (gateways included, role `gateway`; a shared gateway's has "
+                               "`shared_gateway` and no deployment), filtered by deployment name, role, status, node "
+                               "and shared gateway. Viewer.")
     def get(self, request):
         filters = WorkerFilter(data=request.query_params)
         filters.is_valid(raise_exception=True)
