@@ -36,7 +36,7 @@ from aiohttp import web
 
 from inference.engine.config import ConfigError
 from inference.worker.config import build_parser, worker_config
-from inference.worker.server import WorkerServer
+from inference.worker.server import OPEN_PATHS, WorkerServer
 from inference.worker.sim_profile import ProfileError
 
 log = logging.getLogger(__name__)
@@ -47,17 +47,35 @@ PID_SPAN = 10_000_000
 
 class HostedWorker(WorkerServer):
     """The worker server, with a hold in front of every request for the host's pause (a stopped process
-    answers nothing, on any path). Nothing else differs: a simulated worker is the same server."""
+    answers nothing, on any path), and its probes made cheap, since hundreds of workers share the host's one core:
+
+    - /metrics is rendered only when a series may have changed since the last page, and served from memory
+      otherwise. A series changes only while the worker works: a request of the worker protocol under way, a job
+      open, or its engine not idle. So a page rendered while none of these held, with no such request begun or
+      ended since, is still exact; an idle worker renders once, however often it is scraped.
+    - /health's ready answer is built once: nothing in it changes while the worker is ready (a simulated engine
+      fits no batch limit), and any other status is answered by the server's own handler.
+    Nothing else differs: a simulated worker is the same server, and no timer or task of its own wakes while it idles.
+    """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.unheld = asyncio.Event()
         self.unheld.set()
         self.release_timer: asyncio.TimerHandle | None = None
+        self.num_requests_seen = 0  # worker-protocol requests begun or ended: each may change a series
+        self.num_requests_open = 0
+        self._page: tuple[int, bytes, str] | None = None  # (num_requests_seen when rendered, body, content type)
+        self._ready_health: tuple[bytes, str] | None = None
 
     @property
     def paused(self) -> bool:
         return not self.unheld.is_set()
+
+    @property
+    def quiet(self) -> bool:
+        """No series of this worker changes until a request comes."""
+        return bool(self.info) and not self.num_requests_open and not self.jobs and self.engine.idle
 
     def pause(self, seconds: float) -> None:
         if self.release_timer is not None:
@@ -81,7 +99,33 @@ class HostedWorker(WorkerServer):
     @web.middleware
     async def _hold_middleware(self, request: web.Request, handler):
         await self.unheld.wait()
-        return await handler(request)
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        self.num_requests_seen += 1
+        self.num_requests_open += 1
+        try:
+            return await handler(request)
+        finally:
+            self.num_requests_open -= 1
+            self.num_requests_seen += 1
+
+    async def metrics_view(self, request: web.Request) -> web.Response:
+        seen, quiet = self.num_requests_seen, self.quiet
+        if quiet and self._page is not None and self._page[0] == seen:
+            return web.Response(body=self._page[1], headers={"Content-Type": self._page[2]})
+        response = await super().metrics_view(request)
+        # The render runs off the event loop: the page is kept only if the worker stayed quiet throughout.
+        if quiet and self.quiet and self.num_requests_seen == seen:
+            self._page = (seen, response.body, response.headers["Content-Type"])
+        return response
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self._ready_health is not None and self.health_status()[0] == "ok":
+            return web.Response(body=self._ready_health[0], headers={"Content-Type": self._ready_health[1]})
+        response = await super().health(request)
+        if response.status == 200:
+            self._ready_health = (response.body, response.headers["Content-Type"])
+        return response
 
 
 class SimHost:

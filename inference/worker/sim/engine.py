@@ -9,7 +9,8 @@ join the decode batch. Decode is continuous batching: sequences join and leave t
 steps, at most max_num_seqs run, and admission waits while the KV they would hold (kv_bytes_per_token a token)
 exceeds the profile's kv_cache_bytes; each step takes `decode_step_seconds(batch, tokens held)` and gives every
 running sequence one token. On the colocated role the two overlap. Tokens cycle through a fixed vocabulary
-(`token_text`), so text is easy to recognise. No thread and no timer per worker: many run in one process (host.py).
+(`token_text`), so text is easy to recognise. No thread and no timer per worker: many run in one process
+(inference/worker/sim_host.py).
 """
 from __future__ import annotations
 
@@ -92,6 +93,12 @@ class SimEngine:
 
     def is_alive(self) -> bool:
         return self.state is not LoopState.DEAD
+
+    @property
+    def idle(self) -> bool:
+        """Nothing open and nothing under way: none of this engine's series changes until a request comes
+        (the host serves an idle worker's /metrics from memory on that account)."""
+        return not self.open and not self._tasks and (self._decode_task is None or self._decode_task.done())
 
     def hold(self) -> None:
         """Make no progress, as a stopped (SIGSTOP) process makes none: the step under way completes only once
