@@ -1,11 +1,14 @@
 """The pull: every TANDEM_TRACE_PULL_INTERVAL_S, read each serving gateway's /trace past its cursor (the scrape token
-answers it) into its deployment's recorded trace. A gateway that does not answer is tried again next pass: its ring
-holds the records meanwhile, and what the ring dropped before a pull read it is counted on the cursor (`lost`)."""
+answers it) into its deployment's recorded trace. A shared gateway keeps a ring per deployment: it is read once per
+deployment attached to it (`/trace?deployment=NAME`), each into that deployment's trace, with a cursor per
+(gateway, deployment). A gateway that does not answer is tried again next pass: its ring holds the records
+meanwhile, and what the ring dropped before a pull read it is counted on the cursor (`lost`)."""
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -24,14 +27,26 @@ READY = (WorkerStatus.READY, WorkerStatus.DRAINING)
 
 
 def _gateways() -> list[tuple[int, int, str]]:
+    """(gateway worker id, deployment id, the URL its /trace is read at but for `after`): one per deployment a
+    shared gateway serves."""
     rows = Worker.objects.filter(role=WorkerRole.GATEWAY, status__in=READY, port__isnull=False) \
-        .values_list("id", "deployment_id", "host", "port")
-    return [(wid, dep, f"http://{host}:{port}") for wid, dep, host, port in rows]
+        .values_list("id", "deployment_id", "shared_gateway_id", "host", "port")
+    attached: dict[int, list[tuple[int, str]]] = {}
+    for dep, name, gateway in Deployment.objects.filter(shared_gateway__isnull=False).values_list(
+            "id", "name", "shared_gateway_id"):
+        attached.setdefault(gateway, []).append((dep, name))
+    pulls = []
+    for wid, dep, shared, host, port in rows:
+        url = f"http://{host}:{port}/trace?"
+        if shared is None:
+            pulls.append((wid, dep, url))
+        else:
+            pulls.extend((wid, dep, f"{url}{urlencode({'deployment': name})}&") for dep, name in attached.get(shared, []))
+    return pulls
 
 
 async def _page(session: aiohttp.ClientSession, url: str, after: int) -> dict:
-    status, text = await get_text(session, f"{url}/trace?after={after}", timeout_s=TIMEOUT_S,
-                                  headers=scrape_headers())
+    status, text = await get_text(session, f"{url}after={after}", timeout_s=TIMEOUT_S, headers=scrape_headers())
     if status != 200:
         raise ValueError(f"HTTP {status}: {text[:200]}")
     return json.loads(text)
@@ -57,7 +72,7 @@ def pull_all() -> dict:
     stored, failed = 0, {}
     pending = []
     for wid, dep, url in gateways:
-        started, last = cursor_position(wid)
+        started, last = cursor_position(wid, dep)
         pending.append((wid, dep, url, last, started))
     for _ in range(MAX_PAGES):
         if not pending:
@@ -66,7 +81,7 @@ def pull_all() -> dict:
         more = []
         for (wid, dep, url, last, started), page in zip(pending, pages):
             if isinstance(page, str):
-                failed[wid] = page
+                failed[(wid, dep)] = page
                 continue
             if started is not None and abs(page["started"] - started) > 1e-6 and last:
                 # A new process: read its ring from the start (the page just read began past our old cursor).
@@ -82,6 +97,6 @@ def pull_all() -> dict:
                 more.append((wid, dep, url, page["records"][-1]["seq"], page["started"]))
         pending = more
     removed = prune(live_gateways={wid for wid, _, _ in gateways})
-    for wid, error in failed.items():
-        log.info("trace pull: gateway %s: %s", wid, error)
+    for (wid, dep), error in failed.items():
+        log.info("trace pull: gateway %s, deployment %s: %s", wid, dep, error)
     return {"gateways": len(gateways), "stored": stored, "failed": len(failed), "pruned": removed}

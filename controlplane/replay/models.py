@@ -54,14 +54,19 @@ class TraceRequest(models.Model):
 
 
 class TraceCursor(models.Model):
-    """How far the pull has read one gateway's ring: its process (`started`, which a restart changes) and the last
-    sequence number stored."""
+    """How far the pull has read one gateway's ring of one deployment: its process (`started`, which a restart
+    changes) and the last sequence number stored. A shared gateway keeps a ring per deployment, each numbered on its
+    own, so its cursors are one per deployment it serves."""
 
-    gateway_id = models.BigIntegerField(unique=True)  # the gateway's Worker row
+    gateway_id = models.BigIntegerField()  # the gateway's Worker row
+    deployment_id = models.BigIntegerField()
     started = models.FloatField()
     last = models.BigIntegerField(default=0)
     lost = models.BigIntegerField(default=0)  # records the ring dropped before the pull read them
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["gateway_id", "deployment_id"], name="trace_cursor_unique")]
 
 
 class ChangeGate(models.Model):

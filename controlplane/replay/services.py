@@ -92,12 +92,12 @@ def sampled(sample: float, started: float, seq: int) -> bool:
 
 
 def store_page(trace: Trace, gateway_id: int, page: dict) -> int:
-    """Store what one /trace page holds beyond the gateway's cursor, and move the cursor, in one transaction.
-    Returns the records stored."""
+    """Store what one /trace page holds beyond the gateway's cursor of the trace's deployment, and move the cursor,
+    in one transaction. Returns the records stored."""
     started, records = float(page["started"]), page["records"]
     with transaction.atomic():
         cursor, _ = TraceCursor.objects.select_for_update().get_or_create(
-            gateway_id=gateway_id, defaults={"started": started, "last": 0})
+            gateway_id=gateway_id, deployment_id=trace.deployment_id, defaults={"started": started, "last": 0})
         if abs(cursor.started - started) > 1e-6:  # the gateway restarted: its numbers start again at 1
             cursor.started, cursor.last = started, 0
         fresh = [r for r in records if r["seq"] > cursor.last]
@@ -125,8 +125,9 @@ def _int_or_none(value) -> int | None:
         return None
 
 
-def cursor_position(gateway_id: int) -> tuple[float | None, int]:
-    row = TraceCursor.objects.filter(gateway_id=gateway_id).values_list("started", "last").first()
+def cursor_position(gateway_id: int, deployment_id: int) -> tuple[float | None, int]:
+    row = (TraceCursor.objects.filter(gateway_id=gateway_id, deployment_id=deployment_id)
+           .values_list("started", "last").first())
     return (row[0], row[1]) if row else (None, 0)
 
 
