@@ -29,6 +29,10 @@ def shared(live, tiny_model_dir):
     for name in MODELS:
         live.api("DELETE", f"deployments/{name}/gateway")
         live.api("DELETE", f"deployments/{name}/")
+    # With nothing attached its process drains; the gateway is deleted once it has, leaving the session's stack as
+    # it was for the tests after this one.
+    live.wait_for("the shared gateway deleted once its process stopped",
+                  lambda: live.api("DELETE", "gateways/sg-front/").status_code in (204, 404), timeout=90, interval=1)
 
 
 def _answers(client, model: str) -> bool:
