@@ -11,7 +11,10 @@ API, same stack):
 - time until every worker is ready;
 - a measurement window: per kind of periodic work (reconcile, health, scrape, alert_evaluation, autoscale) the
   number of passes and their mean and slowest duration (the durations each pass records, read from the web
-  process's /metrics), and CPU seconds per process, which is where the cycle's time goes;
+  process's /metrics), and the CPU seconds each component spent, from /proc (bench/lib/fleet_cpu.py): web, the
+  Celery workers, beat and Prometheus (the control plane's side), the fleet agent, its simulated hosts, the
+  gateways and this bench (the fleet's side), and the PostgreSQL backends of the bench's database; per cycle and
+  as cores;
 - "keeps the cycle": every kind ran about once per interval (at least 80 % of the expected passes) and its slowest
   pass fit in the interval.
 
@@ -27,6 +30,11 @@ nothing: no scrape pass is expected; Prometheus' rule evaluation, scrapes, CPU a
 instead). The page's day of data is then in Prometheus, backfilled with `promtool tsdb create-blocks-from
 openmetrics`. --backend both runs the embedded backend, then Prometheus, each on a fresh database. One JSON document
 is printed: each backend's figures and, per backend, the goals ({"value", "goal", "met"}).
+
+With two CPUs or more (--pin, the default there) the control plane's side runs on one half of the CPUs and the
+fleet's side on the other, so that the fleet's cost does not land on the control plane's figures; the JSON says
+which CPUs each side had, and each component which CPUs its processes were allowed. PostgreSQL and Redis are the
+machine's own services and are not pinned.
 
 The stack is bench/lib/fleet_stack.py's, the calls to the REST API bench/lib/fleet_api.py's, the measurements
 bench/lib/fleet_measure.py's; this script runs the sizes and reports.
@@ -49,10 +57,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import ROOT, emit  # noqa: E402
 from bench.lib.fleet_api import Api, answers, deploy, scale_all, split, wait, worker_counts  # noqa: E402
-from bench.lib.fleet_measure import (CONTROL_PLANE, KINDS, SCALE_GOAL_S, control_processes, cpu_seconds,  # noqa: E402
-                                     cycle_stats, goals, measure_page, rss_mib, rules_keep_cycle, sample_rss,
-                                     time_http_sd, window_summary)
-from bench.lib.fleet_stack import free_port, fresh_services, manage, stack_env, stack_specs, stop_stack  # noqa: E402
+from bench.lib.fleet_cpu import CpuWindow, affinity, cpu_list, cpu_sets  # noqa: E402
+from bench.lib.fleet_measure import (CONTROL_PLANE, FLEET, KINDS, SCALE_GOAL_S, components,  # noqa: E402
+                                     control_processes, cpu_summary, cycle_stats, goals, measure_page, rss_mib,
+                                     rules_keep_cycle, sample_rss, time_http_sd, window_summary)
+from bench.lib.fleet_stack import (DatabaseBackends, free_port, fresh_services, manage, stack_env,  # noqa: E402
+                                   stack_specs, stop_stack)
 from bench.lib.prometheus_process import PrometheusProcess, own_figures  # noqa: E402
 
 
@@ -88,31 +98,40 @@ def parse_args(argv=None):
     p.add_argument("--conn-max-age", type=int, default=60,
                    help="TANDEM_DB_CONN_MAX_AGE of every control-plane process (0: a connection per request/task)")
     p.add_argument("--skip-page", action="store_true", help="skip seeding a day of data and the page timing")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                   help="the control plane (web, Celery workers, beat, Prometheus) on one half of the CPUs, the fleet "
+                        "(its agent, simulated hosts and gateways) and this bench on the other (default: where there "
+                        "are two CPUs or more)")
     return p.parse_args(argv)
 
 
-def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shards: int, prometheus=None) -> dict:
-    """Passes of each periodic kind over the window and each process's CPU share; with Prometheus scraping (the
-    control plane then does not), Prometheus' own share and loops too."""
+def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shards: int, prometheus=None,
+                   database=None) -> dict:
+    """Passes of each periodic kind over the window and the CPU each component spent (bench/lib/fleet_cpu.py, from
+    /proc); with Prometheus scraping (the control plane then does not), Prometheus' own figures too."""
     procs = control_processes(stack)
     if prometheus is not None:
         import psutil
 
         procs["prometheus"] = [psutil.Process(prometheus.proc.pid)]
-    before, cpu_before, started = cycle_stats(api), cpu_seconds(procs), time.monotonic()
+    window = CpuWindow(lambda: components(stack, prometheus=prometheus, database=database))
+    window.sample()
+    before, started = cycle_stats(api), time.monotonic()
     deadline = started + seconds
     while time.monotonic() < deadline:
         stack.poll()
         time.sleep(1.0)
+        window.sample()
     elapsed = time.monotonic() - started
-    after, cpu_after = cycle_stats(api), cpu_seconds(procs)
+    after = cycle_stats(api)
     kinds = window_summary(before, after, elapsed, interval, scrape_shards,
                            kinds=tuple(k for k in KINDS if prometheus is None or k != "scrape"))
-    cpu = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) / elapsed, 3) for name in cpu_after}
+    cpu = window.report(interval)
+    sides = cpu_summary(cpu)
     out = {"window_s": round(elapsed, 1), "cycles": kinds,
            "keeps_cycle": all(k["keeps_cycle"] for k in kinds.values()),
-           "cpu_cores_by_process": cpu,
-           "control_plane_cpu_cores": round(sum(v for k, v in cpu.items() if k.startswith(CONTROL_PLANE)), 3),
+           "cpu_by_component": cpu, "cpu_by_side": sides,
+           "control_plane_cpu_cores": sides["control_plane"]["cores"],
            "rss_mib_by_process": rss_mib(procs), "load_avg": os.getloadavg()}
     if prometheus is not None:
         out["prometheus"] = own_figures(prometheus)
@@ -146,22 +165,32 @@ def main(argv=None) -> None:
     if sizes != sorted(sizes) or any(s < 2 * args.deployments for s in sizes):
         raise SystemExit("--sizes must ascend and give each deployment at least 2 workers")
     backends = ("embedded", "prometheus") if args.backend == "both" else (args.backend,)
+    cpus = cpu_sets() if args.pin is not False else None
+    if args.pin and cpus is None:
+        raise SystemExit(f"--pin needs two CPUs or more; this process may use {sorted(os.sched_getaffinity(0))}")
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus[1])  # this bench asks the API as a client would: on the fleet's side
     # One key for every run: the bench's own Django (measure_page) keeps the settings of the first.
     secret = "sim-fleet-bench-" + os.urandom(16).hex()
-    runs = {backend: run_backend(args, sizes, backend, secret) for backend in backends}
+    runs = {backend: run_backend(args, sizes, backend, secret, cpus) for backend in backends}
     emit({"bench": "sim_fleet", "database": "postgresql", "broker": "redis", "interval_s": args.interval,
           "control_workers": 1, "periodic_workers": args.periodic_workers, "web": args.web,
           "db_conn_max_age_s": args.conn_max_age, "threads_each": args.control_concurrency,
           "django_debug": args.debug, "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
-          "profile": args.profile, "window_s": args.window, "backends": runs,
+          "profile": args.profile, "window_s": args.window,
+          "pinning": {"control_plane_cpus": cpu_list(cpus[0]), "fleet_cpus": cpu_list(cpus[1]),
+                      "control_plane": [*CONTROL_PLANE, "prometheus"], "fleet": list(FLEET),
+                      "unpinned": ["postgresql", "redis"]} if cpus else None,
+          "backends": runs,
           "goals": {backend: goals(doc) for backend, doc in runs.items()},
           "machine": {"cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()}})
 
 
-def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
+def run_backend(args, sizes: list[int], backend: str, secret: str, cpus) -> dict:
     """The whole run for one metrics backend, on a fresh database and broker: the stack, each size, a pool scale,
     RSS over --duration, the page. With `prometheus`, a real Prometheus scrapes the fleet (http_sd, Tandem's
-    recording rules) and the control plane reads from it and scrapes nothing."""
+    recording rules) and the control plane reads from it and scrapes nothing. `cpus`: (control plane, fleet) CPU
+    sets, or None to leave every process on every CPU."""
     from controlplane.run.stack import Stack
     from inference.models import DEFAULT_MODELS_DIR
 
@@ -178,12 +207,15 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
     prometheus = None
     if backend == "prometheus":
         manage(env, "tandem_recording_rules", "--output", str(var_dir / "tandem-rules.yml"))
-        prometheus = PrometheusProcess(
-            var_dir / "prometheus", port=prometheus_port, rules=var_dir / "tandem-rules.yml",
-            targets_url=f"http://127.0.0.1:{web_port}/api/v1/prometheus/targets", interval_s=args.interval,
-            token=manage(env, "tandem_token", "prometheus", "--role", "viewer").strip())
-    stack = Stack(stack_specs(args, web_port=web_port, var_dir=var_dir), log_dir=var_dir / "logs", env=env, cwd=ROOT,
-                  on_event=lambda m: print(m, file=sys.stderr))
+        prometheus_token = manage(env, "tandem_token", "prometheus", "--role", "viewer").strip()
+        with affinity(cpus[0] if cpus else None):  # Prometheus shares the control plane's CPUs
+            prometheus = PrometheusProcess(
+                var_dir / "prometheus", port=prometheus_port, rules=var_dir / "tandem-rules.yml",
+                targets_url=f"http://127.0.0.1:{web_port}/api/v1/prometheus/targets", interval_s=args.interval,
+                token=prometheus_token)
+    database = DatabaseBackends(args.database_url)
+    stack = Stack(stack_specs(args, web_port=web_port, var_dir=var_dir, cpus=cpus), log_dir=var_dir / "logs",
+                  env=env, cwd=ROOT, on_event=lambda m: print(m, file=sys.stderr))
     web_url = f"http://127.0.0.1:{web_port}"
     api = Api(web_url, token)
     names = [f"sim-{i:03d}" for i in range(args.deployments)]
@@ -211,9 +243,9 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
             print(f"size {want}: ready in {ready_s:.0f} s; measuring {args.window:.0f} s", file=sys.stderr)
             time.sleep(2 * args.interval)  # the passes of the start-up burst are done
             entry = {"workers": want, "per_deployment": per_role, "all_ready_s": round(ready_s, 1),
-                     **measure_window(stack, api, args.window, args.interval, shards, prometheus)}
+                     **measure_window(stack, api, args.window, args.interval, shards, prometheus, database)}
             doc["sizes"].append(entry)
-            print(json.dumps({k: entry[k] for k in ("workers", "keeps_cycle", "cycles", "cpu_cores_by_process")}),
+            print(json.dumps({k: entry[k] for k in ("workers", "keeps_cycle", "cycles", "cpu_by_side")}),
                   file=sys.stderr)
         doc["largest_fleet_keeping_cycle"] = max((e["workers"] for e in doc["sizes"] if e["keeps_cycle"]),
                                                  default=None)
@@ -233,6 +265,7 @@ def run_backend(args, sizes: list[int], backend: str, secret: str) -> dict:
             print(f"deployment page: {doc['deployment_page']}", file=sys.stderr)
         return doc
     finally:
+        database.close()
         stop_stack(stack)
         if prometheus is not None:
             prometheus.stop()

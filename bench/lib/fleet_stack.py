@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.lib.common import ROOT
+from bench.lib.fleet_cpu import pinned
 from bench.lib.fleet_measure import control_processes
 
 
@@ -31,6 +32,24 @@ def fresh_services(database_url: str, broker_url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     redis.Redis.from_url(broker_url).flushdb()
+
+
+class DatabaseBackends:
+    """The PostgreSQL backends serving the bench's database (pg_stat_activity), asked over a connection to another
+    database of the same server, so that the asking is not counted."""
+
+    def __init__(self, database_url: str):
+        import psycopg
+
+        self.name = urlsplit(database_url).path.lstrip("/")
+        self.conn = psycopg.connect(_with_path(database_url, "/test"), autocommit=True)
+
+    def pids(self) -> list[int]:
+        return [row[0] for row in self.conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s",
+                                                    (self.name,)).fetchall()]
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def manage(env: dict, *args: str) -> str:
@@ -78,9 +97,11 @@ def stack_env(args, backend: str, secret: str, *, var_dir: Path, web_port: int, 
     return env
 
 
-def stack_specs(args, *, web_port: int, var_dir: Path) -> list:
+def stack_specs(args, *, web_port: int, var_dir: Path, cpus: tuple[set[int], set[int]] | None = None) -> list:
     """`make run`'s children, changed as the arguments ask: the web tier, the Celery workers (`control` alone, and
-    `periodic` ones beside it), and the simulated fleet in the node agent's place."""
+    `periodic` ones beside it), and the simulated fleet in the node agent's place. With `cpus` (control plane,
+    fleet: bench/lib/fleet_cpu.py) each is pinned to its side's set; the fleet's hosts and gateways, which the fleet
+    agent spawns, inherit its set."""
     from controlplane.run.stack import ChildSpec, child_specs
 
     specs = child_specs(web_port=web_port, node_name="sim", var_dir=var_dir, embedded_beat=False)
@@ -99,6 +120,9 @@ def stack_specs(args, *, web_port: int, var_dir: Path) -> list:
     specs[-1] = ChildSpec("agent", [sys.executable, str(ROOT / "manage.py"), "tandem_simfleet", "--nodes",
                                     str(args.nodes), "--hosts", str(args.hosts), "--prefix", "sim",
                                     "--concurrency", "16"], stop_deadline_s=30)
+    if cpus is not None:
+        for spec in specs:
+            spec.argv = pinned(spec.argv, cpus[1] if spec.name == "agent" else cpus[0])
     return specs
 
 
