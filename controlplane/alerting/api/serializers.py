@@ -43,6 +43,9 @@ class RuleInput(serializers.Serializer):
                                               f'{actions_help()}.')
     cooldown_s = serializers.IntegerField(min_value=0, max_value=MAX_SECONDS, required=False, default=300)
     enabled = serializers.BooleanField(required=False, default=True)
+    advisory = serializers.BooleanField(required=False, default=False,
+                                        help_text="Record the actions that change the fleet (all but notify) as "
+                                                  "advice for an operator to apply, instead of carrying them out.")
 
 
 class RuleSerializer(serializers.ModelSerializer):
@@ -53,7 +56,7 @@ class RuleSerializer(serializers.ModelSerializer):
         model = AlertRule
         fields = ["id", "name", "deployment", "role", "per_worker", "tenant", "metric", "aggregation", "window_s",
                   "comparison", "threshold", "compare_to_offset_s", "for_s", "keep_firing_for_s", "fire_on_no_data",
-                  "severity", "labels", "annotations", "actions", "cooldown_s", "enabled", "default_key",
+                  "severity", "labels", "annotations", "actions", "cooldown_s", "enabled", "advisory", "default_key",
                   "condition", "created_at", "updated_at"]
 
 

@@ -1,11 +1,14 @@
 from django.urls import path
 
-from controlplane.alerting.api import views
+from controlplane.alerting.api import advice, views
 
 urlpatterns = [
     path("alert-rules/", views.RuleListView.as_view(), name="alert-rule-list"),
     path("alert-rules/export", views.RuleExportView.as_view(), name="alert-rule-export"),
     path("alert-rules/<int:rule_id>/", views.RuleDetailView.as_view(), name="alert-rule-detail"),
+    path("alert-rules/<int:rule_id>/advice", advice.AdviceListView.as_view(), name="alert-rule-advice"),
+    path("alert-rules/<int:rule_id>/advice/<int:advice_id>/apply", advice.AdviceApplyView.as_view(),
+         name="alert-rule-advice-apply"),
     path("alerts/", views.AlertListView.as_view(), name="alert-list"),
     path("alerts/<int:alert_id>/", views.AlertDetailView.as_view(), name="alert-detail"),
     path("silences/", views.SilenceListView.as_view(), name="silence-list"),

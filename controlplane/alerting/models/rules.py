@@ -82,6 +82,9 @@ class AlertRule(models.Model):
     # [{"type": <kind>, <its params>}, ...], run in order: the kinds are alerting.services.action_kinds'.
     actions = models.JSONField(default=list, blank=True)
     cooldown_s = models.PositiveIntegerField(default=300)
+    # Actions that change the fleet (every kind but notify) are recorded as ActionAdvice for an operator to apply
+    # instead of being carried out; notifications still go.
+    advisory = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True)
     # Set on the rules a new deployment gets (alerting.services.defaults); they stay editable.
     default_key = models.CharField(max_length=40, blank=True, default="")

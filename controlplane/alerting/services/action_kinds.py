@@ -182,6 +182,13 @@ def action_acts_on(spec: dict) -> str:
     return kind.acts_on if kind is not None else ALERT
 
 
+def action_key(alert: Alert, index: int, event: str = "firing") -> str:
+    """The idempotency key of a rule's action for one firing (or its resolve): one run, one Action."""
+    start = int(alert.fired_at.timestamp() * 1000)
+    key = f"rule:{alert.rule_id}:{alert.fingerprint}:{start}:{index}"
+    return key if event == "firing" else f"{key}:{event}"
+
+
 def action_target(spec: dict, alert: Alert) -> str:
     """What the action acts on for this alert: its cooldown is per rule, action and target."""
     acts_on = action_acts_on(spec)

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from controlplane.alerting.models import (ACTIVE_STATES, CONTROL_LOOP_METRIC, Alert, AlertRule, AlertState,
                                          AlertTransition)
+from controlplane.alerting.services.advice import advice_expire
 from controlplane.alerting.services.rule_actions import alert_act, alert_notify_resolved
 from controlplane.alerting.services.silences import active_silences, silence_for
 from controlplane.alerting.services.state import fingerprint, next_state
@@ -200,6 +201,8 @@ def _close_alerts_of_disabled_rules(*, now: datetime, silences: list, report: Ev
     for alert in stale:
         alert, previous = alert_step(alert.rule, alert, alert.labels, alert.fingerprint, None, now=now,
                                      report=report, keep_firing_for_s=0)
+        if alert is not None and previous == AlertState.FIRING:
+            advice_expire(alert=alert, now=now)
         if alert is not None and previous == AlertState.FIRING and not silence_for(alert.labels, now=now,
                                                                                     silences=silences):
             report.num_actions += alert_notify_resolved(alert=alert, rule=alert.rule, now=now)
@@ -231,6 +234,8 @@ def rule_evaluate(rule: AlertRule, *, now: datetime, silences: list, report: Eva
         alert, previous = alert_step(rule, alert, labels, fp, obs, now=now, report=report)
         if alert is None:
             continue
+        if alert.state == AlertState.RESOLVED and previous == AlertState.FIRING:
+            advice_expire(alert=alert, now=now)  # silenced or not: the advice is no longer what the rule would do
         silence = silence_for(alert.labels, now=now, silences=silences)
         if silence is not None:
             continue

@@ -5,7 +5,8 @@ the core service, so even two evaluators racing produce one Action. Cooldown: an
 action of the same rule did not run for the same target within `cooldown_s` — a metric that flaps around its
 threshold therefore causes at most one action per target per cooldown. Mass restarts: a restart is held (the run
 recorded as skipped, with why) while rules on the same metric are pending or firing for a large share of the fleet's
-workers at once (_mass_restart).
+workers at once (_mass_restart). Advisory rules record the actions that change the fleet as advice instead
+(services.advice); their notifications go as usual.
 """
 from __future__ import annotations
 
@@ -16,16 +17,12 @@ from django.db import IntegrityError
 
 from controlplane.alerting.models import Alert, AlertRule, RuleActionRun, RunStatus
 from controlplane.alerting.services import carry_out
-from controlplane.alerting.services.action_kinds import ALERT, ALERT_ACTIONS, WORKER, action_acts_on, action_target
+from controlplane.alerting.services.action_kinds import (ALERT, ALERT_ACTIONS, WORKER, action_acts_on, action_key,
+                                                         action_target)
+from controlplane.alerting.services.advice import advice_confirm, advice_in_cooldown, advice_record, advises
 from controlplane.services import Actor
 
 log = logging.getLogger(__name__)
-
-
-def action_key(alert: Alert, index: int, event: str = "firing") -> str:
-    start = int(alert.fired_at.timestamp() * 1000)
-    key = f"rule:{alert.rule_id}:{alert.fingerprint}:{start}:{index}"
-    return key if event == "firing" else f"{key}:{event}"
 
 
 def in_cooldown(rule: AlertRule, index: int, target: str, now: datetime) -> bool:
@@ -54,13 +51,23 @@ def alert_act(*, alert: Alert, rule: AlertRule, detail: str, now: datetime, deli
         if RuleActionRun.objects.filter(idempotency_key=key).exists():
             continue
         target = action_target(spec, alert)
-        if in_cooldown(rule, index, target, now):
+        advising, reason = advises(rule, spec), reason_for(rule, alert, detail)
+        # The open advice of this firing is confirmed before the cooldown is read: its own row is within it.
+        if advising and advice_confirm(rule=rule, alert=alert, index=index, spec=spec, target=target,
+                                       detail=detail, reason=reason, now=now):
             continue
-        reason = reason_for(rule, alert, detail)
+        if in_cooldown(rule, index, target, now) or (advising and advice_in_cooldown(rule, index, target, now)):
+            continue
         held = _mass_restart(rule, alert) if action_acts_on(spec) == WORKER else None
         if held is not None:
             status, action, error = RunStatus.SKIPPED, None, held
             log.warning("rule %s: restart of worker %s held: %s", rule.name, alert.worker_id, held)
+        elif advising:
+            error = advice_record(rule=rule, alert=alert, index=index, spec=spec, target=target, detail=detail,
+                                  reason=reason, now=now)
+            if not error:
+                continue  # advised, not run: no run row, so later passes confirm it
+            status, action = RunStatus.SKIPPED, None
         else:
             status, action, error = _perform(spec, alert=alert, rule=rule, reason=reason, key=key, event="firing",
                                              now=now, deliver=deliver)

@@ -8,6 +8,7 @@ from django.db import IntegrityError, transaction
 from controlplane.alerting.models import CONTROL_LOOP_METRIC, AlertRule
 from controlplane.alerting.models.rules import ScopeRole
 from controlplane.alerting.services.action_kinds import ALERT, action_acts_on, action_validate
+from controlplane.alerting.services.advice import advice_withdraw
 from controlplane.errors import conflict, invalid
 from controlplane.services.validation import each_object
 
@@ -47,7 +48,7 @@ def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
                                                       "aggregation", "window_s", "comparison", "threshold",
                                                       "compare_to_offset_s", "for_s", "keep_firing_for_s",
                                                       "fire_on_no_data", "severity", "labels", "annotations",
-                                                      "actions", "cooldown_s", "enabled")}
+                                                      "actions", "cooldown_s", "enabled", "advisory")}
     merged.update(data)
     name = merged.get("name")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -85,6 +86,8 @@ def rule_validate(data: dict, *, instance: AlertRule | None = None) -> dict:
     merged["annotations"] = _label_map(merged.get("annotations") or {}, "annotations")
     merged["actions"] = validate_actions(merged.get("actions") or [], role=role,
                                          per_worker=bool(merged.get("per_worker")))
+    if not isinstance(merged.get("advisory", False), bool):
+        raise invalid("advisory must be true or false", field="advisory")
     merged["role"] = role
     merged["tenant"] = _tenant_scope(merged)
     if merged["metric"] == CONTROL_LOOP_METRIC:
@@ -150,15 +153,30 @@ def rule_create(**data) -> AlertRule:
 
 
 def rule_update(*, rule: AlertRule, **data) -> AlertRule:
+    """Save the changes; a rule that stops advising (advisory off, disabled) or whose actions changed withdraws its
+    open advice (services.advice): it is no longer what the rule would do."""
     clean = rule_validate(data, instance=rule)
+    withdrawn = _withdrawal(rule, clean)
     for field, value in clean.items():
         setattr(rule, field, value)
     try:
         with transaction.atomic():
             rule.save()
+            if withdrawn:
+                advice_withdraw(rule=rule, outcome=f"superseded: {withdrawn}")
     except IntegrityError:
         raise conflict(f"an alert rule named {clean['name']!r} already exists", field="name") from None
     return rule
+
+
+def _withdrawal(rule: AlertRule, clean: dict) -> str:
+    if rule.advisory and not clean.get("advisory"):
+        return "the rule's advisory mode was turned off"
+    if rule.enabled and not clean.get("enabled", True):
+        return "the rule was disabled"
+    if clean["actions"] != rule.actions:
+        return "the rule's actions changed"
+    return ""
 
 
 def rule_delete(*, rule: AlertRule) -> None:
