@@ -73,6 +73,8 @@ class RuleForm(forms.Form):
     severity = forms.ChoiceField(choices=Severity.choices, initial=Severity.WARNING)
     cooldown_s = _seconds("cooldown (s)", initial=300)
     enabled = forms.BooleanField(required=False, initial=True)
+    advisory = forms.BooleanField(required=False, label="advisory: record scale, restart and rollback as advice "
+                                                        "to apply instead of acting (notify still goes)")
     actions = JSONField(kind=list, help_text='e.g. [{"type": "scale", "direction": "up", "step": 1}, '
                                              f'{{"type": "notify"}}]. Types: {actions_help()}')
     labels = JSONField(kind=dict)

@@ -40,5 +40,7 @@ urlpatterns = [
     path("silences/<int:silence_id>/expire", alerts.silence_expire_view, name="silence-expire"),
     path("alerts/rules/new", alerts.rule_edit_view, name="rule-create"),
     path("alerts/rules/<int:rule_id>/", alerts.rule_edit_view, name="rule-edit"),
+    path("alerts/rules/<int:rule_id>/advice/<int:advice_id>/apply", alerts.advice_apply_view,
+         name="alert-advice-apply"),
     path("assets/plotly-<str:version>.min.js", assets.plotly_js, name="plotly-js"),
 ]

@@ -1,4 +1,5 @@
-"""Alerts: firing, pending and recently resolved; silences (operators); alert rules (admins edit, as in the API)."""
+"""Alerts: firing, pending and recently resolved; advisory rules' open advice (operators apply it); silences
+(operators); alert rules (admins edit, as in the API)."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -11,13 +12,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.alerting.models import Alert, AlertState
+from controlplane.alerting.services.advice import advice_apply, open_advice
 from controlplane.alerting.services.rules import rule_create, rule_update
 from controlplane.alerting.services.silences import active_silences, silence_create, silence_expire, silence_for
 from controlplane.errors import ControlPlaneError
+from controlplane.selectors import MAX_ID
 from dashboards.access import admin_for_writes, operator_required, viewer_required
 from dashboards.forms import RuleForm, SilenceForm
 from dashboards.selectors import alert_get, alerts_in_state, rule_get, rule_list, silence_get
-from dashboards.views.common import page, safe_next
+from dashboards.views.common import page, posted_key, safe_next
 
 RESOLVED_WINDOW = timedelta(hours=24)
 MAX_ROWS = 100
@@ -37,6 +40,7 @@ def alerts_page(request):
                                     resolved_since=now - RESOLVED_WINDOW).order_by("-resolved_at")[:MAX_ROWS])
     return page(request, "dashboards/alerts.html", {
         "firing": firing, "pending": pending, "resolved": resolved, "silences": silences,
+        "advice": open_advice(deployment_name=deployment, limit=MAX_ROWS),
         "rules": rule_list(),
         "silence_form": SilenceForm(), "deployment_filter": deployment,
     })
@@ -70,6 +74,25 @@ def silence_create_view(request, alert_id: int):
         return redirect(back)
     messages.success(request, f"Silenced {alert.rule.name} until {silence.ends_at:%Y-%m-%d %H:%M} UTC "
                               f"(silence #{silence.pk}).")
+    return redirect(back)
+
+
+@require_POST
+@operator_required
+def advice_apply_view(request, rule_id: int, advice_id: int):
+    """Apply an advisory rule's advice (the same service as POST /api/v1/alert-rules/{id}/advice/{id}/apply): the
+    action is carried out as the operator's, its reason naming the advice; stale advice is a message saying why."""
+    rule = rule_get(rule_id)
+    if rule is None:
+        raise Http404(f"alert rule {rule_id} does not exist")
+    back = reverse("dashboards:alerts") + "#advice"
+    try:
+        advice, action = advice_apply(rule=rule, advice_id=min(advice_id, MAX_ID), actor=request.user,
+                                      reason="dashboard: Apply button", idempotency_key=posted_key(request))
+    except ControlPlaneError as error:
+        messages.error(request, error.message)
+        return redirect(back)
+    messages.success(request, f"Applied advice #{advice.pk} of {rule.name}: {action.kind} (action #{action.pk}).")
     return redirect(back)
 
 
