@@ -1,12 +1,13 @@
-"""Django admin for rules, silences and channels; alerts, transitions, action runs and deliveries are history and
-read-only here. Rule and silence edits go through the same validation as the API (a bad action list would fail
+"""Django admin for rules, silences and channels; alerts, transitions, action runs, advice and deliveries are
+history and read-only here. Rule and silence edits go through the same validation as the API (a bad action list would fail
 every evaluation; a bad regex every match)."""
 import copy
 
 from django import forms
 from django.contrib import admin
 
-from controlplane.alerting.models import Alert, AlertRule, AlertTransition, Channel, Delivery, RuleActionRun, Silence
+from controlplane.alerting.models import (ActionAdvice, Alert, AlertRule, AlertTransition, Channel, Delivery,
+                                          RuleActionRun, Silence)
 from controlplane.alerting.services.rules import rule_validate
 from controlplane.alerting.services.silences import validate_matchers
 from controlplane.errors import ControlPlaneError
@@ -49,8 +50,8 @@ class SilenceForm(forms.ModelForm):
 class AlertRuleAdmin(admin.ModelAdmin):
     form = AlertRuleForm
     list_display = ("name", "deployment", "role", "per_worker", "metric", "comparison", "threshold", "for_s",
-                    "severity", "enabled")
-    list_filter = ("enabled", "severity", "deployment")
+                    "severity", "enabled", "advisory")
+    list_filter = ("enabled", "advisory", "severity", "deployment")
     search_fields = ("name", "metric")
 
 
@@ -80,6 +81,13 @@ class AlertAdmin(ReadOnlyAdmin):
 @admin.register(RuleActionRun)
 class RuleActionRunAdmin(ReadOnlyAdmin):
     list_display = ("id", "rule", "kind", "target", "status", "action", "created_at")
+    list_filter = ("status", "kind")
+
+
+@admin.register(ActionAdvice)
+class ActionAdviceAdmin(ReadOnlyAdmin):
+    list_display = ("id", "rule", "kind", "target", "value", "threshold", "status", "applied_by", "action",
+                    "created_at", "evaluated_at")
     list_filter = ("status", "kind")
 
 

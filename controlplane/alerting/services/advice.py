@@ -154,8 +154,8 @@ def advice_apply(*, rule: AlertRule, advice_id: int, actor, reason: str = "",
     actor = as_actor(actor)
     now = timezone.now()
     with transaction.atomic():
-        advice = ActionAdvice.objects.select_for_update().select_related("alert", "deployment", "worker").get(
-            pk=advice.pk)
+        locked = ActionAdvice.objects.select_for_update().select_related("rule", "alert", "deployment", "worker")
+        advice = locked.get(pk=advice.pk)
         alert = advice.alert
         _check_applicable(advice, alert, now=now)
         claimed = ActionAdvice.objects.filter(pk=advice.pk, status=ActionAdviceStatus.OPEN).update(
@@ -191,6 +191,10 @@ def _check_applicable(advice: ActionAdvice, alert: Alert, *, now: datetime) -> N
                        f"#{advice.action_id})", advice=advice.pk, action=advice.action_id)
     if advice.status != ActionAdviceStatus.OPEN:
         raise conflict(f"advice #{advice.pk} is stale: {advice.outcome}", advice=advice.pk)
+    if not (advice.rule.advisory and advice.rule.enabled):
+        # Switched in Django admin, which saves the rule without services.rules' withdrawal: the rule acts itself.
+        raise conflict(f"advice #{advice.pk} is stale: rule {advice.rule.name!r} no longer advises (advisory off "
+                       f"or disabled)", advice=advice.pk)
     if alert.state != AlertState.FIRING:
         raise conflict(f"advice #{advice.pk} is stale: its alert is {alert.state}", advice=advice.pk)
     fresh_s = FRESH_EVALUATIONS * settings.TANDEM_ALERT_EVAL_INTERVAL_S

@@ -125,3 +125,13 @@ def test_the_rules_advisory_switch_is_validated_and_shown(admin_api, advised):
     response = admin_api.patch(f"/api/v1/alert-rules/{rule.pk}/", {"advisory": "maybe"}, format="json")
     assert response.status_code == 400 and "advisory" in response.content.decode()
     assert admin_api.get(f"/api/v1/alert-rules/{rule.pk}/").json()["advisory"] is True
+
+
+def test_advice_of_a_rule_switched_off_in_django_admin_is_a_409(operator_api, advised, quiet_deployment):
+    from controlplane.alerting.models import AlertRule
+
+    rule, advice = advised
+    AlertRule.objects.filter(pk=rule.pk).update(advisory=False)  # as the admin's form saves it: no withdrawal
+    response = operator_api.post(apply_url(rule, advice), {}, format="json")
+    assert response.status_code == 409 and "no longer advises" in response.json()["error"]["message"]
+    assert decode_replicas(quiet_deployment) == 1
