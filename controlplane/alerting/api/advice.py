@@ -32,12 +32,12 @@ class ActionAdviceSerializer(serializers.ModelSerializer):
         return None if advice.value is None else advice.value - advice.threshold
 
 
-class AdviceQuerySerializer(StrictSerializer):
+class RuleAdviceQuerySerializer(StrictSerializer):
     status = serializers.ChoiceField(choices=ActionAdviceStatus.values, required=False)
     limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=500)
 
 
-class AdviceApplyAnswer(serializers.Serializer):
+class ActionAdviceApplyAnswer(serializers.Serializer):
     advice = ActionAdviceSerializer()
     action = ActionSerializer()
 
@@ -49,15 +49,15 @@ def _rule(rule_id) -> AlertRule:
     return rule
 
 
-class AdviceListView(ApiView):
+class RuleAdviceListView(ApiView):
     """GET /api/v1/alert-rules/{id}/advice (viewer): what the advisory rule would have done, newest first: open (an
     operator may apply it), applied, superseded or expired."""
 
-    @extend_schema(parameters=[AdviceQuerySerializer], responses={200: ActionAdviceSerializer(many=True),
-                                                                  **READ_ERRORS})
+    @extend_schema(parameters=[RuleAdviceQuerySerializer],
+                   responses={200: ActionAdviceSerializer(many=True), **READ_ERRORS})
     def get(self, request, rule_id: int):
         rule = _rule(rule_id)
-        query = AdviceQuerySerializer(data=request.query_params)
+        query = RuleAdviceQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         rows = ActionAdvice.objects.filter(rule=rule).select_related("rule", "deployment", "alert")
         if "status" in query.validated_data:
@@ -66,12 +66,12 @@ class AdviceListView(ApiView):
         return Response(ActionAdviceSerializer(rows, many=True).data)
 
 
-class AdviceApplyView(ApiView):
+class RuleAdviceApplyView(ApiView):
     """POST /api/v1/alert-rules/{id}/advice/{advice_id}/apply (operator)."""
 
     write_permission = OPERATE
 
-    @extend_schema(request=WriteInputSerializer, responses={202: AdviceApplyAnswer, **ERRORS},
+    @extend_schema(request=WriteInputSerializer, responses={202: ActionAdviceApplyAnswer, **ERRORS},
                    description="Carry out what the advisory rule advised, as the operator's action whose reason "
                                "names the advice. 409 saying why for stale advice: applied, superseded, expired (its "
                                "alert resolved), not confirmed lately, made for a target that has changed since, or "
