@@ -2,9 +2,9 @@ from django.apps import AppConfig
 
 
 class ChaosConfig(AppConfig):
-    """Chaos experiments; the driver samples the opted-in deployments' gateways and steps every active run every
-    TANDEM_CHAOS_INTERVAL_S on the periodic queue. The node agent carries out the faults
-    (controlplane.agent.faults); the core never imports this app."""
+    """Chaos experiments; the driver starts the game days that are due and steps every active run every
+    TANDEM_CHAOS_INTERVAL_S on the periodic queue, on the gateway numbers the observability app scraped. The node
+    agent carries out the faults (controlplane.agent.faults); the core never imports this app."""
 
     name = "controlplane.chaos"
     label = "chaos"

@@ -1,18 +1,18 @@
 """The chaos driver: one pass every TANDEM_CHAOS_INTERVAL_S (Celery beat, periodic queue).
 
+The gateway numbers it judges are the observability app's: its scrape cycle keeps the gateway's counters at each
+scrape, and the driver reads them through the metrics backend's reader (readings.py), before a run (run_start reads
+the window that ends then) as during and after it.
+
 A pass (drive_chaos):
-1. Sample the gateway of every deployment that opted in or has an active run (GatewaySample): the hypothesis is
-   judged on these, before a run (run_start reads the window that ends then) as during and after it.
-2. Start the schedules whose time has come (schedules.schedules_start_due): after the samples, so that the
-   steady-state check of their start reads this pass's numbers.
-3. Step every active run (drive_run):
+1. Start the schedules whose time has come (schedules.schedules_start_due).
+2. Step every active run (drive_run):
    - running: the abort conditions first (one breached for its `for_s` reverts every fault at once, and the run
      is aborted); then the hypothesis over each check's window, recorded on the timeline (a deviation during the
      faults is what the experiment measures, not a reason to stop); once the faults' time is up, revert them all.
    - recovering: the hypothesis over windows that start no earlier than the revert; the first pass where it holds
      is the recovery. The run finishes once it has recovered and the agent has reported every revert, or when the
      recovery timeout has passed (then it fails, and the report names what is missing).
-4. Prune the samples older than readings.SAMPLE_KEEP_S.
 
 Idempotent: every move is a conditional UPDATE on the status read (services), so two drivers at once, or a driver
 killed mid-pass, neither skip nor repeat a move; a pause outlives neither: the agent releases it at its deadline.
@@ -23,11 +23,10 @@ import logging
 import time
 from datetime import datetime, timezone as dt_timezone
 
-
 from controlplane.agent.faults import reverted_key
 from controlplane.chaos.hypothesis import abort_decision, judge_hypothesis
-from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, ChaosSettings, RunStatus
-from controlplane.chaos.readings import check_values, sample_gateway, samples_prune
+from controlplane.chaos.models import ACTIVE_STATUSES, ChaosRun, RunStatus
+from controlplane.chaos.readings import check_values
 from controlplane.chaos.schedules import schedules_start_due
 from controlplane.chaos.services import SYSTEM, run_finish, run_recovered, run_revert
 from controlplane.models import Action
@@ -39,26 +38,18 @@ MAX_TIMELINE = 2000  # passes kept on a run's timeline (the duration is bounded;
 def drive_chaos(*, now: float | None = None) -> dict:
     """One pass (numbered steps in the module docstring). Returns what it did, for logs and tests."""
     now = time.time() if now is None else now
-    active = list(ChaosRun.objects.filter(status__in=ACTIVE_STATUSES).values_list("id", "deployment_id"))
-    enabled = set(ChaosSettings.objects.filter(enabled=True).values_list("deployment_id", flat=True))
-    sampled = {}
-    for deployment_id in sorted(enabled | {deployment_id for _, deployment_id in active}):
-        try:
-            sampled[deployment_id] = sample_gateway(deployment_id, now=now)
-        except Exception:
-            log.exception("sampling the gateway of deployment %s failed", deployment_id)
-            sampled[deployment_id] = False
+    # Read before the schedules start theirs: a run is first stepped by the pass after its start.
+    active = list(ChaosRun.objects.filter(status__in=ACTIVE_STATUSES).values_list("id", flat=True))
     scheduled = schedules_start_due(now=now)
     runs = {}
-    for run_id, _ in active:
+    for run_id in active:
         try:
             runs[run_id] = drive_run(run_id, now=now)
         except Exception:
             # One broken run must not stop the others.
             log.exception("driving chaos run %s failed", run_id)
             runs[run_id] = "error"
-    samples_prune(now=now)
-    return {"sampled": sampled, "scheduled": scheduled, "runs": runs}
+    return {"scheduled": scheduled, "runs": runs}
 
 
 def _append(run: ChaosRun, entry: dict, **fields) -> None:

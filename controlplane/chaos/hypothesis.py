@@ -1,12 +1,12 @@
 """The steady-state hypothesis and the abort conditions, judged on values already read. Pure functions, no Django,
 so each decision is tested in one call.
 
-Gateway numbers over a window come from two of the driver's samples of the gateway's cumulative counters, as a
-canary analysis reads them (rollouts.analysis.window_numbers): the increases from the sample at the window's start
-to the newest one, so a window is exact whatever the scrape interval of the observability app. A window is
-`covered` only when a sample exists at (or before) its start: the numbers of a shorter span are not the window's.
-After the faults are reverted the window starts no earlier than the revert (`since`), so a recovery is never judged
-on requests that the fault slowed.
+Gateway numbers over a window come from two scrapes of the gateway's cumulative counters (observability's
+gateway_counters, read through the metrics backend's reader), as a canary analysis reads them
+(rollouts.analysis.window_numbers): the increases from the scrape at the window's start to the newest one, exact over
+the span between them in either backend. A window is `covered` only when a scrape exists at (or before) its start:
+the numbers of a shorter span are not the window's. After the faults are reverted the window starts no earlier than
+the revert (`since`), so a recovery is never judged on requests that the fault slowed.
 """
 from __future__ import annotations
 
@@ -18,28 +18,35 @@ def _counter(start: dict, end: dict, key: str) -> float:
     return after - before if after >= before else after  # a gateway restart resets its counters
 
 
-def gateway_window(samples: list[dict], *, now: float, window_s: float, since: float | None = None) -> dict | None:
-    """The gateway's numbers over (now - window_s, now], or over (since, now] when `since` is later; None when the
-    samples (oldest first, each {"ts", "snapshot"}) do not cover it.
+def scrape_numbers(first: dict, last: dict) -> dict:
+    """The gateway's numbers between two of its scrapes (each {"ts", "snapshot"}): requests, errors, server_errors,
+    their ratios and the latency P99s (window_numbers), requests migrated and retried, and the span in seconds."""
+    numbers = window_numbers(first["snapshot"], last["snapshot"])
+    numbers.pop("buckets", None)
+    counters = (first["snapshot"].get("c", {}), last["snapshot"].get("c", {}))
+    numbers["migrated"] = int(round(_counter(*counters, "migrations")))
+    numbers["retried"] = int(round(_counter(*counters, "retries")))
+    numbers["span_s"] = round(last["ts"] - first["ts"], 3)
+    return numbers
 
-    Without `since`: from the newest sample at or before the window's start. With `since` inside the window: from
-    the first sample at or after `since` (the counters as they were when the faults ended)."""
-    if not samples:
+
+def gateway_window(scrapes: list[dict], *, now: float, window_s: float, since: float | None = None) -> dict | None:
+    """The gateway's numbers over (now - window_s, now], or over (since, now] when `since` is later; None when the
+    scrapes (oldest first, each {"ts", "snapshot"}) do not cover it.
+
+    Without `since`: from the newest scrape at or before the window's start. With `since` inside the window: from
+    the first scrape at or after `since` (the counters as they were when the faults ended)."""
+    if not scrapes:
         return None
     start = now - window_s
-    newest = samples[-1]
+    newest = scrapes[-1]
     if since is not None and since > start:
-        first = next((s for s in samples if s["ts"] >= since), None)
+        first = next((s for s in scrapes if s["ts"] >= since), None)
     else:
-        first = next((s for s in reversed(samples) if s["ts"] <= start), None)
+        first = next((s for s in reversed(scrapes) if s["ts"] <= start), None)
     if first is None or first is newest:
         return None
-    numbers = window_numbers(first["snapshot"], newest["snapshot"])
-    numbers.pop("buckets", None)
-    numbers["migrated"] = int(round(_counter(first["snapshot"], newest["snapshot"], "m")))
-    numbers["retried"] = int(round(_counter(first["snapshot"], newest["snapshot"], "r")))
-    numbers["span_s"] = round(newest["ts"] - first["ts"], 3)
-    return numbers
+    return scrape_numbers(first, newest)
 
 
 def judge_check(check: dict, value: float | None, baseline: float | None = None) -> dict:

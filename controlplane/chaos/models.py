@@ -1,6 +1,7 @@
-"""Chaos experiments and their runs, the per-deployment opt-in, and the gateway samples a hypothesis is judged on.
-The rows are the whole state: the driver (driver.py) reads and advances them, so a restart of any process resumes
-where the rows say; the faults themselves are carried out (and released at their deadline) by the node agent."""
+"""Chaos experiments and their runs, the per-deployment opt-in and game days. The rows are the whole state: the
+driver (driver.py) reads and advances them, so a restart of any process resumes where the rows say; the faults
+themselves are carried out (and released at their deadline) by the node agent. The gateway numbers a hypothesis is
+judged on are the observability app's (observability.gateway_counters)."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 class ChaosSettings(models.Model):
     """A deployment's opt-in: no experiment runs on a deployment without a row here with `enabled` (off by
-    default). While enabled, the driver samples the deployment's gateway every pass (GatewaySample)."""
+    default)."""
 
     deployment = models.OneToOneField("controlplane.Deployment", on_delete=models.CASCADE,
                                       related_name="chaos_settings")
@@ -19,23 +20,6 @@ class ChaosSettings(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
-
-
-class GatewaySample(models.Model):
-    """The deployment gateway's cumulative request counters at one driver pass, summed over revisions, in the
-    snapshot format of rollouts.analysis ({"c": counters, "h": histograms}) plus "m" (migrations) and "r" (retries).
-    A window's numbers are the increases between two samples. Kept TANDEM_CHAOS_SAMPLE_KEEP_S (driver.py)."""
-
-    deployment_id = models.BigIntegerField()
-    ts = models.FloatField()  # Unix seconds
-    snapshot = models.JSONField(default=dict)
-
-    class Meta:
-        indexes = [
-            # Read by the hypothesis checks (one deployment's samples of a window) and by pruning.
-            models.Index(fields=["deployment_id", "ts"], name="chaos_sample_window"),
-            models.Index(fields=["ts"], name="chaos_sample_ts"),
-        ]
 
 
 class Experiment(models.Model):

@@ -1,30 +1,24 @@
-"""What a hypothesis is judged on, read from Tandem itself: the deployment gateway's cumulative counters (sampled by
-the driver every pass into GatewaySample), the ready Worker rows of a pool, and the observability app's stored
-series of a pool (observability.reader: the reader alert rules use, of either metrics backend)."""
+"""What a hypothesis is judged on, read from Tandem itself: the deployment gateway's cumulative counters at each of
+its scrapes and the stored series of a pool, both through observability.reader (the reader alert rules use, of
+either metrics backend), and the ready Worker rows of a pool.
+
+A gateway's numbers over a window are the increases between two scrapes (hypothesis.gateway_window), so a window is
+never shorter than the scrape interval (TANDEM_SCRAPE_INTERVAL_S, Prometheus' too: docs/prometheus.md): a check or
+an abort condition with a shorter `window_s` is read over the interval instead, and the run's report says so
+(widened)."""
 from __future__ import annotations
 
 import logging
-import re
-import time
 
-import requests
 from django.conf import settings
 
 from controlplane.chaos.hypothesis import gateway_window
-from controlplane.chaos.models import GatewaySample
 from controlplane.chaos.validation import GATEWAY_METRICS, READY_WORKERS
-from controlplane.lib.worker_keys import scrape_headers
 from controlplane.models import Worker, WorkerRole, WorkerStatus
-from controlplane.observability.exposition import parse_exposition
 from controlplane.observability.reader import MetricsUnavailable, reader
-from controlplane.rollouts.analysis import snapshot_of
+from controlplane.observability.scraper import Target
 
 log = logging.getLogger(__name__)
-
-# Samples older than this are pruned: the longest check window (validation.MAX_WINDOW_S) plus a margin.
-SAMPLE_KEEP_S = 180.0
-_EXTRA_COUNTERS = {"m": re.compile(r"^tandem_request_migrations_total(\{[^}]*\})?\s+(\S+)", re.M),
-                   "r": re.compile(r"^tandem_gateway_retries_total(\{[^}]*\})?\s+(\S+)", re.M)}
 
 
 def gateway_of(deployment_id: int) -> Worker | None:
@@ -33,48 +27,39 @@ def gateway_of(deployment_id: int) -> Worker | None:
             .order_by("-id").first())
 
 
-def gateway_snapshot(deployment_id: int) -> dict | None:
-    """The gateway's cumulative request counters now (summed over revisions), or None when it does not answer."""
+def gateway_scrapes(deployment_id: int, *, start: float, end: float) -> list[dict]:
+    """The deployment gateway's counters at its scrapes in (start, end], led by the newest one at or before `start`
+    (observability.gateway_counters has the shape). Empty without a gateway, or when the metrics backend does not
+    answer: no data, which never passes a check (the driver still reverts on time)."""
     gateway = gateway_of(deployment_id)
     if gateway is None:
-        return None
+        return []
     try:
-        response = requests.get(f"{gateway.url}/metrics", timeout=settings.TANDEM_SCRAPE_TIMEOUT_S,
-                                headers=scrape_headers())
-        response.raise_for_status()
-        text = response.text
-        snapshot = snapshot_of(parse_exposition(text))
-    except (requests.RequestException, ValueError) as exc:
-        log.info("chaos: the gateway of deployment %s did not answer: %r", deployment_id, exc)
-        return None
-    for key, pattern in _EXTRA_COUNTERS.items():
-        snapshot[key] = sum(float(match.group(2)) for match in pattern.finditer(text))
-    return snapshot
+        return reader().gateway_counters(Target(gateway.pk, deployment_id, gateway.role, gateway.url),
+                                         start=start, end=end)
+    except MetricsUnavailable as exc:
+        log.warning("chaos: the gateway counters of deployment %s unread: %s", deployment_id, exc)
+        return []
 
 
-def sample_gateway(deployment_id: int, *, now: float | None = None) -> bool:
-    """Record one GatewaySample of the deployment (False when the gateway did not answer)."""
-    snapshot = gateway_snapshot(deployment_id)
-    if snapshot is None:
-        return False
-    GatewaySample.objects.create(deployment_id=deployment_id, ts=time.time() if now is None else now,
-                                 snapshot=snapshot)
-    return True
+def read_window_s(check: dict) -> float:
+    """The window a gateway metric's check is read over: its own, or the scrape interval when that is longer."""
+    return max(float(check["window_s"]), float(settings.TANDEM_SCRAPE_INTERVAL_S))
 
 
-def samples_prune(*, now: float | None = None) -> int:
-    cutoff = (time.time() if now is None else now) - SAMPLE_KEEP_S
-    deleted, _ = GatewaySample.objects.filter(ts__lt=cutoff).delete()
-    return deleted
-
-
-def samples_of(deployment_id: int, *, since: float) -> list[dict]:
-    """The deployment's samples from `since` on, oldest first, with the newest one before it (a window's start)."""
-    before = (GatewaySample.objects.filter(deployment_id=deployment_id, ts__lt=since).order_by("-ts")
-              .values("ts", "snapshot").first())
-    rows = list(GatewaySample.objects.filter(deployment_id=deployment_id, ts__gte=since).order_by("ts")
-                .values("ts", "snapshot"))
-    return ([before] if before else []) + rows
+def widened(spec: dict) -> list[str]:
+    """One sentence for each of an experiment's gateway windows (checks, abort conditions, the faults' duration) that
+    is shorter than the scrape interval, and so is read over the interval."""
+    interval = float(settings.TANDEM_SCRAPE_INTERVAL_S)
+    lines = [f"{where}[{index}] {check['metric']}: its window of {check['window_s']:g} s is read over "
+             f"{interval:g} s, the scrape interval"
+             for where in ("hypothesis", "abort_conditions")
+             for index, check in enumerate(spec.get(where) or [])
+             if check["metric"] in GATEWAY_METRICS and check["window_s"] < interval]
+    if spec.get("duration_s") is not None and spec["duration_s"] < interval:
+        lines.append(f"the faults last {spec['duration_s']:g} s, less than the scrape interval of {interval:g} s: "
+                     "the gateway's numbers of the fault are read over the scrapes around it")
+    return lines
 
 
 def ready_workers(deployment_id: int, role: str) -> int:
@@ -82,15 +67,15 @@ def ready_workers(deployment_id: int, role: str) -> int:
 
 
 def check_values(deployment_id: int, checks: list[dict], *, now: float, since: float | None = None) -> list:
-    """One value per check (None: no data): gateway metrics over the check's window (from `since` at the earliest),
-    ready workers now, a stored series of a pool over its window."""
-    windows = [check["window_s"] for check in checks if check["metric"] in GATEWAY_METRICS]
-    samples = samples_of(deployment_id, since=now - max(windows)) if windows else []
+    """One value per check (None: no data): gateway metrics over the check's window (read_window_s; from `since` at
+    the earliest), ready workers now, a stored series of a pool over its window."""
+    windows = [read_window_s(check) for check in checks if check["metric"] in GATEWAY_METRICS]
+    scrapes = gateway_scrapes(deployment_id, start=now - max(windows), end=now) if windows else []
     values = []
     for check in checks:
         metric = check["metric"]
         if metric in GATEWAY_METRICS:
-            numbers = gateway_window(samples, now=now, window_s=check["window_s"], since=since)
+            numbers = gateway_window(scrapes, now=now, window_s=read_window_s(check), since=since)
             values.append(None if numbers is None else numbers.get(metric))
         elif metric == READY_WORKERS:
             values.append(float(ready_workers(deployment_id, check["role"])))

@@ -1,6 +1,7 @@
 """A chaos run's report: the hypothesis before, during and after the faults, the recovery time, the requests the
-gateway counted from the start of the run to its end (sent, failed, migrated, retried), every fault as the node
-agent reported it (injected, reverted), the Action rows the system wrote meanwhile, and the verdict.
+gateway counted from its last scrape before the run to its newest scrape by the run's end (sent, failed, migrated,
+retried), the gateway windows read over the scrape interval because they are shorter (widened), every fault as the
+node agent reported it (injected, reverted), the Action rows the system wrote meanwhile, and the verdict.
 
 Built live for a run in progress and stored once the run finishes (ChaosRun.report)."""
 from __future__ import annotations
@@ -8,9 +9,9 @@ from __future__ import annotations
 from django.utils import timezone
 
 from controlplane.agent.faults import injected_key, reverted_key
-from controlplane.chaos.hypothesis import gateway_window
+from controlplane.chaos.hypothesis import scrape_numbers
 from controlplane.chaos.models import ChaosRun, Verdict
-from controlplane.chaos.readings import samples_of
+from controlplane.chaos.readings import gateway_scrapes, widened
 from controlplane.models import Action
 
 MAX_ACTIONS = 200
@@ -63,12 +64,15 @@ def _during(run: ChaosRun) -> dict:
 
 
 def _requests(run: ChaosRun, end) -> dict | None:
-    start_ts, end_ts = run.started_at.timestamp(), end.timestamp()
-    samples = [s for s in samples_of(run.deployment_id, since=start_ts) if s["ts"] <= end_ts + 1e-6]
-    numbers = gateway_window(samples, now=samples[-1]["ts"], window_s=samples[-1]["ts"] - start_ts + 1e-6) \
-        if samples else None
-    if numbers is None:
+    """What the gateway counted from the newest scrape at or before the run's start to the newest at or before its
+    end (None until two such scrapes exist)."""
+    # A datetime keeps microseconds: the scrape of the run's last pass may lie a fraction of one past its end.
+    start_ts, end_ts = run.started_at.timestamp(), end.timestamp() + 1e-6
+    opening = gateway_scrapes(run.deployment_id, start=start_ts, end=start_ts)
+    closing = gateway_scrapes(run.deployment_id, start=end_ts, end=end_ts)
+    if not opening or not closing or closing[-1]["ts"] <= opening[0]["ts"]:
         return None
+    numbers = scrape_numbers(opening[0], closing[-1])
     return {"sent": numbers["requests"], "failed": numbers["errors"], "server_errors": numbers["server_errors"],
             "migrated": numbers["migrated"], "retried": numbers["retried"], "span_s": numbers["span_s"]}
 
@@ -144,5 +148,6 @@ def run_report(run: ChaosRun) -> dict:
         "hypothesis": {"checks": run.spec["hypothesis"], "before": run.baseline, "during": _during(run),
                        "after": after},
         "requests": _requests(run, end),
+        "widened": widened(run.spec),
         "actions": [_action_row(action, run) for action in actions],
     }

@@ -163,7 +163,7 @@ def run_start(*, experiment: Experiment, actor, reason: str = "", idempotency_ke
 
     1. 403 unless the deployment opted in; 409 while another run of it is active.
     2. The hypothesis before: each check over its window ending now. 409 naming each failing check when it does
-       not hold (the system is not in steady state, or the gateway's samples do not cover the window yet). Its
+       not hold (the system is not in steady state, or the gateway's scrapes do not cover the window yet). Its
        values are the baselines of `max_baseline_ratio` checks.
     3. The targets (targets.py: ready workers of the role, of the node; 409 when too few); 400 for a fault their
        nodes cannot take (a resource fault on a simulated node, more memory than a node has), or a broker_freeze or

@@ -13,6 +13,5 @@ DRIVE_CHAOS = "controlplane.chaos.tasks.drive_chaos_task"
              max_retries=3, ignore_result=True)
 def drive_chaos_task() -> dict:
     done = drive_chaos()
-    return {"sampled": {str(k): v for k, v in done["sampled"].items()},
-            "scheduled": {str(k): v for k, v in done["scheduled"].items()},
+    return {"scheduled": {str(k): v for k, v in done["scheduled"].items()},
             "runs": {str(k): v for k, v in done["runs"].items()}}

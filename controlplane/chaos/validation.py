@@ -11,12 +11,13 @@ from controlplane.observability.series import AGGREGATIONS
 from controlplane.services.validation import NAME_RE, each_object
 from inference.checks import is_number
 
-# Read from the gateway's own counters over exactly the check's window (hypothesis.gateway_numbers).
+# Read from the gateway's counters at two of its scrapes (readings.py): over the check's window, or over the scrape
+# interval when that is longer.
 GATEWAY_METRICS = ("error_ratio", "server_error_ratio", "ttft_p99_seconds", "itl_p99_seconds", "e2e_p99_seconds",
                    "requests")
 READY_WORKERS = "ready_workers"  # Worker rows of the role that are ready, now
 POOL_ROLES = (WorkerRole.PREFILL, WorkerRole.DECODE, WorkerRole.COLOCATED)
-MAX_WINDOW_S = 120  # the gateway samples kept cover this much (and a margin)
+MAX_WINDOW_S = 120  # the longest window a check reads: one read of the gateway's scrapes per pass covers them all
 MAX_CHECKS = 20
 MAX_TARGET_COUNT = 64
 DEFAULT_CHECK_WINDOW_S = 10

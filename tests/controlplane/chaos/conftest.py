@@ -1,7 +1,7 @@
 """Chaos tests: `demo` opted in, with ready prefill and decode rows behind a real HTTP server standing in for the
-gateway's /metrics (the driver reads it over HTTP as it reads the real gateway), a decode row whose process is a real
-child process (the agent signals it for real), and the agent's tasks run in this process when the services send
-them."""
+gateway's /metrics (the observability app's scrape reads it over HTTP as it reads the real gateway, and the driver
+reads what the scrape kept: chaos_pass), a decode row whose process is a real child process (the agent signals it for
+real), and the agent's tasks run in this process when the services send them."""
 from __future__ import annotations
 
 import contextlib
@@ -56,6 +56,19 @@ class FakeGateway:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def chaos_pass(*, now: float | None = None) -> dict:
+    """The observability app's scrape of the gateways, then one chaos driver pass, both at `now`: production's two
+    beats in one step (the driver judges the gateway's counters as the scrape kept them). Returns the driver's pass.
+    Only the gateways: the workers' rows have made-up ports, where on a shared machine another process may listen
+    and hold the scrape to its timeout."""
+    from controlplane.chaos.driver import drive_chaos
+    from controlplane.observability.store import scrape_cycle, scrape_targets
+
+    now = time.time() if now is None else now
+    scrape_cycle(targets=[target for target in scrape_targets() if target.role == "gateway"], now=now)
+    return drive_chaos(now=now)
 
 
 @pytest.fixture

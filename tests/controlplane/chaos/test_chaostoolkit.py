@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.controlplane.chaos.conftest import chaos_pass
 from tests.controlplane.chaos.test_driver import steady_history
 
 BASE = "/api/v1/deployments/demo/chaos"
@@ -133,7 +134,6 @@ def test_only_admins_import(exported, operator_api):
 def test_the_steady_state_read_judges_each_check_against_the_runs_baseline(experiment, world, gateway, viewer_api,
                                                                          operator, agent_inline,
                                                                          django_capture_on_commit_callbacks):
-    from controlplane.chaos.driver import drive_chaos
     from controlplane.chaos.services import run_start
 
     t = time.time()
@@ -146,7 +146,7 @@ def test_the_steady_state_read_judges_each_check_against_the_runs_baseline(exper
         run = run_start(experiment=experiment, actor=operator)
     # The TTFT triples under the fault: the ratio is read against the run's baseline, not against itself.
     gateway.serve(ok + 10, ttft=0.3)
-    drive_chaos(now=time.time())
+    chaos_pass(now=time.time())
     during = viewer_api.get(f"{BASE}/experiments/pause-decode/steady-state").json()
     assert during["baseline_run"] == run.pk and not during["holds"]
     assert during["checks"][1]["ratio"] > 2 and not during["checks"][1]["holds"]

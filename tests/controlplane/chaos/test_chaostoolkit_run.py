@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.controlplane.chaos.conftest import process_state, wait_until
+from tests.controlplane.chaos.conftest import chaos_pass, process_state, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,10 +23,9 @@ CHAOS = Path(sys.executable).parent / "chaos"
 
 @pytest.fixture
 def beat(gateway):
-    """The driver's periodic pass, every 0.5 s, over a gateway that serves 10 more requests each time."""
+    """The scrape and the driver's periodic pass, every 0.5 s, over a gateway that serves 10 more requests each
+    time."""
     from django.db import connection
-
-    from controlplane.chaos.driver import drive_chaos
 
     stop = threading.Event()
 
@@ -36,7 +35,7 @@ def beat(gateway):
             while not stop.is_set():
                 ok += 10
                 gateway.serve(ok)
-                drive_chaos()
+                chaos_pass()
                 stop.wait(0.5)
         finally:
             connection.close()

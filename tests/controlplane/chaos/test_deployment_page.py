@@ -9,12 +9,11 @@ import time
 import pytest
 from django.test import Client
 
-from controlplane.chaos.driver import drive_chaos
 from controlplane.chaos.models import ChaosRun, RunStatus
 from controlplane.chaos.schedules import schedule_create
 from controlplane.chaos.services import run_start
 from controlplane.models import Action
-from tests.controlplane.chaos.conftest import process_state, wait_until
+from tests.controlplane.chaos.conftest import chaos_pass, process_state, wait_until
 from tests.controlplane.chaos.test_driver import steady_history
 
 PAGE = "/deployments/demo/"
@@ -40,7 +39,7 @@ def test_the_card_shows_the_active_run_and_an_operator_aborts_it(experiment, wor
         run = run_start(experiment=experiment, actor=operator)
     wait_until("the decode worker paused", lambda: process_state(world["handle"].pid) == "stopped")
     gateway.serve(ok + 10, errors=10)  # half the requests of this pass fail: the error check fails
-    drive_chaos(now=time.time())
+    chaos_pass(now=time.time())
 
     html = card(signed_in(viewer).get(PAGE).content.decode())
     assert 'id="chaos-enabled">opted in' in html

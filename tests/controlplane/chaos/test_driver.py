@@ -8,22 +8,22 @@ import time
 
 import pytest
 
-from controlplane.chaos.driver import drive_chaos, drive_run
+from controlplane.chaos.driver import drive_run
 from controlplane.chaos.models import ChaosRun, RunStatus, Verdict
 from controlplane.chaos.services import chaos_enable, run_abort, run_start
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Action, ActionKind
-from tests.controlplane.chaos.conftest import process_state, wait_until
+from tests.controlplane.chaos.conftest import chaos_pass, process_state, wait_until
 
 
 def steady_history(gateway, t: float, *, per_step: int = 10) -> int:
-    """Samples at t-12, t-8, t-4, t-0.5 of a gateway serving `per_step` more requests each time, no errors.
-    Returns the success count reached."""
+    """Scrapes (and driver passes) at t-12, t-8, t-4, t-0.5 of a gateway serving `per_step` more requests each
+    time, no errors. Returns the success count reached."""
     ok = 0
     for offset in (12, 8, 4, 0.5):
         ok += per_step
         gateway.serve(ok)
-        drive_chaos(now=t - offset)
+        chaos_pass(now=t - offset)
     return ok
 
 
@@ -41,7 +41,7 @@ def test_it_refuses_to_start_when_the_system_is_not_in_steady_state(experiment, 
     t = time.time()
     for offset, (ok, errors) in zip((12, 8, 4, 0.5), ((10, 0), (20, 3), (30, 6), (40, 9))):
         gateway.serve(ok, errors)
-        drive_chaos(now=t - offset)
+        chaos_pass(now=t - offset)
     with pytest.raises(ControlPlaneError) as refused:
         run_start(experiment=experiment, actor=operator)
     assert refused.value.status == 409 and refused.value.code == "not_steady"
@@ -51,7 +51,7 @@ def test_it_refuses_to_start_when_the_system_is_not_in_steady_state(experiment, 
 
 def test_it_refuses_to_start_before_the_gateway_history_covers_the_window(experiment, gateway, operator):
     gateway.serve(10)
-    drive_chaos()
+    chaos_pass()
     with pytest.raises(ControlPlaneError) as refused:
         run_start(experiment=experiment, actor=operator)
     assert refused.value.code == "not_steady"
@@ -87,7 +87,7 @@ def test_a_run_pauses_reverts_at_its_end_measures_recovery_and_passes(experiment
     # During the fault a fifth of the requests fail: the hypothesis deviates, below the abort condition.
     gateway.serve(ok + 10, errors=3)
     gateway.migrations = 2
-    assert drive_chaos(now=t + 2)["runs"] == {run.pk: "in fault"}
+    assert chaos_pass(now=t + 2)["runs"] == {run.pk: "in fault"}
     with capture(execute=True):
         assert drive_run(run.pk, now=t + 6) == "reverted"
     wait_until("the decode worker to run again", lambda: process_state(pid) != "stopped")
@@ -96,9 +96,9 @@ def test_a_run_pauses_reverts_at_its_end_measures_recovery_and_passes(experiment
 
     # After the revert only new requests count: the errors of the fault are behind the window's start.
     gateway.serve(ok + 20, errors=3)
-    drive_chaos(now=t + 7)
+    chaos_pass(now=t + 7)
     gateway.serve(ok + 30, errors=3)
-    assert drive_chaos(now=t + 9)["runs"] == {run.pk: "finished"}
+    assert chaos_pass(now=t + 9)["runs"] == {run.pk: "finished"}
     run.refresh_from_db()
     assert run.status == RunStatus.FINISHED and run.verdict == Verdict.PASSED
     report = run.report
@@ -122,21 +122,21 @@ def test_an_abort_condition_reverts_every_fault_at_once(experiment, world, gatew
     pid = world["handle"].pid
     wait_until("the decode worker to stop", lambda: process_state(pid) == "stopped")
     gateway.serve(ok + 2, errors=20)
-    assert drive_chaos(now=t + 1)["runs"] == {run.pk: "in fault"}  # breached, not yet for 4 s
+    assert chaos_pass(now=t + 1)["runs"] == {run.pk: "in fault"}  # breached, not yet for 4 s
     run.refresh_from_db()
     assert run.breaches == {"0": t + 1}
     gateway.serve(ok + 4, errors=40)
     with capture(execute=True):
-        assert drive_chaos(now=t + 5.5)["runs"] == {run.pk: "aborted"}
+        assert chaos_pass(now=t + 5.5)["runs"] == {run.pk: "aborted"}
     wait_until("the decode worker to run again", lambda: process_state(pid) != "stopped")
     run.refresh_from_db()
     assert run.status == RunStatus.RECOVERING and run.abort_reason.startswith("abort condition 1: error_ratio")
     abort = Action.objects.get(kind=ActionKind.ABORT)
     assert abort.params == {"chaos_run": run.pk, "event": "chaos_aborted", "experiment": "pause-decode"}
     gateway.serve(ok + 20, errors=40)
-    drive_chaos(now=t + 7)
+    chaos_pass(now=t + 7)
     gateway.serve(ok + 30, errors=40)
-    drive_chaos(now=t + 9)
+    chaos_pass(now=t + 9)
     run.refresh_from_db()
     assert run.verdict == Verdict.ABORTED and run.report["recovery_s"] is not None
 
@@ -150,7 +150,7 @@ def test_a_run_that_does_not_recover_in_time_fails_and_says_why(experiment, worl
         drive_run(run.pk, now=t + 6)
     for step, now in enumerate((t + 8, t + 20, t + 37)):
         gateway.serve(ok + step, errors=10 + step * 10)  # every new request fails
-        drive_chaos(now=now)
+        chaos_pass(now=now)
     run.refresh_from_db()
     assert run.status == RunStatus.FINISHED and run.verdict == Verdict.FAILED
     assert run.report["recovery_s"] is None
@@ -166,7 +166,7 @@ def test_a_fault_the_agent_never_confirmed_fails_the_run(experiment, world, gate
     for now in (t + 8, t + 10, t + 40):
         ok += 10
         gateway.serve(ok)
-        drive_chaos(now=now)
+        chaos_pass(now=now)
     run.refresh_from_db()
     assert run.verdict == Verdict.FAILED
     assert f"pause of worker {world['decode'].pk} was not injected (no word from the agent)" in run.report["reasons"]

@@ -1,4 +1,4 @@
-"""The hypothesis and abort decisions, one call each: a window is judged only when the gateway's samples cover it,
+"""The hypothesis and abort decisions, one call each: a window is judged only when the gateway's scrapes cover it,
 after a revert only on what followed it; lacking data never holds; an abort needs its breach held for `for_s`."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from controlplane.chaos.hypothesis import abort_decision, gateway_window, judge_
 
 
 def _sample(ts: float, ok: int, errors: int = 0, migrated: int = 0) -> dict:
-    return {"ts": ts, "snapshot": {"c": {"success": ok, "errors": errors, "server_errors": errors}, "h": {},
-                                   "m": migrated, "r": 0}}
+    return {"ts": ts, "snapshot": {"c": {"success": ok, "errors": errors, "server_errors": errors,
+                                         "migrations": migrated, "retries": 0}, "h": {}}}
 
 
 SAMPLES = [_sample(100, 10), _sample(102, 20), _sample(104, 30, errors=5, migrated=2), _sample(106, 40, errors=5, migrated=2)]
@@ -19,7 +19,7 @@ def test_a_window_reads_the_increase_from_the_sample_at_its_start():
     assert numbers["error_ratio"] == 5 / 25 and numbers["span_s"] == 4
 
 
-def test_a_window_longer_than_the_samples_is_not_covered():
+def test_a_window_longer_than_the_scrapes_is_not_covered():
     assert gateway_window(SAMPLES, now=106, window_s=10) is None
     assert gateway_window(SAMPLES[:1], now=100, window_s=1) is None
 

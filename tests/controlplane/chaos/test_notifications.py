@@ -10,10 +10,10 @@ import pytest
 
 from controlplane.alerting.models import Channel, Delivery
 from controlplane.alerting.webhooks.signing import verify_signature
-from controlplane.chaos.driver import drive_chaos
 from controlplane.chaos.models import ChaosRun, Verdict
 from controlplane.chaos.services import run_abort, run_finish, run_start
 from tests.controlplane.alerting.conftest import Receiver
+from tests.controlplane.chaos.conftest import chaos_pass
 from tests.controlplane.chaos.test_driver import steady_history
 
 SECRET = "chaos-secret-0123456789"
@@ -73,14 +73,14 @@ def test_a_run_that_passed_notifies_nobody(experiment, world, gateway, operator,
     with django_capture_on_commit_callbacks(execute=True):
         run = run_start(experiment=experiment, actor=operator)
     gateway.serve(ok + 10)
-    drive_chaos(now=t + 2)
+    chaos_pass(now=t + 2)
     with django_capture_on_commit_callbacks(execute=True):
-        drive_chaos(now=t + 6)  # the duration is over: reverted
+        chaos_pass(now=t + 6)  # the duration is over: reverted
     gateway.serve(ok + 20)
-    drive_chaos(now=t + 7)
+    chaos_pass(now=t + 7)
     with django_capture_on_commit_callbacks(execute=True):
         gateway.serve(ok + 30)
-        drive_chaos(now=t + 9)  # recovered, every revert reported: finished
+        chaos_pass(now=t + 9)  # recovered, every revert reported: finished
     run.refresh_from_db()
     assert run.verdict == Verdict.PASSED
     assert not Delivery.objects.exists() and receiver.requests == []

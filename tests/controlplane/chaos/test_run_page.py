@@ -11,11 +11,11 @@ import time
 import pytest
 from django.test import Client
 
-from controlplane.chaos.driver import drive_chaos, drive_run
+from controlplane.chaos.driver import drive_run
 from controlplane.chaos.models import ChaosRun, RunStatus, Verdict
 from controlplane.chaos.services import run_start
 from controlplane.models import Action
-from tests.controlplane.chaos.conftest import process_state, wait_until
+from tests.controlplane.chaos.conftest import chaos_pass, process_state, wait_until
 from tests.controlplane.chaos.test_driver import steady_history
 
 
@@ -44,13 +44,13 @@ def test_a_finished_run_shows_its_verdict_checks_charts_requests_faults_and_acti
     wait_until("the decode worker to stop", lambda: process_state(world["handle"].pid) == "stopped")
     gateway.serve(ok + 10, errors=3)  # a fifth fail during the fault: the error check deviates
     gateway.migrations = 2
-    drive_chaos(now=t + 2)
+    chaos_pass(now=t + 2)
     with django_capture_on_commit_callbacks(execute=True):
         assert drive_run(run.pk, now=t + 6) == "reverted"
     gateway.serve(ok + 20, errors=3)
-    drive_chaos(now=t + 7)
+    chaos_pass(now=t + 7)
     gateway.serve(ok + 30, errors=3)
-    drive_chaos(now=t + 9)
+    chaos_pass(now=t + 9)
     run.refresh_from_db()
     assert run.verdict == Verdict.PASSED
 
@@ -104,7 +104,7 @@ def test_a_run_in_progress_shows_its_live_report_and_the_card_links_it(
     with django_capture_on_commit_callbacks(execute=True):
         run = run_start(experiment=experiment, actor=operator)
     gateway.serve(ok + 10)
-    drive_chaos(now=time.time())
+    chaos_pass(now=time.time())
     assert ChaosRun.objects.get().status == RunStatus.RUNNING
 
     html = signed_in(viewer).get(f"/deployments/demo/chaos/runs/{run.pk}").content.decode()

@@ -9,10 +9,10 @@ from datetime import datetime, timezone as dt_timezone
 
 import pytest
 
-from controlplane.chaos.driver import drive_chaos
 from controlplane.chaos.models import ChaosRun, ChaosSchedule
 from controlplane.chaos.schedules import schedule_create, schedule_fire, schedules_start_due
 from controlplane.models import Action, ActionStatus
+from tests.controlplane.chaos.conftest import chaos_pass
 from tests.controlplane.chaos.test_driver import steady_history
 
 BASE = "/api/v1/deployments/demo/chaos/schedules"
@@ -35,7 +35,7 @@ def test_a_due_schedule_starts_its_experiment_once(experiment, gateway, admin, a
     t = time.time()
     steady_history(gateway, t)
     schedule = due(experiment, admin, t, window={"cron": "* * * * *", "duration_minutes": 5})
-    done = drive_chaos(now=t)
+    done = chaos_pass(now=t)
     run = ChaosRun.objects.get()
     assert done["scheduled"] == {schedule.pk: f"started run {run.pk}"}
     start = Action.objects.get(params__event="chaos_started")
