@@ -82,7 +82,7 @@ TANDEM_PROMETHEUS_TIMEOUT_S = env_int("TANDEM_PROMETHEUS_TIMEOUT_S", 3, minimum=
 TANDEM_ROLLOUT_INTERVAL_S = env_int("TANDEM_ROLLOUT_INTERVAL_S", 2, minimum=1)
 
 # --- chaos experiments ----------------------------------------------------------------------------------
-# How often the chaos driver samples the gateways of opted-in deployments and steps every running experiment.
+# How often the chaos driver steps every running experiment (its gateway numbers come from the scrape).
 TANDEM_CHAOS_INTERVAL_S = env_int("TANDEM_CHAOS_INTERVAL_S", 2, minimum=1)
 # The longest fault an experiment may hold (a pause is released by the node agent by then in any case).
 TANDEM_CHAOS_MAX_DURATION_S = env_int("TANDEM_CHAOS_MAX_DURATION_S", 600, minimum=1)
