@@ -22,6 +22,7 @@ import math
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -161,9 +162,9 @@ def engine_section(args) -> dict:
         engine = LLMEngine(Config(model=path, dtype=args.engine_dtype, threads=args.threads, prefix_caching=False,
                                   kv_cache_bytes=512 << 20, max_num_seqs=16, kv_cache_dtype=kv))
         if name == "torch_attention":  # the same engine, torch's gather and SDPA for the decode attention
-            engine.model_runner.paged_attention = None
+            engine.model_runner.plan = replace(engine.model_runner.plan, paged_attention=None)
         engines[name] = engine
-    info = engines["kernel"].model_runner.decode_attention_info
+    info = engines["kernel"].matvec["decode_attention"]
     vocab = engines["kernel"].model_runner.vocab_size
     out: dict = {"model": str(path), "dtype": args.engine_dtype, "decode_attention": info, "cases": {}}
     cases = {f"1x{args.long_context}": random_prompts(1, args.long_context, vocab, seed=1),

@@ -19,6 +19,7 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -133,7 +134,8 @@ def engine_section(args) -> dict:
     for dtype_name in args.dtypes:
         engine = LLMEngine(Config(model=path, dtype=dtype_name, threads=args.threads, prefix_caching=False,
                                   kv_cache_bytes=512 << 20))
-        kernel = engine.model_runner.prefill_kernel
+        plan = engine.model_runner.plan
+        kernel = plan.prefill_attention
         result: dict = {"prefill_attention": engine.matvec["prefill_attention"],
                         "prefill_chunk_size_alone": engine.config.prefill_chunk_size_alone}
         if kernel is None:
@@ -146,7 +148,7 @@ def engine_section(args) -> dict:
             best = {"kernel": math.inf, "torch": math.inf}
             for _ in range(args.rounds):
                 for name in best:
-                    engine.model_runner.prefill_kernel = kernel if name == "kernel" else None
+                    engine.model_runner.plan = replace(plan, prefill_attention=kernel if name == "kernel" else None)
                     start = time.perf_counter()
                     engine.generate(prompt, first_token)
                     best[name] = min(best[name], time.perf_counter() - start)
@@ -157,7 +159,7 @@ def engine_section(args) -> dict:
         greedy = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
         runs = {}
         for name in ("kernel", "torch"):
-            engine.model_runner.prefill_kernel = kernel if name == "kernel" else None
+            engine.model_runner.plan = replace(plan, prefill_attention=kernel if name == "kernel" else None)
             runs[name] = engine.generate(prompts, greedy)
         result["greedy"] = _agreement(runs["kernel"], runs["torch"])
         if dtype_name == "float32":

@@ -83,9 +83,9 @@ def lever_section(ctx: dict, args, lever: str) -> dict:
         other = make_engine(ctx["path"], args, compile=lever == "compile", lean_decode=lean, matvec="torch",
                             weight_layout="transposed" if lean else "as_loaded")
     if lever == "fused_projections":
-        fuse_projections(other.model_runner)
+        fuse_projections(other.model_runner.model)
     elif lever == "prepacked_linears":
-        prepack_linears(other.model_runner)
+        prepack_linears(other.model_runner.model)
     prompts = ctx["decode_prompts"]
     greedy = SamplingParams(max_tokens=args.new_tokens, temperature=0.0)
     agreement = greedy_agreement(plain.generate(prompts, greedy), other.generate(prompts, greedy))

@@ -1,10 +1,10 @@
 """`compile`: the decode step's forward through torch.compile, warmed up while the engine is built.
 
-What is compiled is the runner's own `_forward` for decode-only steps (one token per sequence), the step that runs
-once per generated token, where per-op overhead weighs most: inductor on a CPU (its C++ kernels fuse the
-elementwise ops between the matmuls), CUDA graphs on CUDA (`mode="reduce-overhead"`: one launch replays the whole
-step). Prefill and mixed chunked steps stay eager: they are compute-bound (one large matmul per projection) and
-their shapes differ at every step; a prefill engine compiles nothing. Off by default: on a CPU the matmuls dominate
+What is compiled is the runner's reference forward (reference_forward.py) for decode-only steps (one token per
+sequence), the step that runs once per generated token, where per-op overhead weighs most: inductor on a CPU (its C++
+kernels fuse the elementwise ops between the matmuls), CUDA graphs on CUDA (`mode="reduce-overhead"`: one launch replays
+the whole step). Prefill and mixed chunked steps stay eager: they are compute-bound (one large matmul per projection)
+and their shapes differ at every step; a prefill engine compiles nothing. Off by default: on a CPU the matmuls dominate
 a SmolLM2 decode step and the compiled step measured slower than eager (bench/engine/stage_limits.py, `levers`).
 
 Shapes: a decode step's tensors are sized by the batch (B) and the blocks of its longest context (M). torch.compile
@@ -26,10 +26,10 @@ import time
 
 import torch
 
+from inference.engine.attention import DecodeAttention
 from inference.roles import Role
 
 log = logging.getLogger(__name__)
-
 
 
 @torch.library.custom_op("tandem::write_kv", mutates_args=("k_cache", "v_cache"))
@@ -94,51 +94,51 @@ def padded_batch_size(num_seqs: int) -> int:
     return -(-num_seqs // 8) * 8
 
 
-def compile_decode(runner) -> tuple[object | None, dict]:
-    """(the compiled decode forward or None, compile_info). Runs the warm-up steps: their cost is warmup_s."""
-    backend, mode = backend_for(runner.device)
+def compile_decode(forward, pool) -> tuple[object | None, dict]:
+    """(`forward` compiled, or None; compile_info) for the decode steps over `pool` (kv_pool.KVPool). Runs the
+    warm-up steps: their cost is warmup_s."""
+    device = pool.device
+    backend, mode = backend_for(device)
     info = {"enabled": False, "backend": backend, "mode": mode, "warmup_s": 0.0, "fallback": None,
             "num_warmup_steps": 0, "pads_batch": False}
-    reason = missing_requirement(runner.device)
+    reason = missing_requirement(device)
     if reason is None:
-        if runner.device.type == "cuda":
+        if device.type == "cuda":
             # The KV pool is written in place by every step: CUDA graphs replay only over inputs at fixed addresses.
-            torch._dynamo.mark_static_address(runner.k_cache)
-            torch._dynamo.mark_static_address(runner.v_cache)
-        forward = torch.compile(runner._forward, backend=backend, mode=mode)
+            torch._dynamo.mark_static_address(pool.k_cache)
+            torch._dynamo.mark_static_address(pool.v_cache)
+        compiled = torch.compile(forward, backend=backend, mode=mode)
         start = time.perf_counter()
         try:
             for num_seqs, num_table_blocks in WARM_UP_SHAPES:
-                warm_up_step(runner, forward, num_seqs, num_table_blocks)
+                warm_up_step(pool, compiled, num_seqs, num_table_blocks)
                 info["num_warmup_steps"] += 1
         except Exception as exc:  # noqa: BLE001 - any failure to compile means: run eager, and say why
             reason = f"compilation failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
         finally:
-            runner.clear_block(0)
+            pool.clear_block(0)
         info["warmup_s"] = round(time.perf_counter() - start, 2)
         if reason is None:
             info["enabled"] = True
-            info["pads_batch"] = runner.scratch_block is not None
+            info["pads_batch"] = pool.scratch_block is not None
             log.info("compile: decode step compiled (%s%s) in %.1f s of warm-up", backend,
                      f", {mode}" if mode else "", info["warmup_s"])
-            return forward, info
+            return compiled, info
     info["fallback"] = reason
     log.warning("compile: running eager: %s", reason)
     return None, info
 
 
 @torch.inference_mode()
-def warm_up_step(runner, forward, num_seqs: int, num_table_blocks: int) -> None:
+def warm_up_step(pool, forward, num_seqs: int, num_table_blocks: int) -> None:
     """One decode step of `num_seqs` dummy sequences over `num_table_blocks` blocks, all in block 0 (which the
     caller zeroes after)."""
-    from inference.engine.attention import DecodeAttention
-
-    device = runner.device
+    device = pool.device
     # Three tensors, not one: the compiled graph guards on its inputs not aliasing each other.
     input_ids, positions, slot_mapping = (torch.zeros(num_seqs, dtype=torch.long, device=device) for _ in range(3))
     tables = torch.zeros(num_seqs, num_table_blocks, dtype=torch.long, device=device)  # [B, M]
-    mask = torch.ones(num_seqs, 1, 1, num_table_blocks * runner.block_size, dtype=torch.bool, device=device)
-    attention = DecodeAttention(runner.k_cache, runner.v_cache, tables, mask)
+    mask = torch.ones(num_seqs, 1, 1, num_table_blocks * pool.block_size, dtype=torch.bool, device=device)
+    attention = DecodeAttention(pool.k_cache, pool.v_cache, tables, mask)
     forward(input_ids, positions, slot_mapping, attention)  # [B] each
     if device.type == "cuda":
         # CUDA graphs record on a later call than the first (which warms up the kernels): replay once more.

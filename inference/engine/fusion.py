@@ -1,4 +1,4 @@
-"""Decode levers on a float model, each applied in place to a ModelRunner's loaded model and measured alone by
+"""Decode levers on a float model, each applied in place to a runner's loaded model and measured alone by
 bench/engine/stage_limits.py against the engine without it (only those that pay are on in the engine):
 
 - `fuse_projections`: q, k and v as one projection (`qkv_proj`, which the runner calls once when it finds it), and
@@ -47,13 +47,13 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
 
 
 @torch.no_grad()
-def fuse_projections(runner) -> None:
+def fuse_projections(model) -> None:
     """q/k/v into `qkv_proj` (q_proj, k_proj, v_proj left as slices of it for Hugging Face's own forward), gate/up
-    into FusedGatedMLP, in every decoder layer of the runner's model; the separate weights are dropped. Nothing to
-    do on a model whose q/k/v are fused already (INT8, or fused once before)."""
-    if runner.fused_qkv:
+    into FusedGatedMLP, in every decoder layer of the model; the separate weights are dropped. Nothing to do on a
+    model whose q/k/v are fused already (INT8, or fused once before)."""
+    if hasattr(model.model.layers[0].self_attn, "qkv_proj"):
         return
-    for layer in runner.model.model.layers:
+    for layer in model.model.layers:
         attn = layer.self_attn
         projections = (attn.q_proj, attn.k_proj, attn.v_proj)
         attn.qkv_proj = _linear(*_fused(*projections))
@@ -62,7 +62,6 @@ def fuse_projections(runner) -> None:
             setattr(attn, name, OutputSlice(attn.qkv_proj, start, start + projection.out_features))
             start += projection.out_features
         layer.mlp = FusedGatedMLP(layer.mlp)
-    runner.fused_qkv = True
 
 
 SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -110,7 +109,7 @@ def choose_weight_layout(setting: str, *, dtype: torch.dtype, device: torch.devi
 
 
 @torch.no_grad()
-def transpose_weights(runner) -> int:
+def transpose_weights(model) -> int:
     """Every float linear of the decoder layers and lm_head stored transposed ([in, out] in memory; the module still
     sees [out, in], a transposed view), after fusing q/k/v and gate/up (fuse_projections). Returns how many weights
     were transposed; a lean decoder built before holds the old weights: build it after.
@@ -123,10 +122,9 @@ def transpose_weights(runner) -> int:
     A tied embedding reads its rows from lm_head's transposed matrix (a strided gather of the same values), so the
     matrix is still held once. Memory: the copies replace the loaded weights, which for a float32 model loaded
     from a narrower file were a private conversion already; a file of the same dtype loses its shared mapping."""
-    model = runner.model
     embed = model.model.embed_tokens
     tied = isinstance(model.lm_head, nn.Linear) and model.lm_head.weight is embed.weight
-    fuse_projections(runner)
+    fuse_projections(model)
     linears = [m for layer in model.model.layers for m in layer.modules() if isinstance(m, nn.Linear)]
     if isinstance(model.lm_head, nn.Linear):
         linears.append(model.lm_head)
@@ -159,10 +157,10 @@ class MklPackedLinear(nn.Module):
 
 
 @torch.no_grad()
-def prepack_linears(runner) -> int:
+def prepack_linears(model) -> int:
     """Every nn.Linear of the decoder layers as an MklPackedLinear (CPU, float32). Returns how many were packed."""
     num_packed = 0
-    for layer in runner.model.model.layers:
+    for layer in model.model.layers:
         for parent in list(layer.modules()):
             if isinstance(parent, OutputSlice):  # a view of a fused projection, which is packed where it lives
                 continue

@@ -7,11 +7,11 @@ running streams saw its time to first token grow well past its unloaded value (b
 figures: docs/performance.md, "A quiet request's path, traced"). Now the engine loop raises `Arrivals` when it queues a
 request (or an abort, which may make room for one); the step looks at it between layers (decode_layers.c reads the flag
 itself in a fused decode step, the lean forward in Python in decode, prefill and mixed steps), then after its last
-layer, between parts of the LM head (matvec.PAUSE_ROWS) and before sampling (model_runner._sample), and where it is
+layer, between parts of the LM head (matvec.PAUSE_ROWS) and before sampling (ModelRunner._sample), and where it is
 raised, the step pauses: the engine loop takes the new commands, the engine prefills what can start now
-(LLMEngine.prefill_between: the waiting requests, best band first, then the tenant holding fewest sequences, one
-tenant's per prefill, whose whole prompt fits what is left of the step's budget, up to the sequences the running batch
-frees by the aborts that came in), their first tokens go out at once, and the step goes on from the layer where it
+(step_pause.StepPause.prefill_between: the waiting requests, best band first, then the tenant holding fewest sequences,
+one tenant's per prefill, whose whole prompt fits what is left of the step's budget, up to the sequences the running
+batch frees by the aborts that came in), their first tokens go out at once, and the step goes on from the layer where it
 stopped. No step's work is thrown away, and the paused step's values are the same as without the pause: its K/V slots
 and hidden states are its own, and the prefill writes only the new sequences' blocks.
 
@@ -25,12 +25,12 @@ shares the decodes' pass: the long streams' tokens/s drop a little under a stead
 An aborted sequence that is part of the paused step stays in it until the step ends (its K/V slots are being
 written); its blocks are freed then, and the prefill may take its place in the running batch meanwhile. The pause
 nests: a prefill between layers pauses on the same flag, so a request arriving during it that outranks it (a better
-band, or a tenant holding fewer sequences) is prefilled between that prefill's layers (LLMEngine.prefill_between),
+band, or a tenant holding fewer sequences) is prefilled between that prefill's layers (StepPause.prefill_between),
 within what is left of the paused step's budget; its sequences are in flight like the paused step's until the step
 ends.
 
-In chunked mode the same prefill runs at a step's start (LLMEngine._prefill_first) when requests are already queued
-beside running streams: one that came in the previous step's tail, after its last layer, would otherwise ride the
+In chunked mode the same prefill runs at a step's start (step_pause.StepPause.prefill_first) when requests are already
+queued beside running streams: one that came in the previous step's tail, after its last layer, would otherwise ride the
 next mixed step, whose first token waits for every stream's decode too.
 """
 from __future__ import annotations

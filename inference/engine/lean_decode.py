@@ -1,5 +1,5 @@
-"""The lean decode forward: the same layers as ModelRunner._forward (the reference, over the Hugging Face modules),
-with far fewer tensor ops per step, for the step that runs once per generated token.
+"""The lean decode forward: the same layers as the reference forward over the Hugging Face modules
+(reference_forward.py), with far fewer tensor ops per step, for the step that runs once per generated token.
 
 A single-stream decode step multiplies one token by every weight once, so beside the matmuls its cost is per-op
 overhead: SmolLM2's reference step runs ~60 tensor ops per layer (RMSNorm as six, RoPE as seven for q and seven
@@ -107,6 +107,16 @@ def normed_projection(projection: Projection, norm: tuple[torch.Tensor, float]) 
     return lambda x, pause=None: projection(rms_norm(x, norm))
 
 
+def norm_lm_head(model, matvec: Library | None, packer=None) -> Projection:
+    """The final norm and lm_head: (hidden [B, hidden], pause=None) -> logits [B, V], through Tandem's kernel too
+    where it runs (lm_head is a sizeable share of a small model's weights; the kernel normalizes its input on the way
+    in), else the model's own modules."""
+    norm, lm_head = model.model.norm, kernel_projection(matvec, model.lm_head, packer=packer)
+    if lm_head is not None and unsupported_reason(model) is None:
+        return normed_projection(lm_head, (norm.weight, norm.variance_epsilon))
+    return lambda hidden, pause=None: model.lm_head(norm(hidden))
+
+
 def rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
     # x: [T, hidden] -> [T, hidden], exactly Hugging Face's LlamaRMSNorm
     weight, eps = norm
@@ -116,17 +126,17 @@ def rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
 
 
 class LeanDecoder:
-    """Built once per runner (after quantization): holds each layer's weights and callables; `forward` has the
-    signature of ModelRunner._forward."""
+    """Built once per runner (after quantization) from its kernel plan (kernel_plan.py): holds each layer's weights
+    and callables; `forward` has the signature of the reference forward (reference_forward.py)."""
 
-    def __init__(self, runner):
-        model = runner.model
-        self.runner = runner
+    def __init__(self, model, plan, packer, pool, dtype: torch.dtype):
+        # plan: the runner's KernelPlan (Tandem's matvec kernel for steps of a few tokens, or None: matvec.py);
+        # packer: prepacked weights for the steps above the kernel's, or None (packed_weights.py); pool: the KV pool
+        self.shape = shape = pool.shape
         self.embed = model.model.embed_tokens
         self.rotary = model.model.rotary_emb
         self.layers = []
-        matvec = runner.matvec  # Tandem's kernel for steps of a few tokens, or None (matvec.py)
-        packer = runner.packer  # prepacked weights for the steps above the kernel's, or None (packed_weights.py)
+        matvec = plan.matvec
         for layer in model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             fused_mlp = isinstance(mlp, (FusedGatedMLP, Int8GatedMLP))  # INT8, or fusion.fuse_projections before
@@ -141,19 +151,18 @@ class LeanDecoder:
                 act=mlp.act_fn, down=_projection(mlp.down_proj, matvec, packer),
                 intermediate_size=mlp.intermediate_size if fused_mlp else mlp.gate_proj.out_features,
                 scale=attn.scaling))
-        shape = (runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
-        self.k_slots = runner.k_cache.view(shape).unbind(0)  # L x [N*bs, Hkv, D]
-        self.v_slots = runner.v_cache.view(shape).unbind(0)
-        self.kv_dtype = runner.kv_dtype if runner.kv_dtype != runner.dtype else None  # a narrower cache's, or None
+        slots_shape = (shape.num_layers, -1, shape.num_kv_heads, shape.head_dim)
+        self.k_slots = pool.k_cache.view(slots_shape).unbind(0)  # L x [N*bs, Hkv, D]
+        self.v_slots = pool.v_cache.view(slots_shape).unbind(0)
+        self.kv_dtype = pool.kv_dtype if pool.kv_dtype != dtype else None  # a narrower cache's, or None
         self.fused = None  # the layers in one C call (decode_layers.FusedDecode), set by the runner where it runs
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                 attention, num_layers: int | None = None, pause: Pause | None = None) -> torch.Tensor:
         # input_ids, positions, slot_mapping: [T]  ->  hidden: [T, hidden]; pause: a decode step's, which may stop
         # between layers for a prefill (interleave.py)
-        runner = self.runner
         num_tokens = input_ids.shape[0]
-        h_q, h_kv, d = runner.num_heads, runner.num_kv_heads, runner.head_dim
+        h_q, h_kv, d = self.shape.num_heads, self.shape.num_kv_heads, self.shape.head_dim
         x = self.embed(input_ids)  # [T, hidden]
         cos, sin = self.rotary(x, positions.unsqueeze(0))  # [1, T, D] each, RoPE scaling as the model's own
         cos = cos[0].unsqueeze(1)  # [T, 1, D]

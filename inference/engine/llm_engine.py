@@ -12,14 +12,13 @@ from transformers import AutoTokenizer
 from inference.engine.batch_limit import checked_target
 from inference.engine.block_manager import BlockManager
 from inference.engine.config import Config
-from inference.engine.interleave import Arrivals, Pause
+from inference.engine.interleave import Arrivals
 from inference.engine.model_runner import ModelRunner
-from inference.engine.packed_weights import info as packed_weights_info
-from inference.engine.prefix_cache import num_shared_tokens
+from inference.engine.prefix_cache import num_shared_tokens, shared_prompt_ids
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import PRIORITY_BANDS, STANDARD_PRIORITY, SamplingParams, Sequence
-from inference.engine.speculation_forward import SpecDecoder
 from inference.engine.speculation_policy import Speculator, parse_speculative
+from inference.engine.step_pause import StepPause
 from inference.roles import Role
 
 
@@ -40,56 +39,30 @@ class StepOutput:
     kv: tuple[Any, Any] | None = None
 
 
-def shared_prompt_ids(tokenizer, text: str | None) -> list[list[int]]:
-    """The shared prompt's tokenizations as a request may begin with it: a prompt that starts with it, and a chat whose
-    system message it is (as the worker tokenizes each: inference/worker/model_engine.py)."""
-    if text is None:
-        return []
-    forms = [tokenizer.encode(text)]
-    if getattr(tokenizer, "chat_template", None):
-        try:
-            chat = tokenizer.apply_chat_template([{"role": "system", "content": text}], add_generation_prompt=False,
-                                                 tokenize=False)
-            forms.append(tokenizer.encode(chat, add_special_tokens=False))
-        except Exception:  # a template that refuses a system message alone: chats then share nothing
-            pass
-    return forms
-
-
 class LLMEngine:
     def __init__(self, config: Config):
         self.config = config
         self.model_runner = ModelRunner(config)
         self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
+        runner = self.model_runner
         # The context a request can have: the model's (or config.max_model_len), or less where the KV pool holds less.
-        self.max_model_len = self.model_runner.max_model_len
-        self.configured_max_model_len = self.model_runner.configured_max_model_len
-        self.kv_layout = self.model_runner.kv_layout
-        self.dtype: str = self.model_runner.dtype_name  # what runs: config.dtype with "auto" resolved
-        self.dtype_reason: str = self.model_runner.dtype_reason
-        self.kv_cache_dtype: str = self.model_runner.kv_dtype_name  # the KV cache's (and the handoff's)
-        self.kv_cache_dtype_reason: str = self.model_runner.kv_dtype_reason
+        self.max_model_len = runner.pool.max_model_len
+        self.configured_max_model_len = runner.pool.configured_max_model_len
+        self.kv_layout = runner.pool.kv_layout
+        self.dtype: str = runner.dtype_name  # what runs: config.dtype with "auto" resolved
+        self.dtype_reason: str = runner.dtype_reason
+        self.kv_cache_dtype: str = runner.kv_dtype_name  # the KV cache's (and the handoff's)
+        self.kv_cache_dtype_reason: str = runner.kv_dtype_reason
         self.quantization: str = config.quantization
-        self.weight_bytes: int = self.model_runner.weight_bytes
+        self.weight_bytes: int = runner.weight_bytes
         # compile: {"enabled", "backend", "mode", "warmup_s", "fallback" (why it runs eager, or None)} for /info.
-        self.compile_info: dict = self.model_runner.compile_info
+        self.compile_info: dict = runner.compile_info
         # How the float weights lie in memory and why (fusion.choose_weight_layout), for /info.
-        self.weight_layout: dict = {"setting": config.weight_layout, "layout": self.model_runner.weight_layout,
-                                    "reason": self.model_runner.weight_layout_reason}
-        # Who multiplies a decode step's tokens by the float linears, and why (matvec.choose_matvec), for /info.
-        library = self.model_runner.matvec
-        self.matvec: dict = {"setting": config.matvec, "kernel": "tandem" if library else "torch",
-                             "isa": library.isa if library else None, "reason": self.model_runner.matvec_reason,
-                             # the decode rows' attention, under the same setting (paged_attention.py)
-                             "decode_attention": self.model_runner.decode_attention_info,
-                             # the prefill chunks' attention, likewise (prefill_attention.py)
-                             "prefill_attention": self.model_runner.prefill_attention_info,
-                             # a decode step's layers in one C call (decode_layers.py)
-                             "fused_decode": self.model_runner.fused_decode_reason,
-                             # steps above the kernel's over prepacked copies, held beside the weights it reads
-                             "packed_weights": packed_weights_info(self.model_runner.packer,
-                                                                   self.model_runner.packed_weights_reason)}
-        self.decode_step_ops: int | None = self.model_runner.decode_step_ops  # one single-stream step's tensor ops
+        self.weight_layout: dict = {"setting": config.weight_layout, "layout": runner.plan.weight_layout,
+                                    "reason": runner.plan.weight_layout_reason}
+        # Who multiplies a decode step's tokens by the float linears, and the other kernels, and why (kernel_plan.py).
+        self.matvec: dict = runner.matvec_info
+        self.decode_step_ops: int | None = runner.decode_step_ops  # one single-stream step's tensor ops
         # What runs: a decode engine computes no prompt, so it has no use for a prefix cache.
         self.prefix_caching = config.prefix_caching and config.role is not Role.DECODE
         self.block_manager = BlockManager(self.model_runner.num_blocks, config.block_size,
@@ -105,20 +78,16 @@ class LLMEngine:
         spec = parse_speculative(config.speculative)
         self.speculative: dict | None = config.speculative
         self.speculator = None if spec is None else Speculator(
-            spec, decoder=SpecDecoder(self.model_runner, num_draft_layers=spec.layers),
+            spec, decoder=self.model_runner.spec_decoder(spec.layers),
             block_manager=self.block_manager, max_model_len=self.max_model_len, role=config.role)
         self._seqs: dict[str, Sequence] = {}  # unfinished requests by id
         self._pending_outputs: list[StepOutput] = []  # produced outside a step (aborts), returned by the next step
         self._generate_ids = count()
-        # Prefill between a step's layers (interleave.py): the flag the engine loop raises on a command, the
-        # paused step's request ids while it runs, and those of them aborted meanwhile (freed at the step's end).
+        # Prefill between a step's layers (interleave.py): the flag the engine loop raises on a command, and the
+        # step under way's side of it (step_pause.py).
         self.arrivals = Arrivals()
         self.interleave_prefill, self.interleave_reason = self._interleave_choice()
-        self._in_flight: frozenset[str] | None = None
-        self._pause: Pause | None = None  # the paused step's, which its prefills between layers pause on too
-        self._leaving: list[str] = []
-        self._prefilling: Sequence | None = None  # the first of the prefill between layers that runs now
-        self._num_between_tokens = 0  # prefilled between the paused step's layers so far: its budget is for all
+        self.pauses = StepPause(self.arrivals, self.scheduler, self.model_runner.run, self._outputs)
         self.num_step_tokens = 0  # tokens the last step fed to the model, prefill and decode together (0: no forward)
 
     # -- requests -------------------------------------------------------------------------------------------------
@@ -156,7 +125,7 @@ class LLMEngine:
             raise ValueError(f"add_prefilled needs role decode, this engine's role is {self.config.role}")
         seq = self._new_sequence(request_id, prompt_token_ids, params, num_resumed_tokens)
         self._check_token_id(first_token_id, "first_token_id")
-        self.model_runner.validate_kv(k, v, seq.num_prompt_tokens)
+        self.model_runner.pool.validate_kv(k, v, seq.num_prompt_tokens)
         seq.append_token(first_token_id)
         seq.finish_reason = self.scheduler.finish_reason(seq)
         if seq.finish_reason is not None:  # the first token already ends it: nothing to decode
@@ -173,9 +142,7 @@ class LLMEngine:
     def abort(self, request_id: str) -> None:
         """Free the request's blocks; the next step reports it finished with reason "abort". Unknown ids: ignored.
         A request of a paused step (prefill_between) leaves when that step ends: its slots are being written."""
-        if self._in_flight is not None and request_id in self._in_flight:
-            if request_id not in self._leaving:
-                self._leaving.append(request_id)
+        if self.pauses.holds(request_id):
             return
         seq = self._seqs.pop(request_id, None)
         if seq is None:
@@ -192,9 +159,10 @@ class LLMEngine:
         prefill_between."""
         outputs, self._pending_outputs = self._pending_outputs, []
         if between is not None and self.interleave_prefill and self.scheduler.chunked_prefill:
-            first = self._prefill_first(between)
+            first = self.pauses.prefill_first(between)
             if first is not None:
-                return outputs + first
+                self.num_step_tokens = self.pauses.num_tokens
+                return outputs + self._free_leaving(first)
         seqs, is_prefill = self.scheduler.schedule()
         num_step_tokens = self.num_step_tokens = self.scheduler.num_batched_tokens
         if not seqs:
@@ -204,24 +172,19 @@ class LLMEngine:
             token_ids = self.speculator.step(seqs)
             num_step_tokens += self.speculator.num_draft_tokens_fed
         elif between is not None and self.interleave_prefill:
-            self._in_flight = frozenset(seq.request_id for seq in seqs)
-            self._num_between_tokens = 0
-            self._pause = Pause(self.arrivals, lambda: self._between(between))
             started = time.perf_counter()
-            try:
-                token_ids = self.model_runner.run(seqs, is_prefill, self._pause)
-            finally:
-                self._in_flight = self._pause = None
-            if not self._num_between_tokens:  # nothing prefilled between its layers
+            token_ids, prefilled_between = self.pauses.run_step(seqs, is_prefill, between)
+            if not prefilled_between:
                 self._record_decode_step(seqs, is_prefill, num_step_tokens, time.perf_counter() - started)
         else:
             started = time.perf_counter()
             token_ids = self.model_runner.run(seqs, is_prefill)
             self._record_decode_step(seqs, is_prefill, num_step_tokens, time.perf_counter() - started)
         self.num_step_tokens = num_step_tokens
-        outputs += self._outputs(seqs, token_ids, is_prefill)
-        leaving, self._leaving = self._leaving, []
-        for request_id in leaving:  # aborted while the step ran: its blocks are free to take now
+        return self._free_leaving(outputs + self._outputs(seqs, token_ids, is_prefill))
+
+    def _free_leaving(self, outputs: list[StepOutput]) -> list[StepOutput]:
+        for request_id in self.pauses.take_leaving():  # aborted while the step ran: its blocks are free to take now
             self.abort(request_id)
         return outputs
 
@@ -231,60 +194,14 @@ class LLMEngine:
         if not is_prefill and num_step_tokens == len(seqs):
             self.scheduler.step_times.record(len(seqs), seconds)
 
-    def _prefill_first(self, between: Callable[[], None]) -> list[StepOutput] | None:
-        """At a step's start, beside running streams: the waiting requests that a pause would prefill (their whole
-        prompt within the chunk beside decodes), prefilled alone as a step of their own, as if they had come while
-        the step before ran; None when there are none (the step schedules as usual). Without this a request that
-        came in the step's tail (past its last look at the flag: sampling, delivery) rode the next mixed step,
-        whose first token costs every running stream's decode too: it came out later than a prefill between layers
-        (docs/performance.md, "A quiet request's path, traced")."""
-        scheduler = self.scheduler
-        if not scheduler.waiting or not any(not seq.is_prefilling for seq in scheduler.running):
-            return None
-        self._in_flight, self._num_between_tokens = frozenset(), 0
-        self._pause = Pause(self.arrivals, lambda: self._between(between))
-        try:
-            outputs = self.prefill_between()
-        finally:
-            self._in_flight = self._pause = None
-        if not self.num_step_tokens:
-            return None
-        leaving, self._leaving = self._leaving, []
-        for request_id in leaving:  # aborted during the prefill: free now
-            self.abort(request_id)
-        return outputs
-
-    def _between(self, between: Callable[[], None]) -> None:
-        self.arrivals.lower()  # before the commands are taken: one queued after this raises it again
-        between()
-
     def prefill_between(self) -> list[StepOutput]:
-        """While a step is paused (in its `between`): prefill the waiting requests that can start now
-        (Scheduler.schedule_between, within what the step's earlier pauses left of its budget) and return their first
-        tokens. num_step_tokens is this prefill's until the paused step ends.
-
-        This prefill pauses between its layers too: a request arriving during it that outranks it (a better band, or
-        a tenant holding fewer sequences) is prefilled at its next layer (a nested call, within what is left of the
-        same budget), so that it does not wait for a prefill that came just before it; one that does not waits for
-        it (a flood's request prefilled inside a quiet one's would delay the quiet one's first token).
-        Its sequences are in flight like the paused step's: an abort of one takes effect when the
-        step ends."""
-        if self._in_flight is None:
-            raise RuntimeError("prefill_between runs only while a step is paused")
-        outer = self._prefilling
-        seqs = self.scheduler.schedule_between(len(self._leaving), self._num_between_tokens, outranking=outer)
-        num_tokens = self.num_step_tokens = self.scheduler.num_batched_tokens
-        self._num_between_tokens += num_tokens
-        if not seqs:
-            return []
-        in_flight = self._in_flight
-        self._in_flight, self._prefilling = in_flight | {seq.request_id for seq in seqs}, seqs[0]
-        try:
-            token_ids = self.model_runner.run(seqs, True, self._pause)
-        finally:
-            self._in_flight, self._prefilling = in_flight, outer
-        self.num_step_tokens = num_tokens  # a nested prefill set its own
-        return self._outputs(seqs, token_ids, True)
+        """While a step is paused (in its `between`): prefill the waiting requests that can start now and return
+        their first tokens (step_pause.StepPause.prefill_between); num_step_tokens is this prefill's until the paused
+        step ends. Its sequences are in flight like the paused step's: an abort of one takes effect when the step
+        ends."""
+        outputs = self.pauses.prefill_between()
+        self.num_step_tokens = self.pauses.num_tokens
+        return outputs
 
     def _outputs(self, seqs: list[Sequence], token_ids: list, is_prefill: bool) -> list[StepOutput]:
         num_tokens_before = [seq.num_tokens for seq in seqs]

@@ -1,15 +1,35 @@
-"""What a runner loads before its first step: the model (of a supported architecture), its context limit, its end
-tokens, and the zero-filled KV pool (model_runner.py builds on these)."""
+"""What a runner loads before its first step: the model (of a supported architecture), its shape, its context limit,
+its end tokens, and the zero-filled KV pool (model_runner.py and kv_pool.py build on these)."""
 from __future__ import annotations
 
 import math
 import mmap
+from dataclasses import dataclass
 
 import torch
 from transformers import AutoModelForCausalLM
 
 # Architectures whose decoder layer is Llama's (pre-norm, RoPE, GQA attention, gated MLP) under the same module names.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The sizes every part of the runner shapes its tensors by."""
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+
+
+def model_shape(hf_config) -> ModelShape:
+    num_heads = hf_config.num_attention_heads
+    return ModelShape(num_layers=hf_config.num_hidden_layers, num_heads=num_heads,
+                      num_kv_heads=getattr(hf_config, "num_key_value_heads", None) or num_heads,
+                      head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // num_heads,
+                      hidden_size=hf_config.hidden_size, vocab_size=hf_config.vocab_size)
 
 
 def zeroed_pool(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -88,28 +88,27 @@ class WeightPacker:
         return packed
 
 
-def choose_packer(config, matvec: Library | None, dtype: torch.dtype,
-                  device: torch.device) -> tuple[WeightPacker | None, str]:
-    """(a packer, or None where nothing is packed; why) for `config.packed_weights`, where `matvec` (the kernel, or
-    None), `dtype` and `device` are what the runner resolved."""
+def choose_packing(config, matvec: Library | None, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+    """(whether the float weights are packed, why) for `config.packed_weights`, where `matvec` (the kernel, or None),
+    `dtype` and `device` are what the runner's plan resolved (kernel_plan.py)."""
     quantization = config.quantization
     if not config.packed_weights:
-        return None, ("off (the default): steps above the matvec kernel's tokens run a GEMM that reorders each "
-                      "weight on every call; on, a copy reordered once, the float weights held twice")
+        return False, ("off (the default): steps above the matvec kernel's tokens run a GEMM that reorders each "
+                       "weight on every call; on, a copy reordered once, the float weights held twice")
     if device.type != "cpu":
-        return None, f"asked for, but a CPU setting: {device.type} runs its own GEMM"
+        return False, f"asked for, but a CPU setting: {device.type} runs its own GEMM"
     if quantization != "none":
-        return None, f"asked for, but {quantization} weights are packed by their own kernels"
+        return False, f"asked for, but {quantization} weights are packed by their own kernels"
     if matvec is None:
-        return None, ("asked for, but the matvec kernel does not run here (see matvec): the packed copy serves the "
-                      "steps above it, beside the weights it reads")
+        return False, ("asked for, but the matvec kernel does not run here (see matvec): the packed copy serves the "
+                       "steps above it, beside the weights it reads")
     if not config.lean_decode:
-        return None, "asked for, but lean_decode is off: the reference forward runs the weights as loaded"
+        return False, "asked for, but lean_decode is off: the reference forward runs the weights as loaded"
     if not packs(dtype):
-        return None, f"asked for, but this torch build or CPU has no oneDNN linear over packed {_name(dtype)} weights"
-    return WeightPacker(), (f"asked for: {_name(dtype)} steps of more than {matvec.max_tokens_for(dtype)} tokens run "
-                            "oneDNN's GEMM over a prepacked copy of the float weights, held beside the loaded ones "
-                            "the matvec kernel reads (weight_bytes counts both)")
+        return False, f"asked for, but this torch build or CPU has no oneDNN linear over packed {_name(dtype)} weights"
+    return True, (f"asked for: {_name(dtype)} steps of more than {matvec.max_tokens_for(dtype)} tokens run oneDNN's "
+                  "GEMM over a prepacked copy of the float weights, held beside the loaded ones the matvec kernel "
+                  "reads (weight_bytes counts both)")
 
 
 def packed_bytes(packer: WeightPacker | None) -> int:

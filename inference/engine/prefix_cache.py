@@ -35,6 +35,22 @@ def block_key(parent: bytes, token_ids: list[int], salt: bytes = b"") -> bytes:
     return hashlib.blake2b(parent + array("q", token_ids).tobytes(), digest_size=16, key=salt).digest()
 
 
+def shared_prompt_ids(tokenizer, text: str | None) -> list[list[int]]:
+    """The shared prompt's tokenizations as a request may begin with it: a prompt that starts with it, and a chat whose
+    system message it is (as the worker tokenizes each: inference/worker/model_engine.py)."""
+    if text is None:
+        return []
+    forms = [tokenizer.encode(text)]
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            chat = tokenizer.apply_chat_template([{"role": "system", "content": text}], add_generation_prompt=False,
+                                                 tokenize=False)
+            forms.append(tokenizer.encode(chat, add_special_tokens=False))
+        except Exception:  # a template that refuses a system message alone: chats then share nothing
+            pass
+    return forms
+
+
 def num_shared_tokens(token_ids: list[int], shared_prefixes: list[list[int]]) -> int:
     """How many leading tokens of a prompt are the shared prompt's: its longest common prefix with any of its
     tokenizations (as a prompt's start, as a chat's system message). Token-wise, so that text merged into the shared

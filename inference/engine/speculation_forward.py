@@ -25,11 +25,14 @@ without it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from inference.engine.attention import MixedAttention, PrefillAttention
+from inference.engine.kernel_plan import KernelPlan
 from inference.engine.sampler import Sampler, step_seed
 from inference.engine.sequence import Sequence
+from inference.engine.step_inputs import Chunk, StepInputs
 
 # Salts that keep the verify's and the draft's draws apart from each other and from the sampler's.
 _VERIFY_SALT = 0x5BD1E995
@@ -37,28 +40,36 @@ _DRAFT_SALT = 0x27D4EB2F
 
 
 class SpecDecoder:
-    def __init__(self, runner, *, num_draft_layers: int | None = None):
-        self.runner = runner
-        if num_draft_layers is not None and not 1 <= num_draft_layers < runner.num_layers:
-            raise ValueError(f"speculative layers must be in 1..{runner.num_layers - 1} for this model "
-                             f"({runner.num_layers} layers), got {num_draft_layers}")
+    """The forwards of speculative steps, over the runner's parts: `inputs` (step_inputs.StepInputs: the KV pool and
+    the device), the reference `forward` (reference_forward.py: layer drafts run its first layers), the final norm
+    and lm_head (`head`), the `sampler`, the kernels' `plan` (kernel_plan.py) and the runner's plain decode step
+    (`decode`)."""
+
+    def __init__(self, *, inputs: StepInputs, forward, head, sampler: Sampler, plan: KernelPlan,
+                 decode: Callable[[list[Sequence]], list[int]], num_draft_layers: int | None = None):
+        self.inputs, self.forward, self.head, self.sampler, self.plan = inputs, forward, head, sampler, plan
+        self._decode = decode
+        num_layers = inputs.pool.shape.num_layers
+        if num_draft_layers is not None and not 1 <= num_draft_layers < num_layers:
+            raise ValueError(f"speculative layers must be in 1..{num_layers - 1} for this model "
+                             f"({num_layers} layers), got {num_draft_layers}")
         self.num_draft_layers = num_draft_layers
 
     # -- what the speculator calls --------------------------------------------------------------------------------
 
     def import_kv(self, seqs: list[Sequence]) -> None:
-        self.runner._import_kv(seqs)
+        self.inputs.pool.import_kv(seqs)
 
     def decode(self, seqs: list[Sequence]) -> list[int]:
         """A plain decode step (nobody drafts this step)."""
-        return self.runner.run(seqs, False)
+        return self._decode(seqs)
 
     @torch.inference_mode()
     def draft_layers(self, seqs: list[Sequence], budgets: list[int], num_layers: int
                      ) -> tuple[list[list[int]], list[torch.Tensor | None]]:
         """budgets[i] draft tokens for seqs[i] from the first `num_layers` layers. Returns the drafts and, per
         sequence, the draft's distributions [k, V] (None for a greedy sequence, whose drafts are argmaxes)."""
-        runner = self.runner
+        inputs = self.inputs
         drafts: list[list[int]] = [[] for _ in seqs]
         probs: list[list[torch.Tensor]] = [[] for _ in seqs]
         generators = {i: self._generator(seq, _DRAFT_SALT) for i, seq in enumerate(seqs) if budgets[i]}
@@ -67,11 +78,11 @@ class SpecDecoder:
             group = [seqs[i] for i in active]
             positions = [seqs[i].num_tokens - 1 + step for i in active]
             input_ids = [drafts[i][-1] if step else seqs[i].last_token_id for i in active]
-            slots = [slot for seq, pos in zip(group, positions) for slot in runner._slots(seq, pos, pos + 1)]
-            attention = runner._decode_attention(group, [pos + 1 for pos in positions])
-            hidden = runner._forward(runner._tensor(input_ids), runner._tensor(positions), runner._tensor(slots),
-                                     attention, num_layers=num_layers)  # [B, hidden]
-            logits = runner.norm_lm_head(hidden).float()  # [B, V]
+            slots = [slot for seq, pos in zip(group, positions) for slot in inputs.pool.slots(seq, pos, pos + 1)]
+            attention = inputs.decode_attention(group, self.plan, [pos + 1 for pos in positions])
+            hidden = self.forward(inputs.tensor(input_ids), inputs.tensor(positions), inputs.tensor(slots),
+                                  attention, num_layers=num_layers)  # [B, hidden]
+            logits = self.head(hidden).float()  # [B, V]
             for row, i in enumerate(active):
                 seq = seqs[i]
                 if seq.params.is_greedy:
@@ -86,38 +97,22 @@ class SpecDecoder:
     def verify(self, seqs: list[Sequence], drafts: list[list[int]], draft_probs: list[torch.Tensor | None] | None
                ) -> list[tuple[list[int], int]]:
         """One forward over every sequence's last token and drafts; per sequence (its new tokens, drafts kept)."""
-        runner = self.runner
         drafting = [i for i, draft in enumerate(drafts) if draft]
         plain = [i for i, draft in enumerate(drafts) if not draft]
-        input_ids, positions, slots, bounds, contexts = [], [], [], [], []
-        for i in drafting:
-            seq = seqs[i]
-            start, end = seq.num_tokens - 1, seq.num_tokens + len(drafts[i])
-            bounds.append((len(input_ids), len(input_ids) + end - start))
-            input_ids += [seq.last_token_id, *drafts[i]]
-            positions += range(start, end)
-            slots += runner._slots(seq, start, end)
-            contexts.append(runner._chunk_context(seq, start, end))
-        num_chunk_tokens = len(input_ids)
+        # Each drafting sequence's [last token, d1..dk] at positions n-1 .. n-1+k: a chunk after its cached tokens.
+        chunks = [Chunk(seqs[i], seqs[i].num_tokens - 1, [seqs[i].last_token_id, *drafts[i]]) for i in drafting]
         plain_seqs = [seqs[i] for i in plain]
-        for seq in plain_seqs:
-            position = seq.num_tokens - 1
-            input_ids.append(seq.last_token_id)
-            positions.append(position)
-            slots += runner._slots(seq, position, position + 1)
-        attention = PrefillAttention(runner.k_cache, runner.v_cache, bounds, contexts, runner.prefill_kernel,
-                                     torch.get_num_threads())
-        if plain_seqs:
-            attention = MixedAttention(attention, runner._decode_attention(plain_seqs), num_chunk_tokens)
-        hidden = runner._forward(runner._tensor(input_ids), runner._tensor(positions), runner._tensor(slots),
-                                 attention)  # [T, hidden]
-        logits = runner.norm_lm_head(hidden).float()  # [T, V]
+        hidden = self.forward(*self.inputs.prepare(chunks, plain_seqs, self.plan))  # [T, hidden]
+        logits = self.head(hidden).float()  # [T, V]
         results: list[tuple[list[int], int] | None] = [None] * len(seqs)
-        for i, (start, end) in zip(drafting, bounds):
+        start = 0
+        for i, chunk in zip(drafting, chunks):
+            end = start + len(chunk.token_ids)
             q = draft_probs[i] if draft_probs is not None else None
             results[i] = self._accept(seqs[i], logits[start:end], drafts[i], q)
+            start = end
         if plain_seqs:  # the sampler itself: exactly the draw the engine without speculation makes
-            tokens = runner.sampler(logits[num_chunk_tokens:], plain_seqs)
+            tokens = self.sampler(logits[start:], plain_seqs)
             for i, token_id in zip(plain, tokens):
                 results[i] = ([token_id], 0)
         return results
@@ -167,6 +162,6 @@ class SpecDecoder:
     def _generator(self, seq: Sequence, salt: int) -> torch.Generator | None:
         if seq.params.seed is None:
             return None  # the process-wide generator, as the sampler's unseeded draws
-        generator = torch.Generator(device=self.runner.device)
+        generator = torch.Generator(device=self.inputs.device)
         generator.manual_seed(step_seed(seq.params.seed ^ salt, seq.num_completion_tokens))
         return generator

@@ -4,8 +4,9 @@ At one token a sequence, the lean forward's ~25 tensor ops and 5-7 kernel calls 
 dispatch than in arithmetic: a sizeable share of a small model's single-stream step, beside the weight reads
 (found by wrapping each kernel call of the lean step; the figures: docs/performance.md, 'Faster tokens'). Here
 the lean forward hands its layer loop to C: the plan (each layer's weight pointers, the kernels' entry points, the
-cache, scratch rows) is built once per runner, and each step makes one call with its tokens' cos/sin, slots, block
-tables and context lengths. The embedding, RoPE's cos/sin, the final norm, lm_head and sampling stay as they were.
+cache, scratch rows) is built once per runner from its kernel plan (kernel_plan.py), and each step makes one call
+with its tokens' cos/sin, slots, block tables and context lengths. The embedding, RoPE's cos/sin, the final norm,
+lm_head and sampling stay as they were.
 
 It runs a step when every projection of every layer goes through one of Tandem's kernels (matvec.c for float32 and
 bfloat16, int8_matvec.c for INT8 weights; anything else, e.g. the transposed float32 layout torch multiplies, keeps
@@ -28,9 +29,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from inference.engine.kernels.int8_linear import GEMM_TOKENS, MatVecInt8Linear
+from inference.engine.kernels.int8_linear import MatVecInt8Linear
 from inference.engine.interleave import Pause
-from inference.engine.kernels.matvec import WIDE_MAX_TOKENS, matvec_projection
+from inference.engine.kernels.matvec import matvec_projection
 from inference.engine.kernels.build import KernelLibrary, load_library
 from inference.engine.kernels.paged_attention import KV_DTYPE_CODES, PagedDecode
 
@@ -133,11 +134,11 @@ class FusedDecode:
     """The plan of one runner's layers and the step's call. `__call__` returns False where it does not run a step
     (the caller then runs the lean forward)."""
 
-    def __init__(self, library: Library, runner, attention_library, capacity: int, int8: bool):
-        model = runner.model
-        self.library, self.runner, self.int8 = library, runner, int8
-        self.matvec = runner.matvec
-        dtype = runner.dtype
+    def __init__(self, plan, model, k_cache: torch.Tensor, v_cache: torch.Tensor, *, dtype: torch.dtype,
+                 num_heads: int, num_kv_heads: int, head_dim: int):
+        # plan: the runner's kernel plan (kernel_plan.KernelPlan), whose decode layers run here
+        self.library, self.int8 = plan.decode_layers, plan.int8_kernel is not None
+        self.matvec, self.dtype = plan.matvec, dtype
         layers = model.model.layers
         self.layers = (Layer * len(layers))()
         for i, layer in enumerate(layers):
@@ -152,31 +153,30 @@ class FusedDecode:
                                    down=_projection(self.matvec, [mlp.down_proj], None, dtype),
                                    scale=attn.scaling)
         self.intermediate = self.layers[0].down.in_features
-        h_q, h_kv, d = runner.num_heads, runner.num_kv_heads, runner.head_dim
+        h_q, h_kv, d = num_heads, num_kv_heads, head_dim
         hidden = model.config.hidden_size
-        self.capacity = capacity
+        self.capacity = capacity = plan.decode_layers_capacity
         # Scratch rows, [capacity, ...] each: read and written by the C call only.
         widths = {"qkv": (h_q + 2 * h_kv) * d, "q": h_q * d, "o": h_q * d, "h": hidden, "gu": 2 * self.intermediate,
                   "a": self.intermediate}
         self.scratch = {name: torch.empty(capacity, width, dtype=dtype) for name, width in widths.items()}
-        k_cache = runner.k_cache
         self.plan = Plan(dtype=_DTYPE_CODES[dtype], num_threads=torch.get_num_threads(), num_layers=len(layers),
                          hidden=hidden, num_heads=h_q, num_kv_heads=h_kv, head_dim=d,
                          intermediate=self.intermediate, max_tokens=capacity,
                          layers=ctypes.cast(self.layers, ctypes.POINTER(Layer)),
-                         attention=_address(attention_library.lib.tandem_paged_attention),
-                         k_cache=k_cache.data_ptr(), v_cache=runner.v_cache.data_ptr(),
+                         attention=_address(plan.paged_attention.lib.tandem_paged_attention),
+                         k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(),
                          layer_bytes=k_cache.stride(0) * k_cache.element_size(), block_size=k_cache.shape[2],
                          kv_dtype=KV_DTYPE_CODES[k_cache.dtype],
                          **{name: tensor.data_ptr() for name, tensor in self.scratch.items()})
-        self._call = library.lib.tandem_decode_layers
+        self._call = self.library.lib.tandem_decode_layers
         self._plan_ref = ctypes.byref(self.plan)
 
     def max_tokens(self) -> int:
         """The most tokens a step may have here now (the float kernel's limit follows its instruction set)."""
         if self.int8:
             return self.capacity
-        return min(self.capacity, self.matvec.max_tokens_for(self.runner.dtype))
+        return min(self.capacity, self.matvec.max_tokens_for(self.dtype))
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slot_mapping: torch.Tensor,
                  attention, num_layers: int, pause: Pause | None = None) -> bool:
@@ -188,7 +188,7 @@ class FusedDecode:
         kernel = kernel if isinstance(kernel, PagedDecode) else None
         num_tokens = x.shape[0]
         if (kernel is None or num_tokens > self.max_tokens() or kernel.block_tables.shape[0] != num_tokens
-                or x.dtype != self.runner.dtype or not x.is_contiguous() or not slot_mapping.is_contiguous()):
+                or x.dtype != self.dtype or not x.is_contiguous() or not slot_mapping.is_contiguous()):
             return False
         tables = kernel.block_tables
         flag = None if pause is None else pause.arrivals.address
@@ -206,26 +206,13 @@ class FusedDecode:
         return True
 
 
-def build(runner) -> tuple[FusedDecode | None, str]:
-    """(the fused step, or None; why, for /info and the log) for a runner whose lean decoder and kernels are built."""
-    if not runner.config.fused_decode:
-        return None, "off: fused_decode is false (the lean forward's ops)"
-    if runner.lean_decoder is None:
-        return None, "off: the lean decode forward is off or cannot run this model"
-    if runner.paged_attention is None:
-        return None, "off: decode attention is torch's (the C layer calls the paged kernel)"
-    int8 = runner.config.quantization != "none"
-    if not int8 and runner.matvec is None:
-        return None, "off: the float linears run torch's matmul (the C layer calls Tandem's matvec kernel)"
-    library, reason = load()
-    if library is None:
-        return None, f"off: {reason}"
-    capacity = GEMM_TOKENS - 1 if int8 else WIDE_MAX_TOKENS
+def bind(plan, model, k_cache: torch.Tensor, v_cache: torch.Tensor, **shape) -> tuple[FusedDecode | None, str]:
+    """(the fused step over the model's layers, or None; why, for /info and the log) for the runner's kernel plan
+    (kernel_plan.py decides whether the decode layers run; a layer the C call cannot run turns them off here).
+    `shape`: FusedDecode's dtype, num_heads, num_kv_heads and head_dim."""
+    if plan.decode_layers is None:
+        return None, plan.decode_layers_reason
     try:
-        fused = FusedDecode(library, runner, runner.paged_attention, capacity, int8)
+        return FusedDecode(plan, model, k_cache, v_cache, **shape), plan.decode_layers_reason
     except _Unfusable as exc:
         return None, f"off: {exc}"
-    kernels = "Tandem's int8 kernel" if int8 else "Tandem's matvec kernel"
-    return fused, (f"on: decode steps of up to {fused.max_tokens()} tokens run their layers in one C call "
-                   f"({kernels} and the paged attention kernel)")
-

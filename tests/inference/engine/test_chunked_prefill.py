@@ -101,7 +101,7 @@ def test_a_partly_prefilled_sequence_is_preempted_and_recomputed_from_scratch(ti
     # 4 blocks of 16 tokens: the stream (15 prompt tokens) holds 1, the long prompt (48 tokens) takes the other 3,
     # so when the stream's 17th token needs a second block, the newest running sequence, the long prompt still
     # being prefilled in chunks of 8, is preempted.
-    engine = engine_of(tiny_model_dir, kv_cache_bytes=4 * probe.model_runner.num_bytes_per_block,
+    engine = engine_of(tiny_model_dir, kv_cache_bytes=4 * probe.model_runner.pool.num_bytes_per_block,
                        prefill_chunk_size=8)
     stream_prompt, long_prompt = random_prompts([15, 48], seed=11)
     engine.add_request("stream", stream_prompt, SamplingParams(max_tokens=40, ignore_eos=True))

@@ -30,9 +30,9 @@ def plain_outputs(tiny_model_dir):
 
 def test_fused_qkv_and_gate_up_projections_give_the_same_greedy_tokens(tiny_model_dir, plain_outputs):
     engine = _engine(tiny_model_dir)
-    fuse_projections(engine.model_runner)
+    fuse_projections(engine.model_runner.model)
     layer = engine.model_runner.model.model.layers[0]
-    assert engine.model_runner.fused_qkv and hasattr(layer.mlp, "gate_up_proj")
+    assert hasattr(layer.self_attn, "qkv_proj") and hasattr(layer.mlp, "gate_up_proj")
     x = torch.randn(3, layer.self_attn.qkv_proj.in_features)
     assert torch.equal(layer.self_attn.k_proj(x), layer.self_attn.qkv_proj(x)[:, layer.self_attn.q_proj.end:
                                                                                 layer.self_attn.k_proj.end])
@@ -41,6 +41,6 @@ def test_fused_qkv_and_gate_up_projections_give_the_same_greedy_tokens(tiny_mode
 
 def test_prepacked_linears_give_the_same_greedy_tokens(tiny_model_dir, plain_outputs):
     engine = _engine(tiny_model_dir)
-    assert prepack_linears(engine.model_runner) == 7 * engine.model_runner.num_layers
+    assert prepack_linears(engine.model_runner.model) == 7 * engine.model_runner.shape.num_layers
     assert _generate(engine) == plain_outputs
 

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from inference.engine import Config, LLMEngine, SamplingParams
-from inference.engine import model_runner
+from inference.engine import kernel_plan
 from inference.engine.quantization import quantize_model
 from tests.conftest import MODELS_DIR
 from tests.inference.engine.support import hf_greedy, random_prompts, stepwise_shortfall
@@ -59,7 +59,7 @@ def test_a_prompt_gets_the_same_int8_tokens_alone_as_in_a_batch(tiny_model_dir):
 
 def test_the_weight_only_path_for_cuda_runs_in_the_engine_and_matches_hugging_face(tiny_model_dir, monkeypatch):
     """The CUDA kernel choice, selected on this CPU-only host (untested on a real GPU)."""
-    monkeypatch.setattr(model_runner, "default_kernel", lambda device, matvec="torch", **_: "weight_only")
+    monkeypatch.setattr(kernel_plan, "default_kernel", lambda device, matvec="torch", **_: "weight_only")
     engine = _engine(tiny_model_dir)
     assert type(engine.model_runner.model.model.layers[0].self_attn.o_proj).__name__ == "WeightOnlyInt8Linear"
     prompts = random_prompts([5, 40, 17], seed=5)

@@ -26,8 +26,8 @@ def engine(model_dir, **settings) -> LLMEngine:
 def k_at(eng: LLMEngine, layer: int, seq, pos: int) -> torch.Tensor:
     """`seq`'s K at position `pos` in `layer` (its slot in the paged cache)."""
     runner = eng.model_runner
-    slot = seq.block_table[pos // runner.block_size] * runner.block_size + pos % runner.block_size
-    return runner.k_cache[layer].reshape(-1, runner.num_kv_heads, runner.head_dim)[slot].clone()
+    slot = seq.block_table[pos // runner.pool.block_size] * runner.pool.block_size + pos % runner.pool.block_size
+    return runner.k_cache[layer].reshape(-1, runner.shape.num_kv_heads, runner.shape.head_dim)[slot].clone()
 
 
 def run_out(eng: LLMEngine, tokens: dict[str, list[int]]) -> dict[str, list[int]]:

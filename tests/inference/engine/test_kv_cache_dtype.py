@@ -56,8 +56,8 @@ def test_each_k_and_v_value_is_the_float32_one_rounded_once(tiny_model_dir, writ
         eng.step()  # one decode step of both sequences
         runner = eng.model_runner
         # per prompt length: the slots of the prompt's tokens and of the first decode step's
-        slots[kv] = {seq.num_prompt_tokens: [seq.block_table[i // runner.block_size] * runner.block_size
-                                             + i % runner.block_size for i in range(seq.num_prompt_tokens + 1)]
+        slots[kv] = {seq.num_prompt_tokens: [seq.block_table[i // runner.pool.block_size] * runner.pool.block_size
+                                             + i % runner.pool.block_size for i in range(seq.num_prompt_tokens + 1)]
                      for seq in seqs}
     wide, narrow = (engines[kv].model_runner for kv in ("auto", kv_cache_dtype))
     dtype = getattr(torch, kv_cache_dtype)
@@ -65,8 +65,9 @@ def test_each_k_and_v_value_is_the_float32_one_rounded_once(tiny_model_dir, writ
     for length, s_wide in slots["auto"].items():
         s_narrow = slots[kv_cache_dtype][length]
         for cache in ("k_cache", "v_cache"):
-            w = getattr(wide, cache).view(wide.num_layers, -1, wide.num_kv_heads, wide.head_dim)
-            n = getattr(narrow, cache).view(narrow.num_layers, -1, narrow.num_kv_heads, narrow.head_dim)
+            shape = wide.shape
+            w = getattr(wide, cache).view(shape.num_layers, -1, shape.num_kv_heads, shape.head_dim)
+            n = getattr(narrow, cache).view(shape.num_layers, -1, shape.num_kv_heads, shape.head_dim)
             prompt_w, prompt_n = w[:, s_wide[:length]], n[:, s_narrow[:length]]
             assert prompt_n.dtype == dtype and torch.equal(prompt_n, prompt_w.to(dtype)), (cache, "prompt")
             decoded_w, decoded_n = w[0, s_wide[length]], n[0, s_narrow[length]]
@@ -79,7 +80,7 @@ def test_greedy_tokens_over_a_float16_cache_are_the_same_with_the_kernel_and_wit
     outputs = []
     for matvec in ("auto", "torch"):
         eng = _engine(tiny_model_dir, "float16", matvec=matvec)
-        assert eng.model_runner.decode_attention_info["kernel"] == ("tandem" if matvec == "auto" else "torch")
+        assert eng.model_runner.plan.decode_attention_info["kernel"] == ("tandem" if matvec == "auto" else "torch")
         outputs.append(eng.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True)))
     assert outputs[0] == outputs[1]
 

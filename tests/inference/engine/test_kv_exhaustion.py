@@ -10,7 +10,7 @@ NUM_NEW_TOKENS = 20
 
 def kv_bytes_for_blocks(tiny_model_dir, num_blocks):
     probe = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20, block_size=BLOCK_SIZE))
-    return num_blocks * probe.model_runner.num_bytes_per_block
+    return num_blocks * probe.model_runner.pool.num_bytes_per_block
 
 
 def run(engine, max_steps=2000):

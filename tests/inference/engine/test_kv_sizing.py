@@ -42,10 +42,11 @@ def test_auto_sizes_the_pool_from_available_memory_and_one_full_context_fits(tin
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1))
     assert engine.config.kv_cache_bytes == "auto"
     runner = engine.model_runner
-    num_blocks_per_context = TINY_CONTEXT // runner.block_size
+    num_blocks_per_context = TINY_CONTEXT // runner.pool.block_size
     assert num_blocks_per_context <= runner.num_blocks <= num_blocks_per_context * engine.config.max_num_seqs
-    assert runner.num_blocks * runner.num_bytes_per_block <= max(0.2 * available_before,
-                                                                 num_blocks_per_context * runner.num_bytes_per_block)
+    num_bytes_per_block = runner.pool.num_bytes_per_block
+    assert runner.num_blocks * num_bytes_per_block <= max(0.2 * available_before,
+                                                          num_blocks_per_context * num_bytes_per_block)
     assert engine.max_model_len == engine.configured_max_model_len == TINY_CONTEXT
 
 
@@ -58,7 +59,7 @@ def test_a_small_fraction_still_holds_one_full_context(tiny_model_dir):
 def test_a_pool_smaller_than_the_context_serves_the_context_it_holds(tiny_model_dir, hf_model):
     probe = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20))
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1,
-                              kv_cache_bytes=4 * probe.model_runner.num_bytes_per_block))
+                              kv_cache_bytes=4 * probe.model_runner.pool.num_bytes_per_block))
     assert (engine.max_model_len, engine.configured_max_model_len) == (64, TINY_CONTEXT)
     (prompt,) = random_prompts([20], seed=3)
     params = SamplingParams(max_tokens=44, ignore_eos=True)  # exactly the pool: 20 + 44 = 64 tokens
@@ -69,8 +70,8 @@ def test_a_pool_smaller_than_the_context_serves_the_context_it_holds(tiny_model_
 
 def test_a_budget_handed_by_the_placer_sizes_the_pool_instead_of_free_memory(tiny_model_dir):
     probe = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20)).model_runner
-    num_blocks_per_context = TINY_CONTEXT // probe.block_size
-    budget = 3 * num_blocks_per_context * probe.num_bytes_per_block + probe.num_bytes_per_block // 2
+    num_blocks_per_context = TINY_CONTEXT // probe.pool.block_size
+    budget = 3 * num_blocks_per_context * probe.pool.num_bytes_per_block + probe.pool.num_bytes_per_block // 2
     engine = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_memory_budget=budget, max_num_seqs=8))
     assert engine.block_manager.num_blocks == 3 * num_blocks_per_context  # the whole budget: fraction 1
 

@@ -13,7 +13,7 @@ def runner(tiny_model_dir):
 
 
 def test_the_kv_pool_holds_as_many_blocks_as_kv_cache_bytes_allow(runner):
-    layout = runner.kv_layout
+    layout = runner.pool.kv_layout
     num_bytes_per_block = 2 * layout["num_layers"] * 4 * layout["num_kv_heads"] * layout["head_dim"] * 4  # fp32
     assert runner.num_blocks == (4 << 20) // num_bytes_per_block
     assert runner.k_cache.shape == (layout["num_layers"], runner.num_blocks, 4, layout["num_kv_heads"],
@@ -36,12 +36,12 @@ def test_prefill_writes_the_same_keys_and_values_as_hugging_face_into_scattered_
     with torch.inference_mode():
         cache = hf(torch.tensor([prompt]), use_cache=True).past_key_values
     slots = torch.tensor([seq.block_table[i // 4] * 4 + i % 4 for i in range(len(prompt))])
-    k_slots = runner.k_cache.view(runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
-    v_slots = runner.v_cache.view(runner.num_layers, -1, runner.num_kv_heads, runner.head_dim)
+    k_slots = runner.k_cache.view(runner.shape.num_layers, -1, runner.shape.num_kv_heads, runner.shape.head_dim)
+    v_slots = runner.v_cache.view(runner.shape.num_layers, -1, runner.shape.num_kv_heads, runner.shape.head_dim)
     # Within float32 rounding, not bit for bit: the engine's float32 GEMM (oneDNN's, inference/engine/gemm.py) sums in
     # another order than Hugging Face's (MKL's), and the differences grow over the layers (seen: 1.4e-5 on a key of
     # 0.035). A K/V in the wrong slot would be off by the values themselves.
-    for layer_id in range(runner.num_layers):
+    for layer_id in range(runner.shape.num_layers):
         hf_k = cache.layers[layer_id].keys[0].transpose(0, 1)  # [T, Hkv, D]
         hf_v = cache.layers[layer_id].values[0].transpose(0, 1)
         torch.testing.assert_close(k_slots[layer_id, slots], hf_k, rtol=1e-4, atol=1e-4)
@@ -49,17 +49,17 @@ def test_prefill_writes_the_same_keys_and_values_as_hugging_face_into_scattered_
 
 
 def test_validate_kv_names_what_is_wrong(runner):
-    shape = (runner.num_layers, 5, runner.num_kv_heads, runner.head_dim)
+    shape = (runner.shape.num_layers, 5, runner.shape.num_kv_heads, runner.shape.head_dim)
     good = torch.zeros(shape)
-    runner.validate_kv(good, good, 5)
+    runner.pool.validate_kv(good, good, 5)
     with pytest.raises(ValueError, match=r"k has shape \[.*expected"):
-        runner.validate_kv(torch.zeros(shape[0], 4, *shape[2:]), good, 5)
+        runner.pool.validate_kv(torch.zeros(shape[0], 4, *shape[2:]), good, 5)
     with pytest.raises(ValueError, match="v has shape"):
-        runner.validate_kv(good, torch.zeros(shape[0], 5, shape[2], shape[3] + 1), 5)
+        runner.pool.validate_kv(good, torch.zeros(shape[0], 5, shape[2], shape[3] + 1), 5)
     with pytest.raises(ValueError, match="v has dtype bfloat16, expected float32"):
-        runner.validate_kv(good, good.to(torch.bfloat16), 5)
+        runner.pool.validate_kv(good, good.to(torch.bfloat16), 5)
     with pytest.raises(ValueError, match="must be a torch.Tensor"):
-        runner.validate_kv(good.tolist(), good, 5)
+        runner.pool.validate_kv(good.tolist(), good, 5)
 
 
 def test_an_unsupported_architecture_is_refused_by_name(tmp_path):

@@ -5,6 +5,8 @@ heads, both instruction sets and any thread count; the engine serves the same gr
 attention; `auto` takes it on a CPU and says why not where it cannot run (`matvec: torch`, a compiled step, CUDA)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -171,9 +173,9 @@ def test_auto_takes_the_kernel_on_a_cpu_and_says_why_not_elsewhere():
 
 def _greedy(model, prompts, num_new_tokens, *, kernel: bool, **settings) -> list[list[int]]:
     eng = LLMEngine(Config(model=model, threads=1, prefix_caching=False, **settings))
-    assert eng.model_runner.decode_attention_info["kernel"] == "tandem", eng.model_runner.decode_attention_info
+    assert eng.matvec["decode_attention"]["kernel"] == "tandem", eng.matvec["decode_attention"]
     if not kernel:  # torch's gather and SDPA, everything else as is (the matvec kernel for the linears)
-        eng.model_runner.paged_attention = None
+        eng.model_runner.plan = replace(eng.model_runner.plan, paged_attention=None)
     return eng.generate(prompts, SamplingParams(max_tokens=num_new_tokens, ignore_eos=True))
 
 
@@ -190,8 +192,8 @@ def test_the_engine_serves_the_same_greedy_tokens_with_the_kernel_and_with_torch
 
 def test_matvec_torch_turns_the_kernel_off_and_info_says_so(tiny_model_dir):
     eng = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20, dtype="float32", matvec="torch"))
-    assert eng.model_runner.paged_attention is None
-    assert eng.model_runner.decode_attention_info == {"kernel": "torch", "reason": "torch: asked for (matvec torch)"}
+    assert eng.model_runner.plan.paged_attention is None
+    assert eng.matvec["decode_attention"] == {"kernel": "torch", "reason": "torch: asked for (matvec torch)"}
 
 
 @pytest.mark.skipif(not (SMOLLM2 / "config.json").is_file(), reason=f"SmolLM2 is not prepared at {SMOLLM2}")

@@ -7,6 +7,8 @@ it as with torch's SDPA, through chunked prefill and a cached prefix; `auto` tak
 elsewhere."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -189,7 +191,7 @@ def _greedy(model, prompts, num_new_tokens, *, kernel: bool, **settings) -> tupl
     eng = LLMEngine(Config(model=model, threads=1, **{"prefix_caching": False, **settings}))
     assert eng.matvec["prefill_attention"]["kernel"] == "tandem", eng.matvec
     if not kernel:  # torch's SDPA for the prefill chunks, everything else as is
-        eng.model_runner.prefill_kernel = None
+        eng.model_runner.plan = replace(eng.model_runner.plan, prefill_attention=None)
     outputs = eng.generate(prompts, SamplingParams(max_tokens=num_new_tokens, ignore_eos=True))
     return outputs, eng
 
@@ -214,7 +216,7 @@ def test_the_engine_serves_the_same_greedy_tokens_with_the_kernel_and_with_torch
 @needs_kernel
 def test_matvec_torch_turns_the_kernel_off_and_info_says_so(tiny_model_dir):
     eng = LLMEngine(Config(model=tiny_model_dir, threads=1, kv_cache_bytes=1 << 20, dtype="float32", matvec="torch"))
-    assert eng.model_runner.prefill_kernel is None
+    assert eng.model_runner.plan.prefill_attention is None
     assert eng.matvec["prefill_attention"] == {"kernel": "torch", "reason": "torch: asked for (matvec torch)"}
 
 

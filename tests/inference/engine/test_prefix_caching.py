@@ -89,7 +89,7 @@ def test_a_preempted_sequence_restarts_from_its_cached_blocks_with_the_same_toke
     # 11 blocks: A (47 tokens, 3 blocks) and B (120 tokens, 8 blocks) fill the pool; A's 49th token needs a 4th
     # block, so B (the newest) is preempted; its full computed blocks stay cached while A takes its partial one, and
     # B starts again from them once A is done.
-    bytes_per_block = engine_of(tiny_model_dir, kv_cache_bytes=1 << 20).model_runner.num_bytes_per_block
+    bytes_per_block = engine_of(tiny_model_dir, kv_cache_bytes=1 << 20).model_runner.pool.num_bytes_per_block
     engine = engine_of(tiny_model_dir, kv_cache_bytes=11 * bytes_per_block, chunked_prefill=chunked_prefill,
                        prefill_chunk_size=64, prefill_chunk_size_alone=64)  # chunked: 64 tokens in every step
     prompts = random_prompts([47, 120], seed=21)
@@ -127,8 +127,8 @@ def test_a_prefill_worker_exports_the_whole_prompts_kv_from_shared_blocks(tiny_m
     assert warm.stats()["prefix_cache_hit_tokens"] == 2 * BLOCK_SIZE
     assert out_warm.new_token_ids == out_cold.new_token_ids
     for warm_kv, cold_kv in zip(out_warm.kv, out_cold.kv):  # [L, P, Hkv, D] float32 each
-        assert warm_kv.shape == cold_kv.shape == (warm.model_runner.num_layers, len(second),
-                                                   warm.model_runner.num_kv_heads, warm.model_runner.head_dim)
+        shape = warm.model_runner.shape
+        assert warm_kv.shape == cold_kv.shape == (shape.num_layers, len(second), shape.num_kv_heads, shape.head_dim)
         # Same tolerance as chunked prefill's: the warm engine attends its 9 new tokens over cached K/V, the cold
         # one over all 44 in one pass, so float32 sums run in another order (CI saw 1.4e-5 at layer 2).
         torch.testing.assert_close(warm_kv, cold_kv, rtol=1e-4, atol=1e-4)

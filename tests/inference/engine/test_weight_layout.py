@@ -63,7 +63,7 @@ def test_auto_transposes_float32_converted_on_a_cpu_and_keeps_shared_bfloat16_an
 def test_the_transposed_weights_are_fused_and_held_once_in_in_out_order(tiny_model_dir):
     runner = engine(tiny_model_dir, weight_layout="transposed").model_runner
     layer = runner.model.model.layers[0]
-    assert runner.fused_qkv and hasattr(layer.mlp, "gate_up_proj")
+    assert hasattr(layer.self_attn, "qkv_proj") and hasattr(layer.mlp, "gate_up_proj")
     for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj,
                    runner.model.lm_head):
         assert linear.weight.t().is_contiguous() and linear.weight.shape == (linear.out_features,
