@@ -128,6 +128,24 @@ def _relevant_lines(text: str) -> list[str]:
     return kept
 
 
+def model_page(text: str, model: str) -> str:
+    """The part of a shared gateway's page that is one deployment's: the samples labelled with its `model`, and the
+    process's start time (how a restart is told apart from a counter's growth). The process's other series (CPU,
+    memory) have no `model`: they belong to no deployment, and would be counted once per deployment if kept.
+    Raises ValueError when no sample names the model (a deployment the process does not serve yet)."""
+    label = re.compile(r'[{,]model="' + re.escape(model) + r'"[,}]')
+    kept, num_own = [], 0
+    for line in text.splitlines():
+        if line.startswith("#") or line.startswith(_START_TIME):
+            kept.append(line)
+        elif label.search(line):
+            kept.append(line)
+            num_own += 1
+    if num_own == 0:
+        raise ValueError(f"the shared gateway's page has no series of the model {model!r}")
+    return "\n".join(kept) + "\n"
+
+
 def _samples(text: str):
     """(name, labels, value) of the wanted samples.
 

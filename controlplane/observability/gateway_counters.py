@@ -39,7 +39,7 @@ LOOKBACK_S = 120.0
 SERIES = ("tandem_request_success_total", "tandem_request_errors_total", "tandem_request_migrations_total",
           "tandem_gateway_retries_total", *(f"{name}_bucket" for name in HISTOGRAMS.values()))
 # Labels Prometheus adds to what it scrapes (Tandem's service discovery and its own): not the gateway's.
-TARGET_LABELS = frozenset({"deployment", "pool", "node", "worker", "job", "instance"})
+TARGET_LABELS = frozenset({"deployment", "pool", "node", "worker", "shared_gateway", "job", "instance"})
 
 
 def counter_snapshot(reading: Reading) -> dict:
@@ -57,9 +57,10 @@ def in_window(scrapes: list[dict], *, start: float, end: float) -> list[dict]:
 
 # --- embedded ---------------------------------------------------------------------------------------------------
 
-def stored_counters(gateway_id: int, *, start: float, end: float) -> list[dict]:
-    """The gateway's GatewayCounters rows of the window (the module docstring has the answer's shape)."""
-    rows = GatewayCounters.objects.filter(worker_id=gateway_id)
+def stored_counters(gateway_id: int, deployment_id: int, *, start: float, end: float) -> list[dict]:
+    """The gateway's GatewayCounters rows of the window for one deployment (a shared gateway's process has a row per
+    deployment at each scrape; the module docstring has the answer's shape)."""
+    rows = GatewayCounters.objects.filter(worker_id=gateway_id, deployment_id=deployment_id)
     opening = (rows.filter(ts__gte=start - LOOKBACK_S, ts__lte=start).order_by("-ts")
                .values("ts", "snapshot").first())
     inside = list(rows.filter(ts__gt=start, ts__lte=end).order_by("ts").values("ts", "snapshot"))
@@ -67,7 +68,8 @@ def stored_counters(gateway_id: int, *, start: float, end: float) -> list[dict]:
 
 
 def counter_rows(ts: float, gateways: list[tuple[int, int, Reading]]) -> list[GatewayCounters]:
-    """The rows of one scrape cycle: one per (gateway id, deployment id, reading) that answered."""
+    """The rows of one scrape cycle: one per (gateway id, deployment id, reading) that answered (a shared gateway's
+    reading is its deployment's part of the page, exposition.model_page)."""
     return [GatewayCounters(ts=ts, deployment_id=deployment_id, worker_id=worker_id,
                             snapshot=counter_snapshot(reading))
             for worker_id, deployment_id, reading in gateways]

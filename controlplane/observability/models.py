@@ -130,16 +130,24 @@ class ScrapeState(models.Model):
     """The recent raw counters and histogram buckets of one target, so that any Celery process can compute rates.
 
     `snapshots`: {"le": bucket bounds per histogram, "ring": the snapshots of the rate window, oldest first} (format
-    in derive.py). The target is a Worker row (workers and gateways alike).
+    in derive.py). The target is a Worker row (workers and gateways alike) and the deployment whose series it holds:
+    one per worker, but one per attached deployment for a shared gateway's process, whose page holds each one's
+    series (store.shared_gateway_targets).
     """
 
-    worker_id = models.BigIntegerField(unique=True)
+    worker_id = models.BigIntegerField()
     deployment_id = models.BigIntegerField()
     role = models.CharField(max_length=12)
     snapshots = models.JSONField(default=dict)
     last_scrape_at = models.FloatField(null=True)
     last_up = models.BooleanField(default=False)
     last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            # The conflict target of the scrape's upsert (store._upsert_states).
+            models.UniqueConstraint(fields=["worker_id", "deployment_id"], name="scrape_state_per_target"),
+        ]
 
 
 class CycleKind(models.TextChoices):

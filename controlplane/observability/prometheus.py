@@ -6,9 +6,9 @@ worker and gateway that Tandem itself scrapes (observability.store.scrape_target
 not a profile run's), labelled with what Tandem's queries need: `deployment`, `pool` (the role of its pool),
 `revision` (its number), `node`, `worker` (its id), and for a worker `engine` (tandem or vllm: a vLLM worker's
 series are renamed to Tandem's by the job's metric_relabel_configs, inference.engines.vllm.metrics.RELABEL_CONFIGS,
-docs/engines.md). Workers label their own series `role` and `model`; Prometheus
-adds these, so `tandem_time_to_first_token_seconds_bucket{deployment="demo", role="prefill"}` is one stage of one
-deployment.
+docs/engines.md). A shared gateway's process is a group per attached deployment, labelled `shared_gateway` too.
+Workers label their own series `role` and `model`; Prometheus adds these, so
+`tandem_time_to_first_token_seconds_bucket{deployment="demo", role="prefill"}` is one stage of one deployment.
 
 `grafana_dashboard(name)` is a dashboard JSON (schemaVersion 39, the current Grafana releases' model) whose panels
 are PromQL over those labels, with the Prometheus data source as a variable (`${datasource}`) so that it imports
@@ -24,19 +24,46 @@ RATE = "$__rate_interval"
 
 
 def sd_targets() -> list[dict]:
-    """Prometheus HTTP SD groups: [{"targets": ["host:port"], "labels": {...}}], one per scraped process."""
+    """Prometheus HTTP SD groups: [{"targets": ["host:port"], "labels": {...}}], one per scraped process, and one per
+    deployment attached to a shared gateway's process (the same address in each, labelled `shared_gateway` and that
+    deployment: SHARED_GATEWAY_RELABEL_CONFIGS keeps each group's scrape to that deployment's series)."""
     from controlplane.models import Worker
 
-    ids = [target.worker_id for target in scrape_targets()]
-    rows = (Worker.objects.filter(pk__in=ids)
+    targets = scrape_targets()
+    models: dict[int, list[str]] = {}  # a shared gateway's process → the models (deployment names) it serves
+    for target in targets:
+        if target.model:
+            models.setdefault(target.worker_id, []).append(target.model)
+    rows = (Worker.objects.filter(pk__in=[target.worker_id for target in targets])
             .values_list("id", "host", "port", "role", "deployment__name", "revision__number", "node__name",
-                         "revision__engine_settings")
+                         "revision__engine_settings", "shared_gateway__name")
             .order_by("deployment__name", "role", "id"))
-    return [{"targets": [f"{host}:{port}"],
-             "labels": {"deployment": deployment, "pool": role, "revision": "" if revision is None else str(revision),
-                        "node": node or "", "worker": str(worker_id),
-                        **({"engine": engine_of(engine_settings)} if role != "gateway" else {})}}
-            for worker_id, host, port, role, deployment, revision, node, engine_settings in rows]
+    groups = []
+    for worker_id, host, port, role, deployment, revision, node, engine_settings, shared in rows:
+        labels = {"pool": role, "revision": "" if revision is None else str(revision), "node": node or "",
+                  "worker": str(worker_id), **({"engine": engine_of(engine_settings)} if role != "gateway" else {})}
+        if worker_id not in models:
+            groups.append({"targets": [f"{host}:{port}"], "labels": {"deployment": deployment, **labels}})
+            continue
+        groups.extend({"targets": [f"{host}:{port}"],
+                       "labels": {"deployment": name, **labels, "shared_gateway": shared}}
+                      for name in sorted(models[worker_id]))
+    return groups
+
+
+# The scrape job's metric_relabel_configs for shared gateways (docs/prometheus.md): each of a shared gateway's groups
+# scrapes the whole page, which holds every attached deployment's series told apart by `model`; a series is kept in
+# the group whose `deployment` its `model` names. The process's own series (no `model`) are kept in none, as the
+# embedded scrape keeps them (exposition.model_page): per deployment they would be counted once for each. A target
+# of one deployment (no `shared_gateway` label) compares its `deployment` with itself, so it keeps every series.
+SHARED_GATEWAY_RELABEL_CONFIGS = [
+    {"source_labels": ["shared_gateway", "deployment"], "regex": ";(.*)", "target_label": "__tmp_tandem_owner",
+     "replacement": "$1"},
+    {"source_labels": ["shared_gateway", "model"], "regex": "[^;]+;(.*)", "target_label": "__tmp_tandem_owner",
+     "replacement": "$1"},
+    {"action": "keepequal", "source_labels": ["__tmp_tandem_owner"], "target_label": "deployment"},
+    {"action": "labeldrop", "regex": "__tmp_tandem_owner"},
+]
 
 
 def _q(quantile: float, metric: str, where: str, by: str = "role") -> str:

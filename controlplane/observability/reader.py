@@ -123,7 +123,7 @@ class EmbeddedReader:
         return fetched.reading.by_revision
 
     def gateway_counters(self, gateway: Target, *, start: float, end: float) -> list[dict]:
-        return stored_counters(gateway.worker_id, start=start, end=end)
+        return stored_counters(gateway.worker_id, gateway.deployment_id, start=start, end=end)
 
     def problem(self) -> str | None:
         return None  # the database: /healthz checks it first

@@ -1,6 +1,9 @@
 """Fetch many /metrics pages at once: the process's fleet session (controlplane.lib.fleet_http: connections kept open
 across passes), a bound on concurrent requests, a timeout per target. No Django.
 
+A shared gateway is one target per deployment it serves, each with the deployment's model: its page is fetched once
+per pass and each target reads its model's part of it (exposition.model_page).
+
 A target that fails (refused, timeout, non-200, unparseable text, or still answering when the pass's bound is up)
 yields a Fetched with `error` set; the cycle records it as up=0 and never raises for it.
 """
@@ -14,7 +17,7 @@ import aiohttp
 
 from controlplane.lib.fleet_http import PASS_SLACK_S, fleet_http, gather_bounded, get_text, pass_bound_s
 from controlplane.lib.worker_keys import scrape_headers
-from controlplane.observability.exposition import Reading, parse_exposition
+from controlplane.observability.exposition import Reading, model_page, parse_exposition
 from inference.engines.vllm import metrics as vllm_metrics
 
 
@@ -24,6 +27,8 @@ class Target:
     deployment_id: int
     role: str
     url: str  # base URL; /metrics is appended
+    # A shared gateway's target: the model whose series are this deployment's; "" reads the whole page.
+    model: str = ""
 
 
 @dataclass(slots=True)
@@ -59,11 +64,18 @@ async def fetch_all(session: aiohttp.ClientSession, targets: list[Target], *, ti
     still answering when the pass's bound is up (fleet_http.pass_bound_s) is recorded as failed."""
     # Each request's timeouts (connect, each wait for data) start only once it holds a slot, so queued targets never
     # time out unscraped.
-    bound_s = pass_bound_s(len(targets), concurrency, timeout_s)
-    return await gather_bounded(
-        targets, lambda target: _fetch_one(session, target, timeout_s), concurrency=concurrency, bound_s=bound_s,
+    # A shared gateway's targets share one URL: its page is fetched once, for all of them.
+    pages = list({target.url: target for target in targets}.values())
+    bound_s = pass_bound_s(len(pages), concurrency, timeout_s)
+    fetched = await gather_bounded(
+        pages, lambda target: _fetch_one(session, target, timeout_s), concurrency=concurrency, bound_s=bound_s,
         late=lambda target: Fetched(target, None, f"no complete answer within the pass's bound of {bound_s:.0f} s",
                                     bound_s))
+    if len(pages) == len(targets):
+        return fetched
+    by_url = {item.target.url: item for item in fetched}
+    return [Fetched(target, None, by_url[target.url].error, by_url[target.url].seconds, by_url[target.url].text)
+            for target in targets]
 
 
 def parse_all(fetched: list[Fetched]) -> list[Fetched]:
@@ -73,7 +85,8 @@ def parse_all(fetched: list[Fetched]) -> list[Fetched]:
         if item.text:
             try:
                 # A vLLM worker's page in Tandem's names first (inference/engines/vllm/metrics.py).
-                item.reading = parse_exposition(vllm_metrics.translate(item.text))
+                text = model_page(item.text, item.target.model) if item.target.model else item.text
+                item.reading = parse_exposition(vllm_metrics.translate(text))
             except (ValueError, UnicodeDecodeError) as exc:
                 item.error = _error(exc)
             item.text = ""

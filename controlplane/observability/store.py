@@ -62,7 +62,8 @@ def scrape_targets(shard: Shard = ALL) -> list[Target]:
     """Workers and gateways that hold a process with a known port (a profile run's workers are not the
     deployment's: their load would read as its traffic). A starting worker of another engine than Tandem's is not
     one yet: vLLM listens only once it has loaded and compiled, and a minute of `up` 0 while it does would read as
-    a worker down (the health pass holds it to its start deadline meanwhile)."""
+    a worker down (the health pass holds it to its start deadline meanwhile). A shared gateway's process is one
+    target per deployment attached to it (shared_gateway_targets)."""
     from controlplane.models import Worker, WorkerPurpose, WorkerStatus
 
     rows = (shard.filter(Worker.objects.filter(status__in=SCRAPED_STATUSES, port__isnull=False,
@@ -73,7 +74,29 @@ def scrape_targets(shard: Shard = ALL) -> list[Target]:
                 status=WorkerStatus.STARTING,
                 revision__engine_settings__common__engine__in=[e for e in ENGINES if e != TANDEM]).values("id"))
             .values_list("id", "deployment_id", "role", "host", "port"))
-    return [Target(wid, dep, role, f"http://{host}:{port}") for wid, dep, role, host, port in rows]
+    return ([Target(wid, dep, role, f"http://{host}:{port}") for wid, dep, role, host, port in rows]
+            + shared_gateway_targets(shard))
+
+
+def shared_gateway_targets(shard: Shard = ALL, *, failed: bool = False) -> list[Target]:
+    """One target per (shared gateway process, deployment attached to it), carrying the deployment's model (its
+    name: what the gateway labels its series with), so that each deployment reads its own part of the one page and
+    keeps a scrape state of its own. In the shard of the deployment, as any other gateway. `failed`: the processes
+    supervision gave up restarting (no page; up=0 for each deployment), else those with a process to scrape."""
+    from controlplane.models import Deployment, Worker, WorkerPurpose, WorkerStatus
+
+    rows = Worker.objects.filter(purpose=WorkerPurpose.SERVING, shared_gateway__isnull=False)
+    rows = (rows.filter(status=WorkerStatus.FAILED) if failed
+            else rows.filter(status__in=SCRAPED_STATUSES, port__isnull=False))
+    processes: dict[int, list[tuple]] = defaultdict(list)
+    for wid, gateway_id, role, host, port in rows.values_list("id", "shared_gateway_id", "role", "host", "port"):
+        processes[gateway_id].append((wid, role, "" if failed else f"http://{host}:{port}"))
+    if not processes:
+        return []
+    attached = (shard.filter(Deployment.objects.filter(shared_gateway_id__in=list(processes)), field="id")
+                .values_list("id", "name", "shared_gateway_id").order_by("id"))
+    return [Target(wid, deployment_id, role, url, model=name)
+            for deployment_id, name, gateway_id in attached for wid, role, url in processes[gateway_id]]
 
 
 def failed_targets(shard: Shard = ALL) -> list[Target]:
@@ -87,7 +110,8 @@ def failed_targets(shard: Shard = ALL) -> list[Target]:
                                                deployment__isnull=False))
             .filter(Q(role=WorkerRole.GATEWAY) | Q(revision_id=F("deployment__current_revision_id")))
             .values_list("id", "deployment_id", "role"))
-    return [Target(wid, dep, role, "") for wid, dep, role in rows]
+    return ([Target(wid, dep, role, "") for wid, dep, role in rows]
+            + shared_gateway_targets(shard, failed=True))
 
 
 def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = None, shard: Shard = ALL) -> CycleResult:
@@ -113,8 +137,10 @@ def scrape_cycle(*, targets: list[Target] | None = None, now: float | None = Non
 def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     window = settings.TANDEM_SCRAPE_WINDOW_S
     # values_list, not model instances: the states of 1,000 targets are read and written every cycle.
-    states = dict(ScrapeState.objects.filter(worker_id__in=[f.target.worker_id for f in fetched])
-                  .values_list("worker_id", "snapshots"))
+    # By (worker, deployment): a shared gateway's process holds one state per deployment it serves.
+    states = {(wid, dep): snapshots for wid, dep, snapshots in
+              ScrapeState.objects.filter(worker_id__in=[f.target.worker_id for f in fetched])
+              .values_list("worker_id", "deployment_id", "snapshots")}
     rows: list[tuple] = []
     pools: dict[tuple[int, str], list[tuple[dict, Increments | None]]] = defaultdict(list)
     pool_up: dict[tuple[int, str], list[float]] = defaultdict(list)
@@ -127,7 +153,7 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
     num_up = 0
     for item in fetched:
         target = item.target
-        state = states.get(target.worker_id) or None
+        state = states.get((target.worker_id, target.deployment_id)) or None
         key = (target.deployment_id, target.role)
         if item.reading is None:
             values = {"up": 0.0}
@@ -181,18 +207,18 @@ def _store(fetched: list[Fetched], ts: float, shard: Shard) -> tuple[int, int]:
 
 
 def _upsert_states(states: list[tuple]) -> None:
-    """Insert or replace each target's state: one executemany of INSERT ... ON CONFLICT (PostgreSQL, SQLite 3.24+).
-    Not bulk_create: on PostgreSQL it sends its rows as arrays (UNNEST), and escaping each snapshot's JSON text as
+    """Insert or replace each target's state, one per (worker, deployment): one executemany of INSERT ... ON
+    CONFLICT (PostgreSQL, SQLite 3.24+). Not bulk_create: on PostgreSQL it sends its rows as arrays (UNNEST), and escaping each snapshot's JSON text as
     an array element cost more than the rest of the write; here the JSON goes as
     one text parameter, which the jsonb (or SQLite text) column takes as it is."""
     quote = connection.ops.quote_name
     table = quote(ScrapeState._meta.db_table)
     columns = ["worker_id", "deployment_id", "role", "snapshots", "last_scrape_at", "last_up", "last_error"]
-    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in columns[1:])
+    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in columns[2:])
     with connection.cursor() as cursor:
         cursor.executemany(
             f"INSERT INTO {table} ({', '.join(map(quote, columns))}) VALUES ({', '.join(['%s'] * len(columns))}) "
-            f"ON CONFLICT ({quote('worker_id')}) DO UPDATE SET {updates}", states)
+            f"ON CONFLICT ({quote('worker_id')}, {quote('deployment_id')}) DO UPDATE SET {updates}", states)
 
 
 def _revision_states(previous: dict, reading, ts: float, window: float) -> dict:
