@@ -1,6 +1,7 @@
 """A shared gateway under the real stack: created and attached through the API, its process started by the node
 agent, the official openai client with one base URL answered by both models (simulated workers), and each
-deployment's requests pulled into its own recorded trace."""
+deployment's requests pulled into its own recorded trace, and the process scraped once per deployment: each has the
+gateway's series stored under its own name."""
 from __future__ import annotations
 
 import openai
@@ -56,3 +57,12 @@ def test_one_base_url_serves_both_models_and_each_trace_is_its_own(live, shared)
 
     live.wait_for("each deployment's requests in its own recorded trace",
                   lambda: all(traced(name) >= 1 for name in MODELS), timeout=45, interval=1)
+
+    def gateway_series(name: str) -> list[dict]:
+        body = live.api("GET", "metrics/query", params={"metric": "qps", "deployment": name, "role": "gateway",
+                                                        "worker": str(processes[0]["id"]), "step": 1}).json()
+        return [item for item in body["series"] if item["points"]]
+
+    # qps is a rate: stored from a deployment's second scrape of the process on, so both were scraped apart.
+    live.wait_for("each deployment's gateway series stored from the shared process",
+                  lambda: all(gateway_series(name) for name in MODELS), timeout=30, interval=1)
