@@ -14,29 +14,22 @@ from django.conf import settings
 
 from controlplane.chaos.hypothesis import gateway_window
 from controlplane.chaos.validation import GATEWAY_METRICS, READY_WORKERS
-from controlplane.models import Worker, WorkerRole, WorkerStatus
+from controlplane.models import Worker, WorkerStatus
 from controlplane.observability.reader import MetricsUnavailable, reader
-from controlplane.observability.scraper import Target
+from controlplane.observability.store import gateway_target
 
 log = logging.getLogger(__name__)
-
-
-def gateway_of(deployment_id: int) -> Worker | None:
-    return (Worker.objects.filter(deployment_id=deployment_id, role=WorkerRole.GATEWAY, port__isnull=False,
-                                  status__in=(WorkerStatus.STARTING, WorkerStatus.READY))
-            .order_by("-id").first())
 
 
 def gateway_scrapes(deployment_id: int, *, start: float, end: float) -> list[dict]:
     """The deployment gateway's counters at its scrapes in (start, end], led by the newest one at or before `start`
     (observability.gateway_counters has the shape). Empty without a gateway, or when the metrics backend does not
     answer: no data, which never passes a check (the driver still reverts on time)."""
-    gateway = gateway_of(deployment_id)
+    gateway = gateway_target(deployment_id)  # its own, or the shared gateway it is attached to
     if gateway is None:
         return []
     try:
-        return reader().gateway_counters(Target(gateway.pk, deployment_id, gateway.role, gateway.url),
-                                         start=start, end=end)
+        return reader().gateway_counters(gateway, start=start, end=end)
     except MetricsUnavailable as exc:
         log.warning("chaos: the gateway counters of deployment %s unread: %s", deployment_id, exc)
         return []

@@ -289,3 +289,20 @@ def _pool_values(workers: list[tuple[dict, Increments | None]]) -> dict[str, flo
         else:
             values[name] = max(parts)
     return values
+
+
+def gateway_target(deployment_id: int) -> Target | None:
+    """The gateway that serves the deployment, as the readers take it: its own (starting or ready, the newest), else
+    the process of the shared gateway it is attached to, reading the deployment's model's part of the page. None
+    when neither has a process with a port."""
+    from controlplane.models import Deployment, Worker, WorkerRole, WorkerStatus
+
+    live = dict(role=WorkerRole.GATEWAY, port__isnull=False, status__in=(WorkerStatus.STARTING, WorkerStatus.READY))
+    own = Worker.objects.filter(deployment_id=deployment_id, **live).order_by("-id").first()
+    if own is not None:
+        return Target(own.id, deployment_id, own.role, own.url)
+    row = Deployment.objects.filter(pk=deployment_id).values_list("name", "shared_gateway_id").first()
+    if row is None or row[1] is None:
+        return None
+    shared = Worker.objects.filter(shared_gateway_id=row[1], **live).order_by("-id").first()
+    return None if shared is None else Target(shared.id, deployment_id, shared.role, shared.url, model=row[0])

@@ -23,9 +23,9 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from controlplane.models import Worker, WorkerRole, WorkerStatus
+from controlplane.models import Worker, WorkerStatus
 from controlplane.observability.reader import MetricsUnavailable, reader
-from controlplane.observability.scraper import Target
+from controlplane.observability.store import gateway_target
 from controlplane.rollouts.analysis import judge, significance, snapshot_of, window_numbers
 from controlplane.rollouts.models import AnalysisRun, Rollout, RolloutStatus, Strategy, Verdict
 from controlplane.rollouts.selectors import tried_replicas
@@ -52,13 +52,11 @@ def gateway_snapshots(deployment_id: int) -> dict[str, dict] | None:
     """The deployment gateway's cumulative request metrics per revision ({"3": snapshot, ...}), through the metrics
     backend's reader; None when there are none to read or the backend does not answer (the analysis then waits:
     lacking data never passes)."""
-    gateway = (Worker.objects.filter(deployment_id=deployment_id, role=WorkerRole.GATEWAY, port__isnull=False,
-                                     status__in=(WorkerStatus.STARTING, WorkerStatus.READY))
-               .order_by("-id").first())
+    gateway = gateway_target(deployment_id)  # its own, or the shared gateway it is attached to
     if gateway is None:
         return None
     try:
-        by_revision = reader().gateway_revisions(Target(gateway.id, deployment_id, gateway.role, gateway.url))
+        by_revision = reader().gateway_revisions(gateway)
     except MetricsUnavailable as exc:
         log.info("rollout analysis waits: %s", exc)
         return None

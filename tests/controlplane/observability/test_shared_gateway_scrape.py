@@ -140,3 +140,20 @@ def test_promtool_accepts_the_shared_gateway_relabelling(tmp_path):
     path.write_text(json.dumps({"scrape_configs": [job]}))
     out = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_readers_find_a_deployments_gateway_own_or_shared(shared, make_deployment, make_worker):
+    """What chaos and rollouts read a deployment's gateway through: its own process, else its shared gateway's,
+    reading the deployment's model."""
+    from controlplane.observability.store import gateway_target
+
+    _, process, deployments = shared
+    target = gateway_target(deployments["code"].id)
+    assert (target.worker_id, target.deployment_id, target.model) == (process.id, deployments["code"].id, "code")
+    alone = make_deployment("alone", mode="colocated")
+    assert gateway_target(alone.id) is None
+    own = make_worker(alone, WorkerRole.GATEWAY, status=WorkerStatus.STARTING)
+    target = gateway_target(alone.id)
+    assert (target.worker_id, target.model) == (own.id, "")
+    Worker.objects.filter(pk=process.pk).update(status=WorkerStatus.STOPPED)
+    assert gateway_target(deployments["code"].id) is None
