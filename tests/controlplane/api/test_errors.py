@@ -81,7 +81,7 @@ def test_unknown_fields_are_refused_with_their_names(operator_api, deployment):
                                  {"role": "decode", "replicas": 2, "colour": "blue"}, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["fields"] == {"colour": [
-        "unknown field; this request accepts idempotency_key, reason, replicas, role"]}
+        "unknown field; this request accepts acknowledge_prediction, idempotency_key, reason, replicas, role"]}
 
 
 def test_an_unsupported_media_type_is_415(operator_api, deployment):
