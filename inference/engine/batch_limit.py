@@ -15,17 +15,19 @@ falls below one sequence: a step that alone exceeds the target cannot be made fa
 
 The objective is a P99 of the gaps the streams see, and a gap is more than a pure decode step: a prefill between the
 step's layers or beside it, the loop's delivery of the tokens. The share (STEP_SHARE) leaves room for the loop; the
-prefill it does not budget for. A new request's first token costs a pass over the weights, about the step's fixed
-part, and under steady arrivals that lands in more than one gap in a hundred at any batch worth running: a limit that
-kept a step plus that pass within the objective held the P99 only at a batch of one or two, with every other request
-waiting in the queue (tried: docs/performance.md). So the limit bounds the pace, and with it the prompt work a step
-takes beside its decodes (`prefill_tokens`): a preempted stream's resume recomputes its prompt and every token it had
-sent, hundreds of tokens, in chunks that made each of its steps two or three decode steps long; with a target its
-chunks shrink to what the step leaves of the objective. An arrival's short prompt still runs between the layers, a
-pass of its own: holding it for the next mixed step instead (tried) tripled a quiet request's median first token
-and still left the gaps' P99 above the objective (a mixed step does not take the fused decode path: docs/
-performance.md). Nor does it chase the P99 of the gaps themselves: tried, that fed on itself (gaps above the target
-while sequences admitted before a lower limit still ran lowered the limit further, down to one sequence).
+prefill it does not budget for. A new request's first token costs a pass over the weights, about the step's fixed part,
+and under steady arrivals that lands in more than one gap in a hundred at any batch worth running: a limit that kept a
+step plus that pass within the objective held the P99 only at a batch of one or two, with every other request waiting in
+the queue (tried: docs/performance.md). So the limit bounds the pace, and with it the prompt work a step takes beside
+its decodes (`prefill_tokens`): a preempted stream's resume recomputes its prompt and every token it had sent, hundreds
+of tokens, in chunks that made each of its steps two or three decode steps long; with a target its chunks shrink to what
+the step leaves of the objective. An arrival's short prompt still runs between the layers, a pass of its own: holding it
+for the next mixed step instead (tried) tripled a quiet request's median first token and still left the gaps' P99 above
+the objective (docs/performance.md, 'The ITL objective'). A mixed step of a few prompt tokens runs its layers in one C
+call like a decode step (decode_layers.py), so a prompt token costs no more than one more stream does, the price
+`prefill_tokens` puts on it (docs/performance.md). Nor does it chase the P99 of the gaps themselves: tried, that fed on
+itself (gaps above the target while sequences admitted before a lower limit still ran lowered the limit further, down to
+one sequence).
 
 Sequences already running above a limit that fell are not preempted (a recompute would cost more than the step it
 saves): the scheduler admits no more until the batch is back under it. Never imports torch.

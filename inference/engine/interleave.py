@@ -6,7 +6,7 @@ prefill (alone, or as a chunk of the next mixed step, which costs about a decode
 running streams saw its time to first token grow well past its unloaded value (bench/engine/arrival_ttft.py; the
 figures: docs/performance.md, "A quiet request's path, traced"). Now the engine loop raises `Arrivals` when it queues a
 request (or an abort, which may make room for one); the step looks at it between layers (decode_layers.c reads the flag
-itself in a fused decode step, the lean forward in Python in decode, prefill and mixed steps), then after its last
+itself in a step whose layers run in one C call, the lean forward in Python in the others), then after its last
 layer, between parts of the LM head (matvec.PAUSE_ROWS) and before sampling (ModelRunner._sample), and where it is
 raised, the step pauses: the engine loop takes the new commands, the engine prefills what can start now
 (step_pause.StepPause.prefill_between: the waiting requests, best band first, then the tenant holding fewest sequences,

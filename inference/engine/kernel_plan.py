@@ -97,7 +97,8 @@ def plan_kernels(config: Config, device: torch.device, *, dtype: torch.dtype, kv
                                                   compiled=compiled, kv_dtype=kv_dtype)
     prefill, prefill_reason = choose_prefill_attention(setting, dtype=dtype, device=device, head_dim=head_dim,
                                                        kv_dtype=kv_dtype)
-    layers, capacity, layers_reason = _decode_layers(config, dtype, lean=lean, matvec=matvec, paged=paged)
+    layers, capacity, layers_reason = _decode_layers(config, dtype, lean=lean, matvec=matvec, paged=paged,
+                                                     prompts=prefill is not None and kv_dtype == dtype)
     return KernelPlan(setting=setting, lean=lean, int8_kernel=int8_kernel, matvec=matvec, matvec_reason=matvec_reason,
                       weight_layout=layout, weight_layout_reason=layout_reason, packs_weights=packs,
                       packed_weights_reason=packed_reason, compiled_decode=compiled, paged_attention=paged,
@@ -107,10 +108,10 @@ def plan_kernels(config: Config, device: torch.device, *, dtype: torch.dtype, kv
 
 
 def _decode_layers(config: Config, dtype: torch.dtype, *, lean: bool, matvec: MatVec | None,
-                   paged: PagedAttention | None) -> tuple[decode_layers.Library | None, int, str]:
+                   paged: PagedAttention | None, prompts: bool) -> tuple[decode_layers.Library | None, int, str]:
     """(the decode layers' library or None, the most tokens of a step it takes, why) where the lean forward runs and
     Tandem's kernels run every projection and the attention (decode_layers.py; binding the model's layers may still
-    find one it cannot run: decode_layers.bind)."""
+    find one it cannot run: decode_layers.bind). `prompts`: the prefill kernel runs prompt rows over this cache."""
     if not config.fused_decode:
         return None, 0, "off: fused_decode is false (the lean forward's ops)"
     if not lean:
@@ -126,6 +127,10 @@ def _decode_layers(config: Config, dtype: torch.dtype, *, lean: bool, matvec: Ma
     capacity = GEMM_TOKENS - 1 if int8 else WIDE_MAX_TOKENS
     max_tokens = capacity if int8 else min(capacity, matvec.max_tokens_for(dtype))
     kernels = "Tandem's int8 kernel" if int8 else "Tandem's matvec kernel"
+    if prompts:
+        return library, capacity, (f"on: steps of up to {max_tokens} tokens (decodes, and prompt tokens beside them or "
+                                   f"alone) run their layers in one C call ({kernels}, the paged attention kernel and "
+                                   "the prefill attention kernel)")
     return library, capacity, (f"on: decode steps of up to {max_tokens} tokens run their layers in one C call "
                                f"({kernels} and the paged attention kernel)")
 

@@ -1,4 +1,5 @@
-/* A decode step's layers in one C call (inference/engine/decode_layers.py builds the plan and calls it).
+/* A step's layers in one C call (inference/engine/decode_layers.py builds the plan and calls it): its decode rows,
+   and the prompt rows of a few tokens beside them (a mixed chunked step) or alone.
 
    The lean forward (lean_decode.py) runs each layer as ~25 tensor ops and 5-7 kernel calls from Python; at one token
    a sequence each op costs more in dispatch than in arithmetic (in a small model's step the ops and call overhead
@@ -8,7 +9,7 @@
 
      qkv = projection(rms_norm(x))            the kernels normalize on the way in
      q, k = rope(q, k); cache[slot] = k, v    x * cos + roll(x, D/2) * sin', sin' with its first half negated
-     o = attention(q, cache)                  the paged kernel
+     o = attention(q, cache)                  the prefill kernel for prompt rows, the paged kernel for decode rows
      x = x + o_proj(o)
      g, u = projection(rms_norm(x))
      x = x + down(silu(g) * u)
@@ -31,6 +32,10 @@ typedef int (*attention_fn)(int dtype, int kv_dtype, const void *q, void *out, c
                             const void *v_cache, const int64_t *block_tables, int64_t ldt,
                             const int64_t *context_lens, int64_t B, int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
                             float scale, int num_threads);
+typedef int (*prefill_attention_fn)(int dtype, const void *q, int64_t ld_q, void *out, int64_t ld_o, int64_t C,
+                                    int64_t first, const void *k, int64_t ld_k, const void *v, int64_t ld_v,
+                                    const int64_t *slots, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                    int num_threads);
 
 enum { CALL_MATVEC = 0, CALL_INT8 = 1 };
 #define MAX_CALLS 4
@@ -71,7 +76,14 @@ typedef struct {
     /* scratch, [max_tokens, ...] each in dtype: qkv [(Hq + 2 Hkv) D], q and o [Hq D], h [hidden], gu [2 I], a [I] */
     void *qkv, *q, *o, *h, *gu, *a;
     int64_t kv_dtype;            /* the cache's: dtype, or narrower (DT_BF16, DT_F16 beside DT_F32) */
+    void *prefill_attention;     /* tandem_prefill_attention, or NULL: no prompt rows (a cache of dtype only) */
 } Plan;
+
+/* The prompt rows of one sequence in a step: `size` rows from `row` on, at positions first .. first + size - 1,
+   attending to the cache slots of positions 0 .. first + size - 1 (`slots`, an int64 array's address). */
+typedef struct {
+    int64_t row, size, first, slots;
+} Chunk;
 
 static inline float rounded(int dtype, float v) { return dtype == DT_F32 ? v : bf16_to_f32(f32_to_bf16(v)); }
 
@@ -210,16 +222,45 @@ static void silu_mul(int dtype, const void *gu, void *a, int64_t T, int64_t I) {
     }
 }
 
-/* Layers [first, num_layers) over x [T, hidden] (in place) for T decode tokens, one per sequence: positions'
-   cos and sin' [T, D] in dtype, the tokens' cache slots [T], and the attention's block tables [T, M] (row stride
-   ldt) and context lengths [T] (this token included). Where `pause` is set, the call stops before a layer (after at
-   least one) when *pause is nonzero: a request arrived, and the engine runs its prefill before the step goes on
+/* One layer's attention: each chunk's prompt rows through the prefill kernel over the cache (where this layer just
+   wrote their K/V), then the decode rows [P, T) through the paged kernel, one row per sequence. */
+static int attend(const Plan *p, int64_t l, double scale, int64_t T, int64_t num_chunks, const Chunk *chunks,
+                  const int64_t *block_tables, int64_t ldt, const int64_t *context_lens) {
+    const int dtype = (int)p->dtype;
+    const int64_t Hq = p->num_heads, Hkv = p->num_kv_heads, D = p->head_dim;
+    const size_t row_bytes = (size_t)(Hq * D) * dtype_size(dtype);
+    char *k_layer = (char *)p->k_cache + l * p->layer_bytes, *v_layer = (char *)p->v_cache + l * p->layer_bytes;
+    int64_t P = 0;
+    for (int64_t c = 0; c < num_chunks; c++) {
+        const Chunk *chunk = &chunks[c];
+        int status = ((prefill_attention_fn)p->prefill_attention)(
+            dtype, (char *)p->q + chunk->row * row_bytes, Hq * D, (char *)p->o + chunk->row * row_bytes, Hq * D,
+            chunk->size, chunk->first, k_layer, Hkv * D, v_layer, Hkv * D, (const int64_t *)(intptr_t)chunk->slots,
+            Hq, Hkv, D, (float)scale, (int)p->num_threads);
+        if (status) return status;
+        P += chunk->size;
+    }
+    if (T == P) return 0;
+    return ((attention_fn)p->attention)(dtype, (int)p->kv_dtype, (char *)p->q + P * row_bytes,
+                                        (char *)p->o + P * row_bytes, k_layer, v_layer, block_tables, ldt,
+                                        context_lens, T - P, Hq, Hkv, D, p->block_size, (float)scale,
+                                        (int)p->num_threads);
+}
+
+/* Layers [first, num_layers) over x [T, hidden] (in place) for T tokens: `num_chunks` chunks' prompt rows first (a
+   chunk's rows contiguous, the chunks one after another from row 0), then one decode row per sequence; positions'
+   cos and sin' [T, D] in dtype, the tokens' cache slots [T], and the decode rows' block tables (row stride ldt) and
+   context lengths (this token included). Where `pause` is set, the call stops before a layer (after at least one)
+   when *pause is nonzero: a request arrived, and the engine runs its prefill before the step goes on
    (interleave.py). *next_layer is then the first layer not computed, num_layers when all were. Returns 0, a kernel's
-   nonzero status (nothing more computed), or -4 for T outside [1, max_tokens] or first outside [0, num_layers). */
+   nonzero status (nothing more computed), or -4 for T outside [1, max_tokens], first outside [0, num_layers), or
+   prompt rows without a prefill kernel. */
 int tandem_decode_layers(const Plan *p, void *x, int64_t T, int64_t first, int64_t num_layers, const void *cos,
                          const void *sin, const int64_t *slots, const int64_t *block_tables, int64_t ldt,
-                         const int64_t *context_lens, const volatile int32_t *pause, int64_t *next_layer) {
+                         const int64_t *context_lens, int64_t num_chunks, const Chunk *chunks,
+                         const volatile int32_t *pause, int64_t *next_layer) {
     if (T < 1 || T > p->max_tokens || first < 0 || first >= num_layers) return -4;
+    if (num_chunks > 0 && !p->prefill_attention) return -4;
     const int dtype = (int)p->dtype;
     int status;
     for (int64_t l = first; l < num_layers; l++) {
@@ -230,12 +271,8 @@ int tandem_decode_layers(const Plan *p, void *x, int64_t T, int64_t first, int64
         const Layer *layer = &p->layers[l];
         if ((status = project(p, &layer->qkv, x, p->qkv, T))) return status;
         rope_and_cache(p, l, T, cos, sin, slots);
-        status = ((attention_fn)p->attention)(dtype, (int)p->kv_dtype, p->q, p->o,
-                                              (char *)p->k_cache + l * p->layer_bytes,
-                                              (char *)p->v_cache + l * p->layer_bytes, block_tables, ldt,
-                                              context_lens, T, p->num_heads, p->num_kv_heads, p->head_dim,
-                                              p->block_size, (float)layer->scale, (int)p->num_threads);
-        if (status) return status;
+        if ((status = attend(p, l, layer->scale, T, num_chunks, chunks, block_tables, ldt, context_lens)))
+            return status;
         if ((status = project(p, &layer->o, p->o, p->h, T))) return status;
         add_into(dtype, x, p->h, T * p->hidden);
         if ((status = project(p, &layer->gate_up, x, p->gu, T))) return status;

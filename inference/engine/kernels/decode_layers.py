@@ -1,4 +1,4 @@
-"""A decode step's layers in one C call (decode_layers.c), where Tandem's kernels run all of a layer.
+"""A step's layers in one C call (decode_layers.c), where Tandem's kernels run all of a layer.
 
 At one token a sequence, the lean forward's ~25 tensor ops and 5-7 kernel calls per layer cost more in Python and
 dispatch than in arithmetic: a sizeable share of a small model's single-stream step, beside the weight reads
@@ -9,13 +9,17 @@ with its tokens' cos/sin, slots, block tables and context lengths. The embedding
 lm_head and sampling stay as they were.
 
 It runs a step when every projection of every layer goes through one of Tandem's kernels (matvec.c for float32 and
-bfloat16, int8_matvec.c for INT8 weights; anything else, e.g. the transposed float32 layout torch multiplies, keeps
-the lean forward), decode attention is the paged kernel, the step is a pure decode step (no prefill rows) and it has
-no more tokens than the kernels take (matvec.py's `max_tokens_for`: 32, 8 in bfloat16 on a CPU with AMX or with
-bfloat16 arithmetic but not the AVX512-BF16 tiles; 127 for INT8). Every other
-step runs the lean forward as before. Values: the same kernel calls in the same order and the elementwise steps
-rounded where the lean forward's tensor ops round (decode_layers.c); silu's exp is libm's rather than torch's, so
-values are not bit-identical to the lean forward's, greedy tokens are (tests/inference/engine/test_decode_layers.py).
+bfloat16, int8_matvec.c for INT8 weights; anything else, e.g. the transposed float32 layout torch multiplies, keeps the
+lean forward), a step's decode rows' attention is the paged kernel, and the step has no more tokens than the kernels
+take (matvec.py's `max_tokens_for`: 32, 8 in bfloat16 on a CPU with AMX or with bfloat16 arithmetic but not the
+AVX512-BF16 tiles; 127 for INT8). Prompt rows ride along where the prefill kernel runs their attention
+(prefill_attention.c, over a cache of the activations' dtype): a mixed chunked step of a few prompt tokens beside its
+decodes, or a short prompt alone, is one call too. Without that, a mixed step (the prompt work a step takes beside its
+decodes under an ITL objective, batch_limit.py) ran the lean forward's ops and cost a good deal more than the pure
+decode step beside it (docs/performance.md, 'The ITL objective'). Every other step runs the lean forward as before.
+Values: the same kernel calls in the same order and the elementwise steps rounded where the lean forward's tensor ops
+round (decode_layers.c); silu's exp is libm's rather than torch's, so values are not bit-identical to the lean
+forward's, greedy tokens are (tests/inference/engine/test_decode_layers.py, test_mixed_layers.py).
 
 `Config.fused_decode` (default on) turns it off for comparisons; `matvec: torch` has no kernels and so no fusion.
 """
@@ -65,15 +69,16 @@ class Plan(ctypes.Structure):
                 ("num_kv_heads", _I), ("head_dim", _I), ("intermediate", _I), ("max_tokens", _I),
                 ("layers", ctypes.POINTER(Layer)), ("attention", _P), ("k_cache", _P), ("v_cache", _P),
                 ("layer_bytes", _I), ("block_size", _I),
-                ("qkv", _P), ("q", _P), ("o", _P), ("h", _P), ("gu", _P), ("a", _P), ("kv_dtype", _I)]
+                ("qkv", _P), ("q", _P), ("o", _P), ("h", _P), ("gu", _P), ("a", _P), ("kv_dtype", _I),
+                ("prefill_attention", _P)]
 
 
 class Library(KernelLibrary):
     def __init__(self, lib: ctypes.CDLL):
         super().__init__(lib, "tandem_decode_layers")
         lib.tandem_decode_layers.restype = ctypes.c_int
-        lib.tandem_decode_layers.argtypes = [ctypes.POINTER(Plan), _P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P,
-                                             ctypes.POINTER(_I)]
+        lib.tandem_decode_layers.argtypes = [ctypes.POINTER(Plan), _P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _I, _P,
+                                             _P, ctypes.POINTER(_I)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -160,6 +165,11 @@ class FusedDecode:
         widths = {"qkv": (h_q + 2 * h_kv) * d, "q": h_q * d, "o": h_q * d, "h": hidden, "gu": 2 * self.intermediate,
                   "a": self.intermediate}
         self.scratch = {name: torch.empty(capacity, width, dtype=dtype) for name, width in widths.items()}
+        # Prompt rows run here where the prefill kernel runs the activations' dtype over a cache of that dtype (it
+        # reads K/V in place, and a narrower cache's would be the chunk's own K/V rounded, which the lean forward's
+        # attention does not see).
+        prefill = plan.prefill_attention
+        self.prefills = prefill is not None and prefill.runs(dtype) and k_cache.dtype == dtype
         self.plan = Plan(dtype=_DTYPE_CODES[dtype], num_threads=torch.get_num_threads(), num_layers=len(layers),
                          hidden=hidden, num_heads=h_q, num_kv_heads=h_kv, head_dim=d,
                          intermediate=self.intermediate, max_tokens=capacity,
@@ -168,6 +178,7 @@ class FusedDecode:
                          k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(),
                          layer_bytes=k_cache.stride(0) * k_cache.element_size(), block_size=k_cache.shape[2],
                          kv_dtype=KV_DTYPE_CODES[k_cache.dtype],
+                         prefill_attention=_address(prefill.lib.tandem_prefill_attention) if self.prefills else None,
                          **{name: tensor.data_ptr() for name, tensor in self.scratch.items()})
         self._call = self.library.lib.tandem_decode_layers
         self._plan_ref = ctypes.byref(self.plan)
@@ -181,22 +192,25 @@ class FusedDecode:
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slot_mapping: torch.Tensor,
                  attention, num_layers: int, pause: Pause | None = None) -> bool:
         # x: [T, hidden] (contiguous, updated in place); cos, sin: [T, D] contiguous in x's dtype, sin's first
-        # half negated; slot_mapping: [T] int64; attention: the step's DecodeAttention; pause: where the step may
+        # half negated; slot_mapping: [T] int64; attention: the step's (attention.py); pause: where the step may
         # stop between layers for a prefill (interleave.py)
-        # A pure decode step's attention carries its paged kernel (attention.DecodeAttention); other steps' do not.
-        kernel = getattr(attention, "kernel", None)
-        kernel = kernel if isinstance(kernel, PagedDecode) else None
         num_tokens = x.shape[0]
-        if (kernel is None or num_tokens > self.max_tokens() or kernel.block_tables.shape[0] != num_tokens
-                or x.dtype != self.dtype or not x.is_contiguous() or not slot_mapping.is_contiguous()):
+        if (num_tokens > self.max_tokens() or x.dtype != self.dtype or not x.is_contiguous()
+                or not slot_mapping.is_contiguous()):
             return False
-        tables = kernel.block_tables
+        rows = self._rows(attention, slot_mapping, num_tokens)
+        if rows is None:
+            return False
+        tables, context_lens, chunks = rows
+        decode_rows = (None, 0, None) if tables is None else (tables.data_ptr(), tables.stride(0),
+                                                              context_lens.data_ptr())
+        chunk_rows = (0, None) if chunks is None else (chunks.shape[0], chunks.data_ptr())
         flag = None if pause is None else pause.arrivals.address
         layer, next_layer = 0, _I(0)
         while layer < num_layers:
             status = self._call(self._plan_ref, x.data_ptr(), num_tokens, layer, num_layers, cos.data_ptr(),
-                                sin.data_ptr(), slot_mapping.data_ptr(), tables.data_ptr(), tables.stride(0),
-                                kernel.context_lens.data_ptr(), flag, ctypes.byref(next_layer))
+                                sin.data_ptr(), slot_mapping.data_ptr(), *decode_rows, *chunk_rows, flag,
+                                ctypes.byref(next_layer))
             if status:
                 raise MemoryError(f"decode layers: a kernel failed with status {status} on a {num_tokens}-token "
                                   "step")
@@ -204,6 +218,46 @@ class FusedDecode:
             if layer < num_layers:
                 pause.between()  # the flag was raised: a prefill runs now, then the step goes on from `layer`
         return True
+
+    def _rows(self, attention, slot_mapping: torch.Tensor, num_tokens: int):
+        """(the decode rows' block tables and context lengths, or Nones; the prompt rows' chunks [C, 4] int64, or
+        None) of a step whose every row runs here, else None."""
+        if hasattr(attention, "num_prefill_tokens"):  # prompt rows, then decode rows (attention.MixedAttention)
+            prefill, decode = attention.prefill, attention.decode
+        elif hasattr(attention, "bounds"):  # prompt rows only (attention.PrefillAttention)
+            prefill, decode = attention, None
+        else:  # decode rows only (attention.DecodeAttention)
+            prefill, decode = None, attention
+        tables = context_lens = chunks = None
+        num_rows = 0
+        if decode is not None:
+            kernel = getattr(decode, "kernel", None)
+            if not isinstance(kernel, PagedDecode):  # torch's attention: the lean forward runs the step
+                return None
+            tables, context_lens = kernel.block_tables, kernel.context_lens
+            num_rows += tables.shape[0]
+        if prefill is not None:
+            chunks = self._chunks(prefill, slot_mapping)
+            if chunks is None:
+                return None
+            num_rows += sum(end - start for start, end in prefill.bounds)
+        return (tables, context_lens, chunks) if num_rows == num_tokens else None
+
+    def _chunks(self, prefill, slot_mapping: torch.Tensor) -> torch.Tensor | None:
+        """Each chunk's (first row, rows, first position, address of its slots from position 0 on), where the
+        prefill kernel runs the prompt rows' attention here, else None."""
+        if not self.prefills or prefill.kernel is None:
+            return None
+        chunks = []
+        for (start, end), context in zip(prefill.bounds, prefill.contexts):
+            if context is None:  # a whole prompt: its own slots are those of positions 0 .. end - start - 1
+                chunks.append((start, end - start, 0, slot_mapping.data_ptr() + start * slot_mapping.element_size()))
+                continue
+            slots = context[0]  # a chunk after its cached prefix: the slots of positions 0 .. its end
+            if slots.dtype != torch.int64 or not slots.is_contiguous():
+                return None
+            chunks.append((start, end - start, slots.numel() - (end - start), slots.data_ptr()))
+        return torch.tensor(chunks, dtype=torch.int64)  # [C, 4]
 
 
 def bind(plan, model, k_cache: torch.Tensor, v_cache: torch.Tensor, **shape) -> tuple[FusedDecode | None, str]:
