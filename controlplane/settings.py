@@ -262,6 +262,7 @@ SPECTACULAR_SETTINGS = {
         "DeploymentModeEnum": "controlplane.models.deployments.DeploymentMode",
         "ChannelKindEnum": "controlplane.alerting.models.channels.ChannelKind",
         "AlertStateEnum": "controlplane.alerting.models.alerts.AlertState",
+        "AutoscaleModeEnum": "controlplane.autoscaling.models.AutoscaleMode",
     },
 }
 

@@ -31,7 +31,7 @@ class AutoscalingInputSerializer(serializers.Serializer):
                                                    max_value=MAX_QUEUE_WAIT_TARGET_S)
 
     enabled = serializers.BooleanField(required=False)
-    mode = serializers.ChoiceField(choices=AutoscaleMode.values, required=False)
+    mode = serializers.ChoiceField(choices=AutoscaleMode.choices, required=False)
     # Workers the deployment's pools may hold in all, whichever mode; null: no budget beyond each pool's max.
     max_workers = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_BUDGET)
     pools = serializers.DictField(child=PoolInput(), required=False)
@@ -79,7 +79,7 @@ class AdviceSerializer(serializers.Serializer):
 class AutoscalingSerializer(serializers.Serializer):
     deployment = serializers.CharField()
     enabled = serializers.BooleanField()
-    mode = serializers.ChoiceField(choices=AutoscaleMode.values)
+    mode = serializers.ChoiceField(choices=AutoscaleMode.choices)
     max_workers = serializers.IntegerField(allow_null=True)
     num_workers = serializers.IntegerField(help_text="the pools' desired replicas in all, which max_workers caps")
     rule = serializers.CharField()

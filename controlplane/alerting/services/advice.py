@@ -154,7 +154,9 @@ def advice_apply(*, rule: AlertRule, advice_id: int, actor, reason: str = "",
     actor = as_actor(actor)
     now = timezone.now()
     with transaction.atomic():
-        locked = ActionAdvice.objects.select_for_update().select_related("rule", "alert", "deployment", "worker")
+        # Only the advice row is locked: PostgreSQL refuses FOR UPDATE on the nullable side of an outer join.
+        locked = ActionAdvice.objects.select_for_update(of=("self",)).select_related("rule", "alert", "deployment",
+                                                                                     "worker")
         advice = locked.get(pk=advice.pk)
         alert = advice.alert
         _check_applicable(advice, alert, now=now)
