@@ -118,6 +118,8 @@ TANDEM_TRACE_IMPORT_MAX_BYTES = env_int("TANDEM_TRACE_IMPORT_MAX_BYTES", 256 << 
 # A replay (what-if): the most requests one window may hold, and how long a worker the replay adds takes to serve.
 TANDEM_REPLAY_MAX_REQUESTS = env_int("TANDEM_REPLAY_MAX_REQUESTS", 500_000, minimum=100)
 TANDEM_REPLAY_STARTUP_S = env_int("TANDEM_REPLAY_STARTUP_S", 30, minimum=0)
+# The change gate replays at most this many of the window's newest requests (it answers within the change's request).
+TANDEM_GATE_MAX_REQUESTS = env_int("TANDEM_GATE_MAX_REQUESTS", 50_000, minimum=100)
 
 # --- tenants (API keys, limits, the deployments that require a key) ----------------------------------------
 # Hourly usage rows per tenant and deployment (controlplane/tenants/usage.py) are kept this long (a bill's months).

@@ -5,6 +5,7 @@ prediction, unless the request acknowledges it. A change the what-if cannot read
 with its own message) and a window without traffic pass: there is nothing to predict."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import Max
 
 from controlplane.errors import ControlPlaneError, invalid
@@ -41,7 +42,7 @@ def check(deployment: Deployment, change: dict, acknowledged: bool) -> None:
     if last is None:
         return
     try:
-        report = what_if(deployment, trace, change=change, since_s=last - gate.window_s)
+        report = what_if(deployment, trace, change=change, since_s=_since(trace, last - gate.window_s))
     except ControlPlaneError as exc:
         if exc.status == 400:
             return
@@ -61,6 +62,15 @@ def check(deployment: Deployment, change: dict, acknowledged: bool) -> None:
                     "itl_p99_s": {"before": before["itl_s"]["p99"], "after": after["itl_s"]["p99"]},
                     "shed": {"before": sum(before["shed"].values()), "after": sum(after["shed"].values())},
                     "window_s": gate.window_s, "requests": report["trace"]["requests"]}})
+
+
+def _since(trace: Trace, since_s: float) -> float:
+    """The window's start, moved later where the window holds more than TANDEM_GATE_MAX_REQUESTS: the gate answers
+    within the request that asked, so it replays the newest of a busy day's requests, not all of them."""
+    limit = settings.TANDEM_GATE_MAX_REQUESTS
+    edge = (TraceRequest.objects.filter(trace=trace, at_s__gte=since_s).order_by("-at_s")
+            .values_list("at_s", flat=True)[limit - 1:limit].first())
+    return since_s if edge is None else max(since_s, edge)
 
 
 def _pct(share: float | None) -> str:

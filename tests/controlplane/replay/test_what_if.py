@@ -140,3 +140,15 @@ def test_the_gate_also_weighs_admission_settings(fleet, admin_api, operator_api)
     assert admin_api.patch(access, {"admission": {"max_queued": 4096}}, format="json").status_code == 200
     assert admin_api.patch(access, {**tight, "acknowledge_prediction": True}, format="json").status_code == 200
     assert admin_api.get(access).json()["admission"]["max_queued"] == 0
+
+
+def test_the_gate_replays_the_newest_requests_of_a_busy_window(fleet, settings):
+    """Past TANDEM_GATE_MAX_REQUESTS the window starts later, at the newest requests: the gate still predicts."""
+    from controlplane.replay.gate import _since
+    from controlplane.replay.models import Trace
+
+    settings.TANDEM_GATE_MAX_REQUESTS = 200
+    peak = Trace.objects.get(name="peak")
+    assert _since(peak, 0.0) == pytest.approx(1000 / 20)  # the 200 newest of 1,200 arrivals at 20/s
+    settings.TANDEM_GATE_MAX_REQUESTS = 5000
+    assert _since(peak, 0.0) == 0.0
