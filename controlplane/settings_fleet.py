@@ -116,7 +116,7 @@ TANDEM_TRACE_MAX_REQUESTS = env_int("TANDEM_TRACE_MAX_REQUESTS", 1_000_000, mini
 TANDEM_TRACE_IMPORT_MAX_REQUESTS = env_int("TANDEM_TRACE_IMPORT_MAX_REQUESTS", 1_000_000, minimum=1)
 TANDEM_TRACE_IMPORT_MAX_BYTES = env_int("TANDEM_TRACE_IMPORT_MAX_BYTES", 256 << 20, minimum=1024)
 # A replay (what-if): the most requests one window may hold, and how long a worker the replay adds takes to serve.
-TANDEM_REPLAY_MAX_REQUESTS = env_int("TANDEM_REPLAY_MAX_REQUESTS", 500_000, minimum=100)
+TANDEM_REPLAY_MAX_REQUESTS = env_int("TANDEM_REPLAY_MAX_REQUESTS", 100_000, minimum=100)
 TANDEM_REPLAY_STARTUP_S = env_int("TANDEM_REPLAY_STARTUP_S", 30, minimum=0)
 # The change gate replays at most this many of the window's newest requests (it answers within the change's request).
 TANDEM_GATE_MAX_REQUESTS = env_int("TANDEM_GATE_MAX_REQUESTS", 50_000, minimum=100)
