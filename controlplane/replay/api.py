@@ -87,7 +87,7 @@ class TraceImportView(ApiView):
         if fmt not in PARSERS:
             raise invalid(f"format must be one of {', '.join(PARSERS)}, not {fmt!r}", field="format")
         limit = settings.TANDEM_TRACE_IMPORT_MAX_BYTES
-        length = request.META.get("CONTENT_LENGTH") or "0"
+        length = request.META.get("CONTENT_LENGTH") or ""
         if not length.isdigit() or int(length) > limit:
             raise invalid(f"the body must be at most {limit} bytes (TANDEM_TRACE_IMPORT_MAX_BYTES), with a "
                           "Content-Length", field="file")
