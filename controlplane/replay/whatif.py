@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 
-from controlplane.autoscaling.models import AutoscalingPolicy
+from controlplane.autoscaling.models import AutoscaleMode, AutoscalingPolicy, DeploymentAutoscaling
 from controlplane.capacity.services.plans import models_for
 from controlplane.capacity.sizing.simulation import Traffic
 from controlplane.errors import invalid
@@ -77,7 +77,9 @@ def fleet_of(deployment: Deployment) -> Fleet:
     objectives = deployment.objectives or {}
     return Fleet(mode=deployment.mode, replicas={role: pool.desired_replicas for role, pool in pools.items()},
                  bounds={role: (pool.min_replicas, pool.max_replicas) for role, pool in pools.items()},
-                 autoscale=deployment.autoscale_enabled, policies=policies,
+                 # An advisory autoscaler only advises: the fleet as it stands does not scale by itself.
+                 autoscale=deployment.autoscale_enabled and not DeploymentAutoscaling.objects.filter(
+                     deployment=deployment, mode=AutoscaleMode.ADVISORY).exists(), policies=policies,
                  max_queued=admission.get("max_queued", DEFAULT_MAX_QUEUED),
                  queue_timeout_s=deadlines["standard"],
                  objectives=Objectives(objectives.get("ttft_p99_seconds"), objectives.get("itl_p99_seconds")),

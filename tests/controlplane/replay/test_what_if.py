@@ -152,3 +152,15 @@ def test_the_gate_replays_the_newest_requests_of_a_busy_window(fleet, settings):
     assert _since(peak, 0.0) == pytest.approx(1000 / 20)  # the 200 newest of 1,200 arrivals at 20/s
     settings.TANDEM_GATE_MAX_REQUESTS = 5000
     assert _since(peak, 0.0) == 0.0
+
+
+def test_an_advisory_autoscaler_does_not_scale_the_fleet_as_it_stands(fleet, viewer_api, operator_api):
+    """As it stands, an advisory autoscaler only advises; turned active in the change, it scales in the replay."""
+    Deployment.objects.filter(pk=fleet.pk).update(autoscale_enabled=True)
+    assert operator_api.put("/api/v1/deployments/demo/autoscaling", {"mode": "advisory"},
+                            format="json").status_code == 200
+    report = viewer_api.post(URL, {"trace": "peak", "change": {"traffic": {"rate": 2}}}, format="json").json()
+    assert report["fleet"]["before"]["autoscale"] is False and report["fleet"]["after"]["autoscale"] is False
+    report = viewer_api.post(URL, {"trace": "peak", "change": {"autoscaling": {"enabled": True}}},
+                             format="json").json()
+    assert report["fleet"]["after"]["autoscale"] is True
