@@ -96,7 +96,7 @@ class TenantState:
 
 
 # A prompt's tokens are not known before a worker tokenizes it: a reservation counts one per this many characters
-# (English text under a BPE tokenizer runs about 4), and the request's real usage settles it at the end.
+# (a rough rate for English text under a BPE tokenizer), and the request's real usage settles it at the end.
 CHARS_PER_TOKEN_ESTIMATE = 4
 
 

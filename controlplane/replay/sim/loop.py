@@ -17,7 +17,7 @@ import heapq
 import math
 
 from controlplane.capacity.sizing.simulation import StageModel
-from controlplane.replay.sim import stages
+import controlplane.replay.sim.stages as stages
 from controlplane.replay.sim.admission import GatewayQueue
 from controlplane.replay.sim.fleet import Fleet
 from controlplane.replay.sim.model import (Admission, Layout, Objectives, Observation, PoolObservation, Scaling,
