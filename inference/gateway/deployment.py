@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
-from inference.gateway import quota_state
+from inference.gateway import health_probe, quota_state
 from inference.gateway.admission import Admission
 from inference.gateway.config import Config
 from inference.gateway.membership import DeploymentAnswer
@@ -84,8 +84,8 @@ class ServedDeployment:
         run the health loop, the admission queue and the saving of tenants' usage."""
         self.relay = Relay(self.config, self.router, session, on_retry=self.metrics.count_retry,
                            on_migration=self.metrics.count_migration, model=self.model, worker_key=self.worker_key)
-        await self.router.probe_all(session)
-        self._tasks.append(asyncio.create_task(self.router.run_health_loop(session), name=f"health {self.name}"))
+        await health_probe.probe_all(self.router, session)
+        self._tasks.append(asyncio.create_task(health_probe.run_health_loop(self.router, session), name=f"health {self.name}"))
         self._tasks.append(asyncio.create_task(self.admission.run(), name=f"admission {self.name}"))
         if self.quota_path is not None:
             quota_state.load(self.tenants, self.quota_path)

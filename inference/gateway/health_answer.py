@@ -3,7 +3,7 @@ what it runs (dtype, KV cache dtype, context, prefix caching, sequences at once,
 
 A Tandem worker says all of it; a vLLM worker answers a bare 200 once its engine runs (it listens only once loaded)
 and 503 once its engine died: what it serves is the revision's, which the membership gives (routing.set_groups).
-Pure: no I/O; routing.Router.probe fetches the answer and acts on the verdict.
+Pure: no I/O; health_probe.probe fetches the answer and acts on the verdict.
 """
 from __future__ import annotations
 

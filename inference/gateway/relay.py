@@ -23,12 +23,10 @@ import aiohttp
 from inference import ndjson
 from inference.engines import VLLM
 from inference.engines.vllm import protocol as vllm_protocol
-from inference.gateway.config import Config, Mode
+from inference.gateway.config import Config
 from inference.gateway.openai_protocol import ApiError
-from inference.gateway.prefix_affinity import affinity_key
-from inference.gateway.routing import Group, Router, Worker, overloaded
+from inference.gateway.routing import Group, Plan, Router, Worker, overloaded
 from inference.gateway.token_stream import TRANSPORT_ERRORS, Finish, Leg, StreamBroken, TokenStream
-from inference.roles import Role
 from inference.worker_secret import SECRET_HEADER, revision_secret
 
 log = logging.getLogger("tandem.gateway.relay")
@@ -111,9 +109,10 @@ class Relay:
         for attempt in range(NUM_ATTEMPTS):
             attempt_id = request_id if attempt == 0 else f"{request_id}-retry{attempt}"
             try:
-                if group.mode is Mode.DISAGGREGATED:
-                    return await self._start_disaggregated(group, attempt_id, body, excluded, accepted)
-                return await self._start_colocated(group, attempt_id, body, excluded, accepted)
+                plan = self.router.plan(group, body, excluded)
+                if plan.decode is not None:
+                    return await self._start_disaggregated(group, plan, attempt_id, body, excluded, accepted)
+                return await self._start_colocated(group, plan.first, attempt_id, body, excluded, accepted)
             except AttemptFailed as exc:
                 failure = exc
                 log.info("request %s attempt %d failed (%s): %s", request_id, attempt + 1, exc.kind, exc.message)
@@ -138,9 +137,6 @@ class Relay:
         if group.engine == VLLM:
             return vllm_protocol.auth_headers(secret)
         return JSON_HEADERS if secret is None else {**JSON_HEADERS, SECRET_HEADER: secret}
-
-    def _affinity_key(self, body: dict) -> str | None:
-        return affinity_key(body, self.config.prefix_affinity_chars) if self.config.prefix_affinity else None
 
     def _acquire(self, worker: Worker):
         worker.num_outstanding += 1
@@ -182,9 +178,8 @@ class Relay:
 
     # -- colocated ----------------------------------------------------------------------------------------------------
 
-    async def _start_colocated(self, group: Group, request_id: str, body: dict, excluded: set[str],
+    async def _start_colocated(self, group: Group, worker: Worker, request_id: str, body: dict, excluded: set[str],
                                accepted: Callable[[], None] | None = None) -> Leg:
-        worker = self.router.pick(group, Role.COLOCATED, excluded, key=self._affinity_key(body))
         release = self._acquire(worker)
         resp = None
         try:
@@ -257,10 +252,9 @@ class Relay:
 
     # -- disaggregated ------------------------------------------------------------------------------------------------
 
-    async def _start_disaggregated(self, group: Group, request_id: str, body: dict, excluded: set[str],
+    async def _start_disaggregated(self, group: Group, plan: Plan, request_id: str, body: dict, excluded: set[str],
                                    accepted: Callable[[], None] | None = None) -> Leg:
-        prefill = self.router.pick(group, Role.PREFILL, excluded, key=self._affinity_key(body))
-        decode = self.router.pick(group, Role.DECODE, excluded)
+        prefill, decode = plan.first, plan.decode
         release_prefill = self._acquire(prefill)
         release_decode = self._acquire(decode)
         try:

@@ -25,21 +25,14 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum
 
-import aiohttp
-
 from inference.engines import TANDEM
 from inference.gateway import traffic_split
 from inference.gateway.config import Config, Mode
-from inference.gateway.health_answer import health_read
-from inference.gateway.prefix_affinity import HashRing, bounded_pick
+from inference.gateway.prefix_affinity import HashRing, affinity_key, bounded_pick
 from inference.gateway.openai_protocol import ApiError
 from inference.roles import Role
 from inference.weights import DEFAULT_WEIGHT
 
-# A ready worker leaves rotation when this many health probes in a row get no answer within --health-timeout (with
-# the defaults, 1 s each: after two probes' timeouts). A refused connection or an answer that is not ok takes it out
-# at the first.
-PROBE_TIMEOUTS_TO_DOWN = 2
 # A request that finds no ready group while a just-listed worker awaits its first probe waits this long for it.
 FIRST_PROBE_WAIT_S = 2.0
 
@@ -70,7 +63,7 @@ class Worker:
     max_num_seqs: int | None = None  # what its /health says it runs at once (None: not said)
     # What its /health says it admits now: fewer than max_num_seqs where the ITL objective bounds its decode batch.
     batch_limit: int | None = None
-    probe_timeouts: int = 0  # health probes in a row that got no answer in time (PROBE_TIMEOUTS_TO_DOWN)
+    probe_timeouts: int = 0  # health probes in a row that got no answer in time (health_probe.py)
     engine: str = TANDEM  # what it runs (inference.engines): how it is probed and spoken to
     # Set when the worker is taken out of rotation: the streams it holds move on at once (TokenStream) instead of
     # waiting on a hung worker. A fresh one once it is ready again.
@@ -138,6 +131,14 @@ class Group:
             for role in self.roles}}
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where one attempt of a request goes inside its group: the colocated worker, or (disaggregated) the prefill
+    worker that computes the prompt and the decode worker it hands the KV to."""
+    first: Worker
+    decode: Worker | None = None
+
+
 def _revision_key(group: Group) -> tuple[bool, int]:
     return (group.revision is not None, group.revision or 0)
 
@@ -154,7 +155,8 @@ class Router:
         # Prefix-affinity decisions by (stage, "affinity" | "spilled"): taken the key's home worker, or a later one
         # on its ring because the home was loaded above the bound.
         self.affinity_decisions: dict[tuple[str, str], int] = {}
-        self._probe_wakeup = asyncio.Event()
+        # Set when the membership lists a worker not seen before: health_probe.py probes it at once.
+        self.probe_wakeup = asyncio.Event()
 
     # -- membership ---------------------------------------------------------------------------------------------------
 
@@ -185,7 +187,7 @@ class Router:
             new_groups.append(group)
         new_groups.sort(key=_revision_key, reverse=True)
         if set(known) - set(self._workers):
-            self._probe_wakeup.set()
+            self.probe_wakeup.set()
         self._workers = known
         self.groups = new_groups
         self.membership_error = None
@@ -277,6 +279,14 @@ class Router:
                 total += sum(self.worker_capacity(w) for w in group.workers(role) if w.is_ready)
         return total
 
+    def plan(self, group: Group, body: dict, exclude: set[str] = frozenset()) -> Plan:
+        """The workers one attempt of `body` uses in `group`, by its mode, skipping `exclude`: the first stage by
+        prefix affinity where it applies (a key taken from the prompt), else by load; decode always by load."""
+        key = affinity_key(body, self.config.prefix_affinity_chars) if self.config.prefix_affinity else None
+        if group.mode is Mode.DISAGGREGATED:
+            return Plan(self.pick(group, Role.PREFILL, exclude, key), self.pick(group, Role.DECODE, exclude))
+        return Plan(self.pick(group, Role.COLOCATED, exclude, key))
+
     def pick(self, group: Group, role: Role, exclude: set[str] = frozenset(), key: str | None = None) -> Worker:
         """The ready worker of `role` in `group` with the least (outstanding + 1) / weight, ties to the one picked
         longest ago, skipping `exclude` (workers this request already failed on); with an affinity `key`, where
@@ -325,56 +335,6 @@ class Router:
         worker.state = WorkerState.DOWN
         worker.reason = reason
         worker.ejected.set()
-
-    # -- health probing -----------------------------------------------------------------------------------------------
-
-    async def probe(self, session: aiohttp.ClientSession, worker: Worker) -> None:
-        """Ready while /health answers ok for its role. An answer saying otherwise, or a connection that fails, takes
-        the worker out at once; a probe that only ran out of time does so at the PROBE_TIMEOUTS_TO_DOWN-th in a row
-        (a ready worker on a busy host answers late now and then, and one late answer is not a dead worker)."""
-        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout)
-        try:
-            async with session.get(worker.url + "/health", timeout=timeout) as resp:
-                worker.probe_timeouts = 0  # it answered: whatever it says counts from here
-                try:
-                    body = await resp.json(content_type=None) if worker.engine == TANDEM else {}
-                except ValueError:
-                    body = {}
-                reason = health_read(worker, resp.status, body)
-                if reason is not None:
-                    self.mark_down(worker, reason)
-                    return
-        except asyncio.TimeoutError:  # aiohttp's own timeouts are asyncio.TimeoutError too
-            worker.probe_timeouts += 1
-            if worker.state is WorkerState.READY and worker.probe_timeouts < PROBE_TIMEOUTS_TO_DOWN:
-                log.info("%s %s: health probe got no answer within %.1f s (%d in a row); kept in rotation",
-                         worker.role.value, worker.url, self.config.health_timeout, worker.probe_timeouts)
-                return
-            self.mark_down(worker, f"health probe got no answer within {self.config.health_timeout:g} s "
-                                   f"({worker.probe_timeouts} in a row)")
-            return
-        except (aiohttp.ClientError, OSError) as exc:
-            worker.probe_timeouts = 0
-            self.mark_down(worker, f"health probe failed: {type(exc).__name__}: {exc}".rstrip(": "))
-            return
-        if worker.state is not WorkerState.READY:
-            log.info("%s %s is ready", worker.role.value, worker.url)
-        if worker.ejected.is_set():
-            worker.ejected = asyncio.Event()
-        worker.state = WorkerState.READY
-        worker.reason = "ok"
-
-    async def probe_all(self, session: aiohttp.ClientSession) -> None:
-        await asyncio.gather(*(self.probe(session, w) for w in self.workers))
-
-    async def run_health_loop(self, session: aiohttp.ClientSession) -> None:
-        while True:
-            self._probe_wakeup.clear()
-            await self.probe_all(session)
-            try:
-                await asyncio.wait_for(self._probe_wakeup.wait(), self.config.health_interval)
-            except asyncio.TimeoutError:
-                pass
 
 
 def overloaded(message: str, retry_after: str = "1") -> ApiError:

@@ -12,7 +12,8 @@ import aiohttp
 from aiohttp import web
 
 from inference.gateway.config import Config, Mode
-from inference.gateway.routing import PROBE_TIMEOUTS_TO_DOWN, Router, WorkerState
+from inference.gateway.health_probe import PROBE_TIMEOUTS_TO_DOWN, probe
+from inference.gateway.routing import Router, WorkerState
 from tests.procs import free_port
 
 HEALTH_TIMEOUT_S = 1.0  # the default; an on-time answer here takes milliseconds, a late one 5 s
@@ -49,36 +50,36 @@ def test_one_late_health_answer_keeps_a_ready_worker_and_two_in_a_row_take_it_ou
 
     async def scenario():
         async with _probed_by_a_router(answer) as (router, session, worker, runner):
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.READY
 
             health["delay_s"] = 5.0
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert (worker.state, worker.probe_timeouts) == (WorkerState.READY, 1)
             health["delay_s"] = 0.0  # on time again: the count starts over
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert (worker.state, worker.probe_timeouts) == (WorkerState.READY, 0)
 
             health["delay_s"] = 5.0
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.READY
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.DOWN
             assert worker.reason == f"health probe got no answer within {HEALTH_TIMEOUT_S:g} s (2 in a row)"
 
             health["delay_s"] = 0.0
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.READY and worker.reason == "ok"
 
             health["status"] = 503  # an answer that is not ok: out at once
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.DOWN and "HTTP 503 dead" in worker.reason
 
             health["status"] = 200
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.READY
             await runner.cleanup()  # the worker is gone: its port refuses
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.DOWN and "health probe failed" in worker.reason
 
     asyncio.run(scenario())
@@ -91,7 +92,7 @@ def test_a_worker_not_ready_yet_is_not_given_the_benefit_of_the_doubt():
 
     async def scenario():
         async with _probed_by_a_router(slow) as (router, session, worker, _):
-            await router.probe(session, worker)
+            await probe(router, session, worker)
             assert worker.state is WorkerState.DOWN  # never answered in time: not put in rotation
 
     asyncio.run(scenario())
