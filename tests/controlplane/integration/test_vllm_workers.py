@@ -16,6 +16,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.settings_fleet import TANDEM_VLLM_PYTHON
+from inference.engines.vllm import environment
 from tests.procs import free_port
 
 pytestmark = [pytest.mark.integration]
@@ -86,7 +87,9 @@ def test_a_vllm_argument_vllm_refuses_is_a_400_naming_the_field_and_creates_noth
     response = live.api("POST", "deployments/", json={
         "name": "it-vllm-bad", "mode": "colocated", "model_path": str(tiny_model_dir),
         "engine_settings": {"engine": "vllm", "extra_args": ["--max-loras", "two"]},
-        "replicas": {"colocated": 1}, "gateway_port": free_port()})
+        "replicas": {"colocated": 1}, "gateway_port": free_port()},
+        # the check asks vLLM's own parser in a process that imports vLLM first (seconds; more on a loaded host)
+        timeout=environment.CHECK_TIMEOUT_S + 30)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["field"] == "engine_settings.common.extra_args"
