@@ -6,11 +6,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from controlplane import change_gate
 from controlplane.api.serializers import ActionSerializer
 from controlplane.api.views.base import (ERRORS, OPERATE, READ_ERRORS, ApiView, StrictSerializer,
                                          WriteInputSerializer, id_or_404, write_kwargs)
 from controlplane.autoscaling.advice import advice_apply
-from controlplane.autoscaling.models import MAX_QUEUE_WAIT_TARGET_S, AdviceStatus, AutoscaleMetric, AutoscaleMode
+from controlplane.autoscaling.models import (MAX_QUEUE_WAIT_TARGET_S, AdviceStatus, AutoscaleMetric, AutoscaleMode,
+                                             AutoscalingPolicy)
 from controlplane.autoscaling.selectors import advice_list, advice_row, autoscaling_view
 from controlplane.autoscaling.services import autoscaling_update
 from controlplane.models import PoolRole
@@ -35,6 +37,9 @@ class AutoscalingInputSerializer(serializers.Serializer):
     # Workers the deployment's pools may hold in all, whichever mode; null: no budget beyond each pool's max.
     max_workers = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_BUDGET)
     pools = serializers.DictField(child=PoolInput(), required=False)
+    acknowledge_prediction = serializers.BooleanField(
+        default=False, help_text="Apply it even where the deployment's change gate predicts it falls short of its "
+                                 "objectives (the 409's prediction).")
 
 
 class PoolAutoscalingSerializer(serializers.Serializer):
@@ -118,8 +123,41 @@ class AutoscalingView(ApiView):
         deployment = deployment_get(name)
         data = AutoscalingInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        acknowledged = data.validated_data.pop("acknowledge_prediction")
+        change = _gated_change(deployment, data.validated_data)
+        if change:
+            change_gate.check(deployment, change, acknowledged=acknowledged)
         autoscaling_update(deployment=deployment, actor=request.user, **data.validated_data)
         return Response(autoscaling_view(deployment=deployment))
+
+
+def _gated_change(deployment, data: dict) -> dict:
+    """What this PUT changes of how the fleet sizes itself, in the what-if's shape (controlplane/change_gate.py):
+    the switch (advisory mode counts as off: the fleet no longer scales by itself) and each pool's policy; a pool
+    switched back on takes its stored metric and target. Empty where it changes none of it (a budget, a resume)."""
+    scaling = {}
+    enabled = data.get("enabled")
+    if data.get("mode") == AutoscaleMode.ADVISORY:
+        enabled = False
+    elif data.get("mode") == AutoscaleMode.ACTIVE and enabled is None:
+        enabled = deployment.autoscale_enabled
+    if enabled is not None:
+        scaling["enabled"] = enabled
+    stored = {policy.pool.role: policy for policy in
+              AutoscalingPolicy.objects.filter(pool__deployment=deployment).select_related("pool")}
+    pools = {}
+    for role, fields in (data.get("pools") or {}).items():
+        part = {key: fields[key] for key in ("metric", "target", "queue_wait_target") if key in fields}
+        if fields.get("enabled") is False:
+            part = {"enabled": False}
+        elif fields.get("enabled") is True and role in stored:
+            row = stored[role]
+            part = {"metric": row.metric, "target": row.target, "queue_wait_target": row.queue_wait_target, **part}
+        if part:
+            pools[role] = part
+    if pools:
+        scaling["pools"] = pools
+    return {"autoscaling": scaling} if scaling else {}
 
 
 class AdviceApplyAnswer(serializers.Serializer):

@@ -119,13 +119,21 @@ def changed(fleet: Fleet, change: dict) -> Fleet:
         if role not in out.replicas:
             raise invalid(f"{where}: the deployment has no {role} pool", field=where)
         policy = _object(policy, where)
-        metric = policy.get("metric", out.policies[role].metric if role in out.policies else None)
+        if "enabled" in policy and not isinstance(policy["enabled"], bool):
+            raise invalid(f"{where}.enabled must be true or false", field=f"{where}.enabled")
+        if policy.get("enabled") is False:  # the pool no longer scales by itself
+            out.policies.pop(role, None)
+            continue
+        current = out.policies.get(role)
+        metric = policy.get("metric", current.metric if current else None)
         if metric not in METRICS:
             raise invalid(f"{where}.metric must be one of {', '.join(METRICS)}", field=f"{where}.metric")
-        target = _positive(policy.get("target", out.policies[role].target if role in out.policies else None),
-                           f"{where}.target")
+        target = _positive(policy.get("target", current.target if current else None), f"{where}.target")
+        wait = policy.get("queue_wait_target", current.queue_wait_target if current else None)
+        if wait is not None:
+            wait = _positive(wait, f"{where}.queue_wait_target")
         low, high = out.bounds[role]
-        out.policies[role] = PoolPolicy(metric, target, low, high, policy.get("queue_wait_target"))
+        out.policies[role] = PoolPolicy(metric, target, low, high, wait)
     admission = _object(change.get("admission", {}), "change.admission")
     if "max_queued" in admission:
         out.max_queued = _count(admission["max_queued"], "change.admission.max_queued", 0)

@@ -164,3 +164,32 @@ def test_an_advisory_autoscaler_does_not_scale_the_fleet_as_it_stands(fleet, vie
     report = viewer_api.post(URL, {"trace": "peak", "change": {"autoscaling": {"enabled": True}}},
                              format="json").json()
     assert report["fleet"]["after"]["autoscale"] is True
+
+
+def test_the_gate_weighs_turning_the_autoscaler_off(fleet, operator_api, settings):
+    """One decode worker that the autoscaler grows as the peak comes: switching it off, or to advisory, leaves the
+    peak on one worker, which the gate refuses unless acknowledged; a budget change replays nothing and passes."""
+    from controlplane.autoscaling.models import AutoscalingPolicy
+    from controlplane.replay.models import Trace, TraceRequest
+
+    settings.TANDEM_REPLAY_STARTUP_S = 5
+    recorded = Trace.objects.create(deployment=fleet, name="recorded", start=Trace.objects.get(name="peak").start)
+    TraceRequest.objects.filter(trace__name="peak").update(trace=recorded)
+    Pool.objects.filter(deployment=fleet, role="decode").update(desired_replicas=1)
+    Deployment.objects.filter(pk=fleet.pk).update(autoscale_enabled=True)
+    AutoscalingPolicy.objects.update_or_create(pool=Pool.objects.get(deployment=fleet, role="decode"), defaults={
+        "enabled": True, "metric": "requests_running_per_worker", "target": 8})
+    operator_api.put("/api/v1/deployments/demo/change-gate", {"enabled": True}, format="json")
+    url = "/api/v1/deployments/demo/autoscaling"
+
+    for change in ({"enabled": False}, {"mode": "advisory"}, {"pools": {"decode": {"enabled": False}}}):
+        refused = operator_api.put(url, change, format="json")
+        assert refused.status_code == 409, (change, refused.content)
+        prediction = refused.json()["error"]["prediction"]
+        assert prediction["attainment_after"] < prediction["attainment_before"], prediction
+    assert Deployment.objects.get(pk=fleet.pk).autoscale_enabled is True  # nothing applied
+    assert operator_api.get(url).json()["mode"] == "active"
+
+    assert operator_api.put(url, {"max_workers": 8}, format="json").status_code == 200
+    forced = operator_api.put(url, {"enabled": False, "acknowledge_prediction": True}, format="json")
+    assert forced.status_code == 200 and forced.json()["enabled"] is False
