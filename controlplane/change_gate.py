@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+GATE_REFUSED = "prediction_below_objective"  # the 409's code
+
 _check: Callable[[Any, dict, bool], None] = lambda deployment, change, acknowledged: None
 
 

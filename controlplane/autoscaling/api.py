@@ -11,10 +11,9 @@ from controlplane.api.serializers import ActionSerializer
 from controlplane.api.views.base import (ERRORS, OPERATE, READ_ERRORS, ApiView, StrictSerializer,
                                          WriteInputSerializer, id_or_404, write_kwargs)
 from controlplane.autoscaling.advice import advice_apply
-from controlplane.autoscaling.models import (MAX_QUEUE_WAIT_TARGET_S, AdviceStatus, AutoscaleMetric, AutoscaleMode,
-                                             AutoscalingPolicy)
+from controlplane.autoscaling.models import MAX_QUEUE_WAIT_TARGET_S, AdviceStatus, AutoscaleMetric, AutoscaleMode
 from controlplane.autoscaling.selectors import advice_list, advice_row, autoscaling_view
-from controlplane.autoscaling.services import autoscaling_update
+from controlplane.autoscaling.services import autoscaling_update, gated_change
 from controlplane.models import PoolRole
 from controlplane.selectors import deployment_get
 
@@ -124,40 +123,12 @@ class AutoscalingView(ApiView):
         data = AutoscalingInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         acknowledged = data.validated_data.pop("acknowledge_prediction")
-        change = _gated_change(deployment, data.validated_data)
+        change = gated_change(deployment, **data.validated_data)
         if change:
             change_gate.check(deployment, change, acknowledged=acknowledged)
         autoscaling_update(deployment=deployment, actor=request.user, **data.validated_data)
         return Response(autoscaling_view(deployment=deployment))
 
-
-def _gated_change(deployment, data: dict) -> dict:
-    """What this PUT changes of how the fleet sizes itself, in the what-if's shape (controlplane/change_gate.py):
-    the switch (advisory mode counts as off: the fleet no longer scales by itself) and each pool's policy; a pool
-    switched back on takes its stored metric and target. Empty where it changes none of it (a budget, a resume)."""
-    scaling = {}
-    enabled = data.get("enabled")
-    if data.get("mode") == AutoscaleMode.ADVISORY:
-        enabled = False
-    elif data.get("mode") == AutoscaleMode.ACTIVE and enabled is None:
-        enabled = deployment.autoscale_enabled
-    if enabled is not None:
-        scaling["enabled"] = enabled
-    stored = {policy.pool.role: policy for policy in
-              AutoscalingPolicy.objects.filter(pool__deployment=deployment).select_related("pool")}
-    pools = {}
-    for role, fields in (data.get("pools") or {}).items():
-        part = {key: fields[key] for key in ("metric", "target", "queue_wait_target") if key in fields}
-        if fields.get("enabled") is False:
-            part = {"enabled": False}
-        elif fields.get("enabled") is True and role in stored:
-            row = stored[role]
-            part = {"metric": row.metric, "target": row.target, "queue_wait_target": row.queue_wait_target, **part}
-        if part:
-            pools[role] = part
-    if pools:
-        scaling["pools"] = pools
-    return {"autoscaling": scaling} if scaling else {}
 
 
 class AdviceApplyAnswer(serializers.Serializer):

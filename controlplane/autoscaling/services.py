@@ -82,3 +82,33 @@ def _record(*, deployment, actor, enabled: bool | None, pools: dict, switched: d
         return
     action_create(kind=ActionKind.AUTOSCALE, actor=actor, deployment=deployment, reason="; ".join(parts),
                   params={"enabled": enabled, "pools": pools, **switched}, status=ActionStatus.SUCCEEDED)
+
+
+def gated_change(deployment, *, enabled: bool | None = None, mode: str | None = None, pools: dict | None = None,
+                 **unweighed) -> dict:
+    """What an autoscaling_update with these arguments changes of how the fleet sizes itself, in the what-if's shape
+    (controlplane/change_gate.py), for the change gate to weigh before it is applied: the switch (advisory mode
+    counts as off: the fleet no longer scales by itself) and each pool's policy; a pool switched back on takes its
+    stored metric and target. Empty where it changes none of it (a budget, a resume)."""
+    scaling = {}
+    if mode == AutoscaleMode.ADVISORY:
+        enabled = False
+    elif mode == AutoscaleMode.ACTIVE and enabled is None:
+        enabled = deployment.autoscale_enabled
+    if enabled is not None:
+        scaling["enabled"] = enabled
+    stored = {policy.pool.role: policy for policy in
+              AutoscalingPolicy.objects.filter(pool__deployment=deployment).select_related("pool")}
+    gated_pools = {}
+    for role, fields in (pools or {}).items():
+        part = {key: fields[key] for key in ("metric", "target", "queue_wait_target") if key in fields}
+        if fields.get("enabled") is False:
+            part = {"enabled": False}
+        elif fields.get("enabled") is True and role in stored:
+            row = stored[role]
+            part = {"metric": row.metric, "target": row.target, "queue_wait_target": row.queue_wait_target, **part}
+        if part:
+            gated_pools[role] = part
+    if gated_pools:
+        scaling["pools"] = gated_pools
+    return {"autoscaling": scaling} if scaling else {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db.models import Max
 
+from controlplane.change_gate import GATE_REFUSED
 from controlplane.errors import ControlPlaneError, invalid
 from controlplane.models import Deployment
 from controlplane.replay.models import RECORDED, ChangeGate, Trace, TraceRequest
@@ -57,7 +58,7 @@ def check(deployment: Deployment, change: dict, acknowledged: bool) -> None:
         f"{_pct(verdict['attainment_after'])} of requests would meet TTFT P99 ≤ {report['objectives']['ttft_p99_s']} s "
         f"and ITL P99 ≤ {report['objectives']['itl_p99_s']} s (now {_pct(verdict['attainment_before'])}; target "
         f"{_pct(report['objectives']['attainment_target'])}). Send acknowledge_prediction: true to apply it anyway.",
-        status=409, code="prediction_below_objective", extra={"prediction": {"attainment_before": verdict["attainment_before"], "attainment_after": verdict["attainment_after"],
+        status=409, code=GATE_REFUSED, extra={"prediction": {"attainment_before": verdict["attainment_before"], "attainment_after": verdict["attainment_after"],
                     "ttft_p99_s": {"before": before["ttft_s"]["p99"], "after": after["ttft_s"]["p99"]},
                     "itl_p99_s": {"before": before["itl_s"]["p99"], "after": after["itl_s"]["p99"]},
                     "shed": {"before": sum(before["shed"].values()), "after": sum(after["shed"].values())},

@@ -62,6 +62,14 @@ def seconds_ms(value) -> str:
 
 
 @register.filter
+def percent(share) -> str:
+    """A share (0..1) as a percentage with one decimal ('99.5 %'), or '–' when there is none."""
+    if share is None:
+        return "–"
+    return f"{100 * float(share):.1f} %"
+
+
+@register.filter
 def number(value, digits: int = 1) -> str:
     if value is None:
         return "–"

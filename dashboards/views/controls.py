@@ -12,7 +12,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.autoscaling.advice import advice_apply
-from controlplane.autoscaling.services import autoscaling_update
+from controlplane import change_gate
+from controlplane.autoscaling.services import autoscaling_update, gated_change
+from controlplane.change_gate import GATE_REFUSED
 from controlplane.errors import ControlPlaneError
 from controlplane.models import Worker
 from controlplane.models.workers import LIVE_STATUSES
@@ -45,6 +47,25 @@ def _back(request, deployment_name: str, action=None):
     return redirect(f"{url}?{urlencode(query)}" if query else url)
 
 
+def _gated(request, deployment, change: dict):
+    """None where the deployment's change gate lets `change` through (controlplane/change_gate.py), or where the
+    operator confirmed it on the page this returns otherwise: the gate's prediction, and a button that posts the
+    same form again, acknowledged."""
+    if not change or request.POST.get("acknowledge_prediction") == "1":
+        return None
+    try:
+        change_gate.check(deployment, change)
+    except ControlPlaneError as error:
+        if error.code != GATE_REFUSED:
+            raise
+        fields = [(name, value) for name, value in request.POST.items()
+                  if name not in ("csrfmiddlewaretoken", "acknowledge_prediction")]
+        return page(request, "dashboards/gate_confirm.html", {
+            "deployment": deployment, "prediction": error.extra.get("prediction") or {}, "fields": fields,
+            "objectives": deployment.objectives or {}})
+    return None
+
+
 def _done(request, action, what: str) -> None:
     messages.success(request, f"{what}: action #{action.pk} is {action.status}. Its progress shows below.")
 
@@ -60,12 +81,18 @@ def pool_scale_view(request, name: str, role: str):
     op = request.POST.get("op")
     key = posted_key(request)
     try:
+        raw = (request.POST.get("replicas") or "").strip()
+        target = pool.desired_replicas + (1 if op == "up" else -1) if op in ("up", "down") else \
+            int(raw) if op == "set" and raw.lstrip("-").isdigit() and len(raw) <= 6 else None
+        if target is not None:
+            confirm = _gated(request, deployment, {"pools": {role: {"replicas": target}}})
+            if confirm is not None:
+                return confirm
         if op in ("up", "down"):
             step = 1 if op == "up" else -1
             action = pool_scale_by(deployment=deployment, role=role, step=step, actor=request.user,
                                    reason=_reason(request, f"scale {role} {op} by 1"), idempotency_key=key)
         elif op == "set":
-            raw = (request.POST.get("replicas") or "").strip()
             if not raw.lstrip("-").isdigit() or len(raw) > 6:
                 messages.error(request, f"replicas must be a whole number, not {raw!r}")
                 return _back(request, name)
@@ -169,11 +196,12 @@ def autoscaling_view(request, name: str):
     if mode is None and enabled not in ("on", "off"):
         messages.error(request, "enabled must be on or off")
         return _back(request, name)
+    change = {"mode": mode[:40]} if mode is not None else {"enabled": enabled == "on"}
     try:
-        if mode is not None:
-            autoscaling_update(deployment=deployment, actor=request.user, mode=mode[:40])
-        else:
-            autoscaling_update(deployment=deployment, actor=request.user, enabled=enabled == "on")
+        confirm = _gated(request, deployment, gated_change(deployment, **change))
+        if confirm is not None:
+            return confirm
+        autoscaling_update(deployment=deployment, actor=request.user, **change)
     except ControlPlaneError as error:
         messages.error(request, error.message)
         return _back(request, name)
