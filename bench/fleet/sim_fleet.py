@@ -42,6 +42,7 @@ bench/lib/fleet_measure.py's; this script runs the sizes and reports.
     python bench/fleet/sim_fleet.py                             # 250, 500, 1000 workers; 50 deployments; 100 nodes
     python bench/fleet/sim_fleet.py --sizes 100 --deployments 10 --nodes 10 --window 30 --duration 60  # a quick look
     python bench/fleet/sim_fleet.py --backend both              # embedded, then Prometheus, at each size
+    python bench/fleet/sim_fleet.py --shared-gateways 2         # the 50 deployments behind two shared gateways
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.lib.common import ROOT, emit  # noqa: E402
-from bench.lib.fleet_api import Api, answers, deploy, scale_all, split, wait, worker_counts  # noqa: E402
+from bench.lib.fleet_api import Api, answers, deploy, scale_all, share, split, wait, worker_counts  # noqa: E402
 from bench.lib.fleet_cpu import CpuWindow, affinity, cpu_list, cpu_sets  # noqa: E402
 from bench.lib.fleet_measure import (CONTROL_PLANE, FLEET, KINDS, SCALE_GOAL_S, components,  # noqa: E402
                                      control_processes, cpu_summary, cycle_stats, goals, measure_page, rss_mib,
@@ -97,6 +98,9 @@ def parse_args(argv=None):
                    help="the web tier: make run's runserver, or gunicorn (2 processes x 8 threads, as in production)")
     p.add_argument("--conn-max-age", type=int, default=60,
                    help="TANDEM_DB_CONN_MAX_AGE of every control-plane process (0: a connection per request/task)")
+    p.add_argument("--shared-gateways", type=int, default=0,
+                   help="serve the deployments through this many shared gateways (attached in turn) instead of a "
+                        "gateway each")
     p.add_argument("--skip-page", action="store_true", help="skip seeding a day of data and the page timing")
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                    help="the control plane (web, Celery workers, beat, Prometheus) on one half of the CPUs, the fleet "
@@ -140,6 +144,14 @@ def measure_window(stack, api: Api, seconds: float, interval: float, scrape_shar
     return out
 
 
+def gateway_rows(api: Api) -> tuple[int, int]:
+    """(shared gateways ready, per-deployment gateways still live)."""
+    rows = [w for w in api.ok("GET", "workers/", params={"role": "gateway"}) if w["status"] not in ("stopped",
+                                                                                                     "failed")]
+    return (sum(1 for w in rows if w["shared_gateway"] and w["status"] == "ready"),
+            sum(1 for w in rows if not w["shared_gateway"]))
+
+
 def measure_scale(api: Api, name: str, stack) -> dict:
     """decode +2 of one deployment: seconds until the new workers are ready, and until its endpoints list them."""
     before = [w for w in api.ok("GET", "workers/", params={"deployment": name, "role": "decode"})
@@ -177,6 +189,7 @@ def main(argv=None) -> None:
           "control_workers": 1, "periodic_workers": args.periodic_workers, "web": args.web,
           "db_conn_max_age_s": args.conn_max_age, "threads_each": args.control_concurrency,
           "django_debug": args.debug, "deployments": args.deployments, "nodes": args.nodes, "sim_hosts": args.hosts,
+          "shared_gateways": args.shared_gateways,
           "profile": args.profile, "window_s": args.window,
           "pinning": {"control_plane_cpus": cpu_list(cpus[0]), "fleet_cpus": cpu_list(cpus[1]),
                       "control_plane": [*CONTROL_PLANE, "prometheus"], "fleet": list(FLEET),
@@ -231,6 +244,10 @@ def run_backend(args, sizes: list[int], backend: str, secret: str, cpus) -> dict
             started = time.monotonic()
             if index == 0:
                 deploy(api, names, per_role, model, args.profile)
+                if args.shared_gateways:
+                    share(api, names, args.shared_gateways)
+                    wait(f"{args.shared_gateways} shared gateways and no other", lambda: gateway_rows(api) == (
+                        args.shared_gateways, 0), timeout=300, interval=2.0, poll=stack.poll)
             else:
                 scale_all(api, names, per_role)
             want = size // args.deployments * args.deployments

@@ -68,6 +68,16 @@ def deploy(api: Api, names: list[str], per_role: dict[str, int], model: str, pro
             "enabled": True, "pools": {"decode": {"enabled": True, "metric": "ttft_p99_seconds", "target": 1.0}}})
 
 
+def share(api: Api, names: list[str], count: int, node: str | None = None) -> list[str]:
+    """`count` shared gateways (on `node`), the deployments attached to them in turn; their names."""
+    gateways = [f"front-{i}" for i in range(count)]
+    for gateway in gateways:
+        api.ok("POST", "gateways/", json={"name": gateway, "port": free_port(), "node": node})
+    for index, name in enumerate(names):
+        api.ok("PUT", f"deployments/{name}/gateway", json={"shared_gateway": gateways[index % count]})
+    return gateways
+
+
 def scale_all(api: Api, names: list[str], per_role: dict[str, int]) -> None:
     for name in names:
         for role, replicas in per_role.items():
