@@ -1,4 +1,5 @@
-"""Reads behind the fleet overview: each deployment's health, pools, firing alerts and headline numbers."""
+"""Reads behind the fleet overview: each deployment's health, pools, firing alerts and headline numbers; the shared
+gateways and what they serve."""
 from __future__ import annotations
 
 from collections import Counter
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 from django.utils.dateparse import parse_datetime
 
 from controlplane.alerting.models import Alert, AlertState
-from controlplane.models import Node, Worker
+from controlplane.models import Node, SharedGateway, Worker
 from controlplane.models.workers import LIVE_STATUSES
 from controlplane.observability.reader import MetricsUnavailable, reader
 from controlplane.selectors import deployment_list
@@ -98,6 +99,18 @@ def fleet_rows(*, now: float | None = None) -> list[DeploymentRow]:
                                   num_firing=firing.get(deployment.pk, 0), headlines=headlines,
                                   problems=problems + ([unavailable] if unavailable else [])))
     return rows
+
+
+def shared_gateway_rows() -> list[dict]:
+    """Each shared gateway: its URL, the deployments it serves, and its process (the newest live gateway row;
+    None while none runs)."""
+    gateways = list(SharedGateway.objects.select_related("node").prefetch_related("deployments").order_by("name"))
+    processes: dict[int, Worker] = {}
+    for worker in (Worker.objects.filter(shared_gateway__in=gateways, status__in=LIVE_STATUSES)
+                   .select_related("node").order_by("id")):
+        processes[worker.shared_gateway_id] = worker
+    return [{"gateway": gateway, "deployments": sorted(d.name for d in gateway.deployments.all()),
+             "process": processes.get(gateway.pk)} for gateway in gateways]
 
 
 def node_rows() -> list[dict]:

@@ -23,7 +23,7 @@ from controlplane.tenant_provider import admission as admission_settings
 from dashboards.access import viewer_required
 from dashboards.chaos import chaos_section
 from dashboards.chart_cache import cached_json, max_ages
-from dashboards.fleet import fleet_rows, node_rows
+from dashboards.fleet import fleet_rows, node_rows, shared_gateway_rows
 from dashboards.panels import RANGES, chart_figures, deployment_has_gpu, parse_range
 from dashboards.selectors import active_alerts, deployment_workers, pool_policies, recent_actions
 from dashboards.stages import objectives_of, stage_charts, stage_values
@@ -45,6 +45,7 @@ def get_deployment_or_404(name: str):
 @viewer_required
 def overview(request):
     return page(request, "dashboards/overview.html", {"rows": fleet_rows(), "nodes": node_rows(),
+                                                      "shared_gateways": shared_gateway_rows(),
                                                       "health_hold": health_hold_get()})
 
 

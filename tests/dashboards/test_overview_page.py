@@ -68,3 +68,21 @@ def test_tokens_per_second_carry_their_unit(client_for, viewer, deployment, make
     make_worker(deployment, "decode")
     seed_samples(deployment, "generation_tokens_per_second", [123.4], role="gateway")
     assert "123.4 tokens/s" in _row(client_for(viewer).get("/").content.decode(), "demo")
+
+
+def test_shared_gateways_show_their_process_url_and_what_they_serve(client_for, viewer, make_deployment, node):
+    from controlplane.models import Deployment, SharedGateway, Worker
+
+    front = SharedGateway.objects.create(name="front", port=41700, node=node)
+    SharedGateway.objects.create(name="spare", port=41701)
+    for name in ("alpha", "beta"):
+        make_deployment(name)
+    Deployment.objects.filter(name__in=("alpha", "beta")).update(shared_gateway=front, gateway_port=None)
+    Worker.objects.create(shared_gateway=front, role="gateway", node=node, status="ready", port=41700, pid=4242)
+    text = client_for(viewer).get("/").content.decode()
+    row = re.search(r'<tr data-testid="shared-gateway-front">(.*?)</tr>', text, re.S).group(1)
+    assert "ready" in row and f"{front.url}/v1" in row
+    assert '<a href="/deployments/alpha/">alpha</a>, <a href="/deployments/beta/">beta</a>' in row
+    spare = re.search(r'<tr data-testid="shared-gateway-spare">(.*?)</tr>', text, re.S).group(1)
+    assert "nothing attached" in spare and "stopped (serves nothing)" in spare
+    assert "shared gateway front :41700" in _row(text, "alpha")
