@@ -217,15 +217,10 @@ def run_backend(args, sizes: list[int], backend: str, secret: str, cpus) -> dict
                     shards=shards)
     manage(env, "migrate", "--verbosity", "0")
     token = manage(env, "tandem_token", "bench-admin", "--role", "admin").strip()
-    prometheus = None
+    prometheus = prometheus_token = None
     if backend == "prometheus":
         manage(env, "tandem_recording_rules", "--output", str(var_dir / "tandem-rules.yml"))
         prometheus_token = manage(env, "tandem_token", "prometheus", "--role", "viewer").strip()
-        with affinity(cpus[0] if cpus else None):  # Prometheus shares the control plane's CPUs
-            prometheus = PrometheusProcess(
-                var_dir / "prometheus", port=prometheus_port, rules=var_dir / "tandem-rules.yml",
-                targets_url=f"http://127.0.0.1:{web_port}/api/v1/prometheus/targets", interval_s=args.interval,
-                token=prometheus_token)
     database = DatabaseBackends(args.database_url)
     stack = Stack(stack_specs(args, web_port=web_port, var_dir=var_dir, cpus=cpus), log_dir=var_dir / "logs",
                   env=env, cwd=ROOT, on_event=lambda m: print(m, file=sys.stderr))
@@ -233,10 +228,16 @@ def run_backend(args, sizes: list[int], backend: str, secret: str, cpus) -> dict
     api = Api(web_url, token)
     names = [f"sim-{i:03d}" for i in range(args.deployments)]
     doc: dict = {"backend": backend, "interval_s": args.interval,
-                 "scrape_shards": shards if prometheus is None else 0, "sizes": []}
+                 "scrape_shards": shards if backend != "prometheus" else 0, "sizes": []}
     stack.start()
     try:
         wait("the web server", lambda: answers(web_url + "/healthz"), timeout=120, poll=stack.poll)
+        if prometheus_token is not None:  # it asks the web server for the gateways' scrape token
+            with affinity(cpus[0] if cpus else None):  # Prometheus shares the control plane's CPUs
+                prometheus = PrometheusProcess(
+                    var_dir / "prometheus", port=prometheus_port, rules=var_dir / "tandem-rules.yml",
+                    targets_url=f"{web_url}/api/v1/prometheus/targets", interval_s=args.interval,
+                    token=prometheus_token)
         wait(f"{args.nodes} simulated nodes", lambda: len(api.ok("GET", "nodes/")) >= args.nodes, timeout=300,
              poll=stack.poll)
         for index, size in enumerate(sizes):
