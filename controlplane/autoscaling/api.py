@@ -130,7 +130,6 @@ class AutoscalingView(ApiView):
         return Response(autoscaling_view(deployment=deployment))
 
 
-
 class AdviceApplyAnswer(serializers.Serializer):
     advice = AdviceSerializer()
     action = ActionSerializer()

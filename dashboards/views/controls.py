@@ -3,6 +3,7 @@ then returns to the page, which shows the action's progress. A ControlPlaneError
 rollout already running, ...) becomes a message on the page, never a 500."""
 from __future__ import annotations
 
+import re
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -11,8 +12,8 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from controlplane.autoscaling.advice import advice_apply
 from controlplane import change_gate
+from controlplane.autoscaling.advice import advice_apply
 from controlplane.autoscaling.services import autoscaling_update, gated_change
 from controlplane.change_gate import GATE_REFUSED
 from controlplane.errors import ControlPlaneError
@@ -82,8 +83,9 @@ def pool_scale_view(request, name: str, role: str):
     key = posted_key(request)
     try:
         raw = (request.POST.get("replicas") or "").strip()
+        whole = re.fullmatch(r"-?[0-9]{1,6}", raw) is not None
         target = pool.desired_replicas + (1 if op == "up" else -1) if op in ("up", "down") else \
-            int(raw) if op == "set" and raw.lstrip("-").isdigit() and len(raw) <= 6 else None
+            int(raw) if op == "set" and whole else None
         if target is not None:
             confirm = _gated(request, deployment, {"pools": {role: {"replicas": target}}})
             if confirm is not None:
@@ -93,7 +95,7 @@ def pool_scale_view(request, name: str, role: str):
             action = pool_scale_by(deployment=deployment, role=role, step=step, actor=request.user,
                                    reason=_reason(request, f"scale {role} {op} by 1"), idempotency_key=key)
         elif op == "set":
-            if not raw.lstrip("-").isdigit() or len(raw) > 6:
+            if not whole:
                 messages.error(request, f"replicas must be a whole number, not {raw!r}")
                 return _back(request, name)
             replicas = int(raw)

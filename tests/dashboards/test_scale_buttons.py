@@ -46,6 +46,7 @@ def test_replicas_outside_min_max_show_the_services_message_not_a_500(client_for
 
 
 @pytest.mark.parametrize("data", [{"op": "set", "replicas": "two"}, {"op": "set", "replicas": ""},
+                                  {"op": "set", "replicas": "--5"}, {"op": "set", "replicas": "1234567"},
                                   {"op": "sideways"}, {}])
 def test_bad_input_is_a_message(client_for, operator, deployment, data):
     response = client_for(operator).post("/deployments/demo/pools/decode/scale", data, follow=True)
