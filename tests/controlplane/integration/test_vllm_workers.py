@@ -192,8 +192,8 @@ def test_a_vllm_worker_killed_mid_stream_moves_the_stream_token_for_token(live, 
     victim = result = None
     # Kill the worker while it still generates the stream. Under load a worker may have sent every token before the
     # client has read five (the gateway still holds the request for the client): then nothing moves, and the
-    # attempt is made again with another stream rather than a kill that shows nothing (a loaded CI host once took
-    # five such attempts: each costs one stream's seconds, and only when it shows nothing).
+    # attempt is made again with another stream rather than a kill that shows nothing (on a loaded host several
+    # tries in a row can: each costs one stream's seconds, and only when it shows nothing).
     for _attempt in range(12):
         five_in, result = threading.Event(), {}
 
