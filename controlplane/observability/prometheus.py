@@ -6,7 +6,10 @@ worker and gateway that Tandem itself scrapes (observability.store.scrape_target
 not a profile run's), labelled with what Tandem's queries need: `deployment`, `pool` (the role of its pool),
 `revision` (its number), `node`, `worker` (its id), and for a worker `engine` (tandem or vllm: a vLLM worker's
 series are renamed to Tandem's by the job's metric_relabel_configs, inference.engines.vllm.metrics.RELABEL_CONFIGS,
-docs/engines.md). A shared gateway's process is a group per attached deployment, labelled `shared_gateway` too.
+docs/engines.md). A shared gateway's process is a group per attached deployment, labelled `shared_gateway` too, and
+scraped at `/metrics?deployment=NAME` (`__param_deployment`): that deployment's series alone, so that Prometheus reads
+each series once per pass however many deployments the process serves (the whole page per group read each one once
+per attached deployment, and dropped all but its own).
 Workers label their own series `role` and `model`; Prometheus adds these, so
 `tandem_time_to_first_token_seconds_bucket{deployment="demo", role="prefill"}` is one stage of one deployment.
 
@@ -26,7 +29,8 @@ RATE = "$__rate_interval"
 def sd_targets() -> list[dict]:
     """Prometheus HTTP SD groups: [{"targets": ["host:port"], "labels": {...}}], one per scraped process, and one per
     deployment attached to a shared gateway's process (the same address in each, labelled `shared_gateway` and that
-    deployment: SHARED_GATEWAY_RELABEL_CONFIGS keeps each group's scrape to that deployment's series)."""
+    deployment, whose page it asks for; SHARED_GATEWAY_RELABEL_CONFIGS keeps a whole page, as a process started
+    before it answered `?deployment=` serves, to that deployment's series)."""
     from controlplane.models import Worker
 
     targets = scrape_targets()
@@ -46,14 +50,15 @@ def sd_targets() -> list[dict]:
             groups.append({"targets": [f"{host}:{port}"], "labels": {"deployment": deployment, **labels}})
             continue
         groups.extend({"targets": [f"{host}:{port}"],
-                       "labels": {"deployment": name, **labels, "shared_gateway": shared}}
+                       "labels": {"deployment": name, **labels, "shared_gateway": shared, "__param_deployment": name}}
                       for name in sorted(models[worker_id]))
     return groups
 
 
-# The scrape job's metric_relabel_configs for shared gateways (docs/prometheus.md): each of a shared gateway's groups
-# scrapes the whole page, which holds every attached deployment's series told apart by `model`; a series is kept in
-# the group whose `deployment` its `model` names. The process's own series (no `model`) are kept in none, as the
+# The scrape job's metric_relabel_configs for shared gateways (docs/prometheus.md): a shared gateway's group asks for
+# its deployment's page, but a process started before `?deployment=` existed ignores the parameter and answers with
+# the whole page, every attached deployment's series told apart by `model`; a series is kept in the group whose
+# `deployment` its `model` names. The process's own series (no `model`) are kept in none, as the
 # embedded scrape keeps them (exposition.model_page): per deployment they would be counted once for each. A target
 # of one deployment (no `shared_gateway` label) compares its `deployment` with itself, so it keeps every series.
 SHARED_GATEWAY_RELABEL_CONFIGS = [

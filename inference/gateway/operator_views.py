@@ -10,8 +10,9 @@ scrape job sends it. Anyone else gets what a client needs: /health a bare livene
 token comes from. A gateway started by hand without a token answers everyone in full, as before.
 
 A shared gateway answers them for every deployment it serves: /health with each one's state, /metrics with each
-one's series (labelled with its model), /trace with one deployment's records (`?deployment=NAME`), /v1/models with the
-models the caller may use.
+one's series (labelled with its model; `?deployment=NAME`: that one's alone, without the process's own series, the page
+Prometheus scrapes for that deployment's target), /trace with one deployment's records (`?deployment=NAME`),
+/v1/models with the models the caller may use.
 """
 from __future__ import annotations
 
@@ -79,12 +80,20 @@ async def health(gateway: Gateway, request: web.Request) -> web.Response:
 async def metrics(gateway: Gateway, request: web.Request) -> web.Response:
     if not is_operator(request, gateway.config.scrape_token):
         return _token_required("/metrics", "the control plane and Prometheus")
-    for served in gateway.served():
-        served.metrics.requests_running.set(served.num_running)
+    served = gateway.served()
+    name = request.query.get("deployment")
+    if name is not None:  # one deployment's series (Prometheus' target per deployment of a shared gateway)
+        served = [s for s in served if s.name == name]
+        if not served:
+            return _bad_query(f"give ?deployment= one of the deployments served here, not {name!r}", "deployment")
+    for one in served:
+        one.metrics.requests_running.set(one.num_running)
     if not gateway.shared:
-        page = gateway.served()[0].metrics.render()
+        page = served[0].metrics.render()
+    elif name is not None:
+        page = gateway_metrics.render([served[0].metrics.registry])
     else:
-        page = gateway_metrics.render([gateway.registry, *(served.metrics.registry for served in gateway.served())])
+        page = gateway_metrics.render([gateway.registry, *(one.metrics.registry for one in served)])
     return web.Response(body=page, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -22,9 +22,10 @@ class MetricsServers:
     def _run(self, coro, timeout: float = 10.0):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def serve(self, render: Callable[[], tuple[int, bytes]], *, keepalive_timeout: float = 75.0,
-              delay_s: float = 0.0, drip_s: float = 0.0) -> int:
+    def serve(self, render: Callable[..., tuple[int, bytes]], *, keepalive_timeout: float = 75.0,
+              delay_s: float = 0.0, drip_s: float = 0.0, with_query: bool = False) -> int:
         """Start a server whose GET /metrics answers render() → (status, body), after delay_s; returns its port.
+        with_query: render(query), the request's query parameters (a dict), as a shared gateway's page reads them.
         With drip_s, both /metrics and /health send their answer a byte every 50 ms, for drip_s at least (a peer
         that never stays silent long enough for a read timeout, yet never finishes)."""
         port_box: list[int] = []
@@ -46,7 +47,7 @@ class MetricsServers:
             seen(request)
             if delay_s:
                 await asyncio.sleep(delay_s)
-            status, body = render()
+            status, body = render(dict(request.query)) if with_query else render()
             if drip_s:
                 return await drip(request, body)
             return web.Response(status=status, body=body, content_type="text/plain")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 
 import pytest
+import requests
 from prometheus_client import CollectorRegistry, Counter, ProcessCollector
 
 from controlplane.models import Deployment, SharedGateway, Worker, WorkerRole, WorkerStatus
@@ -20,6 +22,7 @@ from controlplane.observability.store import scrape_cycle, scrape_targets
 from controlplane.tenants.models import TenantUsage
 from inference.gateway.metrics import render
 from inference.metrics import BASE_LABELS, TandemMetrics
+from tests.controlplane.observability.seeded_prometheus import PROMETHEUS, Prometheus
 
 T0 = 1_800_000_000.0
 MODELS = ("chat", "code")
@@ -39,19 +42,25 @@ class SharedPage:
                                             process=False) for model in MODELS}
         self.tenant_requests = {model: 0 for model in MODELS}
         self.num_fetched = 0
+        self.queries: list[dict] = []
 
-    def render(self) -> tuple[int, bytes]:
+    def render(self, query: dict | None = None) -> tuple[int, bytes]:
+        """The whole page, or with `?deployment=NAME` that deployment's series alone (operator_views.metrics)."""
         self.num_fetched += 1
-        page = render([self.own, *(metrics.registry for metrics in self.served.values())]).decode()
+        wanted = MODELS if not query else [query["deployment"]]
+        self.queries.append(query or {})
+        registries = [self.served[model].registry for model in wanted]
+        page = render(registries if query else [self.own, *registries]).decode()
         page += "".join(f'tandem_gateway_tenant_requests_total{{role="gateway",model="{model}",tenant="acme"}} '
-                        f"{num}\n" for model, num in self.tenant_requests.items())
+                        f"{self.tenant_requests[model]}\n" for model in wanted)
         return 200, page.encode()
 
 
 @pytest.fixture
 def shared(make_deployment, node, metrics_servers):
     page = SharedPage()
-    front = SharedGateway.objects.create(name="front", port=metrics_servers.serve(page.render), node=node)
+    front = SharedGateway.objects.create(name="front", port=metrics_servers.serve(page.render, with_query=True),
+                                         node=node)
     deployments = {model: make_deployment(model, mode="colocated") for model in MODELS}
     Deployment.objects.filter(name__in=MODELS).update(shared_gateway=front, gateway_port=None)
     process = Worker.objects.create(shared_gateway=front, role=WorkerRole.GATEWAY, node=node,
@@ -127,9 +136,42 @@ def test_a_failed_process_is_down_for_each_deployment(shared):
 def test_http_sd_lists_the_process_once_per_deployment_labelled_with_it(shared):
     _, process, _ = shared
     groups = [group for group in sd_targets() if group["labels"]["worker"] == str(process.pk)]
-    assert [(group["labels"]["deployment"], group["labels"]["shared_gateway"], group["labels"]["pool"])
-            for group in groups] == [("chat", "front", "gateway"), ("code", "front", "gateway")]
+    assert [(group["labels"]["deployment"], group["labels"]["shared_gateway"], group["labels"]["pool"],
+             group["labels"]["__param_deployment"]) for group in groups] == [
+        ("chat", "front", "gateway", "chat"), ("code", "front", "gateway", "code")]
     assert len({group["targets"][0] for group in groups}) == 1
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package `prometheus`)")
+def test_prometheus_reads_each_deployments_series_from_its_own_page(shared, tmp_path):
+    """A real Prometheus with the http_sd groups asks the process for one deployment's page per group (it used to
+    fetch the whole page once per attached deployment and drop the others' series), and each series lands under
+    its deployment; the process's own series under none."""
+    page, process, _ = shared
+    for _ in range(3):
+        page.served["chat"].count_success("stop")
+    page.served["code"].count_success("stop")
+    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+              "scrape_configs": [{"job_name": "tandem", "static_configs": sd_targets(),
+                                  "metric_relabel_configs": SHARED_GATEWAY_RELABEL_CONFIGS}]}
+    prometheus = Prometheus(tmp_path / "data", tmp_path, config=config)
+    try:
+        deadline, found = time.monotonic() + 30, {}
+        while len(found) < 2:
+            assert time.monotonic() < deadline, f"Prometheus has {found}; its log: {prometheus.log.read_text()}"
+            time.sleep(0.2)
+            answer = requests.get(f"{prometheus.url}/api/v1/query", timeout=5, params={
+                "query": f'sum by (deployment, model) (tandem_request_success_total{{worker="{process.pk}"}})'})
+            found = {(r["metric"]["deployment"], r["metric"]["model"]): float(r["value"][1])
+                     for r in answer.json()["data"]["result"]}
+        assert found == {("chat", "chat"): 3.0, ("code", "code"): 1.0}
+        own = requests.get(f"{prometheus.url}/api/v1/query", timeout=5,
+                           params={"query": "process_cpu_seconds_total"}).json()["data"]["result"]
+        assert own == []
+    finally:
+        prometheus.stop()
+    assert page.queries and {query.get("deployment") for query in page.queries} == {"chat", "code"}
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package `prometheus`)")

@@ -173,6 +173,12 @@ def test_metrics_health_and_trace_are_per_deployment(fleet):
     page = requests.get(gateway.url + "/metrics", timeout=10).text
     assert page.count("# TYPE tandem_request_success_total counter") == 1  # one family, each deployment's samples
     assert 'tandem_request_errors_total{kind="invalid_api_key",model="",revision="",role="gateway"}' in page
+    # One deployment's page (what Prometheus scrapes for its target): its series alone, not the process's own.
+    own = requests.get(gateway.url + "/metrics", params={"deployment": "alpha"}, timeout=10).text
+    assert set(re.findall(r'model="([^"]*)"', own)) == {"alpha"} and "process_cpu_seconds_total" not in own
+    assert 'tandem_gateway_tenant_requests_total{' in own
+    unknown = requests.get(gateway.url + "/metrics", params={"deployment": "gamma"}, timeout=10)
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "deployment"
     health = requests.get(gateway.url + "/health", timeout=10).json()
     assert health["status"] == "ok" and set(health["deployments"]) == {"alpha", "beta"}
     assert health["deployments"]["beta"]["revision"] == 1
