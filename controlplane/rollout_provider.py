@@ -18,15 +18,19 @@ class RolloutProvider:
     rollout_active: Callable[[Any], Any]
     # (pool, active rollout) → how many workers of the tried revision the pool runs beside its current ones
     tried_replicas: Callable[[Any, Any], int]
-    # (deployment, ready revision numbers) → revision number → traffic weight (0-100), or None: no split
-    traffic_weights: Callable[[Any, set[int]], dict[int, int] | None]
-    # deployment → revision number → variant name ("stable"/"canary", "a"/"b")
-    variant_names: Callable[[Any], dict[int, str]]
+    # (deployment, ready revision numbers[, its latest rollout]) → revision number → traffic weight (0-100), or
+    # None: no split
+    traffic_weights: Callable[..., dict[int, int] | None]
+    # (deployment[, its latest rollout]) → revision number → variant name ("stable"/"canary", "a"/"b")
+    variant_names: Callable[..., dict[int, str]]
+    # deployment ids → the latest rollout of each that has had one (what the two above take, read at once for the
+    # deployments of a shared gateway's poll)
+    rollouts_latest: Callable[[list[int]], dict[int, Any]] = lambda deployment_ids: {}
 
 
 NO_ROLLOUTS = RolloutProvider(rollout_active=lambda deployment: None, tried_replicas=lambda pool, rollout: 0,
-                              traffic_weights=lambda deployment, revisions: None,
-                              variant_names=lambda deployment: {})
+                              traffic_weights=lambda deployment, revisions, *rollout: None,
+                              variant_names=lambda deployment, *rollout: {})
 
 _provider = NO_ROLLOUTS
 
@@ -44,9 +48,13 @@ def tried_replicas(pool, rollout) -> int:
     return _provider.tried_replicas(pool, rollout)
 
 
-def traffic_weights(deployment, revisions: set[int]) -> dict[int, int] | None:
-    return _provider.traffic_weights(deployment, revisions)
+def traffic_weights(deployment, revisions: set[int], *rollout) -> dict[int, int] | None:
+    return _provider.traffic_weights(deployment, revisions, *rollout)
 
 
-def variant_names(deployment) -> dict[int, str]:
-    return _provider.variant_names(deployment)
+def variant_names(deployment, *rollout) -> dict[int, str]:
+    return _provider.variant_names(deployment, *rollout)
+
+
+def rollouts_latest(deployment_ids: list[int]) -> dict[int, Any]:
+    return _provider.rollouts_latest(deployment_ids)

@@ -7,8 +7,8 @@ from controlplane.errors import not_found
 from controlplane.models import (Action, ActionKind, ActionStatus, Deployment, Node, Pool, Revision, SharedGateway,
                                  Worker, WorkerPurpose, WorkerRole, WorkerStatus)
 from controlplane.models.actions import UNFINISHED_STATUSES
-from controlplane.rollout_provider import traffic_weights, variant_names
-from controlplane.tenant_provider import gateway_access
+from controlplane.rollout_provider import rollouts_latest, traffic_weights, variant_names
+from controlplane.tenant_provider import gateway_access, gateway_access_many
 from inference.engines import TANDEM, engine_of
 
 # Ids are 64-bit: a bigger number in a URL or filter is not an id (and would overflow the database driver).
@@ -154,10 +154,20 @@ def deployment_endpoints(deployment: Deployment) -> dict:
     (rollout_provider.traffic_weights); otherwise neither key is there and the newest complete group serves. A group
     whose decode workers take their KV pushes elsewhere (Worker.kv_port: a chaos KV fault's proxy) carries
     `kv_urls` (decode URL → KV URL), which the gateway hands the prefill worker instead of the decode URL."""
-    workers = (Worker.objects.filter(deployment=deployment, status=WorkerStatus.READY, port__isnull=False,
-                                     revision__isnull=False, purpose=WorkerPurpose.SERVING)
-               .exclude(role=WorkerRole.GATEWAY)
-               .select_related("revision", "pool", "node").order_by("id"))
+    return _endpoints(deployment, list(_serving_workers(Worker.objects.filter(deployment=deployment))),
+                      rollouts_latest([deployment.pk]).get(deployment.pk), gateway_access(deployment))
+
+
+def _serving_workers(workers: QuerySet[Worker]) -> QuerySet[Worker]:
+    return (workers.filter(status=WorkerStatus.READY, port__isnull=False, revision__isnull=False,
+                           purpose=WorkerPurpose.SERVING)
+            .exclude(role=WorkerRole.GATEWAY)
+            .select_related("revision", "pool", "node").order_by("id"))
+
+
+def _endpoints(deployment: Deployment, workers: list[Worker], rollout, access: dict) -> dict:
+    """deployment_endpoints from what it reads: the serving workers, the latest rollout (or None) and the tenants'
+    part (tenant_provider)."""
     groups: dict[int, dict] = {}
     for worker in workers:
         group = groups.get(worker.revision.number)
@@ -169,9 +179,9 @@ def deployment_endpoints(deployment: Deployment) -> dict:
         group["weights"][worker.url] = worker.pool.routing_weight(worker.node) if worker.pool else 1
         if worker.kv_port is not None and worker.role == WorkerRole.DECODE:
             group.setdefault("kv_urls", {})[worker.url] = f"http://{worker.host}:{worker.kv_port}"
-    split = traffic_weights(deployment, set(groups)) if groups else None
+    split = traffic_weights(deployment, set(groups), rollout) if groups else None
     if split is not None:
-        variants = variant_names(deployment)
+        variants = variant_names(deployment, rollout)
         for number, group in groups.items():
             group["traffic_weight"] = split.get(number, 0)
             if number in variants:
@@ -184,7 +194,7 @@ def deployment_endpoints(deployment: Deployment) -> dict:
         "sampling_defaults": dict(deployment.sampling_defaults or {}),
         # The gateway sends the ITL objective to the workers, whose decode batch it bounds (batch_limit.py).
         "objectives": {"itl_p99_seconds": (deployment.objectives or {}).get("itl_p99_seconds")},
-        **gateway_access(deployment),  # `requires_key` and `tenants`, when the deployment has any (tenant_provider)
+        **access,  # `requires_key` and `tenants`, when the deployment has any (tenant_provider)
     }
 
 
@@ -199,5 +209,14 @@ def shared_gateway_get(name: str) -> SharedGateway:
 def shared_gateway_endpoints(gateway: SharedGateway) -> dict:
     """A shared gateway's membership (docs/contracts.md "Shared gateway membership"): every attached deployment's
     answer, as deployment_endpoints gives it, in one response for one poll."""
-    deployments = Deployment.objects.select_related("current_revision").filter(shared_gateway=gateway).order_by("name")
-    return {"gateway": gateway.name, "deployments": [deployment_endpoints(d) for d in deployments]}
+    # Each part read once for all of them: the gateways of a large fleet poll every few seconds, and per deployment
+    # the same reads cost their queries' overhead as many times over (docs/simulated-fleet.md).
+    deployments = list(Deployment.objects.select_related("current_revision").filter(shared_gateway=gateway)
+                       .order_by("name"))
+    ids = [deployment.pk for deployment in deployments]
+    workers: dict[int, list[Worker]] = {pk: [] for pk in ids}
+    for worker in _serving_workers(Worker.objects.filter(deployment_id__in=ids)):
+        workers[worker.deployment_id].append(worker)
+    rollouts, access = rollouts_latest(ids), gateway_access_many(deployments)
+    return {"gateway": gateway.name,
+            "deployments": [_endpoints(d, workers[d.pk], rollouts.get(d.pk), access[d.pk]) for d in deployments]}

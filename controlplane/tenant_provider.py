@@ -16,6 +16,8 @@ from typing import Any
 class TenantProvider:
     # deployment → the keys of the endpoints answer that concern tenants ({} when none: open, no tenants)
     gateway_access: Callable[[Any], dict]
+    # deployments → gateway_access of each, by id (one poll of a shared gateway reads them all at once)
+    gateway_access_many: Callable[[list], dict[int, dict]] = lambda deployments: {d.pk: {} for d in deployments}
     # deployment → its admission settings, for its page ({}: none set, the gateways' flags apply)
     admission: Callable[[Any], dict] = lambda deployment: {}
     # (tenant name, deployment name) → a new key of that tenant (created, or given access to the deployment, where
@@ -35,6 +37,10 @@ def provide(provider: TenantProvider) -> None:
 
 def gateway_access(deployment) -> dict:
     return _provider.gateway_access(deployment)
+
+
+def gateway_access_many(deployments: list) -> dict[int, dict]:
+    return _provider.gateway_access_many(deployments)
 
 
 def admission(deployment) -> dict:

@@ -20,7 +20,8 @@ class RolloutsConfig(AppConfig):
 
         rollout_provider.provide(rollout_provider.RolloutProvider(
             rollout_active=selectors.rollout_active, tried_replicas=selectors.tried_replicas,
-            traffic_weights=selectors.traffic_weights, variant_names=selectors.variant_names))
+            traffic_weights=selectors.traffic_weights, variant_names=selectors.variant_names,
+            rollouts_latest=selectors.rollouts_latest))
         schedule_periodic({
             "rollouts-drive": ("controlplane.rollouts.tasks.drive_rollouts_task",
                                float(settings.TANDEM_ROLLOUT_INTERVAL_S)),

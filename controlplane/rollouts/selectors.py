@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import math
 
+from django.db.models import Max
+
 from controlplane.errors import not_found
 from controlplane.rollouts.models import ACTIVE_STATUSES, Rollout, RolloutStatus, Strategy
 
 MAX_ID = 2**63 - 1
+LATEST = object()  # traffic_weights and variant_names read the latest rollout themselves
 
 
 def rollout_active(deployment) -> Rollout | None:
@@ -17,6 +20,14 @@ def rollout_active(deployment) -> Rollout | None:
 
 def rollout_latest(deployment) -> Rollout | None:
     return Rollout.objects.filter(deployment=deployment).select_related("revision", "stable_revision").first()
+
+
+def rollouts_latest(deployment_ids: list[int]) -> dict[int, Rollout]:
+    """rollout_latest of each deployment that has had one, by deployment id, in one query (a shared gateway's poll)."""
+    newest = (Rollout.objects.filter(deployment_id__in=deployment_ids).order_by().values("deployment_id")
+              .annotate(newest=Max("id")).values("newest"))
+    return {rollout.deployment_id: rollout
+            for rollout in Rollout.objects.filter(pk__in=newest).select_related("revision", "stable_revision")}
 
 
 def rollout_list(deployment):
@@ -39,7 +50,7 @@ def tried_replicas(pool, rollout: Rollout) -> int:
     return max(1, math.ceil(pool.desired_replicas * rollout.weight / 100))
 
 
-def traffic_weights(deployment, revisions: set[int]) -> dict[int, int] | None:
+def traffic_weights(deployment, revisions: set[int], rollout=LATEST) -> dict[int, int] | None:
     """Each ready revision group's traffic weight for the gateway (docs/contracts.md), or None: no rollout
     concerns these groups, and the gateway keeps serving the newest complete group.
 
@@ -47,8 +58,10 @@ def traffic_weights(deployment, revisions: set[int]) -> dict[int, int] | None:
     2. A rollout that ended (aborted, completed, promoted) while its other revision still has ready workers
        (they drain over the next reconcile passes): the current revision gets everything, so traffic leaves them at
        the next membership poll instead of when they are gone.
+
+    `rollout`: the deployment's latest rollout (or None) where the caller read it already (rollouts_latest).
     """
-    rollout = rollout_latest(deployment)
+    rollout = rollout_latest(deployment) if rollout is LATEST else rollout
     if rollout is None:
         return None
     tried, stable = rollout.revision.number, rollout.stable_revision.number
@@ -64,9 +77,10 @@ def traffic_weights(deployment, revisions: set[int]) -> dict[int, int] | None:
     return None
 
 
-def variant_names(deployment) -> dict[int, str]:
-    """revision number → variant ("stable"/"canary", "a"/"b") of the latest rollout, for display and headers."""
-    rollout = rollout_latest(deployment)
+def variant_names(deployment, rollout=LATEST) -> dict[int, str]:
+    """revision number → variant ("stable"/"canary", "a"/"b") of the latest rollout, for display and headers
+    (`rollout`: as traffic_weights takes it)."""
+    rollout = rollout_latest(deployment) if rollout is LATEST else rollout
     if rollout is None or rollout.strategy not in (Strategy.CANARY, Strategy.AB):
         return {}
     stable_name, tried_name = rollout.variants

@@ -15,5 +15,6 @@ class TenantsConfig(AppConfig):
         from controlplane.tenants import selectors, services
 
         tenant_provider.provide(tenant_provider.TenantProvider(gateway_access=selectors.gateway_access,
+                                                               gateway_access_many=selectors.gateway_access_many,
                                                                admission=selectors.deployment_admission,
                                                                service_key=services.tenant_service_key))

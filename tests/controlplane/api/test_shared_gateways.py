@@ -116,3 +116,50 @@ def test_the_gateway_parses_the_membership_the_control_plane_answers(admin_api, 
     admin_api.put("/api/v1/deployments/demo/gateway", {"shared_gateway": "front"}, format="json")
     (attached,) = parse_shared(viewer_api.get("/api/v1/gateways/front/endpoints").json())
     assert (attached.name, attached.model, attached.error) == ("demo", "demo", None)
+
+
+def test_the_one_answer_is_each_deployments_own_in_queries_that_do_not_grow_with_them(
+        admin_api, viewer_api, admin, make_deployment, make_worker):
+    """Tenants (a key allowed on one deployment only, one deployment requiring keys, admission settings on another)
+    and a canary's traffic split come out as each deployment's own answer says, with the parts read once for all
+    the deployments: a shared gateway of a large fleet polls every few seconds."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from controlplane.models import Revision
+    from controlplane.rollouts.models import Rollout, Strategy
+    from controlplane.tenants.services import (deployment_access_set, deployment_admission_set, tenant_create,
+                                               tenant_key_issue)
+
+    names = ("d0", "d1", "d2", "d3")
+    deployments = {name: make_deployment(name, mode="colocated") for name in names}
+    for deployment in deployments.values():
+        make_worker(deployment, "colocated", status="ready")
+    canary = deployments["d1"]
+    tried = Revision.objects.create(deployment=canary, number=2, model_path=canary.current_revision.model_path)
+    make_worker(canary, "colocated", status="ready", revision=tried)
+    Rollout.objects.create(deployment=canary, strategy=Strategy.CANARY, revision=tried,
+                           stable_revision=canary.current_revision, steps=[{"weight": 25, "duration_s": 60}])
+    acme = tenant_create(name="acme", priority_class="interactive", deployments=["d0"], actor=admin)
+    tenant_key_issue(tenant=acme, actor=admin)
+    deployment_access_set(deployment=canary, requires_key=True, actor=admin)
+    deployment_admission_set(deployment=deployments["d2"], admission={"max_queued": 7}, actor=admin)
+    _create(admin_api)
+
+    def poll() -> tuple[dict, int]:
+        with CaptureQueriesContext(connection) as queries:
+            body = viewer_api.get("/api/v1/gateways/front/endpoints").json()
+        return body, len(queries.captured_queries)
+
+    for name in names[:2]:
+        admin_api.put(f"/api/v1/deployments/{name}/gateway", {"shared_gateway": "front"}, format="json")
+    _, num_queries_of_two = poll()
+    for name in names[2:]:
+        admin_api.put(f"/api/v1/deployments/{name}/gateway", {"shared_gateway": "front"}, format="json")
+    body, num_queries_of_four = poll()
+    assert num_queries_of_four == num_queries_of_two
+    assert body["deployments"] == [viewer_api.get(f"/api/v1/deployments/{name}/endpoints").json() for name in names]
+    d0, d1, d2, d3 = body["deployments"]
+    assert d0["tenants"]["acme"]["allowed"] is True and d3["tenants"]["acme"]["allowed"] is False
+    assert d1["requires_key"] is True and [g["traffic_weight"] for g in d1["groups"]] == [25, 75]
+    assert d2["admission"] == {"max_queued": 7} and "admission" not in d3
