@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from controlplane.observability.catalog import QUANTILES, STORED_HISTOGRAMS
 from controlplane.observability.exposition import Reading
-from controlplane.observability.quantiles import aligned_bucket_increases, counter_increase, histogram_quantile, sum_buckets
+from controlplane.observability.quantiles import (aligned_bucket_increases, counter_increase, histogram_quantiles,
+                                                  sum_buckets)
 
 _RATE_COUNTERS = ("success", "errors", "server_errors", "prompt_tokens", "generation_tokens", "cpu_seconds",
                   "batch_tokens", "batch_steps", "prefix_queried_tokens", "prefix_hit_tokens", "spec_proposed",
@@ -80,8 +81,8 @@ def rate_series(inc: Increments) -> dict[str, float | None]:
     values: dict[str, float | None] = {}
     counters, span = inc.counters, inc.span_s
     for key, buckets in inc.histograms.items():
-        for label, q in QUANTILES.items():
-            values[f"{key}_{label}_seconds"] = histogram_quantile(q, buckets)
+        for label, value in zip(QUANTILES, histogram_quantiles(tuple(QUANTILES.values()), buckets)):
+            values[f"{key}_{label}_seconds"] = value
     if "success" in counters and "errors" in counters:
         requests = counters["success"] + counters["errors"]
         values["qps"] = requests / span

@@ -71,11 +71,18 @@ def aligned_bucket_increases(les: Sequence[float], snapshots: Sequence[Sequence[
 
 def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     """The q-quantile (0 ≤ q ≤ 1) of a histogram given as cumulative (le, count) pairs, +Inf included."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile must be within 0..1, not {q}")
+    return histogram_quantiles((q,), buckets)[0]
+
+
+def histogram_quantiles(qs: Sequence[float], buckets: Buckets) -> list[float | None]:
+    """histogram_quantile of each of `qs`, the buckets ordered and made monotonic once for all of them (a scrape
+    asks three quantiles of every histogram of every target)."""
+    for q in qs:
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"quantile must be within 0..1, not {q}")
     ordered = sorted(buckets)
     if len(ordered) < 2 or ordered[-1][0] != math.inf:
-        return None
+        return [None] * len(qs)
     # Cumulative counts must not decrease; floating-point sums of rates can make them wobble (Prometheus fixes
     # them the same way).
     counts = []
@@ -85,8 +92,11 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
         counts.append(running)
     total = counts[-1]
     if total <= 0:
-        return None
-    rank = q * total
+        return [None] * len(qs)
+    return [_quantile(q * total, ordered, counts) for q in qs]
+
+
+def _quantile(rank: float, ordered: Buckets, counts: list[float]) -> float:
     index = next(i for i, count in enumerate(counts) if count >= rank)
     if index == len(ordered) - 1:
         return ordered[-2][0]

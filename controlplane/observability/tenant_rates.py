@@ -20,7 +20,7 @@ import math
 from controlplane.observability.catalog import QUANTILES, TENANT_METRICS
 from controlplane.observability.derive import Increments, state_append
 from controlplane.observability.exposition import Reading
-from controlplane.observability.quantiles import (aligned_bucket_increases, counter_increase, histogram_quantile,
+from controlplane.observability.quantiles import (aligned_bucket_increases, counter_increase, histogram_quantiles,
                                                   sum_buckets)
 
 COUNTERS = ("requests", "errors", "prompt_tokens", "completion_tokens")
@@ -112,8 +112,8 @@ def tenant_values(parts: list[tuple[Increments, dict[str, float]]]) -> dict[str,
     }
     for key in sorted({key for inc, _ in parts for key in inc.histograms}):
         buckets = sum_buckets([inc.histograms[key] for inc, _ in parts if inc.histograms.get(key)])
-        for label, q in QUANTILES.items():
-            values[f"{key}_{label}_seconds"] = histogram_quantile(q, buckets)
+        for label, value in zip(QUANTILES, histogram_quantiles(tuple(QUANTILES.values()), buckets)):
+            values[f"{key}_{label}_seconds"] = value
     for inc, limits in parts:
         for name, ratio in quota_ratios(inc, limits).items():
             values[name] = max(ratio, values.get(name) or 0.0)

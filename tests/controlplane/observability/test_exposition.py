@@ -43,6 +43,22 @@ def test_the_fast_path_reads_what_prometheus_clients_parser_reads(worker_text, m
     assert ttft[0.005] == 1.0 and ttft[0.025] == 3.0 and ttft[10.0] == 5.0 and ttft[math.inf] == 5.0
 
 
+def test_series_seen_before_read_the_same_and_a_malformed_line_of_one_is_still_refused(worker_text):
+    """The fast path remembers what each series line means (exposition._SERIES): the second read of a page, and
+    the same lines with timestamps, read as the first; a known series with a value that is not a number, or more
+    than a value and a timestamp after it, is refused as before."""
+    first = parse_exposition(worker_text)
+    assert parse_exposition(worker_text) == first
+    stamped = "".join(f"{line} 1800000000000\n" if line and not line.startswith("#") else f"{line}\n"
+                      for line in worker_text.splitlines())
+    assert parse_exposition(stamped) == first
+    [running] = [line for line in worker_text.splitlines() if line.startswith("tandem_requests_running{")]
+    series = running.rpartition(" ")[0]
+    for bad in (f"{series} three", f"{running} 1800000000000 extra"):
+        with pytest.raises(ValueError):
+            parse_exposition(worker_text.replace(running, bad))
+
+
 def test_gpu_series_combine_max_for_utilisation_and_sum_for_memory_and_power():
     registry = CollectorRegistry()
     labels = ("role", "model", "gpu")
