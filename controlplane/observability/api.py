@@ -134,7 +134,8 @@ class PrometheusTargetsView(ApiView):
 
     @extend_schema(responses={200: dict, **ERRORS},
                    description="Prometheus http_sd_configs targets: [{targets, labels: {deployment, pool, revision, "
-                               "node, worker}}].")
+                               "node, worker}}]; a worker's also `engine`, a shared gateway's group (one per "
+                               "deployment it serves) `shared_gateway` and `__param_deployment`.")
     def get(self, request):
         from controlplane.observability.prometheus import sd_targets
 
