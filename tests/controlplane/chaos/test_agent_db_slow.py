@@ -1,7 +1,8 @@
 """The node agent's db_slow, on stand-ins of this test's own (never the session's shared PostgreSQL, never the test
 database): a process that listens on a free port with a child, as a postmaster with a backend, is stopped and
-continued in a cycle, both of them, and its child's CPU loop slows down by about the stopped share; nothing is left
-stopped after the deadline, a revert, an agent's restart or its exit. On SQLite, a writer's BEGIN waits while the
+continued in a cycle, both of them, about the asked share of each cycle (sampled states: the child's CPU loop
+speed, measured here before, follows how much CPU a loaded host leaves it, and a process continued after a stop
+catches up on its share); nothing is left stopped after the deadline, a revert, an agent's restart or its exit. On SQLite, a writer's BEGIN waits while the
 agent holds the write lock, and nothing holds it afterwards."""
 from __future__ import annotations
 
@@ -65,10 +66,15 @@ def stand_in(monkeypatch, tmp_path):
     processes.wait_exit(handle, 10)
 
 
-def _rate(count, seconds: float) -> float:
-    began, first = time.monotonic(), count()
-    time.sleep(seconds)  # a measurement window, not a wait for a condition
-    return (count() - first) / (time.monotonic() - began)
+def _stopped_share(pid: int, seconds: float) -> float:
+    """The share of the process's states, sampled for `seconds`, that found it stopped."""
+    num = num_stopped = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        num += 1
+        num_stopped += process_state(pid) == "stopped"
+        time.sleep(0.003)
+    return num_stopped / num
 
 
 def _states(*pids: int, seconds: float) -> list[set[str]]:
@@ -93,8 +99,7 @@ def _inject(agent_of, key: str, until_s: float, ms: float = 50) -> str:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_server_and_its_backends_are_stopped_in_a_duty_cycle_until_the_agents_deadline(agent_of, stand_in):
-    parent, child, count = stand_in
-    before = _rate(count, 1.5)
+    parent, child, _ = stand_in
     assert _inject(agent_of, "slow-pg", until_s=8) == "throttled"
     injected = Action.objects.get(idempotency_key=faults.injected_key("slow-pg"))
     assert injected.result["database"] == "postgresql" and injected.result["db_pid"] == parent.pid
@@ -103,18 +108,15 @@ def test_the_server_and_its_backends_are_stopped_in_a_duty_cycle_until_the_agent
     parent_states, child_states = _states(parent.pid, child.pid, seconds=1.0)
     assert "stopped" in parent_states and parent_states & {"running", "sleeping"}, parent_states
     assert "stopped" in child_states and "running" in child_states, child_states
-    during = _rate(count, 2.0)
+    # Stopped 50 ms of every 100: about half the time (a loaded host's late wake-ups stretch the stopped part).
+    stopped = _stopped_share(child.pid, 2.0)
+    print(f"db_slow ms=50: the backend was stopped in {stopped:.2f} of its sampled states")
+    assert 0.25 < stopped < 0.9, stopped
     # No revert is ever sent: the agent's own timer ends the cycle, with both running.
     reverted = wait_until("the revert row", lambda: Action.objects.filter(
         idempotency_key=faults.reverted_key("slow-pg")).first(), timeout=30)
     assert reverted.result["outcome"] == "released" and reverted.result["by"] == "the agent's deadline"
     assert all("stopped" not in states for states in _states(parent.pid, child.pid, seconds=0.5))
-    # Stopped half of each cycle: about half its speed (the speed before and after averaged, as the host's load
-    # drifts; a loaded host's late wake-ups stretch the stopped part).
-    after = _rate(count, 1.5)
-    ratio = during / ((before + after) / 2)
-    print(f"db_slow ms=50: the backend's loop ran at {ratio:.2f} of its speed before and after (loaded host)")
-    assert 0.15 < ratio < 0.8, (before, during, after)
     assert fault_holds.paused_keys() == [] and control_faults._throttles == {}
 
 
