@@ -108,7 +108,8 @@ def test_the_server_and_its_backends_are_stopped_in_a_duty_cycle_until_the_agent
     parent_states, child_states = _states(parent.pid, child.pid, seconds=1.0)
     assert "stopped" in parent_states and parent_states & {"running", "sleeping"}, parent_states
     assert "stopped" in child_states and "running" in child_states, child_states
-    # Stopped 50 ms of every 100: about half the time (a loaded host's late wake-ups stretch the stopped part).
+    # Stopped the injected `ms` of each cycle: about half of it (a loaded host's late wake-ups stretch the stopped
+    # part).
     stopped = _stopped_share(child.pid, 2.0)
     print(f"db_slow ms=50: the backend was stopped in {stopped:.2f} of its sampled states")
     assert 0.25 < stopped < 0.9, stopped
